@@ -1,0 +1,11 @@
+"""Backend-agnostic building blocks (keras.ops only)."""
+from keras_bertfam.layers.attention import MultiHeadSelfAttention
+from keras_bertfam.layers.embeddings import TextEmbedding
+from keras_bertfam.layers.encoder import (
+    AttentionSublayer,
+    FeedForwardSublayer,
+    TransformerBlock,
+    TransformerEncoder,
+    sharing_plan,
+)
+from keras_bertfam.layers.heads import MaskedLMHead, PairHead, gather_positions

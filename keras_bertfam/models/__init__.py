@@ -1,0 +1,3 @@
+"""One backbone per family; all but XLNet are configurations of `EncoderBackbone`."""
+from keras_bertfam.models.backbone import Backbone, EncoderBackbone
+from keras_bertfam.models.bert import BertBackbone

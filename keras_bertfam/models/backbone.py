@@ -1,0 +1,230 @@
+"""The backbone base class and the one encoder body shared by the BERT-like families.
+
+A family is a thin subclass of `EncoderBackbone`: it names its constructor arguments (keras-hub's
+names) and fixes what makes it that family: an `embedding_dim` projection (ALBERT, ELECTRA), a
+position offset (RoBERTa), no segment table and no pooler (DistilBERT), a sharing plan (ALBERT).
+"""
+import inspect
+
+import keras
+from keras import ops
+
+from keras_bertfam.layers import TextEmbedding, TransformerEncoder
+from keras_bertfam.layers.utils import clone_initializer
+
+BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+
+
+def bert_initializer(stddev=0.02):
+    """BERT's `truncated_normal(0.02)` (`initializer_range` in HF configs)."""
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+class Backbone(keras.Model):
+    """Base of every family's backbone: config round trip, presets, the tied token embedding.
+
+    `get_config()` mirrors the constructor exactly: each argument of the subclass's `__init__` is
+    stored as an attribute of the same name, and the config is read back from those attributes.
+    """
+
+    family = None  # e.g. "bert"; set by each family
+
+    def __setattr__(self, name, value):
+        # torch.nn.Module refuses sublayers assigned before Model.__init__; the functional graph
+        # tracks them anyway (keras-team/keras#18823).
+        try:
+            super().__setattr__(name, value)
+        except AttributeError:
+            object.__setattr__(self, name, value)
+
+    @property
+    def token_embedding(self):
+        """The `keras.layers.Embedding` of token ids, for heads that tie their output to it."""
+        return self.embeddings.token_embedding
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable}
+        params = inspect.signature(type(self).__init__).parameters
+        for name, param in params.items():
+            if name in ("self", "kwargs") or param.kind == param.VAR_KEYWORD:
+                continue
+            value = getattr(self, name)
+            if name == "dtype":
+                value = keras.dtype_policies.serialize(self.dtype_policy)
+            config[name] = value
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+    # === Presets ===
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **overrides):
+        """A backbone from a registered name, one of our preset dirs, or an HF-format dir."""
+        from keras_bertfam import presets
+
+        return presets.load_backbone(preset, cls=cls, load_weights=load_weights, **overrides)
+
+    def save_to_preset(self, preset_dir):
+        from keras_bertfam import presets
+
+        presets.save_backbone(self, preset_dir)
+
+
+class EncoderBackbone(Backbone):
+    """Embeddings -> transformer encoder -> optional tanh pooler over [CLS].
+
+    Inputs: `{"token_ids", "segment_ids", "padding_mask"}` (no `segment_ids` when
+    `num_segments=0`), each (B, T) int. Outputs: `{"sequence_output": (B, T, H),
+    "pooled_output": (B, H)}` (no `pooled_output` when `pooler=False`).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        embedding_dim=None,
+        dropout=0.1,
+        attention_dropout=None,
+        max_sequence_length=512,
+        num_segments=2,
+        position_offset=0,
+        num_groups=None,
+        share="none",
+        pooler=True,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        initializer_range=0.02,
+        dtype=None,
+        **kwargs,
+    ):
+        _check_positive(
+            vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
+            hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+        )
+        embedding_dim = embedding_dim or hidden_dim
+        initializer = bert_initializer(initializer_range)
+
+        # === Layers ===
+        self.embeddings = TextEmbedding(
+            vocabulary_size,
+            max_sequence_length,
+            embedding_dim,
+            hidden_dim=hidden_dim,
+            num_segments=num_segments,
+            position_offset=position_offset,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dropout=dropout,
+            kernel_initializer=initializer,
+            dtype=dtype,
+            name="embeddings",
+        )
+        self.encoder = TransformerEncoder(
+            num_layers,
+            hidden_dim,
+            num_heads,
+            intermediate_dim,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            kernel_initializer=initializer,
+            num_groups=num_groups,
+            share=share,
+            dtype=dtype,
+            name="encoder",
+        )
+        self.pooler_dense = (
+            keras.layers.Dense(
+                hidden_dim,
+                activation="tanh",
+                kernel_initializer=clone_initializer(initializer),
+                dtype=dtype,
+                name="pooler",
+            )
+            if pooler
+            else None
+        )
+
+        # === Functional model ===
+        inputs = {
+            "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
+            "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask"),
+        }
+        if num_segments:
+            inputs["segment_ids"] = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
+        outputs = self._forward(inputs)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.embedding_dim = embedding_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.position_offset = position_offset
+        self.num_groups = num_groups
+        self.share = share
+        self.pooler = pooler
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_range = initializer_range
+
+    def _forward(self, inputs, head_mask=None, return_all=False, training=None):
+        x = self.embeddings(inputs["token_ids"], inputs.get("segment_ids"), training=training)
+        x = self.encoder(
+            x,
+            padding_mask=inputs["padding_mask"],
+            head_mask=head_mask,
+            return_all=return_all,
+            training=training,
+        )
+        outputs = {}
+        if return_all:
+            x, outputs["hidden_states"], outputs["attention_probs"] = x
+        outputs["sequence_output"] = x
+        if self.pooler_dense is not None:
+            outputs["pooled_output"] = self.pooler_dense(x[:, 0, :])
+        return outputs
+
+    def inspect(self, inputs, head_mask=None):
+        """Forward pass that also returns every layer's hidden states and attention probabilities.
+
+        For probing and head pruning (`head_mask`: (L, N) or (L, B, N) multipliers, 0 removes a
+        head). Returns the backbone outputs plus `hidden_states` (L+1 tensors: the embedding output,
+        then each layer's) and `attention_probs` (L tensors, (B, N, T, T)).
+        """
+        inputs = {k: ops.convert_to_tensor(v) for k, v in inputs.items() if k in self.input}
+        return self._forward(inputs, head_mask=head_mask, return_all=True, training=False)
+
+    def num_params(self):
+        """Distinct parameters (shared weights counted once)."""
+        return int(sum(int(ops.size(w)) for w in _unique(self.weights)))
+
+
+def _unique(variables):
+    seen, out = set(), []
+    for v in variables:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def _check_positive(**values):
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")

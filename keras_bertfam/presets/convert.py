@@ -1,0 +1,170 @@
+"""Checkpoint conversion from HF-format directories (config.json + safetensors / .bin).
+
+Each family contributes one function `(backbone, state_dict) -> [(variable, key, transform)]`;
+`assign` does the checking so that a wrong checkpoint fails loudly and names what is wrong.
+"""
+import json
+import os
+
+import numpy as np
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into the requested model."""
+
+
+def read_hf_config(model_dir):
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{model_dir!r} has no config.json: not an HF-format model directory.")
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_state_dict(model_dir):
+    """Numpy arrays by HF parameter name, from model.safetensors or pytorch_model.bin."""
+    for name in WEIGHT_FILES:
+        path = os.path.join(model_dir, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.numpy import load_file
+
+                return dict(load_file(path))
+            import torch
+
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            return {k: v.float().numpy() for k, v in state.items()}
+        except Exception as e:  # a truncated or foreign file
+            raise CheckpointError(f"Could not read weights file {path!r}: it is corrupt or not a "
+                                  f"{name} file ({type(e).__name__}: {e}).") from e
+    raise FileNotFoundError(f"{model_dir!r} has none of {WEIGHT_FILES}.")
+
+
+def strip_prefix(state_dict, prefixes):
+    """Drops the first of `prefixes` that the keys carry ("bert.", "roberta.", ...)."""
+    for prefix in prefixes:
+        if any(k.startswith(prefix) for k in state_dict):
+            return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state_dict.items()}
+    return state_dict
+
+
+def assign(mapping, state_dict, what="model"):
+    """Sets each variable from `state_dict[key]` after `transform`; errors name every problem."""
+    missing = [key for _, key, _ in mapping if key not in state_dict]
+    if missing:
+        raise CheckpointError(
+            f"The checkpoint lacks {len(missing)} weight(s) the {what} needs, e.g. {missing[:3]}; "
+            "is it a checkpoint of this family?"
+        )
+    values = []
+    for variable, key, transform in mapping:
+        value = np.asarray(state_dict[key], dtype="float32")
+        value = transform(value) if transform else value
+        if tuple(value.shape) != tuple(variable.shape):
+            raise CheckpointError(
+                f"Shape mismatch for {key}: the checkpoint has {tuple(state_dict[key].shape)}, the "
+                f"{what} expects {tuple(variable.shape)} at {variable.path}. Does the config match "
+                "the checkpoint?"
+            )
+        values.append(value)
+    for (variable, _, _), value in zip(mapping, values):
+        variable.assign(value)
+
+
+# === Transforms: torch Linear (out, in) -> Keras kernels ===
+def transpose(w):
+    return w.T
+
+
+def heads_in(num_heads):
+    """(H_out, H_in) -> EinsumDense "btd,dnh" kernel (H_in, N, Hd); bias (H) -> (N, Hd)."""
+    return lambda w: w.T.reshape(w.shape[1], num_heads, -1) if w.ndim == 2 else w.reshape(num_heads, -1)
+
+
+def heads_out(num_heads):
+    """(H_out, H_in) -> EinsumDense "btnh,nhd" kernel (N, Hd, H_out)."""
+    return lambda w: w.T.reshape(num_heads, -1, w.shape[0])
+
+
+def dense(layer, key):
+    return [(layer.kernel, key + ".weight", transpose), (layer.bias, key + ".bias", None)]
+
+
+def layer_norm(layer, key, names=("weight", "bias")):
+    return [(layer.gamma, f"{key}.{names[0]}", None), (layer.beta, f"{key}.{names[1]}", None)]
+
+
+def attention(mha, keys, num_heads):
+    """`keys`: HF names of the query, key, value and output projections."""
+    out = []
+    for layer, key in zip((mha.query_dense, mha.key_dense, mha.value_dense), keys[:3]):
+        out += [(layer.kernel, key + ".weight", heads_in(num_heads)),
+                (layer.bias, key + ".bias", heads_in(num_heads))]
+    out += [(mha.output_dense.kernel, keys[3] + ".weight", heads_out(num_heads)),
+            (mha.output_dense.bias, keys[3] + ".bias", None)]
+    return out
+
+
+# === BERT layout (BERT, RoBERTa, SpanBERT, MiniLM, the ELECTRA encoder) ===
+def bert_embeddings_map(embeddings, prefix="embeddings"):
+    out = [
+        (embeddings.token_embedding.embeddings, f"{prefix}.word_embeddings.weight", None),
+        (embeddings.position_embedding.embeddings, f"{prefix}.position_embeddings.weight", None),
+    ]
+    if embeddings.segment_embedding is not None:
+        out.append((embeddings.segment_embedding.embeddings,
+                    f"{prefix}.token_type_embeddings.weight", None))
+    return out + layer_norm(embeddings.layer_norm, f"{prefix}.LayerNorm")
+
+
+def bert_layer_map(block, prefix, num_heads):
+    p = prefix
+    attn = block.attention
+    ffn = block.feedforward
+    return (
+        attention(attn.attention, [f"{p}.attention.self.query", f"{p}.attention.self.key",
+                                   f"{p}.attention.self.value", f"{p}.attention.output.dense"],
+                  num_heads)
+        + layer_norm(attn.layer_norm, f"{p}.attention.output.LayerNorm")
+        + dense(ffn.intermediate_dense, f"{p}.intermediate.dense")
+        + dense(ffn.output_dense, f"{p}.output.dense")
+        + layer_norm(ffn.layer_norm, f"{p}.output.LayerNorm")
+    )
+
+
+def bert_backbone_map(backbone):
+    mapping = bert_embeddings_map(backbone.embeddings)
+    for i in range(backbone.num_layers):
+        mapping += bert_layer_map(backbone.encoder.layer_block(i), f"encoder.layer.{i}",
+                                  backbone.num_heads)
+    if backbone.pooler_dense is not None:
+        mapping += dense(backbone.pooler_dense, "pooler.dense")
+    return mapping
+
+
+def bert_config_from_hf(cfg):
+    """HF BertConfig -> BertBackbone arguments."""
+    if cfg.get("hidden_act", "gelu") != "gelu":
+        raise CheckpointError(f"hidden_act={cfg['hidden_act']!r} is not BERT's exact GELU.")
+    return dict(
+        vocabulary_size=cfg["vocab_size"],
+        num_layers=cfg["num_hidden_layers"],
+        num_heads=cfg["num_attention_heads"],
+        hidden_dim=cfg["hidden_size"],
+        intermediate_dim=cfg["intermediate_size"],
+        dropout=cfg.get("hidden_dropout_prob", 0.1),
+        max_sequence_length=cfg["max_position_embeddings"],
+        num_segments=cfg.get("type_vocab_size", 2),
+        layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-12),
+        initializer_range=cfg.get("initializer_range", 0.02),
+    )
+
+
+def bert_mlm_head_map(head, prefix="cls.predictions"):
+    return (dense(head.dense, f"{prefix}.transform.dense")
+            + layer_norm(head.layer_norm, f"{prefix}.transform.LayerNorm")
+            + [(head.bias, f"{prefix}.bias", None)])
