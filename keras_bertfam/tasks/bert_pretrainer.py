@@ -1,0 +1,56 @@
+"""BERT pretraining: MLM + next-sentence prediction (Devlin et al. 2019)."""
+import keras
+
+from keras_bertfam.layers import MaskedLMHead, PairHead
+from keras_bertfam.tasks.losses import mean_sparse_ce, weighted_sparse_ce
+from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.task import Task
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class BertPretrainer(Task):
+    """MLM + a two-way pair head on the pooled output; loss = MLM + pair CE.
+
+    Inputs: backbone inputs + `mask_positions`. Outputs: `{"mlm_logits": (B, P, V),
+    "pair_logits": (B, 2)}`. Labels: `{"mask_ids": (B, P), "mask_weights": (B, P), "pair_labels":
+    (B,)}` (Keras' array adapter refuses (B, P) sample weights on a two-output model, so the weights
+    travel in y; a `sample_weight=mask_weights` tensor from a `tf.data.Dataset` works too). For BERT the pair task is NSP (label 1 = random next); ALBERT's
+    SOP reuses this class through `AlbertPretrainer` (label 1 = swapped).
+    """
+
+    pair_task = "nsp"
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        if "pooled_output" not in backbone.output:
+            raise ValueError(f"{type(backbone).__name__} has no pooler; the pair head needs one.")
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        initializer = keras.initializers.TruncatedNormal(
+            stddev=getattr(backbone, "initializer_range", 0.02))
+        self.mlm_head = MaskedLMHead(
+            backbone.token_embedding,
+            activation=getattr(backbone, "activation", "gelu"),
+            layer_norm_epsilon=backbone.layer_norm_epsilon,
+            kernel_initializer=initializer,
+            name="mlm_head",
+        )
+        self.pair_head = PairHead(kernel_initializer=initializer, name=f"{self.pair_task}_head")
+        inputs, features = backbone_inputs(backbone, extra=("mask_positions",))
+        outputs = backbone(features)
+        logits = {
+            "mlm_logits": self.mlm_head(outputs["sequence_output"], inputs["mask_positions"]),
+            "pair_logits": self.pair_head(outputs["pooled_output"]),
+        }
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        p = self.pair_task
+        self._track_losses(["mlm_loss", "mlm_accuracy", f"{p}_loss", f"{p}_accuracy"])
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        weights = y["mask_weights"] if sample_weight is None else sample_weight
+        mlm_loss, mlm_accuracy = weighted_sparse_ce(y["mask_ids"], y_pred["mlm_logits"], weights)
+        pair_loss, pair_accuracy = mean_sparse_ce(y["pair_labels"], y_pred["pair_logits"])
+        p = self.pair_task
+        return mlm_loss + pair_loss, {
+            "mlm_loss": mlm_loss, "mlm_accuracy": mlm_accuracy,
+            f"{p}_loss": pair_loss, f"{p}_accuracy": pair_accuracy,
+        }

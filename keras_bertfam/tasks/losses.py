@@ -1,0 +1,27 @@
+"""Pretraining losses as pure keras.ops functions (float32 whatever the compute dtype)."""
+from keras import ops
+
+
+def weighted_sparse_ce(labels, logits, weights, epsilon=1e-5):
+    """BERT's MLM loss: `Σ w·CE / (Σ w + 1e-5)` over prediction slots.
+
+    labels (B, P) int, logits (B, P, V), weights (B, P) 0/1. Also returns the weighted accuracy.
+    """
+    logits = ops.cast(logits, "float32")
+    weights = ops.cast(weights, "float32")
+    labels = ops.cast(labels, "int32")
+    ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)  # (B, P)
+    denom = ops.sum(weights) + epsilon
+    loss = ops.sum(ce * weights) / denom
+    correct = ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32")
+    accuracy = ops.sum(correct * weights) / denom
+    return loss, accuracy
+
+
+def mean_sparse_ce(labels, logits):
+    """Mean CE over examples (NSP, SOP) and the accuracy."""
+    logits = ops.cast(logits, "float32")
+    labels = ops.cast(ops.reshape(labels, (-1,)), "int32")
+    loss = ops.mean(ops.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+    accuracy = ops.mean(ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32"))
+    return loss, accuracy

@@ -1,0 +1,148 @@
+"""The task base class: a functional keras.Model with an optional preprocessor and its loss.
+
+A task owns its loss in `compute_loss`, so `fit()` trains it on TensorFlow, JAX and PyTorch with
+no extra framework. When a preprocessor is attached, `fit` / `evaluate` / `predict` take raw
+strings (lists, arrays or a `tf.data.Dataset`) and map the preprocessor in `tf.data`; without one
+they take the model's own inputs (keras-hub's preprocessed format for pretraining tasks).
+"""
+import inspect
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+class Task(keras.Model):
+    """Base of every task. Subclasses build the functional graph and define `losses_and_metrics`."""
+
+    def __setattr__(self, name, value):
+        # See Backbone.__setattr__ (torch.nn.Module refuses sublayers before Model.__init__).
+        try:
+            super().__setattr__(name, value)
+        except AttributeError:
+            object.__setattr__(self, name, value)
+
+    def _track_losses(self, names):
+        """Mean trackers for each named loss / metric, reported by fit() (e.g. mlm_loss)."""
+        self._trackers = {n: keras.metrics.Mean(name=n) for n in names}
+        for n, tracker in self._trackers.items():
+            setattr(self, f"_{n}_tracker", tracker)
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        """-> (total loss, {name: value}) for the named trackers."""
+        raise NotImplementedError
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss, values = self.losses_and_metrics(y, y_pred, sample_weight)
+        for name, value in values.items():
+            self._trackers[name].update_state(value)
+        return loss + ops.cast(sum(self.losses), loss.dtype) if self.losses else loss
+
+    # === Compile defaults ===
+    def compile(self, optimizer="auto", learning_rate=1e-4, warmup_steps=0, total_steps=None,
+                weight_decay=0.01, **kwargs):
+        """`optimizer="auto"`: AdamW (β2 0.999, ε 1e-6, no decay on LayerNorm and biases, as
+        BERT's AdamWeightDecay) with linear warmup and, given `total_steps`, linear decay to 0."""
+        if optimizer == "auto":
+            schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
+            optimizer = keras.optimizers.AdamW(
+                learning_rate=schedule,
+                weight_decay=weight_decay,
+                beta_2=0.999,
+                epsilon=1e-6,
+                global_clipnorm=1.0,
+            )
+            optimizer.exclude_from_weight_decay(var_names=["layer_norm", "bias", "gamma", "beta"])
+        super().compile(optimizer=optimizer, **kwargs)
+
+    # === Raw inputs through the preprocessor ===
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+        preprocessor = getattr(self, "preprocessor", None)
+        if preprocessor is None:
+            return x, y, sample_weight, batch_size
+        if not isinstance(x, tf.data.Dataset):
+            data = x if y is None else (x, y) if sample_weight is None else (x, y, sample_weight)
+            x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
+        elif y is not None:
+            raise ValueError("With a tf.data.Dataset, pass labels inside the dataset, not as y=.")
+        return preprocessor.prepare(x, training=training), None, None, None
+
+    def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
+            **kwargs):
+        x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size)
+        if validation_data is not None and getattr(self, "preprocessor", None) is not None:
+            validation_data = self._prepare(validation_data, training=False)[0] if isinstance(
+                validation_data, tf.data.Dataset) else self._prepare(*validation_data,
+                                                                      training=False)[0]
+        return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
+                           validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
+                                                        training=False)
+        return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
+                                **kwargs)
+
+    def predict(self, x=None, batch_size=None, **kwargs):
+        x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
+        if isinstance(x, tf.data.Dataset):
+            x = x.map(lambda *data: data[0])
+        return super().predict(x=x, batch_size=batch_size, **kwargs)
+
+    # === Config ===
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable}
+        for name, param in inspect.signature(type(self).__init__).parameters.items():
+            if name in ("self", "kwargs") or param.kind == param.VAR_KEYWORD:
+                continue
+            value = getattr(self, name)
+            if isinstance(value, keras.layers.Layer):
+                value = keras.saving.serialize_keras_object(value)
+            config[name] = value
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key, value in config.items():
+            if isinstance(value, dict) and "class_name" in value:
+                config[key] = keras.saving.deserialize_keras_object(value)
+        return cls(**config)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """A task on a preset's backbone (and its tokenizer as the preprocessor's)."""
+        from keras_bertfam import presets
+
+        return presets.load_task(cls, preset, load_weights=load_weights, **kwargs)
+
+    def save_to_preset(self, preset_dir):
+        from keras_bertfam import presets
+
+        presets.save_task(self, preset_dir)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to `peak` over `warmup_steps`, then linear decay to 0 at `total_steps`
+    (constant after warmup when `total_steps` is None): BERT's schedule."""
+
+    def __init__(self, peak, warmup_steps=0, total_steps=None):
+        self.peak = peak
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        lr = ops.convert_to_tensor(self.peak, "float32")
+        if self.total_steps:
+            remaining = ops.maximum(self.total_steps - step, 0.0)
+            lr = lr * remaining / max(self.total_steps - self.warmup_steps, 1)
+        if self.warmup_steps:
+            warm = self.peak * (step + 1.0) / self.warmup_steps
+            lr = ops.where(step < self.warmup_steps, warm, lr)
+        return lr
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps,
+                "total_steps": self.total_steps}
