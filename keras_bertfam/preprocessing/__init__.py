@@ -1,0 +1,23 @@
+"""tf.data preprocessing: TensorFlow ops, vectorized over the batch, seeded."""
+from keras_bertfam.preprocessing.corpus import read_corpus, split_sentences
+from keras_bertfam.preprocessing.masking import (
+    NgramMasker,
+    SpanMasker,
+    TokenMasker,
+    WholeWordMasker,
+)
+from keras_bertfam.preprocessing.packing import (
+    DocumentPacker,
+    NextSentencePairer,
+    SegmentPacker,
+    SentenceOrderPairer,
+)
+from keras_bertfam.preprocessing.preprocessors import (
+    MaskedLMPreprocessor,
+    SentencePairPreprocessor,
+)
+from keras_bertfam.preprocessing.tokenizers import (
+    Tokenizer,
+    WordPieceTokenizer,
+    train_word_piece_vocabulary,
+)

@@ -45,6 +45,12 @@ class BertPretrainer(Task):
         p = self.pair_task
         self._track_losses(["mlm_loss", "mlm_accuracy", f"{p}_loss", f"{p}_accuracy"])
 
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):
+        from keras_bertfam.preprocessing import SentencePairPreprocessor
+
+        return SentencePairPreprocessor(tokenizer, sequence_length, **kwargs)
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
         weights = y["mask_weights"] if sample_weight is None else sample_weight
         mlm_loss, mlm_accuracy = weighted_sparse_ce(y["mask_ids"], y_pred["mlm_logits"], weights)

@@ -45,6 +45,12 @@ class MaskedLM(Task):
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["mlm_loss", "mlm_accuracy"])
 
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):
+        from keras_bertfam.preprocessing import MaskedLMPreprocessor
+
+        return MaskedLMPreprocessor(tokenizer, sequence_length, **kwargs)
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
         loss, accuracy = weighted_sparse_ce(y, y_pred, sample_weight)
         return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy}

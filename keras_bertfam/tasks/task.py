@@ -22,6 +22,14 @@ class Task(keras.Model):
         except AttributeError:
             object.__setattr__(self, name, value)
 
+    # Arguments of `from_preset` that go to `default_preprocessor` rather than to the task.
+    preprocessor_args = ("sequence_length", "batch_size", "masker", "seed")
+
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, **kwargs):
+        """The preprocessor `from_preset` attaches (None: the task takes model inputs)."""
+        return None
+
     def _track_losses(self, names):
         """Mean trackers for each named loss / metric, reported by fit() (e.g. mlm_loss)."""
         self._trackers = {n: keras.metrics.Mean(name=n) for n in names}
@@ -70,6 +78,8 @@ class Task(keras.Model):
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
             **kwargs):
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size)
+        if isinstance(x, tf.data.Dataset):
+            kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         if validation_data is not None and getattr(self, "preprocessor", None) is not None:
             validation_data = self._prepare(validation_data, training=False)[0] if isinstance(
                 validation_data, tf.data.Dataset) else self._prepare(*validation_data,

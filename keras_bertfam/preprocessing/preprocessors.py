@@ -1,0 +1,194 @@
+"""Raw text -> `(x, y, sample_weight)` for the pretraining tasks, as `tf.data` stages.
+
+A preprocessor is a Keras layer over TensorFlow tensors (it is never converted to the backend)
+that a task maps over its dataset: `task.fit(strings)` calls `preprocessor.prepare(dataset)`.
+Objectives that change the number of examples (NSP / SOP pairing, RoBERTa's document packing)
+produce a variable number of instances per batch of documents and rebatch them to `batch_size`.
+"""
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_bertfam.preprocessing.corpus import split_sentences
+from keras_bertfam.preprocessing.masking import TokenMasker
+from keras_bertfam.preprocessing.packing import (
+    DocumentPacker,
+    NextSentencePairer,
+    SegmentPacker,
+)
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None, **kwargs):
+    """BERT's masking for this tokenizer: 15%, 80/10/10, at most ceil(0.15 · length) predictions
+    (20 at length 128, as BERT's max_predictions_per_seq), never a special token."""
+    return TokenMasker(
+        vocabulary_size=tokenizer.vocabulary_size(),
+        mask_selection_rate=mask_selection_rate,
+        mask_token_id=tokenizer.mask_token_id,
+        mask_selection_length=max(1, math.ceil(sequence_length * mask_selection_rate)),
+        unselectable_token_ids=tokenizer.special_token_ids,
+        padding_token_id=tokenizer.pad_token_id,
+        seed=seed,
+        **kwargs,
+    )
+
+
+class PretrainingPreprocessor(keras.layers.Layer):
+    """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out."""
+
+    def __init__(self, tokenizer, sequence_length=128, masker=None, batch_size=32, seed=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        if not isinstance(sequence_length, int) or sequence_length < 4:
+            raise ValueError(f"sequence_length must be an int >= 4, got {sequence_length!r}.")
+        self.tokenizer = tokenizer
+        self.sequence_length = sequence_length
+        self.batch_size = batch_size
+        self.seed = seed
+        self.masker = masker or default_masker(tokenizer, sequence_length, seed=seed)
+        self.packer = SegmentPacker(
+            sequence_length,
+            start_value=tokenizer.cls_token_id,
+            end_value=tokenizer.sep_token_id,
+            pad_value=tokenizer.pad_token_id,
+        )
+        self.built = True
+
+    def _mask(self, token_ids, segment_ids, padding_mask):
+        masked = self.masker(token_ids)
+        x = {
+            "token_ids": masked["token_ids"],
+            "segment_ids": tf.cast(segment_ids, tf.int32),
+            "padding_mask": tf.cast(padding_mask, tf.int32),
+            "mask_positions": masked["mask_positions"],
+        }
+        return x, masked["mask_ids"], masked["mask_weights"]
+
+    def _documents(self, texts):
+        """Strings [B] -> ragged ids [B, (S sentences), (W tokens)]."""
+        sentences = split_sentences(texts)
+        return sentences.with_flat_values(self.tokenizer(sentences.flat_values))
+
+    def _batched_strings(self, ds):
+        if not isinstance(ds, tf.data.Dataset):
+            ds = tf.data.Dataset.from_tensor_slices(ds)
+        spec = ds.element_spec
+        if isinstance(spec, tuple):
+            raise ValueError(
+                f"{type(self).__name__} takes a dataset of raw strings (self-supervised: no "
+                "labels), got elements of structure {spec}."
+            )
+        if spec.dtype != tf.string:
+            raise TypeError(f"{type(self).__name__} takes strings, got {spec.dtype.name}.")
+        return ds.batch(self.batch_size) if spec.shape.rank == 0 else ds
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            tokenizer=keras.saving.serialize_keras_object(self.tokenizer),
+            sequence_length=self.sequence_length,
+            batch_size=self.batch_size,
+            seed=self.seed,
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class MaskedLMPreprocessor(PretrainingPreprocessor):
+    """Strings -> masked-LM examples (BERT's MLM, RoBERTa's objective).
+
+    `packing="segments"` (default): each string (or pair of strings) is one example,
+    `[CLS] A [SEP] (B [SEP])`, truncated round-robin to `sequence_length` (longer text is cut: the
+    tail is dropped). `packing="full_sentences"` / `"doc_sentences"`: each string is a document;
+    its sentences fill blocks of `sequence_length` (RoBERTa's FULL-/DOC-SENTENCES; nothing is cut,
+    long sentences are split), rebatched to `batch_size`.
+
+    Returns `(x, mask_ids, mask_weights)` with x = {token_ids, segment_ids, padding_mask,
+    mask_positions}: keras-hub's format. A new mask is drawn every time an example is seen.
+    """
+
+    def __init__(self, tokenizer, sequence_length=128, masker=None, packing="segments",
+                 batch_size=32, seed=None, **kwargs):
+        super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
+        if packing not in ("segments", "full_sentences", "doc_sentences"):
+            raise ValueError(
+                f"packing must be 'segments', 'full_sentences' or 'doc_sentences', got {packing!r}."
+            )
+        self.packing = packing
+        if packing != "segments":
+            self.document_packer = DocumentPacker(
+                sequence_length, mode=packing, start_value=tokenizer.cls_token_id,
+                end_value=tokenizer.sep_token_id, separator_value=tokenizer.sep_token_id,
+            )
+
+    def call(self, x, y=None, sample_weight=None):
+        segments = x if isinstance(x, (tuple, list)) else (x,)
+        segments = tuple(self.tokenizer(s) for s in segments)
+        token_ids, segment_ids, padding_mask = self.packer(segments)
+        return self._mask(token_ids, segment_ids, padding_mask)
+
+    def _pack_blocks(self, blocks):
+        token_ids = blocks.to_tensor(self.tokenizer.pad_token_id,
+                                     shape=[None, self.sequence_length])
+        padding_mask = tf.ones_like(blocks, tf.int32).to_tensor(0, shape=[None, self.sequence_length])
+        return self._mask(token_ids, tf.zeros_like(token_ids), padding_mask)
+
+    def prepare(self, ds, training=True):
+        ds = self._batched_strings(ds)
+        if self.packing == "segments":
+            return ds.map(self, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+        blocks = ds.map(lambda t: self.document_packer(self._documents(t)),
+                        num_parallel_calls=AUTOTUNE)
+        blocks = blocks.unbatch().batch(self.batch_size)
+        return blocks.map(self._pack_blocks, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+    def get_config(self):
+        return dict(super().get_config(), packing=self.packing)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class SentencePairPreprocessor(PretrainingPreprocessor):
+    """Documents -> MLM + sentence-pair examples: BERT's NSP (default) or ALBERT's SOP.
+
+    Each string is a document; `split_sentences` cuts it, the pairer (`NextSentencePairer` or
+    `SentenceOrderPairer`) makes `[CLS] A [SEP] B [SEP]` instances (BERT's
+    create_instances_from_document), which are rebatched to `batch_size`, packed and masked.
+
+    Returns `(x, {"mask_ids", "mask_weights", "pair_labels"})`.
+    """
+
+    def __init__(self, tokenizer, sequence_length=128, masker=None, pairer=None, batch_size=32,
+                 seed=None, short_seq_prob=0.1, **kwargs):
+        super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
+        self.short_seq_prob = short_seq_prob
+        self.pairer = pairer or NextSentencePairer(sequence_length, short_seq_prob, seed=seed)
+
+    def instances(self, texts):
+        """Strings [B] -> (segment_a [N, (T)], segment_b [N, (T)], labels [N])."""
+        return self.pairer(self._documents(texts))
+
+    def call(self, segment_a, segment_b=None, labels=None):
+        token_ids, segment_ids, padding_mask = self.packer((segment_a, segment_b))
+        x, mask_ids, mask_weights = self._mask(token_ids, segment_ids, padding_mask)
+        return x, {"mask_ids": mask_ids, "mask_weights": mask_weights,
+                   "pair_labels": tf.cast(labels, tf.int32)}
+
+    def prepare(self, ds, training=True):
+        ds = self._batched_strings(ds)
+        pairs = ds.map(self.instances, num_parallel_calls=AUTOTUNE).unbatch()
+        pairs = pairs.batch(self.batch_size)
+        return pairs.map(self, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+    def get_config(self):
+        return dict(super().get_config(), short_seq_prob=self.short_seq_prob)
