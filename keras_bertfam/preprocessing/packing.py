@@ -91,6 +91,14 @@ def _sub_seed(seed, step, k):
     return tf.random.experimental.stateless_fold_in(seed, k)
 
 
+def _stack_steps(ta, width):
+    """TensorArray of [width] vectors -> [width * steps] in row-major (row, step) order."""
+    stacked = tf.cond(
+        ta.size() > 0, ta.stack, lambda: tf.zeros(tf.stack([0, width]), ta.dtype)
+    )  # (steps, width)
+    return tf.reshape(tf.transpose(stacked, [1, 0]), [-1])
+
+
 def _gather_segments(tokens, rows, starts, ends):
     """Ragged [N, (T)]: row `rows[n]` of `tokens` ([B, (L)]) sliced to [starts[n], ends[n])."""
     base = tf.gather(tokens.row_splits, rows)
@@ -326,7 +334,7 @@ def create_pair_instances(
     sequence_length=128,
     short_seq_prob=0.1,
     seed=0,
-    single_sentence="random_document",
+    single_sentence=None,
     return_details=False,
 ):
     """Sentence-pair instances of a batch of documents (BERT NSP / ALBERT SOP), stateless.
@@ -340,7 +348,9 @@ def create_pair_instances(
         objective: `"nsp"` or `"sop"`.
         sequence_length, short_seq_prob: as in the layers.
         seed: stateless seed.
-        single_sentence: SOP only: `"skip"` or `"random_document"`.
+        single_sentence: what a one-sentence chunk gives: `"random_document"` (an instance whose B
+            comes from another document, label 1: the original, NSP's default) or `"skip"` (no
+            instance: SOP's default). `None` picks the objective's default.
         return_details: also return a dict describing every instance: `document_index`
             (document of A), `b_document_index`, token offsets into the document's concatenated
             tokens `a_start, a_end, b_start, b_end` (after truncation), `target_length` (the
@@ -352,15 +362,29 @@ def create_pair_instances(
     """
     if objective not in ("nsp", "sop"):
         raise ValueError(f"`objective` must be 'nsp' or 'sop'. Received: {objective!r}")
+    if single_sentence is None:
+        single_sentence = "random_document" if objective == "nsp" else "skip"
     if single_sentence not in ("skip", "random_document"):
         raise ValueError(
             f"`single_sentence` must be 'skip' or 'random_document'. Received: {single_sentence!r}"
         )
     if sequence_length < 5:
         raise ValueError(f"`sequence_length` must be >= 5 (3 special tokens). Got {sequence_length}")
-    max_tokens = int(sequence_length) - 3
     documents = _check_documents(documents)
     seed = _stateless_seed(seed)
+    out = _pair_instances(
+        documents, seed, objective, int(sequence_length), float(short_seq_prob), single_sentence
+    )
+    segment_a, segment_b, labels, details = out
+    if return_details:
+        return segment_a, segment_b, labels, details
+    return segment_a, segment_b, labels
+
+
+@tf.function(reduce_retracing=True, autograph=False)
+def _pair_instances(documents, seed, objective, sequence_length, short_seq_prob, single_sentence):
+    """The graph of `create_pair_instances` (a tf.function, so eager calls run fast too)."""
+    max_tokens = sequence_length - 3
 
     sent_lens = tf.cast(documents.row_lengths(axis=2), tf.int32)  # (B, (S))
     num = tf.cast(sent_lens.row_lengths(), tf.int32)  # (B,)
@@ -397,14 +421,14 @@ def create_pair_instances(
         )
         coin = tf.random.stateless_uniform([batch], seed=_sub_seed(seed, step, 1)) < 0.5
         single = chunk_len == 1
+        keep_single = single_sentence == "random_document"
         if objective == "nsp":
-            use_random = single | coin
+            use_random = (single & keep_single) | (coin & ~single)
             swap = tf.zeros_like(coin)
-            emit = active
         else:
-            use_random = single if single_sentence == "random_document" else tf.zeros_like(coin)
+            use_random = single & keep_single
             swap = coin & ~single
-            emit = active & ~single if single_sentence == "skip" else active
+        emit = active if keep_single else active & ~single
 
         # A = first num_a sentences of the chunk; "next" B = the rest.
         a0 = tf.gather(cum, pos[:, None], batch_dims=1)[:, 0]
@@ -460,7 +484,7 @@ def create_pair_instances(
 
         # Random B: the chunk's unused sentences go back to the stream.
         new_pos = tf.where(use_random, pos + num_a, end + 1)
-        new_pos = tf.where(active, new_pos, pos_in)
+        new_pos = tf.ensure_shape(tf.where(active, new_pos, pos_in), pos_in.shape)
         values = (emit, label, b_doc, a0, a1, b0, b1, pos, end, num_a)
         arrays = tuple(ta.write(step, tf.cast(v, ta.dtype)) for ta, v in zip(arrays, values))
         return step + 1, new_pos, arrays
@@ -476,7 +500,7 @@ def create_pair_instances(
         (tf.constant(0), tf.zeros_like(num), arrays),
     )
     # (steps, B) -> (B, steps) so that each document's instances stay together and in order.
-    stacked = {f: tf.reshape(tf.transpose(ta.stack(), [1, 0]), [-1]) for f, ta in zip(fields, arrays)}
+    stacked = {f: _stack_steps(ta, batch) for f, ta in zip(fields, arrays)}
     emit = stacked.pop("emit")
     doc = tf.reshape(tf.tile(rows[:, None], [1, tf.size(emit) // tf.maximum(batch, 1)]), [-1])
     out = {k: tf.boolean_mask(v, emit) for k, v in stacked.items()}
@@ -486,8 +510,6 @@ def create_pair_instances(
     segment_a = _gather_segments(tokens, a_doc, out["a0"], out["a1"])
     segment_b = _gather_segments(tokens, out["b_doc"], out["b0"], out["b1"])
     labels = out["label"]
-    if not return_details:
-        return segment_a, segment_b, labels
     details = {
         "document_index": a_doc,
         "b_document_index": out["b_doc"],
@@ -528,11 +550,19 @@ class NextSentencePairer(_TFLayer):
     Documented behaviours: empty sentences are ignored; empty documents produce no instance; a
     document with one sentence produces one random-next instance.
 
+    Label balance: the forced random-next of one-sentence chunks (mostly a document's last sentence
+    left alone, often after a random-next instance put sentences back) makes the original's labels
+    lean towards "random": on the IMDB corpus at sequence_length 128 about 57% of instances are
+    random-next (measured by `tests/test_packing.py`). `single_sentence="skip"` (an option, not the
+    original) makes no instance of one-sentence chunks, so every label is a fair coin: 50%.
+
     Args:
         sequence_length: the packed length the instances must fit (`[CLS] A [SEP] B [SEP]`).
         short_seq_prob: probability of a shorter target length.
         seed: op-level seed: the layer draws a fresh stateless seed on every call, so a pipeline is
             reproducible (given the global seed) and each batch gets new randomness.
+        single_sentence: `"random_document"` (the original: a one-sentence chunk always gets a
+            random B, label 1) or `"skip"` (no instance from a one-sentence chunk; balanced labels).
 
     Call args:
         documents: `tf.RaggedTensor` of token ids `[B, (S sentences), (W tokens)]`.
@@ -546,13 +576,25 @@ class NextSentencePairer(_TFLayer):
     >>> a, b, labels = NextSentencePairer(sequence_length=16, seed=1)(docs)
     """
 
-    def __init__(self, sequence_length=128, short_seq_prob=0.1, seed=None, **kwargs):
+    def __init__(
+        self,
+        sequence_length=128,
+        short_seq_prob=0.1,
+        seed=None,
+        single_sentence="random_document",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
+        if single_sentence not in ("skip", "random_document"):
+            raise ValueError(
+                f"`single_sentence` must be 'skip' or 'random_document'. Received: {single_sentence!r}"
+            )
         if sequence_length < 5:
             raise ValueError(f"`sequence_length` must be >= 5. Received: {sequence_length}")
         self.sequence_length = int(sequence_length)
         self.short_seq_prob = float(short_seq_prob)
         self.seed = seed
+        self.single_sentence = single_sentence
 
     def call(self, documents):
         return create_pair_instances(
@@ -561,12 +603,16 @@ class NextSentencePairer(_TFLayer):
             sequence_length=self.sequence_length,
             short_seq_prob=self.short_seq_prob,
             seed=_call_seed(self.seed),
+            single_sentence=self.single_sentence,
         )
 
     def get_config(self):
         config = super().get_config()
         config.update(
-            sequence_length=self.sequence_length, short_seq_prob=self.short_seq_prob, seed=self.seed
+            sequence_length=self.sequence_length,
+            short_seq_prob=self.short_seq_prob,
+            seed=self.seed,
+            single_sentence=self.single_sentence,
         )
         return config
 
@@ -639,6 +685,7 @@ class SentenceOrderPairer(_TFLayer):
 # === DocumentPacker ===
 
 
+@tf.function(reduce_retracing=True, autograph=False)
 def _greedy_blocks(unit_lens, num_units, capacity, is_sep=None):
     """Greedy packing of units into blocks of <= capacity tokens, every row at once.
 
@@ -646,6 +693,10 @@ def _greedy_blocks(unit_lens, num_units, capacity, is_sep=None):
     With `is_sep` ([R, U] bool), a separator unit at the start of a block is skipped.
     Returns (row, token_start, token_end) per block, row-major, in order.
     """
+    # One padding column, so that gathers at a finished row's position stay in range.
+    unit_lens = tf.pad(unit_lens, [[0, 0], [0, 1]])
+    if is_sep is not None:
+        is_sep = tf.pad(is_sep, [[0, 0], [0, 1]])
     cum = tf.pad(tf.cumsum(unit_lens, axis=1), [[0, 0], [1, 0]])  # (R, U+1)
     u_max = tf.shape(unit_lens)[1]
     j = tf.range(u_max)[tf.newaxis]
@@ -664,7 +715,7 @@ def _greedy_blocks(unit_lens, num_units, capacity, is_sep=None):
         t1 = tf.gather(cum, end[:, None], batch_dims=1)[:, 0]
         return (
             step + 1,
-            tf.where(active, end, pos),
+            tf.ensure_shape(tf.where(active, end, pos), pos.shape),
             ta_emit.write(step, active),
             ta_start.write(step, t0),
             ta_end.write(step, t1),
@@ -685,9 +736,9 @@ def _greedy_blocks(unit_lens, num_units, capacity, is_sep=None):
         body,
         (tf.constant(0), tf.zeros_like(num_units), *tas),
     )
-    emit = tf.reshape(tf.transpose(ta_emit.stack()), [-1])
-    starts = tf.boolean_mask(tf.reshape(tf.transpose(ta_start.stack()), [-1]), emit)
-    ends = tf.boolean_mask(tf.reshape(tf.transpose(ta_end.stack()), [-1]), emit)
+    emit = _stack_steps(ta_emit, rows)
+    starts = tf.boolean_mask(_stack_steps(ta_start, rows), emit)
+    ends = tf.boolean_mask(_stack_steps(ta_end, rows), emit)
     steps = tf.size(emit) // tf.maximum(rows, 1)
     row = tf.boolean_mask(tf.reshape(tf.tile(tf.range(rows)[:, None], [1, steps]), [-1]), emit)
     return row, starts, ends
