@@ -4,6 +4,11 @@ A preprocessor is a Keras layer over TensorFlow tensors (it is never converted t
 that a task maps over its dataset: `task.fit(strings)` calls `preprocessor.prepare(dataset)`.
 Objectives that change the number of examples (NSP / SOP pairing, RoBERTa's document packing)
 produce a variable number of instances per batch of documents and rebatch them to `batch_size`.
+
+Randomness in `prepare` is fairseq's seed-per-element scheme: each batch is zipped with a draw of
+`tf.data.Dataset.random(seed)` (new draws every epoch) that seeds its pairing and masking, so a
+pipeline gives the same examples for the same seed whatever `num_parallel_calls` does, and a fresh
+mask every time an example is seen (RoBERTa's dynamic masking).
 """
 import math
 
@@ -59,8 +64,8 @@ class PretrainingPreprocessor(keras.layers.Layer):
         )
         self.built = True
 
-    def _mask(self, token_ids, segment_ids, padding_mask):
-        masked = self.masker(token_ids)
+    def _mask(self, token_ids, segment_ids, padding_mask, seed=None):
+        masked = self.masker(token_ids, seed=seed)
         x = {
             "token_ids": masked["token_ids"],
             "segment_ids": tf.cast(segment_ids, tf.int32),
@@ -73,6 +78,14 @@ class PretrainingPreprocessor(keras.layers.Layer):
         """Strings [B] -> ragged ids [B, (S sentences), (W tokens)]."""
         sentences = split_sentences(texts)
         return sentences.with_flat_values(self.tokenizer(sentences.flat_values))
+
+    def _seeded_map(self, ds, fn, salt, parallel=True):
+        """`ds.map(fn(element, seed=s))` with s drawn from `Dataset.random(self.seed)`."""
+        draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
+        draws = draws.map(lambda s: tf.stack([s, tf.constant(salt, tf.int64)]))
+        zipped = tf.data.Dataset.zip((ds, draws))
+        return zipped.map(lambda x, s: fn(x, seed=s),
+                          num_parallel_calls=AUTOTUNE if parallel else None)
 
     def _batched_strings(self, ds):
         if not isinstance(ds, tf.data.Dataset):
@@ -132,26 +145,26 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
                 end_value=tokenizer.sep_token_id, separator_value=tokenizer.sep_token_id,
             )
 
-    def call(self, x, y=None, sample_weight=None):
+    def call(self, x, y=None, sample_weight=None, seed=None):
         segments = x if isinstance(x, (tuple, list)) else (x,)
         segments = tuple(self.tokenizer(s) for s in segments)
         token_ids, segment_ids, padding_mask = self.packer(segments)
-        return self._mask(token_ids, segment_ids, padding_mask)
+        return self._mask(token_ids, segment_ids, padding_mask, seed=seed)
 
-    def _pack_blocks(self, blocks):
+    def _pack_blocks(self, blocks, seed=None):
         token_ids = blocks.to_tensor(self.tokenizer.pad_token_id,
                                      shape=[None, self.sequence_length])
         padding_mask = tf.ones_like(blocks, tf.int32).to_tensor(0, shape=[None, self.sequence_length])
-        return self._mask(token_ids, tf.zeros_like(token_ids), padding_mask)
+        return self._mask(token_ids, tf.zeros_like(token_ids), padding_mask, seed=seed)
 
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
         if self.packing == "segments":
-            return ds.map(self, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+            return self._seeded_map(ds, self, salt=1).prefetch(AUTOTUNE)
         blocks = ds.map(lambda t: self.document_packer(self._documents(t)),
                         num_parallel_calls=AUTOTUNE)
         blocks = blocks.unbatch().batch(self.batch_size)
-        return blocks.map(self._pack_blocks, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+        return self._seeded_map(blocks, self._pack_blocks, salt=1).prefetch(AUTOTUNE)
 
     def get_config(self):
         return dict(super().get_config(), packing=self.packing)
@@ -174,21 +187,23 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
         self.short_seq_prob = short_seq_prob
         self.pairer = pairer or NextSentencePairer(sequence_length, short_seq_prob, seed=seed)
 
-    def instances(self, texts):
+    def instances(self, texts, seed=None):
         """Strings [B] -> (segment_a [N, (T)], segment_b [N, (T)], labels [N])."""
-        return self.pairer(self._documents(texts))
+        return self.pairer(self._documents(texts), seed=seed)
 
-    def call(self, segment_a, segment_b=None, labels=None):
+    def call(self, instances, seed=None):
+        """(segment_a, segment_b, labels) -> (x, y): pack and mask a batch of instances."""
+        segment_a, segment_b, labels = instances
         token_ids, segment_ids, padding_mask = self.packer((segment_a, segment_b))
-        x, mask_ids, mask_weights = self._mask(token_ids, segment_ids, padding_mask)
+        x, mask_ids, mask_weights = self._mask(token_ids, segment_ids, padding_mask, seed=seed)
         return x, {"mask_ids": mask_ids, "mask_weights": mask_weights,
                    "pair_labels": tf.cast(labels, tf.int32)}
 
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
-        pairs = ds.map(self.instances, num_parallel_calls=AUTOTUNE).unbatch()
+        pairs = self._seeded_map(ds, self.instances, salt=2).unbatch()
         pairs = pairs.batch(self.batch_size)
-        return pairs.map(self, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+        return self._seeded_map(pairs, self, salt=1).prefetch(AUTOTUNE)
 
     def get_config(self):
         return dict(super().get_config(), short_seq_prob=self.short_seq_prob)

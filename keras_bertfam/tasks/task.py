@@ -30,6 +30,11 @@ class Task(keras.Model):
         """The preprocessor `from_preset` attaches (None: the task takes model inputs)."""
         return None
 
+    @classmethod
+    def pretraining_task(cls, backbone, preprocessor):
+        """The task `keras-bertfam pretrain` trains on `backbone` (ELECTRA builds two models)."""
+        return cls(backbone=backbone, preprocessor=preprocessor)
+
     def _track_losses(self, names):
         """Mean trackers for each named loss / metric, reported by fit() (e.g. mlm_loss)."""
         self._trackers = {n: keras.metrics.Mean(name=n) for n in names}
@@ -44,15 +49,59 @@ class Task(keras.Model):
         loss, values = self.losses_and_metrics(y, y_pred, sample_weight)
         for name, value in values.items():
             self._trackers[name].update_state(value)
-        return loss + ops.cast(sum(self.losses), loss.dtype) if self.losses else loss
+        loss = loss + ops.cast(sum(self.losses), loss.dtype) if self.losses else loss
+        return _scale_for_replicas(loss)
+
+    # === tf.distribute (keras-team/keras#20585; see keras_bertfam/distribute.py) ===
+    if keras.backend.backend() == "tensorflow":
+
+        def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+            # Build from the first replica's batch rather than Keras' strategy.reduce of the
+            # distributed batch, which fails under MultiWorkerMirroredStrategy.
+            if self._distribute_strategy is None:
+                return
+            from keras_bertfam.distribute import first_replica_batch
+
+            if iterator is not None:
+                for _, _, it in iterator:
+                    data_batch = first_replica_batch(next(it), self.distribute_strategy)
+                    break
+            with self.distribute_strategy.scope():
+                self._symbolic_build(data_batch=data_batch)
+
+        def train_step(self, data):
+            from keras_bertfam.distribute import per_worker_logs
+
+            return per_worker_logs(super().train_step(data), self.distribute_strategy)
+
+        def test_step(self, data):
+            from keras_bertfam.distribute import per_worker_logs
+
+            return per_worker_logs(super().test_step(data), self.distribute_strategy)
 
     # === Compile defaults ===
-    def compile(self, optimizer="auto", learning_rate=1e-4, warmup_steps=0, total_steps=None,
-                weight_decay=0.01, **kwargs):
+    # Peak learning rate of `compile(optimizer="auto")`; fine-tuning tasks use BERT's 5e-5.
+    default_learning_rate = 1e-4
+    # Fraction of the steps spent warming up when `fit` fills in `total_steps` (fine-tuning).
+    default_warmup_ratio = 0.1
+
+    def compile(self, optimizer="auto", learning_rate=None, warmup_steps=None, total_steps=None,
+                weight_decay=0.01, warmup_ratio=None, **kwargs):
         """`optimizer="auto"`: AdamW (β2 0.999, ε 1e-6, no decay on LayerNorm and biases, as
-        BERT's AdamWeightDecay) with linear warmup and, given `total_steps`, linear decay to 0."""
+        BERT's AdamWeightDecay) with linear warmup and linear decay to 0 at `total_steps`.
+
+        `learning_rate` defaults to the task's `default_learning_rate`. When `total_steps` is not
+        given, the first `fit` sets it to `epochs × steps per epoch` (when the dataset's length is
+        known) with `warmup_ratio` (default `default_warmup_ratio`) of them warming up, unless
+        `warmup_steps` is given; until then the rate is constant after warmup."""
+        self._auto_schedule = None
         if optimizer == "auto":
-            schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
+            schedule = WarmupLinearDecay(
+                self.default_learning_rate if learning_rate is None else learning_rate,
+                warmup_steps or 0, total_steps)
+            if total_steps is None:
+                ratio = self.default_warmup_ratio if warmup_ratio is None else warmup_ratio
+                self._auto_schedule = (schedule, ratio if warmup_steps is None else None)
             optimizer = keras.optimizers.AdamW(
                 learning_rate=schedule,
                 weight_decay=weight_decay,
@@ -62,6 +111,22 @@ class Task(keras.Model):
             )
             optimizer.exclude_from_weight_decay(var_names=["layer_norm", "bias", "gamma", "beta"])
         super().compile(optimizer=optimizer, **kwargs)
+
+    def _fill_schedule(self, dataset, epochs, steps_per_epoch):
+        """Sets an auto schedule's total (and warmup) steps from the first fit's length."""
+        auto = getattr(self, "_auto_schedule", None)
+        if not auto:
+            return
+        steps = steps_per_epoch
+        if steps is None and isinstance(dataset, tf.data.Dataset):
+            n = int(dataset.cardinality())
+            steps = n if n > 0 else None
+        if steps:
+            schedule, ratio = auto
+            schedule.total_steps = int(steps * epochs)
+            if ratio is not None:
+                schedule.warmup_steps = int(ratio * schedule.total_steps)
+            self._auto_schedule = None
 
     # === Raw inputs through the preprocessor ===
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
@@ -80,6 +145,7 @@ class Task(keras.Model):
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size)
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
+        self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
         if validation_data is not None and getattr(self, "preprocessor", None) is not None:
             validation_data = self._prepare(validation_data, training=False)[0] if isinstance(
                 validation_data, tf.data.Dataset) else self._prepare(*validation_data,
@@ -130,6 +196,16 @@ class Task(keras.Model):
         from keras_bertfam import presets
 
         presets.save_task(self, preset_dir)
+
+
+def _scale_for_replicas(loss):
+    """Each of N tf.distribute replicas returns loss / N: gradients are summed over replicas,
+    so the step follows the mean of the replicas' losses (what Keras does for compiled losses).
+    JAX's DataParallel computes one global loss already."""
+    if keras.backend.backend() != "tensorflow":
+        return loss
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return loss if replicas == 1 else loss * ops.cast(1.0 / replicas, loss.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
