@@ -124,20 +124,85 @@ def _split_seeds(key, num):
     return [seeds[i] for i in range(num)]
 
 
-def _exclusive_cumsum_pad(x):
-    """[B, N] -> [B, N + 1]: out[:, j] = sum(x[:, :j])."""
-    zeros = tf.zeros_like(x[:, :1])
-    return tf.concat([zeros, tf.cumsum(x, axis=1)], axis=1)
+def _cumsum(x, exclusive=False):
+    """Cumulative sum of a [B, N] bool/int tensor along axis 1, as int32.
+
+    A matmul with a triangular 0/1 matrix: several times faster than `tf.cumsum` for our small
+    rows on CPU, and exact (float32 holds integers up to 2**24).
+    """
+    n = tf.shape(x)[1]
+    ones = tf.ones([n, n], tf.float32)
+    tri = tf.linalg.band_part(ones, 0, -1)  # tri[j, i] = 1 if j <= i
+    if exclusive:
+        tri = tri - tf.linalg.band_part(ones, 0, 0)
+    return tf.cast(tf.matmul(tf.cast(x, tf.float32), tri), tf.int32)
+
+
+def _take(x, index):
+    """x[b, index[b, ...]] for x [B, N]: one flat gather (faster than batch_dims=1)."""
+    B = tf.shape(x)[0]
+    N = tf.shape(x)[1]
+    offset = tf.reshape(tf.range(B) * N, tf.concat([[B], tf.ones([tf.rank(index) - 1], tf.int32)], 0))
+    return tf.gather(tf.reshape(x, [-1]), index + offset)
+
+
+def _shift_left(x, d, fill):
+    """out[:, w] = x[:, w + d] (fill past the end). d is a Python int >= 0."""
+    if d == 0:
+        return x
+    pad = tf.fill([tf.shape(x)[0], d], tf.cast(fill, x.dtype))
+    return tf.concat([x[:, d:], pad], axis=1)
+
+
+def _shift_right(x, d, fill):
+    """out[:, w] = x[:, w - d] (fill before the start). d is a Python int >= 0."""
+    if d == 0:
+        return x
+    pad = tf.fill([tf.shape(x)[0], d], tf.cast(fill, x.dtype))
+    return tf.concat([pad, x[:, :-d]], axis=1)
+
+
+def _compact(flags, values, width, fill=0):
+    """Values at the True flags of each row, in order, packed into [B, width] (fill after).
+
+    Returns (packed [B, width], count [B]). Rows with more than `width` flags keep the first.
+    """
+    B = tf.shape(flags)[0]
+    rank = _cumsum(flags) - 1  # (B, N): slot of each flagged entry
+    keep = flags & (rank < width)
+    seg = tf.where(keep, tf.range(B)[:, tf.newaxis] * width + rank, B * width)
+    packed = tf.math.unsorted_segment_sum(
+        tf.reshape(tf.where(keep, values - fill, 0), [-1]),
+        tf.reshape(seg, [-1]),
+        num_segments=B * width + 1,
+    )[: B * width]
+    packed = tf.reshape(packed, [B, width]) + fill
+    count = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
+    return packed, count
 
 
 def _sample_categorical(seed, probs, shape):
-    """Values 1..len(probs) drawn with `probs`, via inverse CDF (cheap for small supports)."""
-    cdf = tf.constant(np.cumsum(probs) / np.sum(probs), tf.float32)
+    """Values 1..len(probs) drawn with `probs`: inverse CDF with elementwise compares."""
+    cdf = np.cumsum(probs) / np.sum(probs)
     u = tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
-    flat = tf.reshape(u, [-1])
-    n = tf.searchsorted(cdf, flat, side="right") + 1
-    n = tf.minimum(n, len(probs))
-    return tf.reshape(tf.cast(n, tf.int32), shape)
+    n = tf.ones(shape, tf.int32)
+    for c in cdf[:-1]:
+        n += tf.cast(u >= c, tf.int32)
+    return n
+
+
+def _random_order_keys(seed, valid):
+    """Distinct int32 keys giving a uniformly random order of the valid entries of each row.
+
+    24 random bits then the column (ties of the 24 random bits -- probability ~N**2 / 2**25 per
+    row -- are broken by position). Invalid entries get INT32_MAX.
+    """
+    N = tf.shape(valid)[1]
+    bits = tf.random.stateless_uniform(
+        tf.shape(valid), seed, minval=0, maxval=(1 << 24) - 1, dtype=tf.int32
+    )
+    key = bits * 128 + tf.range(N) % 128
+    return tf.where(valid, key, _INT32_MAX)
 
 
 # === The engine ===
@@ -253,10 +318,9 @@ class _Masker:
             self._random_pool = tf.constant(allowed, tf.int32)
         else:
             self._random_pool = None
-        self._unselectable = tf.constant(
-            sorted(set(unselectable_token_ids)
-                   | ({self.padding_token_id} if self.padding_token_id is not None else set())),
-            tf.int32,
+        self._unselectable_list = sorted(
+            set(unselectable_token_ids)
+            | ({self.padding_token_id} if self.padding_token_id is not None else set())
         )
         if tokens is not None:
             self._continuation = tf.constant(word_continuation_table(tokens, word_style), tf.bool)
@@ -352,7 +416,9 @@ class _Masker:
     # --- pieces of the pipeline ---
 
     def _selectable(self, ids, valid):
-        special = tf.reduce_any(ids[:, :, tf.newaxis] == self._unselectable, axis=-1)
+        special = tf.zeros_like(valid)
+        for i in self._unselectable_list:  # a handful of ids: static unrolled compares
+            special = special | tf.equal(ids, i)
         return valid & ~special
 
     def _budget(self, valid, selectable, seed):
@@ -380,7 +446,7 @@ class _Masker:
         shape = tf.shape(ids)
         if self._per_span:
             unit_u_all = tf.random.stateless_uniform(shape, seed_unit, dtype=tf.float32)
-            unit_u = tf.gather(unit_u_all, tf.gather(unit, positions, batch_dims=1), batch_dims=1)
+            unit_u = _take(unit_u_all, _take(unit, positions))
         else:
             unit_u = tf.random.stateless_uniform(
                 tf.shape(positions), seed_unit, dtype=tf.float32
@@ -397,14 +463,9 @@ class _Masker:
         """[B, T] bool -> ascending positions [B, P] int32 (zero padded), weights [B, P]."""
         P = self.mask_selection_length
         T = tf.shape(selected)[1]
-        t = tf.range(T, dtype=tf.int32)
-        score = tf.where(selected, T - t, 0)  # larger score = smaller position
-        k = tf.minimum(T, P)
-        values, _ = tf.math.top_k(score, k=k, sorted=True)
-        pad = [[0, 0], [0, P - k]]
-        values = tf.pad(values, pad)
-        weights = values > 0
-        positions = tf.where(weights, T - values, 0)
+        t = tf.broadcast_to(tf.range(T)[tf.newaxis, :], tf.shape(selected))
+        positions, count = _compact(selected, t, P)
+        weights = tf.range(P)[tf.newaxis, :] < count[:, tf.newaxis]
         positions = tf.ensure_shape(positions, [None, P])
         weights = tf.ensure_shape(tf.cast(weights, tf.float32), [None, P])
         return positions, weights
@@ -424,7 +485,7 @@ class _Masker:
         T = tf.shape(ids)[1]
         P = self.mask_selection_length
         real = weights > 0
-        mask_ids = tf.where(real, tf.gather(ids, positions, batch_dims=1), 0)
+        mask_ids = tf.where(real, _take(ids, positions), 0)
         random_ids = self._random_tokens(seed, [B, P])
         new = tf.where(
             unit_u < self.mask_token_rate,
@@ -442,36 +503,42 @@ class _Masker:
     # --- words ---
 
     def _words(self, ids, selectable):
-        """Word structure of each row.
+        """Word structure of each row, in *word space* (words numbered 0.. in order).
 
-        Returns `word` [B, T] (word index of each token, -1 if unselectable), `num_words` [B],
-        `wlen` [B, T] (pieces per word, 0 past num_words) and `ctok` [B, T + 1] (exclusive
-        cumulative pieces: the pieces of words w..w+n-1 are ctok[w+n] - ctok[w]).
+        Returns `word` [B, T] (word index of each token, -1 if unselectable), `num_words` [B]
+        and `ctok` [B, T + 1]: pieces before word w, so that the pieces of words w..w+n-1 are
+        ctok[w+n] - ctok[w] (ctok[w] = total for w >= num_words).
         """
         B = tf.shape(ids)[0]
         T = tf.shape(ids)[1]
         if self._continuation is None:
-            cont = tf.zeros_like(selectable)
+            start = selectable
         else:
             cont = tf.gather(self._continuation, ids)
-        prev_sel = tf.pad(selectable[:, :-1], [[0, 0], [1, 0]])
-        start = selectable & ~(cont & prev_sel)
-        word = tf.cumsum(tf.cast(start, tf.int32), axis=1) - 1
-        word = tf.where(selectable, word, -1)
-        num_words = tf.reduce_sum(tf.cast(start, tf.int32), axis=1)
-        seg = tf.where(selectable, word + tf.range(B)[:, tf.newaxis] * T, B * T)
-        wlen = tf.math.unsorted_segment_sum(
-            tf.ones([B * T], tf.int32), tf.reshape(seg, [-1]), num_segments=B * T + 1
-        )[: B * T]
-        wlen = tf.reshape(wlen, [B, T])
-        ctok = _exclusive_cumsum_pad(wlen)
-        return word, num_words, wlen, ctok
+            prev_sel = _shift_right(selectable, 1, False)
+            start = selectable & ~(cont & prev_sel)
+        both = _cumsum(tf.concat([start, selectable], axis=0))  # (2B, T)
+        word = tf.where(selectable, both[:B] - 1, -1)
+        sel_before = both[B:] - 1  # selectable tokens before t (t selectable)
+        num_words = both[:B, -1]
+        total = both[B:, -1]
+        # ctok[w] for w < num_words: the selectable count before word w's start token.
+        seg = tf.where(start, tf.range(B)[:, tf.newaxis] * (T + 1) + word, B * (T + 1))
+        ctok = tf.math.unsorted_segment_sum(
+            tf.reshape(tf.where(start, sel_before, 0), [-1]),
+            tf.reshape(seg, [-1]),
+            num_segments=B * (T + 1) + 1,
+        )[: B * (T + 1)]
+        ctok = tf.reshape(ctok, [B, T + 1])
+        w_range = tf.range(T + 1)[tf.newaxis, :]
+        ctok = tf.where(w_range < num_words[:, tf.newaxis], ctok, total[:, tf.newaxis])
+        return word, num_words, ctok
 
-    def _tokens_from_words(self, word, covered_w, unit_w):
-        """Word-level selection [B, T(words)] -> token-level selection and unit ids [B, T]."""
+    def _tokens_from_words(self, word, covered_w, unit_w=None):
+        """Word-level selection [B, W] -> token-level selection (and unit ids) [B, T]."""
         safe = tf.maximum(word, 0)
-        selected = (word >= 0) & tf.gather(covered_w, safe, batch_dims=1)
-        unit = tf.gather(unit_w, safe, batch_dims=1)
+        selected = (word >= 0) & _take(covered_w, safe)
+        unit = None if unit_w is None else _take(unit_w, safe)
         return selected, unit
 
     def _select(self, ids, selectable, budget, seed):
@@ -502,10 +569,10 @@ class _Masker:
         return cls(**config)
 
 
-def _greedy_select(cand_word, cand_n, cand_valid, ctok, num_words, budget, max_n, overlaps):
+def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
     """Exact vectorized form of the BERT/ALBERT sequential greedy selection.
 
-    The original walks the shuffled candidates one by one:
+    The original walks the shuffled candidates (one per word) one by one:
 
         for c in candidates:                       # random order
             n = c.n                                # sampled n-gram length (1 for whole words)
@@ -516,113 +583,120 @@ def _greedy_select(cand_word, cand_n, cand_valid, ctok, num_words, budget, max_n
 
     Here every *round* handles all rows at once. Each round assumes the remaining budget `r` at
     its start for every remaining candidate, computes their tentative decisions in parallel, and
-    finds the first candidate f whose decision could differ from the sequential one: its n-gram
-    would no longer fit once the earlier tentative picks are counted, or it overlaps an earlier
-    tentative pick of the same round. Every candidate before f provably gets the same decision
-    as in the sequential walk (the fitting n only shrinks when r does, and coverage only grows),
-    so they are committed; f is then decided exactly with the updated state, and the next round
-    starts after f. Rounds end when no row has such a candidate: the result equals the
-    sequential walk's, candidate for candidate.
+    finds the first candidate f (in visiting order) whose decision could differ from the
+    sequential one: its n-gram would no longer fit once the earlier tentative picks are counted,
+    or it overlaps an earlier tentative pick of the same round. Every candidate before f
+    provably gets the sequential decision (the longest fitting n only shrinks when r does, and
+    coverage only grows), so they are committed; f is then decided exactly with the updated
+    state, and the next round starts after f. The loop ends when no row has such a candidate:
+    the result equals the sequential walk's, candidate for candidate. Typical inputs need 2-5
+    rounds (the maximum over the batch).
 
-    Args (per row b, candidate i in processing order): cand_word [B, C], cand_n [B, C] (clipped
-    so that c.word + n <= num_words), cand_valid [B, C] bool, ctok [B, W + 1], num_words [B],
-    budget [B]; `overlaps` False lets the caller skip the overlap check (whole words).
-    Returns covered words [B, W] bool and the n-gram length each candidate got [B, C] (0 when
-    skipped).
+    State is kept in *word order*; the visiting order is given by distinct int keys, so "earlier
+    in the visiting order" is a key comparison; the running budget is a cumulative sum in
+    visiting order (one argsort per call, two gathers per round).
+
+    Args: key [B, W] (INT32_MAX for non-words), cand_n [B, W] (n-gram length, already clipped to
+    the words left), ctok [B, W + 1] (see `_Masker._words`), budget [B], max_n (static), and
+    `overlaps` (False lets the caller skip the overlap checks: whole words cannot overlap).
+    Returns covered words [B, W] bool and the n-gram length each word's candidate got [B, W]
+    (0 when skipped).
     """
-    B = tf.shape(cand_word)[0]
-    C = tf.shape(cand_word)[1]
-    W = tf.shape(ctok)[1] - 1
-    i_range = tf.range(C)[tf.newaxis, :]  # (1, C)
-    m_range = tf.range(1, max_n + 1)  # (N,)
-    w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
+    B = tf.shape(key)[0]
+    W = tf.shape(key)[1]
+    # Per n-gram length m = 1..N, as Python lists of (B, W) tensors: TF's reductions over a
+    # tiny trailing axis are slow on CPU, so the (static, <= 3) m axis is unrolled.
+    base = ctok[:, :-1]
+    tok_m = [_shift_left(ctok, m, 0)[:, :W] - base for m in range(1, max_n + 1)]
+    allowed_m = [cand_n >= m for m in range(1, max_n + 1)]
+    is_cand = key < _INT32_MAX
+    # Visiting order: order[b, i] = word visited i-th; rank[b, w] = its inverse.
+    order = tf.argsort(key, axis=1)
+    rank = tf.reshape(
+        tf.math.unsorted_segment_sum(
+            tf.reshape(tf.broadcast_to(tf.range(W)[tf.newaxis, :], [B, W]), [-1]),
+            tf.reshape(order + tf.range(B)[:, tf.newaxis] * W, [-1]),
+            num_segments=B * W,
+        ),
+        [B, W],
+    )
 
-    # Pieces of the m-gram starting at each candidate: (B, C, N)
-    end = tf.minimum(cand_word[:, :, tf.newaxis] + m_range, W)
-    tok_m = tf.gather(ctok, tf.reshape(end, [B, -1]), batch_dims=1)
-    tok_m = tf.reshape(tok_m, [B, C, max_n]) - tf.gather(ctok, cand_word, batch_dims=1)[..., None]
-    allowed_m = m_range <= cand_n[:, :, tf.newaxis]  # (B, C, N)
-    row_base = tf.range(B)[:, tf.newaxis, tf.newaxis] * W  # (B, 1, 1)
+    def cum_before(x):
+        """sum of x over the candidates visited before each word's candidate -> (B, W)."""
+        return _take(_cumsum(_take(x, order), exclusive=True), rank)
 
     def fit(r):
-        """Longest allowed n with pieces <= r; its pieces. r: (B, 1) -> (B, C), (B, C)."""
-        ok = allowed_m & (tok_m <= r[:, :, tf.newaxis])
-        n = tf.reduce_sum(tf.cast(ok, tf.int32), axis=-1)
-        t = tf.reduce_max(tf.where(ok, tok_m, 0), axis=-1)
+        """Longest allowed n with pieces <= r (B, 1), and its pieces -> (B, W), (B, W)."""
+        n = tf.zeros_like(key)
+        t = tf.zeros_like(key)
+        for m in range(max_n):  # pieces grow with m, so the fitting m form a prefix
+            ok = allowed_m[m] & (tok_m[m] <= r)
+            n = n + tf.cast(ok, tf.int32)
+            t = tf.where(ok, tok_m[m], t)
         return n, t
 
-    def span_mask(start, n):
-        """(B,) start word, (B,) length -> (B, W) bool."""
-        return (w_range >= start[:, None]) & (w_range < (start + n)[:, None])
+    def window_any(x, n):
+        """any(x[w + d] for d < n[w]) -> (B, W)."""
+        out = x & (n > 0)
+        for d in range(1, max_n):
+            out = out | (_shift_left(x, d, False) & (n > d))
+        return out
 
-    def body(covered, chosen_n, used, cursor, done):
+    def cover(flag, n):
+        """Words covered by the n-grams of the flagged candidates -> (B, W)."""
+        out = flag
+        for d in range(1, max_n):
+            out = out | _shift_right(flag & (n > d), d, False)
+        return out
+
+    def body(covered, chosen, used, cursor, done):
         r = (budget - used)[:, tf.newaxis]  # (B, 1)
         n1, t1 = fit(r)
-        ccov = _exclusive_cumsum_pad(tf.cast(covered, tf.int32))  # (B, W + 1)
-        hit = tf.gather(ccov, cand_word + n1, batch_dims=1) - tf.gather(
-            ccov, cand_word, batch_dims=1
-        )
-        active = cand_valid & (i_range >= cursor[:, None]) & ~done[:, None]
+        active = is_cand & (key >= cursor[:, tf.newaxis]) & ~done[:, tf.newaxis]
         has = active & (n1 > 0)
-        tent = has & (hit == 0)
-        cum = tf.cumsum(tf.where(tent, t1, 0), axis=1, exclusive=True)
+        tent = has & ~window_any(covered, n1) if overlaps else has
+        cum = cum_before(tf.where(tent, t1, 0))
         problem = has & (t1 > r - cum)
         if overlaps:
-            # First tentative claimant of each word; a tentative pick overlapping an earlier one.
-            in_gram = tent[:, :, None] & (m_range <= n1[:, :, None])  # (B, C, N)
-            words = cand_word[:, :, None] + m_range - 1
-            seg = tf.where(in_gram, row_base + words, B * W)
-            value = tf.broadcast_to(i_range[:, :, None], [B, C, max_n])
-            claim = tf.math.unsorted_segment_min(
-                tf.reshape(value, [-1]), tf.reshape(seg, [-1]), num_segments=B * W + 1
-            )[: B * W]
-            claim = tf.reshape(claim, [B, W])
-            claimed_by = tf.gather(claim, tf.minimum(words, W - 1), batch_dims=1)
-            earlier = in_gram & (claimed_by < i_range[:, :, None])
-            problem = problem | tf.reduce_any(earlier, axis=-1)
-        f = tf.reduce_min(tf.where(problem, i_range, C), axis=1)  # (B,)
-        commit = tent & (i_range < f[:, None])
-        # Words covered by the committed prefix (disjoint spans): difference array.
-        starts = tf.where(commit, cand_word, W)
-        ends = tf.where(commit, cand_word + n1, W)
-        rows = tf.range(B)[:, None] * (W + 1)
-        delta = tf.math.unsorted_segment_sum(
-            tf.concat([tf.ones_like(starts), -tf.ones_like(ends)], axis=1),
-            tf.concat([rows + starts, rows + ends], axis=1),
-            num_segments=B * (W + 1),
-        )
-        newly = tf.cumsum(tf.reshape(delta, [B, W + 1]), axis=1)[:, :W] > 0
-        covered = covered | newly
+            # claim[w]: smallest key of a tentative n-gram covering word w.
+            ktent = tf.where(tent, key, _INT32_MAX)
+            claim = ktent
+            for d in range(1, max_n):
+                claim = tf.minimum(
+                    claim, _shift_right(tf.where(n1 > d, ktent, _INT32_MAX), d, _INT32_MAX)
+                )
+            earlier = claim < key  # d = 0 (own word)
+            for d in range(1, max_n):
+                earlier = earlier | ((_shift_left(claim, d, _INT32_MAX) < key) & (n1 > d))
+            problem = problem | (tent & earlier)
+        f = tf.reduce_min(tf.where(problem, key, _INT32_MAX), axis=1)  # (B,)
+        f2 = f[:, tf.newaxis]
+        commit = tent & (key < f2)
+        covered = covered | cover(commit, n1)
+        chosen = tf.where(commit, n1, chosen)
         used = used + tf.reduce_sum(tf.where(commit, t1, 0), axis=1)
         # Candidate f, decided exactly with the updated state.
-        has_f = f < C
-        fc = tf.minimum(f, C - 1)
-        w_f = tf.gather(cand_word, fc, batch_dims=1)
-        ok_f = tf.gather(allowed_m, fc, batch_dims=1) & (
-            tf.gather(tok_m, fc, batch_dims=1) <= (budget - used)[:, None]
-        )
-        n_f = tf.reduce_sum(tf.cast(ok_f, tf.int32), axis=-1)
-        t_f = tf.reduce_max(tf.where(ok_f, tf.gather(tok_m, fc, batch_dims=1), 0), axis=-1)
-        ccov2 = _exclusive_cumsum_pad(tf.cast(covered, tf.int32))
-        hit_f = tf.gather(ccov2, w_f + n_f, batch_dims=1) - tf.gather(ccov2, w_f, batch_dims=1)
-        acc_f = has_f & (n_f > 0) & (hit_f == 0)
-        covered = covered | (span_mask(w_f, n_f) & acc_f[:, None])
-        used = used + tf.where(acc_f, t_f, 0)
-        chosen_n = tf.where(commit, n1, chosen_n)
-        chosen_n = tf.where(acc_f[:, None] & (i_range == f[:, None]), n_f[:, None], chosen_n)
-        return covered, chosen_n, used, f + 1, done | ~has_f
+        n2, t2 = fit((budget - used)[:, tf.newaxis])
+        acc = (key == f2) & is_cand & (n2 > 0)
+        if overlaps:
+            acc = acc & ~window_any(covered, n2)
+        covered = covered | cover(acc, n2)
+        chosen = tf.where(acc, n2, chosen)
+        used = used + tf.reduce_sum(tf.where(acc, t2, 0), axis=1)
+        finished = f == _INT32_MAX
+        return covered, chosen, used, tf.where(finished, f, f + 1), done | finished
 
-    covered0 = tf.zeros([B, W], tf.bool)
-    chosen0 = tf.zeros([B, C], tf.int32)
-    used0 = tf.zeros([B], tf.int32)
-    cursor0 = tf.zeros([B], tf.int32)
-    done0 = tf.zeros([B], tf.bool)
-    covered, chosen_n, _, _, _ = tf.while_loop(
-        lambda c, n, u, k, d: ~tf.reduce_all(d),
-        body,
-        (covered0, chosen0, used0, cursor0, done0),
+    init = (
+        tf.zeros([B, W], tf.bool),
+        tf.zeros([B, W], tf.int32),
+        tf.zeros([B], tf.int32),
+        tf.zeros([B], tf.int32),
+        tf.zeros([B], tf.bool),
     )
-    return covered, chosen_n
+    covered, chosen, _, _, _ = tf.while_loop(
+        lambda c, n, u, k, d: ~tf.reduce_all(d), body, init
+    )
+    return covered, chosen
 
 
 # === Strategies ===
@@ -715,26 +789,21 @@ class WholeWordMasker(_Masker):
 
     def _select(self, ids, selectable, budget, seed):
         covered, word, _, _, _ = self._ngram_select(ids, selectable, budget, seed)
-        return self._tokens_from_words(word, covered, tf.zeros_like(word))
+        return self._tokens_from_words(word, covered)
 
     def _ngram_select(self, ids, selectable, budget, seed):
         seed_order, seed_n = _split_seeds(seed, 2)
-        word, num_words, _, ctok = self._words(ids, selectable)
+        word, num_words, ctok = self._words(ids, selectable)
         shape = tf.shape(ids)
-        T = shape[1]
-        # Random visiting order of the words (valid words first).
-        w_range = tf.range(T)[tf.newaxis, :]
+        w_range = tf.range(shape[1])[tf.newaxis, :]
         is_word = w_range < num_words[:, tf.newaxis]
-        keys = tf.random.stateless_uniform(shape, seed_order, dtype=tf.float32)
-        order = tf.argsort(tf.where(is_word, keys, 2.0), axis=1, stable=True)
-        cand_valid = w_range < num_words[:, tf.newaxis]
+        key = _random_order_keys(seed_order, is_word)  # random visiting order of the words
         cand_n = self._ngram_lengths(seed_n, shape)
-        cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - order)  # slice semantics at the end
+        cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - w_range)  # slice semantics at the end
         covered, chosen_n = _greedy_select(
-            order, cand_n, cand_valid, ctok, num_words, budget,
-            max_n=self._max_ngram, overlaps=self._max_ngram > 1,
+            key, cand_n, ctok, budget, max_n=self._max_ngram, overlaps=self._max_ngram > 1
         )
-        return covered, word, chosen_n, order, cand_n
+        return covered, word, chosen_n, key, cand_n
 
 
 class NgramMasker(WholeWordMasker):
@@ -852,14 +921,15 @@ class SpanMasker(_Masker):
         return tf.reshape(tf.cast(ids, tf.int32), shape)
 
     def _select(self, ids, selectable, budget, seed):
-        word, covered, unit_w, _ = self._spans(ids, selectable, budget, seed)
+        word, covered, unit_w, _, _ = self._spans(ids, selectable, budget, seed)
         return self._tokens_from_words(word, covered, unit_w)
 
     def _spans(self, ids, selectable, budget, seed):
-        """Returns word [B, T], covered words [B, W], anchor per covered word [B, W] and the
-        realized span lengths in words per round [B, K] (0 = no span that round)."""
+        """Returns word [B, T], covered words [B, W], anchor per covered word [B, W], and per
+        round [B, K]: the span's drawn length and its realized length in words (both 0 when no
+        span was placed that round; they differ only for the budget-cut final span)."""
         seed_len, seed_anchor = _split_seeds(seed, 2)
-        word, num_words, _, ctok = self._words(ids, selectable)
+        word, num_words, ctok = self._words(ids, selectable)
         B = tf.shape(ids)[0]
         W = tf.shape(ids)[1]
         K = 2 * self.mask_selection_length  # rounds at most (each span masks >= 1 piece)
@@ -868,51 +938,57 @@ class SpanMasker(_Masker):
         lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
         anchor_u = tf.random.stateless_uniform([B, K], seed_anchor, dtype=tf.float32)
         w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
-        m_range = tf.range(1, Lmax + 1)  # (Lmax,)
+        m_range = tf.range(Lmax + 1)[tf.newaxis, :]  # (1, Lmax + 1)
+        k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
+        ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, W + 1 + Lmax)
 
-        def body(k, covered, unit_w, used, done, realized):
-            L = lengths[:, k]  # (B,)
-            ccov = _exclusive_cumsum_pad(tf.cast(covered, tf.int32))  # (B, W + 1)
-            end = w_range + L[:, tf.newaxis]  # (B, W)
-            inside = end <= num_words[:, tf.newaxis]
-            free = tf.gather(ccov, tf.minimum(end, W), batch_dims=1) - ccov[:, :W] == 0
-            place = inside & free
+        def body(k, next_cov, unit_w, used, done, realized, drawn):
+            # next_cov[w]: first masked word >= w (num_words if none): L free words fit at w
+            # iff w + L <= next_cov[w] -- elementwise, no scan over the row.
+            L = lengths[:, k][:, tf.newaxis]  # (B, 1)
+            place = w_range + L <= next_cov
             count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
             j = tf.cast(anchor_u[:, k] * tf.cast(count, tf.float32), tf.int32)
-            j = tf.minimum(j, count - 1)
-            rank = tf.cumsum(tf.cast(place, tf.int32), axis=1)  # 1-based rank of placements
-            anchor = tf.reduce_sum(tf.cast(rank <= j[:, tf.newaxis], tf.int32), axis=1)
-            anchor = tf.minimum(anchor, W - 1)
+            j = tf.minimum(j, count - 1)[:, tf.newaxis]
+            rank = _cumsum(place)  # 1-based rank of each placement
+            anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]  # (B, 1)
             # Cut to the whole words that fit the remaining budget.
-            ends = tf.minimum(anchor[:, tf.newaxis] + m_range, W)  # (B, Lmax)
-            pieces = tf.gather(ctok, ends, batch_dims=1) - tf.gather(ctok, anchor[:, None], batch_dims=1)
-            fits = (m_range <= L[:, tf.newaxis]) & (pieces <= (budget - used)[:, tf.newaxis])
+            pieces = _take(ctok_pad, anchor + m_range)  # (B, Lmax + 1)
+            pieces = pieces[:, 1:] - pieces[:, :1]  # pieces of the first m words, m = 1..Lmax
+            fits = (m_range[:, 1:] <= L) & (pieces <= (budget - used)[:, tf.newaxis])
             m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=1)
             taken = tf.reduce_max(tf.where(fits, pieces, 0), axis=1)
             active = ~done & (count > 0)
             placed = active & (m > 0)
-            span = (w_range >= anchor[:, None]) & (w_range < (anchor + m)[:, None]) & placed[:, None]
-            covered = covered | span
-            unit_w = tf.where(span, anchor[:, tf.newaxis], unit_w)
-            used = used + tf.where(placed, taken, 0)
-            done = done | (active & (m == 0)) | (used >= budget)
-            realized = tf.tensor_scatter_nd_update(
-                realized, tf.stack([tf.range(B), tf.fill([B], k)], axis=1), tf.where(placed, m, 0)
+            m = tf.where(placed, m, 0)[:, tf.newaxis]
+            span = (w_range >= anchor) & (w_range < anchor + m)
+            placed_anchor = tf.where(placed[:, tf.newaxis], anchor, W)  # W: no change
+            next_cov = tf.where(
+                w_range < anchor,
+                tf.minimum(next_cov, placed_anchor),
+                tf.where(span, w_range, next_cov),
             )
-            return k + 1, covered, unit_w, used, done, realized
+            unit_w = tf.where(span, anchor, unit_w)
+            used = used + tf.where(placed, taken, 0)
+            done = done | (active & (m[:, 0] == 0)) | (used >= budget)
+            realized = tf.where(k_range == k, m, realized)
+            drawn = tf.where((k_range == k) & (m > 0), L, drawn)
+            return k + 1, next_cov, unit_w, used, done, realized, drawn
 
         init = (
             tf.constant(0),
-            tf.zeros([B, W], tf.bool),
+            tf.broadcast_to(num_words[:, tf.newaxis], [B, W]),
             tf.zeros([B, W], tf.int32),
             tf.zeros([B], tf.int32),
             (budget <= 0) | (num_words == 0),
             tf.zeros([B, K], tf.int32),
+            tf.zeros([B, K], tf.int32),
         )
-        _, covered, unit_w, _, _, realized = tf.while_loop(
-            lambda k, c, u, s, d, r: (k < K) & ~tf.reduce_all(d), body, init
+        _, next_cov, unit_w, _, _, realized, drawn = tf.while_loop(
+            lambda k, c, u, s, d, r, l: (k < K) & ~tf.reduce_all(d), body, init
         )
-        return word, covered, unit_w, realized
+        covered = tf.equal(next_cov, w_range) & (w_range < num_words[:, tf.newaxis])
+        return word, covered, unit_w, drawn, realized
 
     def get_config(self):
         config = super().get_config()
