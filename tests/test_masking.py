@@ -395,7 +395,7 @@ def test_dynamic_and_reproducible(cls):
 
 def test_tf_data_parallel_map_is_reproducible_and_fresh_each_epoch():
     rng = np.random.default_rng(18)
-    ids, _ = batch(rng, 64, 32)
+    ids, _ = batch(rng, 32, 32)
     ds = tf.data.Dataset.from_tensor_slices(ids).batch(8)
 
     def run(masker, epochs=2):

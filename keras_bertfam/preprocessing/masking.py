@@ -361,6 +361,7 @@ class _Masker:
 
     # === Call ===
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: nothing for AutoGraph to convert
     def __call__(self, token_ids, seed=None):
         """Masks `token_ids` ([B, T] dense, [B, (T)] ragged, or one [T] sequence).
 
