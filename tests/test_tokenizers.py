@@ -1,0 +1,102 @@
+"""WordPiece tokenizer: HF-exact ids on real text, special tokens, vocabulary training, bad input."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_bertfam as kb
+from keras_bertfam.preprocessing import WordPieceTokenizer, train_word_piece_vocabulary
+from keras_bertfam.preprocessing.corpus import read_corpus
+
+ODD_TEXTS = [
+    "Does BERT know Snuffleupagus?",
+    "Café naïve 東京 x\u200by \x00z résumé",
+    "l'été «quoted» — dash… ½ Rosenstraße Cataluña´s",
+    "",
+    "   ",
+    "a\tb\r\nc\x85d",
+    "ﬁ ligature Ⅻ emoji 😀 ok \ue000 private",
+    "İstanbul ǅ ΣΑΣ",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(bert_vocab):
+    return WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(minilm_dir):
+    import transformers
+
+    return transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+
+
+def test_seed_example(tokenizer, hf_tokenizer):
+    ids = tokenizer(["Does BERT know Snuffleupagus?"])
+    assert isinstance(ids, tf.RaggedTensor)
+    pieces = hf_tokenizer.convert_ids_to_tokens(ids.to_list()[0])
+    assert pieces == ["does", "bert", "know", "s", "##nu", "##ffle", "##up", "##ag", "##us", "?"]
+
+
+def test_ids_equal_hf_on_real_and_odd_text(tokenizer, hf_tokenizer):
+    texts = [t.decode() for t in read_corpus().take(3000).as_numpy_iterator()] + ODD_TEXTS
+    ours = tokenizer(texts).to_list()
+    theirs = hf_tokenizer(texts, add_special_tokens=False)["input_ids"]
+    mismatched = [t for t, a, b in zip(texts, ours, theirs) if a != b]
+    assert not mismatched, mismatched[:3]
+
+
+def test_special_tokens_by_role(tokenizer):
+    assert (tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id,
+            tokenizer.sep_token_id, tokenizer.mask_token_id) == (0, 100, 101, 102, 103)
+    assert tokenizer.special_token_ids == [0, 100, 101, 102, 103]
+
+
+def test_works_inside_tf_data(tokenizer):
+    ds = tf.data.Dataset.from_tensor_slices(["a film", "a longer film here"]).batch(2)
+    out = next(iter(ds.map(tokenizer)))
+    assert isinstance(out, tf.RaggedTensor) and out.shape[0] == 2
+
+
+def test_vocabulary_without_mask_token(tmp_path):
+    path = os.path.join(tmp_path, "vocab.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "film", "good"]))
+    with pytest.raises(ValueError, match=r"\[MASK\]"):
+        WordPieceTokenizer(vocabulary=path)
+
+
+def test_missing_vocabulary_file():
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        WordPieceTokenizer(vocabulary="/nowhere/vocab.txt")
+
+
+def test_non_string_input(tokenizer):
+    with pytest.raises(TypeError, match="strings"):
+        tokenizer(tf.constant([1, 2, 3]))
+
+
+def test_non_utf8_bytes_are_replaced_by_the_corpus_reader(tmp_path, tokenizer):
+    path = os.path.join(tmp_path, "bad.txt")
+    with open(path, "wb") as f:
+        f.write(b"good film \xff\xfe bad bytes\n")
+    docs = list(read_corpus(path, document_format="line").as_numpy_iterator())
+    assert "\ufffd".encode() in docs[0]
+    # Documented: the reader turns invalid bytes into U+FFFD, which the tokenizer drops (as HF's
+    # text cleaning does), so nothing else of the line is lost.
+    ids = tokenizer([docs[0]]).to_list()[0]
+    assert ids == tokenizer(["good film  bad bytes"]).to_list()[0]
+
+
+def test_train_vocabulary_from_corpus(tmp_path):
+    docs = read_corpus().take(300)
+    path = os.path.join(tmp_path, "vocab.txt")
+    vocab = train_word_piece_vocabulary(docs, 2000, output_file=path)
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = WordPieceTokenizer(vocabulary=path, lowercase=True)
+    ids = tok(["This movie was great"]).to_list()[0]
+    assert tok.unk_token_id not in ids
+    assert 1000 < tok.vocabulary_size() <= 2000
+    assert np.all(np.array(ids) < tok.vocabulary_size())
