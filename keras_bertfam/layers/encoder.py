@@ -310,7 +310,9 @@ class TransformerEncoder(keras.layers.Layer):
             # One block per distinct index; layer i calls block attention_index[i].
             unique = sorted(set(attention_index))
             self.blocks = [TransformerBlock(name=f"block_{g}", **block_args) for g in unique]
-            self._block_of_layer = attention_index
+            # The float formula can skip a group (L=22, G=22: layers 14 and 15 share group 14, as
+            # in the original code), so index blocks by rank among the groups in use.
+            self._block_of_layer = [unique.index(g) for g in attention_index]
         else:
             # Partial sharing: L blocks over shared sublayer instances.
             attn_args = dict(block_args)

@@ -21,3 +21,9 @@ from keras_bertfam.preprocessing.tokenizers import (
     WordPieceTokenizer,
     train_word_piece_vocabulary,
 )
+from keras_bertfam.preprocessing.tokenizers import (
+    BytePairTokenizer,
+    SentencePieceTokenizer,
+    train_byte_pair_vocabulary,
+    train_sentencepiece_model,
+)

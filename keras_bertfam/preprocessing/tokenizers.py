@@ -5,6 +5,7 @@ special tokens by role (`cls_token_id`, `sep_token_id`, `pad_token_id`, `mask_to
 `unk_token_id`), checks that the vocabulary has them, and always returns TensorFlow tensors (a
 `tf.RaggedTensor` of ids for a batch of strings), eagerly or inside `tf.data`.
 """
+import json
 import os
 
 import keras_hub
@@ -59,11 +60,19 @@ class _SpecialTokens:
                 self._add_special_token(token, f"{role}_token")
 
     def call(self, inputs, *args, training=None, **kwargs):
+        inputs = tf.convert_to_tensor(inputs)
+        if inputs.dtype != tf.string:
+            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
         # keras-hub returns Python lists when called eagerly; we keep TF tensors (tf.data style).
         if tf.executing_eagerly():
-            if getattr(self, "_eager_tokenize", None) is None:
-                self._eager_tokenize = tf.function(self.tokenize, reduce_retracing=True)
-            return self._eager_tokenize(tf.convert_to_tensor(inputs))
+            # One traced function per input rank: tf-text kernels need a static rank, which a
+            # shape-relaxed retrace would lose.
+            functions = self.__dict__.setdefault("_eager_tokenize_by_rank", {})
+            rank = inputs.shape.rank
+            if rank not in functions:
+                spec = tf.TensorSpec([None] * rank, inputs.dtype)
+                functions[rank] = tf.function(self.tokenize, input_signature=[spec])
+            return functions[rank](inputs)
         return self.tokenize(inputs)
 
     @classmethod
@@ -127,10 +136,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         )
 
     def tokenize(self, inputs):
-        inputs = tf.convert_to_tensor(inputs)
-        if inputs.dtype != tf.string:
-            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
-        return super().tokenize(bert_normalize(inputs, self.bert_lowercase))
+        return super().tokenize(bert_normalize(tf.convert_to_tensor(inputs), self.bert_lowercase))
 
     def get_config(self):
         config = super().get_config()
@@ -179,3 +185,365 @@ def train_word_piece_vocabulary(
         strip_accents=False,
         reserved_tokens=list(reserved_tokens),
     )
+
+
+# === Byte-level BPE (RoBERTa) ===
+
+ROBERTA_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+
+def _read_bpe_vocabulary(vocabulary):
+    """vocab.json path or {token: id} dict -> dict."""
+    if isinstance(vocabulary, str):
+        if not os.path.exists(vocabulary):
+            raise FileNotFoundError(f"BPE vocabulary file {vocabulary!r} does not exist.")
+        with open(vocabulary, encoding="utf-8") as f:
+            return json.load(f)
+    if not isinstance(vocabulary, dict):
+        raise TypeError(f"A BPE vocabulary is a vocab.json path or a dict, got {type(vocabulary)}.")
+    return dict(vocabulary)
+
+
+def _read_bpe_merges(merges):
+    """merges.txt path or list -> list of "a b" rules (the "#version" header dropped)."""
+    if isinstance(merges, str):
+        if not os.path.exists(merges):
+            raise FileNotFoundError(f"BPE merges file {merges!r} does not exist.")
+        with open(merges, encoding="utf-8") as f:
+            merges = [line.rstrip("\n") for line in f]
+    return [m for m in merges if m and not m.startswith("#version")]
+
+
+class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
+    """RoBERTa's (GPT-2's) byte-level BPE, giving HF `RobertaTokenizer`'s ids (Liu et al. 2019).
+
+    keras-hub's TF implementation (GPT-2's pre-split regex, byte-to-unicode table, merge ranks)
+    with RoBERTa's special tokens by role: `<s>` (cls), `</s>` (sep), `<pad>`, `<mask>`, `<unk>`.
+    Special tokens written in the text are kept whole, as HF does. No prefix space is added
+    (HF's `add_prefix_space=False` default): a text's first word is encoded without `Ġ`.
+
+    Args:
+        vocabulary: a `vocab.json` path or a `{token: id}` dict.
+        merges: a `merges.txt` path or a list of "a b" merge rules.
+        add_prefix_space: encode the first word as if a space preceded it.
+        cls_token ... unk_token: the vocabulary's special tokens.
+
+    Example:
+    >>> tok = BytePairTokenizer("vocab.json", "merges.txt")  # doctest: +SKIP
+    >>> tok(["Hello world"])  # doctest: +SKIP
+    <tf.RaggedTensor [[31414, 232]]>
+    """
+
+    kind = "byte_pair"
+
+    def __init__(
+        self,
+        vocabulary=None,
+        merges=None,
+        sequence_length=None,
+        add_prefix_space=False,
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        unk_token="<unk>",
+        **kwargs,
+    ):
+        if vocabulary is not None:
+            vocabulary = _read_bpe_vocabulary(vocabulary)
+        if merges is not None:
+            merges = _read_bpe_merges(merges)
+        tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
+        self._declare_special_tokens(None if vocabulary is None else list(vocabulary), tokens)
+        kwargs.pop("_allow_python_workflow", None)
+        kwargs.pop("unsplittable_tokens", None)
+        super().__init__(
+            vocabulary=vocabulary,
+            merges=merges,
+            sequence_length=sequence_length,
+            add_prefix_space=add_prefix_space,
+            unsplittable_tokens=[t for t in tokens.values() if t is not None],
+            _allow_python_workflow=False,
+            **kwargs,
+        )
+
+    def tokenize(self, inputs):
+        inputs = tf.convert_to_tensor(inputs)
+        if inputs.dtype != tf.string:
+            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
+        return super().tokenize(inputs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("unsplittable_tokens", None)
+        config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
+        return config
+
+
+def _documents_iterator(documents, batch_size=1024):
+    """Python strings from a tf.data.Dataset of strings, a list of strings, or any iterable."""
+    if isinstance(documents, tf.data.Dataset):
+        for batch in documents.batch(batch_size).as_numpy_iterator():
+            for text in batch:
+                yield text.decode("utf-8")
+    elif isinstance(documents, str):
+        raise TypeError("documents must be a tf.data.Dataset or an iterable of strings, not a str.")
+    else:
+        for text in documents:
+            yield text.decode("utf-8") if isinstance(text, bytes) else text
+
+
+def train_byte_pair_vocabulary(
+    documents,
+    vocabulary_size,
+    output_dir=None,
+    min_frequency=2,
+    special_tokens=ROBERTA_SPECIAL_TOKENS,
+):
+    """Learns a byte-level BPE vocabulary (RoBERTa / GPT-2 style) from a corpus.
+
+    HF `tokenizers`' `ByteLevelBPETokenizer` trainer (GPT-2's pre-split regex, the 256 byte
+    symbols as the base alphabet, no prefix space). The special tokens take the first ids, in
+    order: by default `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3 as in RoBERTa (fairseq's
+    dictionary), then `<mask>`=4 (RoBERTa puts it last; the id does not matter to the model).
+
+    Args:
+        documents: a `tf.data.Dataset` of strings or an iterable of strings.
+        vocabulary_size: total size including the special tokens.
+        output_dir: if given, writes `vocab.json` and `merges.txt` there (the files HF's
+            `RobertaTokenizer` and our `BytePairTokenizer` read).
+        min_frequency: pairs seen fewer times are not merged.
+
+    Returns: `(vocabulary, merges)`: a `{token: id}` dict and a list of "a b" rules.
+    """
+    from tokenizers import ByteLevelBPETokenizer
+
+    if vocabulary_size <= len(special_tokens) + 256:
+        raise ValueError(
+            f"vocabulary_size={vocabulary_size} leaves no room for merges after the 256 byte "
+            f"symbols and {len(special_tokens)} special tokens."
+        )
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(
+        _documents_iterator(documents),
+        vocab_size=vocabulary_size,
+        min_frequency=min_frequency,
+        special_tokens=list(special_tokens),
+        show_progress=False,
+    )
+    model = json.loads(bpe._tokenizer.to_str())["model"]
+    vocabulary = dict(model["vocab"])
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    if output_dir is not None:
+        os.makedirs(output_dir, exist_ok=True)
+        bpe.save_model(output_dir)
+    return vocabulary, merges
+
+
+# === SentencePiece (ALBERT) ===
+
+
+def albert_normalize(texts, lowercase=True, keep_accents=False):
+    """ALBERT's `preprocess_text` (google-research/albert, HF `AlbertTokenizer`) in TF ops.
+
+    Whitespace runs become one space (Python's `str.split`); "``" and "''" become '"'; unless `keep_accents`: NFKD and combining marks (Mn) removed;
+    lowercase. The dummy prefix and NFKC are the SentencePiece model's own normalization
+    (nmt_nfkc), applied by the model.
+    """
+    # `" ".join(text.split())`: Python's whitespace (str.isspace) includes U+001C..U+001F, U+0085.
+    texts = tf.strings.strip(tf.strings.regex_replace(texts, r"[\t-\r\x{1c}-\x{20}\x{85}\p{Z}]+", " "))
+    texts = tf.strings.regex_replace(texts, "``|''", '"')
+    if not keep_accents:
+        texts = tf_text.normalize_utf8(texts, "NFKD")
+        texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+    if lowercase:
+        texts = tf.strings.regex_replace(texts, "Σ", "σ")  # per character, as Python's lower()
+        texts = tf.strings.lower(texts, encoding="utf-8")
+    return texts
+
+
+class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceTokenizer):
+    """ALBERT's SentencePiece tokenizer, giving HF `AlbertTokenizer`'s ids (Lan et al. 2020).
+
+    keras-hub's tokenizer (tf-text's SentencePiece kernel) after ALBERT's text preprocessing
+    (`albert_normalize`: quotes, NFKD + accent stripping, lowercasing), with ALBERT's special
+    tokens by role: `[CLS]`, `[SEP]`, `<pad>`, `[MASK]`, `<unk>`. Word starts carry `▁`.
+
+    Like the original (and HF's slow, SentencePiece-based `AlbertTokenizer`), a piece ending in
+    a digit followed by a comma ("▁1990,") is re-encoded as the number and a separate ",".
+    HF's current, tokenizers-based `AlbertTokenizer` does neither that nor SentencePiece's
+    tie-breaking between equal-score segmentations ("......"): it can differ on such text.
+
+    Args:
+        proto: a SentencePiece model file path or its bytes.
+        lowercase: lowercase the text (ALBERT's uncased models: True).
+        keep_accents: keep accents (False: NFKD and drop combining marks, as ALBERT).
+        cls_token ... unk_token: the model's special pieces.
+
+    Example:
+    >>> tok = SentencePieceTokenizer("spiece.model")  # doctest: +SKIP
+    >>> tok(["The quick brown fox."])  # doctest: +SKIP
+    """
+
+    kind = "sentencepiece"
+
+    def __init__(
+        self,
+        proto=None,
+        lowercase=True,
+        keep_accents=False,
+        sequence_length=None,
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="<pad>",
+        mask_token="[MASK]",
+        unk_token="<unk>",
+        **kwargs,
+    ):
+        self.lowercase = lowercase
+        self.keep_accents = keep_accents
+        tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
+        pieces = None
+        if proto is not None:
+            import sentencepiece as spm
+
+            data = proto
+            if isinstance(proto, str) and os.path.exists(proto):
+                with open(proto, "rb") as f:
+                    data = f.read()
+            elif isinstance(proto, str):
+                raise FileNotFoundError(f"SentencePiece model file {proto!r} does not exist.")
+            sp = spm.SentencePieceProcessor(model_proto=data)
+            pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+            proto = data
+        self._declare_special_tokens(pieces, tokens)
+        kwargs.pop("_allow_python_workflow", None)
+        super().__init__(
+            proto=proto, sequence_length=sequence_length, _allow_python_workflow=False, **kwargs
+        )
+
+    def tokenize(self, inputs):
+        self._check_vocabulary()
+        self._maybe_initialized_tf()
+        inputs = tf.convert_to_tensor(inputs)
+        if inputs.dtype != tf.string:
+            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
+        unbatched = inputs.shape.rank == 0
+        if unbatched:
+            inputs = inputs[tf.newaxis]
+        texts = albert_normalize(inputs, self.lowercase, self.keep_accents)
+        tokens = self._split_digit_comma(self._sentence_piece.tokenize(texts))  # (B, (P))
+        if self.sequence_length:
+            tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
+        return tokens[0] if unbatched else tokens
+
+    def _split_digit_comma(self, ids):
+        """ALBERT's `encode_pieces` fix-up: a piece ending in digit + "," ("▁1990,") is re-encoded
+        without its "▁"s and followed by a separate ","; if the piece did not start a word, the
+        first new piece loses its "▁" (dropped entirely when it is "▁" alone). Vectorized:
+        ragged (B, (P)) ids -> ragged (B, (P')) ids."""
+        sp = self._sentence_piece
+        flat = ids.flat_values  # (N,)
+        pieces = sp.id_to_string(flat)  # (N,)
+        quirk = tf.strings.regex_full_match(pieces, r"(?s).*\p{Nd},")
+        q_pieces = tf.boolean_mask(pieces, quirk)  # (Q,)
+        core = tf.strings.regex_replace(q_pieces, ",$", "")
+        sub = sp.tokenize(tf.strings.regex_replace(core, "\u2581", ""))  # (Q, (k))
+        sub = tf.cast(sub, flat.dtype)
+        first_id = sub[:, :1].to_tensor(0, shape=[None, 1])[:, 0]  # (Q,)
+        first = sp.id_to_string(first_id)
+        fix = (sub.row_lengths() > 0) & tf.strings.regex_full_match(first, "\u2581.*") & (
+            ~tf.strings.regex_full_match(q_pieces, "\u2581.*"))
+        stripped = tf.strings.regex_replace(first, "^\u2581", "")
+        drop = fix & tf.equal(stripped, "")
+        new_first = tf.cast(sp.string_to_id(stripped), flat.dtype)
+        head = tf.ragged.boolean_mask(
+            tf.where(fix, new_first, first_id)[:, None],
+            (~drop & (sub.row_lengths() > 0))[:, None])  # (Q, (0|1))
+        comma = tf.fill([tf.shape(q_pieces)[0], 1], tf.cast(sp.string_to_id(","), flat.dtype))
+        replaced = tf.concat([head, sub[:, 1:], tf.RaggedTensor.from_tensor(comma)], axis=1)
+        n = tf.shape(flat, out_type=tf.int64)[0]
+        rows = tf.concat([tf.RaggedTensor.from_tensor(flat[:, None]), replaced], axis=0)
+        index = tf.where(quirk, n + tf.cumsum(tf.cast(quirk, tf.int64)) - 1, tf.range(n))
+        per_piece = tf.gather(rows, index)  # (N, (k))
+        return tf.RaggedTensor.from_row_splits(per_piece, ids.row_splits).merge_dims(1, 2)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(lowercase=self.lowercase, keep_accents=self.keep_accents)
+        config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
+        return config
+
+
+def train_sentencepiece_model(
+    documents,
+    vocabulary_size,
+    output_file=None,
+    lowercase=True,
+    keep_accents=False,
+    model_type="unigram",
+    character_coverage=0.99995,
+    user_defined_symbols=(),
+    input_sentence_size=1_000_000,
+    seed_sentencepiece_size=1_000_000,
+    num_threads=2,
+):
+    """Trains a SentencePiece model on a corpus, with ALBERT's recipe (google-research/albert).
+
+    The `sentencepiece` trainer on ALBERT-normalized text (`albert_normalize`), one sentence per
+    line (`split_sentences`), with ALBERT's ids: `<pad>`=0, `<unk>`=1, `[CLS]`=2, `[SEP]`=3,
+    `[MASK]`=4 (control symbols, so "[MASK]" written in a text is not the mask piece), no
+    BOS/EOS. Word starts carry `▁`; numbers are split from other characters.
+
+    ALBERT's recipe also forced `( ) " - . – £ €` as user-defined symbols; pass them with
+    `user_defined_symbols=` to reproduce it, but note that HF's current (tokenizers-based)
+    `AlbertTokenizer` segments text around user-defined symbols differently from SentencePiece
+    ("legs (for" -> "▁(" + "for" in SentencePiece, "(" + "▁for" in HF): with the default (none)
+    both agree with our tokenizer.
+
+    Args:
+        documents: a `tf.data.Dataset` of strings or an iterable of strings.
+        vocabulary_size: total number of pieces (30000 in ALBERT).
+        output_file: if given, the model is written there (e.g. "spiece.model").
+        lowercase, keep_accents: the normalization of the tokenizer that will use the model.
+        model_type: "unigram" (ALBERT) or "bpe".
+
+    Returns: the serialized model (bytes), for `SentencePieceTokenizer(proto=...)`.
+    """
+    import io
+
+    import sentencepiece as spm
+
+    from keras_bertfam.preprocessing.corpus import split_sentences
+
+    if isinstance(documents, tf.data.Dataset):
+        ds = documents
+    else:
+        ds = tf.data.Dataset.from_tensor_slices(list(_documents_iterator(documents)))
+    sentences = ds.batch(256).map(
+        lambda t: albert_normalize(split_sentences(t).flat_values, lowercase, keep_accents)
+    ).unbatch()
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_documents_iterator(sentences),
+        model_writer=model,
+        vocab_size=vocabulary_size,
+        model_type=model_type,
+        pad_id=0,
+        unk_id=1,
+        bos_id=-1,
+        eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        user_defined_symbols=list(user_defined_symbols),
+        character_coverage=character_coverage,
+        input_sentence_size=input_sentence_size,
+        seed_sentencepiece_size=seed_sentencepiece_size,
+        shuffle_input_sentence=True,
+        num_threads=num_threads,
+        minloglevel=2,
+    )
+    proto = model.getvalue()
+    if output_file is not None:
+        with open(output_file, "wb") as f:
+            f.write(proto)
+    return proto

@@ -18,3 +18,4 @@ def load_all():
                 raise ValueError(f"Preset {preset.name!r} is registered twice.")
             presets[preset.name] = preset
     return families, presets
+FAMILY_MODULES += ["roberta", "albert"]

@@ -1,0 +1,145 @@
+"""ALBERT presets (Lan et al. 2020, v2 configs) and HF conversion."""
+import json
+import os
+
+from keras_bertfam.layers.encoder import sharing_plan
+from keras_bertfam.models.albert import AlbertBackbone
+from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.spec import FamilySpec, Preset
+from keras_bertfam.presets.vocabularies import vocabulary_path
+from keras_bertfam.preprocessing.tokenizers import SentencePieceTokenizer
+
+PROTO_FILE = "vocabulary.spm"  # keras-hub's SentencePieceTokenizer asset name
+HF_ACTIVATIONS = {"gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_approximate",
+                  "gelu": "gelu", "relu": "relu"}
+
+
+def make_sentencepiece(spec, assets_dir=None):
+    proto = os.path.join(assets_dir, PROTO_FILE) if assets_dir else vocabulary_path(spec["proto"])
+    return SentencePieceTokenizer(proto=proto, lowercase=spec.get("lowercase", True),
+                                  keep_accents=spec.get("keep_accents", False))
+
+
+def sentencepiece_from_hf(model_dir):
+    path = os.path.join(model_dir, "spiece.model")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{model_dir!r} has no spiece.model for its SentencePiece tokenizer.")
+    cfg = {}
+    config_path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            cfg = json.load(f)
+    return SentencePieceTokenizer(proto=path, lowercase=cfg.get("do_lower_case", True),
+                                  keep_accents=cfg.get("keep_accents", False))
+
+
+def hf_group_of_layer(num_layers, num_groups):
+    """HF AlbertTransformer's `int(i / (L / G))` (the original: `int(i / L * G)`)."""
+    return [int(i / (num_layers / num_groups)) for i in range(num_layers)]
+
+
+def albert_config_from_hf(cfg):
+    """HF AlbertConfig -> AlbertBackbone arguments (all-shared groups, as every ALBERT)."""
+    act = cfg.get("hidden_act", "gelu_new")
+    if act not in HF_ACTIVATIONS:
+        raise checkpoints.CheckpointError(f"hidden_act={act!r} has no AlbertBackbone equivalent.")
+    if cfg.get("inner_group_num", 1) != 1:
+        raise checkpoints.CheckpointError(
+            f"inner_group_num={cfg['inner_group_num']}: only one block per group is supported.")
+    embedding, hidden = cfg.get("embedding_size", 128), cfg["hidden_size"]
+    if embedding == hidden:
+        raise checkpoints.CheckpointError(
+            "embedding_size == hidden_size: HF's ALBERT still has an E->H projection there, "
+            "AlbertBackbone (like the paper's E=768 rows) has none.")
+    layers, groups = cfg["num_hidden_layers"], cfg.get("num_hidden_groups", 1)
+    if hf_group_of_layer(layers, groups) != sharing_plan(layers, groups, "all")[0]:
+        raise checkpoints.CheckpointError(
+            f"For num_hidden_layers={layers}, num_hidden_groups={groups}, HF's float group "
+            "formula int(i / (L / G)) differs from the original int(i / L * G).")
+    return dict(
+        vocabulary_size=cfg["vocab_size"],
+        num_layers=layers,
+        num_heads=cfg["num_attention_heads"],
+        hidden_dim=hidden,
+        intermediate_dim=cfg["intermediate_size"],
+        embedding_dim=embedding,
+        num_groups=groups,
+        share="all",
+        dropout=cfg.get("hidden_dropout_prob", 0.0),
+        max_sequence_length=cfg["max_position_embeddings"],
+        num_segments=cfg.get("type_vocab_size", 2),
+        activation=HF_ACTIVATIONS[act],
+        layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-12),
+        initializer_range=cfg.get("initializer_range", 0.02),
+    )
+
+
+def albert_backbone_map(backbone):
+    """Our AlbertBackbone <- HF AlbertModel names (one block per group, `albert_layers.0`)."""
+    if backbone.share != "all":
+        raise checkpoints.CheckpointError(
+            f"HF ALBERT shares whole layers; share={backbone.share!r} has no HF counterpart.")
+    emb = backbone.embeddings
+    mapping = checkpoints.bert_embeddings_map(emb)
+    if emb.projection is not None:
+        mapping += checkpoints.dense(emb.projection, "encoder.embedding_hidden_mapping_in")
+    heads = backbone.num_heads
+    for g, block in enumerate(backbone.encoder.blocks):
+        p = f"encoder.albert_layer_groups.{g}.albert_layers.0"
+        attn, ffn = block.attention, block.feedforward
+        mapping += (
+            checkpoints.attention(attn.attention, [f"{p}.attention.query", f"{p}.attention.key",
+                                                   f"{p}.attention.value", f"{p}.attention.dense"],
+                                  heads)
+            + checkpoints.layer_norm(attn.layer_norm, f"{p}.attention.LayerNorm")
+            + checkpoints.dense(ffn.intermediate_dense, f"{p}.ffn")
+            + checkpoints.dense(ffn.output_dense, f"{p}.ffn_output")
+            + checkpoints.layer_norm(ffn.layer_norm, f"{p}.full_layer_layer_norm")
+        )
+    if backbone.pooler_dense is not None:
+        mapping += checkpoints.dense(backbone.pooler_dense, "pooler")
+    return mapping
+
+
+def albert_mlm_head_map(head, prefix="predictions"):
+    """HF AlbertForMaskedLM's `predictions.{dense, LayerNorm, bias}` -> our MaskedLMHead."""
+    return (checkpoints.dense(head.dense, f"{prefix}.dense")
+            + checkpoints.layer_norm(head.layer_norm, f"{prefix}.LayerNorm")
+            + [(head.bias, f"{prefix}.bias", None)])
+
+
+FAMILY = FamilySpec(
+    name="albert",
+    backbone_cls=AlbertBackbone,
+    make_tokenizer=make_sentencepiece,
+    tokenizer_files=(PROTO_FILE,),
+    hf_model_types=("albert",),
+    config_from_hf=albert_config_from_hf,
+    weights_from_hf=albert_backbone_map,
+    hf_prefixes=("albert.",),
+    tokenizer_from_hf=sentencepiece_from_hf,
+)
+
+TOKENIZER = {"kind": "sentencepiece", "proto": "albert_spiece", "lowercase": True}
+
+
+def _albert(layers, hidden, heads, intermediate):
+    return dict(vocabulary_size=30000, num_layers=layers, num_heads=heads, hidden_dim=hidden,
+                intermediate_dim=intermediate, embedding_dim=128, num_groups=1, share="all",
+                max_sequence_length=512, num_segments=2)
+
+
+# Parameter counts are those these configs build (equal to HF AlbertModel's, tested); the paper's
+# size table says 12M / 18M / 60M / 235M: the first two agree, xlarge and xxlarge do not (58.7M
+# and 222.6M are what L24/H2048 and L12/H4096 with E=128 hold).
+PRESETS = [
+    Preset("albert_base_en_uncased", "albert", _albert(12, 768, 12, 3072), TOKENIZER,
+           11_683_584, "albert/albert-base-v2", "ALBERT-Base L12/H768/E128, all layers shared"),
+    Preset("albert_large_en_uncased", "albert", _albert(24, 1024, 16, 4096), TOKENIZER,
+           17_683_968, "albert/albert-large-v2", "ALBERT-Large L24/H1024/E128"),
+    Preset("albert_extra_large_en_uncased", "albert", _albert(24, 2048, 16, 8192), TOKENIZER,
+           58_724_864, "albert/albert-xlarge-v2", "ALBERT-xlarge L24/H2048/E128"),
+    Preset("albert_extra_extra_large_en_uncased", "albert", _albert(12, 4096, 64, 16384),
+           TOKENIZER, 222_595_584, "albert/albert-xxlarge-v2",
+           "ALBERT-xxlarge L12/H4096/E128/A64"),
+]

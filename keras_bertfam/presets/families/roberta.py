@@ -1,0 +1,82 @@
+"""RoBERTa presets (Liu et al. 2019) and HF conversion."""
+import os
+
+from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET, RobertaBackbone
+from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.spec import FamilySpec, Preset
+from keras_bertfam.presets.vocabularies import vocabulary_path
+from keras_bertfam.preprocessing.tokenizers import BytePairTokenizer
+
+VOCABULARY_FILE = "vocabulary.json"  # keras-hub's BytePairTokenizer asset names
+MERGES_FILE = "merges.txt"
+
+
+def make_byte_pair(spec, assets_dir=None):
+    if assets_dir:
+        vocab = os.path.join(assets_dir, VOCABULARY_FILE)
+        merges = os.path.join(assets_dir, MERGES_FILE)
+    else:
+        vocab, merges = vocabulary_path(spec["vocabulary"]), vocabulary_path(spec["merges"])
+    return BytePairTokenizer(vocabulary=vocab, merges=merges,
+                             add_prefix_space=spec.get("add_prefix_space", False))
+
+
+def byte_pair_from_hf(model_dir):
+    vocab, merges = os.path.join(model_dir, "vocab.json"), os.path.join(model_dir, "merges.txt")
+    for path in (vocab, merges):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{model_dir!r} has no {os.path.basename(path)} for its "
+                                    "byte-level BPE tokenizer.")
+    return BytePairTokenizer(vocabulary=vocab, merges=merges)
+
+
+def roberta_config_from_hf(cfg):
+    """HF RobertaConfig -> RobertaBackbone arguments."""
+    if cfg.get("hidden_act", "gelu") != "gelu":
+        raise checkpoints.CheckpointError(f"hidden_act={cfg['hidden_act']!r} is not RoBERTa's GELU.")
+    if cfg.get("pad_token_id", 1) + 1 != ROBERTA_POSITION_OFFSET:
+        raise checkpoints.CheckpointError(
+            f"pad_token_id={cfg['pad_token_id']}: RobertaBackbone counts positions from "
+            f"{ROBERTA_POSITION_OFFSET} (fairseq's padding_idx 1 + 1).")
+    if cfg.get("type_vocab_size", 1) != 1:
+        raise checkpoints.CheckpointError(
+            f"type_vocab_size={cfg['type_vocab_size']}: RoBERTa has a single token type.")
+    return dict(
+        vocabulary_size=cfg["vocab_size"],
+        num_layers=cfg["num_hidden_layers"],
+        num_heads=cfg["num_attention_heads"],
+        hidden_dim=cfg["hidden_size"],
+        intermediate_dim=cfg["intermediate_size"],
+        dropout=cfg.get("hidden_dropout_prob", 0.1),
+        max_sequence_length=cfg["max_position_embeddings"] - ROBERTA_POSITION_OFFSET,
+        layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-5),
+        initializer_range=cfg.get("initializer_range", 0.02),
+    )
+
+
+FAMILY = FamilySpec(
+    name="roberta",
+    backbone_cls=RobertaBackbone,
+    make_tokenizer=make_byte_pair,
+    tokenizer_files=(VOCABULARY_FILE, MERGES_FILE),
+    hf_model_types=("roberta",),
+    config_from_hf=roberta_config_from_hf,
+    weights_from_hf=checkpoints.bert_backbone_map,  # BERT's layout; a one-row token-type table
+    hf_prefixes=("roberta.",),
+    tokenizer_from_hf=byte_pair_from_hf,
+)
+
+TOKENIZER = {"kind": "byte_pair", "vocabulary": "roberta_vocab", "merges": "roberta_merges"}
+
+
+def _roberta(layers, hidden, heads):
+    return dict(vocabulary_size=50265, num_layers=layers, num_heads=heads, hidden_dim=hidden,
+                intermediate_dim=4 * hidden, max_sequence_length=512)
+
+
+PRESETS = [
+    Preset("roberta_base_en", "roberta", _roberta(12, 768, 12), TOKENIZER, 124_645_632,
+           "FacebookAI/roberta-base", "RoBERTa-Base L12/H768/A12, byte-level BPE 50265"),
+    Preset("roberta_large_en", "roberta", _roberta(24, 1024, 16), TOKENIZER, 355_359_744,
+           "FacebookAI/roberta-large", "RoBERTa-Large L24/H1024/A16, byte-level BPE 50265"),
+]
