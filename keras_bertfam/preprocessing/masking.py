@@ -124,17 +124,22 @@ def _split_seeds(key, num):
     return [seeds[i] for i in range(num)]
 
 
-def _cumsum(x, exclusive=False):
+def _triangular(n, exclusive=False):
+    """[n, n] float32 0/1 matrix m with m[j, i] = 1 iff j <= i (j < i when exclusive)."""
+    ones = tf.ones([n, n], tf.float32)
+    tri = tf.linalg.band_part(ones, 0, -1)
+    return tri - tf.linalg.band_part(ones, 0, 0) if exclusive else tri
+
+
+def _cumsum(x, exclusive=False, tri=None):
     """Cumulative sum of a [B, N] bool/int tensor along axis 1, as int32.
 
-    A matmul with a triangular 0/1 matrix: several times faster than `tf.cumsum` for our small
-    rows on CPU, and exact (float32 holds integers up to 2**24).
+    A matmul with a triangular 0/1 matrix (pass `tri` to reuse one inside a loop): several times
+    faster than `tf.cumsum` for our small rows on CPU, and exact (float32 holds integers up to
+    2**24).
     """
-    n = tf.shape(x)[1]
-    ones = tf.ones([n, n], tf.float32)
-    tri = tf.linalg.band_part(ones, 0, -1)  # tri[j, i] = 1 if j <= i
-    if exclusive:
-        tri = tri - tf.linalg.band_part(ones, 0, 0)
+    if tri is None:
+        tri = _triangular(tf.shape(x)[1], exclusive)
     return tf.cast(tf.matmul(tf.cast(x, tf.float32), tri), tf.int32)
 
 
@@ -327,16 +332,20 @@ class _Masker:
         else:
             self._continuation = None
         self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="masker_calls")
+        base = tf.constant([self.seed, 0x5EED], tf.int64)
+        self._counter_key = base.numpy()  # key of counted calls: fold_in(base, call number)
+        self._seeded_key = tf.random.experimental.stateless_fold_in(
+            base, tf.constant(-1, tf.int64)
+        ).numpy()  # key of seeded calls: fold_in(..., each int of the call seed)
 
     # === Seeding ===
 
     def _call_key(self, seed):
-        base = tf.constant([self.seed, 0x5EED], tf.int64)
         if seed is None:
             count = self._counter.assign_add(1, read_value=True) - 1
-            return tf.random.experimental.stateless_fold_in(base, count)
+            return tf.random.experimental.stateless_fold_in(self._counter_key, count)
         seed = tf.reshape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [-1])
-        key = tf.random.experimental.stateless_fold_in(base, tf.constant(-1, tf.int64))
+        key = self._seeded_key
         # A few ints at most (e.g. (epoch, index)); a static Python loop over them.
         n = seed.shape[0]
         if n is None:
@@ -622,9 +631,11 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
         [B, W],
     )
 
+    tri = _triangular(W, exclusive=True)
+
     def cum_before(x):
         """sum of x over the candidates visited before each word's candidate -> (B, W)."""
-        return _take(_cumsum(_take(x, order), exclusive=True), rank)
+        return _take(_cumsum(_take(x, order), tri=tri), rank)
 
     def fit(r):
         """Longest allowed n with pieces <= r (B, 1), and its pieces -> (B, W), (B, W)."""
@@ -942,6 +953,7 @@ class SpanMasker(_Masker):
         m_range = tf.range(Lmax + 1)[tf.newaxis, :]  # (1, Lmax + 1)
         k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
         ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, W + 1 + Lmax)
+        tri = _triangular(W)
 
         def body(k, next_cov, unit_w, used, done, realized, drawn):
             # next_cov[w]: first masked word >= w (num_words if none): L free words fit at w
@@ -951,7 +963,7 @@ class SpanMasker(_Masker):
             count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
             j = tf.cast(anchor_u[:, k] * tf.cast(count, tf.float32), tf.int32)
             j = tf.minimum(j, count - 1)[:, tf.newaxis]
-            rank = _cumsum(place)  # 1-based rank of each placement
+            rank = _cumsum(place, tri=tri)  # 1-based rank of each placement
             anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]  # (B, 1)
             # Cut to the whole words that fit the remaining budget.
             pieces = _take(ctok_pad, anchor + m_range)  # (B, Lmax + 1)
