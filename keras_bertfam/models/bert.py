@@ -31,9 +31,11 @@ class BertBackbone(EncoderBackbone):
         num_segments=2,
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
+        activation="gelu",
         dtype=None,
         **kwargs,
     ):
+        # activation: BERT's exact "gelu"; keras-hub's BERT presets use "gelu_approximate".
         super().__init__(
             vocabulary_size,
             num_layers,
@@ -45,6 +47,7 @@ class BertBackbone(EncoderBackbone):
             num_segments=num_segments,
             layer_norm_epsilon=layer_norm_epsilon,
             initializer_range=initializer_range,
+            activation=activation,
             dtype=dtype,
             **kwargs,
         )

@@ -18,6 +18,18 @@ class FamilySpec:
         weights_from_hf: `(backbone) -> [(variable, hf_key, transform)]`.
         hf_prefixes: prefixes HF task checkpoints put before the backbone names ("bert.").
         tokenizer_from_hf: `(model_dir) -> tokenizer` for an HF-format directory.
+        config_to_hf: `(backbone) -> HF config dict`: with `weights_from_hf` read in reverse,
+            `export_to_transformers` writes the family's HF checkpoints.
+        hf_task_heads: `{task class name: (task) -> [(variable, hf_key, transform)]}`: the HF head
+            weights `convert_task` loads (and `export_to_transformers` writes), e.g. BERT's MLM
+            (`cls.predictions`) and NSP (`cls.seq_relationship`).
+        hf_task_architectures: `{task class name: HF architecture}` for export, e.g.
+            `{"BertPretrainer": "BertForPreTraining"}`.
+        keras_hub_classes: keras-hub backbone class names this family loads from keras-hub preset
+            directories, with `config_from_keras_hub` (keras-hub config -> our arguments) and
+            `weights_from_keras_hub` (`(backbone) -> [(variable, name, transform)]` over
+            `keras_hub_variables(kh_backbone)` names).
+        count_params: `(config) -> int` where the backbone is not an EncoderBackbone.
     """
 
     name: str
@@ -29,6 +41,13 @@ class FamilySpec:
     weights_from_hf: Optional[Callable] = None
     hf_prefixes: tuple = ()
     tokenizer_from_hf: Optional[Callable] = None
+    config_to_hf: Optional[Callable] = None
+    hf_task_heads: Optional[dict] = None
+    hf_task_architectures: Optional[dict] = None
+    keras_hub_classes: tuple = ()
+    config_from_keras_hub: Optional[Callable] = None
+    weights_from_keras_hub: Optional[Callable] = None
+    count_params: Optional[Callable] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,3 +65,12 @@ class Preset:
     params: int
     hf_id: Optional[str] = None
     description: str = ""
+
+    @property
+    def size(self):
+        """"L{layers} H{hidden} A{heads}" (+ "E{embedding}" when factorized)."""
+        c = self.config
+        size = f"L{c.get('num_layers', '?')} H{c.get('hidden_dim', '?')} A{c.get('num_heads', '?')}"
+        if c.get("embedding_dim") and c.get("embedding_dim") != c.get("hidden_dim"):
+            size += f" E{c['embedding_dim']}"
+        return size

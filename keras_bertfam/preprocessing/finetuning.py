@@ -1,0 +1,362 @@
+"""Raw strings -> `(x, y, sample_weight)` for the fine-tuning tasks, as `tf.data` stages.
+
+Like the pretraining preprocessors, each is a Keras layer over TensorFlow tensors that a task maps
+over its dataset (`task.fit(strings, labels)` calls `preprocessor.prepare(dataset)`); everything
+is vectorized over the batch. Labels are checked in the graph: a label outside `num_classes`, or a
+QA answer that is not at its offset in the context, stops the pipeline with a message naming it.
+"""
+import keras
+import tensorflow as tf
+
+from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+from keras_bertfam.preprocessing.packing import SegmentPacker
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _pack(x, y=None, sample_weight=None):
+    if y is None:
+        return x
+    return (x, y) if sample_weight is None else (x, y, sample_weight)
+
+
+def _is_string(spec):
+    return isinstance(spec, (tf.TensorSpec, tf.RaggedTensorSpec)) and spec.dtype == tf.string
+
+
+def check_labels(labels, num_classes, what="label"):
+    """Asserts 0 <= label < num_classes (labels < 0 are allowed where they mean 'ignore')."""
+    labels = tf.cast(labels, tf.int32)
+    flat = labels.flat_values if isinstance(labels, tf.RaggedTensor) else labels
+    with tf.control_dependencies([tf.debugging.assert_less(
+            flat, num_classes,
+            message=f"A {what} is outside num_classes={num_classes} (labels are 0..{num_classes - 1})."
+    )]):
+        return tf.identity(labels) if not isinstance(labels, tf.RaggedTensor) else \
+            labels.with_flat_values(tf.identity(labels.flat_values))
+
+
+class FinetuningPreprocessor(keras.layers.Layer):
+    """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`."""
+
+    def __init__(self, tokenizer, sequence_length=128, **kwargs):
+        super().__init__(**kwargs)
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        if not isinstance(sequence_length, int) or sequence_length < 4:
+            raise ValueError(f"sequence_length must be an int >= 4, got {sequence_length!r}.")
+        self.tokenizer = tokenizer
+        self.sequence_length = sequence_length
+        self.packer = SegmentPacker(sequence_length, start_value=tokenizer.cls_token_id,
+                                    end_value=tokenizer.sep_token_id,
+                                    pad_value=tokenizer.pad_token_id)
+        self.built = True
+
+    def _features(self, segments):
+        token_ids, segment_ids, padding_mask = self.packer(tuple(segments))
+        return {"token_ids": tf.cast(token_ids, tf.int32),
+                "segment_ids": tf.cast(segment_ids, tf.int32),
+                "padding_mask": tf.cast(padding_mask, tf.int32)}
+
+    def _dataset(self, ds, batch_size=32):
+        if not isinstance(ds, tf.data.Dataset):
+            ds = tf.data.Dataset.from_tensor_slices(ds)
+        return ds
+
+    def prepare(self, ds, training=True):
+        """A dataset of batched raw examples -> a dataset of model inputs (and labels)."""
+        ds = self._dataset(ds)
+        return ds.map(lambda *e: self.call(*self._split(e)),
+                      num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+    def _split(self, element):
+        """A dataset element -> (x, y, sample_weight); x a string tensor or a tuple of them."""
+        element = tuple(element)
+        if len(element) == 1:
+            return element[0], None, None
+        if all(_is_string(tf.type_spec_from_value(e)) for e in element
+               if not isinstance(e, (tuple, list))) and not isinstance(element[0], (tuple, list)):
+            return element, None, None  # a sentence pair without labels
+        return (element[0], element[1], element[2] if len(element) > 2 else None)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(tokenizer=keras.saving.serialize_keras_object(self.tokenizer),
+                      sequence_length=self.sequence_length)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class TextClassifierPreprocessor(FinetuningPreprocessor):
+    """Strings (or `(first, second)` pairs of strings) -> packed inputs, labels checked.
+
+    `x`: [B] strings, or a tuple of two [B] string tensors (sentence pairs, GLUE's MNLI/STS-B).
+    `y`: [B] ints in `0..num_classes-1`, or floats when `num_classes=1` (regression).
+    """
+
+    def __init__(self, tokenizer, sequence_length=128, num_classes=None, **kwargs):
+        super().__init__(tokenizer, sequence_length, **kwargs)
+        self.num_classes = num_classes
+
+    def call(self, x, y=None, sample_weight=None):
+        segments = x if isinstance(x, (tuple, list)) else (x,)
+        if len(segments) > 2:
+            raise ValueError(f"TextClassifier takes one or two segments, got {len(segments)}.")
+        features = self._features([self.tokenizer(s) for s in segments])
+        if y is not None:
+            if self.num_classes and self.num_classes > 1:
+                y = check_labels(y, self.num_classes)
+                with tf.control_dependencies([tf.debugging.assert_non_negative(
+                        y, message="A label is negative; class labels are 0..num_classes-1.")]):
+                    y = tf.identity(y)
+            else:
+                y = tf.cast(y, tf.float32)
+        return _pack(features, y, sample_weight)
+
+    def get_config(self):
+        return dict(super().get_config(), num_classes=self.num_classes)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class TokenClassifierPreprocessor(FinetuningPreprocessor):
+    """Words with one label each -> packed pieces; the label goes to each word's first piece.
+
+    `x`: [B] strings (split on whitespace into words) or [B, (W)] ragged words. `y`: [B, (W)]
+    ragged ints, or [B, W] dense with -1 as padding. Returns `(x, labels [B, T], weights [B, T])`:
+    the first piece of each word carries its label with weight 1; other pieces, special tokens,
+    padding, words cut by truncation and labels < 0 have weight 0 (label 0).
+    """
+
+    def __init__(self, tokenizer, sequence_length=128, num_classes=None, **kwargs):
+        super().__init__(tokenizer, sequence_length, **kwargs)
+        self.num_classes = num_classes
+
+    def _dataset(self, ds, batch_size=32):
+        return ds
+
+    def word_pieces(self, x):
+        """-> (pieces [B, (T)], word index of each piece [B, (T)], is first piece [B, (T)],
+        words [B, (W)])."""
+        words = x if isinstance(x, tf.RaggedTensor) else tf.strings.split(x)  # [B, (W)]
+        pieces = self.tokenizer(words.flat_values)  # [N, (P)]
+        by_word = words.with_flat_values(pieces)  # [B, (W), (P)]
+        local = tf.ragged.range(words.row_lengths()).flat_values  # [N] index of the word in its row
+        word_index = by_word.with_flat_values(
+            tf.cast(tf.gather(local, pieces.value_rowids()), tf.int32))
+        first = by_word.with_flat_values(_first_flags(pieces))
+        return (by_word.merge_dims(1, 2), word_index.merge_dims(1, 2), first.merge_dims(1, 2),
+                words)
+
+    def call(self, x, y=None, sample_weight=None):
+        pieces, word_index, first, words = self.word_pieces(x)
+        features = self._features([pieces])
+        if y is None:
+            return features
+        if not isinstance(y, tf.RaggedTensor):
+            y = tf.RaggedTensor.from_tensor(y)
+        y = tf.cast(y, tf.int32)
+        if self.num_classes:
+            y = check_labels(y, self.num_classes, what="token label")
+        check = tf.debugging.assert_equal(
+            y.row_lengths(), words.row_lengths(),
+            message="Each word needs one label: a row of labels and its words differ in length.")
+        with tf.control_dependencies([check]):
+            flat_labels = tf.identity(y.flat_values)
+        # label of each piece = y[b, word_index]; valid where first piece and label >= 0
+        row_base = tf.gather(tf.cast(y.row_starts(), tf.int32), word_index.value_rowids())
+        piece_labels = word_index.with_flat_values(
+            tf.gather(flat_labels, row_base + word_index.flat_values))  # [B, (T)]
+        valid = tf.logical_and(first, piece_labels >= 0)
+        labels = tf.where(valid, piece_labels, 0)
+        weights = tf.cast(valid, tf.float32)
+        # align with the packed sequence: [CLS] at 0, pieces from 1, truncated to the budget
+        budget = self.sequence_length - 2
+        labels = labels[:, :budget].to_tensor(0, shape=[None, budget])
+        weights = weights[:, :budget].to_tensor(0.0, shape=[None, budget])
+        labels = tf.pad(labels, [[0, 0], [1, 1]])
+        weights = tf.pad(weights, [[0, 0], [1, 1]])
+        if sample_weight is not None:
+            weights = weights * tf.cast(sample_weight, tf.float32)[:, None]
+        return features, labels, weights
+
+    def prepare(self, ds, training=True):
+        return ds.map(lambda *e: self.call(*self._split_words(e)),
+                      num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+    def _split_words(self, element):
+        element = tuple(element)
+        return element + (None,) * (3 - len(element))
+
+    def get_config(self):
+        return dict(super().get_config(), num_classes=self.num_classes)
+
+
+def _first_flags(pieces):
+    """[N, (P)] pieces of N words -> flat bool, True at each word's first piece."""
+    index = tf.range(tf.size(pieces.flat_values, out_type=tf.int64))
+    return tf.equal(index, tf.gather(pieces.row_starts(), pieces.value_rowids()))
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class MultipleChoicePreprocessor(FinetuningPreprocessor):
+    """`(context [B], choices [B, C])` strings -> inputs [B, C, T] of `[CLS] context [SEP]
+    choice [SEP]` (SWAG / RACE); `y` [B] the index of the right choice."""
+
+    def __init__(self, tokenizer, sequence_length=128, num_choices=None, **kwargs):
+        super().__init__(tokenizer, sequence_length, **kwargs)
+        self.num_choices = num_choices
+
+    def _split(self, element):
+        element = tuple(element)
+        if isinstance(element[0], (tuple, list)):
+            return element[0], element[1], element[2] if len(element) > 2 else None
+        return element[:2], (element[2] if len(element) > 2 else None), \
+            (element[3] if len(element) > 3 else None)
+
+    def call(self, x, y=None, sample_weight=None):
+        context, choices = x
+        choices = tf.convert_to_tensor(choices)  # [B, C]
+        num_choices = tf.shape(choices)[1]
+        contexts = tf.repeat(tf.convert_to_tensor(context), num_choices)  # [B*C]
+        flat = self._features([self.tokenizer(contexts),
+                               self.tokenizer(tf.reshape(choices, [-1]))])
+        features = {k: tf.reshape(v, [-1, num_choices, self.sequence_length])
+                    for k, v in flat.items()}  # [B, C, T]
+        if y is not None:
+            y = tf.cast(y, tf.int32)
+            with tf.control_dependencies([
+                    tf.debugging.assert_less(y, num_choices,
+                                             message="A label is not the index of a choice."),
+                    tf.debugging.assert_non_negative(y, message="A choice label is negative.")]):
+                y = tf.identity(y)
+        return _pack(features, y, sample_weight)
+
+    def get_config(self):
+        return dict(super().get_config(), num_choices=self.num_choices)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class QuestionAnswererPreprocessor(FinetuningPreprocessor):
+    """SQuAD-style span extraction: `(question [B], context [B])` -> windows of
+    `[CLS] question [SEP] context-window [SEP]`.
+
+    Long contexts are cut into windows of at most `sequence_length` tokens whose starts are
+    `stride` context tokens apart (BERT's `doc_stride`); questions are cut to
+    `max_question_length` tokens. Labels `y = (answer_start, answer_text)`: the answer's
+    character offset in the context and its text (SQuAD's format; `answer_start = -1` for "no
+    answer"). In each window the label is the token span of the answer, or `[CLS]` (0, 0) when the
+    answer is not wholly inside the window. The text at `answer_start` must equal `answer_text`:
+    anything else is an error naming the example.
+
+    `windows(question, context)` also returns, per window, the example it came from and each
+    token's character span in the context (-1 outside the context), which `QuestionAnswerer`
+    uses to map predicted spans back to text.
+    """
+
+    def __init__(self, tokenizer, sequence_length=384, stride=128, max_question_length=64,
+                 **kwargs):
+        super().__init__(tokenizer, sequence_length, **kwargs)
+        budget = sequence_length - 3 - max_question_length
+        if budget < 1:
+            raise ValueError(f"sequence_length={sequence_length} leaves no room for the context "
+                             f"after a question of up to {max_question_length} tokens.")
+        if not 0 < stride:
+            raise ValueError(f"stride must be positive, got {stride}.")
+        self.stride = stride
+        self.max_question_length = max_question_length
+
+    def _split(self, element):
+        element = tuple(element)
+        if isinstance(element[0], (tuple, list)):
+            return element[0], element[1] if len(element) > 1 else None, None
+        return element[:2], None, None
+
+    def windows(self, question, context):
+        question = tf.convert_to_tensor(question)
+        context = tf.convert_to_tensor(context)
+        q_ids = self.tokenizer(question)[:, : self.max_question_length]  # [B, (Q)]
+        c_ids, c_start, c_end = tokenize_with_offsets(self.tokenizer, context)  # [B, (C)]
+        q_len = tf.cast(q_ids.row_lengths(), tf.int32)
+        c_len = tf.cast(c_ids.row_lengths(), tf.int32)
+        budget = self.sequence_length - 3 - q_len  # [B] context tokens per window
+        extra = tf.maximum(c_len - budget, 0)
+        n_windows = 1 + (extra + self.stride - 1) // self.stride  # [B]
+        window_example = tf.repeat(tf.range(tf.size(n_windows)), n_windows)  # [W]
+        w_start = tf.ragged.range(n_windows).flat_values * self.stride  # [W] first context token
+        w_len = tf.minimum(tf.gather(budget, window_example),
+                           tf.gather(c_len, window_example) - w_start)
+        w_len = tf.maximum(w_len, 0)
+        # flat indices into c_ids.flat_values for each window's tokens
+        row_base = tf.gather(tf.cast(c_ids.row_starts(), tf.int32), window_example) + w_start
+        index = tf.RaggedTensor.from_row_lengths(
+            tf.ragged.range(row_base, row_base + w_len).flat_values, w_len)  # [W, (L)]
+        win_ids = tf.gather(c_ids.flat_values, index)
+        win_start = tf.gather(c_start.flat_values, index)
+        win_end = tf.gather(c_end.flat_values, index)
+        q_win = tf.gather(q_ids, window_example)
+        features = self._features([q_win, win_ids])
+        # character spans of each packed position; context tokens sit after [CLS] q [SEP]
+        lead = tf.gather(q_len, window_example) + 2  # [W]
+        positions = tf.RaggedTensor.from_row_lengths(
+            tf.ragged.range(lead, lead + w_len).flat_values, w_len)
+        shape = [tf.size(window_example), self.sequence_length]
+        scatter_idx = tf.stack([tf.cast(positions.value_rowids(), tf.int32),
+                                positions.flat_values], axis=1)
+        span_start = tf.tensor_scatter_nd_update(tf.fill(shape, -1), scatter_idx,
+                                                 win_start.flat_values)
+        span_end = tf.tensor_scatter_nd_update(tf.fill(shape, -1), scatter_idx,
+                                               win_end.flat_values)
+        meta = {"example_index": window_example, "token_start": span_start,
+                "token_end": span_end, "window_start": w_start, "window_length": w_len,
+                "lead": lead, "context_start": c_start, "context_end": c_end}
+        return features, meta
+
+    def call(self, x, y=None, sample_weight=None):
+        question, context = x
+        features, meta = self.windows(question, context)
+        if y is None:
+            return features
+        answer_start, answer_text = y
+        context = tf.convert_to_tensor(context)
+        answer_start = tf.cast(answer_start, tf.int32)
+        answer_len = tf.strings.length(answer_text, unit="UTF8_CHAR")
+        found = tf.strings.substr(context, tf.maximum(answer_start, 0), answer_len,
+                                  unit="UTF8_CHAR")
+        ok = tf.logical_or(answer_start < 0, tf.equal(found, answer_text))
+        bad = tf.where(tf.logical_not(ok))[:1, 0]
+        check = tf.debugging.Assert(
+            tf.reduce_all(ok),
+            ["The answer is not in its context at answer_start: example", bad, "answer",
+             tf.gather(answer_text, bad), "context has", tf.gather(found, bad)])
+        with tf.control_dependencies([check]):
+            answer_start = tf.identity(answer_start)
+        # the answer's token span in the whole context: the tokens overlapping its characters
+        a0, a1 = answer_start[:, None], (answer_start + answer_len)[:, None]  # [B, 1]
+        c_start, c_end = meta["context_start"], meta["context_end"]  # [B, (C)]
+        overlap = tf.logical_and(c_end > a0, c_start < a1).to_tensor(False)  # [B, C]
+        found_tokens = tf.reduce_any(overlap, 1) & (answer_start >= 0)
+        first_tok = tf.argmax(tf.cast(overlap, tf.int32), 1, output_type=tf.int32)
+        last_tok = tf.shape(overlap)[1] - 1 - tf.argmax(
+            tf.cast(tf.reverse(overlap, [1]), tf.int32), 1, output_type=tf.int32)
+        e = meta["example_index"]
+        tok0, tok1 = tf.gather(first_tok, e), tf.gather(last_tok, e)  # [W]
+        w0, wl = meta["window_start"], meta["window_length"]
+        has = tf.gather(found_tokens, e) & (tok0 >= w0) & (tok1 < w0 + wl)
+        start = tf.where(has, meta["lead"] + tok0 - w0, 0)
+        end = tf.where(has, meta["lead"] + tok1 - w0, 0)
+        return features, {"start_positions": start, "end_positions": end}
+
+    def prepare(self, ds, training=True):
+        ds = self._dataset(ds)
+        windows = ds.map(lambda *e: self.call(*self._split(e)), num_parallel_calls=AUTOTUNE)
+        return windows.unbatch().batch(32).prefetch(AUTOTUNE)
+
+    def get_config(self):
+        return dict(super().get_config(), stride=self.stride,
+                    max_question_length=self.max_question_length)

@@ -1,0 +1,121 @@
+"""Fine-tuning: SQuAD-style extractive question answering (start / end logits over tokens)."""
+import keras
+import numpy as np
+from keras import ops
+
+from keras_bertfam.tasks.classifier import head_initializer
+from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.task import Task
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class SpanLogits(keras.layers.Layer):
+    """(B, T, H) -> start and end logits (B, T); padding gets a large negative logit."""
+
+    def __init__(self, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.dense = keras.layers.Dense(2, kernel_initializer=self.kernel_initializer,
+                                        name="span")
+
+    def build(self, sequence_shape, padding_mask_shape=None):
+        self.dense.build(sequence_shape)
+        self.built = True
+
+    def call(self, sequence, padding_mask):
+        logits = ops.cast(self.dense(sequence), "float32")  # (B, T, 2)
+        penalty = (1.0 - ops.cast(padding_mask, "float32")) * -1e9  # (B, T)
+        return {"start_logits": logits[..., 0] + penalty, "end_logits": logits[..., 1] + penalty}
+
+    def compute_output_shape(self, sequence_shape, padding_mask_shape=None):
+        shape = tuple(sequence_shape[:2])
+        return {"start_logits": shape, "end_logits": shape}
+
+    def get_config(self):
+        return dict(super().get_config(),
+                    kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class QuestionAnswerer(Task):
+    """Span extraction (BERT on SQuAD): `Dense(2)` over the final hidden states gives start and end
+    logits; the loss is the mean of the start and end cross-entropies.
+
+    The preprocessor (`QuestionAnswererPreprocessor`) cuts long contexts into windows with a
+    stride; windows that do not hold the answer point at `[CLS]`. Raw input:
+    `x = (questions, contexts)`, `y = (answer_starts, answer_texts)` (character offsets, SQuAD's
+    format). `answer(questions, contexts)` returns the best span of each example, over all its
+    windows, as text with its character offsets.
+
+    Example:
+    >>> qa = kb.tasks.QuestionAnswerer.from_preset("bert_tiny_en_uncased")  # doctest: +SKIP
+    >>> qa.answer(["Who?"], ["Ada wrote it."])  # doctest: +SKIP
+    """
+
+    preprocessor_args = ("sequence_length", "stride", "max_question_length")
+    default_learning_rate = 5e-5
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.span_head = SpanLogits(kernel_initializer=head_initializer(backbone), name="span_head")
+        inputs, features = backbone_inputs(backbone)
+        sequence = backbone(features)["sequence_output"]
+        outputs = self.span_head(sequence, inputs["padding_mask"])
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self._track_losses(["start_accuracy", "end_accuracy"])
+
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=384, stride=128,
+                             max_question_length=64, **kwargs):
+        from keras_bertfam.preprocessing.finetuning import QuestionAnswererPreprocessor
+
+        return QuestionAnswererPreprocessor(tokenizer, sequence_length, stride=stride,
+                                            max_question_length=max_question_length)
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        losses, metrics = [], {}
+        for key, name in (("start_positions", "start"), ("end_positions", "end")):
+            labels = ops.cast(ops.reshape(y[key], (-1,)), "int32")
+            logits = y_pred[f"{name}_logits"]
+            losses.append(ops.mean(ops.sparse_categorical_crossentropy(labels, logits,
+                                                                       from_logits=True)))
+            metrics[f"{name}_accuracy"] = ops.mean(
+                ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32"))
+        return (losses[0] + losses[1]) / 2.0, metrics
+
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+        import tensorflow as tf
+
+        if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
+            data = (tuple(x),) if y is None else (tuple(x), tuple(y))
+            x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
+            return self.preprocessor.prepare(x, training=training), None, None, None
+        return super()._prepare(x, y, sample_weight, batch_size, training)
+
+    def answer(self, questions, contexts, max_answer_length=30, batch_size=32):
+        """Best answer span per example: `[{"text", "start", "end", "score"}]` (character offsets
+        into the context, `context[start:end] == text`)."""
+        import tensorflow as tf
+
+        features, meta = self.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+        out = super(Task, self).predict(features, batch_size=batch_size, verbose=0)
+        starts, ends = out["start_logits"], out["end_logits"]
+        example = meta["example_index"].numpy()
+        t0, t1 = meta["token_start"].numpy(), meta["token_end"].numpy()
+        best = [None] * len(questions)
+        for w in range(len(example)):
+            valid = t0[w] >= 0
+            s = np.where(valid, starts[w], -np.inf)
+            e = np.where(valid, ends[w], -np.inf)
+            scores = s[:, None] + e[None, :]  # (T, T): start i, end j
+            length = np.arange(len(e))[None, :] - np.arange(len(s))[:, None]
+            scores = np.where((length >= 0) & (length < max_answer_length), scores, -np.inf)
+            i, j = np.unravel_index(np.argmax(scores), scores.shape)
+            score = float(scores[i, j])
+            b = int(example[w])
+            if np.isfinite(score) and (best[b] is None or score > best[b]["score"]):
+                start, end = int(t0[w, i]), int(t1[w, j])
+                best[b] = {"text": contexts[b][start:end], "start": start, "end": end,
+                           "score": score}
+        return [b or {"text": "", "start": -1, "end": -1, "score": float("-inf")} for b in best]

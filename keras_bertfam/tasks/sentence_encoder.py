@@ -1,0 +1,71 @@
+"""Sentence embeddings: mean pooling over non-pad tokens + L2 normalization (sentence-transformers)."""
+import keras
+from keras import ops
+
+from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.task import Task
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class MeanPooling(keras.layers.Layer):
+    """(B, T, H) states, (B, T) padding mask -> (B, H) mean over the non-pad tokens, optionally
+    L2-normalized (sentence-transformers' `Pooling(mean)` + `Normalize`)."""
+
+    def __init__(self, normalize=True, **kwargs):
+        super().__init__(**kwargs)
+        self.normalize = normalize
+
+    def call(self, sequence, padding_mask):
+        mask = ops.cast(padding_mask, sequence.dtype)[:, :, None]  # (B, T, 1)
+        summed = ops.sum(sequence * mask, axis=1)  # (B, H)
+        count = ops.maximum(ops.sum(mask, axis=1), 1e-9)  # (B, 1)
+        x = summed / count
+        if self.normalize:
+            x = x / ops.maximum(ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True)), 1e-12)
+        return x
+
+    def compute_output_shape(self, sequence_shape, padding_mask_shape=None):
+        return (sequence_shape[0], sequence_shape[-1])
+
+    def get_config(self):
+        return dict(super().get_config(), normalize=self.normalize)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class SentenceEncoder(Task):
+    """A backbone + mean pooling (+ L2 normalization): sentence-transformers' encoder.
+
+    `encode(sentences)` returns (B, H) embeddings; with `all_minilm_l6_v2` they equal
+    sentence-transformers' `all-MiniLM-L6-v2` (tested ≤ 1e-4; sequence length 256 as its
+    `max_seq_length`). Not trained here (no loss); fine-tune a `TextClassifier` instead.
+
+    Example:
+    >>> enc = kb.tasks.SentenceEncoder.from_preset("all_minilm_l6_v2")  # doctest: +SKIP
+    >>> enc.encode(["A man is eating food."]).shape  # doctest: +SKIP
+    (1, 384)
+    """
+
+    preprocessor_args = ("sequence_length",)
+
+    def __init__(self, backbone, preprocessor=None, normalize=True, **kwargs):
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.normalize = normalize
+        self.pooling = MeanPooling(normalize=normalize, name="mean_pooling")
+        inputs, features = backbone_inputs(backbone)
+        sequence = backbone(features)["sequence_output"]
+        embedding = self.pooling(sequence, inputs["padding_mask"])
+        super().__init__(inputs=inputs, outputs=embedding, **kwargs)
+
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=256, **kwargs):
+        from keras_bertfam.preprocessing.finetuning import TextClassifierPreprocessor
+
+        return TextClassifierPreprocessor(tokenizer, sequence_length)
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        raise NotImplementedError("SentenceEncoder has no training loss; it encodes sentences.")
+
+    def encode(self, sentences, batch_size=32):
+        """Strings -> (B, H) numpy embeddings."""
+        return self.predict(list(sentences), batch_size=batch_size, verbose=0)

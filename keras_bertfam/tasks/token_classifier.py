@@ -1,0 +1,95 @@
+"""Fine-tuning: per-token classification (CoNLL-style tagging), labels on each word's first piece."""
+import keras
+from keras import ops
+
+from keras_bertfam.tasks.classifier import _mean, head_initializer
+from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.task import Task
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class TokenClassifier(Task):
+    """`dropout -> Dense(num_classes)` on every token's final hidden state (BERT's NER setup).
+
+    Labels belong to words: the preprocessor (`TokenClassifierPreprocessor`) gives each word's
+    label to its first WordPiece and weight 0 to the other pieces, special tokens and padding;
+    the loss is the cross-entropy averaged over weighted tokens.
+
+    Raw input: `x` a list of whitespace-separated sentences (or of word lists), `y` one label per
+    word (lists of lists). `predict` returns logits (B, T, num_classes); `predict_words` returns
+    one label per word.
+
+    Example:
+    >>> tagger = kb.tasks.TokenClassifier.from_preset("bert_tiny_en_uncased", num_classes=9)  # doctest: +SKIP
+    >>> tagger.fit(["John lives in Paris"], [[1, 0, 0, 5]])  # doctest: +SKIP
+    """
+
+    preprocessor_args = ("sequence_length",)
+    preprocessor_shared_args = ("num_classes",)
+    default_learning_rate = 5e-5
+
+    def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, **kwargs):
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}.")
+        self.backbone = backbone
+        self.num_classes = num_classes
+        self.preprocessor = preprocessor
+        self.dropout = dropout
+        self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
+        self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
+                                       name="logits")
+        inputs, features = backbone_inputs(backbone)
+        sequence = backbone(features)["sequence_output"]
+        logits = self.head(self.dropout_layer(sequence))  # (B, T, C)
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self._track_losses(["accuracy"])
+
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, num_classes=None,
+                             **kwargs):
+        from keras_bertfam.preprocessing.finetuning import TokenClassifierPreprocessor
+
+        return TokenClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes)
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        logits = ops.cast(y_pred, "float32")
+        labels = ops.cast(y, "int32")
+        w = ops.ones_like(labels, "float32") if sample_weight is None else ops.cast(
+            sample_weight, "float32")
+        ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)  # (B, T)
+        correct = ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32")
+        loss = _mean(ce, w)
+        return loss, {"accuracy": _mean(correct, w)}
+
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+        import tensorflow as tf
+
+        if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
+            words = x if isinstance(x, tf.RaggedTensor) else (
+                tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x))
+            data = (words,) if y is None else (words, tf.ragged.constant(y, dtype=tf.int32))
+            ds = tf.data.Dataset.from_tensor_slices(data)
+            ds = ds.ragged_batch(batch_size or 32) if isinstance(words, tf.RaggedTensor) or \
+                y is not None else ds.batch(batch_size or 32)
+            return self.preprocessor.prepare(ds, training=training), None, None, None
+        return super()._prepare(x, y, sample_weight, batch_size, training)
+
+    def predict_words(self, x, batch_size=None):
+        """One label per word: the argmax at each word's first piece (words cut by truncation
+        get -1)."""
+        import numpy as np
+        import tensorflow as tf
+
+        logits = self.predict(x, batch_size=batch_size, verbose=0)
+        words = x if isinstance(x, tf.RaggedTensor) else (
+            tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x))
+        _, word_index, first, words = self.preprocessor.word_pieces(words)
+        out = []
+        budget = self.preprocessor.sequence_length - 2
+        for b in range(logits.shape[0]):
+            labels = np.full(int(words.row_lengths()[b]), -1)
+            idx, flags = word_index[b].numpy()[:budget], first[b].numpy()[:budget]
+            best = np.argmax(logits[b, 1:1 + len(idx)], axis=-1)
+            labels[idx[flags]] = best[flags]
+            out.append(labels.tolist())
+        return out
