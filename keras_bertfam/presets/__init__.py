@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 
-from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets import checkpoints, keras_hub_format
 from keras_bertfam.presets.families import load_all
 
 FAMILIES, PRESETS = load_all()
@@ -22,13 +22,25 @@ TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
 
 
 def list(family=None):  # noqa: A001 - the public name kb.presets.list()
-    """Prints and returns the registered presets (name, family, parameters, source)."""
+    """Prints and returns the registered presets: name, family, size, parameters, source."""
     rows = [p for p in PRESETS.values() if family in (None, p.family)]
+    if not rows:
+        raise ValueError(f"No presets of family {family!r}; families: {sorted(FAMILIES)}.")
     width = max(len(p.name) for p in rows)
-    print(f"{'name':<{width}}  {'family':<10} {'params':>8}  source")
+    print(f"{'name':<{width}}  {'family':<11} {'size':<17} {'params':>9}  source")
     for p in rows:
-        print(f"{p.name:<{width}}  {p.family:<10} {p.params / 1e6:>7.1f}M  {p.hf_id or '-'}")
+        print(f"{p.name:<{width}}  {p.family:<11} {p.size:<17} {p.params / 1e6:>8.1f}M  "
+              f"{p.hf_id or '-'}")
     return [p.name for p in rows]
+
+
+def count_params(preset):
+    """The parameter count of a registered preset's config, computed without building it."""
+    from keras_bertfam.presets.params import count_params as count
+
+    preset = get(preset) if isinstance(preset, str) else preset
+    spec = FAMILIES[preset.family]
+    return count(spec.backbone_cls, preset.config, family=spec)
 
 
 def get(name):
@@ -51,22 +63,61 @@ def family_of_class(cls):
 
 
 # === Resolution ===
-def _resolve(preset):
-    """-> ("ours" | "hf" | "registered", path or Preset)."""
+def _resolve(preset, download=False):
+    """-> ("ours" | "keras_hub" | "hf" | "registered", path or Preset).
+
+    A string "org/name" that is neither a directory nor a registered name is an HF hub id: it
+    resolves to its snapshot in the local HF cache (`HF_HUB_CACHE`, or `HF_HOME`/hub); with
+    `download=True` (and a network) a missing snapshot is downloaded.
+    """
     if not isinstance(preset, str) or not preset:
         raise TypeError(f"A preset is a name or a directory path, got {preset!r}.")
+    if preset.startswith("hf://"):
+        return "hf", hub_snapshot(preset[len("hf://"):], download)
     if os.path.isdir(preset):
         if os.path.exists(os.path.join(preset, MANIFEST)):
             return "ours", preset
+        if keras_hub_format.is_keras_hub_dir(preset):
+            return "keras_hub", preset
         if os.path.exists(os.path.join(preset, "config.json")):
             return "hf", preset
         raise ValueError(
-            f"{preset!r} is neither a keras_bertfam preset directory ({MANIFEST}) nor an HF-format "
-            "model directory (config.json)."
+            f"{preset!r} is neither a keras_bertfam preset directory ({MANIFEST}), a keras-hub "
+            "preset directory (config.json + metadata.json) nor an HF-format model directory "
+            "(config.json)."
         )
-    if os.sep in preset and not preset.count("/") == 1:
+    if preset in PRESETS:
+        return "registered", PRESETS[preset]
+    if preset.count("/") == 1 and not preset.startswith(("/", ".")):
+        return "hf", hub_snapshot(preset, download)
+    if os.sep in preset:
         raise FileNotFoundError(f"Preset directory {preset!r} does not exist.")
     return "registered", get(preset)
+
+
+def hf_cache_dir():
+    """The HF hub cache, read from the environment at call time (HF_HUB_CACHE, HF_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return os.path.join(home, "hub")
+
+
+def hub_snapshot(repo_id, download=False):
+    """The local directory of an HF hub model; downloads only with `download=True`."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, cache_dir=hf_cache_dir(), local_files_only=not download)
+    except Exception as e:
+        how = ("the download failed (offline, HF_HUB_OFFLINE=1, or no such repository)"
+               if download else "pass download=True (online) to fetch it once")
+        raise FileNotFoundError(
+            f"{repo_id!r} is not a registered preset or a directory, and the HF hub model of that "
+            f"id is not in the local HF cache {hf_cache_dir()!r}: {how}. "
+            f"({type(e).__name__}: {e})"
+        ) from e
 
 
 def _read_manifest(path):
@@ -106,7 +157,8 @@ def registered_weights_dir(preset, download=False):
     try:
         from huggingface_hub import snapshot_download
 
-        return snapshot_download(preset.hf_id, local_files_only=not download)
+        return snapshot_download(preset.hf_id, cache_dir=hf_cache_dir(),
+                                 local_files_only=not download)
     except Exception as e:
         raise FileNotFoundError(
             f"The weights of {preset.name!r} ({preset.hf_id}) are not in the local HF cache. "
@@ -117,7 +169,11 @@ def registered_weights_dir(preset, download=False):
 
 # === Backbones ===
 def load_backbone(preset, cls=None, load_weights=True, download=False, **overrides):
-    kind, where = _resolve(preset)
+    kind, where = _resolve(preset, download)
+    if kind == "keras_hub":
+        spec, _ = keras_hub_format.family_of(where, FAMILIES)
+        _check_family(spec, cls, preset)
+        return keras_hub_format.load_backbone(where, spec, load_weights=load_weights, **overrides)
     if kind == "ours":
         manifest = _read_manifest(where)
         spec = FAMILIES[manifest["family"]]
@@ -133,15 +189,25 @@ def load_backbone(preset, cls=None, load_weights=True, download=False, **overrid
         _check_family(spec, cls, preset)
         if not load_weights:
             return spec.backbone_cls(**dict(where.config, **overrides))
-        return convert_hf(registered_weights_dir(where, download), **overrides)
+        return convert_hf(registered_weights_dir(where, download), family=spec, **overrides)
     spec, _ = _hf_family(where)
+    own = FAMILIES.get(getattr(cls, "family", None))
+    if own is not None and own.config_from_hf is spec.config_from_hf and (
+            own.weights_from_hf is spec.weights_from_hf):
+        spec = own  # a family stored in another's format (SpanBERT's BERT-format checkpoints)
     _check_family(spec, cls, preset)
-    return convert_hf(where, load_weights=load_weights, **overrides)
+    return convert_hf(where, load_weights=load_weights, family=spec, **overrides)
 
 
-def convert_hf(model_dir, load_weights=True, **overrides):
-    """An HF-format directory -> our backbone with the checkpoint's weights."""
+def convert_hf(model_dir, load_weights=True, family=None, **overrides):
+    """An HF-format directory -> our backbone with the checkpoint's weights.
+
+    `family` (a FamilySpec) converts with that family instead of the one claiming the directory's
+    model_type (SpanBERT's checkpoints are model_type "bert").
+    """
     spec, cfg = _hf_family(model_dir)
+    if family is not None:
+        spec = family
     backbone = spec.backbone_cls(**dict(spec.config_from_hf(cfg), **overrides))
     if load_weights:
         state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
@@ -184,8 +250,11 @@ def _write_json(path, data):
 
 
 # === Tokenizers ===
-def load_tokenizer(preset, **kwargs):
-    kind, where = _resolve(preset)
+def load_tokenizer(preset, download=False, **kwargs):
+    kind, where = _resolve(preset, download)
+    if kind == "keras_hub":
+        spec, _ = keras_hub_format.family_of(where, FAMILIES)
+        return keras_hub_format.load_tokenizer(where, spec)
     if kind == "ours":
         manifest = _read_manifest(where)
         if "tokenizer" not in manifest:
@@ -214,24 +283,40 @@ def save_tokenizer(tokenizer, preset_dir):
 
 
 # === Tasks ===
-def load_task(cls, preset, load_weights=True, preprocessor="default", **kwargs):
-    backbone = load_backbone(preset, load_weights=load_weights)
-    kind, where = _resolve(preset)
+def load_task(cls, preset, load_weights=True, preprocessor="default", download=False, **kwargs):
+    """`cls` on the preset's backbone, with its tokenizer in `cls.default_preprocessor`.
+
+    From one of our preset directories saved from a `cls` task, the task's saved arguments (e.g.
+    `num_classes`), its preprocessor's (e.g. `sequence_length`) and its weights come back;
+    `kwargs` override them.
+    """
+    kind, where = _resolve(preset, download)
+    saved = {}
+    if kind == "ours":
+        saved = _read_manifest(where).get("task", {})
+        if saved.get("class_name") != cls.__name__:
+            saved = {}
+    kwargs = dict(saved.get("config", {}), **kwargs)
+    backbone = load_backbone(where if kind != "registered" else preset,
+                             load_weights=load_weights, download=download)
     if preprocessor == "default":
-        tokenizer = load_tokenizer(preset)
-        preprocessor = cls.default_preprocessor(tokenizer, backbone, **_pop_preprocessor_args(
-            cls, kwargs))
+        tokenizer = load_tokenizer(where if kind != "registered" else preset)
+        args = dict(saved.get("preprocessor", {}))
+        args.update(_pop_preprocessor_args(cls, kwargs))
+        args.update({k: kwargs[k] for k in getattr(cls, "preprocessor_shared_args", ())
+                     if k in kwargs})
+        preprocessor = cls.default_preprocessor(tokenizer, backbone, **args)
+    else:
+        _pop_preprocessor_args(cls, kwargs)
     task = cls(backbone=backbone, preprocessor=preprocessor, **kwargs)
-    if kind == "ours" and load_weights:
-        manifest = _read_manifest(where)
-        if manifest.get("task", {}).get("class_name") == cls.__name__:
-            _load_weights_file(task, os.path.join(where, TASK_WEIGHTS))
+    if saved and load_weights:
+        _load_weights_file(task, os.path.join(where, TASK_WEIGHTS))
     return task
 
 
 def _pop_preprocessor_args(cls, kwargs):
     names = getattr(cls, "preprocessor_args", ())
-    return {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+    return {k: kwargs.pop(k) for k in [*kwargs] if k in names}
 
 
 def save_task(task, preset_dir):
@@ -242,6 +327,11 @@ def save_task(task, preset_dir):
     for key in ("backbone", "preprocessor", "name", "trainable"):
         config.pop(key, None)
     manifest["task"] = {"class_name": type(task).__name__, "config": config}
+    preprocessor = getattr(task, "preprocessor", None)
+    if preprocessor is not None:
+        names = set(getattr(type(task), "preprocessor_args", ()))
+        manifest["task"]["preprocessor"] = {
+            k: v for k, v in preprocessor.get_config().items() if k in names}
     _write_json(os.path.join(preset_dir, MANIFEST), manifest)
     task.save_weights(os.path.join(preset_dir, TASK_WEIGHTS))
 
@@ -249,3 +339,79 @@ def save_task(task, preset_dir):
 def convert(path, load_weights=True, **overrides):
     """An HF-format model directory -> our backbone with the checkpoint's weights."""
     return convert_hf(path, load_weights=load_weights, **overrides)
+
+
+# === HF task heads ===
+def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kwargs):
+    """An HF-format task checkpoint -> our `task_cls` with the backbone's *and* the head's weights.
+
+    The heads come from the family's `hf_task_heads` (BERT: `BertForPreTraining`'s MLM
+    `cls.predictions.*` and NSP `cls.seq_relationship` into `BertPretrainer`, `BertForMaskedLM`
+    into `MaskedLM`, `BertFor{Sequence,Token}Classification`'s `classifier` into
+    `TextClassifier` / `TokenClassifier`). A checkpoint without the head's weights is an error
+    naming them.
+    """
+    kind, where = _resolve(path)
+    if kind != "hf":
+        raise ValueError(f"convert_task takes an HF-format model directory, got {path!r} ({kind}).")
+    spec, cfg = _hf_family(where)
+    heads = (spec.hf_task_heads or {}).get(task_cls.__name__)
+    if heads is None:
+        raise ValueError(f"No HF head conversion for {task_cls.__name__} in the {spec.name!r} "
+                         f"family (it has: {sorted(spec.hf_task_heads or {})}).")
+    if task_cls.__name__ in ("TextClassifier", "TokenClassifier") and "num_classes" not in kwargs:
+        kwargs["num_classes"] = cfg.get("num_labels") or len(cfg.get("id2label", {})) or 2
+    task = load_task(task_cls, where, load_weights=load_weights, preprocessor=preprocessor,
+                     **kwargs)
+    if load_weights:
+        state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
+        checkpoints.assign(heads(task), state, what=f"{task_cls.__name__} head")
+    return task
+
+
+# === Export to HF transformers ===
+def export_to_transformers(model, path):
+    """Writes a backbone or task as an HF-format directory that `transformers` loads.
+
+    `config.json` (the family's `config_to_hf`, with the task's HF architecture), the weights as
+    `model.safetensors` (the family's HF weight maps read in reverse, so a family plugs in by
+    giving `config_to_hf`), and the tokenizer's files when the task has a preprocessor. Tasks with
+    HF heads (`hf_task_heads`) get them under HF's names; other tasks export their backbone.
+    """
+    from safetensors.numpy import save_file
+
+    backbone = getattr(model, "backbone", model)
+    spec = family_of_class(type(backbone))
+    if spec is None or spec.config_to_hf is None:
+        raise NotImplementedError(
+            f"export_to_transformers does not know {type(backbone).__name__}'s HF format "
+            "(its family gives no config_to_hf).")
+    config = spec.config_to_hf(backbone)
+    mapping = spec.weights_from_hf(backbone)
+    prefix = ""
+    task_name = type(model).__name__
+    heads = (spec.hf_task_heads or {}).get(task_name) if model is not backbone else None
+    if heads is not None:
+        prefix = spec.hf_prefixes[0] if spec.hf_prefixes else ""
+        config["architectures"] = [spec.hf_task_architectures[task_name]]
+        if getattr(model, "num_classes", None):
+            config["num_labels"] = model.num_classes
+            config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_classes)}
+            config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
+            if model.num_classes == 1:
+                config["problem_type"] = "regression"
+    state = {prefix + k: v for k, v in checkpoints.export_state_dict(mapping).items()}
+    if heads is not None:
+        state.update(checkpoints.export_state_dict(heads(model)))
+    os.makedirs(path, exist_ok=True)
+    save_file(state, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(path, "config.json"), config)
+    tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
+    if tokenizer is not None and spec.tokenizer_files == ("vocab.txt",):
+        tokenizer.save_assets(path)
+        if os.path.exists(os.path.join(path, "vocabulary.txt")):
+            os.replace(os.path.join(path, "vocabulary.txt"), os.path.join(path, "vocab.txt"))
+        _write_json(os.path.join(path, "tokenizer_config.json"),
+                    {"tokenizer_class": "BertTokenizer",
+                     "do_lower_case": bool(getattr(tokenizer, "bert_lowercase", False))})
+    return path

@@ -76,18 +76,49 @@ def assign(mapping, state_dict, what="model"):
 
 
 # === Transforms: torch Linear (out, in) -> Keras kernels ===
-def transpose(w):
+# Each transform carries its `inverse` (Keras -> HF), which `export_to_transformers` uses to read
+# the same weight maps in reverse.
+def invertible(forward, inverse):
+    forward.inverse = inverse
+    return forward
+
+
+def _transpose(w):
     return w.T
+
+
+transpose = invertible(_transpose, _transpose)
 
 
 def heads_in(num_heads):
     """(H_out, H_in) -> EinsumDense "btd,dnh" kernel (H_in, N, Hd); bias (H) -> (N, Hd)."""
-    return lambda w: w.T.reshape(w.shape[1], num_heads, -1) if w.ndim == 2 else w.reshape(num_heads, -1)
+    return invertible(
+        lambda w: w.T.reshape(w.shape[1], num_heads, -1) if w.ndim == 2 else w.reshape(num_heads, -1),
+        lambda k: k.reshape(k.shape[0], -1).T if k.ndim == 3 else k.reshape(-1),
+    )
 
 
 def heads_out(num_heads):
     """(H_out, H_in) -> EinsumDense "btnh,nhd" kernel (N, Hd, H_out)."""
-    return lambda w: w.T.reshape(num_heads, -1, w.shape[0])
+    return invertible(lambda w: w.T.reshape(num_heads, -1, w.shape[0]),
+                      lambda k: k.reshape(-1, k.shape[-1]).T)
+
+
+def inverse(transform):
+    """The Keras -> HF direction of a mapping's transform (identity for None)."""
+    if transform is None:
+        return lambda v: v
+    if not hasattr(transform, "inverse"):
+        raise NotImplementedError(f"The weight transform {transform} has no inverse for export.")
+    return transform.inverse
+
+
+def export_state_dict(mapping):
+    """`[(variable, hf_key, transform)]` -> {hf_key: numpy array in HF's layout}."""
+    import keras
+
+    return {key: np.ascontiguousarray(inverse(t)(keras.ops.convert_to_numpy(v)).astype("float32"))
+            for v, key, t in mapping}
 
 
 def dense(layer, key):
@@ -148,9 +179,11 @@ def bert_backbone_map(backbone):
 
 def bert_config_from_hf(cfg):
     """HF BertConfig -> BertBackbone arguments."""
-    if cfg.get("hidden_act", "gelu") != "gelu":
-        raise CheckpointError(f"hidden_act={cfg['hidden_act']!r} is not BERT's exact GELU.")
-    return dict(
+    activation = {"gelu": "gelu", "gelu_new": "gelu_approximate",
+                  "gelu_pytorch_tanh": "gelu_approximate"}.get(cfg.get("hidden_act", "gelu"))
+    if activation is None:
+        raise CheckpointError(f"hidden_act={cfg['hidden_act']!r} is not a GELU BERT converts.")
+    config = dict(
         vocabulary_size=cfg["vocab_size"],
         num_layers=cfg["num_hidden_layers"],
         num_heads=cfg["num_attention_heads"],
@@ -162,9 +195,38 @@ def bert_config_from_hf(cfg):
         layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-12),
         initializer_range=cfg.get("initializer_range", 0.02),
     )
+    if activation != "gelu":
+        config["activation"] = activation
+    return config
 
 
 def bert_mlm_head_map(head, prefix="cls.predictions"):
     return (dense(head.dense, f"{prefix}.transform.dense")
             + layer_norm(head.layer_norm, f"{prefix}.transform.LayerNorm")
             + [(head.bias, f"{prefix}.bias", None)])
+
+
+def bert_config_to_hf(backbone):
+    """BertBackbone -> HF BertConfig dict (the reverse of `bert_config_from_hf`)."""
+    activation = getattr(backbone, "activation", "gelu")
+    return dict(
+        model_type="bert",
+        architectures=["BertModel"],
+        vocab_size=backbone.vocabulary_size,
+        num_hidden_layers=backbone.num_layers,
+        num_attention_heads=backbone.num_heads,
+        hidden_size=backbone.hidden_dim,
+        intermediate_size=backbone.intermediate_dim,
+        hidden_act={"gelu": "gelu", "gelu_approximate": "gelu_new"}.get(activation, activation),
+        hidden_dropout_prob=backbone.dropout,
+        attention_probs_dropout_prob=backbone.dropout,
+        max_position_embeddings=backbone.max_sequence_length,
+        type_vocab_size=backbone.num_segments,
+        layer_norm_eps=backbone.layer_norm_epsilon,
+        initializer_range=backbone.initializer_range,
+        pad_token_id=0,
+    )
+
+
+def bert_pair_head_map(head, key="cls.seq_relationship"):
+    return dense(head.dense, key)
