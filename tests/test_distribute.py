@@ -1,0 +1,273 @@
+"""Distributed training: MirroredStrategy (2 logical CPUs), MultiWorkerMirroredStrategy (two worker
+processes on 127.0.0.1), Keras DataParallel on JAX (2 host devices; two JAX processes), mixed
+precision. Every engine runs in its own subprocess so device settings never leak between tests.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+
+TIMEOUT = 150
+
+# Tiny BertPretrainer, dropout 0, preprocessed inputs (fixed masks): training is deterministic.
+COMMON = r'''
+import os, sys, json
+import numpy as np
+
+def make_task(kb, keras):
+    keras.utils.set_random_seed(0)
+    backbone = kb.models.BertBackbone(64, 2, 2, 16, 32, max_sequence_length=16, dropout=0.0)
+    return kb.tasks.BertPretrainer(backbone)
+
+def make_data(batch=8, length=16, steps=1):
+    rng = np.random.RandomState(0)
+    n = batch * steps
+    x = {"token_ids": rng.randint(5, 64, (n, length)).astype("int32"),
+         "segment_ids": np.repeat([[0] * 8 + [1] * 8], n, 0).astype("int32"),
+         "padding_mask": np.ones((n, length), "int32"),
+         "mask_positions": np.tile(np.arange(1, 4), (n, 1)).astype("int32")}
+    y = {"mask_ids": rng.randint(5, 64, (n, 3)).astype("int32"),
+         "mask_weights": np.ones((n, 3), "float32"),
+         "pair_labels": rng.randint(0, 2, (n,)).astype("int32")}
+    return x, y
+
+def weights_of(task):
+    return [np.asarray(keras.ops.convert_to_numpy(w)) for w in task.weights]
+'''
+
+
+def _run(script, env=None, timeout=TIMEOUT):
+    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    return subprocess.Popen([sys.executable, "-c", script], env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait(procs, timeout=TIMEOUT):
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, err[-3000:]
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return outs
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _result(out):
+    return json.loads(out.strip().splitlines()[-1])
+
+
+MIRRORED = COMMON + r'''
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, keras_bertfam as kb
+x, y = make_data(batch=8)
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # one global batch of 8
+
+single = make_task(kb, keras)
+single.compile(optimizer=keras.optimizers.SGD(0.5))
+initial = weights_of(single)
+h1 = single.fit(ds, epochs=1, verbose=0).history
+
+strategy = kb.distribute.get_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    dist = make_task(kb, keras)
+    dist.set_weights(initial)
+    dist.compile(optimizer=keras.optimizers.SGD(0.5))
+h2 = dist.fit(ds, epochs=1, verbose=0).history
+diff = max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), weights_of(dist)))
+moved = max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), initial))
+print(json.dumps({"replicas": strategy.num_replicas_in_sync, "diff": diff, "moved": moved,
+                  "loss1": h1["loss"][0], "loss2": h2["loss"][0]}))
+'''
+
+
+def test_mirrored_step_equals_single_device_step():
+    out = _result(_wait([_run(MIRRORED)])[0])
+    assert out["replicas"] == 2
+    assert out["moved"] > 1e-3  # the step did change the weights
+    assert out["diff"] <= 1e-5, out
+    assert abs(out["loss1"] - out["loss2"]) <= 1e-5, out
+
+
+MULTI_WORKER = COMMON + r'''
+os.environ["KERAS_BACKEND"] = "tensorflow"
+index, ports = int(sys.argv[1]), sys.argv[2].split(",")
+if len(ports) > 1:
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+        "task": {"type": "worker", "index": index}})
+import tensorflow as tf
+import keras, keras_bertfam as kb
+strategy = kb.distribute.get_strategy("multi_worker" if len(ports) > 1 else "default")
+x, y = make_data(batch=8, steps=3)
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # 3 global batches of 8
+with strategy.scope():
+    task = make_task(kb, keras)
+    task.compile(optimizer=keras.optimizers.SGD(0.5))
+history = task.fit(ds, epochs=1, verbose=0).history
+np.savez(sys.argv[3], *weights_of(task))
+print(json.dumps({"replicas": strategy.num_replicas_in_sync,
+                  "history": {k: float(v[-1]) for k, v in history.items()}}))
+'''
+
+
+def test_multi_worker_fit_two_processes(tmp_path):
+    ports = ",".join(map(str, _free_ports(2)))
+    script = MULTI_WORKER.replace("sys.argv[1]", "ARG1").replace("sys.argv[2]", "ARG2")
+    procs = []
+    for i, (arg_ports, name) in enumerate([(ports, "w0"), (ports, "w1"), ("0", "single")]):
+        s = script.replace("ARG1", repr(str(i))).replace("ARG2", repr(arg_ports))
+        s = s.replace("sys.argv[3]", repr(str(tmp_path / f"{name}.npz")))
+        procs.append(_run(s))
+    outs = [_result(o) for o in _wait(procs)]
+    assert [o["replicas"] for o in outs] == [2, 2, 1]
+    assert np.isfinite(outs[0]["history"]["loss"]) and outs[0]["history"] == outs[1]["history"]
+    w0, w1, single = (np.load(tmp_path / f"{n}.npz") for n in ("w0", "w1", "single"))
+    for key in w0.files:
+        np.testing.assert_array_equal(w0[key], w1[key])  # identical weights on both workers
+        # and the same 3 steps as one device on the same global batches
+        np.testing.assert_allclose(w0[key], single[key], atol=1e-5)
+    assert abs(outs[0]["history"]["loss"] - outs[2]["history"]["loss"]) < 1e-5
+
+
+JAX_DP = COMMON + r'''
+os.environ["KERAS_BACKEND"] = "jax"
+import keras, keras_bertfam as kb
+import jax
+x, y = make_data(batch=8, steps=2)
+single = make_task(kb, keras)
+single.compile(optimizer=keras.optimizers.SGD(0.5))
+initial = weights_of(single)
+single.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+
+strategy = kb.distribute.get_strategy("jax_data_parallel")
+with strategy.scope():
+    dist = make_task(kb, keras)
+    dist.set_weights(initial)
+    dist.compile(optimizer=keras.optimizers.SGD(0.5))
+dist.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+kernel = dist.backbone.embeddings.token_embedding.embeddings
+diff = max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), weights_of(dist)))
+moved = max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), initial))
+print(json.dumps({"devices": len(jax.devices()), "diff": diff, "moved": moved,
+                  "sharding_devices": len(kernel.value.sharding.device_set)}))
+'''
+
+
+def test_jax_data_parallel_two_host_devices():
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    out = _result(_wait([_run(JAX_DP, env=env)])[0])
+    assert out["devices"] == 2 and out["sharding_devices"] == 2  # weights replicated on both
+    assert out["moved"] > 1e-3
+    assert out["diff"] <= 1e-5, out
+
+
+JAX_MULTI_PROCESS = COMMON + r'''
+os.environ["KERAS_BACKEND"] = "jax"
+import keras, keras_bertfam as kb
+import jax
+strategy = kb.distribute.get_strategy(
+    "jax_data_parallel", job_addresses=ADDRESS, num_processes=2, process_id=INDEX)
+x, y = make_data(batch=8, steps=2)
+# Each process feeds its half of every global batch of 8 (Keras assembles the global array).
+half = lambda d: {k: v.reshape(2, 2, 4, *v.shape[1:])[:, INDEX].reshape(-1, *v.shape[1:])
+                  for k, v in d.items()}
+with strategy.scope():
+    task = make_task(kb, keras)
+    task.compile(optimizer=keras.optimizers.SGD(0.5))
+task.fit(half(x), half(y), batch_size=4, epochs=1, shuffle=False, verbose=0)
+np.savez(OUT, *[np.asarray(jax.device_get(w.value.addressable_data(0))) for w in task.weights])
+print(json.dumps({"processes": jax.process_count(), "devices": len(jax.devices())}))
+'''
+
+
+def test_jax_data_parallel_two_processes(tmp_path):
+    port = _free_ports(1)[0]
+    procs = []
+    for i in range(2):
+        s = (JAX_MULTI_PROCESS.replace("ADDRESS", repr(f"127.0.0.1:{port}"))
+             .replace("INDEX", str(i)).replace("OUT", repr(str(tmp_path / f"p{i}.npz"))))
+        procs.append(_run(s, env={"JAX_PLATFORMS": "cpu"}))
+    outs = [_result(o) for o in _wait(procs)]
+    assert all(o == {"processes": 2, "devices": 2} for o in outs)
+    p0, p1 = np.load(tmp_path / "p0.npz"), np.load(tmp_path / "p1.npz")
+    for key in p0.files:
+        np.testing.assert_array_equal(p0[key], p1[key])
+    # the same two steps as one process on the full global batches
+    single = SINGLE_JAX.replace("OUT", repr(str(tmp_path / "single.npz")))
+    _wait([_run(single, env={"JAX_PLATFORMS": "cpu"})])
+    ref = np.load(tmp_path / "single.npz")
+    for key in p0.files:
+        np.testing.assert_allclose(p0[key], ref[key], atol=1e-5)
+
+
+SINGLE_JAX = COMMON + r'''
+os.environ["KERAS_BACKEND"] = "jax"
+import keras, keras_bertfam as kb
+x, y = make_data(batch=8, steps=2)
+task = make_task(kb, keras)
+task.compile(optimizer=keras.optimizers.SGD(0.5))
+task.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+np.savez(OUT, *weights_of(task))
+print("{}")
+'''
+
+
+# === Mixed precision (in process, TensorFlow backend) ===
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_train_step(policy):
+    exec(COMMON, scope := {"keras": keras})
+    x, y = scope["make_data"](batch=4)
+    reference = scope["make_task"](kb, keras)
+    expected = keras.ops.convert_to_numpy(reference.predict(x, verbose=0)["pair_logits"])
+    try:
+        keras.mixed_precision.set_global_policy(policy)
+        task = scope["make_task"](kb, keras)
+        task.set_weights(reference.get_weights())
+        out = task.predict(x, verbose=0)
+        assert task.backbone.compute_dtype == policy.split("_")[1]
+        assert all(w.dtype == "float32" for w in task.weights)  # float32 master weights
+        np.testing.assert_allclose(out["pair_logits"], expected, atol=0.05)
+        mlm = keras.ops.convert_to_numpy(out["mlm_logits"]).astype("float32")
+        ref_mlm = reference.predict(x, verbose=0)["mlm_logits"]
+        assert np.abs(mlm - ref_mlm).max() < 0.1
+        task.compile(learning_rate=1e-3)
+        loss, aux = task.losses_and_metrics(y, task(x, training=True), None)
+        assert loss.dtype == "float32" and all(v.dtype == "float32" for v in aux.values())
+        logs = task.train_on_batch(x, y, return_dict=True)
+        assert all(np.isfinite(v) for v in logs.values()), logs
+        assert abs(logs["loss"] - float(loss)) < 0.05
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_get_strategy_names():
+    assert kb.distribute.get_strategy("default").num_replicas_in_sync == 1
+    with pytest.raises(ValueError, match="Unknown strategy"):
+        kb.distribute.get_strategy("horovod")
+    with pytest.raises(RuntimeError, match="KERAS_BACKEND=jax"):
+        kb.distribute.get_strategy("jax_data_parallel")
