@@ -26,8 +26,8 @@ All random ops are *stateless* (`tf.random.stateless_*`). The key of one call is
   vector of ints, e.g. `(epoch, index)`): the mask is a pure function of `(masker seed, s, input)`.
   This is fairseq's seed-per-(seed, epoch, index) scheme; it is what makes masks reproducible under
   `Dataset.map(..., num_parallel_calls=AUTOTUNE)`, where calls run in any order.
-* `masker(token_ids)` -- uses an internal call counter (a `tf.Variable`): call number k uses
-  `s = k`. Masks differ from call to call and the sequence repeats exactly for the same seed when
+* `masker(token_ids)` -- uses an internal call counter (a `tf.Variable`): call number k uses the
+  key `fold_in((seed, 0x5EED), k)`. Masks differ from call to call and the sequence repeats exactly for the same seed when
   calls run in order (eager code, or a `map` without parallel calls). With parallel calls the *set*
   of masks is the same but which element gets which mask depends on scheduling.
 * `masker.map_dataset(ds)` -- the recommended tf.data entry point: zips `ds` with
@@ -36,7 +36,16 @@ All random ops are *stateless* (`tf.random.stateless_*`). The key of one call is
   seed, and independent of `num_parallel_calls` and scheduling.
 
 `seed=None` at construction draws the masker seed from NumPy's global generator (so
-`keras.utils.set_random_seed` makes it reproducible too).
+`keras.utils.set_random_seed` makes it reproducible too). The draws have the shape of the padded
+batch, so a row's mask depends on the key, its batch and the padded width: a ragged batch and
+its dense version padded to the longest row give identical results.
+
+Exactness in one line per strategy (details in each class): TokenMasker and WholeWordMasker and
+NgramMasker make *the same decisions as the original sequential loops* for the same visiting
+order and draws (tested against NumPy transcriptions); the visiting order is a uniformly random
+permutation from 24-bit random keys with ties (probability ~T**2 / 2**25 per row) broken by
+position. SpanMasker keeps spans disjoint and whole-word, which the original does not (see its
+docstring).
 """
 import math
 import os
