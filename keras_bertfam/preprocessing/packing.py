@@ -15,6 +15,7 @@ a, b, is_random_next = NextSentencePairer(128, seed=1)(documents)  # [N, (T)], [
 ```
 """
 import keras
+import numpy as np
 import tensorflow as tf
 
 # === Helpers ===
@@ -74,7 +75,7 @@ def _check_documents(documents):
 
 
 def _call_seed(seed):
-    """A fresh [2] int64 stateless seed per call, reproducible from `seed` (an op-level seed)."""
+    """A fresh [2] int64 stateless seed per call from a stateful op with op-level seed `seed`."""
     return tf.random.uniform([2], minval=0, maxval=2**31 - 1, dtype=tf.int64, seed=seed)
 
 
@@ -525,7 +526,42 @@ def _pair_instances(documents, seed, objective, sequence_length, short_seq_prob,
     return segment_a, segment_b, labels, details
 
 
-class NextSentencePairer(_TFLayer):
+class _Pairer(_TFLayer):
+    """Seeding shared by the pairers (the same convention as the maskers of `masking.py`)."""
+
+    def _init_seed(self, seed):
+        if seed is None:
+            seed = int(np.random.randint(0, 2**31 - 1))
+        self.seed = int(seed)
+
+    def _call_key(self, seed):
+        """The stateless key of one call.
+
+        `seed=None`: a fresh key per call from a stateful op seeded by the layer seed (different
+        for every batch; reproducible in order). An explicit call seed (an int or a static-length
+        int vector, e.g. `(epoch, index)`): the instances are a pure function of
+        `(layer seed, call seed, input)`, whatever the `tf.data` parallelism.
+        """
+        if seed is None:
+            return _call_seed(self.seed)
+        key = tf.constant([self.seed, 0x5A1F], tf.int64)
+        seed = tf.reshape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [-1])
+        if seed.shape[0] is None:
+            raise ValueError("The call seed must have a static length.")
+        for i in range(seed.shape[0]):
+            key = tf.random.experimental.stateless_fold_in(key, seed[i])
+        return key
+
+    def map_dataset(self, dataset, num_parallel_calls=tf.data.AUTOTUNE):
+        """`dataset.map(self)` with a per-element seed from `tf.data.Dataset.random(self.seed)`:
+        fresh instances every epoch, reproducible for any `num_parallel_calls`."""
+        draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
+        return tf.data.Dataset.zip((dataset, draws)).map(
+            lambda x, s: self(x, seed=s), num_parallel_calls=num_parallel_calls
+        )
+
+
+class NextSentencePairer(_Pairer):
     """BERT's next-sentence-prediction instances (`create_instances_from_document`), vectorized.
 
     Devlin et al., 2018. For every document of the batch, independently:
@@ -559,13 +595,17 @@ class NextSentencePairer(_TFLayer):
     Args:
         sequence_length: the packed length the instances must fit (`[CLS] A [SEP] B [SEP]`).
         short_seq_prob: probability of a shorter target length.
-        seed: op-level seed: the layer draws a fresh stateless seed on every call, so a pipeline is
-            reproducible (given the global seed) and each batch gets new randomness.
+        seed: the layer seed (int; None draws one from NumPy's global generator, so
+            `keras.utils.set_random_seed` makes it reproducible).
         single_sentence: `"random_document"` (the original: a one-sentence chunk always gets a
             random B, label 1) or `"skip"` (no instance from a one-sentence chunk; balanced labels).
 
     Call args:
         documents: `tf.RaggedTensor` of token ids `[B, (S sentences), (W tokens)]`.
+        seed: optional call seed (int or static-length int vector such as `(epoch, index)`): the
+            output is then a pure function of (layer seed, call seed, documents). Without it each
+            call draws fresh randomness. `map_dataset(ds)` passes a per-element seed from
+            `tf.data.Dataset.random(seed)`.
 
     Returns: `(segment_a, segment_b, labels)`: ragged `[N, (T)]`, ragged `[N, (T)]`, int32 `[N]`
         (1 = random next). N varies per batch: follow with `.unbatch().batch(...)` and a
@@ -593,16 +633,16 @@ class NextSentencePairer(_TFLayer):
             raise ValueError(f"`sequence_length` must be >= 5. Received: {sequence_length}")
         self.sequence_length = int(sequence_length)
         self.short_seq_prob = float(short_seq_prob)
-        self.seed = seed
+        self._init_seed(seed)
         self.single_sentence = single_sentence
 
-    def call(self, documents):
+    def call(self, documents, seed=None):
         return create_pair_instances(
             documents,
             objective="nsp",
             sequence_length=self.sequence_length,
             short_seq_prob=self.short_seq_prob,
-            seed=_call_seed(self.seed),
+            seed=self._call_key(seed),
             single_sentence=self.single_sentence,
         )
 
@@ -617,7 +657,7 @@ class NextSentencePairer(_TFLayer):
         return config
 
 
-class SentenceOrderPairer(_TFLayer):
+class SentenceOrderPairer(_Pairer):
     """ALBERT's sentence-order-prediction instances, vectorized.
 
     Lan et al., 2019. Documents are cut into chunks exactly as in `NextSentencePairer` (target
@@ -633,11 +673,12 @@ class SentenceOrderPairer(_TFLayer):
     Args:
         sequence_length: the packed length (`[CLS] A [SEP] B [SEP]`).
         short_seq_prob: probability of a shorter target length (per document).
-        seed: op-level seed; a fresh stateless seed is drawn on each call.
+        seed: the layer seed (int; None draws one from NumPy's global generator).
         single_sentence: `"skip"` or `"random_document"`.
 
     Call args:
         documents: ragged token ids `[B, (S), (W)]`.
+        seed: optional call seed, as in `NextSentencePairer`.
 
     Returns: `(segment_a, segment_b, labels)`: ragged `[N, (T)]` x2 and int32 `[N]`.
 
@@ -658,16 +699,16 @@ class SentenceOrderPairer(_TFLayer):
             raise ValueError(f"`sequence_length` must be >= 5. Received: {sequence_length}")
         self.sequence_length = int(sequence_length)
         self.short_seq_prob = float(short_seq_prob)
-        self.seed = seed
+        self._init_seed(seed)
         self.single_sentence = single_sentence
 
-    def call(self, documents):
+    def call(self, documents, seed=None):
         return create_pair_instances(
             documents,
             objective="sop",
             sequence_length=self.sequence_length,
             short_seq_prob=self.short_seq_prob,
-            seed=_call_seed(self.seed),
+            seed=self._call_key(seed),
             single_sentence=self.single_sentence,
         )
 
