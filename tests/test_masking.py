@@ -287,7 +287,7 @@ def test_span_lengths_follow_clipped_geometric():
     sel = m._selectable(x, valid)
     budget = m._budget(valid, sel, tf.constant([0, 0]))
     np.testing.assert_array_equal(budget.numpy(), 77)  # ceil(0.15 * 512)
-    _, covered, _, drawn, realized = m._spans(x, sel, budget, tf.constant([7, 8]))
+    _, covered, _, drawn, realized = m._spans(x, sel, budget, tf.constant([7, 8]), track=True)
     drawn, realized = drawn.numpy(), realized.numpy()
     np.testing.assert_array_equal(covered.numpy().sum(1), 77)
     placed = realized > 0

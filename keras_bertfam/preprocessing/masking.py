@@ -152,12 +152,21 @@ def _cumsum(x, exclusive=False, tri=None):
     return tf.cast(tf.matmul(tf.cast(x, tf.float32), tri), tf.int32)
 
 
+def _flat_index(index, width):
+    """Row-major flat indices of index [B, ...] into a [B, width] tensor (for `_gather_flat`)."""
+    B = tf.shape(index)[0]
+    shape = tf.concat([[B], tf.ones([tf.rank(index) - 1], tf.int32)], axis=0)
+    return index + tf.reshape(tf.range(B) * width, shape)
+
+
+def _gather_flat(x, flat_index):
+    """x[b, index[b, ...]] given `_flat_index(index, x.shape[1])`: one reshape and one gather."""
+    return tf.gather(tf.reshape(x, [-1]), flat_index)
+
+
 def _take(x, index):
     """x[b, index[b, ...]] for x [B, N]: one flat gather (faster than batch_dims=1)."""
-    B = tf.shape(x)[0]
-    N = tf.shape(x)[1]
-    offset = tf.reshape(tf.range(B) * N, tf.concat([[B], tf.ones([tf.rank(index) - 1], tf.int32)], 0))
-    return tf.gather(tf.reshape(x, [-1]), index + offset)
+    return _gather_flat(x, _flat_index(index, tf.shape(x)[1]))
 
 
 def _shift_left(x, d, fill):
@@ -642,9 +651,12 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
 
     tri = _triangular(W, exclusive=True)
 
+    order_flat = _flat_index(order, W)
+    rank_flat = _flat_index(rank, W)
+
     def cum_before(x):
         """sum of x over the candidates visited before each word's candidate -> (B, W)."""
-        return _take(_cumsum(_take(x, order), tri=tri), rank)
+        return _gather_flat(_cumsum(_gather_flat(x, order_flat), tri=tri), rank_flat)
 
     def fit(r):
         """Longest allowed n with pieces <= r (B, 1), and its pieces -> (B, W), (B, W)."""
@@ -945,10 +957,11 @@ class SpanMasker(_Masker):
         word, covered, unit_w, _, _ = self._spans(ids, selectable, budget, seed)
         return self._tokens_from_words(word, covered, unit_w)
 
-    def _spans(self, ids, selectable, budget, seed):
+    def _spans(self, ids, selectable, budget, seed, track=False):
         """Returns word [B, T], covered words [B, W], anchor per covered word [B, W], and per
         round [B, K]: the span's drawn length and its realized length in words (both 0 when no
-        span was placed that round; they differ only for the budget-cut final span)."""
+        span was placed that round; they differ only for the budget-cut final span; zeros unless
+        `track`)."""
         seed_len, seed_anchor = _split_seeds(seed, 2)
         word, num_words, ctok = self._words(ids, selectable)
         B = tf.shape(ids)[0]
@@ -963,6 +976,8 @@ class SpanMasker(_Masker):
         k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
         ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, W + 1 + Lmax)
         tri = _triangular(W)
+        row_offset = tf.range(B)[:, tf.newaxis] * (W + 1 + Lmax)  # rows of ctok_pad, flat
+        ctok_flat = tf.reshape(ctok_pad, [-1])
 
         def body(k, next_cov, unit_w, used, done, realized, drawn):
             # next_cov[w]: first masked word >= w (num_words if none): L free words fit at w
@@ -975,7 +990,7 @@ class SpanMasker(_Masker):
             rank = _cumsum(place, tri=tri)  # 1-based rank of each placement
             anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]  # (B, 1)
             # Cut to the whole words that fit the remaining budget.
-            pieces = _take(ctok_pad, anchor + m_range)  # (B, Lmax + 1)
+            pieces = tf.gather(ctok_flat, anchor + m_range + row_offset)  # (B, Lmax + 1)
             pieces = pieces[:, 1:] - pieces[:, :1]  # pieces of the first m words, m = 1..Lmax
             fits = (m_range[:, 1:] <= L) & (pieces <= (budget - used)[:, tf.newaxis])
             m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=1)
@@ -993,8 +1008,9 @@ class SpanMasker(_Masker):
             unit_w = tf.where(span, anchor, unit_w)
             used = used + tf.where(placed, taken, 0)
             done = done | (active & (m[:, 0] == 0)) | (used >= budget)
-            realized = tf.where(k_range == k, m, realized)
-            drawn = tf.where((k_range == k) & (m > 0), L, drawn)
+            if track:
+                realized = tf.where(k_range == k, m, realized)
+                drawn = tf.where((k_range == k) & (m > 0), L, drawn)
             return k + 1, next_cov, unit_w, used, done, realized, drawn
 
         init = (
