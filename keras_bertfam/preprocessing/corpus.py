@@ -264,8 +264,12 @@ def read_corpus(
     Returns: `tf.data.Dataset` of scalar `tf.string`, valid UTF-8, stripped, non-empty.
 
     Example:
-    >>> docs = read_corpus("corpus.txt")                      # BERT format
-    >>> docs = read_corpus("reviews/", document_format="file")
+    ```python
+    docs = read_corpus()                                   # the default corpus (IMDB reviews)
+    docs = read_corpus("corpus.txt")                       # BERT format: blank-line separated
+    docs = read_corpus("reviews/", document_format="file") # one document per file
+    docs = read_corpus("shards/*.tfrecord", text_key="text")
+    ```
     """
     if document_format not in DOCUMENT_FORMATS:
         raise ValueError(f"`document_format` must be one of {DOCUMENT_FORMATS}. Received: {document_format!r}")
