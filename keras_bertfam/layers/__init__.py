@@ -9,3 +9,4 @@ from keras_bertfam.layers.encoder import (
     sharing_plan,
 )
 from keras_bertfam.layers.heads import MaskedLMHead, PairHead, gather_positions
+from keras_bertfam.layers.heads import ReplacedTokenHead, SpanBoundaryHead, span_boundary_weights

@@ -1,4 +1,5 @@
-"""Pretraining heads: masked-LM (tied), pair classification (NSP / SOP)."""
+"""Pretraining heads: masked-LM (tied), pair classification (NSP / SOP), replaced-token detection
+(ELECTRA), span boundary objective (SpanBERT)."""
 import keras
 from keras import ops
 
@@ -110,3 +111,146 @@ class PairHead(keras.layers.Layer):
             kernel_initializer=serialize_initializer(self.kernel_initializer),
         )
         return config
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class ReplacedTokenHead(keras.layers.Layer):
+    """ELECTRA's discriminator head: `Dense(H, act) -> Dense(1)`, one logit per token.
+
+    Call args: `sequence` (B, T, H) -> logits (B, T) of "this token was replaced".
+    """
+
+    def __init__(self, activation="gelu", kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.activation = activation
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.dense = None
+        self.logit = keras.layers.Dense(
+            1, kernel_initializer=clone_initializer(self.kernel_initializer), name="logit"
+        )
+
+    def build(self, sequence_shape):
+        self.dense = keras.layers.Dense(
+            sequence_shape[-1],
+            activation=get_activation(self.activation),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            name="transform",
+        )
+        self.dense.build(sequence_shape)
+        self.logit.build(sequence_shape)
+        self.built = True
+
+    def call(self, sequence):
+        return ops.squeeze(self.logit(self.dense(sequence)), axis=-1)  # (B, T)
+
+    def compute_output_shape(self, sequence_shape):
+        return tuple(sequence_shape[:-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            activation=self.activation,
+            kernel_initializer=serialize_initializer(self.kernel_initializer),
+        )
+        return config
+
+
+def span_boundary_weights(span_starts, span_ends, padding_mask):
+    """1.0 for prediction slots whose span has both boundary tokens inside the sequence.
+
+    span_starts, span_ends (B, P): first and last token index of the slot's span; padding_mask
+    (B, T). A span touching the sequence edge (s == 0 or e == length - 1) gets no SBO target.
+    """
+    length = ops.sum(ops.cast(padding_mask, "int32"), axis=1, keepdims=True)  # (B, 1)
+    starts = ops.cast(span_starts, "int32")
+    ends = ops.cast(span_ends, "int32")
+    valid = ops.logical_and(starts >= 1, ends + 1 < length)
+    return ops.cast(ops.logical_and(valid, ends >= starts), "float32")  # (B, P)
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class SpanBoundaryHead(keras.layers.Layer):
+    """SpanBERT's span boundary objective (SBO) head (Joshi et al. 2020, section 3.2).
+
+    For a token at position i inside a masked span s..e it predicts the token from the span's
+    outside boundary states and its place in the span only:
+    `y = LN(act(W2 LN(act(W1 [h[s-1]; h[e+1]; P[i-s]]))))`, logits `y @ E^T + b` against the tied
+    token table (E = H for SpanBERT). `P` is a learned relative-position table of
+    `max_span_length` rows x `position_embedding_dim` (200) columns; offsets past the table are
+    clipped to its last row. Slots whose boundaries fall outside the sequence must be weighted out
+    by the caller (`span_boundary_weights`); their gathers are clipped to stay in range.
+
+    Call args: `sequence` (B, T, H), `positions` (B, P) of the predicted tokens, `span_starts`,
+    `span_ends` (B, P) first and last token of each slot's span -> logits (B, P, V).
+    """
+
+    def __init__(
+        self,
+        token_embedding,
+        max_span_length=20,
+        position_embedding_dim=200,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.token_embedding = token_embedding
+        self.max_span_length = max_span_length
+        self.position_embedding_dim = position_embedding_dim
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.vocabulary_size = token_embedding.input_dim
+        init = lambda: clone_initializer(self.kernel_initializer)
+        self.position_embedding = keras.layers.Embedding(
+            max_span_length, position_embedding_dim, embeddings_initializer=init(),
+            name="relative_position_embedding",
+        )
+        self.dense_1 = None
+        self.layer_norm_1 = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="layer_norm_1")
+        self.dense_2 = keras.layers.Dense(
+            token_embedding.output_dim, activation=get_activation(activation),
+            kernel_initializer=init(), name="dense_2",
+        )
+        self.layer_norm_2 = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="layer_norm_2")
+
+    def build(self, sequence_shape, positions_shape=None, starts_shape=None, ends_shape=None):
+        hidden = sequence_shape[-1]
+        self.dense_1 = keras.layers.Dense(
+            hidden, activation=get_activation(self.activation),
+            kernel_initializer=clone_initializer(self.kernel_initializer), name="dense_1",
+        )
+        self.position_embedding.build((None,))
+        self.dense_1.build((None, None, 2 * hidden + self.position_embedding_dim))
+        self.layer_norm_1.build((None, None, hidden))
+        self.dense_2.build((None, None, hidden))
+        self.layer_norm_2.build((None, None, self.token_embedding.output_dim))
+        self.bias = self.add_weight(
+            name="output_bias", shape=(self.vocabulary_size,), initializer="zeros"
+        )
+        self.built = True
+
+    def call(self, sequence, positions, span_starts, span_ends):
+        last = ops.shape(sequence)[1] - 1
+        starts = ops.cast(span_starts, "int32")
+        ends = ops.cast(span_ends, "int32")
+        left = gather_positions(sequence, ops.clip(starts - 1, 0, last))  # (B, P, H)
+        right = gather_positions(sequence, ops.clip(ends + 1, 0, last))  # (B, P, H)
+        offset = ops.clip(ops.cast(positions, "int32") - starts, 0, self.max_span_length - 1)
+        relative = ops.cast(self.position_embedding(offset), sequence.dtype)  # (B, P, D)
+        x = ops.concatenate([left, right, relative], axis=-1)  # (B, P, 2H + D)
+        x = self.layer_norm_1(self.dense_1(x))  # (B, P, H)
+        x = self.layer_norm_2(self.dense_2(x))  # (B, P, E)
+        table = ops.cast(self.token_embedding.embeddings, x.dtype)  # (V, E)
+        return ops.matmul(x, ops.transpose(table)) + ops.cast(self.bias, x.dtype)  # (B, P, V)
+
+    def compute_output_shape(self, sequence_shape, positions_shape=None, starts_shape=None,
+                             ends_shape=None):
+        return (sequence_shape[0], positions_shape[1], self.vocabulary_size)
+
+    def get_config(self):
+        # Tied to the backbone's token table: serialized by the task that owns it.
+        raise NotImplementedError("SpanBoundaryHead is serialized by the task that owns it.")

@@ -5,6 +5,7 @@ Adding a family is adding a module here and its name to `FAMILY_MODULES`.
 import importlib
 
 FAMILY_MODULES = ["bert"]
+FAMILY_MODULES += ["electra", "spanbert", "distil_bert"]
 
 
 def load_all():
