@@ -6,3 +6,4 @@ from keras_bertfam.models.albert import AlbertBackbone
 from keras_bertfam.models.distil_bert import DistilBertBackbone
 from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.models.spanbert import SpanBertBackbone
+from keras_bertfam.models.xlnet import XLNetBackbone

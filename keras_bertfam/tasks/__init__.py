@@ -9,3 +9,4 @@ from keras_bertfam.tasks.sentence_encoder import SentenceEncoder
 from keras_bertfam.tasks.token_classifier import TokenClassifier
 from keras_bertfam.tasks.albert_pretrainer import AlbertPretrainer
 from keras_bertfam.tasks.electra_pretrainer import ElectraPretrainer
+from keras_bertfam.tasks.xlnet_pretrainer import XLNetPretrainer

@@ -20,3 +20,4 @@ def load_all():
             presets[preset.name] = preset
     return families, presets
 FAMILY_MODULES += ["roberta", "albert"]
+FAMILY_MODULES += ["xlnet"]

@@ -1,0 +1,370 @@
+"""XLNet's permutation-LM data: span targets, factorization orders, `perm_mask`, `target_mapping`;
+and XLNet's sequence packing (`A <sep> B <sep> <cls>`, left padding).
+
+TensorFlow ops, vectorized over the batch (the only loop is a `tf.while_loop` over span-sampling
+*cycles*, each advancing every row at once), stateless random ops seeded per call.
+
+How this matches the original code (zihangdai/xlnet `data_utils.py`)
+----------------------------------------------------------------------
+`_sample_mask(sp, seg, reverse, max_gram=5, goal_num_predict)` -> `sample_span_targets`:
+  per cycle, n ~ p(n) ∝ 1/n on 1..max_gram, capped at `goal - num_predict`; context
+  `ctx = n·alpha // beta`; `l_ctx ~ U{0..ctx-1}`; `beg = cur + l_ctx` moved right to the next start
+  piece (`▁…`, `<…>`, or one punctuation character, `_is_start_piece`); the span is the n *tokens*
+  `[beg, beg + n)` (the original's end search tests `seg[beg]`, always a start piece, so it counts
+  tokens, not words: reproduced); the cycle stops the sampling when `beg >= len` or
+  `beg + n >= len` (a span may not touch the last position: reproduced); `cur = end + ctx - l_ctx`.
+  Then, while fewer than the goal are chosen, the original draws uniform positions and keeps the
+  unchosen ones: here the missing k are drawn uniformly without replacement among the unchosen
+  positions, the same distribution (the random streams differ: NumPy vs. TF stateless).
+  `reverse=True` (bi_data backward rows) samples on the flipped sequence and flips the mask back.
+  With `reuse_len`, the sequence is two parts, as `create_tfrecords`: [0, reuse_len) with goal
+  `num_predict - num_predict // 2` and [reuse_len, T) with goal `num_predict // 2`.
+`_local_perm(inputs, targets, is_masked, perm_size, seq_len)` -> `local_permutation` +
+  `perm_mask_from_order`: the order is a random permutation of `perm_size` offsets shared by every
+  block of `perm_size` positions (the original's reshape / transpose / `random_shuffle`), drawn per
+  row; `<sep>` / `<cls>` are "functional" (never targets, seen only by later-ordered positions);
+  non-target tokens get order -1 (seen by all, see no target); targets do not see themselves.
+  `get_dataset`'s parser: the reuse part cannot attend to the rest (ones), the rest attends to all of
+  the reuse part (zeros); `target_mapping` = one-hot rows of the target positions in increasing
+  position, zero rows up to `num_predict`; `target` = the token ids there (the original's shifted
+  `target` equals the input at every non-functional position); `target_mask` = 1 on real rows;
+  `input_q` = 1 at target positions. `inputs_k` = the unchanged input ids (XLNet never replaces
+  inputs with `<mask>`: the query stream starts from the mask embedding instead).
+HF's `DataCollatorForPermutationLanguageModeling` differs (uniform span lengths, contexts of
+`span / plm_probability`, a permutation over the whole sequence, masked input ids): not followed.
+
+Expected fraction: a cycle spends n + n·alpha/beta tokens on n targets, about 1/7 for alpha=6,
+beta=1, minus the start-piece shifts; the top-up to `num_predict` brings it to `num_predict / T`
+(85 / 512 ≈ 1/6 in the original, the default here `round(T / 6)`).
+"""
+import numpy as np
+import tensorflow as tf
+
+_INT32_MAX = 2**31 - 1
+_PUNCT = set('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
+
+
+# === Start pieces ===
+def is_start_piece(piece):
+    """The original `_is_start_piece`: `▁…`, `<…>`, or one of its punctuation characters."""
+    return piece.startswith("\u2581") or piece.startswith("<") or piece in _PUNCT
+
+
+def start_piece_table(pieces):
+    """A bool list over the vocabulary (ids 0..V-1, pieces in id order)."""
+    return [is_start_piece(p) for p in pieces]
+
+
+# === Seeds ===
+def _seed(seed):
+    return tf.cast(tf.convert_to_tensor(seed), tf.int64) * tf.ones([2], tf.int64)
+
+
+def _fold(seed, k):
+    return tf.random.experimental.stateless_fold_in(seed, k)
+
+
+# === Span targets (`_sample_mask`) ===
+def _next_start(is_start):
+    """(B, L) bool -> (B, L) int32: the first start-piece index >= i (L if none)."""
+    length = tf.shape(is_start)[1]
+    idx = tf.range(length)[None, :]
+    vals = tf.sort(tf.where(is_start, idx, length), axis=1)  # starts ascending, then L's
+    queries = tf.broadcast_to(idx, tf.shape(is_start))
+    k = tf.searchsorted(vals, queries, side="left")  # (B, L)
+    k = tf.minimum(k, length - 1)
+    return tf.where(tf.gather(vals, k, batch_dims=1) >= idx, tf.gather(vals, k, batch_dims=1),
+                    length)
+
+
+def sample_span_targets(is_start, seed, goal=None, max_gram=5, mask_alpha=6, mask_beta=1,
+                        valid=None):
+    """The original `_sample_mask` for a batch: (B, L) bool start pieces -> (B, L) bool targets.
+
+    `goal`: the number of targets per row (None: spans only). `valid`: (B, L) bool, positions that
+    may be chosen by the top-up (default all). Loops over cycles (<= L / (1 + alpha/beta) + 1), each
+    vectorized over the batch.
+    """
+    is_start = tf.convert_to_tensor(is_start)
+    batch, length = tf.shape(is_start)[0], tf.shape(is_start)[1]
+    next_start = _next_start(is_start)
+    pvals = 1.0 / np.arange(1, max_gram + 1)
+    logits = tf.math.log(tf.constant(pvals / pvals.sum(), tf.float32))[None, :]
+    idx = tf.range(length)[None, :]
+    goal_t = tf.constant(_INT32_MAX if goal is None else int(goal), tf.int32)
+
+    def cond(step, cur, count, done, mask):
+        return tf.logical_not(tf.reduce_all(done))
+
+    def body(step, cur, count, done, mask):
+        s = _fold(seed, step)
+        n = tf.random.stateless_categorical(
+            tf.tile(logits, [batch, 1]), 1, _fold(s, 0), dtype=tf.int32)[:, 0] + 1  # (B,)
+        n = tf.minimum(n, goal_t - count)
+        ctx = (n * mask_alpha) // mask_beta
+        u = tf.random.stateless_uniform([batch], _fold(s, 1))
+        l_ctx = tf.minimum(tf.cast(u * tf.cast(ctx, tf.float32), tf.int32), ctx - 1)
+        beg = cur + l_ctx
+        beg = tf.where(beg < length, tf.gather(next_start, tf.minimum(beg, length - 1),
+                                               batch_dims=1), length)
+        end = beg + n
+        stop = done | (count >= goal_t) | (beg >= length) | (end >= length)
+        span = (idx >= beg[:, None]) & (idx < end[:, None]) & ~stop[:, None]
+        mask = mask | span
+        count = count + tf.where(stop, 0, n)
+        cur = tf.where(stop, cur, end + ctx - l_ctx)
+        return step + 1, cur, count, stop, mask
+
+    zeros = tf.zeros([batch], tf.int32)
+    _, _, count, _, mask = tf.while_loop(
+        cond, body, [tf.constant(0, tf.int64), zeros, zeros, tf.zeros([batch], tf.bool),
+                     tf.zeros_like(is_start, tf.bool)])
+    if goal is not None:  # top-up: uniform without replacement among the unchosen positions
+        free = ~mask if valid is None else (~mask & valid)
+        keys = tf.random.stateless_uniform(tf.shape(mask), _fold(seed, -1))
+        keys = tf.where(free, keys, 2.0)
+        rank = tf.argsort(tf.argsort(keys, axis=1), axis=1)  # rank of each position
+        mask = mask | (free & (rank < (goal_t - count)[:, None]))
+    return mask
+
+
+# === Factorization order and perm_mask (`_local_perm`) ===
+def local_permutation(batch, length, perm_size, seed):
+    """(B, L) int32 order rank of each position: one random permutation of `perm_size` offsets per
+    row, applied to every block of `perm_size` consecutive positions (blocks stay in order).
+
+        perm_size 3, offsets permuted as [2, 0, 1]:  positions 0 1 2 | 3 4 5
+                                                     rank      2 0 1 | 5 3 4
+    """
+    if length % perm_size:
+        raise ValueError(f"length {length} is not a multiple of perm_size {perm_size}.")
+    keys = tf.random.stateless_uniform([batch, perm_size], seed)
+    offsets = tf.cast(tf.argsort(keys, axis=1), tf.int32)  # (B, S) permutation
+    blocks = tf.range(length // perm_size) * perm_size  # (L/S,)
+    return tf.reshape(blocks[None, :, None] + offsets[:, None, :], [batch, length])
+
+
+def perm_mask_from_order(rank, is_target, is_functional):
+    """The original `_local_perm` mask from an order: (B, L) ranks -> (B, L, L) float32, 1 = i
+    cannot attend to j.
+
+    Non-target, non-functional tokens get rank -1: everyone sees them, they see no target or
+    functional token. A target i sees j iff j's rank is smaller (not itself); a functional token
+    (`<sep>`, `<cls>`) sees itself and earlier-ranked ones. Ranks 2 -> 0 -> 1 on three targets:
+
+        rank [1, 2, 0]      perm_mask   j: 0 1 2
+                                     i=0 [ 1 1 0 ]   (0 sees 2)
+                                     i=1 [ 0 1 0 ]   (1 sees 0 and 2)
+                                     i=2 [ 1 1 1 ]   (2 is first: sees nothing)
+    """
+    rank = tf.cast(rank, tf.int32)
+    non_mask = ~is_target & ~is_functional
+    rev = tf.where(non_mask, -1, rank)
+    target = is_target & ~is_functional
+    self_rev = tf.where(target, rev, rev + 1)
+    blocked = (self_rev[:, :, None] <= rev[:, None, :]) & ~non_mask[:, None, :]
+    return tf.cast(blocked, tf.float32)
+
+
+# === The masker ===
+class PermutationMasker:
+    """XLNet's permutation-LM targets and masks for a batch of packed sequences (Yang et al. 2019).
+
+    Args:
+        sequence_length: T.
+        num_predict: prediction slots P (default `round(T / 6)`, 85 for 512 as the original).
+        reuse_len: split into a memory part [0, reuse_len) and the rest, as the original
+            (None: one part).
+        perm_size: block size of the factorization order (default: the part length; the
+            original uses reuse_len).
+        max_gram, mask_alpha, mask_beta: span sampling (5, 6, 1).
+        start_pieces: bool per vocabulary id, True for start pieces (`start_piece_table`); None:
+            every token starts a word.
+        sep_token_id, cls_token_id: the functional tokens.
+        seed: int.
+
+    Call: `masker(token_ids, seed=None, reverse=None, padding_mask=None)` with token_ids (B, T)
+    int; `seed` a per-call int (or [2] tensor) for reproducibility under parallel maps (default: a
+    call counter); `reverse` (B,) bool rows sampled right-to-left (bi_data). Returns a dict of
+    `token_ids` (B, T) (unchanged, the content-stream input), `perm_mask` (B, T, T) float32,
+    `target_mapping` (B, P, T) float32, `target` (B, P) int32, `target_mask` (B, P) float32,
+    `input_q` (B, T) float32, `is_masked` (B, T) bool (sampled, before removing functional tokens).
+
+    Example:
+    >>> masker = PermutationMasker(12, num_predict=2, sep_token_id=4, cls_token_id=3, seed=1)
+    >>> out = masker(tf.constant([[10, 11, 12, 13, 14, 15, 16, 17, 4, 18, 4, 3]]))
+    >>> out["perm_mask"].shape, out["target_mapping"].shape
+    (TensorShape([1, 12, 12]), TensorShape([1, 2, 12]))
+    """
+
+    def __init__(self, sequence_length, num_predict=None, reuse_len=None, perm_size=None,
+                 max_gram=5, mask_alpha=6, mask_beta=1, start_pieces=None, sep_token_id=4,
+                 cls_token_id=3, seed=None):
+        self.sequence_length = int(sequence_length)
+        self.num_predict = int(round(sequence_length / 6)) if num_predict is None else int(
+            num_predict)
+        self.reuse_len = reuse_len
+        parts = [sequence_length] if not reuse_len else [reuse_len, sequence_length - reuse_len]
+        self.perm_size = perm_size or min(parts)
+        for p in parts:
+            if p % self.perm_size:
+                raise ValueError(f"Part length {p} is not a multiple of perm_size "
+                                 f"{self.perm_size}.")
+        if self.num_predict < 1 or self.num_predict > sequence_length:
+            raise ValueError(f"num_predict must be in [1, {sequence_length}], got {num_predict}.")
+        self.max_gram, self.mask_alpha, self.mask_beta = max_gram, mask_alpha, mask_beta
+        self.start_pieces = None if start_pieces is None else [bool(x) for x in start_pieces]
+        self.sep_token_id, self.cls_token_id = sep_token_id, cls_token_id
+        self.seed = int(np.random.randint(0, _INT32_MAX)) if seed is None else int(seed)
+        self._parts = parts
+        self._calls = None
+
+    def _call_seed(self, seed):
+        base = _seed(self.seed)
+        if seed is None:
+            if self._calls is None:
+                self._calls = tf.Variable(0, dtype=tf.int64, trainable=False)
+            seed = self._calls.assign_add(1) - 1
+        seed = tf.reshape(tf.cast(seed, tf.int64), [-1])
+        base = _fold(base, seed[0])
+        if seed.shape[0] is not None and seed.shape[0] > 1:
+            base = _fold(base, seed[1])
+        return base
+
+    def map_dataset(self, dataset):
+        """Maps over a dataset of (B, T) token ids (or dicts with "token_ids"), drawing one
+        reproducible per-batch seed from `tf.data.Dataset.random`."""
+        seeds = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
+        return tf.data.Dataset.zip((dataset, seeds)).map(
+            lambda x, s: self(x if not isinstance(x, dict) else x["token_ids"], seed=s),
+            num_parallel_calls=tf.data.AUTOTUNE)
+
+    def __call__(self, token_ids, seed=None, reverse=None, padding_mask=None):
+        token_ids = tf.cast(tf.convert_to_tensor(token_ids), tf.int32)
+        batch = tf.shape(token_ids)[0]
+        key = self._call_seed(seed)
+        functional = tf.equal(token_ids, self.sep_token_id) | tf.equal(token_ids,
+                                                                       self.cls_token_id)
+        valid = tf.ones_like(functional) if padding_mask is None else tf.cast(padding_mask,
+                                                                             tf.bool)
+        if self.start_pieces is None:
+            is_start = tf.ones_like(functional)
+        else:
+            is_start = tf.gather(tf.constant(self.start_pieces), token_ids)
+        goals = ([self.num_predict] if len(self._parts) == 1 else
+                 [self.num_predict - self.num_predict // 2, self.num_predict // 2])
+        masks, ranks, offset = [], [], 0
+        for k, (part, goal) in enumerate(zip(self._parts, goals)):
+            start = is_start[:, offset:offset + part]
+            ok = valid[:, offset:offset + part]
+            if reverse is not None:
+                flip = tf.cast(reverse, tf.bool)[:, None]
+                start = tf.where(flip, tf.reverse(start, [1]), start)
+                ok = tf.where(flip, tf.reverse(ok, [1]), ok)
+            m = sample_span_targets(start, _fold(key, 10 + k), goal, self.max_gram,
+                                    self.mask_alpha, self.mask_beta, valid=ok)
+            if reverse is not None:
+                m = tf.where(flip, tf.reverse(m, [1]), m)
+            masks.append(m & valid[:, offset:offset + part])
+            ranks.append(local_permutation(batch, part, self.perm_size, _fold(key, 20 + k)))
+            offset += part
+        is_masked = tf.concat(masks, axis=1)  # (B, T)
+        blocks = []
+        offset = 0
+        for k, part in enumerate(self._parts):
+            sl = slice(offset, offset + part)
+            blocks.append(perm_mask_from_order(ranks[k], is_masked[:, sl], functional[:, sl]))
+            offset += part
+        if len(blocks) == 1:
+            perm_mask = blocks[0]
+        else:  # the reuse part cannot see the rest; the rest sees all of the reuse part
+            r, rest = self._parts
+            top = tf.concat([blocks[0], tf.ones([batch, r, rest])], axis=2)
+            bottom = tf.concat([tf.zeros([batch, rest, r]), blocks[1]], axis=2)
+            perm_mask = tf.concat([top, bottom], axis=1)
+        is_target = is_masked & ~functional  # (B, T)
+        return dict(token_ids=token_ids, perm_mask=perm_mask,
+                    is_masked=is_masked, input_q=tf.cast(is_target, tf.float32),
+                    **target_slots(token_ids, is_target, self.num_predict))
+
+    def get_config(self):
+        return dict(sequence_length=self.sequence_length, num_predict=self.num_predict,
+                    reuse_len=self.reuse_len, perm_size=self.perm_size, max_gram=self.max_gram,
+                    mask_alpha=self.mask_alpha, mask_beta=self.mask_beta,
+                    start_pieces=self.start_pieces, sep_token_id=self.sep_token_id,
+                    cls_token_id=self.cls_token_id, seed=self.seed)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def target_slots(token_ids, is_target, num_predict):
+    """(B, T) targets -> `target_mapping` (B, P, T) one-hot in increasing position, zero rows after
+    the last target; `target` (B, P) ids (0 on empty rows); `target_mask` (B, P) float32."""
+    length = tf.shape(token_ids)[1]
+    idx = tf.range(length)[None, :]
+    key = tf.where(is_target, idx, idx + length)  # targets first, each group by position
+    order = tf.argsort(key, axis=1)[:, :num_predict]  # (B, P)
+    count = tf.reduce_sum(tf.cast(is_target, tf.int32), axis=1, keepdims=True)
+    real = tf.range(num_predict)[None, :] < count  # (B, P)
+    mapping = tf.one_hot(order, length, dtype=tf.float32) * tf.cast(real, tf.float32)[:, :, None]
+    target = tf.where(real, tf.gather(token_ids, order, batch_dims=1), 0)
+    return dict(target_mapping=mapping, target=target, target_mask=tf.cast(real, tf.float32))
+
+
+# === XLNet packing ===
+def longest_first_lengths(len_a, len_b, budget):
+    """Lengths kept by BERT's / XLNet's `_truncate_seq_pair` (drop from the longer, ties from b)."""
+    len_a, len_b = tf.cast(len_a, tf.int32), tf.cast(len_b, tf.int32)
+    over = len_a + len_b > budget
+    keep_a = tf.minimum(len_a, tf.maximum(budget - len_b, (budget + 1) // 2))
+    return tf.where(over, keep_a, len_a), tf.where(over, budget - keep_a, len_b)
+
+
+def xlnet_pack(segment_a, segment_b=None, sequence_length=128, sep_token_id=4, cls_token_id=3,
+               pad_token_id=5, pad_segment_id=3):
+    """XLNet's layout: `A <sep> (B <sep>) <cls>`, LEFT padding, truncated longest-first.
+
+    Segment ids: A and its `<sep>` 0, B and its `<sep>` 1, `<cls>` 2, padding `pad_segment_id` (3
+    as HF's `XLNetTokenizer`; the original classifier uses 4; only equality matters and padded keys
+    are masked). Takes ragged (B, (L)) ids; returns dense (B, T) `token_ids`, `segment_ids`,
+    `padding_mask`.
+    """
+    a = tf.cast(segment_a, tf.int32)
+    specials = 2 if segment_b is None else 3
+    budget = sequence_length - specials
+    if segment_b is None:
+        keep_a = tf.minimum(a.row_lengths(), budget)
+        a = tf.ragged.boolean_mask(a, tf.ragged.range(a.row_lengths()) < keep_a[:, None])
+        pieces = [a, _col(a, sep_token_id), _col(a, cls_token_id)]
+        segs = [a * 0, _col(a, 0), _col(a, 2)]
+    else:
+        b = tf.cast(segment_b, tf.int32)
+        keep_a, keep_b = longest_first_lengths(a.row_lengths(), b.row_lengths(), budget)
+        a = tf.ragged.boolean_mask(a, tf.ragged.range(a.row_lengths()) < tf.cast(
+            keep_a, tf.int64)[:, None])
+        b = tf.ragged.boolean_mask(b, tf.ragged.range(b.row_lengths()) < tf.cast(
+            keep_b, tf.int64)[:, None])
+        pieces = [a, _col(a, sep_token_id), b, _col(a, sep_token_id), _col(a, cls_token_id)]
+        segs = [a * 0, _col(a, 0), b * 0 + 1, _col(a, 1), _col(a, 2)]
+    ids = tf.concat(pieces, axis=1)
+    seg = tf.concat(segs, axis=1)
+    return dict(token_ids=_left_pad(ids, sequence_length, pad_token_id),
+                segment_ids=_left_pad(seg, sequence_length, pad_segment_id),
+                padding_mask=_left_pad(tf.ones_like(ids), sequence_length, 0))
+
+
+def _left_pad(x, length, value):
+    """Ragged (B, (n <= length)) -> dense (B, length), the values flush right."""
+    dense = x.to_tensor(value, shape=[None, length])  # right-padded
+    shift = length - tf.cast(x.row_lengths(), tf.int32)  # (B,)
+    src = tf.range(length)[None, :] - shift[:, None]  # (B, T) source column
+    gathered = tf.gather(dense, tf.maximum(src, 0), batch_dims=1)
+    return tf.where(src >= 0, gathered, tf.cast(value, dense.dtype))
+
+
+def _col(like, value):
+    """A ragged (B, 1) column of `value`."""
+    n = like.nrows()
+    return tf.RaggedTensor.from_tensor(tf.fill(tf.stack([n, 1]), tf.constant(value, tf.int32)))

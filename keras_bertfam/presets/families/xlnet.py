@@ -1,0 +1,124 @@
+"""XLNet presets (Yang et al. 2019, cased) and conversion from HF `XLNetModel` / `XLNetLMHeadModel`.
+
+HF keeps XLNet's (H, N, Dh) projection layout, which `RelativeMultiHeadAttention` uses too, so
+attention weights copy without transforms; only the FFN's torch Linear kernels are transposed.
+"""
+import os
+
+from keras_bertfam.models.xlnet import XLNetBackbone
+from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.spec import FamilySpec, Preset
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "relu": "relu"}
+
+
+def xlnet_config_from_hf(cfg):
+    """HF XLNetConfig -> XLNetBackbone arguments."""
+    if cfg.get("attn_type", "bi") != "bi":
+        raise checkpoints.CheckpointError(
+            f"attn_type={cfg['attn_type']!r}: only XLNet's bidirectional attention ('bi') is "
+            "supported.")
+    activation = cfg.get("ff_activation", "gelu")
+    if activation not in ACTIVATIONS:
+        raise checkpoints.CheckpointError(f"ff_activation={activation!r} is not supported.")
+    return dict(
+        vocabulary_size=cfg["vocab_size"],
+        num_layers=cfg["n_layer"],
+        num_heads=cfg["n_head"],
+        hidden_dim=cfg["d_model"],
+        intermediate_dim=cfg["d_inner"],
+        dropout=cfg.get("dropout", 0.1),
+        activation=ACTIVATIONS[activation],
+        bi_data=cfg.get("bi_data", False),
+        clamp_len=cfg.get("clamp_len", -1),
+        mem_len=cfg.get("mem_len"),
+        reuse_len=cfg.get("reuse_len"),
+        untie_r=cfg.get("untie_r", True),
+        layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-12),
+        initializer_range=cfg.get("initializer_range", 0.02),
+    )
+
+
+def xlnet_backbone_map(backbone):
+    """[(variable, HF key, transform)] for an `XLNetModel` state dict (after the `transformer.`
+    prefix is stripped). With `untie_r=False` the shared biases come from layer 0 (HF stores one
+    copy per layer)."""
+    mapping = [(backbone.word_embedding.embeddings, "word_embedding.weight", None),
+               (backbone.mask_embedding.mask_emb, "mask_emb", None)]
+    for i in range(backbone.num_layers):
+        p = f"layer.{i}"
+        attn = backbone.attention_layers[i].attention
+        for name in ("q", "k", "v", "o", "r", "seg_embed"):
+            mapping.append((getattr(attn, name), f"{p}.rel_attn.{name}", None))
+        if backbone.untie_r or i == 0:
+            for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+                mapping.append((getattr(attn.biases, name), f"{p}.rel_attn.{name}", None))
+        mapping += checkpoints.layer_norm(attn.layer_norm, f"{p}.rel_attn.layer_norm")
+        ff = backbone.feedforward_layers[i]
+        mapping += checkpoints.dense(ff.intermediate_dense, f"{p}.ff.layer_1")
+        mapping += checkpoints.dense(ff.output_dense, f"{p}.ff.layer_2")
+        mapping += checkpoints.layer_norm(ff.layer_norm, f"{p}.ff.layer_norm")
+    return mapping
+
+
+def xlnet_lm_head_map(bias_variable):
+    """`XLNetLMHeadModel`'s output bias (its weight is tied to the word embedding)."""
+    return [(bias_variable, "lm_loss.bias", None)]
+
+
+def make_sentencepiece(spec, assets_dir=None):
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    proto = os.path.join(assets_dir, "spiece.model") if assets_dir else spec.get("proto")
+    if proto is None or not os.path.exists(proto):
+        raise FileNotFoundError(
+            "XLNet's SentencePiece model (spiece.model) is not installed offline: load the "
+            "preset from an HF-format directory or a saved preset that has it, or train one on "
+            "your corpus (keras_bertfam.preprocessing.train_sentencepiece).")
+    return XLNetTokenizer(proto=proto, lowercase=spec.get("lowercase", False))
+
+
+def sentencepiece_from_hf(model_dir):
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    proto = os.path.join(model_dir, "spiece.model")
+    if not os.path.exists(proto):
+        raise FileNotFoundError(f"{model_dir!r} has no spiece.model for XLNet's tokenizer.")
+    lowercase = False
+    path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.exists(path):
+        import json
+
+        with open(path) as f:
+            lowercase = json.load(f).get("do_lower_case", False)
+    return XLNetTokenizer(proto=proto, lowercase=lowercase)
+
+
+FAMILY = FamilySpec(
+    name="xlnet",
+    backbone_cls=XLNetBackbone,
+    make_tokenizer=make_sentencepiece,
+    tokenizer_files=("spiece.model",),
+    hf_model_types=("xlnet",),
+    config_from_hf=xlnet_config_from_hf,
+    weights_from_hf=xlnet_backbone_map,
+    hf_prefixes=("transformer.",),
+    tokenizer_from_hf=sentencepiece_from_hf,
+)
+
+CASED = {"kind": "sentencepiece", "vocabulary": "xlnet_cased", "lowercase": False}
+
+
+def _xlnet(layers, hidden, heads):
+    # HF XLNetConfig defaults for the rest (the public checkpoints' configs): untie_r, no bi_data,
+    # clamp_len -1, exact GELU.
+    return dict(vocabulary_size=32000, num_layers=layers, num_heads=heads, hidden_dim=hidden,
+                intermediate_dim=4 * hidden)
+
+
+PRESETS = [
+    Preset("xlnet_base_en", "xlnet", _xlnet(12, 768, 12), CASED, 116_718_336,
+           "xlnet/xlnet-base-cased", "XLNet-Base cased L12/H768/A12"),
+    Preset("xlnet_large_en", "xlnet", _xlnet(24, 1024, 16), CASED, 360_268_800,
+           "xlnet/xlnet-large-cased", "XLNet-Large cased L24/H1024/A16"),
+]

@@ -1,0 +1,143 @@
+"""XLNet pretraining: the permutation-LM loss on the query stream (Yang et al. 2019).
+
+Segment recurrence under `fit()`: with `memory_batch_size`, the task keeps the previous batch's
+memory in a non-trainable variable of shape (L, B, mem_len, H) (zeros at first, as the original
+`train_gpu.py`). Each forward pass reads it, feeds it to the backbone as `mems`, and writes the
+new memory (stop-gradient) back with `Variable.assign` inside the graph, the mechanism Keras uses
+for BatchNormalization's moving statistics: it runs under `fit()` on TensorFlow (tf.function),
+JAX (the stateless train step returns the updated non-trainable state) and PyTorch. Row b of
+batch s + 1 must continue row b of batch s (`XLNetPreprocessor` makes such batches: B parallel
+streams), the batch size must stay `memory_batch_size` (drop the remainder), and the data must
+not be shuffled. `reset_memory()` zeroes it (e.g. between epochs or documents streams).
+"""
+import keras
+from keras import ops
+
+from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.task import Task
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class SegmentMemory(keras.layers.Layer):
+    """The memory of the previous segment as a non-trainable (L, B, M, H) variable.
+
+    `memory(x)` reads it (a list of L (B, M, H) tensors; x only orders the graph);
+    `memory(x, new_mems)` writes `new_mems` and returns x unchanged.
+    """
+
+    def __init__(self, num_layers, batch_size, mem_len, hidden_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers, self.batch_size = num_layers, batch_size
+        self.mem_len, self.hidden_dim = mem_len, hidden_dim
+        self.memory = self.add_weight(
+            name="memory", shape=(num_layers, batch_size, mem_len, hidden_dim),
+            initializer="zeros", trainable=False)
+        self.built = True
+
+    def call(self, x, new_mems=None):
+        if new_mems is None:
+            value = ops.cast(self.memory, self.compute_dtype)
+            return [value[i] for i in range(self.num_layers)]
+        self.memory.assign(ops.cast(ops.stack(new_mems, axis=0), self.memory.dtype))
+        return x
+
+    def compute_output_spec(self, x, new_mems=None):
+        if new_mems is None:
+            return [keras.KerasTensor((self.batch_size, self.mem_len, self.hidden_dim),
+                                      dtype=self.compute_dtype)
+                    for _ in range(self.num_layers)]
+        return keras.KerasTensor(x.shape, dtype=x.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers, batch_size=self.batch_size,
+                      mem_len=self.mem_len, hidden_dim=self.hidden_dim)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class XLNetPretrainer(Task):
+    """XLNet backbone + permutation-LM head tied to the token embedding.
+
+    Inputs: `token_ids`, `segment_ids`, `padding_mask` (B, T) int, `perm_mask` (B, T, T) float
+    (1 = cannot attend), `target_mapping` (B, P, T) float one-hot. Output: logits (B, P, V) =
+    query stream · E^T + b (the original `lm_loss`, HF `XLNetLMHeadModel.lm_loss`). Labels: y =
+    `target` (B, P) ids with `sample_weight = target_mask` (B, P). Loss: Σ w·CE / Σ w.
+
+    Args:
+        backbone: an `XLNetBackbone`.
+        preprocessor: an `XLNetPreprocessor` for `fit()` on raw text, or None.
+        memory_batch_size: carry the memory across consecutive batches (segment recurrence);
+            needs `backbone.mem_len`. None: no memory.
+
+    Example:
+    >>> backbone = kb.models.XLNetBackbone(100, 2, 2, 16, 32)  # doctest: +SKIP
+    >>> task = kb.tasks.XLNetPretrainer(backbone)              # doctest: +SKIP
+    """
+
+    def __init__(self, backbone, preprocessor=None, memory_batch_size=None, **kwargs):
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.memory_batch_size = memory_batch_size
+        if memory_batch_size and not backbone.mem_len:
+            raise ValueError("Segment recurrence needs a backbone with mem_len > 0.")
+        int_input = lambda name: keras.Input(shape=(None,), dtype="int32", name=name)
+        inputs = {name: int_input(name) for name in ("token_ids", "segment_ids", "padding_mask")}
+        inputs["perm_mask"] = keras.Input(shape=(None, None), dtype="float32", name="perm_mask")
+        inputs["target_mapping"] = keras.Input(shape=(None, None), dtype="float32",
+                                               name="target_mapping")
+        self.memory = None
+        mems = None
+        if memory_batch_size:
+            self.memory = SegmentMemory(backbone.num_layers, memory_batch_size, backbone.mem_len,
+                                        backbone.hidden_dim, name="segment_memory")
+            mems = self.memory(inputs["token_ids"])
+        out = backbone.forward(inputs, mems=mems, return_mems=mems is not None)
+        self.lm_head = LMBias(backbone.token_embedding, name="lm_head")
+        logits = self.lm_head(out["query_output"])
+        if mems is not None:
+            logits = self.memory(logits, out["mems"])
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self._track_losses(["plm_loss", "plm_accuracy"])
+
+    def reset_memory(self):
+        if self.memory is not None:
+            self.memory.memory.assign(ops.zeros_like(self.memory.memory))
+
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):
+        from keras_bertfam.preprocessing.xlnet import XLNetPreprocessor
+
+        return XLNetPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        if isinstance(y, dict):
+            y, sample_weight = y["target"], y["target_mask"]
+        loss, accuracy = weighted_sparse_ce(y, y_pred, sample_weight)
+        return loss, {"plm_loss": loss, "plm_accuracy": accuracy}
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class LMBias(keras.layers.Layer):
+    """`x @ E^T + b`: logits against the tied token table (the backbone's Embedding, referenced,
+    not copied) plus a vocabulary bias."""
+
+    def __init__(self, token_embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.token_embedding = token_embedding
+        self.vocabulary_size = token_embedding.input_dim
+
+    def build(self, x_shape):
+        self.bias = self.add_weight(name="bias", shape=(self.vocabulary_size,),
+                                    initializer="zeros")
+        self.built = True
+
+    def call(self, x):
+        table = ops.cast(self.token_embedding.embeddings, x.dtype)  # (V, H)
+        return ops.matmul(x, ops.transpose(table)) + ops.cast(self.bias, x.dtype)  # (B, P, V)
+
+    def compute_output_shape(self, x_shape):
+        return tuple(x_shape[:-1]) + (self.vocabulary_size,)
+
+    def get_config(self):
+        raise NotImplementedError("LMBias is serialized by the task that owns it.")
