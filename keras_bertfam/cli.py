@@ -61,6 +61,15 @@ def _parser():
                    help="mirrored | multi_worker | tpu | jax_data_parallel")
     p.add_argument("--verbose", type=int, default=1)
 
+    e = sub.add_parser("export", help="export a saved preset directory as a TF Serving SavedModel")
+    e.add_argument("--task", required=True, help="a preset directory saved by save_to_preset")
+    e.add_argument("--output", required=True,
+                   help="versioned export directory, e.g. models/my_model/1 (TF Serving's layout)")
+    e.add_argument("--sequence-length", type=int, default=None)
+    e.add_argument("--tf-text", default="2.12.1",
+                   help="tf-text release of the target server for the op audit (2.12.1: TF "
+                        "Serving 2.12-2.19; 2.20.0: 2.20 on)")
+
     s = sub.add_parser("presets", help="list the registered presets")
     s.add_argument("--family", default=None)
     return parser
@@ -75,6 +84,8 @@ def main(argv=None):
         return 0
     if args.command == "pretrain":
         return pretrain(args)
+    if args.command == "export":
+        return export(args)
     return 1
 
 
@@ -182,6 +193,30 @@ def pretrain(args):
         export_dir = os.path.join(args.output, "export", "1")
         kb.export.export_saved_model(task.backbone, export_dir, preprocessor=task.preprocessor)
         print(f"SavedModel (serving_default takes strings): {export_dir}")
+    return 0
+
+
+def export(args):
+    """Loads a preset directory under TensorFlow and writes a SavedModel (works for models
+    trained under any backend: the preset's weights are backend-neutral)."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras_bertfam as kb
+    from keras_bertfam import presets
+
+    manifest = presets._read_manifest(args.task)
+    task = manifest.get("task")
+    if task:
+        model = getattr(kb.tasks, task["class_name"]).from_preset(args.task, **task["config"])
+        tokenizer = None
+    else:
+        model = presets.load_backbone(args.task)
+        tokenizer = presets.load_tokenizer(args.task)
+    names = kb.export.export_saved_model(model, args.output, sequence_length=args.sequence_length,
+                                         tokenizer=tokenizer)
+    report = kb.export.audit_ops(args.output, tf_text=args.tf_text)
+    text_ops = sorted(op for op, kind in report["ops"].items() if kind == "tf-text")
+    print(f"SavedModel: {args.output} (signatures {', '.join(names)}); {len(report['ops'])} op "
+          f"types, all core TensorFlow or tf-text {args.tf_text} ({', '.join(text_ops)}).")
     return 0
 
 

@@ -1,9 +1,14 @@
 """BERT pretraining: MLM + next-sentence prediction (Devlin et al. 2019)."""
 import keras
+from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead, PairHead
 from keras_bertfam.tasks.losses import mean_sparse_ce, weighted_sparse_ce
-from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.masked_lm import (
+    backbone_inputs,
+    serving_mask_positions,
+    serving_mlm_outputs,
+)
 from keras_bertfam.tasks.task import Task
 
 
@@ -50,6 +55,17 @@ class BertPretrainer(Task):
         from keras_bertfam.preprocessing import SentencePairPreprocessor
 
         return SentencePairPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    serving_inputs = ("text_a", "text_b")
+
+    def serving_features(self, features, special_token_ids):
+        return serving_mask_positions(features, special_token_ids["mask"])
+
+    def serving_outputs(self, features, outputs):
+        """MLM top-k at the input's [MASK] tokens and the pair head's probabilities."""
+        pair_logits = ops.cast(outputs["pair_logits"], "float32")
+        return dict(serving_mlm_outputs(features, outputs["mlm_logits"]),
+                    **{f"{self.pair_task}_probabilities": ops.softmax(pair_logits, axis=-1)})
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         weights = y["mask_weights"] if sample_weight is None else sample_weight

@@ -59,6 +59,12 @@ class TextClassifier(Task):
 
         return TextClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes)
 
+    def serving_outputs(self, features, outputs):
+        logits = ops.cast(outputs, "float32")
+        if self.num_classes == 1:
+            return {"scores": logits[:, 0]}
+        return class_outputs(logits)
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")
         w = None if sample_weight is None else ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
@@ -74,6 +80,12 @@ class TextClassifier(Task):
 
 
 def _mean(values, weights=None):
+def class_outputs(logits):
+    """Serving outputs of a classification head: logits, softmax probabilities, argmax labels."""
+    return {"logits": logits, "probabilities": ops.softmax(logits, axis=-1),
+            "labels": ops.cast(ops.argmax(logits, axis=-1), "int32")}
+
+
     if weights is None:
         return ops.mean(values)
     return ops.sum(values * weights) / ops.maximum(ops.sum(weights), 1e-9)

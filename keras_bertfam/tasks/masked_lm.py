@@ -1,5 +1,6 @@
 """Masked language modelling (BERT's MLM alone; RoBERTa's whole objective)."""
 import keras
+from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead
 from keras_bertfam.tasks.losses import weighted_sparse_ce
@@ -13,6 +14,26 @@ def backbone_inputs(backbone, extra=()):
         for name in list(backbone.input) + list(extra)
     }
     return inputs, {name: inputs[name] for name in backbone.input}
+
+
+def serving_mask_positions(features, mask_token_id):
+    """For export: every position of the input, [MASK] tokens first (in order); weight 1 where the
+    input holds [MASK]. -> model inputs with `mask_positions`, and `mask_weights` (B, T)."""
+    token_ids = features["token_ids"]
+    idx = ops.expand_dims(ops.arange(ops.shape(token_ids)[1], dtype="int32"), 0)  # (1, T)
+    is_mask = ops.equal(token_ids, mask_token_id)  # (B, T)
+    positions = ops.cast(ops.argsort(ops.where(is_mask, idx, idx + ops.shape(token_ids)[1]),
+                                     axis=-1), "int32")  # (B, T): masks first
+    weights = ops.take_along_axis(ops.cast(is_mask, "float32"), positions, axis=1)
+    return dict(features, mask_positions=positions, mask_weights=weights)
+
+
+def serving_mlm_outputs(features, logits, top_k=5):
+    """Top-k predictions (ids, probabilities) at the [MASK] positions of the input (B, T, k)."""
+    probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+    top_probabilities, top_ids = ops.top_k(probabilities, k=top_k)
+    return {"mask_positions": features["mask_positions"], "mask_weights": features["mask_weights"],
+            "mlm_top_ids": ops.cast(top_ids, "int32"), "mlm_top_probabilities": top_probabilities}
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -50,6 +71,12 @@ class MaskedLM(Task):
         from keras_bertfam.preprocessing import MaskedLMPreprocessor
 
         return MaskedLMPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    def serving_features(self, features, special_token_ids):
+        return serving_mask_positions(features, special_token_ids["mask"])
+
+    def serving_outputs(self, features, outputs):
+        return serving_mlm_outputs(features, outputs)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         loss, accuracy = weighted_sparse_ce(y, y_pred, sample_weight)

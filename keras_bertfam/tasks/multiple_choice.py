@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from keras_bertfam.tasks.classifier import _mean, head_initializer, pooled
+from keras_bertfam.tasks.classifier import _mean, class_outputs, head_initializer, pooled
 from keras_bertfam.tasks.task import Task
 
 
@@ -63,6 +63,11 @@ class MultipleChoice(Task):
         from keras_bertfam.preprocessing.finetuning import MultipleChoicePreprocessor
 
         return MultipleChoicePreprocessor(tokenizer, sequence_length)
+
+    serving_inputs = ("prompt", "choices")  # choices: (B, C) strings, packed with each prompt
+
+    def serving_outputs(self, features, outputs):
+        return class_outputs(ops.cast(outputs, "float32"))
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")

@@ -73,6 +73,25 @@ class QuestionAnswerer(Task):
         return QuestionAnswererPreprocessor(tokenizer, sequence_length, stride=stride,
                                             max_question_length=max_question_length)
 
+    serving_inputs = ("question", "context")
+
+    def serving_outputs(self, features, outputs, max_answer_length=30):
+        """Start / end logits and the best span of the context (token indices, inclusive)."""
+        start, end = outputs["start_logits"], outputs["end_logits"]  # (B, T)
+        in_context = ops.logical_and(ops.equal(features["segment_ids"], 1),
+                                     ops.equal(features["padding_mask"], 1))
+        penalty = ops.where(in_context, 0.0, -1e9)
+        scores = ops.expand_dims(start + penalty, 2) + ops.expand_dims(end + penalty, 1)  # (B, T, T)
+        t = ops.arange(ops.shape(start)[1])
+        length = ops.expand_dims(t, 0) - ops.expand_dims(t, 1)  # end - start
+        allowed = ops.logical_and(length >= 0, length < max_answer_length)
+        scores = ops.where(ops.expand_dims(allowed, 0), scores, -2e9)
+        flat = ops.reshape(scores, (ops.shape(scores)[0], -1))
+        best = ops.cast(ops.argmax(flat, axis=-1), "int32")
+        size = ops.cast(ops.shape(start)[1], "int32")
+        return {"start_logits": start, "end_logits": end, "span_start": best // size,
+                "span_end": best % size, "span_score": ops.max(flat, axis=-1)}
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
         losses, metrics = [], {}
         for key, name in (("start_positions", "start"), ("end_positions", "end")):

@@ -63,6 +63,9 @@ class SentenceEncoder(Task):
 
         return TextClassifierPreprocessor(tokenizer, sequence_length)
 
+    def serving_outputs(self, features, outputs):
+        return {"embedding": outputs}
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
         raise NotImplementedError("SentenceEncoder has no training loss; it encodes sentences.")
 

@@ -79,6 +79,19 @@ class Task(keras.Model):
 
             return per_worker_logs(super().test_step(data), self.distribute_strategy)
 
+    # === Serving (kb.export) ===
+    # String inputs of the exported `serving_default` signature, one per packed segment.
+    serving_inputs = ("text",)
+
+    def serving_features(self, features, special_token_ids):
+        """Packed `{token_ids, segment_ids, padding_mask}` -> this task's model inputs
+        (`special_token_ids`: the tokenizer's `{"mask": id, ...}`)."""
+        return features
+
+    def serving_outputs(self, features, outputs):
+        """Model outputs -> the named outputs of the exported signatures (keras.ops)."""
+        return dict(outputs) if isinstance(outputs, dict) else {"logits": outputs}
+
     # === Compile defaults ===
     # Peak learning rate of `compile(optimizer="auto")`; fine-tuning tasks use BERT's 5e-5.
     default_learning_rate = 1e-4

@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from keras_bertfam.tasks.classifier import _mean, head_initializer
+from keras_bertfam.tasks.classifier import _mean, class_outputs, head_initializer
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
@@ -50,6 +50,10 @@ class TokenClassifier(Task):
         from keras_bertfam.preprocessing.finetuning import TokenClassifierPreprocessor
 
         return TokenClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes)
+
+    def serving_outputs(self, features, outputs):
+        return dict(class_outputs(ops.cast(outputs, "float32")),
+                    padding_mask=features["padding_mask"])
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")
