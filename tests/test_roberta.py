@@ -1,0 +1,196 @@
+"""RoBERTa: HF parity, parameter counts, byte-level BPE tokenizer parity, raw-text MLM fit()."""
+import inspect
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+from keras_bertfam.models import backbone as backbone_module
+from tests.conftest import to_numpy
+
+TINY = dict(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+            max_sequence_length=30)
+
+
+def _inputs(vocab=120, batch=3, length=12, seed=0):
+    """Right-padded RoBERTa inputs: <s>=0 first, <pad>=1 after the text."""
+    rng = np.random.RandomState(seed)
+    ids = rng.randint(3, vocab, (batch, length)).astype("int32")
+    ids[:, 0] = 0
+    mask = np.ones_like(ids)
+    mask[1, length // 2:] = 0
+    mask[2, 3:] = 0
+    ids[mask == 0] = 1
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask}
+
+
+def _hf_config(**overrides):
+    import transformers
+
+    cfg = dict(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+               intermediate_size=32, max_position_embeddings=32, type_vocab_size=1,
+               layer_norm_eps=1e-5, pad_token_id=1)
+    cfg.update(overrides)
+    return transformers.RobertaConfig(**cfg)
+
+
+@pytest.mark.multibackend
+def test_parity_with_random_hf_roberta(tmp_path):
+    import torch
+    import transformers
+
+    transformers.RobertaModel(_hf_config()).save_pretrained(tmp_path)
+    ours = kb.models.RobertaBackbone.from_preset(str(tmp_path))
+    assert isinstance(ours, kb.models.RobertaBackbone)
+    assert ours.max_sequence_length == 30 and ours.embeddings.position_embedding.input_dim == 32
+    hf = transformers.RobertaModel.from_pretrained(tmp_path).eval()
+    x = _inputs()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                 attention_mask=torch.tensor(x["padding_mask"]))
+    got = ours(x)
+    valid = x["padding_mask"].astype(bool)
+    diff = np.abs(to_numpy(got["sequence_output"]) - ref.last_hidden_state.numpy())[valid].max()
+    assert diff <= 1e-4, diff
+    assert np.abs(to_numpy(got["pooled_output"]) - ref.pooler_output.numpy()).max() <= 1e-4
+    assert ours.num_params() == sum(p.numel() for p in hf.parameters())
+
+
+def test_hf_config_checks(tmp_path):
+    import transformers
+
+    transformers.RobertaModel(_hf_config(type_vocab_size=2)).save_pretrained(tmp_path)
+    with pytest.raises(kb.presets.checkpoints.CheckpointError, match="single token type"):
+        kb.presets.convert(str(tmp_path))
+
+
+def _hf_param_count(config):
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        hf = transformers.RobertaModel(transformers.RobertaConfig(
+            vocab_size=config["vocabulary_size"], hidden_size=config["hidden_dim"],
+            num_hidden_layers=config["num_layers"], num_attention_heads=config["num_heads"],
+            intermediate_size=config["intermediate_dim"],
+            max_position_embeddings=config["max_sequence_length"] + 2, type_vocab_size=1))
+    return sum(p.numel() for p in hf.parameters())
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("name,paper", [("roberta_base_en", 125), ("roberta_large_en", 355)])
+def test_preset_param_counts_equal_hf(name, paper, monkeypatch):
+    # Zero initialization only makes building the 355M model fast; the count does not depend on it.
+    monkeypatch.setattr(backbone_module, "bert_initializer",
+                        lambda stddev=0.02: keras.initializers.Zeros())
+    preset = kb.presets.get(name)
+    backbone = kb.models.RobertaBackbone.from_preset(name, load_weights=False)
+    assert backbone.num_params() == _hf_param_count(preset.config) == preset.params
+    assert round(preset.params / 1e6) == paper
+    assert backbone.embeddings.position_embedding.input_dim == 514
+
+
+@pytest.mark.multibackend
+def test_config_round_trip_and_saving(tmp_path):
+    backbone = kb.models.RobertaBackbone(**TINY)
+    config = backbone.get_config()
+    params = set(inspect.signature(kb.models.RobertaBackbone.__init__).parameters) - {
+        "self", "kwargs"}
+    assert params <= set(config)
+    again = kb.models.RobertaBackbone.from_config(config)
+    assert again.get_config() == config
+    x = _inputs()
+    path = os.path.join(tmp_path, "b.keras")
+    backbone.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(to_numpy(loaded(x)["sequence_output"]),
+                               to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    restored = kb.models.RobertaBackbone.from_preset(str(tmp_path / "preset"))
+    np.testing.assert_allclose(to_numpy(restored(x)["sequence_output"]),
+                               to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+
+
+# === Byte-level BPE ===
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(tmp_path_factory):
+    from keras_bertfam.preprocessing import corpus
+
+    out = str(tmp_path_factory.mktemp("bpe"))
+    kb.preprocessing.train_byte_pair_vocabulary(corpus.default_corpus().take(1500), 3000,
+                                                output_dir=out)
+    return out
+
+
+def test_trained_bpe_vocabulary(bpe_dir):
+    import json
+
+    with open(os.path.join(bpe_dir, "vocab.json")) as f:
+        vocab = json.load(f)
+    assert len(vocab) == 3000
+    assert [vocab[t] for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")] == [0, 1, 2, 3, 4]
+    tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
+                                             os.path.join(bpe_dir, "merges.txt"))
+    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id,
+            tok.unk_token_id) == (0, 2, 1, 4, 3)
+    with pytest.raises(ValueError, match="lacks the special token"):
+        kb.preprocessing.BytePairTokenizer({"a": 0, "b": 1}, [])
+
+
+def test_bpe_ids_equal_hf_roberta_tokenizer(bpe_dir):
+    import transformers
+
+    from keras_bertfam.preprocessing import corpus
+
+    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
+    sentences = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
+    sentences += ["Hello  world", " leading space", "tabs\tand\nnewlines ", "café naïve 😀",
+                  "it's we'll I'd", "1,000,000.5", "<s> special </s> <mask>"]
+    assert len(sentences) > 2000
+    vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
+    hf = transformers.RobertaTokenizer(vocab, merges)
+    ours = kb.preprocessing.BytePairTokenizer(vocab, merges)(sentences).to_list()
+    expected = [hf(s, add_special_tokens=False)["input_ids"] for s in sentences]
+    mismatches = [s for s, a, b in zip(sentences, ours, expected) if a != b]
+    assert not mismatches, mismatches[:3]
+
+
+def test_bpe_tokenizer_from_hf_dir_and_preset(bpe_dir, tmp_path):
+    import shutil
+
+    import transformers
+
+    model_dir = str(tmp_path / "hf")
+    transformers.RobertaModel(_hf_config(vocab_size=3000)).save_pretrained(model_dir)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(bpe_dir, name), model_dir)
+    tok = kb.preprocessing.Tokenizer.from_preset(model_dir)
+    assert isinstance(tok, kb.preprocessing.BytePairTokenizer)
+    task = kb.tasks.MaskedLM.from_preset(model_dir, sequence_length=16)
+    task.save_to_preset(str(tmp_path / "ours"))
+    again = kb.preprocessing.Tokenizer.from_preset(str(tmp_path / "ours"))
+    text = ["A byte-level BPE round trip."]
+    assert again(text).to_list() == tok(text).to_list()
+
+
+def test_roberta_masked_lm_fit_on_raw_text(bpe_dir):
+    from keras_bertfam.preprocessing import corpus
+
+    tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
+                                             os.path.join(bpe_dir, "merges.txt"))
+    backbone = kb.models.RobertaBackbone(tok.vocabulary_size(), 2, 2, 32, 64,
+                                         max_sequence_length=64)
+    preprocessor = kb.preprocessing.MaskedLMPreprocessor(tok, 64, packing="full_sentences",
+                                                         batch_size=16, seed=1)
+    mlm = kb.tasks.MaskedLM(backbone, preprocessor=preprocessor)
+    mlm.compile(learning_rate=2e-3)
+    texts = [t.decode() for t in corpus.default_corpus().take(16).as_numpy_iterator()]
+    x, y, w = next(iter(preprocessor.prepare(texts)))
+    assert x["token_ids"].shape[1] == 64 and int(x["token_ids"][0, 0]) == tok.cls_token_id
+    history = mlm.fit(texts, epochs=4, verbose=0)
+    losses = history.history["mlm_loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
