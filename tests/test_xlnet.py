@@ -285,7 +285,7 @@ def test_memory_is_carried_between_consecutive_calls():
     expected_mems = backbone.forward(
         conv(x1), mems=[ops.zeros((4, 8, 16))] * 2, return_mems=True)["mems"]
     for i in range(2):
-        np.testing.assert_allclose(to_numpy(task.memory.memory[i]), to_numpy(expected_mems[i]),
+        np.testing.assert_allclose(to_numpy(task.memory.memory)[i], to_numpy(expected_mems[i]),
                                    atol=1e-5)
     logits2 = to_numpy(task(conv(x2)))
     ref = backbone.forward(conv(x2), mems=expected_mems)["query_output"]

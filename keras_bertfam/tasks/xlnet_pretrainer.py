@@ -105,10 +105,11 @@ class XLNetPretrainer(Task):
             self.memory.memory.assign(ops.zeros_like(self.memory.memory))
 
     @classmethod
-    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):
-        from keras_bertfam.preprocessing.xlnet import XLNetPreprocessor
-
-        return XLNetPreprocessor(tokenizer, sequence_length, **kwargs)
+    def default_preprocessor(cls, tokenizer, backbone, **kwargs):
+        # Not written yet: raw text -> B parallel streams -> `xlnet_pack` -> PermutationMasker.
+        raise NotImplementedError(
+            "XLNetPretrainer has no raw-text preprocessor yet: pass preprocessor=None and feed "
+            "PermutationMasker outputs (see tests/test_xlnet.py::_plm_batch).")
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if isinstance(y, dict):
