@@ -350,20 +350,16 @@ class _Masker:
         else:
             self._continuation = None
         self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="masker_calls")
-        base = tf.constant([self.seed, 0x5EED], tf.int64)
-        self._counter_key = base.numpy()  # key of counted calls: fold_in(base, call number)
-        self._seeded_key = tf.random.experimental.stateless_fold_in(
-            base, tf.constant(-1, tf.int64)
-        ).numpy()  # key of seeded calls: fold_in(..., each int of the call seed)
+        self._base_key = np.array([self.seed, 0x5EED], np.int64)
 
     # === Seeding ===
 
     def _call_key(self, seed):
         if seed is None:
             count = self._counter.assign_add(1, read_value=True) - 1
-            return tf.random.experimental.stateless_fold_in(self._counter_key, count)
+            return tf.random.experimental.stateless_fold_in(self._base_key, count)
         seed = tf.reshape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [-1])
-        key = self._seeded_key
+        key = tf.random.experimental.stateless_fold_in(self._base_key, tf.constant(-1, tf.int64))
         # A few ints at most (e.g. (epoch, index)); a static Python loop over them.
         n = seed.shape[0]
         if n is None:
