@@ -1,0 +1,96 @@
+"""MaskedLM and BertPretrainer: losses, fit() on preprocessed and raw text, every backend."""
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_bertfam as kb
+from keras_bertfam.tasks.losses import weighted_sparse_ce
+from tests.conftest import to_numpy
+
+pytestmark = pytest.mark.multibackend
+TINY = dict(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
+            max_sequence_length=64, dropout=0.0)
+
+
+def _preprocessed(batch=8, length=16, predictions=3, seed=0):
+    rng = np.random.RandomState(seed)
+    x = {
+        "token_ids": rng.randint(1000, 2000, (batch, length)).astype("int32"),
+        "segment_ids": np.zeros((batch, length), "int32"),
+        "padding_mask": np.ones((batch, length), "int32"),
+        "mask_positions": np.tile(np.arange(1, 1 + predictions), (batch, 1)).astype("int32"),
+    }
+    mask_ids = rng.randint(1000, 2000, (batch, predictions)).astype("int32")
+    return x, mask_ids, np.ones((batch, predictions), "float32")
+
+
+def test_mlm_loss_is_berts_weighted_mean():
+    rng = np.random.RandomState(0)
+    logits = rng.randn(2, 3, 7).astype("float32")
+    labels = rng.randint(0, 7, (2, 3))
+    weights = np.array([[1, 1, 0], [1, 0, 0]], "float32")
+    loss, _ = weighted_sparse_ce(labels, logits, weights)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp, labels[..., None], -1)[..., 0]
+    np.testing.assert_allclose(to_numpy(loss), (ce * weights).sum() / (weights.sum() + 1e-5),
+                               rtol=1e-5)
+
+
+def test_masked_lm_fits_keras_hub_format(tmp_path):
+    mlm = kb.tasks.MaskedLM(kb.models.BertBackbone(**TINY))
+    mlm.compile(learning_rate=3e-3)
+    x, y, w = _preprocessed()
+    history = mlm.fit(x, y, sample_weight=w, batch_size=8, epochs=15, verbose=0).history
+    assert history["mlm_loss"][-1] < history["mlm_loss"][0] - 1.0
+    path = os.path.join(tmp_path, "mlm.keras")
+    mlm.save(path)
+    again = keras.saving.load_model(path)
+    np.testing.assert_allclose(to_numpy(again.predict(x, verbose=0)),
+                               to_numpy(mlm.predict(x, verbose=0)), atol=1e-5)
+
+
+def test_bert_pretrainer_reports_both_losses():
+    task = kb.tasks.BertPretrainer(kb.models.BertBackbone(**TINY))
+    task.compile(learning_rate=3e-3)
+    x, mask_ids, weights = _preprocessed()
+    y = {"mask_ids": mask_ids, "mask_weights": weights,
+         "pair_labels": np.array([0, 1] * 4, "int32")}
+    history = task.fit(x, y, batch_size=8, epochs=15, verbose=0).history
+    for key in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"):
+        assert key in history
+    np.testing.assert_allclose(history["loss"][0],
+                               history["mlm_loss"][0] + history["nsp_loss"][0], rtol=1e-4)
+    assert history["loss"][-1] < history["loss"][0]
+
+
+def test_pretrainers_fit_on_raw_text(bert_vocab):
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+    docs = kb.preprocessing.read_corpus().take(48)
+    for task_cls in (kb.tasks.MaskedLM, kb.tasks.BertPretrainer):
+        backbone = kb.models.BertBackbone(**TINY)
+        preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
+                                                     batch_size=8, seed=3)
+        task = task_cls(backbone, preprocessor=preprocessor)
+        task.compile(learning_rate=1e-3)
+        history = task.fit(docs, epochs=2, verbose=0).history
+        assert np.isfinite(history["loss"]).all()
+        assert history["mlm_loss"][-1] < history["mlm_loss"][0]
+
+
+def test_raw_list_of_strings_and_from_preset():
+    task = kb.tasks.MaskedLM.from_preset("bert_tiny_en_uncased", load_weights=False,
+                                         sequence_length=16, batch_size=2)
+    task.compile()
+    history = task.fit(["a great film", "a dull film", "acting was fine", "no plot"], epochs=1,
+                       verbose=0).history
+    assert np.isfinite(history["loss"][0])
+
+
+def test_pretrainer_rejects_labelled_data(bert_vocab):
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+    pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16)
+    with pytest.raises(ValueError, match="raw strings"):
+        pre.prepare(tf.data.Dataset.from_tensor_slices((["a"], [1])))
