@@ -1,0 +1,249 @@
+"""Knowledge distillation of a masked LM (DistilBERT, Sanh et al. 2019)."""
+import inspect
+
+import keras
+from keras import ops
+
+from keras_bertfam.layers.heads import gather_positions
+from keras_bertfam.models.distil_bert import DistilBertBackbone
+from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.masked_lm import MaskedLM
+from keras_bertfam.tasks.task import Task
+
+DISTILBERT_LAYERS = (0, 2, 4, 7, 9, 11)
+
+
+# === Student initialization ===
+def student_from_teacher(teacher_backbone, layers=DISTILBERT_LAYERS, student_cls=None,
+                         **overrides):
+    """A `len(layers)`-layer student initialized from a teacher backbone (DistilBERT's recipe).
+
+    The student (`student_cls`, default `DistilBertBackbone`) takes the teacher's sizes; its
+    token and position tables and embedding LayerNorm are copied, and its layer i is a copy of
+    the teacher's layer `layers[i]` (any list of teacher layers). A student without a segment
+    table (DistilBERT) drops the teacher's token types; a student with one copies them. The
+    pooler is copied when both have one. Returns the student backbone.
+
+    Example:
+    >>> student = student_from_teacher(bert_base, layers=(0, 2, 4, 7, 9, 11))  # doctest: +SKIP
+    """
+    layers = [int(i) for i in layers]
+    if not layers or min(layers) < 0 or max(layers) >= teacher_backbone.num_layers:
+        raise ValueError(f"layers must be indices of the teacher's {teacher_backbone.num_layers} "
+                         f"layers, got {layers}.")
+    student_cls = student_cls or DistilBertBackbone
+    params = inspect.signature(student_cls.__init__).parameters
+    config = {}
+    for name in ("vocabulary_size", "num_heads", "hidden_dim", "intermediate_dim", "dropout",
+                 "max_sequence_length", "num_segments", "layer_norm_epsilon",
+                 "initializer_range", "embedding_dim", "position_offset"):
+        if name in params and hasattr(teacher_backbone, name):
+            config[name] = getattr(teacher_backbone, name)
+    config["num_layers"] = len(layers)
+    config.update(overrides)
+    student = student_cls(**config)
+
+    source, target = teacher_backbone.embeddings, student.embeddings
+    pairs = [(source.token_embedding, target.token_embedding),
+             (source.position_embedding, target.position_embedding),
+             (source.layer_norm, target.layer_norm)]
+    if source.segment_embedding is not None and target.segment_embedding is not None:
+        pairs.append((source.segment_embedding, target.segment_embedding))
+    if source.projection is not None and target.projection is not None:
+        pairs.append((source.projection, target.projection))
+    for i, layer in enumerate(layers):
+        pairs.append((teacher_backbone.encoder.layer_block(layer), student.encoder.layer_block(i)))
+    teacher_pooler = getattr(teacher_backbone, "pooler_dense", None)
+    student_pooler = getattr(student, "pooler_dense", None)
+    if teacher_pooler is not None and student_pooler is not None:
+        pairs.append((teacher_pooler, student_pooler))
+    for src, dst in pairs:
+        _copy_weights(src, dst)
+    return student
+
+
+def _copy_weights(source, target):
+    if len(source.weights) != len(target.weights):
+        raise ValueError(f"Cannot copy {source.name} into {target.name}: different structure.")
+    for s, t in zip(source.weights, target.weights):
+        if tuple(s.shape) != tuple(t.shape):
+            raise ValueError(f"Cannot copy {s.path} {tuple(s.shape)} into {t.path} "
+                             f"{tuple(t.shape)}: the student's sizes differ from the teacher's.")
+        t.assign(ops.convert_to_numpy(s))  # a copy: JAX would share the buffer
+
+
+# === Layers ===
+class _FrozenTeacher(keras.layers.Layer):
+    """Runs the teacher in inference mode (no dropout) and cuts its gradients.
+
+    A functional model passes its `training` flag to every layer whose `call` takes one; this
+    layer's `call` does not, so the teacher always runs with `training=False`.
+    """
+
+    def __init__(self, teacher, all_tokens, **kwargs):
+        super().__init__(**kwargs)
+        self.teacher = teacher
+        self.all_tokens = all_tokens
+
+    @property
+    def metrics(self):
+        return []  # the teacher task's own loss trackers are not the distiller's
+
+    def call(self, features, positions):
+        sequence = self.teacher.backbone(features, training=False)["sequence_output"]
+        logits = self.teacher.mlm_head(sequence, None if self.all_tokens else positions)
+        return ops.stop_gradient(sequence), ops.stop_gradient(logits)
+
+    def compute_output_spec(self, features, positions):
+        sequence = features["token_ids"]
+        batch, length = sequence.shape
+        hidden = self.teacher.backbone.hidden_dim
+        vocab = self.teacher.mlm_head.vocabulary_size
+        slots = length if self.all_tokens else positions.shape[1]
+        return (keras.KerasTensor((batch, length, hidden), "float32"),
+                keras.KerasTensor((batch, slots, vocab), "float32"))
+
+
+# === Task ===
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class Distiller(Task):
+    """Distils a masked-LM teacher into a student (DistilBERT's triple loss, Sanh et al. 2019).
+
+    `loss = alpha_ce · KL(softmax(t/T) ‖ softmax(s/T)) · T² + alpha_mlm · MLM
+    + alpha_cos · (1 - cos(h_s, h_t))`: the KL term over the non-pad tokens (averaged per token;
+    only the masked slots with `restrict_ce_to_mask=True`), the student's MLM over the masked
+    slots, and the cosine-embedding loss between the last hidden states over the non-pad tokens.
+    Defaults are DistilBERT's recipe: T = 2, alpha_ce 5, alpha_mlm 2, alpha_cos 1.
+
+    `teacher`: a `MaskedLM` (or a backbone, given a fresh MLM head), frozen inside the model: it
+    runs without dropout and gets no gradient. `student`: a `MaskedLM` or a backbone (wrapped in a
+    `MaskedLM` whose head starts as a copy of the teacher's when the sizes allow, as DistilBERT's
+    did); build one with `student_from_teacher`. Inputs: the union of both backbones' inputs +
+    `mask_positions`; labels as `MaskedLM` (`y = mask_ids`, `sample_weight = mask_weights`).
+
+    Outputs: `{"mlm_logits": (B, P, V) student, "student_logits", "teacher_logits": (B, T, V)
+    (or (B, P, V) restricted to the mask), "student_hidden", "teacher_hidden": (B, T, H),
+    "padding_mask": (B, T)}`.
+
+    Example:
+    >>> teacher = kb.tasks.MaskedLM(kb.models.BertBackbone.from_preset(...))   # doctest: +SKIP
+    >>> student = student_from_teacher(teacher.backbone)                       # doctest: +SKIP
+    >>> Distiller(teacher, student).fit(...)                                    # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        teacher,
+        student,
+        temperature=2.0,
+        alpha_ce=5.0,
+        alpha_mlm=2.0,
+        alpha_cos=1.0,
+        restrict_ce_to_mask=False,
+        preprocessor=None,
+        **kwargs,
+    ):
+        if not isinstance(teacher, MaskedLM):
+            teacher = MaskedLM(teacher, name="teacher")
+        if not isinstance(student, MaskedLM):
+            student = MaskedLM(student, name="student")
+            _copy_head_if_same_size(teacher.mlm_head, student.mlm_head)
+        if teacher.backbone.hidden_dim != student.backbone.hidden_dim:
+            raise ValueError(
+                f"The cosine loss compares hidden states: the teacher's width "
+                f"({teacher.backbone.hidden_dim}) and the student's "
+                f"({student.backbone.hidden_dim}) must be equal."
+            )
+        teacher.trainable = False
+        self.teacher = teacher
+        self.student = student
+        self.temperature = temperature
+        self.alpha_ce = alpha_ce
+        self.alpha_mlm = alpha_mlm
+        self.alpha_cos = alpha_cos
+        self.restrict_ce_to_mask = restrict_ce_to_mask
+        self.preprocessor = preprocessor
+        self.frozen_teacher = _FrozenTeacher(teacher, not restrict_ce_to_mask, name="teacher_call")
+
+        # === Functional model ===
+        names = list(dict.fromkeys(list(teacher.backbone.input) + list(student.backbone.input)))
+        inputs = {n: keras.Input(shape=(None,), dtype="int32", name=n)
+                  for n in names + ["mask_positions"]}
+        positions = inputs["mask_positions"]
+        teacher_hidden, teacher_logits = self.frozen_teacher(
+            {n: inputs[n] for n in teacher.backbone.input}, positions)
+        student_hidden = student.backbone(
+            {n: inputs[n] for n in student.backbone.input})["sequence_output"]
+        if restrict_ce_to_mask:
+            student_logits = student.mlm_head(student_hidden, positions)  # (B, P, V)
+            mlm_logits = student_logits
+        else:
+            student_logits = student.mlm_head(student_hidden)  # (B, T, V)
+            mlm_logits = gather_positions(student_logits, positions)  # (B, P, V)
+        outputs = {
+            "mlm_logits": mlm_logits,
+            "student_logits": student_logits,
+            "teacher_logits": teacher_logits,
+            "student_hidden": student_hidden,
+            "teacher_hidden": teacher_hidden,
+            "padding_mask": inputs["padding_mask"],
+        }
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self._track_losses(["ce_loss", "mlm_loss", "cos_loss", "mlm_accuracy"])
+
+    @property
+    def backbone(self):
+        """The student's backbone: the model distillation produces."""
+        return self.student.backbone
+
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):
+        from keras_bertfam.preprocessing import MaskedLMPreprocessor
+
+        return MaskedLMPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        if isinstance(y, dict):
+            mask_ids = y["mask_ids"]
+            weights = y.get("mask_weights") if sample_weight is None else sample_weight
+        else:
+            mask_ids, weights = y, sample_weight
+        weights = ops.cast(weights, "float32")
+        tokens = ops.cast(y_pred["padding_mask"], "float32")  # (B, T)
+        t = self.temperature
+
+        # KL(teacher || student) at temperature T, per token, times T^2 (Hinton et al. 2015).
+        s_log = ops.log_softmax(ops.cast(y_pred["student_logits"], "float32") / t, axis=-1)
+        t_log = ops.log_softmax(ops.cast(y_pred["teacher_logits"], "float32") / t, axis=-1)
+        kl = ops.sum(ops.exp(t_log) * (t_log - s_log), axis=-1)  # (B, T) or (B, P)
+        kl_weights = weights if self.restrict_ce_to_mask else tokens
+        ce_loss = ops.sum(kl * kl_weights) / (ops.sum(kl_weights) + 1e-6) * t**2
+
+        mlm_loss, mlm_accuracy = weighted_sparse_ce(mask_ids, y_pred["mlm_logits"], weights)
+
+        s_h = ops.cast(y_pred["student_hidden"], "float32")
+        t_h = ops.cast(y_pred["teacher_hidden"], "float32")
+        cos = ops.sum(s_h * t_h, axis=-1) / ops.maximum(
+            ops.norm(s_h, axis=-1) * ops.norm(t_h, axis=-1), 1e-8)  # (B, T)
+        cos_loss = ops.sum((1.0 - cos) * tokens) / (ops.sum(tokens) + 1e-6)
+
+        loss = self.alpha_ce * ce_loss + self.alpha_mlm * mlm_loss + self.alpha_cos * cos_loss
+        return loss, {"ce_loss": ce_loss, "mlm_loss": mlm_loss, "cos_loss": cos_loss,
+                      "mlm_accuracy": mlm_accuracy}
+
+    def save_to_preset(self, preset_dir):
+        """Saves the student backbone (and the preprocessor's tokenizer) as a backbone preset."""
+        from keras_bertfam import presets
+
+        tokenizer = getattr(self.preprocessor, "tokenizer", None)
+        presets.save_backbone(self.student.backbone, preset_dir, tokenizer=tokenizer)
+
+
+def _copy_head_if_same_size(source, target):
+    """The MLM transform, LayerNorm and output bias (not the tied table) when shapes agree."""
+    pairs = [(s, t) for layer in ("dense", "layer_norm")
+             for s, t in zip(getattr(source, layer).weights, getattr(target, layer).weights)]
+    pairs.append((source.bias, target.bias))
+    if all(tuple(s.shape) == tuple(t.shape) for s, t in pairs):
+        for s, t in pairs:
+            t.assign(ops.convert_to_numpy(s))  # a copy: JAX would share the buffer
