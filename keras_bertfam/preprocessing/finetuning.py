@@ -10,8 +10,14 @@ import tensorflow as tf
 
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import SegmentPacker
+from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer
 
 AUTOTUNE = tf.data.AUTOTUNE
+
+# Tasks saved as `.keras` files serialize their preprocessor's tokenizer (its vocabulary travels as
+# an asset), so the tokenizer class must be registered.
+if keras.saving.get_registered_object("keras_bertfam>WordPieceTokenizer") is None:
+    keras.saving.register_keras_serializable(package="keras_bertfam")(WordPieceTokenizer)
 
 
 def _pack(x, y=None, sample_weight=None):
@@ -98,17 +104,25 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
 
     `x`: [B] strings, or a tuple of two [B] string tensors (sentence pairs, GLUE's MNLI/STS-B).
     `y`: [B] ints in `0..num_classes-1`, or floats when `num_classes=1` (regression).
+    `pad_to_batch_max=True` cuts each batch to its longest example (at most `sequence_length`):
+    dynamic padding, which saves most of the compute on short sentences (bucket by length
+    upstream to save more).
     """
 
-    def __init__(self, tokenizer, sequence_length=128, num_classes=None, **kwargs):
+    def __init__(self, tokenizer, sequence_length=128, num_classes=None, pad_to_batch_max=False,
+                 **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_classes = num_classes
+        self.pad_to_batch_max = pad_to_batch_max
 
     def call(self, x, y=None, sample_weight=None):
         segments = x if isinstance(x, (tuple, list)) else (x,)
         if len(segments) > 2:
             raise ValueError(f"TextClassifier takes one or two segments, got {len(segments)}.")
         features = self._features([self.tokenizer(s) for s in segments])
+        if self.pad_to_batch_max:
+            longest = tf.reduce_max(tf.reduce_sum(features["padding_mask"], axis=1))
+            features = {k: v[:, :longest] for k, v in features.items()}
         if y is not None:
             if self.num_classes and self.num_classes > 1:
                 y = check_labels(y, self.num_classes)
@@ -120,7 +134,8 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         return _pack(features, y, sample_weight)
 
     def get_config(self):
-        return dict(super().get_config(), num_classes=self.num_classes)
+        return dict(super().get_config(), num_classes=self.num_classes,
+                    pad_to_batch_max=self.pad_to_batch_max)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -158,8 +173,8 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         features = self._features([pieces])
         if y is None:
             return features
-        if not isinstance(y, tf.RaggedTensor):
-            y = tf.RaggedTensor.from_tensor(y)
+        if not isinstance(y, tf.RaggedTensor):  # dense [B, W]: one column per word, padded
+            y = tf.RaggedTensor.from_tensor(y, lengths=words.row_lengths())
         y = tf.cast(y, tf.int32)
         if self.num_classes:
             y = check_labels(y, self.num_classes, what="token label")

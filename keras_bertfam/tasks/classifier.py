@@ -32,7 +32,7 @@ class TextClassifier(Task):
     >>> clf.fit(["great film", "dull"], [1, 0], epochs=1)  # doctest: +SKIP
     """
 
-    preprocessor_args = ("sequence_length",)
+    preprocessor_args = ("sequence_length", "pad_to_batch_max")
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
 
@@ -54,10 +54,11 @@ class TextClassifier(Task):
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, num_classes=None,
-                             **kwargs):
+                             pad_to_batch_max=False, **kwargs):
         from keras_bertfam.preprocessing.finetuning import TextClassifierPreprocessor
 
-        return TextClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes)
+        return TextClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes,
+                                          pad_to_batch_max=pad_to_batch_max)
 
     def serving_outputs(self, features, outputs):
         logits = ops.cast(outputs, "float32")
@@ -79,13 +80,13 @@ class TextClassifier(Task):
         return loss, {"accuracy": _mean(correct, w)}
 
 
-def _mean(values, weights=None):
 def class_outputs(logits):
     """Serving outputs of a classification head: logits, softmax probabilities, argmax labels."""
     return {"logits": logits, "probabilities": ops.softmax(logits, axis=-1),
             "labels": ops.cast(ops.argmax(logits, axis=-1), "int32")}
 
 
+def _mean(values, weights=None):
     if weights is None:
         return ops.mean(values)
     return ops.sum(values * weights) / ops.maximum(ops.sum(weights), 1e-9)

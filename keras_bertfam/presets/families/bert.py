@@ -9,8 +9,15 @@ from keras_bertfam.presets.vocabularies import vocabulary_path
 
 
 def make_wordpiece(spec, assets_dir=None):
-    vocab = os.path.join(assets_dir, "vocab.txt") if assets_dir else vocabulary_path(
-        spec["vocabulary"])
+    if assets_dir:
+        # keras-hub's save_assets writes vocabulary.txt; HF-style directories have vocab.txt
+        names = [os.path.join(assets_dir, n) for n in ("vocabulary.txt", "vocab.txt")]
+        vocab = next((n for n in names if os.path.exists(n)), None)
+        if vocab is None:
+            raise FileNotFoundError(f"The tokenizer assets {assets_dir!r} have no vocabulary "
+                                    "file (vocabulary.txt or vocab.txt).")
+    else:
+        vocab = vocabulary_path(spec["vocabulary"])
     return WordPieceTokenizer(vocabulary=vocab, lowercase=spec.get("lowercase", False))
 
 
