@@ -271,7 +271,7 @@ def test_plm_loss_falls_on_a_fixed_batch(memory):
     losses = history.history["plm_loss"]
     assert losses[-1] < 0.7 * losses[0]
     if memory:
-        assert np.abs(to_numpy(task.memory.memory)).sum() > 0
+        assert np.abs(task.memory.memory.numpy()).sum() > 0
 
 
 @pytest.mark.multibackend
@@ -285,11 +285,11 @@ def test_memory_is_carried_between_consecutive_calls():
     expected_mems = backbone.forward(
         conv(x1), mems=[ops.zeros((4, 8, 16))] * 2, return_mems=True)["mems"]
     for i in range(2):
-        np.testing.assert_allclose(to_numpy(task.memory.memory)[i], to_numpy(expected_mems[i]),
+        np.testing.assert_allclose(task.memory.memory.numpy()[i], to_numpy(expected_mems[i]),
                                    atol=1e-5)
     logits2 = to_numpy(task(conv(x2)))
     ref = backbone.forward(conv(x2), mems=expected_mems)["query_output"]
     ref_logits = to_numpy(task.lm_head(ref))
     np.testing.assert_allclose(logits2, ref_logits, atol=1e-4)
     task.reset_memory()
-    assert np.abs(to_numpy(task.memory.memory)).sum() == 0
+    assert np.abs(task.memory.memory.numpy()).sum() == 0

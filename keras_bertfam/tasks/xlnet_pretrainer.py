@@ -102,7 +102,7 @@ class XLNetPretrainer(Task):
 
     def reset_memory(self):
         if self.memory is not None:
-            self.memory.memory.assign(ops.zeros_like(self.memory.memory))
+            self.memory.memory.assign(ops.zeros(self.memory.memory.shape, self.memory.memory.dtype))
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, **kwargs):
