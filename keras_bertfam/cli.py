@@ -1,8 +1,9 @@
 """`keras-bertfam`: pretrain | presets (and export, once a model is trained).
 
 `pretrain` trains in chunks of `--checkpoint-every` steps. After each chunk it writes the weights
-and optimizer state, then a small JSON with the step, each atomically (write, then rename), so a
-run killed at any moment resumes from the last finished chunk with nothing lost or corrupted.
+and optimizer state, the dropout generators' state, then a small JSON with the step (last, so it
+only ever names a complete checkpoint), each atomically (write, then rename): a run killed at any
+moment resumes from the last finished chunk with nothing lost or corrupted.
 Chunk c always sees the data and masks drawn from seed `seed + c`, so a resumed run repeats
 exactly what the interrupted chunk would have done.
 """
@@ -24,12 +25,35 @@ PRETRAINERS = {
 }
 STATE_FILE = "training_state.json"
 CHECKPOINT = "checkpoint.weights.h5"
+RNG_STATE = "rng_state.npz"  # dropout seed generators: Keras' save_weights leaves them out
 
 
 def _write_atomic(path, write):
-    tmp = path + ".tmp"
+    """write(tmp) then rename: a reader sees the old file or the new one, never half of one."""
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, "tmp-" + name)  # keeps the extension Keras checks
     write(tmp)
     os.replace(tmp, path)
+
+
+def _rng_variables(task):
+    return [v for v in task.non_trainable_variables if "seed_generator" in v.path]
+
+
+def _save_rng(task, path):
+    import keras
+    import numpy as np
+
+    with open(path, "wb") as f:
+        np.savez(f, *[keras.ops.convert_to_numpy(v) for v in _rng_variables(task)])
+
+
+def _load_rng(task, path):
+    import numpy as np
+
+    with np.load(path) as saved:
+        for variable, name in zip(_rng_variables(task), saved.files):
+            variable.assign(saved[name])
 
 
 def _parser():
@@ -55,6 +79,8 @@ def _parser():
     p.add_argument("--init-weights", action="store_true",
                    help="continue from the preset's weights instead of a random initialization")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--deterministic", action="store_true",
+                   help="TensorFlow op determinism: bit-identical reruns (slower)")
     p.add_argument("--export", dest="export", action="store_true", default=True)
     p.add_argument("--no-export", dest="export", action="store_false")
     p.add_argument("--strategy", default=None,
@@ -132,15 +158,15 @@ def _build_task(args, kb, tokenizer):
     return task
 
 
-def _dataset(args, kb, task, chunk):
-    """The data of chunk `chunk`: a function of (seed, chunk) only, so resuming repeats it."""
+def _documents(args, kb, task, chunk):
+    """The documents of chunk `chunk`, and the seed of their pairing and masking: a function of
+    (seed, chunk) only, so a resumed run repeats the interrupted chunk exactly."""
     import keras
 
     keras.utils.set_random_seed(args.seed + chunk)
-    docs = kb.preprocessing.read_corpus(args.corpus)
-    docs = docs.shuffle(4096, seed=args.seed + chunk).repeat()
     task.preprocessor.seed = args.seed + chunk
-    return task.preprocessor.prepare(docs).take(args.checkpoint_every)
+    docs = kb.preprocessing.read_corpus(args.corpus)
+    return docs.shuffle(4096, seed=args.seed + chunk).repeat()
 
 
 def pretrain(args):
@@ -150,6 +176,11 @@ def pretrain(args):
 
     import keras_bertfam as kb
 
+    keras.utils.set_random_seed(args.seed)
+    if args.deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     strategy = None
     if args.strategy:
         from keras_bertfam import distribute
@@ -169,6 +200,7 @@ def pretrain(args):
         if state.get("args", {}).get("preset") != args.preset:
             raise SystemExit(f"{args.output} holds a run of another preset; use a new --output.")
         task.load_weights(checkpoint)
+        _load_rng(task, os.path.join(args.output, RNG_STATE))
         step = state["step"]
         print(f"Resuming from step {step} ({checkpoint}).")
 
@@ -177,11 +209,13 @@ def pretrain(args):
     start = time.time()
     for chunk in range(step // args.checkpoint_every, chunks):
         steps = min(args.checkpoint_every, args.steps - chunk * args.checkpoint_every)
-        data = _dataset(args, kb, task, chunk).take(steps)
-        result = task.fit(data, epochs=chunk + 1, initial_epoch=chunk, verbose=args.verbose)
+        docs = _documents(args, kb, task, chunk)
+        result = task.fit(docs, epochs=chunk + 1, initial_epoch=chunk, steps_per_epoch=steps,
+                          verbose=args.verbose)
         step = chunk * args.checkpoint_every + steps
         history.append({"step": step, **{k: float(v[-1]) for k, v in result.history.items()}})
         _write_atomic(checkpoint, task.save_weights)
+        _write_atomic(os.path.join(args.output, RNG_STATE), lambda p: _save_rng(task, p))
         _write_atomic(state_path, lambda p: _dump(p, {"step": step, "args": vars(args),
                                                       "history": history}))
     elapsed = time.time() - start

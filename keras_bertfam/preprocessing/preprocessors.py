@@ -94,7 +94,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
         if isinstance(spec, tuple):
             raise ValueError(
                 f"{type(self).__name__} takes a dataset of raw strings (self-supervised: no "
-                "labels), got elements of structure {spec}."
+                f"labels), got elements of structure {spec}."
             )
         if spec.dtype != tf.string:
             raise TypeError(f"{type(self).__name__} takes strings, got {spec.dtype.name}.")
