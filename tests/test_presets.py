@@ -1,0 +1,353 @@
+"""Presets: the registry, parameter counts, every kind of `from_preset` source, HF task heads,
+export to transformers, the real MiniLM as a sentence encoder, and bad input.
+
+HF reference models are random-initialized from a config and saved to tmp (never downloaded); the
+HF hub cache is a fake one built in tmp.
+"""
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+from conftest import to_numpy
+from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.params import count_params, encoder_param_count, encoder_arguments
+
+TINY_HF = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=64, max_position_embeddings=64)
+
+
+def _ids(batch=2, length=7, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, 5000, (batch, length)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, 5:] = 0
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask}
+
+
+def _hf_sequence(model, x):
+    import torch
+
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                    attention_mask=torch.tensor(x["padding_mask"], dtype=torch.long),
+                    token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long))
+    return out
+
+
+def _max_diff_on_tokens(a, b, mask):
+    keep = mask.astype(bool)
+    return float(np.abs(np.asarray(a)[keep] - np.asarray(b)[keep]).max())
+
+
+@pytest.fixture(scope="module")
+def hf_pretraining_dir(tmp_path_factory, bert_vocab):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    path = str(tmp_path_factory.mktemp("hf_bert_pretraining"))
+    model = transformers.BertForPreTraining(transformers.BertConfig(**TINY_HF)).eval()
+    model.save_pretrained(path)
+    shutil.copy(bert_vocab, os.path.join(path, "vocab.txt"))
+    return path
+
+
+# === Registry ===
+def test_list_prints_a_table_and_unknown_names_suggest(capsys):
+    names = kb.presets.list()
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:5] == ["name", "family", "size", "params", "source"]
+    row = next(line for line in table if line.startswith("bert_tiny_en_uncased "))
+    assert "L2 H128 A2" in row and "4.4M" in row and "google/bert_uncased_L-2_H-128_A-2" in row
+    assert "all_minilm_l6_v2" in names and len(names) == len(kb.presets.PRESETS)
+    with pytest.raises(ValueError, match="Did you mean bert_tiny_en_uncased"):
+        kb.models.BertBackbone.from_preset("bert_tiny_en_uncase")
+    with pytest.raises(ValueError, match="No presets of family"):
+        kb.presets.list("bret")
+
+
+ENCODER_OPTIONS = [
+    dict(),
+    dict(embedding_dim=8),
+    dict(num_segments=0, pooler=False),
+    dict(position_offset=2, num_segments=1),
+    dict(embedding_dim=8, num_groups=1, share="all"),
+    dict(num_groups=2, share="attention"),
+    dict(num_groups=2, share="ffn"),
+]
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("options", ENCODER_OPTIONS)
+def test_analytic_count_equals_built_model(options):
+    config = dict(vocabulary_size=50, num_layers=4, num_heads=2, hidden_dim=16,
+                  intermediate_dim=24, max_sequence_length=12, **options)
+    backbone = kb.models.EncoderBackbone(**config)
+    assert backbone.num_params() == encoder_param_count(**config)
+
+
+def test_every_registered_preset_count():
+    """Each preset's registered count equals its config's (analytic for encoder families, cross-
+    checked against built models above and below); the small ones are also built."""
+    for name, preset in kb.presets.PRESETS.items():
+        assert kb.presets.count_params(name) == preset.params, name
+    small = [p for p in kb.presets.PRESETS.values() if p.params < 15_000_000]
+    assert small
+    # families without an analytic count extrapolate from 1 and 2 layers: check it at 3
+    from keras_bertfam.presets.params import _built_count, layered_count
+    from keras_bertfam.models.backbone import EncoderBackbone
+
+    for spec in kb.presets.FAMILIES.values():
+        if issubclass(spec.backbone_cls, EncoderBackbone) or spec.count_params is not None:
+            continue
+        preset = min((p for p in kb.presets.PRESETS.values() if p.family == spec.name),
+                     key=lambda p: p.params)
+        config = dict(preset.config, num_layers=3)
+        assert layered_count(spec.backbone_cls, config) == _built_count(spec.backbone_cls, config)
+    for preset in small:
+        spec = kb.presets.FAMILIES[preset.family]
+        built = spec.backbone_cls(**preset.config)
+        assert built.num_params() == preset.params, preset.name
+        keras.backend.clear_session()
+
+
+def test_family_arguments_are_read_without_building():
+    args = encoder_arguments(kb.models.BertBackbone, kb.presets.get("bert_tiny_en_uncased").config)
+    assert args["hidden_dim"] == 128 and args["num_segments"] == 2 and args["pooler"] is True
+
+
+# === Sources: our preset dirs, HF dirs, keras-hub dirs, the HF hub cache, registered names ===
+def test_our_preset_dir_round_trip(tmp_path, bert_vocab):
+    backbone = kb.models.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32, max_sequence_length=16)
+    tokenizer = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    kb.presets.save_backbone(backbone, str(tmp_path), tokenizer=tokenizer)
+    again = kb.models.BertBackbone.from_preset(str(tmp_path))
+    x = _ids()
+    np.testing.assert_allclose(to_numpy(again(x)["sequence_output"]),
+                               to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+    tok = kb.preprocessing.Tokenizer.from_preset(str(tmp_path))
+    assert tok(["Hello world"]).to_list() == tokenizer(["Hello world"]).to_list()
+
+
+def test_keras_hub_preset_dir(tmp_path, bert_vocab):
+    import keras_hub
+
+    kh = keras_hub.models.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2,
+                                       hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
+    for w in kh.weights:  # non-trivial LayerNorm and bias values
+        w.assign(np.random.default_rng(len(w.path)).normal(0, 0.2, w.shape).astype("float32") +
+                 (1.0 if w.path.endswith("gamma") else 0.0))
+    kh.save_to_preset(str(tmp_path))
+    keras_hub.models.BertTokenizer(vocabulary=bert_vocab, lowercase=True).save_to_preset(
+        str(tmp_path))
+    assert os.path.exists(tmp_path / "metadata.json")
+    ours = kb.models.BertBackbone.from_preset(str(tmp_path))
+    x = _ids()
+    theirs = kh(x)
+    out = ours(x)
+    assert _max_diff_on_tokens(to_numpy(out["sequence_output"]), to_numpy(
+        theirs["sequence_output"]), x["padding_mask"]) <= 1e-4
+    np.testing.assert_allclose(to_numpy(out["pooled_output"]), to_numpy(theirs["pooled_output"]),
+                               atol=1e-4)
+    tok = kb.preprocessing.Tokenizer.from_preset(str(tmp_path))
+    reference = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    text = ["Does BERT know Snuffleupagus?"]
+    assert tok.bert_lowercase and tok(text).to_list() == reference(text).to_list()
+    clf = kb.tasks.TextClassifier.from_preset(str(tmp_path), num_classes=2, sequence_length=8)
+    assert clf.predict(["a keras-hub preset"], verbose=0).shape == (1, 2)
+
+
+def _fake_hub_cache(root, repo_id, model_dir, revision="0123456789abcdef"):
+    """huggingface_hub's cache layout: models--org--name/{refs/main, snapshots/<rev>/...}."""
+    repo = os.path.join(root, "models--" + repo_id.replace("/", "--"))
+    snapshot = os.path.join(repo, "snapshots", revision)
+    shutil.copytree(model_dir, snapshot)
+    os.makedirs(os.path.join(repo, "refs"), exist_ok=True)
+    with open(os.path.join(repo, "refs", "main"), "w") as f:
+        f.write(revision)
+    return snapshot
+
+
+def test_hf_hub_id_from_the_local_cache(tmp_path, monkeypatch, hf_pretraining_dir):
+    import transformers
+
+    cache = str(tmp_path / "hub")
+    _fake_hub_cache(cache, "someorg/tiny-bert", hf_pretraining_dir)
+    monkeypatch.setenv("HF_HUB_CACHE", cache)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    backbone = kb.models.BertBackbone.from_preset("someorg/tiny-bert")
+    hf = transformers.BertModel.from_pretrained(hf_pretraining_dir).eval()
+    x = _ids()
+    ref = _hf_sequence(hf, x).last_hidden_state.numpy()
+    assert _max_diff_on_tokens(to_numpy(backbone(x)["sequence_output"]), ref,
+                               x["padding_mask"]) <= 1e-4
+    tok = kb.preprocessing.Tokenizer.from_preset("hf://someorg/tiny-bert")
+    assert tok(["hello"]).to_list() == [[7592]]
+    # not cached and not asked to download: a clear error, no network
+    with pytest.raises(FileNotFoundError, match="download=True"):
+        kb.models.BertBackbone.from_preset("someorg/not-cached")
+    # HF_HOME works too
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    _fake_hub_cache(str(tmp_path / "home" / "hub"), "other/tiny", hf_pretraining_dir)
+    assert kb.presets.load_backbone("other/tiny").num_layers == 2
+
+
+def test_registered_name_resolves_through_the_cache(tmp_path, monkeypatch):
+    import transformers
+
+    preset = kb.presets.get("bert_tiny_en_uncased")
+    model_dir = str(tmp_path / "model")
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=30522, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=512)).save_pretrained(model_dir)
+    cache = str(tmp_path / "hub")
+    _fake_hub_cache(cache, preset.hf_id, model_dir)
+    monkeypatch.setenv("HF_HUB_CACHE", cache)
+    loaded = kb.models.BertBackbone.from_preset("bert_tiny_en_uncased")
+    state = checkpoints.load_state_dict(model_dir)
+    np.testing.assert_array_equal(to_numpy(loaded.token_embedding.embeddings),
+                                  state["embeddings.word_embeddings.weight"])
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="load_weights=False"):
+        kb.models.BertBackbone.from_preset("bert_tiny_en_uncased")
+    assert kb.models.BertBackbone.from_preset("bert_tiny_en_uncased",
+                                              load_weights=False).num_params() == preset.params
+
+
+# === HF heads and export ===
+def test_convert_task_bert_pretraining_heads(hf_pretraining_dir):
+    import transformers
+
+    hf = transformers.BertForPreTraining.from_pretrained(hf_pretraining_dir).eval()
+    task = kb.presets.convert_task(hf_pretraining_dir, kb.tasks.BertPretrainer, preprocessor=None)
+    x = _ids()
+    positions = np.array([[1, 2, 4], [0, 3, 4]])
+    out = task(dict(x, mask_positions=positions))
+    ref = _hf_sequence(hf, x)
+    ref_mlm = np.take_along_axis(ref.prediction_logits.numpy(), positions[:, :, None], axis=1)
+    assert np.abs(to_numpy(out["mlm_logits"]) - ref_mlm).max() <= 1e-4
+    assert np.abs(to_numpy(out["pair_logits"]) - ref.seq_relationship_logits.numpy()).max() <= 1e-4
+    with pytest.raises(ValueError, match="No HF head conversion"):
+        kb.presets.convert_task(hf_pretraining_dir, kb.tasks.QuestionAnswerer)
+
+
+def test_export_to_transformers_round_trip(tmp_path, bert_vocab):
+    import transformers
+
+    keras.utils.set_random_seed(3)
+    backbone = kb.models.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=4,
+                                      hidden_dim=32, intermediate_dim=64, max_sequence_length=64)
+    for w in backbone.weights:  # perturb LayerNorms and biases away from 1 / 0
+        w.assign(to_numpy(w) + np.random.default_rng(len(w.path)).normal(0, 0.05, w.shape))
+    kb.presets.export_to_transformers(backbone, str(tmp_path / "bert"))
+    hf = transformers.BertModel.from_pretrained(str(tmp_path / "bert")).eval()
+    x = _ids()
+    ref = _hf_sequence(hf, x)
+    ours = backbone(x)
+    assert _max_diff_on_tokens(to_numpy(ours["sequence_output"]), ref.last_hidden_state.numpy(),
+                               x["padding_mask"]) <= 1e-4
+    assert np.abs(to_numpy(ours["pooled_output"]) - ref.pooler_output.numpy()).max() <= 1e-4
+    back = kb.presets.convert(str(tmp_path / "bert"))
+    for a, b in zip(back.weights, backbone.weights):
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-7)
+
+    # a task with its head and tokenizer -> BertForSequenceClassification
+    tokenizer = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    from keras_bertfam.preprocessing.finetuning import TextClassifierPreprocessor
+
+    clf = kb.tasks.TextClassifier(backbone, num_classes=3,
+                                  preprocessor=TextClassifierPreprocessor(tokenizer, 16))
+    kb.presets.export_to_transformers(clf, str(tmp_path / "clf"))
+    hf_clf = transformers.BertForSequenceClassification.from_pretrained(
+        str(tmp_path / "clf")).eval()
+    np.testing.assert_allclose(_hf_sequence(hf_clf, x).logits.numpy(),
+                               to_numpy(clf.predict(x, verbose=0)) if False else to_numpy(
+                                   clf(x, training=False)), atol=1e-4)
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(str(tmp_path / "clf"))
+    assert hf_tok("Café, naïve!")["input_ids"][1:-1] == tokenizer(["Café, naïve!"]).to_list()[0]
+    again = kb.presets.convert_task(str(tmp_path / "clf"), kb.tasks.TextClassifier,
+                                    preprocessor=None)
+    assert again.num_classes == 3
+    np.testing.assert_allclose(to_numpy(again(x, training=False)), to_numpy(clf(x, training=False)),
+                               atol=1e-6)
+
+
+# === The real MiniLM ===
+def test_all_minilm_l6_v2_equals_sentence_transformers(minilm_dir):
+    st = pytest.importorskip("sentence_transformers")
+    model = st.SentenceTransformer(minilm_dir, device="cpu")
+    sentences = ["A man is eating food.", "Café au lait, naïve résumé!", "short",
+                 "A much longer sentence about the weather in Zürich " * 4]
+    ref = model.encode(sentences, convert_to_numpy=True)
+    encoder = kb.tasks.SentenceEncoder.from_preset("all_minilm_l6_v2")
+    ours = encoder.encode(sentences)
+    assert ours.shape == (4, 384)
+    assert np.abs(ours - ref).max() <= 1e-4
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=-1), 1.0, atol=1e-5)
+
+
+# === Bad input ===
+def test_checkpoint_shapes_not_matching_config(tmp_path, hf_pretraining_dir):
+    bad = str(tmp_path / "bad")
+    shutil.copytree(hf_pretraining_dir, bad)
+    with open(os.path.join(bad, "config.json")) as f:
+        config = json.load(f)
+    config["intermediate_size"] = 48
+    with open(os.path.join(bad, "config.json"), "w") as f:
+        json.dump(config, f)
+    with pytest.raises(checkpoints.CheckpointError, match=r"Shape mismatch for encoder\.layer\.0"
+                       r"\.intermediate\.dense\.weight.*\(64, 32\).*\(32, 48\)"):
+        kb.presets.convert(bad)
+
+
+def test_missing_vocab_file(tmp_path, hf_pretraining_dir):
+    bad = str(tmp_path / "novocab")
+    shutil.copytree(hf_pretraining_dir, bad)
+    os.remove(os.path.join(bad, "vocab.txt"))
+    with pytest.raises(FileNotFoundError, match="has no vocab.txt"):
+        kb.preprocessing.Tokenizer.from_preset(bad)
+    ours = str(tmp_path / "ours")
+    backbone = kb.models.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32)
+    kb.presets.save_backbone(backbone, ours, tokenizer=kb.preprocessing.Tokenizer.from_preset(
+        hf_pretraining_dir))
+    for name in os.listdir(os.path.join(ours, "assets", "tokenizer")):
+        os.remove(os.path.join(ours, "assets", "tokenizer", name))
+    with pytest.raises(FileNotFoundError, match="no vocabulary file"):
+        kb.preprocessing.Tokenizer.from_preset(ours)
+
+
+def test_preset_dir_of_another_family(tmp_path, hf_pretraining_dir):
+    other = [spec for name, spec in kb.presets.FAMILIES.items() if name != "bert"]
+    assert other, "another family is registered"
+    backbone = kb.models.BertBackbone(vocabulary_size=100, num_layers=1, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32)
+    backbone.save_to_preset(str(tmp_path))
+    with pytest.raises(ValueError, match="is a 'bert' preset"):
+        other[0].backbone_cls.from_preset(str(tmp_path))
+    with pytest.raises(ValueError, match="is a 'bert' preset"):
+        other[0].backbone_cls.from_preset(hf_pretraining_dir)
+
+
+def test_corrupt_weights_files(tmp_path, hf_pretraining_dir):
+    bad = str(tmp_path / "corrupt_hf")
+    shutil.copytree(hf_pretraining_dir, bad)
+    path = os.path.join(bad, "model.safetensors")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(checkpoints.CheckpointError, match="corrupt"):
+        kb.presets.convert(bad)
+    ours = str(tmp_path / "corrupt_ours")
+    kb.models.BertBackbone(vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=16,
+                           intermediate_dim=32).save_to_preset(ours)
+    with open(os.path.join(ours, "backbone.weights.h5"), "wb") as f:
+        f.write(b"not an h5 file")
+    with pytest.raises(checkpoints.CheckpointError, match="corrupt"):
+        kb.models.BertBackbone.from_preset(ours)
