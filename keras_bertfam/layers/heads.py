@@ -217,7 +217,8 @@ class SpanBoundaryHead(keras.layers.Layer):
         self.layer_norm_2 = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm_2")
 
-    def build(self, sequence_shape, positions_shape=None, starts_shape=None, ends_shape=None):
+    def build(self, sequence_shape, positions_shape=None, span_starts_shape=None,
+              span_ends_shape=None):
         hidden = sequence_shape[-1]
         self.dense_1 = keras.layers.Dense(
             hidden, activation=get_activation(self.activation),
@@ -247,8 +248,8 @@ class SpanBoundaryHead(keras.layers.Layer):
         table = ops.cast(self.token_embedding.embeddings, x.dtype)  # (V, E)
         return ops.matmul(x, ops.transpose(table)) + ops.cast(self.bias, x.dtype)  # (B, P, V)
 
-    def compute_output_shape(self, sequence_shape, positions_shape=None, starts_shape=None,
-                             ends_shape=None):
+    def compute_output_shape(self, sequence_shape, positions_shape=None, span_starts_shape=None,
+                             span_ends_shape=None):
         return (sequence_shape[0], positions_shape[1], self.vocabulary_size)
 
     def get_config(self):

@@ -27,3 +27,4 @@ from keras_bertfam.preprocessing.tokenizers import (
     train_byte_pair_vocabulary,
     train_sentencepiece_model,
 )
+from keras_bertfam.preprocessing.span_preprocessor import SpanBertPreprocessor

@@ -58,6 +58,7 @@ __all__ = [
     "WholeWordMasker",
     "NgramMasker",
     "SpanMasker",
+    "span_boundaries",
     "word_continuation_table",
     "load_vocabulary",
 ]
@@ -911,8 +912,9 @@ class SpanMasker(_Masker):
     _per_span = True
 
     def __init__(self, *args, geometric_p=0.2, max_span_length=10,
-                 random_token_distribution=None, **kwargs):
+                 random_token_distribution=None, return_span_boundaries=False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.return_span_boundaries = bool(return_span_boundaries)
         if not 0.0 < float(geometric_p) <= 1.0:
             raise ValueError(f"geometric_p must be in (0, 1]; got {geometric_p}")
         if int(max_span_length) < 1:
@@ -1032,5 +1034,57 @@ class SpanMasker(_Masker):
             random_token_distribution=None
             if self.random_token_distribution is None
             else np.asarray(self.random_token_distribution).tolist(),
+            return_span_boundaries=self.return_span_boundaries,
         )
         return config
+
+    def __call__(self, token_ids, seed=None):
+        """As the other maskers; with `return_span_boundaries=True` the dict also has
+        `span_starts` and `span_ends` [B, P] int32 (see `span_boundaries`), the inputs of
+        SpanBERT's span boundary objective."""
+        out = super().__call__(token_ids, seed=seed)
+        if self.return_span_boundaries:
+            out["span_starts"], out["span_ends"] = span_boundaries(
+                out["mask_positions"], out["mask_weights"])
+        return out
+
+
+def span_boundaries(mask_positions, mask_weights):
+    """First and last token of the masked span holding each prediction slot.
+
+    A span is a maximal run of consecutive masked positions (spans that touch are one span, so
+    their boundary tokens are unmasked ones). `mask_positions` [B, P] ascending (or [P]),
+    `mask_weights` [B, P]; returns (`span_starts`, `span_ends`) [B, P] int32, 0 at padding slots.
+    Vectorized over the batch: a [P, P] triangle, no loop.
+
+    >>> s, e = span_boundaries(tf.constant([[3, 4, 5, 9, 0]]), tf.constant([[1., 1, 1, 1, 0]]))
+    >>> s.numpy().tolist(), e.numpy().tolist()
+    ([[3, 3, 3, 9, 0]], [[5, 5, 5, 9, 0]])
+    """
+    positions = tf.cast(tf.convert_to_tensor(mask_positions), tf.int32)
+    unbatched = positions.shape.rank == 1
+    if unbatched:
+        positions = positions[tf.newaxis]
+    real = tf.convert_to_tensor(mask_weights)
+    real = (real[tf.newaxis] if unbatched else real) > 0
+    P = tf.shape(positions)[1]
+    prev = _shift_right(positions, 1, -2)
+    nxt = _shift_left(positions, 1, -2)
+    prev_real = _shift_right(real, 1, False)
+    next_real = _shift_left(real, 1, False)
+    is_start = real & ~(prev_real & tf.equal(prev, positions - 1))  # (B, P)
+    is_end = real & ~(next_real & tf.equal(nxt, positions + 1))
+    # Positions ascend, so a slot's start is the largest start at or before it and its end the
+    # smallest end at or after it.
+    before = tf.linalg.band_part(tf.ones([P, P], tf.bool), -1, 0)  # [p, j]: j <= p
+    starts = tf.reduce_max(
+        tf.where(before[tf.newaxis] & is_start[:, tf.newaxis, :], positions[:, tf.newaxis, :],
+                 -1), axis=2)
+    ends = tf.reduce_min(
+        tf.where(tf.transpose(before)[tf.newaxis] & is_end[:, tf.newaxis, :],
+                 positions[:, tf.newaxis, :], _INT32_MAX), axis=2)
+    starts = tf.where(real, starts, 0)
+    ends = tf.where(real, ends, 0)
+    if unbatched:
+        return starts[0], ends[0]
+    return starts, ends

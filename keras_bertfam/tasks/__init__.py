@@ -11,3 +11,4 @@ from keras_bertfam.tasks.albert_pretrainer import AlbertPretrainer
 from keras_bertfam.tasks.electra_pretrainer import ElectraPretrainer
 from keras_bertfam.tasks.xlnet_pretrainer import XLNetPretrainer
 from keras_bertfam.tasks.distiller import Distiller, student_from_teacher
+from keras_bertfam.tasks.spanbert_pretrainer import SpanBertPretrainer

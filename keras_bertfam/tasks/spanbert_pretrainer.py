@@ -1,0 +1,80 @@
+"""SpanBERT pretraining: MLM + the span boundary objective, single segment, no NSP
+(Joshi et al. 2020)."""
+import keras
+from keras import ops
+
+from keras_bertfam.layers import MaskedLMHead, SpanBoundaryHead, span_boundary_weights
+from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.task import Task
+
+SPAN_INPUTS = ("mask_positions", "span_starts", "span_ends")
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class SpanBertPretrainer(Task):
+    """MLM + SBO: each masked token is predicted from its own state (MLM head) and from its
+    span's boundary states `h[s-1]`, `h[e+1]` and its offset in the span (`SpanBoundaryHead`);
+    both heads are tied to the token table. Loss = MLM + SBO, each averaged over its targets;
+    spans touching the sequence edge have no SBO target.
+
+    Inputs: the backbone's inputs + `mask_positions`, `span_starts`, `span_ends` (B, P): the
+    first and last token of the span of each prediction slot, as `SpanMasker(...,
+    return_span_boundaries=True)` and `SpanBertPreprocessor` produce them. Labels: `y =
+    mask_ids`, `sample_weight = mask_weights` (or `y = {"mask_ids", "mask_weights"}`).
+    Outputs: `{"mlm_logits", "sbo_logits": (B, P, V), "sbo_weights": (B, P)}`.
+
+    Example:
+    >>> backbone = kb.models.SpanBertBackbone(100, 2, 2, 32, 64)   # doctest: +SKIP
+    >>> model = kb.tasks.SpanBertPretrainer(backbone)              # doctest: +SKIP
+    """
+
+    def __init__(self, backbone, preprocessor=None, max_span_length=20,
+                 position_embedding_dim=200, **kwargs):
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.max_span_length = max_span_length
+        self.position_embedding_dim = position_embedding_dim
+        initializer = keras.initializers.TruncatedNormal(
+            stddev=getattr(backbone, "initializer_range", 0.02))
+        common = dict(activation=getattr(backbone, "activation", "gelu"),
+                      layer_norm_epsilon=backbone.layer_norm_epsilon,
+                      kernel_initializer=initializer)
+        self.mlm_head = MaskedLMHead(backbone.token_embedding, name="mlm_head", **common)
+        self.sbo_head = SpanBoundaryHead(
+            backbone.token_embedding, max_span_length=max_span_length,
+            position_embedding_dim=position_embedding_dim, name="sbo_head", **common)
+
+        inputs, features = backbone_inputs(backbone, extra=SPAN_INPUTS)
+        sequence = backbone(features)["sequence_output"]
+        positions = inputs["mask_positions"]
+        outputs = {
+            "mlm_logits": self.mlm_head(sequence, positions),
+            "sbo_logits": self.sbo_head(sequence, positions, inputs["span_starts"],
+                                        inputs["span_ends"]),
+            "sbo_weights": span_boundary_weights(inputs["span_starts"], inputs["span_ends"],
+                                                 features["padding_mask"]),
+        }
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        self._track_losses(["mlm_loss", "mlm_accuracy", "sbo_loss", "sbo_accuracy"])
+
+    @classmethod
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):
+        from keras_bertfam.preprocessing.span_preprocessor import SpanBertPreprocessor
+
+        return SpanBertPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        if isinstance(y, dict):
+            mask_ids = y["mask_ids"]
+            weights = y.get("mask_weights") if sample_weight is None else sample_weight
+        else:
+            mask_ids, weights = y, sample_weight
+        weights = ops.cast(weights, "float32")
+        mlm_loss, mlm_accuracy = weighted_sparse_ce(mask_ids, y_pred["mlm_logits"], weights)
+        sbo_weights = weights * ops.cast(y_pred["sbo_weights"], "float32")
+        sbo_loss, sbo_accuracy = weighted_sparse_ce(mask_ids, y_pred["sbo_logits"], sbo_weights)
+        return mlm_loss + sbo_loss, {
+            "mlm_loss": mlm_loss, "mlm_accuracy": mlm_accuracy,
+            "sbo_loss": sbo_loss, "sbo_accuracy": sbo_accuracy,
+        }
