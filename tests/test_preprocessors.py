@@ -1,0 +1,94 @@
+"""Pretraining preprocessors: raw text -> keras-hub format; truncation; seeds; BERT's masking."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_bertfam as kb
+
+
+@pytest.fixture(scope="module")
+def tokenizer(bert_vocab):
+    return kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+
+
+def test_long_text_is_truncated_to_the_sequence(tokenizer):
+    """Documented: a segment longer than the sequence is cut at its end; [SEP] stays last."""
+    pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, seed=0)
+    x, mask_ids, weights = pre(tf.constant(["word " * 100, "short text"]))
+    ids = x["token_ids"].numpy()
+    assert ids.shape == (2, 16)
+    assert ids[0, 0] == tokenizer.cls_token_id and ids[0, -1] == tokenizer.sep_token_id
+    assert x["padding_mask"].numpy()[0].all()
+    # The unmasked tokens of the long text are its first 14 word pieces.
+    original = ids[0].copy()
+    for p, m, w in zip(x["mask_positions"].numpy()[0], mask_ids.numpy()[0], weights.numpy()[0]):
+        if w:
+            original[p] = m
+    assert original[1:15].tolist() == tokenizer(["word " * 14]).to_list()[0]
+
+
+def test_masking_follows_bert(tokenizer):
+    pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 128, batch_size=64, seed=3)
+    docs = kb.preprocessing.read_corpus().take(640)
+    masked = real = predicted = 0
+    replaced_with_mask = 0
+    for x, mask_ids, weights in pre.prepare(docs):
+        weights = weights.numpy().astype(bool)
+        n = x["padding_mask"].numpy().sum(1)
+        expected = np.minimum(20, np.maximum(1, np.round(n * 0.15)))
+        np.testing.assert_array_equal(weights.sum(1), expected)  # BERT's num_to_predict
+        positions = x["mask_positions"].numpy()
+        ids = x["token_ids"].numpy()
+        originals = mask_ids.numpy()[weights]
+        assert not np.isin(originals, tokenizer.special_token_ids).any()
+        at = np.take_along_axis(ids, positions, 1)[weights]
+        replaced_with_mask += (at == tokenizer.mask_token_id).sum()
+        predicted += weights.sum()
+        real += n.sum()
+    assert abs(predicted / real - 0.15) < 0.005
+    assert abs(replaced_with_mask / predicted - 0.8) < 0.02
+
+
+def test_same_seed_same_examples_new_mask_each_epoch(tokenizer):
+    docs = kb.preprocessing.read_corpus().take(32)
+
+    def first_epochs(seed):
+        pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, 64, batch_size=8, seed=seed)
+        ds = pre.prepare(docs)
+        return [[b[0]["token_ids"].numpy() for b in ds] for _ in range(2)]
+
+    a, b = first_epochs(5), first_epochs(5)
+    for epoch_a, epoch_b in zip(a, b):
+        for x, y in zip(epoch_a, epoch_b):
+            np.testing.assert_array_equal(x, y)
+    assert any((x != y).any() for x, y in zip(a[0], a[1]))  # dynamic: epoch 2 differs
+
+
+def test_pairs_fit_the_sequence_and_labels_are_binary(tokenizer):
+    pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, 48, batch_size=16, seed=1)
+    for x, y in pre.prepare(kb.preprocessing.read_corpus().take(64)):
+        ids, seg = x["token_ids"].numpy(), x["segment_ids"].numpy()
+        assert ids.shape[1] == 48
+        assert (ids[:, 0] == tokenizer.cls_token_id).all()
+        assert ((ids == tokenizer.sep_token_id).sum(1) == 2).all()
+        assert set(np.unique(y["pair_labels"].numpy())) <= {0, 1}
+        assert (seg.max(1) == 1).all()
+
+
+def test_empty_and_non_string_input(tokenizer):
+    pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16)
+    with pytest.raises(TypeError, match="strings"):
+        pre.prepare(tf.data.Dataset.from_tensor_slices([1, 2]))
+    x, _, weights = pre(tf.constant([""]))
+    assert x["padding_mask"].numpy().sum() == 2 and weights.numpy().sum() == 0  # [CLS] [SEP]
+    with pytest.raises(ValueError, match="sequence_length"):
+        kb.preprocessing.MaskedLMPreprocessor(tokenizer, 2)
+
+
+def test_corrupt_weights_in_a_preset_dir(tmp_path):
+    backbone = kb.models.BertBackbone(120, 1, 2, 8, 16, max_sequence_length=16)
+    backbone.save_to_preset(str(tmp_path))
+    with open(tmp_path / "backbone.weights.h5", "wb") as f:
+        f.write(b"\x89HDF\r\n garbage")
+    with pytest.raises(ValueError, match="corrupt"):
+        kb.models.BertBackbone.from_preset(str(tmp_path))
