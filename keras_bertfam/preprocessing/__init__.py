@@ -28,3 +28,8 @@ from keras_bertfam.preprocessing.tokenizers import (
     train_sentencepiece_model,
 )
 from keras_bertfam.preprocessing.span_preprocessor import SpanBertPreprocessor
+from keras_bertfam.preprocessing.tokenizers import (
+    XLNetTokenizer,
+    train_xlnet_sentencepiece_model,
+)
+from keras_bertfam.preprocessing.permutation import PermutationMasker, xlnet_pack

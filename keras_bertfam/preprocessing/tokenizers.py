@@ -547,3 +547,138 @@ def train_sentencepiece_model(
         with open(output_file, "wb") as f:
             f.write(proto)
     return proto
+
+
+# === SentencePiece (XLNet) ===
+
+# XLNet's pieces (zihangdai/xlnet: `spm_train ... --control_symbols=<cls>,<sep>,<pad>,<mask>,<eod>
+# --user_defined_symbols=<eop>,...`): <unk>=0, <s>=1, </s>=2, <cls>=3, <sep>=4, <pad>=5, <mask>=6,
+# <eod>=7, <eop>=8.
+XLNET_CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")
+XLNET_EXTRA_ROLES = {"bos": "<s>", "eos": "</s>", "eod": "<eod>", "eop": "<eop>"}
+
+
+class XLNetTokenizer(SentencePieceTokenizer):
+    """XLNet's SentencePiece tokenizer, giving HF `XLNetTokenizer`'s ids (Yang et al. 2019).
+
+    The same algorithm as ALBERT's (`SentencePieceTokenizer`): XLNet's `preprocess_text`
+    (whitespace runs to one space, "``" / "''" to '"', NFKD and accents dropped unless
+    `keep_accents`, lowercase only when `lowercase`: XLNet is cased) and the "1990," fix-up (a
+    piece ending in a digit and a comma is re-encoded as the number and a separate ","), both in
+    TF ops. What differs is the special pieces: `<cls>`, `<sep>`, `<pad>`, `<mask>`, `<unk>` by
+    role, plus `bos_token_id` (`<s>`), `eos_token_id` (`</s>`), `eod_token_id` (`<eod>`, the
+    original's end-of-document marker) and `eop_token_id` (`<eop>`) when the model has them.
+    XLNet puts `<cls>` at the END of a sequence (`A <sep> B <sep> <cls>`) and pads on the left:
+    that is `xlnet_pack`'s job, the tokenizer returns ids without special tokens.
+
+    Args:
+        proto: a SentencePiece model file (`spiece.model`) or its bytes.
+        lowercase: lowercase the text (False for XLNet's cased models).
+        keep_accents: keep accents (False: NFKD and drop combining marks, as XLNet).
+        cls_token ... unk_token: the model's special pieces.
+
+    Example:
+    >>> tok = XLNetTokenizer("spiece.model")  # doctest: +SKIP
+    >>> tok(["Hello world, in 1990, yes"])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        proto=None,
+        lowercase=False,
+        keep_accents=False,
+        sequence_length=None,
+        cls_token="<cls>",
+        sep_token="<sep>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        unk_token="<unk>",
+        **kwargs,
+    ):
+        for role in XLNET_EXTRA_ROLES:
+            kwargs.pop(f"{role}_token", None)
+        super().__init__(
+            proto=proto, lowercase=lowercase, keep_accents=keep_accents,
+            sequence_length=sequence_length, cls_token=cls_token, sep_token=sep_token,
+            pad_token=pad_token, mask_token=mask_token, unk_token=unk_token, **kwargs)
+        self._set_extra_roles()
+
+    def _set_extra_roles(self):
+        """`<s>`, `</s>`, `<eod>`, `<eop>` ids (None when the model lacks the piece)."""
+        vocabulary = set(self.get_vocabulary()) if self.proto is not None else set()
+        for role, token in XLNET_EXTRA_ROLES.items():
+            present = token in vocabulary
+            setattr(self, f"{role}_token", token if present else None)
+            setattr(self, f"{role}_token_id", self.token_to_id(token) if present else None)
+
+    def set_proto(self, proto):
+        super().set_proto(proto)
+        if hasattr(self, "bos_token"):  # a later set_proto (load_assets): refresh the extras
+            self._set_extra_roles()
+
+    @property
+    def special_token_ids(self):
+        ids = set(super().special_token_ids)
+        ids.update(getattr(self, f"{r}_token_id") for r in XLNET_EXTRA_ROLES
+                   if getattr(self, f"{r}_token_id", None) is not None)
+        return sorted(ids)
+
+
+def train_xlnet_sentencepiece_model(
+    documents,
+    vocabulary_size,
+    output_file=None,
+    lowercase=False,
+    keep_accents=False,
+    user_defined_symbols=("<eop>",),
+    character_coverage=0.99995,
+    input_sentence_size=1_000_000,
+    num_threads=2,
+):
+    """Trains a SentencePiece unigram model with XLNet's recipe (zihangdai/xlnet README).
+
+    On XLNet-preprocessed text (cased by default), one sentence a line, with XLNet's ids:
+    `<unk>`=0, `<s>`=1, `</s>`=2, then the control symbols `<cls>`=3, `<sep>`=4, `<pad>`=5,
+    `<mask>`=6, `<eod>`=7 and the user-defined `<eop>`=8. The original also forced
+    `. ( ) " - – £ €` as user-defined symbols: pass them in `user_defined_symbols` to reproduce it
+    (HF's tokenizers-based `XLNetTokenizer` then segments text around them differently from
+    SentencePiece, as noted for ALBERT in `train_sentencepiece_model`).
+
+    Returns: the serialized model (bytes), for `XLNetTokenizer(proto=...)`.
+    """
+    import io
+
+    import sentencepiece as spm
+
+    from keras_bertfam.preprocessing.corpus import split_sentences
+
+    if isinstance(documents, tf.data.Dataset):
+        ds = documents
+    else:
+        ds = tf.data.Dataset.from_tensor_slices(list(_documents_iterator(documents)))
+    sentences = ds.batch(256).map(
+        lambda t: albert_normalize(split_sentences(t).flat_values, lowercase, keep_accents)
+    ).unbatch()
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_documents_iterator(sentences),
+        model_writer=model,
+        vocab_size=vocabulary_size,
+        model_type="unigram",
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        control_symbols=list(XLNET_CONTROL_SYMBOLS),
+        user_defined_symbols=list(user_defined_symbols),
+        character_coverage=character_coverage,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        num_threads=num_threads,
+        minloglevel=2,
+    )
+    proto = model.getvalue()
+    if output_file is not None:
+        with open(output_file, "wb") as f:
+            f.write(proto)
+    return proto

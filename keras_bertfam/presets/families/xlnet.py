@@ -66,39 +66,53 @@ def xlnet_lm_head_map(bias_variable):
     return [(bias_variable, "lm_loss.bias", None)]
 
 
+PROTO_FILE = "vocabulary.spm"  # keras-hub's SentencePieceTokenizer asset name (save_assets)
+
+
 def make_sentencepiece(spec, assets_dir=None):
+    """The tokenizer of a preset: from a saved preset's assets, or a model file named in `spec`."""
     from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
 
-    proto = os.path.join(assets_dir, "spiece.model") if assets_dir else spec.get("proto")
+    if assets_dir:
+        proto = os.path.join(assets_dir, PROTO_FILE)
+        if not os.path.exists(proto):  # an HF-style file name in a hand-made preset dir
+            proto = os.path.join(assets_dir, "spiece.model")
+    else:
+        proto = spec.get("proto")
     if proto is None or not os.path.exists(proto):
         raise FileNotFoundError(
             "XLNet's SentencePiece model (spiece.model) is not installed offline: load the "
-            "preset from an HF-format directory or a saved preset that has it, or train one on "
-            "your corpus (keras_bertfam.preprocessing.train_sentencepiece).")
-    return XLNetTokenizer(proto=proto, lowercase=spec.get("lowercase", False))
+            "tokenizer from an HF-format directory that has spiece.model or from a saved preset "
+            "directory, or train one on your corpus "
+            "(keras_bertfam.preprocessing.train_xlnet_sentencepiece_model).")
+    return XLNetTokenizer(proto=proto, lowercase=spec.get("lowercase", False),
+                          keep_accents=spec.get("keep_accents", False))
 
 
 def sentencepiece_from_hf(model_dir):
+    """`XLNetTokenizer` from an HF-format directory: spiece.model and tokenizer_config.json's
+    `do_lower_case` / `keep_accents` (HF's defaults False / False)."""
+    import json
+
     from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
 
     proto = os.path.join(model_dir, "spiece.model")
     if not os.path.exists(proto):
         raise FileNotFoundError(f"{model_dir!r} has no spiece.model for XLNet's tokenizer.")
-    lowercase = False
+    cfg = {}
     path = os.path.join(model_dir, "tokenizer_config.json")
     if os.path.exists(path):
-        import json
-
         with open(path) as f:
-            lowercase = json.load(f).get("do_lower_case", False)
-    return XLNetTokenizer(proto=proto, lowercase=lowercase)
+            cfg = json.load(f)
+    return XLNetTokenizer(proto=proto, lowercase=cfg.get("do_lower_case", False),
+                          keep_accents=cfg.get("keep_accents", False))
 
 
 FAMILY = FamilySpec(
     name="xlnet",
     backbone_cls=XLNetBackbone,
     make_tokenizer=make_sentencepiece,
-    tokenizer_files=("spiece.model",),
+    tokenizer_files=(PROTO_FILE,),
     hf_model_types=("xlnet",),
     config_from_hf=xlnet_config_from_hf,
     weights_from_hf=xlnet_backbone_map,
