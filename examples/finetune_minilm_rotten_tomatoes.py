@@ -10,7 +10,10 @@ Run: `python examples/finetune_minilm_rotten_tomatoes.py` (options: --epochs, --
 --sequence-length, --learning-rate).
 
 Measured (TensorFlow backend, 2 CPU cores of a machine shared with other jobs, so slower than an
-idle one): MEASURED_RESULT
+idle one): dev accuracy 0.8218 after 2 epochs (245 steps
+each, batch 32, lr 5e-5), in 25.4 min wall while the machine's load average was 9 to 15 on its 2
+cores (epochs of 775 s and 631 s); the process used 9.6 min of CPU time in all, which on 2 idle
+cores would be about 5 min of wall time (an estimate from the CPU time, not a measurement).
 """
 import argparse
 import os
