@@ -143,3 +143,121 @@ def test_longest_first_truncation_matches_popping_from_the_longer():
                     b -= 1
             got = longest_first_lengths(tf.constant([la]), tf.constant([lb]), 7)
             assert (int(got[0][0]), int(got[1][0])) == (a, b), (la, lb)
+
+
+# === XLNetPreprocessor ===
+class _StubTokenizer:
+    """Just what XLNetPreprocessor reads from a tokenizer (for the window layout tests)."""
+
+    sep_token_id, cls_token_id, pad_token_id, mask_token_id, eod_token_id = SEP, CLS, 5, 6, 7
+
+    def get_vocabulary(self):
+        return [f"t{i}" for i in range(100)]
+
+    def vocabulary_size(self):
+        return 100
+
+
+def _window(pre, sentence_lengths, seed=0):
+    """A synthetic window: ids 1000, 1001, ... (each position's own id) with sentence starts."""
+    total = pre.window_tokens
+    rng = np.random.default_rng(seed)
+    starts = np.zeros(total, bool)
+    p = 0
+    while p < total:
+        starts[p] = True
+        p += int(rng.choice(sentence_lengths))
+    return tf.constant(np.arange(total, dtype="int32") + 1000), tf.constant(starts), starts
+
+
+def test_window_examples_follow_split_a_and_b_and_rows_continue_across_steps():
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+
+    T, R, B, S = 36, 12, 6, 10
+    pre = XLNetPreprocessor(_StubTokenizer(), sequence_length=T, reuse_len=R, batch_size=B,
+                            window_steps=S, seed=0)
+    assert pre.row_len == S * R + (T - R - 3) + 1
+    ids, starts_t, starts = _window(pre, [3, 4, 7, 9, 25])
+    out = pre.window_examples((ids, starts_t), seed=tf.constant([4, 2], tf.int64))
+    tokens, segments = out["token_ids"].numpy(), out["segment_ids"].numpy()
+    assert tokens.shape == segments.shape == (S, B, T)
+    tot, random_b, with_cuts = T - R - 3, 0, 0
+    for s in range(S):
+        for b in range(B):
+            row, seg = tokens[s, b] - 1000, segments[s, b]
+            begin = b * pre.row_len + (s + 1) * R
+            # The reuse part: row b's tokens [s·R, s·R + R); batch s + 1 continues batch s.
+            np.testing.assert_array_equal(row[:R], np.arange(begin - R, begin))
+            seps = np.nonzero(tokens[s, b] == SEP)[0]
+            assert len(seps) == 2 and tokens[s, b, -1] == CLS and seps[1] == T - 2
+            la, lb = seps[0] - R, T - 3 - seps[0]
+            assert la >= 1 and lb >= 1 and la + lb == tot  # exactly T tokens, no padding
+            np.testing.assert_array_equal(row[R:R + la], np.arange(begin, begin + la))  # A
+            b_part = row[seps[0] + 1:T - 2]
+            np.testing.assert_array_equal(b_part, np.arange(b_part[0], b_part[0] + lb))
+            assert starts[b_part[0]]  # B starts a sentence (a cut point or a grown random span)
+            cuts = [p for p in range(begin + 1, begin + tot) if starts[p]]
+            with_cuts += bool(cuts)
+            if b_part[0] != begin + la or not cuts:
+                random_b += bool(cuts)
+            else:  # label 1: A ends at a cut point, B continues the text
+                assert begin + la in cuts
+            np.testing.assert_array_equal(seg, [0] * (R + la + 1) + [1] * (lb + 1) + [2])
+    assert 0.3 <= random_b / with_cuts <= 0.7, (random_b, with_cuts)
+
+
+def test_window_examples_truncate_the_longer_part_as_the_original():
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+
+    pre = XLNetPreprocessor(_StubTokenizer(), sequence_length=24, reuse_len=4, batch_size=2,
+                            window_steps=3)
+    # One sentence per 100 tokens: no cut point, A runs to the sentence end, B gets 1 token then
+    # grows to a whole sentence: both are cut to tot = 17 with the longer losing first.
+    ids, starts_t, _ = _window(pre, [100])
+    out = pre.window_examples((ids, starts_t), seed=3)["token_ids"].numpy()
+    for example in out.reshape(-1, 24):
+        seps = np.nonzero(example == SEP)[0]
+        assert seps[0] - 4 == 9 and 24 - 3 - seps[0] == 8  # longest_first_lengths(big, big, 17)
+
+
+def _tiny_spm(tmp_path):
+    from keras_bertfam.preprocessing import corpus
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer, \
+        train_xlnet_sentencepiece_model
+
+    path = str(tmp_path / "spiece.model")
+    train_xlnet_sentencepiece_model(corpus.default_corpus().take(150), 400, output_file=path)
+    return XLNetTokenizer(path)
+
+
+def test_prepare_gives_parallel_streams_reproducibly(tmp_path):
+    from keras_bertfam.preprocessing import corpus
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+
+    tok = _tiny_spm(tmp_path)
+    docs = [d.decode() for d in corpus.default_corpus().skip(500).take(60).as_numpy_iterator()]
+    T, R, B, S = 48, 16, 4, 3
+    pre = XLNetPreprocessor(tok, sequence_length=T, reuse_len=R, batch_size=B, window_steps=S,
+                            seed=11)
+    batches = list(pre.prepare(docs))
+    again = list(pre.prepare(docs))
+    stream_ids, _ = pre.token_stream(tf.constant(docs))
+    stream = stream_ids.numpy()
+    assert (stream == tok.eod_token_id).sum() == len(docs)  # <eod> after every document
+    assert len(batches) == S * (len(stream) // pre.window_tokens) >= 2 * S
+    for (x, y, w), (x2, y2, w2) in zip(batches, again):
+        for k in x:
+            np.testing.assert_array_equal(x[k].numpy(), x2[k].numpy())
+        np.testing.assert_array_equal(y.numpy(), y2.numpy())
+    for i, (x, y, w) in enumerate(batches):
+        assert x["token_ids"].shape == (B, T) and x["perm_mask"].shape == (B, T, T)
+        assert x["target_mapping"].shape == (B, pre.num_predict, T)
+        assert (x["padding_mask"].numpy() == 1).all()
+        assert (x["token_ids"].numpy()[:, -1] == tok.cls_token_id).all()
+        mapped = np.einsum("bpt,bt->bp", x["target_mapping"].numpy(), x["token_ids"].numpy())
+        np.testing.assert_array_equal(mapped * w.numpy(), y.numpy() * w.numpy())
+        window, step = divmod(i, S)
+        for b in range(B):  # row b's reuse part is the stream at its row's offset + step·R
+            start = window * pre.window_tokens + b * pre.row_len + step * R
+            np.testing.assert_array_equal(x["token_ids"].numpy()[b, :R],
+                                          stream[start:start + R])

@@ -32,4 +32,8 @@ from keras_bertfam.preprocessing.tokenizers import (
     XLNetTokenizer,
     train_xlnet_sentencepiece_model,
 )
-from keras_bertfam.preprocessing.permutation import PermutationMasker, xlnet_pack
+from keras_bertfam.preprocessing.permutation import (
+    PermutationMasker,
+    XLNetPreprocessor,
+    xlnet_pack,
+)

@@ -37,8 +37,12 @@ Expected fraction: a cycle spends n + n·alpha/beta tokens on n targets, about 1
 beta=1, minus the start-piece shifts; the top-up to `num_predict` brings it to `num_predict / T`
 (85 / 512 ≈ 1/6 in the original, the default here `round(T / 6)`).
 """
+import keras
 import numpy as np
 import tensorflow as tf
+
+from keras_bertfam.preprocessing.corpus import split_sentences
+from keras_bertfam.preprocessing.preprocessors import AUTOTUNE, PretrainingPreprocessor
 
 _INT32_MAX = 2**31 - 1
 _PUNCT = set('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
@@ -368,3 +372,196 @@ def _col(like, value):
     """A ragged (B, 1) column of `value`."""
     n = like.nrows()
     return tf.RaggedTensor.from_tensor(tf.fill(tf.stack([n, 1]), tf.constant(value, tf.int32)))
+
+
+# === Raw text -> PLM batches ===
+def _first_at_least(cumsum, values):
+    """(N,) inclusive cumsum of start flags, (...) int values -> the first index i with
+    cumsum[i] >= value (N if none): the position of the value-th start (1-based)."""
+    flat = tf.reshape(values, [-1])
+    found = tf.searchsorted(cumsum, tf.cast(flat, cumsum.dtype), side="left")
+    return tf.reshape(tf.cast(found, tf.int32), tf.shape(values))
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class XLNetPreprocessor(PretrainingPreprocessor):
+    """Documents -> XLNet permutation-LM batches, after the original data pipeline
+    (zihangdai/xlnet `data_utils.py`: `_create_data`, `batchify`, `create_tfrecords`,
+    `_split_a_and_b`), vectorized in TensorFlow.
+
+    1. Each document is split into sentences and tokenized; sentences are concatenated into one
+       token stream with `<eod>` after every document (`use_eod`); a sentence boundary is where
+       the original's alternating sentence id flips (the `<eod>` is a sentence of its own).
+    2. The stream is cut into windows of `B · row_len` tokens, each reshaped to B parallel rows
+       (`batchify`), `row_len = window_steps · R + (T - R - 3) + 1` with R = `reuse_len`.
+    3. Step s of a window gives one batch: row b's example is its tokens [s·R, s·R + R) (the
+       reuse part), then `A <sep> B <sep> <cls>` with A + B = T - R - 3 tokens from
+       `_split_a_and_b` at position s·R + R: the cut points are the sentence boundaries inside the
+       next T - R - 3 tokens; with probability 1/2 (or when there is none) B is a random span of
+       the window extended to whole sentences (the original draws it from the whole data of the
+       host), else A ends at a random cut point and B continues the text; then the longer of A / B
+       loses tokens on the right until they fit (`longest_first_lengths`). No padding: every
+       example has exactly T tokens, as the original's. Segment ids: reuse + A + `<sep>` 0,
+       B + `<sep>` 1, `<cls>` 2.
+    4. `PermutationMasker` (two parts, [0, R) and [R, T), `num_predict` split between them as
+       the original) gives `perm_mask`, `target_mapping`, `target`, `target_mask`.
+
+    So batch s + 1 row b continues row b of batch s (its reuse part starts where batch s's reuse
+    part ends): the layout segment recurrence needs (`XLNetPretrainer(memory_batch_size=B)` with
+    the backbone's `reuse_len` = R). Batches are never shuffled after chunking. What is
+    simplified: the streams are B rows of a window rather than of the whole corpus (row b jumps to
+    new text every `window_steps` batches, as the original's rows do at each of its data files);
+    the random B comes from the current window; the NSP-style label is not returned (XLNet's loss
+    does not use it); no `bi_data` (backward rows).
+
+    Returns `(x, y, sample_weight)`: x = {token_ids, segment_ids, padding_mask, perm_mask,
+    target_mapping}, y = `target` (B, P), sample_weight = `target_mask` (B, P).
+
+    Args:
+        tokenizer: an `XLNetTokenizer` (any tokenizer with `sep_token_id` / `cls_token_id`).
+        sequence_length: T.
+        reuse_len: R (default T // 2, as the original's 256 of 512).
+        num_predict, perm_size, max_gram, mask_alpha, mask_beta: `PermutationMasker`'s.
+        batch_size: B, the number of parallel streams.
+        window_steps: batches per window (continuity of each row's stream).
+        use_eod: put `<eod>` after each document (needs the tokenizer's `eod_token_id`).
+        seed: seeds the A/B splits and the masks (per element, `Dataset.random(seed)`).
+
+    Example:
+    >>> pre = XLNetPreprocessor(tokenizer, sequence_length=64, batch_size=8)  # doctest: +SKIP
+    >>> x, y, w = next(iter(pre.prepare(kb.preprocessing.read_corpus())))  # doctest: +SKIP
+    """
+
+    def __init__(self, tokenizer, sequence_length=128, reuse_len=None, num_predict=None,
+                 perm_size=None, max_gram=5, mask_alpha=6, mask_beta=1, batch_size=32,
+                 window_steps=32, use_eod=True, seed=None, **kwargs):
+        kwargs.pop("masker", None)
+        reuse_len = sequence_length // 2 if reuse_len is None else int(reuse_len)
+        if not 0 < reuse_len <= sequence_length - 5:
+            raise ValueError(f"reuse_len must be in [1, sequence_length - 5] (A, B and the three "
+                             f"special tokens need room), got {reuse_len}.")
+        for name in ("sep_token_id", "cls_token_id"):
+            if getattr(tokenizer, name, None) is None:
+                raise ValueError(f"The tokenizer has no {name}: XLNet needs <sep> and <cls>.")
+        vocabulary = tokenizer.get_vocabulary()
+        start_pieces = (start_piece_table(vocabulary)
+                        if any(p.startswith("\u2581") for p in vocabulary) else None)
+        masker = PermutationMasker(
+            sequence_length, num_predict=num_predict, reuse_len=reuse_len, perm_size=perm_size,
+            max_gram=max_gram, mask_alpha=mask_alpha, mask_beta=mask_beta,
+            start_pieces=start_pieces, sep_token_id=tokenizer.sep_token_id,
+            cls_token_id=tokenizer.cls_token_id, seed=seed if seed is not None else 0)
+        super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
+        self.reuse_len = reuse_len
+        self.num_predict = masker.num_predict
+        self.perm_size = masker.perm_size
+        self.max_gram, self.mask_alpha, self.mask_beta = max_gram, mask_alpha, mask_beta
+        self.window_steps = int(window_steps)
+        self.eod_token_id = getattr(tokenizer, "eod_token_id", None) if use_eod else None
+        self.use_eod = use_eod
+        if self.window_steps < 1:
+            raise ValueError(f"window_steps must be >= 1, got {window_steps}.")
+        self.row_len = self.window_steps * reuse_len + (sequence_length - reuse_len - 3) + 1
+        self.window_tokens = self.batch_size * self.row_len
+
+    # === Stream ===
+    def token_stream(self, texts):
+        """Strings [D] -> (ids (N,), starts (N,) bool): the documents' tokens in order, `<eod>`
+        after each, starts True at the first token of each sentence."""
+        sentences = split_sentences(texts)  # [D, (S)]
+        ids = tf.cast(self.tokenizer(sentences.flat_values), tf.int32)  # [N_s, (L)]
+        docs = tf.RaggedTensor.from_row_splits(ids, sentences.row_splits)  # [D, (S), (L)]
+        if self.eod_token_id is not None:
+            n = tf.shape(texts, out_type=tf.int64)[0]
+            ones = tf.ones([n], tf.int64)
+            eod = tf.RaggedTensor.from_row_lengths(tf.RaggedTensor.from_row_lengths(
+                tf.fill([n], tf.constant(self.eod_token_id, tf.int32)), ones), ones)
+            docs = tf.concat([docs, eod], axis=1)
+        sents = docs.values  # [N_s', (L)] in stream order
+        starts = tf.equal(tf.ragged.range(sents.row_lengths()), 0)
+        return sents.flat_values, starts.flat_values
+
+    # === Windows -> examples ===
+    def window_examples(self, window, seed=None):
+        """One window (ids (W,), starts (W,)) -> `window_steps` batches (S, B, T) of token_ids
+        and segment_ids (stacked along the first axis, in step order)."""
+        ids, starts = window
+        ids = tf.reshape(tf.cast(ids, tf.int32), [self.window_tokens])
+        starts = tf.reshape(tf.cast(starts, tf.bool), [self.window_tokens])
+        seed = tf.cast(tf.convert_to_tensor(0 if seed is None else seed), tf.int64)
+        if seed.shape.rank == 0:  # an int; `_seeded_map` passes a [2] seed
+            seed = _seed(seed)
+        steps, rows, reuse, length = (self.window_steps, self.batch_size, self.reuse_len,
+                                      self.sequence_length)
+        tot = length - reuse - 3
+        total = self.window_tokens
+        cumsum = tf.cumsum(tf.cast(starts, tf.int32))  # (W,) inclusive
+        row_start = (tf.range(rows) * self.row_len)[None, :]  # (1, B)
+        begin = row_start + (tf.range(steps)[:, None] + 1) * reuse  # (S, B) A's first position
+        row_end = row_start + self.row_len
+        # Cut points: sentence starts p with begin < p < begin + tot.
+        base = tf.gather(cumsum, begin)
+        count = tf.gather(cumsum, begin + tot - 1) - base  # (S, B)
+        shape = tf.shape(begin)
+        u_label = tf.random.stateless_uniform(shape, _fold(seed, 1))
+        u_cut = tf.random.stateless_uniform(shape, _fold(seed, 2))
+        u_b = tf.random.stateless_uniform(shape, _fold(seed, 3))
+        k = tf.minimum(tf.cast(u_cut * tf.cast(count, tf.float32), tf.int32),
+                       tf.maximum(count - 1, 0))
+        cut = _first_at_least(cumsum, base + k + 1)  # (S, B)
+        after = tf.gather(cumsum, begin + tot - 1) + 1  # the first start at >= begin + tot
+        end_idx = tf.minimum(_first_at_least(cumsum, after), row_end)
+        random_b = (count == 0) | (u_label < 0.5)  # the original's label 0
+        a_end = tf.where(count == 0, end_idx, cut)
+        # Label 0: a random span of b_len tokens of the window, grown to whole sentences.
+        b_len = tf.maximum(1, tot - (a_end - begin))
+        rb_begin = tf.cast(u_b * tf.cast(total - b_len, tf.float32), tf.int32)
+        rb_begin = tf.minimum(rb_begin, total - 1 - b_len)
+        c_begin = tf.gather(cumsum, rb_begin)
+        rb_begin = tf.where(c_begin > 0, _first_at_least(cumsum, c_begin), 0)
+        rb_end = rb_begin + b_len
+        rb_end = tf.minimum(_first_at_least(cumsum, tf.gather(cumsum, rb_end - 1) + 1),
+                            total - 1)
+        rb_end = tf.maximum(rb_end, rb_begin + b_len)
+        b_begin = tf.where(random_b, rb_begin, a_end)
+        b_end = tf.where(random_b, rb_end, end_idx)
+        len_a, len_b = longest_first_lengths(a_end - begin, b_end - b_begin, tot)  # (S, B)
+        # Gather the layout [reuse | A | <sep> | B | <sep> | <cls>] position by position.
+        t = tf.range(length)[None, None, :]  # (1, 1, T)
+        q = t - reuse
+        la, lb = len_a[..., None], len_b[..., None]
+        src = tf.where(t < reuse, begin[..., None] - reuse + t,
+                       tf.where(q < la, begin[..., None] + q, b_begin[..., None] + q - la - 1))
+        src = tf.clip_by_value(src, 0, total - 1)
+        tokens = tf.gather(ids, src)  # (S, B, T)
+        sep = (q == la) | (q == la + lb + 1)
+        tokens = tf.where(sep, self.tokenizer.sep_token_id, tokens)
+        tokens = tf.where(q == la + lb + 2, self.tokenizer.cls_token_id, tokens)
+        segments = tf.where(q <= la, 0, tf.where(q <= la + lb + 1, 1, 2))
+        return {"token_ids": tokens, "segment_ids": tf.cast(segments, tf.int32)}
+
+    # === Masking ===
+    def call(self, inputs, seed=None):
+        """A (B, T) batch {token_ids, segment_ids} -> (x, target, target_mask)."""
+        token_ids = tf.cast(inputs["token_ids"], tf.int32)
+        out = self.masker(token_ids, seed=seed)
+        x = {"token_ids": token_ids, "segment_ids": tf.cast(inputs["segment_ids"], tf.int32),
+             "padding_mask": tf.ones_like(token_ids), "perm_mask": out["perm_mask"],
+             "target_mapping": out["target_mapping"]}
+        return x, out["target"], out["target_mask"]
+
+    def prepare(self, ds, training=True):
+        ds = self._batched_strings(ds)
+        stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)
+        windows = stream.unbatch().batch(self.window_tokens, drop_remainder=True)
+        batches = self._seeded_map(windows, self.window_examples, salt=3).unbatch()
+        return self._seeded_map(batches, self, salt=1).prefetch(AUTOTUNE)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(reuse_len=self.reuse_len, num_predict=self.num_predict,
+                      perm_size=self.perm_size, max_gram=self.max_gram,
+                      mask_alpha=self.mask_alpha, mask_beta=self.mask_beta,
+                      window_steps=self.window_steps, use_eod=self.use_eod)
+        return config
+

@@ -75,6 +75,9 @@ class XLNetPretrainer(Task):
     >>> task = kb.tasks.XLNetPretrainer(backbone)              # doctest: +SKIP
     """
 
+    preprocessor_args = ("sequence_length", "batch_size", "seed", "reuse_len", "num_predict",
+                         "window_steps")
+
     def __init__(self, backbone, preprocessor=None, memory_batch_size=None, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
@@ -105,11 +108,22 @@ class XLNetPretrainer(Task):
             self.memory.memory.assign(ops.zeros(self.memory.memory.shape, self.memory.memory.dtype))
 
     @classmethod
-    def default_preprocessor(cls, tokenizer, backbone, **kwargs):
-        # Not written yet: raw text -> B parallel streams -> `xlnet_pack` -> PermutationMasker.
-        raise NotImplementedError(
-            "XLNetPretrainer has no raw-text preprocessor yet: pass preprocessor=None and feed "
-            "PermutationMasker outputs (see tests/test_xlnet.py::_plm_batch).")
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, batch_size=32,
+                             seed=None, **kwargs):
+        """`XLNetPreprocessor`: B parallel streams, `reuse_len` the backbone's (else T // 2)."""
+        from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+
+        kwargs.pop("masker", None)
+        kwargs.setdefault("reuse_len", backbone.reuse_len or sequence_length // 2)
+        return XLNetPreprocessor(tokenizer, sequence_length=sequence_length,
+                                 batch_size=batch_size, seed=seed, **kwargs)
+
+    @classmethod
+    def pretraining_task(cls, backbone, preprocessor):
+        """Segment recurrence when the backbone keeps a memory (`mem_len`): the preprocessor's
+        rows are parallel streams, one per batch row."""
+        memory = preprocessor.batch_size if (backbone.mem_len and preprocessor is not None) else None
+        return cls(backbone=backbone, preprocessor=preprocessor, memory_batch_size=memory)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if isinstance(y, dict):
