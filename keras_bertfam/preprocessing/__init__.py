@@ -27,6 +27,13 @@ from keras_bertfam.preprocessing.tokenizers import (
     train_byte_pair_vocabulary,
     train_sentencepiece_model,
 )
+from keras_bertfam.preprocessing.finetuning import (
+    MultipleChoicePreprocessor,
+    QuestionAnswererPreprocessor,
+    TextClassifierPreprocessor,
+    TokenClassifierPreprocessor,
+)
+from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.span_preprocessor import SpanBertPreprocessor
 from keras_bertfam.preprocessing.tokenizers import (
     XLNetTokenizer,

@@ -53,13 +53,21 @@ class FinetuningPreprocessor(keras.layers.Layer):
             raise ValueError(f"sequence_length must be an int >= 4, got {sequence_length!r}.")
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
-        self.packer = SegmentPacker(sequence_length, start_value=tokenizer.cls_token_id,
-                                    end_value=tokenizer.sep_token_id,
-                                    pad_value=tokenizer.pad_token_id)
         self.built = True
 
+    def _packer(self):
+        # Made on first use: a tokenizer restored from a `.keras` file gets its vocabulary (and
+        # so its special token ids) after this layer is constructed.
+        packer = getattr(self, "_segment_packer", None)
+        if packer is None:
+            tok = self.tokenizer
+            packer = SegmentPacker(self.sequence_length, start_value=tok.cls_token_id,
+                                   end_value=tok.sep_token_id, pad_value=tok.pad_token_id)
+            object.__setattr__(self, "_segment_packer", packer)
+        return packer
+
     def _features(self, segments):
-        token_ids, segment_ids, padding_mask = self.packer(tuple(segments))
+        token_ids, segment_ids, padding_mask = self._packer()(tuple(segments))
         return {"token_ids": tf.cast(token_ids, tf.int32),
                 "segment_ids": tf.cast(segment_ids, tf.int32),
                 "padding_mask": tf.cast(padding_mask, tf.int32)}
@@ -310,7 +318,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         # flat indices into c_ids.flat_values for each window's tokens
         row_base = tf.gather(tf.cast(c_ids.row_starts(), tf.int32), window_example) + w_start
         index = tf.RaggedTensor.from_row_lengths(
-            tf.ragged.range(row_base, row_base + w_len).flat_values, w_len)  # [W, (L)]
+            tf.ragged.range(row_base, row_base + w_len).flat_values, tf.cast(w_len, tf.int64))  # [W, (L)]
         win_ids = tf.gather(c_ids.flat_values, index)
         win_start = tf.gather(c_start.flat_values, index)
         win_end = tf.gather(c_end.flat_values, index)
@@ -319,7 +327,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         # character spans of each packed position; context tokens sit after [CLS] q [SEP]
         lead = tf.gather(q_len, window_example) + 2  # [W]
         positions = tf.RaggedTensor.from_row_lengths(
-            tf.ragged.range(lead, lead + w_len).flat_values, w_len)
+            tf.ragged.range(lead, lead + w_len).flat_values, tf.cast(w_len, tf.int64))
         shape = [tf.size(window_example), self.sequence_length]
         scatter_idx = tf.stack([tf.cast(positions.value_rowids(), tf.int32),
                                 positions.flat_values], axis=1)
@@ -352,9 +360,12 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         with tf.control_dependencies([check]):
             answer_start = tf.identity(answer_start)
         # the answer's token span in the whole context: the tokens overlapping its characters
-        a0, a1 = answer_start[:, None], (answer_start + answer_len)[:, None]  # [B, 1]
         c_start, c_end = meta["context_start"], meta["context_end"]  # [B, (C)]
-        overlap = tf.logical_and(c_end > a0, c_start < a1).to_tensor(False)  # [B, C]
+        row = c_start.value_rowids()
+        a0 = tf.gather(answer_start, row)  # [N] the answer's start, for each context token
+        a1 = tf.gather(answer_start + answer_len, row)
+        overlap = c_start.with_flat_values(tf.logical_and(
+            c_end.flat_values > a0, c_start.flat_values < a1)).to_tensor(False)  # [B, C]
         found_tokens = tf.reduce_any(overlap, 1) & (answer_start >= 0)
         first_tok = tf.argmax(tf.cast(overlap, tf.int32), 1, output_type=tf.int32)
         last_tok = tf.shape(overlap)[1] - 1 - tf.argmax(
