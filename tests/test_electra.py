@@ -225,3 +225,9 @@ def test_save_reload(tmp_path):
     model.discriminator.save_to_preset(str(tmp_path / "disc"))
     assert kb.models.ElectraBackbone.from_preset(str(tmp_path / "disc")).num_params() == (
         model.discriminator.num_params())
+    # A new pretrainer continues from the saved discriminator (generator rebuilt at 1/4).
+    again = ElectraPretrainer.from_preset(preset, preprocessor=None)
+    np.testing.assert_allclose(
+        to_numpy(again.discriminator(features)["sequence_output"]),
+        to_numpy(backbone(features)["sequence_output"]), atol=1e-6)
+    assert again.generator.hidden_dim == 8

@@ -226,6 +226,25 @@ class ElectraPretrainer(Task):
                                     **kwargs)
 
     @classmethod
+    def from_preset(cls, preset, load_weights=True, generator_preset=None,
+                    preprocessor="default", **kwargs):
+        """A pretrainer on a discriminator preset (e.g. "electra_small_discriminator_uncased_en"
+        or a directory) and, optionally, a generator preset with the same embedding sizes;
+        without one the generator is built at `generator_hidden_fraction` of the width."""
+        from keras_bertfam import presets
+
+        preprocessor_kwargs = {k: kwargs.pop(k) for k in list(kwargs)
+                               if k in cls.preprocessor_args}
+        discriminator = ElectraBackbone.from_preset(preset, load_weights=load_weights)
+        generator = None if generator_preset is None else ElectraBackbone.from_preset(
+            generator_preset, load_weights=load_weights)
+        if preprocessor == "default":
+            preprocessor = cls.default_preprocessor(
+                presets.load_tokenizer(preset), discriminator, **preprocessor_kwargs)
+        return cls(generator=generator, discriminator=discriminator, preprocessor=preprocessor,
+                   **kwargs)
+
+    @classmethod
     def pretraining_task(cls, backbone, preprocessor):
         fraction = 0.25 if backbone.hidden_dim <= 256 else 1.0 / 3.0
         return cls(discriminator=backbone, generator_hidden_fraction=fraction,
