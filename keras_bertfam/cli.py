@@ -142,7 +142,9 @@ def _build_task(args, kb, tokenizer):
     task_cls = getattr(kb.tasks, name, None)
     if task_cls is None:
         raise SystemExit(f"The {args.family} pretrainer ({name}) is not available in this version.")
-    overrides = dict(max_sequence_length=max(args.sequence_length, 8))
+    overrides = {}
+    if args.family != "xlnet":  # XLNet's positions are relative: no max_sequence_length
+        overrides["max_sequence_length"] = max(args.sequence_length, 8)
     if args.train_vocab:
         overrides["vocabulary_size"] = tokenizer.vocabulary_size()
     backbone = kb.presets.load_backbone(args.preset, load_weights=args.init_weights, **overrides)

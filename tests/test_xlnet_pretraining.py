@@ -1,0 +1,213 @@
+"""XLNet from raw text: XLNetTokenizer (HF / slow-algorithm parity), presets, raw-text PLM
+pretraining with segment recurrence, the CLI."""
+import os
+
+import numpy as np
+import pytest
+
+from keras_bertfam import presets
+from keras_bertfam.models.xlnet import XLNetBackbone
+from keras_bertfam.tasks.xlnet_pretrainer import XLNetPretrainer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+# === XLNetTokenizer ===
+
+
+@pytest.fixture(scope="module")
+def xlnet_spiece(tmp_path_factory):
+    """A small XLNet-recipe SentencePiece model trained on the default corpus, in an HF-format
+    directory (spiece.model)."""
+    from keras_bertfam.preprocessing import corpus
+    from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
+
+    directory = tmp_path_factory.mktemp("xlnet_spm")
+    train_xlnet_sentencepiece_model(corpus.default_corpus().take(800), 2000,
+                                    output_file=str(directory / "spiece.model"))
+    return directory
+
+
+def _slow_xlnet_ids(sp, text):
+    """HF's slow (SentencePiece-based) XLNetTokenizer, transcribed: preprocess_text (remove_space,
+    keep_accents=False, do_lower_case=False) + _tokenize's digit-comma fix-up."""
+    import unicodedata
+
+    text = " ".join(text.strip().split()).replace("``", '"').replace("''", '"')
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    pieces = []
+    for piece in sp.encode(text, out_type=str):
+        if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+            cur = sp.encode(piece[:-1].replace("\u2581", ""), out_type=str)
+            if piece[0] != "\u2581" and cur[0][0] == "\u2581":
+                cur = cur[1:] if len(cur[0]) == 1 else [cur[0][1:]] + cur[1:]
+            pieces += cur + [piece[-1]]
+        else:
+            pieces.append(piece)
+    return [sp.piece_to_id(p) for p in pieces]
+
+
+def _equal_up_to_ties(sp, ours, expected):
+    """Equal ids, or an equally scored segmentation of the same pieces ("000" as "00" + "0" or
+    "0" + "00"): Viterbi ties, which tf-text's and pip's SentencePiece builds break differently."""
+    import collections
+
+    if ours == expected:
+        return True
+    pieces = lambda ids: [sp.id_to_piece(i) for i in ids]
+    score = lambda ids: sum(sp.get_score(i) for i in ids)
+    return (collections.Counter(pieces(ours)) == collections.Counter(pieces(expected))
+            and abs(score(ours) - score(expected)) < 1e-4)
+
+
+def test_xlnet_tokenizer_ids_equal_slow_and_hf_xlnet_tokenizers(xlnet_spiece):
+    import sentencepiece
+
+    from keras_bertfam.preprocessing import corpus
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    path = str(xlnet_spiece / "spiece.model")
+    sp = sentencepiece.SentencePieceProcessor(model_file=path)
+    assert [sp.id_to_piece(i) for i in range(9)] == [
+        "<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]
+    tok = XLNetTokenizer(path)
+    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id,
+            tok.unk_token_id) == (3, 4, 5, 6, 0)
+    assert (tok.bos_token_id, tok.eos_token_id, tok.eod_token_id, tok.eop_token_id) == (1, 2, 7, 8)
+    assert tok.special_token_ids == list(range(9))
+    docs = np.array(list(corpus.default_corpus().skip(20000).take(300).as_numpy_iterator()))
+    sentences = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
+    sentences += ["Hello  world", "``quoted''", "Café NAÏVE 😀 ΣΑΣ", "tabs\tand\nnewlines ",
+                  "1,000,000.5 in 1990, yes", "x\x85y\u3000z", "   ", ""]
+    assert len(sentences) > 3000
+    ours = tok(sentences).to_list()
+    slow = [_slow_xlnet_ids(sp, s) for s in sentences]
+    # Measured: 3,783 of 3,795 identical; the other 12 are equal-score segmentations.
+    assert all(_equal_up_to_ties(sp, a, b) for a, b in zip(ours, slow))
+    assert sum(a == b for a, b in zip(ours, slow)) >= 0.99 * len(sentences)
+    # Cased: no lowercasing (HF's do_lower_case=False); accents dropped (keep_accents=False).
+    assert [sp.id_to_piece(i) for i in tok(["Café"]).to_list()[0]] == [
+        sp.id_to_piece(i) for i in sp.encode("Cafe")]
+    hf = transformers.XLNetTokenizer.from_pretrained(str(xlnet_spiece))
+    fast = [hf(s, add_special_tokens=False)["input_ids"] for s in sentences]
+    assert all(_equal_up_to_ties(sp, a, b) for a, b in zip(ours, fast))
+    assert sum(a == b for a, b in zip(ours, fast)) >= 0.99 * len(fast)  # measured 3,779
+    # HF's special-token layout is xlnet_pack's: A <sep> B <sep> <cls>, left padding.
+    from keras_bertfam.preprocessing.permutation import xlnet_pack
+
+    a, b = "A short one.", "And a second, longer sentence."
+    ref = hf(a, b, padding="max_length", max_length=24, return_token_type_ids=True)
+    packed = xlnet_pack(tok([a]), tok([b]), 24, tok.sep_token_id, tok.cls_token_id,
+                        tok.pad_token_id)
+    assert packed["token_ids"].numpy()[0].tolist() == ref["input_ids"]
+    assert packed["padding_mask"].numpy()[0].tolist() == ref["attention_mask"]
+    real = np.array(ref["attention_mask"], bool)  # HF 5 pads segment ids with 0, HF 4 with 3
+    np.testing.assert_array_equal(packed["segment_ids"].numpy()[0][real],
+                                  np.array(ref["token_type_ids"])[real])
+
+
+def test_xlnet_digit_comma_fix_up_on_a_cased_model():
+    import io
+
+    import sentencepiece
+
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    lines = [f"In {y}, the Year {y + 1}, came; A{y % 7}, b {y % 10}," for y in range(1900, 2000)]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines * 5), model_writer=model, vocab_size=300,
+        hard_vocab_limit=False, split_by_number=False,
+        control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"], minloglevel=2)
+    sp = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    assert [p for p in (sp.id_to_piece(i) for i in range(sp.get_piece_size()))
+            if p[-1:] == "," and len(p) > 1 and p[-2].isdigit()]  # pieces such as "0,"
+    tok = XLNetTokenizer(model.getvalue())
+    texts = lines[:40] + ["In 1990, x1995, and 7,"]
+    ours = tok(texts).to_list()
+    assert ours == [_slow_xlnet_ids(sp, t) for t in texts]
+    assert ours != [sp.encode(t) for t in texts]  # the fix-up changed something
+
+
+def test_xlnet_tokenizer_from_hf_dir_preset_round_trip_and_offline_error(xlnet_spiece, tmp_path):
+    import json
+
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    texts = ["An XLNet test, in 1990, with Accents: café."]
+    direct = XLNetTokenizer(str(xlnet_spiece / "spiece.model"))
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    (hf_dir / "spiece.model").write_bytes((xlnet_spiece / "spiece.model").read_bytes())
+    transformers.XLNetConfig(vocab_size=2000, d_model=16, n_layer=1, n_head=2,
+                             d_inner=32).save_pretrained(str(hf_dir))
+    from_hf = presets.load_tokenizer(str(hf_dir))  # no tokenizer_config.json: HF's defaults
+    assert isinstance(from_hf, XLNetTokenizer) and not from_hf.lowercase
+    assert from_hf(texts).to_list() == direct(texts).to_list()
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    lowered = presets.load_tokenizer(str(hf_dir))
+    assert lowered.lowercase and lowered(["ABC"]).to_list() == direct(["abc"]).to_list()
+    presets.save_backbone(XLNetBackbone(2000, 1, 2, 16, 32), str(tmp_path / "preset"),
+                          tokenizer=direct)
+    loaded = presets.load_tokenizer(str(tmp_path / "preset"))
+    assert isinstance(loaded, XLNetTokenizer)
+    assert loaded(texts).to_list() == direct(texts).to_list() == from_hf(texts).to_list()
+    assert loaded.eod_token_id == 7 and loaded.cls_token_id == 3
+    with pytest.raises(FileNotFoundError, match="spiece.model.*not installed offline"):
+        presets.load_tokenizer("xlnet_base_en")
+
+
+# === Pretraining from raw text ===
+
+
+def test_xlnet_pretrains_from_raw_text_with_segment_recurrence(xlnet_spiece):
+    from keras_bertfam.preprocessing import corpus
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    tok = XLNetTokenizer(str(xlnet_spiece / "spiece.model"))
+    backbone = XLNetBackbone(tok.vocabulary_size(), 2, 2, 32, 64, mem_len=16, reuse_len=16)
+    pre = XLNetPretrainer.default_preprocessor(tok, backbone, sequence_length=48, batch_size=4,
+                                               window_steps=4, seed=2)
+    assert isinstance(pre, XLNetPreprocessor) and pre.reuse_len == 16
+    task = XLNetPretrainer.pretraining_task(backbone, pre)
+    assert task.memory is not None and task.memory_batch_size == 4
+    texts = [t.decode() for t in corpus.default_corpus().take(40).as_numpy_iterator()]
+    task.compile(learning_rate=3e-3)
+    history = task.fit(texts, epochs=3, verbose=0)
+    losses = history.history["plm_loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    assert np.abs(task.memory.memory.numpy()).sum() > 0
+
+
+def test_cli_pretrains_xlnet_from_an_hf_dir_and_saves_a_loadable_preset(xlnet_spiece, tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    tok = XLNetTokenizer(str(xlnet_spiece / "spiece.model"))
+    hf_dir = tmp_path / "hf"
+    transformers.XLNetModel(transformers.XLNetConfig(
+        vocab_size=tok.vocabulary_size(), d_model=16, n_layer=1, n_head=2,
+        d_inner=32)).save_pretrained(str(hf_dir))
+    shutil.copy(xlnet_spiece / "spiece.model", hf_dir / "spiece.model")
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+    for source, name in ((str(hf_dir), "hf"),):  # our preset dirs: loaded back below
+        out = tmp_path / f"run_{name}"
+        cmd = [sys.executable, "-m", "keras_bertfam.cli", "pretrain", "--family", "xlnet",
+               "--preset", source, "--steps", "4", "--checkpoint-every", "2", "--no-export",
+               "--batch-size", "2", "--sequence-length", "24", "--output", str(out),
+               "--verbose", "0"]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        state = json.loads((out / "training_state.json").read_text())
+        assert state["step"] == 4 and [h["step"] for h in state["history"]] == [2, 4]
+        assert all(np.isfinite(h["plm_loss"]) for h in state["history"])
+        loaded = XLNetPretrainer.from_preset(str(out / "preset"))  # our preset dir
+        assert isinstance(loaded.preprocessor.tokenizer, XLNetTokenizer)
+        assert loaded.preprocessor.sequence_length == 24
