@@ -162,10 +162,9 @@ def _build_task(args, kb, tokenizer):
 
 def _documents(args, kb, task, chunk):
     """The documents of chunk `chunk`, and the seed of their pairing and masking: a function of
-    (seed, chunk) only, so a resumed run repeats the interrupted chunk exactly."""
-    import keras
-
-    keras.utils.set_random_seed(args.seed + chunk)
+    (seed, chunk) only, so a resumed run repeats the interrupted chunk exactly. (No global
+    reseeding here: every random draw of the data takes an explicit seed, dropout's state is in
+    the checkpoint, and keras.utils.set_random_seed would drop tf-text's SentencePiece resource.)"""
     task.preprocessor.seed = args.seed + chunk
     docs = kb.preprocessing.read_corpus(args.corpus)
     return docs.shuffle(4096, seed=args.seed + chunk).repeat()
