@@ -105,7 +105,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )  # (B, T, N, Hd)
             return self.output_dense(context)
 
-        scores = ops.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(self.head_dim)  # (B, N, T, S)
+        # Scale q (B, T, N, Hd) rather than the larger scores (B, N, T, S).
+        q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
+        scores = ops.einsum("btnh,bsnh->bnts", q, k)  # (B, N, T, S)
         if mask is not None:
             scores = ops.where(mask, scores, ops.cast(-1e9, scores.dtype))
         probs = ops.softmax(scores, axis=-1)

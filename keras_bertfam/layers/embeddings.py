@@ -95,9 +95,14 @@ class TextEmbedding(keras.layers.Layer):
     # === Call ===
     def call(self, token_ids, segment_ids=None, training=False):
         seq_len = ops.shape(token_ids)[1]
-        positions = ops.arange(seq_len, dtype="int32") + self.position_offset  # (T,)
         x = self.token_embedding(token_ids)  # (B, T, E)
-        x = x + ops.expand_dims(self.position_embedding(positions), 0)
+        # Positions are the contiguous rows offset..offset+T-1: a slice, whose gradient is a pad,
+        # rather than a gather, whose gradient is a scatter-add (slow on CPU/XLA).
+        positions = ops.slice(
+            ops.convert_to_tensor(self.position_embedding.embeddings), (self.position_offset, 0),
+            (seq_len, self.embedding_dim),
+        )  # (T, E)
+        x = x + ops.expand_dims(ops.cast(positions, x.dtype), 0)
         if self.segment_embedding is not None:
             if segment_ids is None:
                 segment_ids = ops.zeros_like(token_ids)
