@@ -156,6 +156,9 @@ def _cumsum(x, exclusive=False, tri=None):
 def _flat_index(index, width):
     """Row-major flat indices of index [B, ...] into a [B, width] tensor (for `_gather_flat`)."""
     B = tf.shape(index)[0]
+    rank = index.shape.rank
+    if rank is not None:  # static rank (always, here): no shape arithmetic in the graph
+        return index + tf.reshape(tf.range(B) * width, [-1] + [1] * (rank - 1))
     shape = tf.concat([[B], tf.ones([tf.rank(index) - 1], tf.int32)], axis=0)
     return index + tf.reshape(tf.range(B) * width, shape)
 
@@ -679,29 +682,43 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
             out = out | _shift_right(flag & (n > d), d, False)
         return out
 
+    def overlaps_earlier(flag, n):
+        """Candidates whose n-gram overlaps the n-gram of an earlier (in visiting order)
+        flagged candidate -> (B, W)."""
+        # claim[w]: smallest key of a flagged n-gram covering word w.
+        kflag = tf.where(flag, key, _INT32_MAX)
+        claim = kflag
+        for d in range(1, max_n):
+            claim = tf.minimum(
+                claim, _shift_right(tf.where(n > d, kflag, _INT32_MAX), d, _INT32_MAX)
+            )
+        earlier = claim < key  # d = 0 (own word)
+        for d in range(1, max_n):
+            earlier = earlier | ((_shift_left(claim, d, _INT32_MAX) < key) & (n > d))
+        return earlier
+
     def body(covered, chosen, used, cursor, done):
         r = (budget - used)[:, tf.newaxis]  # (B, 1)
         n1, t1 = fit(r)
         active = is_cand & (key >= cursor[:, tf.newaxis]) & ~done[:, tf.newaxis]
         has = active & (n1 > 0)
         tent = has & ~window_any(covered, n1) if overlaps else has
-        cum = cum_before(tf.where(tent, t1, 0))
-        problem = has & (t1 > r - cum)
         if overlaps:
-            # claim[w]: smallest key of a tentative n-gram covering word w.
-            ktent = tf.where(tent, key, _INT32_MAX)
-            claim = ktent
-            for d in range(1, max_n):
-                claim = tf.minimum(
-                    claim, _shift_right(tf.where(n1 > d, ktent, _INT32_MAX), d, _INT32_MAX)
-                )
-            earlier = claim < key  # d = 0 (own word)
-            for d in range(1, max_n):
-                earlier = earlier | ((_shift_left(claim, d, _INT32_MAX) < key) & (n1 > d))
-            problem = problem | (tent & earlier)
+            # A tentative n-gram overlapping an earlier *clean* one (no earlier tentative overlap)
+            # is certainly skipped if it comes before f: that clean one is then committed first.
+            # Only the remaining overlaps (chains) are problems.
+            earlier = overlaps_earlier(tent, n1)
+            skipped = tent & overlaps_earlier(tent & ~earlier, n1)
+            tent_left = tent & ~skipped
+            problem = tent & earlier & ~skipped
+        else:
+            tent_left = tent
+        cum = cum_before(tf.where(tent_left, t1, 0))
+        problem_budget = has & (t1 > r - cum)
+        problem = problem_budget | problem if overlaps else problem_budget
         f = tf.reduce_min(tf.where(problem, key, _INT32_MAX), axis=1)  # (B,)
         f2 = f[:, tf.newaxis]
-        commit = tent & (key < f2)
+        commit = tent_left & (key < f2)
         covered = covered | cover(commit, n1)
         chosen = tf.where(commit, n1, chosen)
         used = used + tf.reduce_sum(tf.where(commit, t1, 0), axis=1)
