@@ -155,6 +155,8 @@ class Task(keras.Model):
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
             **kwargs):
+        if not self.compiled:
+            self.compile()  # the task's defaults, as keras-hub tasks come compiled
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size)
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
@@ -167,6 +169,8 @@ class Task(keras.Model):
                            validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        if not self.compiled:
+            self.compile()
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
         return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
