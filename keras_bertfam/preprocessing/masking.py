@@ -617,8 +617,11 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
     provably gets the sequential decision (the longest fitting n only shrinks when r does, and
     coverage only grows), so they are committed; f is then decided exactly with the updated
     state, and the next round starts after f. The loop ends when no row has such a candidate:
-    the result equals the sequential walk's, candidate for candidate. Typical inputs need 2-5
-    rounds (the maximum over the batch).
+    the result equals the sequential walk's, candidate for candidate. An overlap is not a problem
+    when the earlier n-gram it overlaps is itself clean (no earlier tentative overlap): if both
+    come before f, that one is committed first, so this one is certainly skipped (and its pieces
+    are left out of the running budget). Typical inputs need 3 rounds (the maximum over the
+    batch; BERT-length rows, whole words or ALBERT n-grams).
 
     State is kept in *word order*; the visiting order is given by distinct int keys, so "earlier
     in the visiting order" is a key comparison; the running budget is a cumulative sum in
