@@ -1,4 +1,5 @@
 """ELECTRA: backbone parity with HF, presets, the corruption functions, the pretrainer."""
+import importlib
 import os
 
 import keras
@@ -68,8 +69,8 @@ def test_generator_size():
 
 # === Backbone ===
 def _hf_electra(tmp_path, **overrides):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = importlib.import_module("torch")
+    transformers = importlib.import_module("transformers")
     cfg = dict(vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                num_attention_heads=4, intermediate_size=37, max_position_embeddings=20)
     cfg.update(overrides)
@@ -103,7 +104,7 @@ def test_hf_parity(tmp_path, embedding_size):
 
 
 def test_small_discriminator_params_equal_hf():
-    transformers = pytest.importorskip("transformers")
+    transformers = importlib.import_module("transformers")
     ours = kb.models.ElectraBackbone.from_preset("electra_small_discriminator_uncased_en",
                                                  load_weights=False)
     hf = transformers.ElectraModel(transformers.ElectraConfig(
