@@ -170,21 +170,25 @@ def train_word_piece_vocabulary(
     """Learns a WordPiece vocabulary from a `tf.data.Dataset` of strings (or a list of strings).
 
     Uses tf-text's BERT vocabulary learner through keras-hub on HF-normalized text. The reserved
-    tokens come first, in order, so `[PAD]` is id 0 as in BERT.
+    tokens come first, in order, so `[PAD]` is id 0 as in BERT. Returns the token list (and
+    writes it, one token a line, to `output_file` when given).
     """
     if isinstance(documents, (list, tuple)):
         documents = tf.data.Dataset.from_tensor_slices(list(documents))
     if not isinstance(documents, tf.data.Dataset):
         raise TypeError("documents must be a tf.data.Dataset of strings or a list of strings.")
     normalized = documents.batch(256).map(lambda t: bert_normalize(t, lowercase)).unbatch()
-    return keras_hub.tokenizers.compute_word_piece_vocabulary(
+    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
         normalized,
         vocabulary_size,
-        vocabulary_output_file=output_file,
         lowercase=False,
         strip_accents=False,
         reserved_tokens=list(reserved_tokens),
     )
+    if output_file:
+        with open(output_file, "w", encoding="utf-8") as f:
+            f.write("\n".join(vocabulary) + "\n")
+    return vocabulary
 
 
 # === Byte-level BPE (RoBERTa) ===

@@ -4,8 +4,7 @@ Adding a family is adding a module here and its name to `FAMILY_MODULES`.
 """
 import importlib
 
-FAMILY_MODULES = ["bert"]
-FAMILY_MODULES += ["electra", "spanbert", "distil_bert"]
+FAMILY_MODULES = ["bert", "roberta", "albert", "distil_bert", "electra", "spanbert", "xlnet"]
 
 
 def load_all():
@@ -19,5 +18,3 @@ def load_all():
                 raise ValueError(f"Preset {preset.name!r} is registered twice.")
             presets[preset.name] = preset
     return families, presets
-FAMILY_MODULES += ["roberta", "albert"]
-FAMILY_MODULES += ["xlnet"]
