@@ -13,6 +13,7 @@ Not a test: numbers depend on the machine and its load.
 import argparse
 import glob
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,15 +70,16 @@ def main():
         print(f"--- {name} (load average {load:.1f}, timeout {timeout:.0f} s): "
               f"{' '.join(cmd[1:])}", flush=True)
         start = time.perf_counter()
+        # Own process group, so that a timeout also ends the script's own subprocesses.
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+            stdout, stderr = proc.communicate(timeout=timeout)
             status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
-            stdout, stderr = proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired as e:
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
             status = f"timeout after {timeout:.0f} s"
-            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
         elapsed = time.perf_counter() - start
         log = os.path.join(args.log_dir, name[:-3] + ".log")
         with open(log, "w") as f:
