@@ -10,7 +10,8 @@ default loss and weighted metric. keras-hub's BERT uses the tanh-approximate GEL
 the exact erf GELU (default jit only), to show what the exact activation costs. Both are compiled with the same optimizer settings (AdamW, lr
 1e-4, weight decay 0.01 except LayerNorm/bias, β2 0.999, ε 1e-6, global clipnorm 1.0), once with
 Keras' default `jit_compile` ("auto": no XLA for TensorFlow on CPU, XLA for JAX, eager for
-PyTorch) and once with `jit_compile=True` (XLA; torch.compile on PyTorch). All four models train
+PyTorch) and once with `jit_compile=True` (XLA; on PyTorch torch.compile, only with
+`--torch-compile`: compiling took over 20 minutes on this 2-CPU machine). All four models train
 with `train_on_batch` on the same batch; after `--warmup` steps each, `--rounds` rounds step them
 in turn (ours, theirs, ours-XLA, theirs-XLA, plus one 2048² matmul sample per path), so machine
 load falls alike on each; we report median step times and the median over rounds of
@@ -162,6 +163,8 @@ def child(args):
     backend = keras.backend.backend()
     jit_modes = ["auto", True] if args.jit == "both" else [
         "auto" if args.jit == "auto" else True]
+    if backend == "torch" and args.jit == "both" and not args.torch_compile:
+        jit_modes = ["auto"]  # torch.compile of these models ran > 20 min on 2 CPUs: opt in
     x, y, w = make_batch(args.batch, args.length, args.predictions, CONFIG["vocabulary_size"])
     models = build_models(jit_modes, erf_row=not args.no_erf_row)
     timers = matmul_timers(backend)
@@ -248,6 +251,9 @@ def main():
     parser.add_argument("--jit", default="both", choices=("both", "auto", "xla"))
     parser.add_argument("--no-erf-row", action="store_true",
                         help="skip the exact-GELU model (ours-erf)")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="with --jit both on torch, also time jit_compile=True "
+                             "(torch.compile; very slow to compile on CPU)")
     parser.add_argument("--timeout", type=float, default=1800, help="per backend, seconds")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
