@@ -527,7 +527,43 @@ def _pair_instances(documents, seed, objective, sequence_length, short_seq_prob,
 
 
 class _Pairer(_TFLayer):
-    """Seeding shared by the pairers (the same convention as the maskers of `masking.py`)."""
+    """What the pairers share: arguments, the call, config, and seeding (the convention of the
+    maskers of `masking.py`). A subclass names its `objective` and its defaults."""
+
+    objective = None  # "nsp" | "sop"
+
+    def __init__(self, sequence_length, short_seq_prob, seed, single_sentence, **kwargs):
+        super().__init__(**kwargs)
+        if single_sentence not in ("skip", "random_document"):
+            raise ValueError(
+                f"`single_sentence` must be 'skip' or 'random_document'. Received: {single_sentence!r}"
+            )
+        if sequence_length < 5:
+            raise ValueError(f"`sequence_length` must be >= 5. Received: {sequence_length}")
+        self.sequence_length = int(sequence_length)
+        self.short_seq_prob = float(short_seq_prob)
+        self._init_seed(seed)
+        self.single_sentence = single_sentence
+
+    def call(self, documents, seed=None):
+        return create_pair_instances(
+            documents,
+            objective=self.objective,
+            sequence_length=self.sequence_length,
+            short_seq_prob=self.short_seq_prob,
+            seed=self._call_key(seed),
+            single_sentence=self.single_sentence,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            sequence_length=self.sequence_length,
+            short_seq_prob=self.short_seq_prob,
+            seed=self.seed,
+            single_sentence=self.single_sentence,
+        )
+        return config
 
     def _init_seed(self, seed):
         if seed is None:
@@ -616,6 +652,8 @@ class NextSentencePairer(_Pairer):
     >>> a, b, labels = NextSentencePairer(sequence_length=16, seed=1)(docs)
     """
 
+    objective = "nsp"
+
     def __init__(
         self,
         sequence_length=128,
@@ -624,37 +662,7 @@ class NextSentencePairer(_Pairer):
         single_sentence="random_document",
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        if single_sentence not in ("skip", "random_document"):
-            raise ValueError(
-                f"`single_sentence` must be 'skip' or 'random_document'. Received: {single_sentence!r}"
-            )
-        if sequence_length < 5:
-            raise ValueError(f"`sequence_length` must be >= 5. Received: {sequence_length}")
-        self.sequence_length = int(sequence_length)
-        self.short_seq_prob = float(short_seq_prob)
-        self._init_seed(seed)
-        self.single_sentence = single_sentence
-
-    def call(self, documents, seed=None):
-        return create_pair_instances(
-            documents,
-            objective="nsp",
-            sequence_length=self.sequence_length,
-            short_seq_prob=self.short_seq_prob,
-            seed=self._call_key(seed),
-            single_sentence=self.single_sentence,
-        )
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            sequence_length=self.sequence_length,
-            short_seq_prob=self.short_seq_prob,
-            seed=self.seed,
-            single_sentence=self.single_sentence,
-        )
-        return config
+        super().__init__(sequence_length, short_seq_prob, seed, single_sentence, **kwargs)
 
 
 class SentenceOrderPairer(_Pairer):
@@ -687,40 +695,12 @@ class SentenceOrderPairer(_Pairer):
     >>> a, b, labels = SentenceOrderPairer(sequence_length=16, seed=1)(docs)
     """
 
+    objective = "sop"
+
     def __init__(
         self, sequence_length=512, short_seq_prob=0.1, seed=None, single_sentence="skip", **kwargs
     ):
-        super().__init__(**kwargs)
-        if single_sentence not in ("skip", "random_document"):
-            raise ValueError(
-                f"`single_sentence` must be 'skip' or 'random_document'. Received: {single_sentence!r}"
-            )
-        if sequence_length < 5:
-            raise ValueError(f"`sequence_length` must be >= 5. Received: {sequence_length}")
-        self.sequence_length = int(sequence_length)
-        self.short_seq_prob = float(short_seq_prob)
-        self._init_seed(seed)
-        self.single_sentence = single_sentence
-
-    def call(self, documents, seed=None):
-        return create_pair_instances(
-            documents,
-            objective="sop",
-            sequence_length=self.sequence_length,
-            short_seq_prob=self.short_seq_prob,
-            seed=self._call_key(seed),
-            single_sentence=self.single_sentence,
-        )
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            sequence_length=self.sequence_length,
-            short_seq_prob=self.short_seq_prob,
-            seed=self.seed,
-            single_sentence=self.single_sentence,
-        )
-        return config
+        super().__init__(sequence_length, short_seq_prob, seed, single_sentence, **kwargs)
 
 
 # === DocumentPacker ===
