@@ -479,6 +479,37 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         return config
 
 
+def _train_sentencepiece(documents, output_file, lowercase, keep_accents, **trainer_args):
+    """The `sentencepiece` trainer on normalized text, one sentence a line; `trainer_args` are the
+    recipe's (ids, symbols, sizes). Returns the model's bytes and writes them to `output_file`."""
+    import io
+
+    import sentencepiece as spm
+
+    from keras_bertfam.preprocessing.corpus import split_sentences
+
+    if isinstance(documents, tf.data.Dataset):
+        ds = documents
+    else:
+        ds = tf.data.Dataset.from_tensor_slices(list(_documents_iterator(documents)))
+    sentences = ds.batch(256).map(
+        lambda t: albert_normalize(split_sentences(t).flat_values, lowercase, keep_accents)
+    ).unbatch()
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_documents_iterator(sentences),
+        model_writer=model,
+        shuffle_input_sentence=True,
+        minloglevel=2,
+        **trainer_args,
+    )
+    proto = model.getvalue()
+    if output_file is not None:
+        with open(output_file, "wb") as f:
+            f.write(proto)
+    return proto
+
+
 def train_sentencepiece_model(
     documents,
     vocabulary_size,
@@ -514,23 +545,8 @@ def train_sentencepiece_model(
 
     Returns: the serialized model (bytes), for `SentencePieceTokenizer(proto=...)`.
     """
-    import io
-
-    import sentencepiece as spm
-
-    from keras_bertfam.preprocessing.corpus import split_sentences
-
-    if isinstance(documents, tf.data.Dataset):
-        ds = documents
-    else:
-        ds = tf.data.Dataset.from_tensor_slices(list(_documents_iterator(documents)))
-    sentences = ds.batch(256).map(
-        lambda t: albert_normalize(split_sentences(t).flat_values, lowercase, keep_accents)
-    ).unbatch()
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=_documents_iterator(sentences),
-        model_writer=model,
+    return _train_sentencepiece(
+        documents, output_file, lowercase, keep_accents,
         vocab_size=vocabulary_size,
         model_type=model_type,
         pad_id=0,
@@ -542,15 +558,8 @@ def train_sentencepiece_model(
         character_coverage=character_coverage,
         input_sentence_size=input_sentence_size,
         seed_sentencepiece_size=seed_sentencepiece_size,
-        shuffle_input_sentence=True,
         num_threads=num_threads,
-        minloglevel=2,
     )
-    proto = model.getvalue()
-    if output_file is not None:
-        with open(output_file, "wb") as f:
-            f.write(proto)
-    return proto
 
 
 # === SentencePiece (XLNet) ===
@@ -650,23 +659,8 @@ def train_xlnet_sentencepiece_model(
 
     Returns: the serialized model (bytes), for `XLNetTokenizer(proto=...)`.
     """
-    import io
-
-    import sentencepiece as spm
-
-    from keras_bertfam.preprocessing.corpus import split_sentences
-
-    if isinstance(documents, tf.data.Dataset):
-        ds = documents
-    else:
-        ds = tf.data.Dataset.from_tensor_slices(list(_documents_iterator(documents)))
-    sentences = ds.batch(256).map(
-        lambda t: albert_normalize(split_sentences(t).flat_values, lowercase, keep_accents)
-    ).unbatch()
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=_documents_iterator(sentences),
-        model_writer=model,
+    return _train_sentencepiece(
+        documents, output_file, lowercase, keep_accents,
         vocab_size=vocabulary_size,
         model_type="unigram",
         unk_id=0,
@@ -677,12 +671,5 @@ def train_xlnet_sentencepiece_model(
         user_defined_symbols=list(user_defined_symbols),
         character_coverage=character_coverage,
         input_sentence_size=input_sentence_size,
-        shuffle_input_sentence=True,
         num_threads=num_threads,
-        minloglevel=2,
     )
-    proto = model.getvalue()
-    if output_file is not None:
-        with open(output_file, "wb") as f:
-            f.write(proto)
-    return proto
