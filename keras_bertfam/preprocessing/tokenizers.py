@@ -148,16 +148,17 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         return config
 
 
-def Tokenizer(*args, **kwargs):  # noqa: N802 - a factory under the class-like public name
-    raise TypeError(
-        "Tokenizer is a namespace: use Tokenizer.from_preset(...) or a concrete tokenizer "
-        "(WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer)."
-    )
+class Tokenizer:
+    """`Tokenizer.from_preset(preset)`: the preset's own tokenizer (WordPiece, SentencePiece or
+    byte-level BPE), whichever family the preset is."""
 
+    def __new__(cls, *args, **kwargs):
+        raise TypeError(
+            "Tokenizer is a namespace: use Tokenizer.from_preset(...) or a concrete tokenizer "
+            "(WordPieceTokenizer, SentencePieceTokenizer, BytePairTokenizer, XLNetTokenizer)."
+        )
 
-Tokenizer.from_preset = lambda preset, **kwargs: _SpecialTokens.from_preset.__func__(
-    None, preset, **kwargs
-)
+    from_preset = staticmethod(_SpecialTokens.from_preset)  # the one preset loader
 
 
 def train_word_piece_vocabulary(
