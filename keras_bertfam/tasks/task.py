@@ -92,6 +92,20 @@ class Task(keras.Model):
         """Model outputs -> the named outputs of the exported signatures (keras.ops)."""
         return dict(outputs) if isinstance(outputs, dict) else {"logits": outputs}
 
+    # Serving inputs whose tokens the export also gives character offsets into the original
+    # string, as `{name}_char_start` / `{name}_char_end` features (-1 off that segment).
+    serving_offsets = ()
+
+    def serving_call(self, inputs):
+        """The model on serving inputs. A task whose training graph is not its inference graph
+        (ELECTRA samples replacements; XLNet carries a memory) runs its parts instead."""
+        return self({k: inputs[k] for k in self.input}, training=False)
+
+    def serving_pack(self, segments, sequence_length, special_token_ids):
+        """Ragged token ids per segment -> packed features, or None for `[CLS] A [SEP] (B [SEP])`
+        with the preprocessor's packer (XLNet packs `A <sep> <cls>` on the left)."""
+        return None
+
     # === Compile defaults ===
     # Peak learning rate of `compile(optimizer="auto")`; fine-tuning tasks use BERT's 5e-5.
     default_learning_rate = 1e-4
