@@ -8,6 +8,7 @@ from keras_bertfam.models.backbone import EncoderBackbone
 class ElectraBackbone(EncoderBackbone):
     """ELECTRA's encoder (HF `ElectraModel`): embeddings at width `embedding_dim` (E), a Dense
     E -> H projection when E != H (`embeddings_project`), post-LN blocks, no pooler.
+    `activation` is HF's exact "gelu" by default; keras-hub's ELECTRA uses "gelu_approximate".
 
     Both the discriminator and the generator of ELECTRA pretraining are `ElectraBackbone`s; after
     pretraining the discriminator is the model to fine-tune.
@@ -34,6 +35,7 @@ class ElectraBackbone(EncoderBackbone):
         dropout=0.1,
         max_sequence_length=512,
         num_segments=2,
+        activation="gelu",
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
         dtype=None,
@@ -50,6 +52,7 @@ class ElectraBackbone(EncoderBackbone):
             max_sequence_length=max_sequence_length,
             num_segments=num_segments,
             pooler=False,
+            activation=activation,
             layer_norm_epsilon=layer_norm_epsilon,
             initializer_range=initializer_range,
             dtype=dtype,
