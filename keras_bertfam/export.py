@@ -88,6 +88,11 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
     if os.path.isdir(export_dir) and os.listdir(export_dir):
         raise FileExistsError(f"{export_dir!r} is not empty; export into a new version directory.")
+    student = getattr(model, "student", None)
+    if isinstance(student, keras.Model) and hasattr(student, "serving_outputs"):
+        # A Distiller's product is its student (a MaskedLM): serve that, not the teacher.
+        preprocessor = preprocessor or getattr(model, "preprocessor", None)
+        model = student
     preprocessor = preprocessor or getattr(model, "preprocessor", None)
     tokenizer = tokenizer or getattr(preprocessor, "tokenizer", None)
     backbone = getattr(model, "backbone", model)
@@ -97,25 +102,30 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             "A string signature needs a tokenizer: attach a preprocessor (from_preset does) or "
             "pass tokenizer=, or export with include_preprocessing=False."
         )
-    sequence_length = int(sequence_length or getattr(preprocessor, "sequence_length", None)
-                          or backbone.max_sequence_length)
-    if sequence_length > backbone.max_sequence_length:
+    # XLNet's relative positions have no maximum length
+    max_length = getattr(backbone, "max_sequence_length", None)
+    sequence_length = sequence_length or getattr(preprocessor, "sequence_length", None) or max_length
+    if sequence_length is None:
+        raise ValueError("Pass sequence_length= (the packed length of the string signature).")
+    sequence_length = int(sequence_length)
+    if max_length is not None and sequence_length > max_length:
         raise ValueError(f"sequence_length={sequence_length} exceeds the backbone's "
-                         f"max_sequence_length={backbone.max_sequence_length}.")
+                         f"max_sequence_length={max_length}.")
     special = {r: getattr(tokenizer, f"{r}_token_id", None) for r in ("cls", "sep", "pad", "mask")}
     feature_names = list(backbone.input)
     choices = is_task and len(model.input["token_ids"].shape) == 3
     text_inputs = model.serving_inputs if is_task else ("text",)
 
     def outputs_of(features):
-        features = {k: tf.cast(v, tf.int32) for k, v in features.items()}
+        # raw strings (for tasks that read their inputs' text, e.g. QA answers) stay strings
+        features = {k: v if v.dtype == tf.string else tf.cast(v, tf.int32)
+                    for k, v in features.items()}
         if not is_task:
             out = dict(backbone(features, training=False))
             out["padding_mask"] = features["padding_mask"]
             return out
         inputs = model.serving_features(features, special)
-        out = model({k: inputs[k] for k in model.input}, training=False)
-        return model.serving_outputs(inputs, out)
+        return model.serving_outputs(inputs, model.serving_call(inputs))
 
     ids_shape = [None, None, None] if choices else [None, None]
     ids_spec = {n: tf.TensorSpec(ids_shape, tf.int32, name=n) for n in feature_names}
@@ -131,8 +141,16 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         config = {k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}
         config.update(sequence_length=sequence_length, return_dict=False)
         packer = SegmentPacker(**config)
+        # The same layout with -1 for every special token: packs per-token character offsets.
+        offset_packer = SegmentPacker(**dict(config, **{
+            k: ([-1] * len(v) if isinstance(v, (list, tuple)) else -1)
+            for k, v in config.items() if k.endswith("_value") and v is not None}))
+        offset_inputs = tuple(model.serving_offsets) if is_task else ()
 
         def pack(segments):
+            custom = model.serving_pack(segments, sequence_length, special) if is_task else None
+            if custom is not None:
+                return {k: tf.cast(custom[k], tf.int32) for k in feature_names}
             token_ids, segment_ids, padding_mask = packer(tuple(segments))
             features = {"token_ids": token_ids, "segment_ids": segment_ids,
                         "padding_mask": tf.cast(padding_mask, tf.int32)}
@@ -166,8 +184,33 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
                 features = {k: tf.reshape(v, [-1, num, sequence_length])
                             for k, v in features.items()}
             else:
-                features = pack([tokenize(t) for t in texts])
+                features = pack_with_offsets(texts) if offset_inputs else pack(
+                    [tokenize(t) for t in texts])
             return outputs_of(features)
+
+        def pack_with_offsets(texts):
+            """Packed ids plus, for each `serving_offsets` input, the raw strings and each packed
+            token's character span in them (Unicode characters, [start, end); -1 elsewhere)."""
+            from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+            segments, spans = [], {}
+            for name, text in zip(text_inputs, texts):
+                if name in offset_inputs:
+                    ids, starts, ends = tokenize_with_offsets(tokenizer, text)
+                    spans[name] = (starts, ends)
+                    segments.append(ids)
+                else:
+                    segments.append(tokenize(text))
+            features = pack(segments)  # offsets assume the default [CLS] A [SEP] B layout
+            for name, text in zip(text_inputs, texts):
+                if name not in spans:
+                    continue
+                features[name] = text
+                for key, values in zip(("start", "end"), spans[name]):
+                    columns = [tf.cast(values, tf.int32) if n == name else tf.cast(
+                        s, tf.int32) * 0 - 1 for n, s in zip(text_inputs, segments)]
+                    features[f"{name}_char_{key}"] = offset_packer(tuple(columns))[0]
+            return features
 
         specs = [tf.TensorSpec([None, None] if (choices and n == "choices") else [None],
                                tf.string, name=n) for n in text_inputs]

@@ -10,7 +10,11 @@ from keras import ops
 from keras_bertfam.layers import MaskedLMHead, ReplacedTokenHead
 from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.tasks.losses import weighted_sparse_ce
-from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.masked_lm import (
+    backbone_inputs,
+    serving_mask_positions,
+    serving_mlm_outputs,
+)
 from keras_bertfam.tasks.task import Task
 
 
@@ -146,6 +150,14 @@ class ElectraPretrainer(Task):
     After pretraining, `pretrainer.discriminator` is the backbone to fine-tune (and
     `save_to_preset` saves it).
 
+    Export (`kb.export.export_saved_model`): `text` -> the discriminator's
+    `replaced_probabilities` (B, T) (sigmoid of its head, 0 on padding) with the `token_ids` and
+    `padding_mask` it scored (to align them with the client's tokens), and the generator's MLM
+    top-k at the [MASK] tokens of the text (`mask_positions`, `mask_weights`, `mlm_top_ids`,
+    `mlm_top_probabilities`, as `MaskedLM`'s). Nothing is sampled: the discriminator reads the
+    text as given (HF `ElectraForPreTraining`), the generator fills its masks
+    (`ElectraForMaskedLM`).
+
     Example:
     >>> disc = kb.models.ElectraBackbone(100, 2, 2, 32, 64, embedding_dim=16)  # doctest: +SKIP
     >>> model = kb.tasks.ElectraPretrainer(discriminator=disc)                  # doctest: +SKIP
@@ -249,6 +261,25 @@ class ElectraPretrainer(Task):
         fraction = 0.25 if backbone.hidden_dim <= 256 else 1.0 / 3.0
         return cls(discriminator=backbone, generator_hidden_fraction=fraction,
                    preprocessor=preprocessor)
+
+    def serving_features(self, features, special_token_ids):
+        return serving_mask_positions(features, special_token_ids["mask"])
+
+    def serving_call(self, inputs):
+        # Inference runs the two models side by side on the input: no sampled replacements.
+        features = {k: inputs[k] for k in self.discriminator.input}
+        generated = self.generator({k: features[k] for k in self.generator.input},
+                                   training=False)["sequence_output"]
+        scored = self.discriminator(features, training=False)["sequence_output"]
+        return {"mlm_logits": self.mlm_head(generated, inputs["mask_positions"]),
+                "rtd_logits": self.rtd_head(scored)}
+
+    def serving_outputs(self, features, outputs):
+        tokens = ops.cast(features["padding_mask"], "float32")
+        replaced = ops.sigmoid(ops.cast(outputs["rtd_logits"], "float32")) * tokens
+        return dict(serving_mlm_outputs(features, outputs["mlm_logits"]),
+                    replaced_probabilities=replaced, token_ids=features["token_ids"],
+                    padding_mask=features["padding_mask"])
 
     def rtd_labels(self, mask_ids, mask_weights, y_pred):
         """(B, T) int labels: 1 where the discriminator saw a sample different from the original."""

@@ -5,7 +5,11 @@ from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead, SpanBoundaryHead, span_boundary_weights
 from keras_bertfam.tasks.losses import weighted_sparse_ce
-from keras_bertfam.tasks.masked_lm import backbone_inputs
+from keras_bertfam.tasks.masked_lm import (
+    backbone_inputs,
+    serving_mask_positions,
+    serving_mlm_outputs,
+)
 from keras_bertfam.tasks.task import Task
 
 SPAN_INPUTS = ("mask_positions", "span_starts", "span_ends")
@@ -23,6 +27,10 @@ class SpanBertPretrainer(Task):
     return_span_boundaries=True)` and `SpanBertPreprocessor` produce them. Labels: `y =
     mask_ids`, `sample_weight = mask_weights` (or `y = {"mask_ids", "mask_weights"}`).
     Outputs: `{"mlm_logits", "sbo_logits": (B, P, V), "sbo_weights": (B, P)}`.
+
+    Export: `text` with [MASK] tokens -> MLM top-k at them (as `MaskedLM`'s) and the SBO head's
+    top-k (`sbo_top_ids`, `sbo_top_probabilities`, weighted by `sbo_weights`): each run of
+    consecutive [MASK] tokens is one span, predicted from the tokens around it.
 
     Example:
     >>> backbone = kb.models.SpanBertBackbone(100, 2, 2, 32, 64)   # doctest: +SKIP
@@ -64,6 +72,21 @@ class SpanBertPretrainer(Task):
 
         return SpanBertPreprocessor(tokenizer, sequence_length, **kwargs)
 
+    def serving_features(self, features, special_token_ids):
+        features = serving_mask_positions(features, special_token_ids["mask"])
+        starts, ends = mask_runs(ops.equal(features["token_ids"], special_token_ids["mask"]))
+        positions = features["mask_positions"]
+        return dict(features, span_starts=ops.take_along_axis(starts, positions, axis=1),
+                    span_ends=ops.take_along_axis(ends, positions, axis=1))
+
+    def serving_outputs(self, features, outputs):
+        sbo = ops.softmax(ops.cast(outputs["sbo_logits"], "float32"), axis=-1)
+        top_probabilities, top_ids = ops.top_k(sbo, k=5)
+        return dict(serving_mlm_outputs(features, outputs["mlm_logits"]),
+                    sbo_top_ids=ops.cast(top_ids, "int32"), sbo_top_probabilities=top_probabilities,
+                    sbo_weights=ops.cast(outputs["sbo_weights"], "float32")
+                    * features["mask_weights"])
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if isinstance(y, dict):
             mask_ids = y["mask_ids"]
@@ -78,3 +101,17 @@ class SpanBertPretrainer(Task):
             "mlm_loss": mlm_loss, "mlm_accuracy": mlm_accuracy,
             "sbo_loss": sbo_loss, "sbo_accuracy": sbo_accuracy,
         }
+
+
+def mask_runs(is_mask):
+    """(B, T) bool -> the first and last index (B, T) int32 of the run of consecutive True each
+    position is in (a position outside every run: itself)."""
+    length = ops.shape(is_mask)[1]
+    idx = ops.arange(length, dtype="int32")
+    run = ops.cumsum(1 - ops.cast(is_mask, "int32"), axis=1)  # constant along a run of masks
+    same = ops.logical_and(ops.equal(run[:, :, None], run[:, None, :]),
+                           ops.logical_and(is_mask[:, :, None], is_mask[:, None, :]))  # (B, T, T)
+    starts = ops.min(ops.where(same, idx[None, None, :], length), axis=-1)
+    ends = ops.max(ops.where(same, idx[None, None, :], -1), axis=-1)
+    return (ops.cast(ops.where(is_mask, starts, idx[None, :]), "int32"),
+            ops.cast(ops.where(is_mask, ends, idx[None, :]), "int32"))

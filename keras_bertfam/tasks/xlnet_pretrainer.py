@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.masked_lm import serving_mask_positions, serving_mlm_outputs
 from keras_bertfam.tasks.task import Task
 
 
@@ -63,6 +64,13 @@ class XLNetPretrainer(Task):
     (1 = cannot attend), `target_mapping` (B, P, T) float one-hot. Output: logits (B, P, V) =
     query stream · E^T + b (the original `lm_loss`, HF `XLNetLMHeadModel.lm_loss`). Labels: y =
     `target` (B, P) ids with `sample_weight = target_mask` (B, P). Loss: Σ w·CE / Σ w.
+
+    Export (`kb.export.export_saved_model`): `text` with mask tokens (`<mask>`) -> top-k
+    predictions at them, as HF's `XLNetLMHeadModel` is used to fill masks: the text is packed
+    `A <sep> <cls>` with left padding, `perm_mask` hides every mask token's content from all
+    positions, `target_mapping` points the query stream at the mask tokens (masks first, in order),
+    and the memory is not used. Outputs as `MaskedLM`'s: `mask_positions`, `mask_weights`,
+    `mlm_top_ids`, `mlm_top_probabilities` (B, T, k); slots with weight 0 are not masks.
 
     Args:
         backbone: an `XLNetBackbone`.
@@ -124,6 +132,33 @@ class XLNetPretrainer(Task):
         rows are parallel streams, one per batch row."""
         memory = preprocessor.batch_size if (backbone.mem_len and preprocessor is not None) else None
         return cls(backbone=backbone, preprocessor=preprocessor, memory_batch_size=memory)
+
+    def serving_pack(self, segments, sequence_length, special_token_ids):
+        from keras_bertfam.preprocessing.permutation import xlnet_pack
+
+        return xlnet_pack(segments[0], segments[1] if len(segments) > 1 else None,
+                          sequence_length=sequence_length,
+                          sep_token_id=special_token_ids["sep"],
+                          cls_token_id=special_token_ids["cls"],
+                          pad_token_id=special_token_ids["pad"])
+
+    def serving_features(self, features, special_token_ids):
+        features = serving_mask_positions(features, special_token_ids["mask"])
+        is_mask = ops.cast(ops.equal(features["token_ids"], special_token_ids["mask"]), "float32")
+        length = ops.shape(is_mask)[1]
+        # no position sees a mask token's content; the query stream predicts every slot
+        perm_mask = ops.broadcast_to(is_mask[:, None, :], (ops.shape(is_mask)[0], length, length))
+        target_mapping = ops.one_hot(features["mask_positions"], length, dtype="float32")
+        return dict(features, perm_mask=perm_mask, target_mapping=target_mapping)
+
+    def serving_call(self, inputs):
+        # The backbone without the training memory (its batch size is fixed by fit).
+        names = ("token_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping")
+        out = self.backbone.forward({k: inputs[k] for k in names}, training=False)
+        return self.lm_head(out["query_output"])
+
+    def serving_outputs(self, features, outputs):
+        return serving_mlm_outputs(features, outputs)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if isinstance(y, dict):
