@@ -47,6 +47,13 @@ class QuestionAnswerer(Task):
     format). `answer(questions, contexts)` returns the best span of each example, over all its
     windows, as text with its character offsets.
 
+    Export (`kb.export.export_saved_model`): `question`, `context` strings -> `answer_text`,
+    `answer_start`, `answer_end` (offsets in Unicode characters into the original context, as
+    `answer()` and HF's offsets: lowercasing and accent stripping do not shift them), plus the
+    token span and logits. The export reads one window of `sequence_length` tokens (a longer
+    context is truncated; `answer()` slides windows with `stride`), so on contexts that fit in
+    one window it gives `answer()`'s answers.
+
     Example:
     >>> qa = kb.tasks.QuestionAnswerer.from_preset("bert_tiny_en_uncased")  # doctest: +SKIP
     >>> qa.answer(["Who?"], ["Ada wrote it."])  # doctest: +SKIP
@@ -74,13 +81,24 @@ class QuestionAnswerer(Task):
                                             max_question_length=max_question_length)
 
     serving_inputs = ("question", "context")
+    serving_offsets = ("context",)  # the string signature returns answers in the context
+
+    def serving_features(self, features, special_token_ids):
+        # answers lie in the context's tokens: segment 1, not padding, not its closing [SEP]
+        in_context = ops.logical_and(
+            ops.logical_and(ops.equal(features["segment_ids"], 1),
+                            ops.equal(features["padding_mask"], 1)),
+            ops.not_equal(features["token_ids"], special_token_ids["sep"]))
+        return dict(features, in_context=in_context)
 
     def serving_outputs(self, features, outputs, max_answer_length=30):
-        """Start / end logits and the best span of the context (token indices, inclusive)."""
+        """Start / end logits and the best span of the context (token indices, inclusive), scored
+        as `answer()` scores one window. From strings (`serving_default`) also the answer in the
+        context: `answer_start` / `answer_end`, Unicode-character offsets into the original
+        context string (`context[answer_start:answer_end]` in Python; -1 when the context is
+        empty), and `answer_text`."""
         start, end = outputs["start_logits"], outputs["end_logits"]  # (B, T)
-        in_context = ops.logical_and(ops.equal(features["segment_ids"], 1),
-                                     ops.equal(features["padding_mask"], 1))
-        penalty = ops.where(in_context, 0.0, -1e9)
+        penalty = ops.where(features["in_context"], 0.0, -1e9)
         scores = ops.expand_dims(start + penalty, 2) + ops.expand_dims(end + penalty, 1)  # (B, T, T)
         t = ops.arange(ops.shape(start)[1])
         length = ops.expand_dims(t, 0) - ops.expand_dims(t, 1)  # end - start
@@ -89,8 +107,12 @@ class QuestionAnswerer(Task):
         flat = ops.reshape(scores, (ops.shape(scores)[0], -1))
         best = ops.cast(ops.argmax(flat, axis=-1), "int32")
         size = ops.cast(ops.shape(start)[1], "int32")
-        return {"start_logits": start, "end_logits": end, "span_start": best // size,
-                "span_end": best % size, "span_score": ops.max(flat, axis=-1)}
+        span_start, span_end = best // size, best % size
+        out = {"start_logits": start, "end_logits": end, "span_start": span_start,
+               "span_end": span_end, "span_score": ops.max(flat, axis=-1)}
+        if "context_char_start" in features:
+            out.update(answer_in_context(features, span_start, span_end, out["span_score"]))
+        return out
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         losses, metrics = [], {}
@@ -138,3 +160,19 @@ class QuestionAnswerer(Task):
                 best[b] = {"text": contexts[b][start:end], "start": start, "end": end,
                            "score": score}
         return [b or {"text": "", "start": -1, "end": -1, "score": float("-inf")} for b in best]
+
+
+def answer_in_context(features, span_start, span_end, span_score):
+    """Token span -> character offsets into the original context and the answer text (serving
+    only: TensorFlow string ops). The offsets come from `tokenize_with_offsets`, packed like the
+    tokens (-1 off the context)."""
+    import tensorflow as tf
+
+    found = span_score > -1e8  # some context token was allowed
+    char_start = tf.gather(features["context_char_start"], span_start, batch_dims=1)
+    char_end = tf.gather(features["context_char_end"], span_end, batch_dims=1)
+    char_start = tf.where(found, char_start, -1)
+    char_end = tf.where(found, char_end, -1)
+    text = tf.strings.substr(features["context"], tf.maximum(char_start, 0),
+                             tf.maximum(char_end - char_start, 0), unit="UTF8_CHAR")
+    return {"answer_start": char_start, "answer_end": char_end, "answer_text": text}
