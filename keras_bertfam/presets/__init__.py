@@ -10,6 +10,7 @@ import difflib
 import json
 import os
 import shutil
+import warnings
 
 from keras_bertfam.presets import checkpoints, keras_hub_format
 from keras_bertfam.presets.families import load_all
@@ -83,7 +84,8 @@ def _resolve(preset, download=False):
             return "hf", preset
         raise ValueError(
             f"{preset!r} is neither a keras_bertfam preset directory ({MANIFEST}), a keras-hub "
-            "preset directory (config.json + metadata.json) nor an HF-format model directory "
+            "preset directory (config.json or tokenizer.json of a keras-hub class) nor an "
+            "HF-format model directory "
             "(config.json)."
         )
     if preset in PRESETS:
@@ -171,9 +173,10 @@ def registered_weights_dir(preset, download=False):
 def load_backbone(preset, cls=None, load_weights=True, download=False, **overrides):
     kind, where = _resolve(preset, download)
     if kind == "keras_hub":
-        spec, _ = keras_hub_format.family_of(where, FAMILIES)
+        spec, fmt = keras_hub_format.family_of(where, FAMILIES)
         _check_family(spec, cls, preset)
-        return keras_hub_format.load_backbone(where, spec, load_weights=load_weights, **overrides)
+        return keras_hub_format.load_backbone(where, spec, fmt, load_weights=load_weights,
+                                              **overrides)
     if kind == "ours":
         manifest = _read_manifest(where)
         spec = FAMILIES[manifest["family"]]
@@ -211,7 +214,15 @@ def convert_hf(model_dir, load_weights=True, family=None, **overrides):
     backbone = spec.backbone_cls(**dict(spec.config_from_hf(cfg), **overrides))
     if load_weights:
         state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
-        checkpoints.assign(spec.weights_from_hf(backbone), state, what=type(backbone).__name__)
+        mapping = spec.weights_from_hf(backbone)
+        # HF's *ForMaskedLM / *ForTokenClassification save no pooler: ours keeps its initial
+        # weights then, as HF's from_pretrained does.
+        pooler = checkpoints.keys_of(mapping, getattr(backbone, "pooler_dense", None))
+        skipped = checkpoints.assign(mapping, state, what=type(backbone).__name__,
+                                     optional=pooler)
+        if skipped:
+            warnings.warn(f"{model_dir!r} has no pooler weights ({skipped[0]}, ...): the "
+                          "backbone's pooler keeps its random initialization.", stacklevel=2)
     return backbone
 
 
@@ -253,8 +264,8 @@ def _write_json(path, data):
 def load_tokenizer(preset, download=False, **kwargs):
     kind, where = _resolve(preset, download)
     if kind == "keras_hub":
-        spec, _ = keras_hub_format.family_of(where, FAMILIES)
-        return keras_hub_format.load_tokenizer(where, spec)
+        spec, fmt = keras_hub_format.family_of(where, FAMILIES)
+        return keras_hub_format.load_tokenizer(where, spec, fmt)
     if kind == "ours":
         manifest = _read_manifest(where)
         if "tokenizer" not in manifest:
@@ -345,38 +356,70 @@ def convert(path, load_weights=True, **overrides):
 def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kwargs):
     """An HF-format task checkpoint -> our `task_cls` with the backbone's *and* the head's weights.
 
-    The heads come from the family's `hf_task_heads` (BERT: `BertForPreTraining`'s MLM
-    `cls.predictions.*` and NSP `cls.seq_relationship` into `BertPretrainer`, `BertForMaskedLM`
-    into `MaskedLM`, `BertFor{Sequence,Token}Classification`'s `classifier` into
-    `TextClassifier` / `TokenClassifier`). A checkpoint without the head's weights is an error
-    naming them.
+    The heads come from the family's `hf_task_heads`, e.g. BERT's `BertForPreTraining` (MLM
+    `cls.predictions.*` + NSP) into `BertPretrainer`, ALBERT's `AlbertForPreTraining` (MLM + SOP)
+    into `AlbertPretrainer`, `{Bert,Roberta,Albert,DistilBert,Electra}ForMaskedLM` into
+    `MaskedLM`, `ElectraForPreTraining`'s discriminator head into `ElectraPretrainer` (with
+    `generator_preset=` an `ElectraForMaskedLM` directory, its generator head too: the family's
+    `hf_task_companions`), `XLNetLMHeadModel`'s `lm_loss` into `XLNetPretrainer`, and
+    `*For{Sequence,Token}Classification` into `TextClassifier` / `TokenClassifier`. A checkpoint
+    without the head's weights, or of another family than the task's heads, is an error naming
+    what was expected.
     """
     kind, where = _resolve(path)
     if kind != "hf":
         raise ValueError(f"convert_task takes an HF-format model directory, got {path!r} ({kind}).")
     spec, cfg = _hf_family(where)
-    heads = (spec.hf_task_heads or {}).get(task_cls.__name__)
+    name = task_cls.__name__
+    heads = (spec.hf_task_heads or {}).get(name)
     if heads is None:
-        raise ValueError(f"No HF head conversion for {task_cls.__name__} in the {spec.name!r} "
-                         f"family (it has: {sorted(spec.hf_task_heads or {})}).")
-    if task_cls.__name__ in ("TextClassifier", "TokenClassifier") and "num_classes" not in kwargs:
+        raise ValueError(_no_heads_message(where, spec, cfg, name))
+    if name in ("TextClassifier", "TokenClassifier") and "num_classes" not in kwargs:
         kwargs["num_classes"] = cfg.get("num_labels") or len(cfg.get("id2label", {})) or 2
-    task = load_task(task_cls, where, load_weights=load_weights, preprocessor=preprocessor,
-                     **kwargs)
+    companions = (spec.hf_task_companions or {}).get(name, {})
+    task = task_cls.from_preset(where, load_weights=load_weights, preprocessor=preprocessor,
+                                **kwargs)
     if load_weights:
-        state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
-        checkpoints.assign(heads(task), state, what=f"{task_cls.__name__} head")
+        _assign_heads(heads(task), where, spec, name)
+        for argument, companion_heads in companions.items():
+            if kwargs.get(argument) is not None:
+                kind, other = _resolve(kwargs[argument])
+                if kind == "hf":
+                    _assign_heads(companion_heads(task), other, spec, name)
     return task
 
 
+def _no_heads_message(where, spec, cfg, name):
+    owners = [s for s in FAMILIES.values() if name in (s.hf_task_heads or {})]
+    held = f"{where!r} holds an HF {cfg.get('model_type')!r} checkpoint " \
+           f"({', '.join(cfg.get('architectures') or ['no architectures'])})"
+    if owners and spec not in owners:
+        wanted = ", ".join(f"{s.name!r} ({(s.hf_task_architectures or {}).get(name, '?')})"
+                           for s in owners)
+        return (f"{name}'s HF heads come from checkpoints of the {wanted} family; {held}. "
+                f"Convert it with a task of its family: {sorted(spec.hf_task_heads or {})}.")
+    return (f"No HF head conversion for {name} in the {spec.name!r} family (it has: "
+            f"{sorted(spec.hf_task_heads or {})}); {held}.")
+
+
+def _assign_heads(mapping, where, spec, name):
+    cfg = checkpoints.read_hf_config(where)
+    expected = (spec.hf_task_architectures or {}).get(name, "a head")
+    hint = (f"{where!r} is a {', '.join(cfg.get('architectures') or ['headless'])} checkpoint; "
+            f"{name} loads its heads from {expected}.")
+    state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
+    checkpoints.assign(mapping, state, what=f"{name} head", hint=hint)
+
+
 # === Export to HF transformers ===
-def export_to_transformers(model, path):
+def export_to_transformers(model, path, tokenizer=None):
     """Writes a backbone or task as an HF-format directory that `transformers` loads.
 
     `config.json` (the family's `config_to_hf`, with the task's HF architecture), the weights as
     `model.safetensors` (the family's HF weight maps read in reverse, so a family plugs in by
-    giving `config_to_hf`), and the tokenizer's files when the task has a preprocessor. Tasks with
-    HF heads (`hf_task_heads`) get them under HF's names; other tasks export their backbone.
+    giving `config_to_hf`), and the tokenizer's files (the family's `tokenizer_to_hf`) for the task's
+    preprocessor's tokenizer or `tokenizer`. Tasks with HF heads (`hf_task_heads`) get them under
+    HF's names; other tasks export their backbone.
     """
     from safetensors.numpy import save_file
 
@@ -406,12 +449,8 @@ def export_to_transformers(model, path):
     os.makedirs(path, exist_ok=True)
     save_file(state, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
     _write_json(os.path.join(path, "config.json"), config)
-    tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
-    if tokenizer is not None and spec.tokenizer_files == ("vocab.txt",):
-        tokenizer.save_assets(path)
-        if os.path.exists(os.path.join(path, "vocabulary.txt")):
-            os.replace(os.path.join(path, "vocabulary.txt"), os.path.join(path, "vocab.txt"))
-        _write_json(os.path.join(path, "tokenizer_config.json"),
-                    {"tokenizer_class": "BertTokenizer",
-                     "do_lower_case": bool(getattr(tokenizer, "bert_lowercase", False))})
+    if tokenizer is None:
+        tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
+    if tokenizer is not None and spec.tokenizer_to_hf is not None:
+        spec.tokenizer_to_hf(tokenizer, path)
     return path

@@ -52,14 +52,20 @@ def strip_prefix(state_dict, prefixes):
     return state_dict
 
 
-def assign(mapping, state_dict, what="model"):
-    """Sets each variable from `state_dict[key]` after `transform`; errors name every problem."""
-    missing = [key for _, key, _ in mapping if key not in state_dict]
+def assign(mapping, state_dict, what="model", optional=(), hint=None):
+    """Sets each variable from `state_dict[key]` after `transform`; errors name every problem.
+
+    Keys in `optional` may be absent (their variables keep their values); returns those that were.
+    `hint` replaces the default guess of what is wrong when weights are missing.
+    """
+    absent = [key for _, key, _ in mapping if key not in state_dict]
+    missing = [key for key in absent if key not in optional]
     if missing:
         raise CheckpointError(
             f"The checkpoint lacks {len(missing)} weight(s) the {what} needs, e.g. {missing[:3]}; "
-            "is it a checkpoint of this family?"
+            + (hint or "is it a checkpoint of this family?")
         )
+    mapping = [m for m in mapping if m[1] in state_dict]
     values = []
     for variable, key, transform in mapping:
         value = np.asarray(state_dict[key], dtype="float32")
@@ -73,6 +79,15 @@ def assign(mapping, state_dict, what="model"):
         values.append(value)
     for (variable, _, _), value in zip(mapping, values):
         variable.assign(value)
+    return absent
+
+
+def keys_of(mapping, layer):
+    """The checkpoint keys of `mapping` that fill `layer`'s variables (none for None)."""
+    if layer is None:
+        return set()
+    ids = {id(w) for w in layer.weights}
+    return {key for variable, key, _ in mapping if id(variable) in ids}
 
 
 # === Transforms: torch Linear (out, in) -> Keras kernels ===
@@ -200,24 +215,40 @@ def bert_config_from_hf(cfg):
     return config
 
 
+def mlm_head_map(head, transform, norm, bias):
+    """A `MaskedLMHead` <- an HF MLM head: its transform Dense, LayerNorm and output bias keys (the
+    decoder weight is tied to the word embeddings in every family)."""
+    return dense(head.dense, transform) + layer_norm(head.layer_norm, norm) + [(head.bias, bias, None)]
+
+
 def bert_mlm_head_map(head, prefix="cls.predictions"):
-    return (dense(head.dense, f"{prefix}.transform.dense")
-            + layer_norm(head.layer_norm, f"{prefix}.transform.LayerNorm")
-            + [(head.bias, f"{prefix}.bias", None)])
+    return mlm_head_map(head, f"{prefix}.transform.dense", f"{prefix}.transform.LayerNorm",
+                        f"{prefix}.bias")
 
 
-def bert_config_to_hf(backbone):
-    """BertBackbone -> HF BertConfig dict (the reverse of `bert_config_from_hf`)."""
+HF_ACTIVATION_NAMES = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "relu"}
+
+
+def hf_activation(backbone):
+    """Our activation name -> HF's `hidden_act`."""
     activation = getattr(backbone, "activation", "gelu")
+    if activation not in HF_ACTIVATION_NAMES:
+        raise NotImplementedError(f"activation={activation!r} has no HF hidden_act to export.")
+    return HF_ACTIVATION_NAMES[activation]
+
+
+def bert_config_to_hf(backbone, model_type="bert", architecture="BertModel"):
+    """BertBackbone -> HF BertConfig dict (the reverse of `bert_config_from_hf`); the BERT-layout
+    families (RoBERTa, ALBERT, ELECTRA, SpanBERT) start from it."""
     return dict(
-        model_type="bert",
-        architectures=["BertModel"],
+        model_type=model_type,
+        architectures=[architecture],
         vocab_size=backbone.vocabulary_size,
         num_hidden_layers=backbone.num_layers,
         num_attention_heads=backbone.num_heads,
         hidden_size=backbone.hidden_dim,
         intermediate_size=backbone.intermediate_dim,
-        hidden_act={"gelu": "gelu", "gelu_approximate": "gelu_new"}.get(activation, activation),
+        hidden_act=hf_activation(backbone),
         hidden_dropout_prob=backbone.dropout,
         attention_probs_dropout_prob=backbone.dropout,
         max_position_embeddings=backbone.max_sequence_length,
@@ -230,3 +261,19 @@ def bert_config_to_hf(backbone):
 
 def bert_pair_head_map(head, key="cls.seq_relationship"):
     return dense(head.dense, key)
+
+
+# === Tokenizer files for export ===
+def write_tokenizer_config(model_dir, tokenizer_class, **options):
+    """`tokenizer_config.json`: which HF tokenizer class reads the files, with its options."""
+    with open(os.path.join(model_dir, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(tokenizer_class=tokenizer_class, **options), f, indent=2)
+
+
+def save_asset_as(tokenizer, model_dir, renames):
+    """The tokenizer's `save_assets` files (keras-hub's names) under HF's `{ours: hf}` names."""
+    tokenizer.save_assets(model_dir)
+    for ours, hf in renames.items():
+        if not os.path.exists(os.path.join(model_dir, ours)):
+            raise FileNotFoundError(f"{type(tokenizer).__name__}.save_assets wrote no {ours}.")
+        os.replace(os.path.join(model_dir, ours), os.path.join(model_dir, hf))

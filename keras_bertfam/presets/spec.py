@@ -20,11 +20,17 @@ class FamilySpec:
         tokenizer_from_hf: `(model_dir) -> tokenizer` for an HF-format directory.
         config_to_hf: `(backbone) -> HF config dict`: with `weights_from_hf` read in reverse,
             `export_to_transformers` writes the family's HF checkpoints.
+        tokenizer_to_hf: `(tokenizer, model_dir)`: writes the tokenizer's files under HF's names
+            with a `tokenizer_config.json` naming HF's tokenizer class.
         hf_task_heads: `{task class name: (task) -> [(variable, hf_key, transform)]}`: the HF head
             weights `convert_task` loads (and `export_to_transformers` writes), e.g. BERT's MLM
             (`cls.predictions`) and NSP (`cls.seq_relationship`).
-        hf_task_architectures: `{task class name: HF architecture}` for export, e.g.
-            `{"BertPretrainer": "BertForPreTraining"}`.
+        hf_task_architectures: `{task class name: HF architecture}`: what `convert_task` expects
+            and `export_to_transformers` writes, e.g. `{"BertPretrainer": "BertForPreTraining"}`.
+        hf_task_companions: `{task class name: {argument: (task) -> [(variable, hf_key,
+            transform)]}}`: heads of a task that live in a second HF checkpoint, given to
+            `convert_task` as that argument (ELECTRA's generator head, in the
+            `ElectraForMaskedLM` checkpoint passed as `generator_preset`).
         keras_hub_classes: keras-hub backbone class names this family loads from keras-hub preset
             directories, with `config_from_keras_hub` (keras-hub config -> our arguments) and
             `weights_from_keras_hub` (`(backbone) -> [(variable, name, transform)]` over
@@ -42,8 +48,10 @@ class FamilySpec:
     hf_prefixes: tuple = ()
     tokenizer_from_hf: Optional[Callable] = None
     config_to_hf: Optional[Callable] = None
+    tokenizer_to_hf: Optional[Callable] = None
     hf_task_heads: Optional[dict] = None
     hf_task_architectures: Optional[dict] = None
+    hf_task_companions: Optional[dict] = None
     keras_hub_classes: tuple = ()
     config_from_keras_hub: Optional[Callable] = None
     weights_from_keras_hub: Optional[Callable] = None

@@ -38,6 +38,13 @@ def hf_group_of_layer(num_layers, num_groups):
     return [int(i / (num_layers / num_groups)) for i in range(num_layers)]
 
 
+def _check_groups(layers, groups, error):
+    if hf_group_of_layer(layers, groups) != sharing_plan(layers, groups, "all")[0]:
+        raise error(
+            f"For num_hidden_layers={layers}, num_hidden_groups={groups}, HF's float group "
+            "formula int(i / (L / G)) differs from the original int(i / L * G).")
+
+
 def albert_config_from_hf(cfg):
     """HF AlbertConfig -> AlbertBackbone arguments (all-shared groups, as every ALBERT)."""
     act = cfg.get("hidden_act", "gelu_new")
@@ -52,10 +59,7 @@ def albert_config_from_hf(cfg):
             "embedding_size == hidden_size: HF's ALBERT still has an E->H projection there, "
             "AlbertBackbone (like the paper's E=768 rows) has none.")
     layers, groups = cfg["num_hidden_layers"], cfg.get("num_hidden_groups", 1)
-    if hf_group_of_layer(layers, groups) != sharing_plan(layers, groups, "all")[0]:
-        raise checkpoints.CheckpointError(
-            f"For num_hidden_layers={layers}, num_hidden_groups={groups}, HF's float group "
-            "formula int(i / (L / G)) differs from the original int(i / L * G).")
+    _check_groups(layers, groups, checkpoints.CheckpointError)
     return dict(
         vocabulary_size=cfg["vocab_size"],
         num_layers=layers,
@@ -101,11 +105,51 @@ def albert_backbone_map(backbone):
     return mapping
 
 
+def albert_config_to_hf(backbone):
+    """AlbertBackbone -> HF AlbertConfig dict (the reverse of `albert_config_from_hf`)."""
+    if backbone.share != "all" or backbone.embedding_dim == backbone.hidden_dim:
+        raise NotImplementedError(
+            "HF's ALBERT shares whole layers and always projects E -> H: share="
+            f"{backbone.share!r}, E={backbone.embedding_dim}, H={backbone.hidden_dim} has no HF "
+            "counterpart.")
+    groups = backbone.num_groups or 1
+    _check_groups(backbone.num_layers, groups, NotImplementedError)
+    config = checkpoints.bert_config_to_hf(backbone, "albert", "AlbertModel")
+    config.update(embedding_size=backbone.embedding_dim, num_hidden_groups=groups,
+                  inner_group_num=1, classifier_dropout_prob=backbone.dropout,
+                  pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    return config
+
+
+def sentencepiece_to_hf(tokenizer, model_dir, tokenizer_class="AlbertTokenizer"):
+    """spiece.model + tokenizer_config.json (its lowercasing and accent options)."""
+    checkpoints.save_asset_as(tokenizer, model_dir, {PROTO_FILE: "spiece.model"})
+    checkpoints.write_tokenizer_config(model_dir, tokenizer_class,
+                                       do_lower_case=bool(tokenizer.lowercase),
+                                       keep_accents=bool(tokenizer.keep_accents))
+
+
 def albert_mlm_head_map(head, prefix="predictions"):
-    """HF AlbertForMaskedLM's `predictions.{dense, LayerNorm, bias}` -> our MaskedLMHead."""
-    return (checkpoints.dense(head.dense, f"{prefix}.dense")
-            + checkpoints.layer_norm(head.layer_norm, f"{prefix}.LayerNorm")
-            + [(head.bias, f"{prefix}.bias", None)])
+    """HF AlbertForMaskedLM's `predictions.{dense, LayerNorm, bias}` -> our MaskedLMHead (at E)."""
+    return checkpoints.mlm_head_map(head, f"{prefix}.dense", f"{prefix}.LayerNorm",
+                                    f"{prefix}.bias")
+
+
+def _classifier_head(task):
+    return checkpoints.dense(task.head, "classifier")
+
+
+HF_TASK_HEADS = {
+    "MaskedLM": lambda task: albert_mlm_head_map(task.mlm_head),
+    # AlbertForPreTraining: the MLM head and the SOP head on the pooled output.
+    "AlbertPretrainer": lambda task: (albert_mlm_head_map(task.mlm_head) + checkpoints.dense(
+        task.pair_head.dense, "sop_classifier.classifier")),
+    "TextClassifier": _classifier_head,
+    "TokenClassifier": _classifier_head,
+}
+HF_TASK_ARCHITECTURES = {"MaskedLM": "AlbertForMaskedLM", "AlbertPretrainer": "AlbertForPreTraining",
+                         "TextClassifier": "AlbertForSequenceClassification",
+                         "TokenClassifier": "AlbertForTokenClassification"}
 
 
 FAMILY = FamilySpec(
@@ -118,6 +162,10 @@ FAMILY = FamilySpec(
     weights_from_hf=albert_backbone_map,
     hf_prefixes=("albert.",),
     tokenizer_from_hf=sentencepiece_from_hf,
+    config_to_hf=albert_config_to_hf,
+    tokenizer_to_hf=sentencepiece_to_hf,
+    hf_task_heads=HF_TASK_HEADS,
+    hf_task_architectures=HF_TASK_ARCHITECTURES,
 )
 
 TOKENIZER = {"kind": "sentencepiece", "proto": "albert_spiece", "lowercase": True}

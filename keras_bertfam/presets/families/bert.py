@@ -35,6 +35,14 @@ def wordpiece_from_hf(model_dir):
     return WordPieceTokenizer(vocabulary=vocab, lowercase=cfg.get("do_lower_case", True))
 
 
+def wordpiece_to_hf(tokenizer, model_dir, tokenizer_class="BertTokenizer"):
+    """vocab.txt + tokenizer_config.json for HF's WordPiece tokenizers (BERT, ELECTRA, DistilBERT,
+    SpanBERT name their own class; all read the same files)."""
+    checkpoints.save_asset_as(tokenizer, model_dir, {"vocabulary.txt": "vocab.txt"})
+    checkpoints.write_tokenizer_config(model_dir, tokenizer_class,
+                                       do_lower_case=bool(tokenizer.bert_lowercase))
+
+
 # === keras-hub preset directories (keras_hub.models.BertBackbone) ===
 def config_from_keras_hub(config):
     """keras-hub BertBackbone config -> ours; keras-hub's BERT uses the tanh-approximate GELU."""
@@ -103,6 +111,7 @@ FAMILY = FamilySpec(
     hf_prefixes=("bert.",),
     tokenizer_from_hf=wordpiece_from_hf,
     config_to_hf=checkpoints.bert_config_to_hf,
+    tokenizer_to_hf=wordpiece_to_hf,
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
     keras_hub_classes=("BertBackbone",),

@@ -1,8 +1,15 @@
 """DistilBERT preset and HF conversion (HF `DistilBertModel`'s own weight names)."""
+import functools
+
 from keras_bertfam.models.distil_bert import DistilBertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.checkpoints import attention, dense, layer_norm
-from keras_bertfam.presets.families.bert import UNCASED, make_wordpiece, wordpiece_from_hf
+from keras_bertfam.presets.families.bert import (
+    UNCASED,
+    make_wordpiece,
+    wordpiece_from_hf,
+    wordpiece_to_hf,
+)
 from keras_bertfam.presets.spec import FamilySpec, Preset
 
 
@@ -43,6 +50,36 @@ def distil_bert_backbone_map(backbone):
     return mapping
 
 
+def distil_bert_config_to_hf(backbone):
+    """DistilBertBackbone -> HF DistilBertConfig dict (the reverse of `distil_bert_config_from_hf`)."""
+    if backbone.layer_norm_epsilon != 1e-12:
+        raise NotImplementedError(
+            f"layer_norm_epsilon={backbone.layer_norm_epsilon}: HF's DistilBERT fixes it at 1e-12.")
+    attention_dropout = backbone.attention_dropout
+    return dict(
+        model_type="distilbert",
+        architectures=["DistilBertModel"],
+        vocab_size=backbone.vocabulary_size,
+        n_layers=backbone.num_layers,
+        n_heads=backbone.num_heads,
+        dim=backbone.hidden_dim,
+        hidden_dim=backbone.intermediate_dim,
+        dropout=backbone.dropout,
+        attention_dropout=backbone.dropout if attention_dropout is None else attention_dropout,
+        activation=checkpoints.hf_activation(backbone),
+        max_position_embeddings=backbone.max_sequence_length,
+        sinusoidal_pos_embds=False,
+        initializer_range=backbone.initializer_range,
+        pad_token_id=0,
+    )
+
+
+def _mlm_head(task):
+    """`DistilBertForMaskedLM`'s vocab_transform, vocab_layer_norm and vocab_projector's bias."""
+    return checkpoints.mlm_head_map(task.mlm_head, "vocab_transform", "vocab_layer_norm",
+                                    "vocab_projector.bias")
+
+
 FAMILY = FamilySpec(
     name="distil_bert",
     backbone_cls=DistilBertBackbone,
@@ -53,6 +90,10 @@ FAMILY = FamilySpec(
     weights_from_hf=distil_bert_backbone_map,
     hf_prefixes=("distilbert.",),
     tokenizer_from_hf=wordpiece_from_hf,
+    config_to_hf=distil_bert_config_to_hf,
+    tokenizer_to_hf=functools.partial(wordpiece_to_hf, tokenizer_class="DistilBertTokenizer"),
+    hf_task_heads={"MaskedLM": _mlm_head},
+    hf_task_architectures={"MaskedLM": "DistilBertForMaskedLM"},
 )
 
 PRESETS = [

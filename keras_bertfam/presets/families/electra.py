@@ -3,9 +3,16 @@
 HF `ElectraModel` names its weights as BERT does (`embeddings.*`, `encoder.layer.{i}.*`) plus
 `embeddings_project` (the E -> H projection); task checkpoints put `electra.` before them.
 """
+import functools
+
 from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.presets import checkpoints
-from keras_bertfam.presets.families.bert import UNCASED, make_wordpiece, wordpiece_from_hf
+from keras_bertfam.presets.families.bert import (
+    UNCASED,
+    make_wordpiece,
+    wordpiece_from_hf,
+    wordpiece_to_hf,
+)
 from keras_bertfam.presets.spec import FamilySpec, Preset
 
 
@@ -27,6 +34,25 @@ def electra_backbone_map(backbone):
     return mapping
 
 
+def electra_config_to_hf(backbone):
+    """ElectraBackbone -> HF ElectraConfig dict (the reverse of `electra_config_from_hf`)."""
+    return dict(checkpoints.bert_config_to_hf(backbone, "electra", "ElectraModel"),
+                embedding_size=backbone.embedding_dim)
+
+
+def generator_head_map(head):
+    """`ElectraForMaskedLM`'s `generator_predictions` (dense H -> E, GELU, LayerNorm) and
+    `generator_lm_head` bias (its weight is tied to the word embeddings) -> a `MaskedLMHead`."""
+    return checkpoints.mlm_head_map(head, "generator_predictions.dense",
+                                    "generator_predictions.LayerNorm", "generator_lm_head.bias")
+
+
+def discriminator_head_map(head):
+    """`ElectraForPreTraining`'s `discriminator_predictions` -> a `ReplacedTokenHead`."""
+    return (checkpoints.dense(head.dense, "discriminator_predictions.dense")
+            + checkpoints.dense(head.logit, "discriminator_predictions.dense_prediction"))
+
+
 FAMILY = FamilySpec(
     name="electra",
     backbone_cls=ElectraBackbone,
@@ -37,6 +63,17 @@ FAMILY = FamilySpec(
     weights_from_hf=electra_backbone_map,
     hf_prefixes=("electra.",),
     tokenizer_from_hf=wordpiece_from_hf,
+    config_to_hf=electra_config_to_hf,
+    tokenizer_to_hf=functools.partial(wordpiece_to_hf, tokenizer_class="ElectraTokenizer"),
+    # A generator checkpoint is an ElectraForMaskedLM: MaskedLM on an ElectraBackbone is the
+    # generator alone. ElectraPretrainer takes the discriminator's head from the checkpoint it
+    # converts and the generator's from the one given as `generator_preset`.
+    hf_task_heads={"MaskedLM": lambda task: generator_head_map(task.mlm_head),
+                   "ElectraPretrainer": lambda task: discriminator_head_map(task.rtd_head)},
+    hf_task_architectures={"MaskedLM": "ElectraForMaskedLM",
+                           "ElectraPretrainer": "ElectraForPreTraining"},
+    hf_task_companions={"ElectraPretrainer": {
+        "generator_preset": lambda task: generator_head_map(task.mlm_head)}},
 )
 
 
@@ -47,7 +84,15 @@ def _electra(layers, hidden, heads, embedding, intermediate):
 
 
 # Sizes of the released checkpoints' HF configs (google/electra-*): the released generators are
-# 256 wide at every size (the small one as wide as its discriminator).
+# 256 wide at every size (the small one as wide as its discriminator), E the discriminator's.
+# Checked against keras-hub's presets converted from those checkpoints
+# (keras_hub/src/models/electra/electra_presets.py "params"): each is exactly our count plus a
+# tanh pooler H x H + H, which keras-hub's ElectraBackbone has and ours (as HF's) has not:
+# small gen/disc 13,548,800 = 13,483,008 + 256·257; base gen 33,576,960 = 33,511,168 + 256·257;
+# base disc 109,482,240 = 108,891,648 + 768·769; large gen 51,065,344 = 50,999,552 + 256·257;
+# large disc 335,141,888 = 334,092,288 + 1024·1025. So the widths (hidden 256, intermediate
+# 1024, E 768 / 1024) are the checkpoints'; the heads (4 = 256 / 64, ELECTRA's
+# get_generator_config rule, and ElectraConfig's default) do not change a count.
 PRESETS = [
     Preset("electra_small_discriminator_uncased_en", "electra",
            _electra(12, 256, 4, 128, 1024), UNCASED, 13_483_008,

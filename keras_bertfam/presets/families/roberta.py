@@ -54,6 +54,32 @@ def roberta_config_from_hf(cfg):
     )
 
 
+def roberta_config_to_hf(backbone):
+    """RobertaBackbone -> HF RobertaConfig dict (the reverse of `roberta_config_from_hf`)."""
+    config = checkpoints.bert_config_to_hf(backbone, "roberta", "RobertaModel")
+    config.update(max_position_embeddings=backbone.max_sequence_length + ROBERTA_POSITION_OFFSET,
+                  type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    return config
+
+
+def byte_pair_to_hf(tokenizer, model_dir):
+    """vocab.json + merges.txt (with the "#version" line that HF's slow GPT-2 reader skips)."""
+    import json
+
+    with open(os.path.join(model_dir, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(tokenizer.vocabulary), f, ensure_ascii=False)
+    with open(os.path.join(model_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{m}\n" for m in tokenizer.merges))
+    checkpoints.write_tokenizer_config(model_dir, "RobertaTokenizer",
+                                       add_prefix_space=bool(tokenizer.add_prefix_space))
+
+
+def _mlm_head(task):
+    """`RobertaForMaskedLM`'s `lm_head` (dense, exact GELU, layer_norm, tied decoder + bias)."""
+    return checkpoints.mlm_head_map(task.mlm_head, "lm_head.dense", "lm_head.layer_norm",
+                                    "lm_head.bias")
+
+
 FAMILY = FamilySpec(
     name="roberta",
     backbone_cls=RobertaBackbone,
@@ -64,6 +90,10 @@ FAMILY = FamilySpec(
     weights_from_hf=checkpoints.bert_backbone_map,  # BERT's layout; a one-row token-type table
     hf_prefixes=("roberta.",),
     tokenizer_from_hf=byte_pair_from_hf,
+    config_to_hf=roberta_config_to_hf,
+    tokenizer_to_hf=byte_pair_to_hf,
+    hf_task_heads={"MaskedLM": _mlm_head},
+    hf_task_architectures={"MaskedLM": "RobertaForMaskedLM"},
 )
 
 TOKENIZER = {"kind": "byte_pair", "vocabulary": "roberta_vocab", "merges": "roberta_merges"}

@@ -3,7 +3,14 @@ which the bert family converts when given a directory); the registered names bel
 `SpanBertBackbone`s with BERT's weight mapping."""
 from keras_bertfam.models.spanbert import SpanBertBackbone
 from keras_bertfam.presets import checkpoints
-from keras_bertfam.presets.families.bert import CASED, make_wordpiece, wordpiece_from_hf
+from keras_bertfam.presets.families.bert import (
+    CASED,
+    HF_TASK_ARCHITECTURES,
+    HF_TASK_HEADS,
+    make_wordpiece,
+    wordpiece_from_hf,
+    wordpiece_to_hf,
+)
 from keras_bertfam.presets.spec import FamilySpec, Preset
 
 FAMILY = FamilySpec(
@@ -16,6 +23,11 @@ FAMILY = FamilySpec(
     weights_from_hf=checkpoints.bert_backbone_map,
     hf_prefixes=("bert.",),
     tokenizer_from_hf=wordpiece_from_hf,
+    # Exported as what the public SpanBERT checkpoints are: BERT-format, model_type "bert".
+    config_to_hf=checkpoints.bert_config_to_hf,
+    tokenizer_to_hf=wordpiece_to_hf,
+    hf_task_heads=HF_TASK_HEADS,
+    hf_task_architectures=HF_TASK_ARCHITECTURES,
 )
 
 

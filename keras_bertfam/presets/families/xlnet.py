@@ -118,6 +118,8 @@ FAMILY = FamilySpec(
     weights_from_hf=xlnet_backbone_map,
     hf_prefixes=("transformer.",),
     tokenizer_from_hf=sentencepiece_from_hf,
+    hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias)},
+    hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel"},
 )
 
 CASED = {"kind": "sentencepiece", "vocabulary": "xlnet_cased", "lowercase": False}
