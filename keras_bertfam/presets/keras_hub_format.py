@@ -1,24 +1,51 @@
 """keras-hub preset directories: `config.json` (a serialized keras-hub backbone), `metadata.json`,
-`model.weights.h5`, `tokenizer.json` and `assets/tokenizer/...`.
+`model.weights.h5`, `tokenizer.json` and `assets/tokenizer/...` (a tokenizer saved alone writes
+only the last two).
+
+Every keras-hub 0.32 backbone of our families loads: BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA
+(all on keras-hub's `TransformerEncoder`) and XLNet. keras-hub has no SpanBERT; its XLNet has no
+tokenizer. `KERAS_HUB` below is the whole per-family knowledge, one entry per keras-hub backbone
+class: which family loads it, its config -> our arguments, and where its weights sit.
 
 The backbone is rebuilt and loaded by keras-hub itself (so its weights file is read by the code
-that wrote it); the family's `weights_from_keras_hub` map then copies each variable, by path, into
-our backbone through `checkpoints.assign` (names and shapes checked).
+that wrote it); its variables, by path, are then copied into our backbone through
+`checkpoints.assign` (names and shapes checked). The encoder families share one map: keras-hub
+names every `TransformerEncoder`'s sublayers the same way, so a family only names its embedding
+layers, its layer prefix and its pooler. Every keras-hub variable must be used (or be listed as
+having no counterpart here), so a keras-hub layout change fails loudly instead of half-loading.
+
+Tokenization follows keras-hub's tokenizer of the preset, not HF's: keras-hub's ALBERT tokenizer
+runs the SentencePiece model alone (no lowercasing or accent stripping in Python), so neither do
+we for a keras-hub ALBERT preset.
 """
+import dataclasses
 import json
 import os
+from typing import Callable, Optional
+
+import numpy as np
 
 from keras_bertfam.presets import checkpoints
 
+TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
+
+
+def _keras_hub_class(path, name):
+    """The keras-hub class serialized in `path/name`, or None."""
+    file = os.path.join(path, name)
+    if not os.path.exists(file):
+        return None
+    with open(file) as f:
+        data = json.load(f)
+    if isinstance(data, dict) and str(data.get("registered_name", "")).startswith("keras_hub>"):
+        return data.get("class_name")
+    return None
+
 
 def is_keras_hub_dir(path):
-    config = os.path.join(path, "config.json")
-    if not (os.path.exists(config) and os.path.exists(os.path.join(path, "metadata.json"))):
-        return False
-    with open(config) as f:
-        data = json.load(f)
-    return isinstance(data, dict) and "class_name" in data and str(
-        data.get("registered_name", "")).startswith("keras_hub>")
+    """A keras-hub backbone's config.json, or a tokenizer alone (tokenizer.json, all that
+    `keras_hub.models.*Tokenizer.save_to_preset` writes besides its assets)."""
+    return any(_keras_hub_class(path, name) for name in ("config.json", "tokenizer.json"))
 
 
 def read_json(path, name):
@@ -26,52 +53,258 @@ def read_json(path, name):
         return json.load(f)
 
 
+# === The per-family table ===
+@dataclasses.dataclass(frozen=True)
+class KerasHubFormat:
+    """How one keras-hub backbone class maps onto one of our families.
+
+    Attributes:
+        family: our family name.
+        config: keras-hub backbone config -> our backbone arguments (raises CheckpointError for a
+            config we cannot represent).
+        weights: `(backbone) -> [(our variable, keras-hub variable path or None, transform)]`;
+            a None path sets the variable to `transform(None)` (a table keras-hub lacks).
+        unused: keras-hub variable path prefixes with no counterpart in our backbone.
+        tokenizer_files: files keras-hub's tokenizer saves under `assets/tokenizer`.
+        tokenizer: keras-hub tokenizer config -> our family's `make_tokenizer` spec; None: keras-hub
+            has no tokenizer for this backbone.
+    """
+
+    family: str
+    config: Callable
+    weights: Callable
+    unused: tuple = ()
+    tokenizer_files: tuple = ()
+    tokenizer: Optional[Callable] = None
+
+
+def _take(config, *keys, **renames):
+    out = {k: config[k] for k in keys if k in config}
+    out.update({ours: config[theirs] for ours, theirs in renames.items() if theirs in config})
+    return out
+
+
+_SIZES = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+          "dropout")
+
+
+def _pair(layer, path, names=("kernel", "bias")):
+    return [(getattr(layer, names[0]), f"{path}/{names[0]}", None),
+            (getattr(layer, names[1]), f"{path}/{names[1]}", None)]
+
+
+def _norm(layer, path):
+    return _pair(layer, path, ("gamma", "beta"))
+
+
+def _transformer_encoder(block, path):
+    """Our TransformerBlock <- keras-hub's TransformerEncoder at `path` (no transforms: both keep
+    EinsumDense kernels as (H, N, Dh) and (N, Dh, H))."""
+    mha, ffn = block.attention.attention, block.feedforward
+    out = []
+    for layer, name in ((mha.query_dense, "query"), (mha.key_dense, "key"),
+                        (mha.value_dense, "value"), (mha.output_dense, "attention_output")):
+        out += _pair(layer, f"{path}/self_attention_layer/{name}")
+    return (out + _norm(block.attention.layer_norm, f"{path}/self_attention_layer_norm")
+            + _pair(ffn.intermediate_dense, f"{path}/feedforward_intermediate_dense")
+            + _pair(ffn.output_dense, f"{path}/feedforward_output_dense")
+            + _norm(ffn.layer_norm, f"{path}/feedforward_layer_norm"))
+
+
+def _encoder_weights(embeddings="", projection=None, layer="transformer_layer_{}", pooler=None,
+                     segments=True):
+    """The weight map of a keras-hub encoder family from the names of its layers.
+
+    `embeddings`: the prefix of its token/position tables ("" or a TokenAndPositionEmbedding's
+    name); `layer`: the name of encoder layer i (ALBERT: of group i); `segments`: keras-hub has a
+    segment table (RoBERTa's has none: our single-row table is set to zeros, adding nothing).
+    """
+    def weights(backbone):
+        emb = backbone.embeddings
+        out = [(emb.token_embedding.embeddings, f"{embeddings}token_embedding/embeddings", None)]
+        offset = emb.position_offset  # RoBERTa's first position is our row 2, keras-hub's row 0
+        out.append((emb.position_embedding.embeddings,
+                    f"{embeddings}position_embedding/embeddings",
+                    (lambda w: np.concatenate([np.zeros((offset, w.shape[1]), w.dtype), w]))
+                    if offset else None))
+        if emb.segment_embedding is not None:
+            out.append((emb.segment_embedding.embeddings, "segment_embedding/embeddings", None)
+                       if segments else (emb.segment_embedding.embeddings, None,
+                                         lambda _: np.zeros(emb.segment_embedding.embeddings.shape,
+                                                            "float32")))
+        out += _norm(emb.layer_norm, "embeddings_layer_norm")
+        if emb.projection is not None:
+            out += _pair(emb.projection, projection)
+        for g, block in enumerate(backbone.encoder.blocks):
+            out += _transformer_encoder(block, layer.format(g))
+        if pooler and backbone.pooler_dense is not None:
+            out += _pair(backbone.pooler_dense, pooler)
+        return out
+
+    return weights
+
+
+def _wordpiece(config):
+    return {"kind": "wordpiece", "lowercase": config.get("lowercase", False)}
+
+
+def _bert_config(config):
+    # keras-hub's BERT and ELECTRA use the tanh-approximate GELU (HF's checkpoints: exact).
+    return dict(_take(config, *_SIZES, "max_sequence_length", "num_segments"),
+                activation="gelu_approximate")
+
+
+def _electra_config(config):
+    return dict(_bert_config(config), **_take(config, "embedding_dim", vocabulary_size="vocab_size"))
+
+
+def _plain_config(config):  # RoBERTa, DistilBERT: exact GELU, our defaults
+    return _take(config, *_SIZES, "max_sequence_length")
+
+
+def _albert_config(config):
+    from keras_bertfam.layers.encoder import sharing_plan
+
+    if config.get("num_inner_repetitions", 1) != 1:
+        raise checkpoints.CheckpointError(
+            f"num_inner_repetitions={config['num_inner_repetitions']}: AlbertBackbone has one "
+            "transformer block per group, as every released ALBERT.")
+    if config["embedding_dim"] == config["hidden_dim"]:
+        raise checkpoints.CheckpointError(
+            "embedding_dim == hidden_dim: keras-hub's ALBERT still projects E -> H there, "
+            "AlbertBackbone (like the paper's E=768 rows) has no projection.")
+    layers, groups = config["num_layers"], config.get("num_groups", 1)
+    # keras-hub runs group i // (L / G) at layer i (L a multiple of G); ours int(i / L * G).
+    if [i // (layers // groups) for i in range(layers)] != sharing_plan(layers, groups, "all")[0]:
+        raise checkpoints.CheckpointError(
+            f"num_layers={layers}, num_groups={groups}: keras-hub's group order differs from "
+            "AlbertBackbone's.")
+    return dict(_take(config, *_SIZES, "max_sequence_length", "num_segments", "embedding_dim",
+                      "num_groups"), share="all", activation="gelu_approximate")
+
+
+def _xlnet_config(config):
+    return _take(config, *_SIZES, "activation", initializer_range="kernel_initializer_range")
+
+
+def _xlnet_weights(backbone):
+    """Our XLNetBackbone <- keras-hub's XLNetBackbone (both keep XLNet's (H, N, Dh) projections)."""
+    out = [(backbone.word_embedding.embeddings, "content_query_embedding/word_embedding/embeddings",
+            None),
+           (backbone.mask_embedding.mask_emb, "encoder_block_attn_mask_layer/mask_emb", None)]
+    for i in range(backbone.num_layers):
+        p, attn = f"xlnet_encoder_{i}", backbone.attention_layers[i].attention
+        for ours, theirs in (("q", "query"), ("k", "key"), ("v", "value"),
+                             ("o", "attention_output"), ("r", "encoding")):
+            out.append((getattr(attn, ours), f"{p}/rel_attn/{theirs}/kernel", None))
+        out.append((attn.seg_embed, f"{p}/segment_encoding", None))
+        for ours, theirs in (("r_w_bias", "content_attention_bias"),
+                             ("r_r_bias", "positional_attention_bias"),
+                             ("r_s_bias", "segment_attention_bias")):
+            out.append((getattr(attn.biases, ours), f"{p}/{theirs}", None))
+        out += _norm(attn.layer_norm, f"{p}/layer_norm_rel_attn")
+        ff = backbone.feedforward_layers[i]
+        out += (_pair(ff.intermediate_dense, f"{p}/feedforward_intermediate_dense")
+                + _pair(ff.output_dense, f"{p}/feedforward_output_dense")
+                + _norm(ff.layer_norm, f"{p}/layer_norm_ff"))
+    return out
+
+
+_VOCABULARY = ("vocabulary.txt",)
+
+KERAS_HUB = {
+    "BertBackbone": KerasHubFormat(
+        "bert", _bert_config, _encoder_weights(pooler="pooled_dense"),
+        tokenizer_files=_VOCABULARY, tokenizer=_wordpiece),
+    "RobertaBackbone": KerasHubFormat(
+        "roberta", _plain_config, _encoder_weights(embeddings="embeddings/", segments=False),
+        tokenizer_files=("vocabulary.json", "merges.txt"),
+        tokenizer=lambda c: {"kind": "byte_pair",
+                             "add_prefix_space": c.get("add_prefix_space", False)}),
+    "AlbertBackbone": KerasHubFormat(
+        "albert", _albert_config,
+        _encoder_weights(projection="embedding_projection", layer="group_{}_inner_layer_0",
+                         pooler="pooled_dense"),
+        tokenizer_files=("vocabulary.spm",),
+        tokenizer=lambda c: {"kind": "sentencepiece", "lowercase": False, "keep_accents": True}),
+    "DistilBertBackbone": KerasHubFormat(
+        "distil_bert", _plain_config,
+        _encoder_weights(embeddings="token_and_position_embedding/"),
+        tokenizer_files=_VOCABULARY, tokenizer=_wordpiece),
+    "ElectraBackbone": KerasHubFormat(
+        "electra", _electra_config, _encoder_weights(projection="embeddings_projection"),
+        unused=("pooled_dense/",),  # keras-hub's ELECTRA has a pooler, HF's and ours none
+        tokenizer_files=_VOCABULARY, tokenizer=_wordpiece),
+    "XLNetBackbone": KerasHubFormat("xlnet", _xlnet_config, _xlnet_weights),
+}
+
+
+# === Loading ===
 def family_of(path, families):
-    class_name = read_json(path, "config.json")["class_name"]
-    for spec in families.values():
-        if class_name in spec.keras_hub_classes:
-            return spec, class_name
-    raise ValueError(f"{path!r} is a keras-hub {class_name} preset; no family here loads it "
-                     f"(keras-hub backbones we load: "
-                     f"{sorted(c for s in families.values() for c in s.keras_hub_classes)}).")
+    """-> (our FamilySpec, KerasHubFormat) of the keras-hub preset directory `path`, from its
+    backbone's class, or from its tokenizer's (keras-hub names them `XTokenizer` / `XBackbone`)."""
+    class_name = _keras_hub_class(path, "config.json")
+    if class_name is None:
+        class_name = (_keras_hub_class(path, "tokenizer.json") or "").replace("Tokenizer",
+                                                                             "Backbone")
+    if class_name not in KERAS_HUB:
+        raise ValueError(
+            f"{path!r} is a keras-hub {class_name} preset; no family here loads it (keras-hub "
+            f"backbones we load: {sorted(KERAS_HUB)}).")
+    fmt = KERAS_HUB[class_name]
+    return families[fmt.family], fmt
 
 
-def load_backbone(path, spec, load_weights=True, **overrides):
-    config = read_json(path, "config.json")["config"]
-    backbone = spec.backbone_cls(**dict(spec.config_from_keras_hub(config), **overrides))
-    if load_weights:
-        weights = os.path.join(path, "model.weights.h5")
-        if not os.path.exists(weights):
-            raise FileNotFoundError(f"The keras-hub preset {path!r} has no model.weights.h5.")
-        import keras
-        import keras_hub  # noqa: F401 - registers keras-hub's classes for deserialization
+def load_backbone(path, spec, fmt, load_weights=True, **overrides):
+    if not os.path.exists(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"The keras-hub preset {path!r} has no config.json: it holds a "
+                                "tokenizer only, no backbone.")
+    config = read_json(path, "config.json")
+    backbone = spec.backbone_cls(**dict(fmt.config(config["config"]), **overrides))
+    if not load_weights:
+        return backbone
+    weights = os.path.join(path, "model.weights.h5")
+    if not os.path.exists(weights):
+        raise FileNotFoundError(f"The keras-hub preset {path!r} has no model.weights.h5.")
+    import keras
+    import keras_hub  # noqa: F401 - registers keras-hub's classes for deserialization
 
-        try:
-            kh = keras.saving.deserialize_keras_object(read_json(path, "config.json"))
-            kh.load_weights(weights)
-        except Exception as e:
-            raise checkpoints.CheckpointError(
-                f"Could not load the keras-hub weights {weights!r}: the file is corrupt or does "
-                f"not match its config.json ({type(e).__name__}: {e})."
-            ) from e
-        state = {v.path: keras.ops.convert_to_numpy(v) for v in kh.weights}
-        checkpoints.assign(spec.weights_from_keras_hub(backbone), state,
-                           what=type(backbone).__name__)
+    try:
+        kh = keras.saving.deserialize_keras_object(config)
+        kh.load_weights(weights)
+    except Exception as e:
+        raise checkpoints.CheckpointError(
+            f"Could not load the keras-hub weights {weights!r}: the file is corrupt or does "
+            f"not match its config.json ({type(e).__name__}: {e})."
+        ) from e
+    state = {v.path: keras.ops.convert_to_numpy(v) for v in kh.weights}
+    mapping = fmt.weights(backbone)
+    used = {key for _, key, _ in mapping}
+    left = [k for k in state if k not in used and not k.startswith(fmt.unused)]
+    if left:
+        raise checkpoints.CheckpointError(
+            f"The keras-hub {config['class_name']} in {path!r} has {len(left)} weight(s) that "
+            f"{type(backbone).__name__} has no place for, e.g. {left[:3]}; this keras-hub layout "
+            "is not supported.")
+    for variable, _, make in [m for m in mapping if m[1] is None]:
+        variable.assign(make(None))
+    checkpoints.assign([m for m in mapping if m[1] is not None], state,
+                       what=type(backbone).__name__)
     return backbone
 
 
-def load_tokenizer(path, spec):
+def load_tokenizer(path, spec, fmt):
+    """Our family's tokenizer from the keras-hub tokenizer's files, with keras-hub's options."""
+    if fmt.tokenizer is None:
+        raise ValueError(f"{path!r} is a keras-hub {spec.name!r} preset, and keras-hub has no "
+                         f"tokenizer for that family: load one from elsewhere (an HF-format "
+                         f"directory or one of our preset directories).")
     if not os.path.exists(os.path.join(path, "tokenizer.json")):
-        raise FileNotFoundError(f"The keras-hub preset {path!r} has no tokenizer.json.")
-    config = read_json(path, "tokenizer.json")["config"]
-    assets = os.path.join(path, "assets", "tokenizer")
-    if spec.tokenizer_files == ("vocab.txt",):
-        vocab = os.path.join(assets, "vocabulary.txt")
-        if not os.path.exists(vocab):
-            raise FileNotFoundError(f"The keras-hub preset {path!r} has no vocabulary file "
-                                    f"{vocab!r}.")
-        return spec.make_tokenizer(
-            {"kind": "wordpiece", "vocabulary": vocab, "lowercase": config.get("lowercase", False)},
-            None)
-    raise NotImplementedError(f"keras-hub tokenizers of the {spec.name!r} family are not "
-                              "loaded yet.")
+        raise FileNotFoundError(f"The keras-hub preset {path!r} has no tokenizer.json (it was "
+                                "saved without a tokenizer).")
+    assets = os.path.join(path, TOKENIZER_ASSETS)
+    missing = [n for n in fmt.tokenizer_files if not os.path.exists(os.path.join(assets, n))]
+    if missing:
+        raise FileNotFoundError(f"The keras-hub preset {path!r} lacks its tokenizer's "
+                                f"{', '.join(missing)} in {assets!r}.")
+    return spec.make_tokenizer(fmt.tokenizer(read_json(path, "tokenizer.json")["config"]), assets)
