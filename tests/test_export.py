@@ -50,15 +50,36 @@ def with_mask(tok, texts):
     return tf.ragged.constant(rows, dtype=tf.int32)
 
 
-def reference(task, features):
+SPECIAL = {"cls": 2, "sep": 3, "pad": 0, "mask": 4}
+
+
+def reference(task, features, special=SPECIAL):
     """In-process outputs: the model on packed features, then its serving_outputs."""
-    inputs = task.serving_features({k: keras.ops.convert_to_tensor(v) for k, v in features.items()},
-                                   {"mask": 4})
-    out = task({k: inputs[k] for k in task.input}, training=False)
+    inputs = task.serving_features({k: keras.ops.convert_to_tensor(v) for k, v in features.items()
+                                    if k in task.input}, special)
+    out = task.serving_call(inputs)
     return {k: keras.ops.convert_to_numpy(v) for k, v in task.serving_outputs(inputs, out).items()}
 
 
-def cases(tok):
+def xlnet_packed(tok, texts):
+    from keras_bertfam.preprocessing.permutation import xlnet_pack
+
+    packed_ids = xlnet_pack(with_mask(tok, texts), None, SEQ, sep_token_id=3, cls_token_id=2,
+                            pad_token_id=0)
+    return {k: v.numpy() for k, v in packed_ids.items()}
+
+
+# QA on the real uncased vocabulary: lowercasing and accent stripping change the text's length,
+# so character offsets into the original differ from offsets into the normalized text (and from
+# byte offsets). The empty context has no answer.
+QA_QUESTIONS = ["Where does Zoë live?", "Who wrote it?", "What is ÀÉÎ?", "When?", "Where?"]
+QA_CONTEXTS = ["Zoë Brontë, the café owner, lives in Zürich near the lake.",
+               "İstanbul's naïve résumé was written by Ada Lovelace in 1843.",
+               "ÀÉÎÕÜ ΣΊΣΥΦΟΣ: unaffable ﬁne straße, 東京大学 (1984).",
+               "", "cafe\u0301 déjà-vu\u00a0ok then a\u200bb zero width"]
+
+
+def cases(tok, vocab_file):
     """(name, model, serving inputs, in-process reference outputs)."""
     keras.utils.set_random_seed(1)
     out = []
@@ -89,10 +110,19 @@ def cases(tok):
                                       preprocessor=ft.TokenClassifierPreprocessor(tok, SEQ))
     out.append(("token_classifier", tagger, {"text": TEXT_A}, reference(tagger, packed(tok, tok(TEXT_A)))))
 
-    qa = kb.tasks.QuestionAnswerer(backbone(), preprocessor=ft.QuestionAnswererPreprocessor(
-        tok, SEQ, stride=4, max_question_length=4))
-    out.append(("question_answerer", qa, {"question": TEXT_B, "context": TEXT_A},
-                reference(qa, packed(tok, tok(TEXT_B), tok(TEXT_A)))))
+    real = kb.preprocessing.WordPieceTokenizer(vocab_file, lowercase=True)
+    qa = kb.tasks.QuestionAnswerer(
+        kb.models.BertBackbone(real.vocabulary_size(), 1, 2, 16, 32, max_sequence_length=64),
+        preprocessor=ft.QuestionAnswererPreprocessor(real, 48, stride=16, max_question_length=16))
+    f = qa.preprocessor._features([real(QA_QUESTIONS), real(QA_CONTEXTS)])
+    special = {"cls": real.cls_token_id, "sep": real.sep_token_id, "pad": real.pad_token_id,
+               "mask": real.mask_token_id}
+    ref = reference(qa, {k: v.numpy() for k, v in f.items()}, special)
+    answers = qa.answer(QA_QUESTIONS, QA_CONTEXTS)  # in-process: offsets into the original
+    ref.update(answer_start=np.array([a["start"] for a in answers], np.int32),
+               answer_end=np.array([a["end"] for a in answers], np.int32),
+               answer_text=np.array([a["text"].encode() for a in answers], object))
+    out.append(("question_answerer", qa, {"question": QA_QUESTIONS, "context": QA_CONTEXTS}, ref))
 
     mc = kb.tasks.MultipleChoice(backbone(), preprocessor=ft.MultipleChoicePreprocessor(tok, SEQ))
     choices = [[b, a] for a, b in zip(TEXT_A, TEXT_B)]
@@ -103,6 +133,24 @@ def cases(tok):
 
     enc = kb.tasks.SentenceEncoder(backbone(), preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
     out.append(("sentence_encoder", enc, {"text": TEXT_A}, reference(enc, packed(tok, tok(TEXT_A)))))
+
+    mlm_pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ)
+    f = packed(tok, with_mask(tok, masked))
+    disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 32, embedding_dim=8,
+                                     max_sequence_length=32)
+    electra = kb.tasks.ElectraPretrainer(discriminator=disc, preprocessor=mlm_pre)
+    out.append(("ElectraPretrainer", electra, {"text": masked}, reference(electra, f)))
+    spanbert = kb.tasks.SpanBertPretrainer(
+        kb.models.SpanBertBackbone(len(VOCAB), 2, 2, 16, 32, max_sequence_length=32),
+        position_embedding_dim=8, preprocessor=mlm_pre)
+    out.append(("SpanBertPretrainer", spanbert, {"text": masked}, reference(spanbert, f)))
+    teacher = kb.tasks.MaskedLM(backbone())
+    student = kb.tasks.student_from_teacher(teacher.backbone, layers=(1,))
+    distiller = kb.tasks.Distiller(teacher, student, preprocessor=mlm_pre)
+    out.append(("Distiller", distiller, {"text": masked}, reference(distiller.student, f)))
+    xlnet = kb.tasks.XLNetPretrainer(kb.models.XLNetBackbone(len(VOCAB), 2, 2, 16, 32))
+    out.append(("XLNetPretrainer", xlnet, {"text": masked},
+                reference(xlnet, xlnet_packed(tok, masked))))
     return out
 
 
@@ -116,8 +164,10 @@ for job in jobs:
     model = tf.saved_model.load(job["dir"])
     inputs = {k: tf.constant(v) for k, v in job["inputs"].items()}
     out = model.signatures["serving_default"](**inputs)
-    ids = {k: tf.constant(np.asarray(v, np.int32)) for k, v in job["ids"].items()}
-    out_ids = model.signatures["token_ids"](**ids)
+    signature = model.signatures["token_ids"]
+    ids = {k: tf.constant(np.asarray(v, np.int32)) for k, v in job["ids"].items()
+           if k in signature.structured_input_signature[1]}  # DistilBERT has no segment ids
+    out_ids = signature(**ids)
     np.savez(job["out"], **{k: v.numpy() for k, v in out.items()},
              **{"ids__" + k: v.numpy() for k, v in out_ids.items()})
 # tensorflow_text pulls in keras itself; our code and keras-hub must not be needed
@@ -127,14 +177,16 @@ print("ok")
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory):
+def exports(tmp_path_factory, bert_vocab):
     root = tmp_path_factory.mktemp("exports")
     tok = tokenizer()
     done = []
-    for name, model, inputs, ref in cases(tok):
+    for name, model, inputs, ref in cases(tok, bert_vocab):
         path = str(root / name / "1")
-        signatures = kb.export.export_saved_model(model, path, sequence_length=SEQ,
-                                                     tokenizer=tok)
+        # QA exports its own tokenizer (the real vocabulary) and sequence length
+        own = name == "question_answerer"
+        signatures = kb.export.export_saved_model(model, path, sequence_length=None if own else SEQ,
+                                                  tokenizer=None if own else tok)
         assert signatures == ["serving_default", "token_ids"]
         done.append((name, path, inputs, ref))
     return root, done
@@ -151,11 +203,11 @@ def test_every_export_passes_the_tf_text_2_12_audit(exports):
         assert os.listdir(os.path.join(path, "variables"))
 
 
-def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path):
+def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert_vocab):
     _, done = exports
     jobs = []
     for name, path, inputs, ref in done:
-        ids = {k: v for k, v in _ids_for(name, inputs).items()}
+        ids = {k: v for k, v in _ids_for(name, inputs, bert_vocab).items()}
         jobs.append({"dir": path, "inputs": inputs, "ids": ids, "out": str(tmp_path / f"{name}.npz")})
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps(jobs, default=lambda a: np.asarray(a).tolist()))
@@ -163,25 +215,36 @@ def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path):
                           timeout=170, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     for (name, path, inputs, ref), job in zip(done, jobs):
-        got = np.load(job["out"])
+        got = np.load(job["out"], allow_pickle=True)
         assert set(ref) == {k for k in got.files if not k.startswith("ids__")}, name
         for key, expected in ref.items():
+            if key.startswith("answer_"):  # QA's answers need the context string: strings only
+                assert "ids__" + key not in got.files
+                np.testing.assert_array_equal(got[key], expected, err_msg=f"{name}:{key}")
+                continue
             np.testing.assert_allclose(got[key], expected, atol=1e-5, err_msg=f"{name}:{key}")
             np.testing.assert_allclose(got["ids__" + key], expected, atol=1e-5,
                                        err_msg=f"{name}:token_ids:{key}")
 
 
-def _ids_for(name, inputs):
+def _ids_for(name, inputs, vocab_file):
     """Packed ids the token_ids signature gets: the same features as the reference."""
     tok = tokenizer()
     if name == "backbone" or name in ("text_classifier", "token_classifier", "sentence_encoder"):
         return packed(tok, tok(inputs["text"]))
-    if name == "masked_lm":
+    if name in ("masked_lm", "ElectraPretrainer", "SpanBertPretrainer", "Distiller"):
         return packed(tok, with_mask(tok, inputs["text"]))
+    if name == "XLNetPretrainer":
+        return xlnet_packed(tok, inputs["text"])
     if name in ("BertPretrainer", "AlbertPretrainer"):
         return packed(tok, with_mask(tok, inputs["text_a"]), tok(inputs["text_b"]))
     if name == "question_answerer":
-        return packed(tok, tok(inputs["question"]), tok(inputs["context"]))
+        from keras_bertfam.preprocessing import finetuning as ft
+
+        real = kb.preprocessing.WordPieceTokenizer(vocab_file, lowercase=True)
+        f = ft.QuestionAnswererPreprocessor(real, 48, max_question_length=16)._features(
+            [real(inputs["question"]), real(inputs["context"])])
+        return {k: v.numpy() for k, v in f.items()}
     flat = packed(tok, tok([t for t in inputs["prompt"] for _ in range(2)]),
                   tok([c for row in inputs["choices"] for c in row]))
     return {k: v.reshape(3, 2, SEQ) for k, v in flat.items()}
@@ -262,3 +325,70 @@ def test_cli_export_from_preset_dir(tmp_path):
     got = loaded.signatures["serving_default"](text=tf.constant(TEXT_A))
     np.testing.assert_allclose(got["logits"].numpy(), clf.predict(TEXT_A, verbose=0), atol=1e-5)
     assert not kb.export.audit_ops(out)["unsupported"]
+
+
+# === What the new signatures mean (in process, cheap) ===
+def test_qa_export_answers_are_character_offsets_into_the_original(exports):
+    _, done = exports
+    ref = dict((n, r) for n, _, _, r in done)["question_answerer"]
+    starts, ends, texts = ref["answer_start"], ref["answer_end"], ref["answer_text"]
+    shifted = 0
+    for context, start, end, text in zip(QA_CONTEXTS, starts, ends, texts):
+        if not context:
+            assert (start, end, text) == (-1, -1, b"")
+            continue
+        assert context[start:end].encode() == text and end > start
+        shifted += len(context[:start].encode()) != start  # bytes would differ here
+    assert shifted >= 2
+
+
+def test_electra_serving_scores_the_text_as_given():
+    tok = tokenizer()
+    disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 32, embedding_dim=8,
+                                     max_sequence_length=32)
+    electra = kb.tasks.ElectraPretrainer(discriminator=disc)
+    f = packed(tok, with_mask(tok, ["the [MASK] was great", "ada wrote it"]))
+    first, second = reference(electra, f), reference(electra, f)
+    np.testing.assert_array_equal(first["replaced_probabilities"],
+                                  second["replaced_probabilities"])  # nothing sampled
+    sequence = disc(f)["sequence_output"]
+    expected = keras.ops.convert_to_numpy(keras.ops.sigmoid(electra.rtd_head(sequence)))
+    np.testing.assert_allclose(first["replaced_probabilities"], expected * f["padding_mask"],
+                               atol=1e-6)
+    assert (first["replaced_probabilities"][f["padding_mask"] == 0] == 0).all()
+    np.testing.assert_array_equal(first["token_ids"], f["token_ids"])
+    assert first["mask_weights"].sum() == 1 and first["mask_positions"][0, 0] == 2
+
+
+def test_spanbert_mask_runs():
+    from keras_bertfam.tasks.spanbert_pretrainer import mask_runs
+
+    is_mask = np.array([[0, 1, 1, 0, 1, 0], [1, 1, 1, 0, 0, 1]], bool)
+    starts, ends = (keras.ops.convert_to_numpy(v) for v in mask_runs(is_mask))
+    np.testing.assert_array_equal(starts, [[0, 1, 1, 3, 4, 5], [0, 0, 0, 3, 4, 5]])
+    np.testing.assert_array_equal(ends, [[0, 2, 2, 3, 4, 5], [2, 2, 2, 3, 4, 5]])
+
+
+def test_xlnet_serving_hides_the_masked_tokens():
+    tok = tokenizer()
+    xlnet = kb.tasks.XLNetPretrainer(kb.models.XLNetBackbone(len(VOCAB), 2, 2, 16, 32,
+                                                             dropout=0.0))
+    f = xlnet_packed(tok, ["the [MASK] was great", "a [MASK] plot"])
+    # left padding: "... the [MASK] was great <sep> <cls>" ends the row
+    np.testing.assert_array_equal(f["token_ids"][0, -7:], [0, 5, 4, 8, 9, 3, 2])
+    inputs = xlnet.serving_features({k: keras.ops.convert_to_tensor(v) for k, v in f.items()},
+                                    SPECIAL)
+    positions = keras.ops.convert_to_numpy(inputs["mask_positions"])
+    np.testing.assert_array_equal(positions[:, 0], [SEQ - 5, SEQ - 4])
+    assert (f["token_ids"][[0, 1], positions[:, 0]] == 4).all()
+    logits = keras.ops.convert_to_numpy(xlnet.serving_call(inputs))
+    # the prediction at a mask does not see what the masked slot holds
+    swapped = dict(inputs, token_ids=keras.ops.convert_to_tensor(
+        np.where(f["token_ids"] == 4, 9, f["token_ids"]).astype("int32")))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(xlnet.serving_call(swapped))[:, 0],
+                               logits[:, 0], atol=1e-5)
+    # ...but the other tokens are seen
+    other = dict(inputs, token_ids=keras.ops.convert_to_tensor(
+        np.where(f["token_ids"] == 8, 9, f["token_ids"]).astype("int32")))
+    assert not np.allclose(keras.ops.convert_to_numpy(xlnet.serving_call(other))[0, 0],
+                           logits[0, 0], atol=1e-5)
