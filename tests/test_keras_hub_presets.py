@@ -154,38 +154,48 @@ def test_wordpiece_tokenizer_equals_keras_hub(family, cls, lowercase, tmp_path, 
     assert _ids(ours, same) == _ids(theirs, same)
 
 
-def test_byte_pair_tokenizer_equals_keras_hub(tmp_path, texts):
+@pytest.fixture(scope="module")
+def bpe_files(tmp_path_factory):
     from keras_bertfam.preprocessing import corpus
 
-    bpe = tmp_path / "bpe"
+    out = tmp_path_factory.mktemp("bpe")
     kb.preprocessing.train_byte_pair_vocabulary(corpus.default_corpus().take(300), 1000,
-                                                output_dir=str(bpe))
-    theirs = keras_hub.models.RobertaTokenizer(vocabulary=str(bpe / "vocab.json"),
-                                               merges=str(bpe / "merges.txt"))
-    theirs.save_to_preset(str(tmp_path / "preset"))
-    ours = kb.preprocessing.Tokenizer.from_preset(str(tmp_path / "preset"))
+                                                output_dir=str(out))
+    return str(out / "vocab.json"), str(out / "merges.txt")
+
+
+@pytest.fixture(scope="module")
+def spm_proto(tmp_path_factory):
+    from keras_bertfam.preprocessing import corpus
+
+    proto = str(tmp_path_factory.mktemp("spm") / "spiece.model")
+    kb.preprocessing.train_sentencepiece_model(corpus.default_corpus().take(300), 1000,
+                                               output_file=proto)
+    return proto
+
+
+def test_byte_pair_tokenizer_equals_keras_hub(tmp_path, bpe_files, texts):
+    vocabulary, merges = bpe_files
+    theirs = keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
+    theirs.save_to_preset(str(tmp_path))
+    ours = kb.preprocessing.Tokenizer.from_preset(str(tmp_path))
     assert isinstance(ours, kb.preprocessing.BytePairTokenizer)
     assert _ids(ours, texts) == _ids(theirs, texts)
 
 
-def test_sentencepiece_tokenizer_equals_keras_hub(tmp_path, texts):
+def test_sentencepiece_tokenizer_equals_keras_hub(tmp_path, spm_proto, texts):
     """keras-hub's AlbertTokenizer runs the SentencePiece model alone, so ours runs without
     lowercasing or accent stripping; what stays is ALBERT's "``" / "''" -> '"' (none in these
     texts). keras-hub runs the Python SentencePiece library, ours tf-text's: they may break
     Viterbi ties differently ("!!!!" as "!!!" + "!" or "!" + "!!!"), the same pieces and score."""
     import sentencepiece as spm
 
-    from keras_bertfam.preprocessing import corpus
-
-    proto = str(tmp_path / "spiece.model")
-    kb.preprocessing.train_sentencepiece_model(corpus.default_corpus().take(300), 1000,
-                                               output_file=proto)
-    keras_hub.models.AlbertTokenizer(proto=proto).save_to_preset(str(tmp_path / "preset"))
-    theirs = keras_hub.models.AlbertTokenizer(proto=proto)
-    ours = kb.preprocessing.Tokenizer.from_preset(str(tmp_path / "preset"))
+    theirs = keras_hub.models.AlbertTokenizer(proto=spm_proto)
+    theirs.save_to_preset(str(tmp_path))
+    ours = kb.preprocessing.Tokenizer.from_preset(str(tmp_path))
     assert isinstance(ours, kb.preprocessing.SentencePieceTokenizer)
     assert (ours.lowercase, ours.keep_accents) == (False, True)
-    sp = spm.SentencePieceProcessor(model_file=proto)
+    sp = spm.SentencePieceProcessor(model_file=spm_proto)
     score = lambda ids: sum(sp.get_score(i) for i in ids)  # noqa: E731
     exact = 0
     for a, b in zip(_ids(ours, texts), _ids(theirs, texts)):
@@ -196,21 +206,35 @@ def test_sentencepiece_tokenizer_equals_keras_hub(tmp_path, texts):
 
 
 # === Tasks: from_preset loads the backbone and tokenizer of a keras-hub directory ===
-def test_tasks_from_keras_hub_preset(tmp_path, bert_vocab):
-    kh = _keras_hub_backbone("electra")
+def _keras_hub_tokenizer(family, bert_vocab, bpe_files, spm_proto):
+    m = keras_hub.models
+    if family == "roberta":
+        return m.RobertaTokenizer(vocabulary=bpe_files[0], merges=bpe_files[1])
+    if family == "albert":
+        return m.AlbertTokenizer(proto=spm_proto)
+    cls = {"bert": m.BertTokenizer, "distil_bert": m.DistilBertTokenizer,
+           "electra": m.ElectraTokenizer}[family]
+    return cls(vocabulary=bert_vocab, lowercase=True)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distil_bert", "electra"])
+def test_tasks_from_keras_hub_preset(family, tmp_path, bert_vocab, bpe_files, spm_proto):
+    tokenizer = _keras_hub_tokenizer(family, bert_vocab, bpe_files, spm_proto)
+    vocabulary_size = tokenizer.vocabulary_size()
+    kh = _keras_hub_backbone(family, vocabulary_size=vocabulary_size)
     _randomize(kh)
     kh.save_to_preset(str(tmp_path))
-    keras_hub.models.ElectraTokenizer(vocabulary=bert_vocab, lowercase=True).save_to_preset(
-        str(tmp_path))
-    x = _inputs()
+    tokenizer.save_to_preset(str(tmp_path))
+    x = _inputs(vocabulary_size=vocabulary_size)
     theirs = _keras_hub_output(kh, x)
     clf = kb.tasks.TextClassifier.from_preset(str(tmp_path), num_classes=3, sequence_length=8)
     mlm = kb.tasks.MaskedLM.from_preset(str(tmp_path), sequence_length=8)
     for task in (clf, mlm):
-        assert isinstance(task.backbone, kb.models.ElectraBackbone)
-        assert np.abs(to_numpy(task.backbone(x)["sequence_output"]) - theirs).max() <= 1e-5
-        assert task.preprocessor.tokenizer.bert_lowercase
-    assert clf.predict(["a keras-hub preset"], verbose=0).shape == (1, 3)
+        assert type(task.backbone).family == family
+        out = task.backbone(_our_inputs(task.backbone, x, family))["sequence_output"]
+        assert np.abs(to_numpy(out) - theirs).max() <= 1e-5
+        assert task.preprocessor.tokenizer.vocabulary_size() == vocabulary_size
+    assert clf.predict(["a keras-hub preset", "and a second text"], verbose=0).shape == (2, 3)
 
 
 def test_xlnet_task_from_keras_hub_preset_without_tokenizer(tmp_path):
@@ -243,7 +267,8 @@ def test_keras_hub_preset_missing_files(tmp_path, bert_vocab):
     with pytest.raises(FileNotFoundError, match="has no model.weights.h5") as e:
         kb.models.DistilBertBackbone.from_preset(str(tmp_path))
     assert str(tmp_path) in str(e.value)
-    assert kb.models.DistilBertBackbone.from_preset(str(tmp_path), load_weights=False).num_layers == 2
+    unloaded = kb.models.DistilBertBackbone.from_preset(str(tmp_path), load_weights=False)
+    assert unloaded.num_layers == 2
     os.remove(tmp_path / "assets" / "tokenizer" / "vocabulary.txt")
     with pytest.raises(FileNotFoundError, match="lacks its tokenizer's vocabulary.txt") as e:
         kb.preprocessing.Tokenizer.from_preset(str(tmp_path))

@@ -14,9 +14,12 @@ names every `TransformerEncoder`'s sublayers the same way, so a family only name
 layers, its layer prefix and its pooler. Every keras-hub variable must be used (or be listed as
 having no counterpart here), so a keras-hub layout change fails loudly instead of half-loading.
 
-Tokenization follows keras-hub's tokenizer of the preset, not HF's: keras-hub's ALBERT tokenizer
-runs the SentencePiece model alone (no lowercasing or accent stripping in Python), so neither do
-we for a keras-hub ALBERT preset.
+Tokenizers are our family's, with the options of the preset's keras-hub tokenizer (WordPiece
+`lowercase`, RoBERTa `add_prefix_space`; keras-hub's ALBERT tokenizer runs the SentencePiece model
+alone, so ours neither lowercases nor strips accents for it), and give keras-hub's ids except
+where keras-hub departs from the original models' normalization, which ours keeps: keras-hub's
+WordPiece `lowercase=True` keeps accents (an accented word becomes [UNK]) and applies NFKC; ALBERT
+turns "``" and "''" into '"', keras-hub does not.
 """
 import dataclasses
 import json
@@ -155,7 +158,8 @@ def _bert_config(config):
 
 
 def _electra_config(config):
-    return dict(_bert_config(config), **_take(config, "embedding_dim", vocabulary_size="vocab_size"))
+    return dict(_bert_config(config),
+                **_take(config, "embedding_dim", vocabulary_size="vocab_size"))
 
 
 def _plain_config(config):  # RoBERTa, DistilBERT: exact GELU, our defaults
@@ -216,6 +220,8 @@ KERAS_HUB = {
     "BertBackbone": KerasHubFormat(
         "bert", _bert_config, _encoder_weights(pooler="pooled_dense"),
         tokenizer_files=_VOCABULARY, tokenizer=_wordpiece),
+    # keras-hub's RoBERTa has no pooler: ours keeps its initial weights (what a classifier's new
+    # head on <s> starts from in keras-hub too).
     "RobertaBackbone": KerasHubFormat(
         "roberta", _plain_config, _encoder_weights(embeddings="embeddings/", segments=False),
         tokenizer_files=("vocabulary.json", "merges.txt"),
