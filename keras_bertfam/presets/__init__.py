@@ -380,12 +380,14 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     task = task_cls.from_preset(where, load_weights=load_weights, preprocessor=preprocessor,
                                 **kwargs)
     if load_weights:
-        _assign_heads(heads(task), where, spec, name)
-        for argument, companion_heads in companions.items():
+        expected = (spec.hf_task_architectures or {}).get(name, "a head checkpoint")
+        _assign_heads(heads(task), where, spec, name, f"{name} loads its heads from {expected}")
+        for argument, (expected, companion_heads) in companions.items():
             if kwargs.get(argument) is not None:
                 kind, other = _resolve(kwargs[argument])
                 if kind == "hf":
-                    _assign_heads(companion_heads(task), other, spec, name)
+                    _assign_heads(companion_heads(task), other, spec, name,
+                                  f"{name} loads its {argument} heads from {expected}")
     return task
 
 
@@ -402,11 +404,10 @@ def _no_heads_message(where, spec, cfg, name):
             f"{sorted(spec.hf_task_heads or {})}); {held}.")
 
 
-def _assign_heads(mapping, where, spec, name):
+def _assign_heads(mapping, where, spec, name, expected):
     cfg = checkpoints.read_hf_config(where)
-    expected = (spec.hf_task_architectures or {}).get(name, "a head")
     hint = (f"{where!r} is a {', '.join(cfg.get('architectures') or ['headless'])} checkpoint; "
-            f"{name} loads its heads from {expected}.")
+            f"{expected}.")
     state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
     checkpoints.assign(mapping, state, what=f"{name} head", hint=hint)
 

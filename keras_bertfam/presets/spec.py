@@ -27,9 +27,9 @@ class FamilySpec:
             (`cls.predictions`) and NSP (`cls.seq_relationship`).
         hf_task_architectures: `{task class name: HF architecture}`: what `convert_task` expects
             and `export_to_transformers` writes, e.g. `{"BertPretrainer": "BertForPreTraining"}`.
-        hf_task_companions: `{task class name: {argument: (task) -> [(variable, hf_key,
-            transform)]}}`: heads of a task that live in a second HF checkpoint, given to
-            `convert_task` as that argument (ELECTRA's generator head, in the
+        hf_task_companions: `{task class name: {argument: (HF architecture, (task) ->
+            [(variable, hf_key, transform)])}}`: heads of a task that live in a second HF
+            checkpoint, given to `convert_task` as that argument (ELECTRA's generator head, in the
             `ElectraForMaskedLM` checkpoint passed as `generator_preset`).
         keras_hub_classes: keras-hub backbone class names this family loads from keras-hub preset
             directories, with `config_from_keras_hub` (keras-hub config -> our arguments) and

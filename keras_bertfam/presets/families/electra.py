@@ -72,8 +72,8 @@ FAMILY = FamilySpec(
                    "ElectraPretrainer": lambda task: discriminator_head_map(task.rtd_head)},
     hf_task_architectures={"MaskedLM": "ElectraForMaskedLM",
                            "ElectraPretrainer": "ElectraForPreTraining"},
-    hf_task_companions={"ElectraPretrainer": {
-        "generator_preset": lambda task: generator_head_map(task.mlm_head)}},
+    hf_task_companions={"ElectraPretrainer": {"generator_preset": (
+        "ElectraForMaskedLM", lambda task: generator_head_map(task.mlm_head))}},
 )
 
 

@@ -1,0 +1,387 @@
+"""HF transformers conversion of every family's heads, export back to HF, and bad checkpoints.
+
+- `convert_task`: each family's HF head model (ALBERT `AlbertForPreTraining` / `AlbertForMaskedLM`,
+  `RobertaForMaskedLM`, `DistilBertForMaskedLM`, ELECTRA `ElectraForPreTraining` +
+  `ElectraForMaskedLM`, `XLNetLMHeadModel`) gives the same logits as our task (<= 1e-4).
+- `export_to_transformers`: ours -> HF directory -> `transformers.AutoModel` gives the same hidden
+  states (<= 1e-4), converts back to the same weights and config, and HF's `AutoTokenizer` reads
+  the tokenizer files with the same ids as ours; task heads export under HF's architectures.
+- Bad input: a head checkpoint of another family, a checkpoint without the head, shapes that do
+  not match the config, models HF cannot represent.
+
+HF models are random-initialized from tiny configs and saved to tmp (nothing is downloaded);
+their biases and LayerNorms are perturbed so that a wrong mapping cannot hide behind 0 and 1.
+"""
+import os
+import random
+import shutil
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+from conftest import to_numpy
+from keras_bertfam.presets import checkpoints
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 120
+POSITIONS = np.array([[1, 2, 4], [0, 3, 5]], "int32")
+
+
+def _perturbed(model):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def _save(model, path):
+    _perturbed(model).save_pretrained(str(path))
+    return str(path)
+
+
+def _inputs(first=None, pad=None):
+    """Two rows of 9 ids, the second padded after 6 tokens (RoBERTa: `first` <s>, `pad` <pad>)."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, VOCAB, (2, 9)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, 6:] = 0
+    if first is not None:
+        ids[:, 0] = first
+    if pad is not None:
+        ids[mask == 0] = pad
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask}
+
+
+def _hf(model, x, segments=True, **kwargs):
+    with torch.no_grad():
+        if segments:
+            kwargs["token_type_ids"] = torch.tensor(x["segment_ids"]).long()
+        return model(input_ids=torch.tensor(x["token_ids"]).long(),
+                     attention_mask=torch.tensor(x["padding_mask"]).long(), **kwargs)
+
+
+def _at_positions(logits):
+    return np.take_along_axis(logits.numpy(), POSITIONS[:, :, None], axis=1)
+
+
+def _max_diff(a, b):
+    return float(np.abs(to_numpy(a) - np.asarray(b)).max())
+
+
+def _albert_config(**overrides):
+    cfg = dict(vocab_size=VOCAB, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+               num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+    return transformers.AlbertConfig(**dict(cfg, **overrides))
+
+
+# === HF heads -> our tasks ===
+def test_albert_pretraining_mlm_and_sop_heads(tmp_path):
+    hf = transformers.AlbertForPreTraining.from_pretrained(
+        _save(transformers.AlbertForPreTraining(_albert_config()), tmp_path / "pt"))
+    task = kb.presets.convert_task(str(tmp_path / "pt"), kb.tasks.AlbertPretrainer,
+                                   preprocessor=None)
+    assert task.mlm_head.dense.units == 8  # the MLM transform at E, tied to the V x E table
+    x = _inputs()
+    out, ref = task(dict(x, mask_positions=POSITIONS)), _hf(hf, x)
+    assert _max_diff(out["mlm_logits"], _at_positions(ref.prediction_logits)) <= 1e-4
+    assert _max_diff(out["pair_logits"], ref.sop_logits) <= 1e-4
+
+    # AlbertForMaskedLM saves no pooler: the backbone keeps its own, with a warning
+    hf = transformers.AlbertForMaskedLM.from_pretrained(
+        _save(transformers.AlbertForMaskedLM(_albert_config()), tmp_path / "mlm"))
+    with pytest.warns(UserWarning, match="no pooler weights"):
+        mlm = kb.presets.convert_task(str(tmp_path / "mlm"), kb.tasks.MaskedLM, preprocessor=None)
+    assert _max_diff(mlm(dict(x, mask_positions=POSITIONS)), _at_positions(_hf(hf, x).logits)) <= 1e-4
+
+
+def test_roberta_masked_lm_head(tmp_path):
+    cfg = transformers.RobertaConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=32,
+                                     max_position_embeddings=34, type_vocab_size=1,
+                                     layer_norm_eps=1e-5, pad_token_id=1)
+    hf = transformers.RobertaForMaskedLM.from_pretrained(
+        _save(transformers.RobertaForMaskedLM(cfg), tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no pooler in RobertaForMaskedLM
+        task = kb.presets.convert_task(str(tmp_path), kb.tasks.MaskedLM, preprocessor=None)
+    x = _inputs(first=0, pad=1)
+    ref = _hf(hf, x, segments=False).logits
+    assert _max_diff(task(dict(x, mask_positions=POSITIONS)), _at_positions(ref)) <= 1e-4
+
+
+def test_distil_bert_masked_lm_head(tmp_path):
+    cfg = transformers.DistilBertConfig(vocab_size=VOCAB, dim=16, n_layers=2, n_heads=2,
+                                        hidden_dim=32, max_position_embeddings=32)
+    hf = transformers.DistilBertForMaskedLM.from_pretrained(
+        _save(transformers.DistilBertForMaskedLM(cfg), tmp_path))
+    task = kb.presets.convert_task(str(tmp_path), kb.tasks.MaskedLM, preprocessor=None)
+    x = _inputs()
+    ref = _hf(hf, x, segments=False).logits
+    out = task({"token_ids": x["token_ids"], "padding_mask": x["padding_mask"],
+                "mask_positions": POSITIONS})
+    assert _max_diff(out, _at_positions(ref)) <= 1e-4
+
+
+def _electra_config(hidden, intermediate):
+    return transformers.ElectraConfig(vocab_size=VOCAB, embedding_size=8, hidden_size=hidden,
+                                      num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=intermediate, max_position_embeddings=32)
+
+
+@pytest.fixture(scope="module")
+def electra_dirs(tmp_path_factory):
+    """An ElectraForPreTraining discriminator and an ElectraForMaskedLM generator sharing their
+    embeddings (as the released pairs do)."""
+    root = tmp_path_factory.mktemp("electra")
+    disc = _perturbed(transformers.ElectraForPreTraining(_electra_config(16, 32)))
+    gen = _perturbed(transformers.ElectraForMaskedLM(_electra_config(8, 16)))
+    with torch.no_grad():
+        shared = disc.state_dict()
+        for name, p in gen.named_parameters():
+            if name.startswith("electra.embeddings."):
+                p.copy_(shared[name])
+    disc.save_pretrained(str(root / "disc"))
+    gen.save_pretrained(str(root / "gen"))
+    return str(root / "disc"), str(root / "gen")
+
+
+def test_electra_discriminator_and_generator_heads(electra_dirs):
+    disc_dir, gen_dir = electra_dirs
+    hf_disc = transformers.ElectraForPreTraining.from_pretrained(disc_dir).eval()
+    hf_gen = transformers.ElectraForMaskedLM.from_pretrained(gen_dir).eval()
+    task = kb.presets.convert_task(disc_dir, kb.tasks.ElectraPretrainer, preprocessor=None,
+                                   generator_preset=gen_dir)
+    assert task.generator.hidden_dim == 8 and task.discriminator.hidden_dim == 16
+    x = _inputs()
+    valid = x["padding_mask"].astype(bool)
+    # no masked slot (positions 0 are padding slots): the discriminator sees the input unchanged
+    out = task(dict(x, mask_positions=np.zeros_like(POSITIONS)))
+    ref = _hf(hf_disc, x).logits.numpy()
+    assert np.abs(to_numpy(out["rtd_logits"]) - ref)[valid].max() <= 1e-4
+    out = task(dict(x, mask_positions=POSITIONS))
+    ref_gen = _at_positions(_hf(hf_gen, x).logits)
+    assert _max_diff(out["mlm_logits"], ref_gen) <= 1e-4
+    # the generator checkpoint alone is a MaskedLM on an ElectraBackbone
+    generator = kb.presets.convert_task(gen_dir, kb.tasks.MaskedLM, preprocessor=None)
+    assert _max_diff(generator(dict(x, mask_positions=POSITIONS)), ref_gen) <= 1e-4
+
+
+def test_xlnet_lm_head(tmp_path):
+    cfg = transformers.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=37,
+                                   dropout=0.0)
+    hf = transformers.XLNetLMHeadModel.from_pretrained(
+        _save(transformers.XLNetLMHeadModel(cfg), tmp_path))
+    task = kb.presets.convert_task(str(tmp_path), kb.tasks.XLNetPretrainer, preprocessor=None)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, VOCAB, (2, 9)).astype("int32")
+    seg, pad = np.zeros_like(ids), np.ones_like(ids)
+    perm = rng.integers(0, 2, (2, 9, 9)).astype("float32")
+    target_mapping = np.zeros((2, 3, 9), "float32")
+    target_mapping[:, [0, 1, 2], [2, 5, 7]] = 1
+    with torch.no_grad():
+        ref = hf(torch.tensor(ids).long(), attention_mask=torch.tensor(pad).float(),
+                 token_type_ids=torch.tensor(seg).long(), perm_mask=torch.tensor(perm),
+                 target_mapping=torch.tensor(target_mapping)).logits.numpy()
+    out = task({"token_ids": ids, "segment_ids": seg, "padding_mask": pad, "perm_mask": perm,
+                "target_mapping": target_mapping})
+    assert out.shape == (2, 3, VOCAB)
+    assert _max_diff(out, ref) <= 1e-4
+
+
+# === Export: ours -> HF -> ours ===
+SENTENCES = ["the quick brown fox jumps over the lazy dog.", "Seven wizards box jugs, quietly!"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_files(tmp_path_factory, bert_vocab):
+    """Files of one small tokenizer of each kind: WordPiece (BERT's uncased vocabulary), a
+    byte-level BPE and an ALBERT SentencePiece model trained on a few sentences."""
+    words = ("the quick brown fox jumps over lazy dog while seven wizards quietly box jugs of "
+             "liquid").split()
+    rng = random.Random(0)
+    docs = [" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(200)]
+    root = tmp_path_factory.mktemp("tokenizers")
+    kb.preprocessing.train_byte_pair_vocabulary(docs, 300, output_dir=str(root))
+    kb.preprocessing.train_sentencepiece_model(docs, 45, output_file=str(root / "spiece.model"))
+    return {"wordpiece": bert_vocab, "byte_pair": (str(root / "vocab.json"),
+                                                   str(root / "merges.txt")),
+            "sentencepiece": str(root / "spiece.model")}
+
+
+def _tokenizer(kind, files):
+    # Made in each test: the session reset between tests drops tf-text's SentencePiece resource.
+    if kind == "wordpiece":
+        return kb.preprocessing.WordPieceTokenizer(files[kind], lowercase=True)
+    if kind == "byte_pair":
+        return kb.preprocessing.BytePairTokenizer(*files[kind])
+    return kb.preprocessing.SentencePieceTokenizer(files[kind])
+
+
+SMALL = dict(num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+             max_sequence_length=30)
+EXPORTS = {
+    "roberta": (kb.models.RobertaBackbone, {}, "byte_pair", "RobertaModel"),
+    "albert": (kb.models.AlbertBackbone, dict(embedding_dim=8), "sentencepiece", "AlbertModel"),
+    "distil_bert": (kb.models.DistilBertBackbone, {}, "wordpiece", "DistilBertModel"),
+    "electra": (kb.models.ElectraBackbone, dict(embedding_dim=8), "wordpiece", "ElectraModel"),
+    "spanbert": (kb.models.SpanBertBackbone, {}, "wordpiece", "BertModel"),
+    "bert": (kb.models.BertBackbone, dict(activation="gelu_approximate"), "wordpiece",
+             "BertModel"),
+}
+
+
+def _perturb_weights(model):
+    for w in model.weights:
+        if "float" in str(w.dtype):  # not a sampler's seed state
+            w.assign(to_numpy(w) + np.random.default_rng(len(w.path)).normal(0, 0.05, w.shape))
+    return model
+
+
+def _config(backbone):
+    return {k: v for k, v in backbone.get_config().items() if k not in ("name", "dtype")}
+
+
+@pytest.mark.parametrize("family", sorted(EXPORTS))
+def test_export_round_trip(family, tokenizer_files, tmp_path):
+    cls, options, kind, architecture = EXPORTS[family]
+    tokenizer = _tokenizer(kind, tokenizer_files)
+    backbone = _perturb_weights(cls(vocabulary_size=tokenizer.vocabulary_size(), **SMALL,
+                                    **options))
+    path = kb.presets.export_to_transformers(backbone, str(tmp_path), tokenizer=tokenizer)
+
+    hf = transformers.AutoModel.from_pretrained(path).eval()
+    assert type(hf).__name__ == architecture
+    ids = tokenizer(SENTENCES[:1]).to_list()[0]
+    x = {"token_ids": np.array([[tokenizer.cls_token_id] + ids + [tokenizer.sep_token_id]] * 2,
+                               "int32")}
+    x["padding_mask"] = np.ones_like(x["token_ids"])
+    x["padding_mask"][1, 4:] = 0
+    x["token_ids"][1, 4:] = tokenizer.pad_token_id
+    if "segment_ids" in backbone.input:
+        x["segment_ids"] = np.zeros_like(x["token_ids"])
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(x["token_ids"]).long(),
+                 attention_mask=torch.tensor(x["padding_mask"]).long()).last_hidden_state
+    ours = to_numpy(backbone(x)["sequence_output"])
+    valid = x["padding_mask"].astype(bool)
+    assert np.abs(ours - ref.numpy())[valid].max() <= 1e-4
+
+    back = cls.from_preset(path)
+    assert _config(back) == _config(backbone)
+    for a, b in zip(back.weights, backbone.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    for text in SENTENCES:
+        assert hf_tokenizer(text, add_special_tokens=False)["input_ids"] == (
+            tokenizer([text]).to_list()[0])
+    assert kb.preprocessing.Tokenizer.from_preset(path)(SENTENCES).to_list() == (
+        tokenizer(SENTENCES).to_list())
+
+
+def _reloaded_without_missing_keys(path, architecture):
+    model, info = getattr(transformers, architecture).from_pretrained(path,
+                                                                      output_loading_info=True)
+    assert not info["missing_keys"], info["missing_keys"]
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", ["albert", "electra", "roberta", "distil_bert"])
+def test_export_pretraining_heads(family, tmp_path):
+    """Our task -> the family's HF head model (no weight left to initialize) -> the same logits,
+    and back through convert_task."""
+    cls, options, _, _ = EXPORTS[family]
+    backbone = cls(vocabulary_size=VOCAB, **SMALL, **options)
+    task_cls = {"albert": kb.tasks.AlbertPretrainer,
+                "electra": kb.tasks.ElectraPretrainer}.get(family, kb.tasks.MaskedLM)
+    task = (task_cls(discriminator=backbone) if family == "electra" else task_cls(backbone))
+    _perturb_weights(task)
+    kb.presets.export_to_transformers(task, str(tmp_path))
+    architecture = kb.presets.FAMILIES[family].hf_task_architectures[task_cls.__name__]
+    hf = _reloaded_without_missing_keys(str(tmp_path), architecture)
+    x = _inputs(first=0, pad=1) if family == "roberta" else _inputs()
+    x = {k: v for k, v in x.items() if k in backbone.input}
+    ref = _hf(hf, x, segments="segment_ids" in x)
+    if family == "electra":
+        out = task(dict(x, mask_positions=np.zeros_like(POSITIONS)))["rtd_logits"]
+        valid = x["padding_mask"].astype(bool)
+        assert np.abs(to_numpy(out) - ref.logits.numpy())[valid].max() <= 1e-4
+    elif family == "albert":
+        out = task(dict(x, mask_positions=POSITIONS))
+        assert _max_diff(out["mlm_logits"], _at_positions(ref.prediction_logits)) <= 1e-4
+        assert _max_diff(out["pair_logits"], ref.sop_logits) <= 1e-4
+    else:
+        assert _max_diff(task(dict(x, mask_positions=POSITIONS)), _at_positions(ref.logits)) <= 1e-4
+    back = kb.presets.convert_task(str(tmp_path), task_cls, preprocessor=None)
+    heads = kb.presets.FAMILIES[family].hf_task_heads[task_cls.__name__]
+    for (a, _, _), (b, _, _) in zip(heads(back), heads(task)):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+
+
+# === Bad input ===
+def test_head_checkpoint_of_another_family(tmp_path):
+    bert_dir = _save(transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=32)), tmp_path / "bert")
+    with pytest.raises(ValueError, match=r"AlbertPretrainer's HF heads come from checkpoints of "
+                       r"the 'albert' \(AlbertForPreTraining\) family; .* 'bert' checkpoint "
+                       r"\(BertForPreTraining\)"):
+        kb.presets.convert_task(bert_dir, kb.tasks.AlbertPretrainer, preprocessor=None)
+    with pytest.raises(ValueError, match=r"'electra' \(ElectraForPreTraining\)"):
+        kb.presets.convert_task(bert_dir, kb.tasks.ElectraPretrainer, preprocessor=None)
+    with pytest.raises(ValueError, match="No HF head conversion for QuestionAnswerer in the "
+                       "'bert' family"):
+        kb.presets.convert_task(bert_dir, kb.tasks.QuestionAnswerer, preprocessor=None)
+
+
+def test_checkpoint_without_the_head(tmp_path, electra_dirs):
+    albert_dir = _save(transformers.AlbertModel(_albert_config()), tmp_path / "albert")
+    with pytest.raises(checkpoints.CheckpointError,
+                       match=r"lacks 7 weight\(s\) the AlbertPretrainer head needs, e\.g\. "
+                             r"\['predictions\.dense\.weight'.*is a AlbertModel checkpoint; "
+                             r"AlbertPretrainer loads its heads from AlbertForPreTraining"):
+        kb.presets.convert_task(albert_dir, kb.tasks.AlbertPretrainer, preprocessor=None)
+    disc_dir, gen_dir = electra_dirs
+    # the two ELECTRA checkpoints swapped: the discriminator head is not in a generator
+    with pytest.raises(checkpoints.CheckpointError, match=r"generator_predictions.*is a "
+                       r"ElectraForPreTraining checkpoint; ElectraPretrainer loads its "
+                       r"generator_preset heads from ElectraForMaskedLM"):
+        kb.presets.convert_task(disc_dir, kb.tasks.ElectraPretrainer, preprocessor=None,
+                                generator_preset=disc_dir)
+    with pytest.raises(checkpoints.CheckpointError, match="discriminator_predictions.*is a "
+                       "ElectraForMaskedLM checkpoint"):
+        kb.presets.convert_task(gen_dir, kb.tasks.ElectraPretrainer, preprocessor=None)
+
+
+def test_checkpoint_shapes_not_matching_the_config(tmp_path, electra_dirs):
+    import json
+
+    bad = str(tmp_path / "bad")
+    shutil.copytree(electra_dirs[0], bad)
+    with open(os.path.join(bad, "config.json")) as f:
+        config = json.load(f)
+    config["embedding_size"] = 12
+    with open(os.path.join(bad, "config.json"), "w") as f:
+        json.dump(config, f)
+    with pytest.raises(checkpoints.CheckpointError, match=r"Shape mismatch for embeddings\."
+                       r"word_embeddings\.weight: the checkpoint has \(120, 8\), the ElectraBackbone "
+                       r"expects \(120, 12\)"):
+        kb.presets.convert_task(bad, kb.tasks.ElectraPretrainer, preprocessor=None)
+
+
+def test_export_refuses_what_hf_cannot_represent(tmp_path):
+    albert = kb.models.AlbertBackbone(vocabulary_size=VOCAB, **SMALL, embedding_dim=8,
+                                      share="attention")
+    with pytest.raises(NotImplementedError, match="share='attention'"):
+        kb.presets.export_to_transformers(albert, str(tmp_path / "albert"))
+    xlnet = kb.models.XLNetBackbone(VOCAB, 1, 2, 16, 32)
+    with pytest.raises(NotImplementedError, match="XLNetBackbone's HF format"):
+        kb.presets.export_to_transformers(xlnet, str(tmp_path / "xlnet"))
+    assert not os.listdir(tmp_path)  # nothing half-written
