@@ -108,12 +108,27 @@ def test_text_classifier_regression(tiny_preset):
 
 
 def test_text_classifier_label_outside_num_classes(tiny_preset):
+    import tensorflow as tf
+
     clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
     clf.compile()
-    with pytest.raises(Exception, match="outside num_classes=2"):
+    # arrays / lists: checked in Python before any step
+    with pytest.raises(ValueError, match=r"Invalid label 2 \(the 1-th .* 0 to 1 \(num_classes=2\)"):
         clf.fit(["good", "bad"], [1, 2], verbose=0)
-    with pytest.raises(Exception, match="negative"):
-        clf.fit(["good", "bad"], [1, -1], verbose=0)
+    with pytest.raises(ValueError, match="Invalid label -1 "):
+        clf.evaluate(["good", "bad"], np.array([1, -1]), verbose=0)
+    # a dataset: checked in the tf.data graph, by the preprocessor
+    for bad in (7, -3):
+        ds = tf.data.Dataset.from_tensor_slices((["good", "bad"], [1, bad])).batch(2)
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"Invalid label: got\] \[{bad}\].*valid range is 0 to\] \[1\]"):
+            clf.fit(ds, verbose=0)
+    # a preprocessor built without num_classes takes the task's, so datasets are checked too
+    pre = kb.preprocessing.finetuning.TextClassifierPreprocessor(clf.preprocessor.tokenizer, 16)
+    other = kb.tasks.TextClassifier(clf.backbone, num_classes=3, preprocessor=pre)
+    assert pre.num_classes == 3
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[3\]"):
+        other.fit(tf.data.Dataset.from_tensor_slices((["a"], [3])).batch(1), verbose=0)
 
 
 # === TokenClassifier ===
@@ -146,6 +161,8 @@ def test_token_classifier_labels_on_first_piece(tiny_preset):
 
 
 def test_token_classifier_fit_predict_save(tiny_preset, tmp_path):
+    import tensorflow as tf
+
     tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
     tagger.compile(learning_rate=1e-3)
     sentences = ["John lives in Paris", "Snuffleupagus visits Zürich"]
@@ -156,8 +173,12 @@ def test_token_classifier_fit_predict_save(tiny_preset, tmp_path):
     path = str(tmp_path / "tagger.keras")
     tagger.save(path)
     assert keras.saving.load_model(path).predict_words(sentences) == labels
-    with pytest.raises(Exception, match="outside num_classes=3"):
-        tagger.fit(["a b"], [[0, 3]], verbose=0)
+    with pytest.raises(ValueError, match=r"Invalid token label 3 .* 0 to 2 .*negative labels"):
+        tagger.fit(["a b", "c"], [[0, -1], [3]], verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices(
+        (tf.ragged.constant([["a", "b"]]), tf.ragged.constant([[0, 5]]))).ragged_batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Invalid token label: got\] \[5\]"):
+        tagger.fit(ds, verbose=0)
     with pytest.raises(Exception, match="Each word needs one label"):
         tagger.fit(["a b c"], [[0, 1]], verbose=0)
 
@@ -235,8 +256,14 @@ def test_multiple_choice_fit_predict_save(tiny_preset, tmp_path):
     mc.save_to_preset(str(tmp_path / "mc_preset"))
     np.testing.assert_allclose(kb.tasks.MultipleChoice.from_preset(
         str(tmp_path / "mc_preset")).predict((contexts, choices), verbose=0), logits, atol=1e-5)
-    with pytest.raises(Exception, match="not the index of a choice"):
+    with pytest.raises(ValueError, match=r"Invalid choice label 3 .* 0 to 2 \(number of choices=3\)"):
         mc.fit((contexts, choices), [0, 3], verbose=0)
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((contexts, choices, [0, -2])).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"Invalid choice label: got\] \[-2\].*number of choices"):
+        mc.fit(ds, verbose=0)
 
 
 # === keras.ops only: the tasks on model inputs, every backend ===
@@ -267,6 +294,27 @@ def test_tasks_on_model_inputs_every_backend():
     xc = {k: np.stack([v[:2], v[2:]], 0).reshape(2, 2, 8) for k, v in x.items()}  # (B=2, C=2, T)
     mc.fit(xc, np.array([0, 1]), verbose=0)
     assert mc.predict(xc, verbose=0).shape == (2, 2)
+
+
+@pytest.mark.multibackend
+def test_label_errors_on_model_inputs_every_backend():
+    """Without a preprocessor too, a bad label is a clear ValueError on every backend (not a
+    TensorFlow error from the loss, nor garbage on JAX / PyTorch)."""
+    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000))
+    x = _inputs(batch=2)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=3)
+    with pytest.raises(ValueError, match=r"Invalid label 3 .*0 to 2 \(num_classes=3\)"):
+        clf.fit(x, np.array([0, 3]), verbose=0)
+    tagger = kb.tasks.TokenClassifier(backbone, num_classes=2)
+    labels = np.zeros((2, 8), "int32")
+    labels[1, 4] = 2
+    with pytest.raises(ValueError, match=r"Invalid token label 2 \(the 12-th"):
+        tagger.evaluate(x, labels, verbose=0)
+    mc = kb.tasks.MultipleChoice(backbone)
+    xc = {k: v.reshape(1, 2, 8) for k, v in x.items()}
+    with pytest.raises(ValueError, match=r"Invalid choice label 2 .*number of choices=2"):
+        mc.fit(xc, np.array([2]), verbose=0)
+    clf.fit(x, np.array([0, 2]), verbose=0)  # valid labels still train
 
 
 @pytest.mark.multibackend

@@ -4,6 +4,8 @@ Like the pretraining preprocessors, each is a Keras layer over TensorFlow tensor
 over its dataset (`task.fit(strings, labels)` calls `preprocessor.prepare(dataset)`); everything
 is vectorized over the batch. Labels are checked in the graph: a label outside `num_classes`, or a
 QA answer that is not at its offset in the context, stops the pipeline with a message naming it.
+(Labels given as arrays or lists are checked before that, in Python, by the task's `fit` /
+`evaluate`: `kb.tasks.classifier.check_label_values`.)
 """
 import keras
 import tensorflow as tf
@@ -30,14 +32,20 @@ def _is_string(spec):
     return isinstance(spec, (tf.TensorSpec, tf.RaggedTensorSpec)) and spec.dtype == tf.string
 
 
-def check_labels(labels, num_classes, what="label"):
-    """Asserts 0 <= label < num_classes (labels < 0 are allowed where they mean 'ignore')."""
+def check_labels(labels, num_classes, what="label", allow_negative=False, count="num_classes"):
+    """In the tf.data graph (so on every backend): stops the pipeline at the first label outside
+    `0..num_classes-1`, naming its value and the range (`allow_negative`: labels < 0 pass, where
+    they mean 'ignore'). `num_classes` may be a tensor (the number of choices)."""
     labels = tf.cast(labels, tf.int32)
-    flat = labels.flat_values if isinstance(labels, tf.RaggedTensor) else labels
-    with tf.control_dependencies([tf.debugging.assert_less(
-            flat, num_classes,
-            message=f"A {what} is outside num_classes={num_classes} (labels are 0..{num_classes - 1})."
-    )]):
+    flat = tf.reshape(labels.flat_values if isinstance(labels, tf.RaggedTensor) else labels, [-1])
+    bad = flat >= num_classes
+    if not allow_negative:
+        bad = tf.logical_or(bad, flat < 0)
+    check = tf.debugging.Assert(
+        tf.logical_not(tf.reduce_any(bad)),
+        [f"Invalid {what}: got", tf.boolean_mask(flat, bad)[:1], "but the valid range is 0 to",
+         num_classes - 1, f"({count} =", num_classes, ")"])
+    with tf.control_dependencies([check]):
         return tf.identity(labels) if not isinstance(labels, tf.RaggedTensor) else \
             labels.with_flat_values(tf.identity(labels.flat_values))
 
@@ -134,9 +142,6 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         if y is not None:
             if self.num_classes and self.num_classes > 1:
                 y = check_labels(y, self.num_classes)
-                with tf.control_dependencies([tf.debugging.assert_non_negative(
-                        y, message="A label is negative; class labels are 0..num_classes-1.")]):
-                    y = tf.identity(y)
             else:
                 y = tf.cast(y, tf.float32)
         return _pack(features, y, sample_weight)
@@ -185,7 +190,7 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
             y = tf.RaggedTensor.from_tensor(y, lengths=words.row_lengths())
         y = tf.cast(y, tf.int32)
         if self.num_classes:
-            y = check_labels(y, self.num_classes, what="token label")
+            y = check_labels(y, self.num_classes, what="token label", allow_negative=True)
         check = tf.debugging.assert_equal(
             y.row_lengths(), words.row_lengths(),
             message="Each word needs one label: a row of labels and its words differ in length.")
@@ -252,12 +257,7 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
         features = {k: tf.reshape(v, [-1, num_choices, self.sequence_length])
                     for k, v in flat.items()}  # [B, C, T]
         if y is not None:
-            y = tf.cast(y, tf.int32)
-            with tf.control_dependencies([
-                    tf.debugging.assert_less(y, num_choices,
-                                             message="A label is not the index of a choice."),
-                    tf.debugging.assert_non_negative(y, message="A choice label is negative.")]):
-                y = tf.identity(y)
+            y = check_labels(y, num_choices, what="choice label", count="number of choices")
         return _pack(features, y, sample_weight)
 
     def get_config(self):

@@ -1,5 +1,6 @@
 """Fine-tuning: sequence classification and regression on the [CLS] / pooled output."""
 import keras
+import numpy as np
 from keras import ops
 
 from keras_bertfam.tasks.masked_lm import backbone_inputs
@@ -41,7 +42,7 @@ class TextClassifier(Task):
             raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
         self.backbone = backbone
         self.num_classes = num_classes
-        self.preprocessor = preprocessor
+        self.preprocessor = share_num_classes(preprocessor, num_classes)
         self.dropout = dropout
         self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
@@ -59,6 +60,11 @@ class TextClassifier(Task):
 
         return TextClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes,
                                           pad_to_batch_max=pad_to_batch_max)
+
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+        if self.num_classes > 1:
+            check_label_values(y, self.num_classes)
+        return super()._prepare(x, y, sample_weight, batch_size, training)
 
     def serving_outputs(self, features, outputs):
         logits = ops.cast(outputs, "float32")
@@ -78,6 +84,52 @@ class TextClassifier(Task):
         correct = ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32")
         loss = _mean(ce, w)
         return loss, {"accuracy": _mean(correct, w)}
+
+
+def share_num_classes(preprocessor, num_classes):
+    """A preprocessor built without `num_classes` takes its task's, so its tf.data label check
+    runs (the check of datasets, which the task cannot read in Python)."""
+    if preprocessor is not None and getattr(preprocessor, "num_classes", 0) is None:
+        preprocessor.num_classes = num_classes
+    return preprocessor
+
+
+def check_label_values(labels, num_classes, what="label", allow_negative=False,
+                       count="num_classes"):
+    """Labels given as arrays / lists (not in a dataset) -> ValueError naming the first one
+    outside `0..num_classes-1`, before any step runs: the loss would otherwise fail with an
+    opaque TensorFlow error, or silently give garbage on JAX / PyTorch. `allow_negative`: labels
+    < 0 mean 'ignore' (token labels)."""
+    if labels is None or isinstance(labels, dict) or type(labels).__name__.endswith("Dataset"):
+        return
+    flat = _flat_values(labels)
+    if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
+        return
+    bad = flat >= num_classes
+    if not allow_negative:
+        bad |= flat < 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        value = flat[i].item()
+        note = " (negative labels are ignored)" if allow_negative else ""
+        raise ValueError(
+            f"Invalid {what} {value!r} (the {i}-th label given): the valid range is 0 to "
+            f"{num_classes - 1} ({count}={num_classes}){note}."
+        )
+
+
+def _flat_values(labels):
+    """Every value of an array, a tensor, a ragged tensor or nested (ragged) lists, flattened."""
+    if hasattr(labels, "flat_values"):  # tf.RaggedTensor
+        labels = labels.flat_values
+    try:
+        values = np.asarray(labels)
+    except ValueError:  # ragged nested lists
+        values = None
+    if values is None or values.dtype == object:
+        parts = [_flat_values(row) for row in labels]
+        return np.concatenate(parts) if parts else np.zeros(0)
+    return values.ravel()
 
 
 def class_outputs(logits):

@@ -2,7 +2,13 @@
 import keras
 from keras import ops
 
-from keras_bertfam.tasks.classifier import _mean, class_outputs, head_initializer, pooled
+from keras_bertfam.tasks.classifier import (
+    _mean,
+    check_label_values,
+    class_outputs,
+    head_initializer,
+    pooled,
+)
 from keras_bertfam.tasks.task import Task
 
 
@@ -68,6 +74,15 @@ class MultipleChoice(Task):
 
     def serving_outputs(self, features, outputs):
         return class_outputs(ops.cast(outputs, "float32"))
+
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+        if y is not None and isinstance(x, dict):  # model inputs (B, C, T)
+            check_label_values(y, int(x["token_ids"].shape[1]), what="choice label",
+                               count="number of choices")
+        elif y is not None and isinstance(x, (tuple, list)) and len(x) == 2 and len(x[1]):
+            check_label_values(y, len(x[1][0]), what="choice label",
+                               count="number of choices")  # (contexts, choices)
+        return super()._prepare(x, y, sample_weight, batch_size, training)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")

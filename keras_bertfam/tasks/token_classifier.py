@@ -2,7 +2,13 @@
 import keras
 from keras import ops
 
-from keras_bertfam.tasks.classifier import _mean, class_outputs, head_initializer
+from keras_bertfam.tasks.classifier import (
+    _mean,
+    check_label_values,
+    class_outputs,
+    head_initializer,
+    share_num_classes,
+)
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
@@ -33,7 +39,7 @@ class TokenClassifier(Task):
             raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}.")
         self.backbone = backbone
         self.num_classes = num_classes
-        self.preprocessor = preprocessor
+        self.preprocessor = share_num_classes(preprocessor, num_classes)
         self.dropout = dropout
         self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
@@ -68,6 +74,7 @@ class TokenClassifier(Task):
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
         import tensorflow as tf
 
+        check_label_values(y, self.num_classes, what="token label", allow_negative=True)
         if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
             words = x if isinstance(x, tf.RaggedTensor) else (
                 tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x))
