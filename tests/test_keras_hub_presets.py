@@ -7,6 +7,7 @@ tmp (nothing is downloaded); our `from_preset` must give keras-hub's hidden stat
 import dataclasses
 import os
 import unicodedata
+import warnings
 
 import keras_hub
 import numpy as np
@@ -319,3 +320,19 @@ def test_keras_hub_corrupt_weights(tmp_path):
         f.write(b"not an h5 file")
     with pytest.raises(checkpoints.CheckpointError, match="corrupt or does not match"):
         kb.models.BertBackbone.from_preset(str(tmp_path))
+
+
+def test_keras_hub_task_dir_warns_that_its_head_is_not_loaded(tmp_path, bert_vocab):
+    m = keras_hub.models
+    backbone = _keras_hub_backbone("bert")
+    preprocessor = m.BertTextClassifierPreprocessor(
+        m.BertTokenizer(vocabulary=bert_vocab, lowercase=True), sequence_length=8)
+    m.BertTextClassifier(backbone, num_classes=3, preprocessor=preprocessor).save_to_preset(
+        str(tmp_path))
+    with pytest.warns(UserWarning, match="keras-hub BertTextClassifier.*not its head weights"):
+        clf = kb.tasks.TextClassifier.from_preset(str(tmp_path), num_classes=3, sequence_length=8)
+    assert isinstance(clf.backbone, kb.models.BertBackbone)
+    with warnings.catch_warnings(record=True) as caught:  # a backbone has no head to lose
+        warnings.simplefilter("always")
+        assert kb.models.BertBackbone.from_preset(str(tmp_path)).num_layers == 2
+    assert not [w for w in caught if "head weights" in str(w.message)]

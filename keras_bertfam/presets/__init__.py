@@ -302,6 +302,8 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     `kwargs` override them.
     """
     kind, where = _resolve(preset, download)
+    if kind == "keras_hub" and load_weights:
+        keras_hub_format.warn_task_head(where, cls)
     saved = {}
     if kind == "ours":
         saved = _read_manifest(where).get("task", {})

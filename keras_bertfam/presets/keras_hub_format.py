@@ -24,6 +24,7 @@ turns "``" and "''" into '"', keras-hub does not.
 import dataclasses
 import json
 import os
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
@@ -314,3 +315,14 @@ def load_tokenizer(path, spec, fmt):
         raise FileNotFoundError(f"The keras-hub preset {path!r} lacks its tokenizer's "
                                 f"{', '.join(missing)} in {assets!r}.")
     return spec.make_tokenizer(fmt.tokenizer(read_json(path, "tokenizer.json")["config"]), assets)
+
+
+def warn_task_head(path, task_cls):
+    """A keras-hub task directory's head (task.weights.h5) is keras-hub's layout, not loaded here:
+    say so rather than silently start a fine-tuned head over."""
+    task = _keras_hub_class(path, "task.json")
+    if task is not None:
+        warnings.warn(
+            f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its backbone "
+            "and tokenizer, not its head weights (task.weights.h5); the head starts from its "
+            "initialization.", stacklevel=4)
