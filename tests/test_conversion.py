@@ -116,6 +116,28 @@ def test_roberta_masked_lm_head(tmp_path):
     assert _max_diff(task(dict(x, mask_positions=POSITIONS)), _at_positions(ref)) <= 1e-4
 
 
+def test_from_preset_loads_the_heads_a_checkpoint_has(tmp_path):
+    """`Task.from_preset` on an HF directory: the heads come when the checkpoint has them (a
+    classifier of another label count stays new, with a warning)."""
+    hf = transformers.AlbertForPreTraining.from_pretrained(
+        _save(transformers.AlbertForPreTraining(_albert_config()), tmp_path / "pt"))
+    x = _inputs()
+    ref = _hf(hf, x)
+    task = kb.tasks.AlbertPretrainer.from_preset(str(tmp_path / "pt"), preprocessor=None)
+    out = task(dict(x, mask_positions=POSITIONS))
+    assert _max_diff(out["mlm_logits"], _at_positions(ref.prediction_logits)) <= 1e-4
+    assert _max_diff(out["pair_logits"], ref.sop_logits) <= 1e-4
+
+    clf_dir = _save(transformers.AlbertForSequenceClassification(_albert_config(num_labels=3)),
+                    tmp_path / "clf")
+    hf = transformers.AlbertForSequenceClassification.from_pretrained(clf_dir)
+    clf = kb.tasks.TextClassifier.from_preset(clf_dir, num_classes=3, preprocessor=None)
+    assert _max_diff(clf(x, training=False), _hf(hf, x).logits) <= 1e-4
+    with pytest.warns(UserWarning, match=r"head was not loaded.*Shape mismatch for classifier"):
+        other = kb.tasks.TextClassifier.from_preset(clf_dir, num_classes=2, preprocessor=None)
+    assert other.head.kernel.shape == (16, 2)
+
+
 def test_distil_bert_masked_lm_head(tmp_path):
     cfg = transformers.DistilBertConfig(vocab_size=VOCAB, dim=16, n_layers=2, n_heads=2,
                                         hidden_dim=32, max_position_embeddings=32)

@@ -299,7 +299,8 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
 
     From one of our preset directories saved from a `cls` task, the task's saved arguments (e.g.
     `num_classes`), its preprocessor's (e.g. `sequence_length`) and its weights come back;
-    `kwargs` override them.
+    `kwargs` override them. From an HF-format directory or a registered name, the task's HF heads
+    come too when the checkpoint has them (`convert_task` requires them).
     """
     kind, where = _resolve(preset, download)
     if kind == "keras_hub" and load_weights:
@@ -324,7 +325,28 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     task = cls(backbone=backbone, preprocessor=preprocessor, **kwargs)
     if saved and load_weights:
         _load_weights_file(task, os.path.join(where, TASK_WEIGHTS))
+    elif load_weights and kind in ("hf", "registered"):
+        _load_hf_heads_if_present(
+            task, where if kind == "hf" else registered_weights_dir(where, download))
     return task
+
+
+def _load_hf_heads_if_present(task, model_dir):
+    """The task's HF heads (the family's `hf_task_heads`) when the checkpoint has all of them, e.g.
+    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head`; a head of
+    another shape (a classifier with another number of labels) stays new, with a warning."""
+    spec = family_of_class(type(task.backbone))
+    heads = (spec.hf_task_heads or {}).get(type(task).__name__) if spec else None
+    if heads is None:
+        return
+    mapping = heads(task)
+    state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
+    if not all(key in state for _, key, _ in mapping):
+        return
+    try:
+        checkpoints.assign(mapping, state, what=f"{type(task).__name__} head")
+    except checkpoints.CheckpointError as e:
+        warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}", stacklevel=3)
 
 
 def _pop_preprocessor_args(cls, kwargs):
