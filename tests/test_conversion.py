@@ -382,6 +382,26 @@ def test_checkpoint_without_the_head(tmp_path, electra_dirs):
         kb.presets.convert_task(gen_dir, kb.tasks.ElectraPretrainer, preprocessor=None)
 
 
+def test_legacy_layer_norm_names(tmp_path):
+    """google-bert/bert-base-uncased's weights still name LayerNorms `gamma` / `beta`."""
+    from safetensors.numpy import load_file, save_file
+
+    path = _save(transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=32)), tmp_path)
+    weights = os.path.join(path, "model.safetensors")
+    state = load_file(weights)
+    legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+        "LayerNorm.bias", "LayerNorm.beta"): v for k, v in state.items()}
+    assert "bert.embeddings.LayerNorm.gamma" in legacy and "cls.predictions.bias" in legacy
+    save_file(legacy, weights, metadata={"format": "pt"})
+    task = kb.presets.convert_task(path, kb.tasks.BertPretrainer, preprocessor=None)
+    np.testing.assert_array_equal(to_numpy(task.backbone.embeddings.layer_norm.gamma),
+                                  state["bert.embeddings.LayerNorm.weight"])
+    np.testing.assert_array_equal(to_numpy(task.mlm_head.layer_norm.beta),
+                                  state["cls.predictions.transform.LayerNorm.bias"])
+
+
 def test_checkpoint_shapes_not_matching_the_config(tmp_path, electra_dirs):
     import json
 

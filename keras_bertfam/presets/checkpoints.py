@@ -33,15 +33,29 @@ def load_state_dict(model_dir):
             if name.endswith(".safetensors"):
                 from safetensors.numpy import load_file
 
-                return dict(load_file(path))
-            import torch
+                state = dict(load_file(path))
+            else:
+                import torch
 
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            return {k: v.float().numpy() for k, v in state.items()}
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                state = {k: v.float().numpy() for k, v in state.items()}
         except Exception as e:  # a truncated or foreign file
             raise CheckpointError(f"Could not read weights file {path!r}: it is corrupt or not a "
                                   f"{name} file ({type(e).__name__}: {e}).") from e
+        return {_legacy_layer_norm_key(k): v for k, v in state.items()}
     raise FileNotFoundError(f"{model_dir!r} has none of {WEIGHT_FILES}.")
+
+
+def _legacy_layer_norm_key(key):
+    """`LayerNorm.gamma` / `.beta` -> `.weight` / `.bias`: the names of the first ported BERT
+    checkpoints, still those of google-bert/bert-base-uncased's model.safetensors, which HF's
+    from_pretrained renames the same way (transformers#11809, #35615)."""
+    if "LayerNorm." in key:
+        if key.endswith("LayerNorm.gamma"):
+            return key[:-len("gamma")] + "weight"
+        if key.endswith("LayerNorm.beta"):
+            return key[:-len("beta")] + "bias"
+    return key
 
 
 def strip_prefix(state_dict, prefixes):
