@@ -113,7 +113,7 @@ def check_label_values(labels, num_classes, what="label", allow_negative=False,
         value = flat[i].item()
         note = " (negative labels are ignored)" if allow_negative else ""
         raise ValueError(
-            f"Invalid {what} {value!r} (the {i}-th label given): the valid range is 0 to "
+            f"Invalid {what} {value!r} (flat index {i} of the labels): the valid range is 0 to "
             f"{num_classes - 1} ({count}={num_classes}){note}."
         )
 
