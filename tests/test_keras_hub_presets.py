@@ -292,6 +292,17 @@ def test_keras_hub_preset_of_another_family(tmp_path):
     _keras_hub_backbone("roberta").save_to_preset(str(tmp_path))
     with pytest.raises(ValueError, match="is a 'roberta' preset; BertBackbone loads 'bert'"):
         kb.models.BertBackbone.from_preset(str(tmp_path))
+    # keras-hub has no SpanBERT; its BERT (tanh GELU) is not a SpanBertBackbone (exact GELU).
+    _keras_hub_backbone("bert").save_to_preset(str(tmp_path / "bert"))
+    with pytest.raises(ValueError, match="is a 'bert' preset; SpanBertBackbone loads 'spanbert'"):
+        kb.models.SpanBertBackbone.from_preset(str(tmp_path / "bert"))
+
+
+def test_keras_hub_tokenizer_of_a_family_we_do_not_load(tmp_path):
+    keras_hub.models.GPT2Tokenizer(vocabulary={"a": 0, "b": 1, "ab": 2, "<|endoftext|>": 3},
+                                   merges=["a b"]).save_to_preset(str(tmp_path))
+    with pytest.raises(ValueError, match="keras-hub GPT2Tokenizer preset; no family"):
+        kb.preprocessing.Tokenizer.from_preset(str(tmp_path))
 
 
 def test_keras_hub_albert_we_cannot_represent(tmp_path):

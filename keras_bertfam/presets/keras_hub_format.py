@@ -250,14 +250,12 @@ KERAS_HUB = {
 def family_of(path, families):
     """-> (our FamilySpec, KerasHubFormat) of the keras-hub preset directory `path`, from its
     backbone's class, or from its tokenizer's (keras-hub names them `XTokenizer` / `XBackbone`)."""
-    class_name = _keras_hub_class(path, "config.json")
-    if class_name is None:
-        class_name = (_keras_hub_class(path, "tokenizer.json") or "").replace("Tokenizer",
-                                                                             "Backbone")
+    found = _keras_hub_class(path, "config.json") or _keras_hub_class(path, "tokenizer.json")
+    class_name = found.replace("Tokenizer", "Backbone")
     if class_name not in KERAS_HUB:
         raise ValueError(
-            f"{path!r} is a keras-hub {class_name} preset; no family here loads it (keras-hub "
-            f"backbones we load: {sorted(KERAS_HUB)}).")
+            f"{path!r} is a keras-hub {found} preset; no family here loads it (keras-hub "
+            f"backbones we load: {sorted(KERAS_HUB)}, and their tokenizers).")
     fmt = KERAS_HUB[class_name]
     return families[fmt.family], fmt
 
