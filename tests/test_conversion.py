@@ -98,7 +98,8 @@ def test_albert_pretraining_mlm_and_sop_heads(tmp_path):
         _save(transformers.AlbertForMaskedLM(_albert_config()), tmp_path / "mlm"))
     with pytest.warns(UserWarning, match="no pooler weights"):
         mlm = kb.presets.convert_task(str(tmp_path / "mlm"), kb.tasks.MaskedLM, preprocessor=None)
-    assert _max_diff(mlm(dict(x, mask_positions=POSITIONS)), _at_positions(_hf(hf, x).logits)) <= 1e-4
+    ref = _at_positions(_hf(hf, x).logits)
+    assert _max_diff(mlm(dict(x, mask_positions=POSITIONS)), ref) <= 1e-4
 
 
 def test_roberta_masked_lm_head(tmp_path):
@@ -149,6 +150,33 @@ def test_distil_bert_masked_lm_head(tmp_path):
     out = task({"token_ids": x["token_ids"], "padding_mask": x["padding_mask"],
                 "mask_positions": POSITIONS})
     assert _max_diff(out, _at_positions(ref)) <= 1e-4
+
+
+TOKEN_CLASSIFIERS = {
+    "roberta": lambda: transformers.RobertaForTokenClassification(transformers.RobertaConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=34, type_vocab_size=1, pad_token_id=1,
+        num_labels=5)),
+    "electra": lambda: transformers.ElectraForTokenClassification(transformers.ElectraConfig(
+        vocab_size=VOCAB, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32, num_labels=5)),
+    "distil_bert": lambda: transformers.DistilBertForTokenClassification(
+        transformers.DistilBertConfig(vocab_size=VOCAB, dim=16, n_layers=1, n_heads=2,
+                                      hidden_dim=32, max_position_embeddings=32, num_labels=5)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(TOKEN_CLASSIFIERS))
+def test_token_classification_heads(family, tmp_path):
+    hf = TOKEN_CLASSIFIERS[family]()
+    path = _save(hf, tmp_path)
+    task = kb.presets.convert_task(path, kb.tasks.TokenClassifier, preprocessor=None)
+    assert task.num_classes == 5
+    x = _inputs(first=0, pad=1) if family == "roberta" else _inputs()
+    x = {k: v for k, v in x.items() if k in task.backbone.input}
+    ref = _hf(hf, x, segments="segment_ids" in x).logits.numpy()
+    valid = x["padding_mask"].astype(bool)
+    assert np.abs(to_numpy(task(x, training=False)) - ref)[valid].max() <= 1e-4
 
 
 def _electra_config(hidden, intermediate):
@@ -413,8 +441,8 @@ def test_checkpoint_shapes_not_matching_the_config(tmp_path, electra_dirs):
     with open(os.path.join(bad, "config.json"), "w") as f:
         json.dump(config, f)
     with pytest.raises(checkpoints.CheckpointError, match=r"Shape mismatch for embeddings\."
-                       r"word_embeddings\.weight: the checkpoint has \(120, 8\), the ElectraBackbone "
-                       r"expects \(120, 12\)"):
+                       r"word_embeddings\.weight: the checkpoint has \(120, 8\), the "
+                       r"ElectraBackbone expects \(120, 12\)"):
         kb.presets.convert_task(bad, kb.tasks.ElectraPretrainer, preprocessor=None)
 
 

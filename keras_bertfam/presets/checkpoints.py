@@ -232,7 +232,8 @@ def bert_config_from_hf(cfg):
 def mlm_head_map(head, transform, norm, bias):
     """A `MaskedLMHead` <- an HF MLM head: its transform Dense, LayerNorm and output bias keys (the
     decoder weight is tied to the word embeddings in every family)."""
-    return dense(head.dense, transform) + layer_norm(head.layer_norm, norm) + [(head.bias, bias, None)]
+    return (dense(head.dense, transform) + layer_norm(head.layer_norm, norm)
+            + [(head.bias, bias, None)])
 
 
 def bert_mlm_head_map(head, prefix="cls.predictions"):
@@ -275,6 +276,13 @@ def bert_config_to_hf(backbone, model_type="bert", architecture="BertModel"):
 
 def bert_pair_head_map(head, key="cls.seq_relationship"):
     return dense(head.dense, key)
+
+
+def classifier_head_map(task, key="classifier"):
+    """`*ForSequenceClassification` (BERT, ALBERT) / `*ForTokenClassification` (every BERT-layout
+    family): one Linear after dropout, HF's `classifier` -> our TextClassifier / TokenClassifier
+    `head`."""
+    return dense(task.head, key)
 
 
 # === Tokenizer files for export ===

@@ -135,19 +135,16 @@ def albert_mlm_head_map(head, prefix="predictions"):
                                     f"{prefix}.bias")
 
 
-def _classifier_head(task):
-    return checkpoints.dense(task.head, "classifier")
-
-
 HF_TASK_HEADS = {
     "MaskedLM": lambda task: albert_mlm_head_map(task.mlm_head),
     # AlbertForPreTraining: the MLM head and the SOP head on the pooled output.
     "AlbertPretrainer": lambda task: (albert_mlm_head_map(task.mlm_head) + checkpoints.dense(
         task.pair_head.dense, "sop_classifier.classifier")),
-    "TextClassifier": _classifier_head,
-    "TokenClassifier": _classifier_head,
+    "TextClassifier": checkpoints.classifier_head_map,
+    "TokenClassifier": checkpoints.classifier_head_map,
 }
-HF_TASK_ARCHITECTURES = {"MaskedLM": "AlbertForMaskedLM", "AlbertPretrainer": "AlbertForPreTraining",
+HF_TASK_ARCHITECTURES = {"MaskedLM": "AlbertForMaskedLM",
+                         "AlbertPretrainer": "AlbertForPreTraining",
                          "TextClassifier": "AlbertForSequenceClassification",
                          "TokenClassifier": "AlbertForTokenClassification"}
 

@@ -89,12 +89,9 @@ def _pretrainer_heads(task):
         task.pair_head)
 
 
-def _classifier_head(task):
-    return checkpoints.dense(task.head, "classifier")
-
-
 HF_TASK_HEADS = {"MaskedLM": _mlm_head, "BertPretrainer": _pretrainer_heads,
-                 "TextClassifier": _classifier_head, "TokenClassifier": _classifier_head}
+                 "TextClassifier": checkpoints.classifier_head_map,
+                 "TokenClassifier": checkpoints.classifier_head_map}
 HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertForPreTraining",
                          "TextClassifier": "BertForSequenceClassification",
                          "TokenClassifier": "BertForTokenClassification"}

@@ -51,7 +51,8 @@ def distil_bert_backbone_map(backbone):
 
 
 def distil_bert_config_to_hf(backbone):
-    """DistilBertBackbone -> HF DistilBertConfig dict (the reverse of `distil_bert_config_from_hf`)."""
+    """DistilBertBackbone -> HF DistilBertConfig dict (the reverse of
+    `distil_bert_config_from_hf`)."""
     if backbone.layer_norm_epsilon != 1e-12:
         raise NotImplementedError(
             f"layer_norm_epsilon={backbone.layer_norm_epsilon}: HF's DistilBERT fixes it at 1e-12.")
@@ -92,8 +93,10 @@ FAMILY = FamilySpec(
     tokenizer_from_hf=wordpiece_from_hf,
     config_to_hf=distil_bert_config_to_hf,
     tokenizer_to_hf=functools.partial(wordpiece_to_hf, tokenizer_class="DistilBertTokenizer"),
-    hf_task_heads={"MaskedLM": _mlm_head},
-    hf_task_architectures={"MaskedLM": "DistilBertForMaskedLM"},
+    hf_task_heads={"MaskedLM": _mlm_head,
+                   "TokenClassifier": checkpoints.classifier_head_map},
+    hf_task_architectures={"MaskedLM": "DistilBertForMaskedLM",
+                           "TokenClassifier": "DistilBertForTokenClassification"},
 )
 
 PRESETS = [

@@ -69,9 +69,11 @@ FAMILY = FamilySpec(
     # generator alone. ElectraPretrainer takes the discriminator's head from the checkpoint it
     # converts and the generator's from the one given as `generator_preset`.
     hf_task_heads={"MaskedLM": lambda task: generator_head_map(task.mlm_head),
-                   "ElectraPretrainer": lambda task: discriminator_head_map(task.rtd_head)},
+                   "ElectraPretrainer": lambda task: discriminator_head_map(task.rtd_head),
+                   "TokenClassifier": checkpoints.classifier_head_map},
     hf_task_architectures={"MaskedLM": "ElectraForMaskedLM",
-                           "ElectraPretrainer": "ElectraForPreTraining"},
+                           "ElectraPretrainer": "ElectraForPreTraining",
+                           "TokenClassifier": "ElectraForTokenClassification"},
     hf_task_companions={"ElectraPretrainer": {"generator_preset": (
         "ElectraForMaskedLM", lambda task: generator_head_map(task.mlm_head))}},
 )

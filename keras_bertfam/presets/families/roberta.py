@@ -92,8 +92,10 @@ FAMILY = FamilySpec(
     tokenizer_from_hf=byte_pair_from_hf,
     config_to_hf=roberta_config_to_hf,
     tokenizer_to_hf=byte_pair_to_hf,
-    hf_task_heads={"MaskedLM": _mlm_head},
-    hf_task_architectures={"MaskedLM": "RobertaForMaskedLM"},
+    hf_task_heads={"MaskedLM": _mlm_head,
+                   "TokenClassifier": checkpoints.classifier_head_map},
+    hf_task_architectures={"MaskedLM": "RobertaForMaskedLM",
+                           "TokenClassifier": "RobertaForTokenClassification"},
 )
 
 TOKENIZER = {"kind": "byte_pair", "vocabulary": "roberta_vocab", "merges": "roberta_merges"}
