@@ -1,9 +1,11 @@
-"""The one preset mechanism: registered names, our preset directories, HF-format directories.
+"""The one preset mechanism: registered names, our preset directories, keras-hub and HF-format
+directories.
 
 `from_preset` on backbones, tokenizers and tasks comes here. A `preset` is resolved, in order, as:
 1. a directory saved by `save_to_preset` (it holds `keras_bertfam.json`);
-2. an HF-format model directory (`config.json` with a `model_type`, weights, tokenizer files);
-3. a registered name (`list()`), whose weights come from the public checkpoint in the local HF cache
+2. a keras-hub preset directory of any family keras-hub has (`keras_hub_format`);
+3. an HF-format model directory (`config.json` with a `model_type`, weights, tokenizer files);
+4. a registered name (`list()`), whose weights come from the public checkpoint in the local HF cache
    (nothing is downloaded unless the caller is online and asks for it with `download=True`).
 """
 import difflib
