@@ -235,14 +235,21 @@ def test_xlnet_lm_head(tmp_path):
     perm = rng.integers(0, 2, (2, 9, 9)).astype("float32")
     target_mapping = np.zeros((2, 3, 9), "float32")
     target_mapping[:, [0, 1, 2], [2, 5, 7]] = 1
-    with torch.no_grad():
-        ref = hf(torch.tensor(ids).long(), attention_mask=torch.tensor(pad).float(),
-                 token_type_ids=torch.tensor(seg).long(), perm_mask=torch.tensor(perm),
-                 target_mapping=torch.tensor(target_mapping)).logits.numpy()
+
+    def logits(model):
+        with torch.no_grad():
+            return model(torch.tensor(ids).long(), attention_mask=torch.tensor(pad).float(),
+                         token_type_ids=torch.tensor(seg).long(), perm_mask=torch.tensor(perm),
+                         target_mapping=torch.tensor(target_mapping)).logits.numpy()
+
     out = task({"token_ids": ids, "segment_ids": seg, "padding_mask": pad, "perm_mask": perm,
                 "target_mapping": target_mapping})
     assert out.shape == (2, 3, VOCAB)
-    assert _max_diff(out, ref) <= 1e-4
+    assert _max_diff(out, logits(hf)) <= 1e-4
+    # and back: our pretrainer -> XLNetLMHeadModel
+    kb.presets.export_to_transformers(task, str(tmp_path / "export"))
+    again = _reloaded_without_missing_keys(str(tmp_path / "export"), "XLNetLMHeadModel")
+    assert _max_diff(out, logits(again)) <= 1e-4
 
 
 # === Export: ours -> HF -> ours ===
@@ -260,9 +267,11 @@ def tokenizer_files(tmp_path_factory, bert_vocab):
     root = tmp_path_factory.mktemp("tokenizers")
     kb.preprocessing.train_byte_pair_vocabulary(docs, 300, output_dir=str(root))
     kb.preprocessing.train_sentencepiece_model(docs, 45, output_file=str(root / "spiece.model"))
+    kb.preprocessing.train_xlnet_sentencepiece_model(docs, 50,
+                                                     output_file=str(root / "xlnet.model"))
     return {"wordpiece": bert_vocab, "byte_pair": (str(root / "vocab.json"),
                                                    str(root / "merges.txt")),
-            "sentencepiece": str(root / "spiece.model")}
+            "sentencepiece": str(root / "spiece.model"), "xlnet": str(root / "xlnet.model")}
 
 
 def _tokenizer(kind, files):
@@ -271,6 +280,8 @@ def _tokenizer(kind, files):
         return kb.preprocessing.WordPieceTokenizer(files[kind], lowercase=True)
     if kind == "byte_pair":
         return kb.preprocessing.BytePairTokenizer(*files[kind])
+    if kind == "xlnet":
+        return kb.preprocessing.XLNetTokenizer(files[kind])
     return kb.preprocessing.SentencePieceTokenizer(files[kind])
 
 
@@ -284,6 +295,8 @@ EXPORTS = {
     "spanbert": (kb.models.SpanBertBackbone, {}, "wordpiece", "BertModel"),
     "bert": (kb.models.BertBackbone, dict(activation="gelu_approximate"), "wordpiece",
              "BertModel"),
+    "xlnet": (lambda vocabulary_size, max_sequence_length, **kw: kb.models.XLNetBackbone(
+        vocabulary_size, **kw, mem_len=4), {}, "xlnet", "XLNetModel"),
 }
 
 
@@ -323,7 +336,7 @@ def test_export_round_trip(family, tokenizer_files, tmp_path):
     valid = x["padding_mask"].astype(bool)
     assert np.abs(ours - ref.numpy())[valid].max() <= 1e-4
 
-    back = cls.from_preset(path)
+    back = type(backbone).from_preset(path)
     assert _config(back) == _config(backbone)
     for a, b in zip(back.weights, backbone.weights):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
@@ -451,7 +464,7 @@ def test_export_refuses_what_hf_cannot_represent(tmp_path):
                                       share="attention")
     with pytest.raises(NotImplementedError, match="share='attention'"):
         kb.presets.export_to_transformers(albert, str(tmp_path / "albert"))
-    xlnet = kb.models.XLNetBackbone(VOCAB, 1, 2, 16, 32)
-    with pytest.raises(NotImplementedError, match="XLNetBackbone's HF format"):
+    xlnet = kb.models.XLNetBackbone(VOCAB, 1, 2, 16, 32, untie_r=False)
+    with pytest.raises(NotImplementedError, match="untie_r=False"):
         kb.presets.export_to_transformers(xlnet, str(tmp_path / "xlnet"))
     assert not os.listdir(tmp_path)  # nothing half-written

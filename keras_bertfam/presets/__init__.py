@@ -445,8 +445,10 @@ def export_to_transformers(model, path, tokenizer=None):
     `config.json` (the family's `config_to_hf`, with the task's HF architecture), the weights as
     `model.safetensors` (the family's HF weight maps read in reverse, so a family plugs in by
     giving `config_to_hf`), and the tokenizer's files (the family's `tokenizer_to_hf`) for the
-    task's preprocessor's tokenizer or `tokenizer`. Tasks with HF heads (`hf_task_heads`) get them under
-    HF's names; other tasks export their backbone.
+    task's preprocessor's tokenizer or `tokenizer`. Tasks with HF heads (`hf_task_heads`) get
+    them under HF's names; other tasks export their backbone. Every family exports (XLNet with
+    `untie_r=True`, as its public checkpoints); `ElectraPretrainer` exports its discriminator
+    with its head (`ElectraForPreTraining`), not its generator.
     """
     from safetensors.numpy import save_file
 

@@ -3,10 +3,12 @@
 HF keeps XLNet's (H, N, Dh) projection layout, which `RelativeMultiHeadAttention` uses too, so
 attention weights copy without transforms; only the FFN's torch Linear kernels are transposed.
 """
+import functools
 import os
 
 from keras_bertfam.models.xlnet import XLNetBackbone
 from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.families import albert
 from keras_bertfam.presets.spec import FamilySpec, Preset
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "relu": "relu"}
@@ -59,6 +61,35 @@ def xlnet_backbone_map(backbone):
         mapping += checkpoints.dense(ff.output_dense, f"{p}.ff.layer_2")
         mapping += checkpoints.layer_norm(ff.layer_norm, f"{p}.ff.layer_norm")
     return mapping
+
+
+def xlnet_config_to_hf(backbone):
+    """XLNetBackbone -> HF XLNetConfig dict (the reverse of `xlnet_config_from_hf`)."""
+    if not backbone.untie_r:
+        raise NotImplementedError(
+            "untie_r=False: HF's XLNet keeps one set of relative biases per layer whatever its "
+            "config says, so shared biases have no HF layout to export to.")
+    activations = {ours: hf for hf, ours in ACTIVATIONS.items()}
+    return dict(
+        model_type="xlnet",
+        architectures=["XLNetModel"],
+        vocab_size=backbone.vocabulary_size,
+        n_layer=backbone.num_layers,
+        n_head=backbone.num_heads,
+        d_model=backbone.hidden_dim,
+        d_inner=backbone.intermediate_dim,
+        dropout=backbone.dropout,
+        ff_activation=activations[backbone.activation],
+        attn_type="bi",
+        bi_data=backbone.bi_data,
+        clamp_len=backbone.clamp_len,
+        mem_len=backbone.mem_len,
+        reuse_len=backbone.reuse_len,
+        untie_r=True,
+        layer_norm_eps=backbone.layer_norm_epsilon,
+        initializer_range=backbone.initializer_range,
+        pad_token_id=5, bos_token_id=1, eos_token_id=2,
+    )
 
 
 def xlnet_lm_head_map(bias_variable):
@@ -118,6 +149,8 @@ FAMILY = FamilySpec(
     weights_from_hf=xlnet_backbone_map,
     hf_prefixes=("transformer.",),
     tokenizer_from_hf=sentencepiece_from_hf,
+    config_to_hf=xlnet_config_to_hf,
+    tokenizer_to_hf=functools.partial(albert.sentencepiece_to_hf, tokenizer_class="XLNetTokenizer"),
     hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias)},
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel"},
 )
