@@ -223,6 +223,22 @@ def test_electra_discriminator_and_generator_heads(electra_dirs):
     assert _max_diff(generator(dict(x, mask_positions=POSITIONS)), ref_gen) <= 1e-4
 
 
+def test_electra_generator_with_other_embeddings_warns(tmp_path, electra_dirs):
+    """ElectraPretrainer shares the discriminator's embeddings: a generator checkpoint whose
+    embeddings differ cannot be reproduced exactly, which a warning says."""
+    gen = transformers.ElectraForMaskedLM(_electra_config(8, 16))
+    other = _save(gen, tmp_path)
+    with pytest.warns(UserWarning, match=r"shares embeddings\.word_embeddings\.weight .* holds "
+                      "another"):
+        kb.presets.convert_task(electra_dirs[0], kb.tasks.ElectraPretrainer, preprocessor=None,
+                                generator_preset=other)
+    with warnings.catch_warnings(record=True) as caught:  # the matched pair: no warning
+        warnings.simplefilter("always")
+        kb.presets.convert_task(electra_dirs[0], kb.tasks.ElectraPretrainer, preprocessor=None,
+                                generator_preset=electra_dirs[1])
+    assert not [w for w in caught if "shares" in str(w.message)]
+
+
 def test_xlnet_lm_head(tmp_path):
     cfg = transformers.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=37,
                                    dropout=0.0)

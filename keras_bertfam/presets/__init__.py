@@ -408,12 +408,13 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     if load_weights:
         expected = (spec.hf_task_architectures or {}).get(name, "a head checkpoint")
         _assign_heads(heads(task), where, spec, name, f"{name} loads its heads from {expected}")
-        for argument, (expected, companion_heads) in companions.items():
+        for argument, (expected, companion_heads, shared) in companions.items():
             if kwargs.get(argument) is not None:
                 kind, other = _resolve(kwargs[argument])
                 if kind == "hf":
                     _assign_heads(companion_heads(task), other, spec, name,
                                   f"{name} loads its {argument} heads from {expected}")
+                    _warn_if_not_shared(shared(task), other, spec, name, argument)
     return task
 
 
@@ -428,6 +429,25 @@ def _no_heads_message(where, spec, cfg, name):
                 f"Convert it with a task of its family: {sorted(spec.hf_task_heads or {})}.")
     return (f"No HF head conversion for {name} in the {spec.name!r} family (it has: "
             f"{sorted(spec.hf_task_heads or {})}); {held}.")
+
+
+def _warn_if_not_shared(mapping, where, spec, name, argument):
+    """The task's shared weights (from its first checkpoint) against the second checkpoint's."""
+    import keras
+    import numpy as np
+
+    state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
+    for variable, key, transform in mapping:
+        if key not in state:
+            continue
+        theirs = (transform or (lambda v: v))(np.asarray(state[key], "float32"))
+        ours = keras.ops.convert_to_numpy(variable)
+        if theirs.shape != ours.shape or not np.allclose(theirs, ours, atol=1e-6):
+            warnings.warn(f"{name} shares {key} between its models, but the {argument} "
+                          f"checkpoint {where!r} holds another {key}: the task uses the first "
+                          "checkpoint's, so its second model is not exactly the checkpoint's.",
+                          stacklevel=3)
+            return
 
 
 def _assign_heads(mapping, where, spec, name, expected):

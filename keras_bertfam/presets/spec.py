@@ -27,10 +27,12 @@ class FamilySpec:
             (`cls.predictions`) and NSP (`cls.seq_relationship`).
         hf_task_architectures: `{task class name: HF architecture}`: what `convert_task` expects
             and `export_to_transformers` writes, e.g. `{"BertPretrainer": "BertForPreTraining"}`.
-        hf_task_companions: `{task class name: {argument: (HF architecture, (task) ->
-            [(variable, hf_key, transform)])}}`: heads of a task that live in a second HF
-            checkpoint, given to `convert_task` as that argument (ELECTRA's generator head, in the
-            `ElectraForMaskedLM` checkpoint passed as `generator_preset`).
+        hf_task_companions: `{task class name: {argument: (HF architecture, heads, shared)}}`:
+            heads of a task that live in a second HF checkpoint, given to `convert_task` as that
+            argument (ELECTRA's generator head, in the `ElectraForMaskedLM` checkpoint passed as
+            `generator_preset`). `heads` and `shared` are `(task) -> [(variable, hf_key,
+            transform)]`: `shared` lists weights the task shares between both models, which the
+            second checkpoint should hold equal (ELECTRA's embeddings); a difference warns.
         keras_hub_classes: keras-hub backbone class names this family loads from keras-hub preset
             directories, with `config_from_keras_hub` (keras-hub config -> our arguments) and
             `weights_from_keras_hub` (`(backbone) -> [(variable, name, transform)]` over

@@ -75,7 +75,8 @@ FAMILY = FamilySpec(
                            "ElectraPretrainer": "ElectraForPreTraining",
                            "TokenClassifier": "ElectraForTokenClassification"},
     hf_task_companions={"ElectraPretrainer": {"generator_preset": (
-        "ElectraForMaskedLM", lambda task: generator_head_map(task.mlm_head))}},
+        "ElectraForMaskedLM", lambda task: generator_head_map(task.mlm_head),
+        lambda task: checkpoints.bert_embeddings_map(task.generator.embeddings))}},
 )
 
 
