@@ -117,7 +117,7 @@ def test_roberta_masked_lm_head(tmp_path):
     assert _max_diff(task(dict(x, mask_positions=POSITIONS)), _at_positions(ref)) <= 1e-4
 
 
-def test_from_preset_loads_the_heads_a_checkpoint_has(tmp_path):
+def test_from_preset_loads_the_heads_a_checkpoint_has(tmp_path, electra_dirs):
     """`Task.from_preset` on an HF directory: the heads come when the checkpoint has them (a
     classifier of another label count stays new, with a warning)."""
     hf = transformers.AlbertForPreTraining.from_pretrained(
@@ -128,6 +128,16 @@ def test_from_preset_loads_the_heads_a_checkpoint_has(tmp_path):
     out = task(dict(x, mask_positions=POSITIONS))
     assert _max_diff(out["mlm_logits"], _at_positions(ref.prediction_logits)) <= 1e-4
     assert _max_diff(out["pair_logits"], ref.sop_logits) <= 1e-4
+
+    # ELECTRA's pretrainer, from a discriminator and a generator checkpoint
+    disc_dir, gen_dir = electra_dirs
+    electra = kb.tasks.ElectraPretrainer.from_preset(disc_dir, generator_preset=gen_dir,
+                                                     preprocessor=None)
+    strict = kb.presets.convert_task(disc_dir, kb.tasks.ElectraPretrainer, preprocessor=None,
+                                     generator_preset=gen_dir)
+    for a, b in zip(electra.weights, strict.weights):
+        if "float" in str(a.dtype):  # not the sampler's seed state
+            np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
     clf_dir = _save(transformers.AlbertForSequenceClassification(_albert_config(num_labels=3)),
                     tmp_path / "clf")

@@ -328,27 +328,41 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     if saved and load_weights:
         _load_weights_file(task, os.path.join(where, TASK_WEIGHTS))
     elif load_weights and kind in ("hf", "registered"):
-        _load_hf_heads_if_present(
-            task, where if kind == "hf" else registered_weights_dir(where, download))
+        load_hf_heads(task, where if kind == "hf" else preset, download=download)
     return task
 
 
-def _load_hf_heads_if_present(task, model_dir):
-    """The task's HF heads (the family's `hf_task_heads`) when the checkpoint has all of them, e.g.
-    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head`; a head of
-    another shape (a classifier with another number of labels) stays new, with a warning."""
+def load_hf_heads(task, preset, download=False, **companions):
+    """Loads the task's HF heads (the family's `hf_task_heads`) from `preset` (an HF-format
+    directory or a registered name) when the checkpoint has all of them, e.g.
+    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head`; other presets
+    and checkpoints without them leave the task's heads as they are. `companions`: the presets of
+    the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
+    classifier with another number of labels) stays new, with a warning. `task.from_preset` calls
+    this; `convert_task` is the strict form."""
     spec = family_of_class(type(task.backbone))
-    heads = (spec.hf_task_heads or {}).get(type(task).__name__) if spec else None
+    name = type(task).__name__
+    heads = (spec.hf_task_heads or {}).get(name) if spec else None
     if heads is None:
         return
-    mapping = heads(task)
-    state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
-    if not all(key in state for _, key, _ in mapping):
-        return
-    try:
-        checkpoints.assign(mapping, state, what=f"{type(task).__name__} head")
-    except checkpoints.CheckpointError as e:
-        warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}", stacklevel=3)
+    sources = [(preset, heads)]
+    for argument, (_, companion_heads, _) in (spec.hf_task_companions or {}).get(name, {}).items():
+        if companions.get(argument) is not None:
+            sources.append((companions[argument], companion_heads))
+    for source, source_heads in sources:
+        kind, where = _resolve(source, download)
+        if kind not in ("hf", "registered"):
+            continue
+        model_dir = where if kind == "hf" else registered_weights_dir(where, download)
+        mapping = source_heads(task)
+        state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
+        if not all(key in state for _, key, _ in mapping):
+            continue
+        try:
+            checkpoints.assign(mapping, state, what=f"{name} head")
+        except checkpoints.CheckpointError as e:
+            warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}",
+                          stacklevel=3)
 
 
 def _pop_preprocessor_args(cls, kwargs):

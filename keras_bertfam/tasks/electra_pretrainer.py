@@ -242,7 +242,9 @@ class ElectraPretrainer(Task):
                     preprocessor="default", **kwargs):
         """A pretrainer on a discriminator preset (e.g. "electra_small_discriminator_uncased_en"
         or a directory) and, optionally, a generator preset with the same embedding sizes;
-        without one the generator is built at `generator_hidden_fraction` of the width."""
+        without one the generator is built at `generator_hidden_fraction` of the width. HF
+        checkpoints that have the heads (`ElectraForPreTraining`, `ElectraForMaskedLM`) give
+        theirs."""
         from keras_bertfam import presets
 
         preprocessor_kwargs = {k: kwargs.pop(k) for k in list(kwargs)
@@ -253,8 +255,11 @@ class ElectraPretrainer(Task):
         if preprocessor == "default":
             preprocessor = cls.default_preprocessor(
                 presets.load_tokenizer(preset), discriminator, **preprocessor_kwargs)
-        return cls(generator=generator, discriminator=discriminator, preprocessor=preprocessor,
+        task = cls(generator=generator, discriminator=discriminator, preprocessor=preprocessor,
                    **kwargs)
+        if load_weights:
+            presets.load_hf_heads(task, preset, generator_preset=generator_preset)
+        return task
 
     @classmethod
     def pretraining_task(cls, backbone, preprocessor):
