@@ -401,10 +401,10 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     into `AlbertPretrainer`, `{Bert,Roberta,Albert,DistilBert,Electra}ForMaskedLM` into
     `MaskedLM`, `ElectraForPreTraining`'s discriminator head into `ElectraPretrainer` (with
     `generator_preset=` an `ElectraForMaskedLM` directory, its generator head too: the family's
-    `hf_task_companions`), `XLNetLMHeadModel`'s `lm_loss` into `XLNetPretrainer`, and
-    `*For{Sequence,Token}Classification` into `TextClassifier` / `TokenClassifier`. A checkpoint
-    without the head's weights, or of another family than the task's heads, is an error naming
-    what was expected.
+    `hf_task_companions`), `XLNetLMHeadModel`'s `lm_loss` into `XLNetPretrainer`,
+    `{Bert,Albert}ForSequenceClassification` into `TextClassifier` and every BERT-layout family's
+    `*ForTokenClassification` into `TokenClassifier`. A checkpoint without the head's weights, or
+    of another family than the task's heads, is an error naming what was expected.
     """
     kind, where = _resolve(path)
     if kind != "hf":

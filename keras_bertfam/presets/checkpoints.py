@@ -77,7 +77,7 @@ def assign(mapping, state_dict, what="model", optional=(), hint=None):
     if missing:
         raise CheckpointError(
             f"The checkpoint lacks {len(missing)} weight(s) the {what} needs, e.g. {missing[:3]}; "
-            + (hint or "is it a checkpoint of this family?")
+            + (hint or "is it a checkpoint of this family, with the config it was saved with?")
         )
     mapping = [m for m in mapping if m[1] in state_dict]
     values = []
