@@ -8,10 +8,17 @@ kb.export.audit_ops("out/my_model/1", tf_text="2.12.1")  # raises if an op would
 Signatures:
 - `serving_default`: raw `tf.string` [B] per segment (`text`; `text_a`, `text_b` for the pair
   pretrainers; `question`, `context`; `prompt` and `choices` [B, C] for multiple choice) ->
-  the task's named outputs (`Task.serving_outputs`: logits / probabilities / labels, spans for QA,
-  MLM top-k at the input's [MASK] tokens; `sequence_output` / `pooled_output` for a backbone).
+  the task's named outputs (`Task.serving_outputs`): logits / probabilities / labels for the
+  classifiers; for QA the answer as `answer_text` and `answer_start` / `answer_end` in Unicode
+  characters of the original context (as HF's offsets and `QuestionAnswerer.answer`), plus the
+  token span; MLM top-k at the input's [MASK] tokens for MaskedLM, BERT / ALBERT (+ NSP / SOP
+  probabilities), SpanBERT (+ SBO top-k), XLNet (`<mask>`, with `perm_mask` / `target_mapping`
+  as HF's `XLNetLMHeadModel`) and a Distiller (its student); ELECTRA's per-token
+  `replaced_probabilities` and its generator's top-k; `sequence_output` / `pooled_output` for a
+  backbone. Each task's docstring says what it returns.
 - `token_ids`: the same outputs from packed int32 `token_ids`, `segment_ids`, `padding_mask`
-  ([B, T], or [B, C, T] for multiple choice).
+  ([B, T], or [B, C, T] for multiple choice), except those that need the strings (QA's
+  `answer_*`).
 
 Tokenization (keras-hub WordPiece: `NormalizeUTF8`, `RegexSplitWithOffsets`,
 `FastWordpieceTokenizeWithOffsets`) and `SegmentPacker` (round-robin in core TF) keep the graph
@@ -112,6 +119,10 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         raise ValueError(f"sequence_length={sequence_length} exceeds the backbone's "
                          f"max_sequence_length={max_length}.")
     special = {r: getattr(tokenizer, f"{r}_token_id", None) for r in ("cls", "sep", "pad", "mask")}
+    if getattr(tokenizer, "proto", None) is not None and hasattr(tokenizer, "_set_proto_tf"):
+        # keras.utils.set_random_seed clears TF's eager kernel cache, which deletes tf-text's
+        # SentencePiece resource: rebuild it before tracing (as XLNetPreprocessor.prepare does).
+        tokenizer._set_proto_tf(tokenizer.proto)
     feature_names = list(backbone.input)
     choices = is_task and len(model.input["token_ids"].shape) == 3
     text_inputs = model.serving_inputs if is_task else ("text",)
@@ -219,6 +230,11 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         vocab = _vocabulary_file(tokenizer)
         if vocab is not None:
             module.vocabulary = tf.saved_model.Asset(vocab)
+        # SentencePiece (ALBERT, XLNet) captures a tf-text model resource: the SavedModel must
+        # track it, or saving fails with "references an 'untracked' resource".
+        sentence_piece = getattr(tokenizer, "_sentence_piece", None)
+        if sentence_piece is not None:
+            module.sentence_piece = sentence_piece
     else:
         signatures["serving_default"] = signatures["token_ids"]
     module.serve_token_ids = serve_ids

@@ -38,13 +38,13 @@ def packed(tok, *segments):
             "padding_mask": tf.cast(mask, tf.int32).numpy()}
 
 
-def with_mask(tok, texts):
-    """Token ids of texts where '[MASK]' stands for the mask id (built by hand, not by export)."""
+def with_mask(tok, texts, mask="[MASK]", mask_id=4):
+    """Token ids of texts where `mask` stands for the mask id (built by hand, not by export)."""
     rows = []
     for text in texts:
         ids = []
-        for i, piece in enumerate(text.split("[MASK]")):
-            ids += [4] if i else []
+        for i, piece in enumerate(text.split(mask)):
+            ids += [mask_id] if i else []
             ids += tok([piece]).to_list()[0] if piece.strip() else []
         rows.append(ids)
     return tf.ragged.constant(rows, dtype=tf.int32)
@@ -62,11 +62,33 @@ def reference(task, features, special=SPECIAL):
 
 
 def xlnet_packed(tok, texts):
+    """XLNet's `A <sep> <cls>` left-packed ids; WordPiece (our VOCAB) or an XLNetTokenizer."""
     from keras_bertfam.preprocessing.permutation import xlnet_pack
 
-    packed_ids = xlnet_pack(with_mask(tok, texts), None, SEQ, sep_token_id=3, cls_token_id=2,
-                            pad_token_id=0)
+    if tok.kind == "wordpiece":
+        ids = with_mask(tok, texts)
+    else:
+        ids = with_mask(tok, texts, tok.mask_token, tok.mask_token_id)
+    packed_ids = xlnet_pack(ids, None, SEQ, sep_token_id=tok.sep_token_id,
+                            cls_token_id=tok.cls_token_id, pad_token_id=tok.pad_token_id)
     return {k: v.numpy() for k, v in packed_ids.items()}
+
+
+def special_ids(tok):
+    return {r: getattr(tok, f"{r}_token_id") for r in ("cls", "sep", "pad", "mask")}
+
+
+@pytest.fixture(scope="module")
+def xlnet_spiece(tmp_path_factory):
+    """A tiny SentencePiece model with XLNet's special pieces: the export must track its
+    tf-text resource (SentencePiece tokenizers: ALBERT, XLNet). A path: each test makes its
+    tokenizer after `set_random_seed`, which deletes tf-text's SentencePiece resources."""
+    from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
+
+    path = str(tmp_path_factory.mktemp("spm") / "spiece.model")
+    lines = [f"The film number {i} was great and the plot was dull {i % 7}." for i in range(300)]
+    train_xlnet_sentencepiece_model(lines * 3, 60, output_file=path)
+    return path
 
 
 # QA on the real uncased vocabulary: lowercasing and accent stripping change the text's length,
@@ -79,9 +101,10 @@ QA_CONTEXTS = ["Zoë Brontë, the café owner, lives in Zürich near the lake.",
                "", "cafe\u0301 déjà-vu\u00a0ok then a\u200bb zero width"]
 
 
-def cases(tok, vocab_file):
+def cases(tok, vocab_file, xlnet_spiece):
     """(name, model, serving inputs, in-process reference outputs)."""
     keras.utils.set_random_seed(1)
+    xlnet_tok = kb.preprocessing.tokenizers.XLNetTokenizer(xlnet_spiece)
     out = []
     bb = backbone()
     f = packed(tok, tok(TEXT_A))
@@ -148,9 +171,14 @@ def cases(tok, vocab_file):
     student = kb.tasks.student_from_teacher(teacher.backbone, layers=(1,))
     distiller = kb.tasks.Distiller(teacher, student, preprocessor=mlm_pre)
     out.append(("Distiller", distiller, {"text": masked}, reference(distiller.student, f)))
-    xlnet = kb.tasks.XLNetPretrainer(kb.models.XLNetBackbone(len(VOCAB), 2, 2, 16, 32))
-    out.append(("XLNetPretrainer", xlnet, {"text": masked},
-                reference(xlnet, xlnet_packed(tok, masked))))
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+
+    xlnet = kb.tasks.XLNetPretrainer(
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32),
+        preprocessor=XLNetPreprocessor(xlnet_tok, SEQ, batch_size=2))
+    sp_masked = [t.replace("[MASK]", "<mask>").capitalize() for t in masked]
+    out.append(("XLNetPretrainer", xlnet, {"text": sp_masked},
+                reference(xlnet, xlnet_packed(xlnet_tok, sp_masked), special_ids(xlnet_tok))))
     return out
 
 
@@ -177,14 +205,14 @@ print("ok")
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory, bert_vocab):
+def exports(tmp_path_factory, bert_vocab, xlnet_spiece):
     root = tmp_path_factory.mktemp("exports")
     tok = tokenizer()
     done = []
-    for name, model, inputs, ref in cases(tok, bert_vocab):
+    for name, model, inputs, ref in cases(tok, bert_vocab, xlnet_spiece):
         path = str(root / name / "1")
-        # QA exports its own tokenizer (the real vocabulary) and sequence length
-        own = name == "question_answerer"
+        # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
+        own = name in ("question_answerer", "XLNetPretrainer")
         signatures = kb.export.export_saved_model(model, path, sequence_length=None if own else SEQ,
                                                   tokenizer=None if own else tok)
         assert signatures == ["serving_default", "token_ids"]
@@ -197,17 +225,19 @@ def test_every_export_passes_the_tf_text_2_12_audit(exports):
     for name, path, _, _ in done:
         report = kb.export.audit_ops(path, tf_text="2.12.1")
         text_ops = {op for op, kind in report["ops"].items() if kind == "tf-text"}
-        assert text_ops <= kb.export.TF_TEXT_2_12_OPS and "FastWordpieceTokenizeWithOffsets" in text_ops
+        assert text_ops <= kb.export.TF_TEXT_2_12_OPS
+        assert text_ops & {"FastWordpieceTokenizeWithOffsets", "SentencepieceTokenizeOp"}
         assert not report["unsupported"], name
         assert os.path.exists(os.path.join(path, "assets", "vocab.txt"))
         assert os.listdir(os.path.join(path, "variables"))
 
 
-def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert_vocab):
+def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert_vocab,
+                                                        xlnet_spiece):
     _, done = exports
     jobs = []
     for name, path, inputs, ref in done:
-        ids = {k: v for k, v in _ids_for(name, inputs, bert_vocab).items()}
+        ids = {k: v for k, v in _ids_for(name, inputs, bert_vocab, xlnet_spiece).items()}
         jobs.append({"dir": path, "inputs": inputs, "ids": ids, "out": str(tmp_path / f"{name}.npz")})
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps(jobs, default=lambda a: np.asarray(a).tolist()))
@@ -227,7 +257,7 @@ def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert
                                        err_msg=f"{name}:token_ids:{key}")
 
 
-def _ids_for(name, inputs, vocab_file):
+def _ids_for(name, inputs, vocab_file, xlnet_spiece):
     """Packed ids the token_ids signature gets: the same features as the reference."""
     tok = tokenizer()
     if name == "backbone" or name in ("text_classifier", "token_classifier", "sentence_encoder"):
@@ -235,7 +265,8 @@ def _ids_for(name, inputs, vocab_file):
     if name in ("masked_lm", "ElectraPretrainer", "SpanBertPretrainer", "Distiller"):
         return packed(tok, with_mask(tok, inputs["text"]))
     if name == "XLNetPretrainer":
-        return xlnet_packed(tok, inputs["text"])
+        return xlnet_packed(kb.preprocessing.tokenizers.XLNetTokenizer(xlnet_spiece),
+                            inputs["text"])
     if name in ("BertPretrainer", "AlbertPretrainer"):
         return packed(tok, with_mask(tok, inputs["text_a"]), tok(inputs["text_b"]))
     if name == "question_answerer":
@@ -257,6 +288,9 @@ def test_mlm_export_reads_mask_tokens_in_text(exports, tmp_path):
     np.testing.assert_array_equal(ref["mask_weights"].sum(1), [1, 2, 1])
     np.testing.assert_array_equal(ref["mask_positions"][:, :2], [[2, 0], [2, 4], [1, 0]])
     assert ref["mlm_top_ids"].shape == (3, SEQ, 5)
+    refs = dict((n, r) for n, _, _, r in done)
+    for name in ("ElectraPretrainer", "SpanBertPretrainer", "Distiller", "XLNetPretrainer"):
+        np.testing.assert_array_equal(refs[name]["mask_weights"].sum(1), [1, 2, 1], err_msg=name)
 
 
 def test_saved_model_cli_lists_signatures(exports):
