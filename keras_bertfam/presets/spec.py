@@ -33,10 +33,6 @@ class FamilySpec:
             `generator_preset`). `heads` and `shared` are `(task) -> [(variable, hf_key,
             transform)]`: `shared` lists weights the task shares between both models, which the
             second checkpoint should hold equal (ELECTRA's embeddings); a difference warns.
-        keras_hub_classes: keras-hub backbone class names this family loads from keras-hub preset
-            directories, with `config_from_keras_hub` (keras-hub config -> our arguments) and
-            `weights_from_keras_hub` (`(backbone) -> [(variable, name, transform)]` over
-            `keras_hub_variables(kh_backbone)` names).
         count_params: `(config) -> int` where the backbone is not an EncoderBackbone.
     """
 
@@ -54,9 +50,6 @@ class FamilySpec:
     hf_task_heads: Optional[dict] = None
     hf_task_architectures: Optional[dict] = None
     hf_task_companions: Optional[dict] = None
-    keras_hub_classes: tuple = ()
-    config_from_keras_hub: Optional[Callable] = None
-    weights_from_keras_hub: Optional[Callable] = None
     count_params: Optional[Callable] = None
 
 

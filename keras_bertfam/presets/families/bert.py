@@ -43,42 +43,6 @@ def wordpiece_to_hf(tokenizer, model_dir, tokenizer_class="BertTokenizer"):
                                        do_lower_case=bool(tokenizer.bert_lowercase))
 
 
-# === keras-hub preset directories (keras_hub.models.BertBackbone) ===
-def config_from_keras_hub(config):
-    """keras-hub BertBackbone config -> ours; keras-hub's BERT uses the tanh-approximate GELU."""
-    keys = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-            "dropout", "max_sequence_length", "num_segments")
-    return dict({k: config[k] for k in keys if k in config}, activation="gelu_approximate")
-
-
-def keras_hub_weights_map(backbone):
-    """Our variables <- keras-hub BertBackbone variable paths."""
-    emb = backbone.embeddings
-
-    def pair(layer, path, names=("kernel", "bias")):
-        return [(getattr(layer, names[0]), f"{path}/{names[0]}", None),
-                (getattr(layer, names[1]), f"{path}/{names[1]}", None)]
-
-    out = [(emb.token_embedding.embeddings, "token_embedding/embeddings", None),
-           (emb.position_embedding.embeddings, "position_embedding/embeddings", None),
-           (emb.segment_embedding.embeddings, "segment_embedding/embeddings", None)]
-    out += pair(emb.layer_norm, "embeddings_layer_norm", ("gamma", "beta"))
-    for i in range(backbone.num_layers):
-        block, p = backbone.encoder.layer_block(i), f"transformer_layer_{i}"
-        mha = block.attention.attention
-        for layer, name in ((mha.query_dense, "query"), (mha.key_dense, "key"),
-                            (mha.value_dense, "value"), (mha.output_dense, "attention_output")):
-            out += pair(layer, f"{p}/self_attention_layer/{name}")
-        out += pair(block.attention.layer_norm, f"{p}/self_attention_layer_norm", ("gamma", "beta"))
-        ffn = block.feedforward
-        out += pair(ffn.intermediate_dense, f"{p}/feedforward_intermediate_dense")
-        out += pair(ffn.output_dense, f"{p}/feedforward_output_dense")
-        out += pair(ffn.layer_norm, f"{p}/feedforward_layer_norm", ("gamma", "beta"))
-    if backbone.pooler_dense is not None:
-        out += pair(backbone.pooler_dense, "pooled_dense")
-    return out
-
-
 # === HF heads ===
 def _mlm_head(task):
     return checkpoints.bert_mlm_head_map(task.mlm_head)
@@ -111,9 +75,6 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=wordpiece_to_hf,
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
-    keras_hub_classes=("BertBackbone",),
-    config_from_keras_hub=config_from_keras_hub,
-    weights_from_keras_hub=keras_hub_weights_map,
 )
 
 UNCASED = {"kind": "wordpiece", "vocabulary": "bert_uncased", "lowercase": True}
