@@ -235,8 +235,16 @@ def test_question_answerer_answer_not_in_context(tiny_preset):
     qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
                                                max_question_length=16)
     qa.compile()
-    with pytest.raises(Exception, match="answer is not in its context"):
-        qa.fit(([QUESTION], [CONTEXT]), ([3], ["Paris"]), verbose=0)
+    import tensorflow as tf
+
+    start = CONTEXT.index(ANSWER)
+    with pytest.raises(ValueError, match=r"Example 1: the answer 'Paris' is not in its context at "
+                                         r"answer_start=3 \(the context has 'g ago' there"):
+        qa.fit(([QUESTION] * 2, [CONTEXT] * 2), ([start, 3], [ANSWER, "Paris"]), verbose=0)
+    # a dataset: the preprocessor's in-graph check
+    ds = tf.data.Dataset.from_tensor_slices((([QUESTION], [CONTEXT]), ([3], ["Paris"]))).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="answer is not in its context"):
+        qa.fit(ds, verbose=0)
 
 
 # === MultipleChoice ===

@@ -129,6 +129,8 @@ class QuestionAnswerer(Task):
         import tensorflow as tf
 
         if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
+            if y is not None:
+                check_answers(x[1], *y)
             data = (tuple(x),) if y is None else (tuple(x), tuple(y))
             x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
             return self.preprocessor.prepare(x, training=training), None, None, None
@@ -160,6 +162,20 @@ class QuestionAnswerer(Task):
                 best[b] = {"text": contexts[b][start:end], "start": start, "end": end,
                            "score": score}
         return [b or {"text": "", "start": -1, "end": -1, "score": float("-inf")} for b in best]
+
+
+def check_answers(contexts, answer_starts, answer_texts):
+    """Answers given as lists (SQuAD's character offset and text) -> ValueError naming the first
+    example whose text is not at its offset (the tf.data preprocessor checks datasets)."""
+    for i, (context, start, text) in enumerate(zip(contexts, answer_starts, answer_texts)):
+        if not (isinstance(context, str) and isinstance(text, str)) or int(start) < 0:
+            continue
+        found = context[int(start):int(start) + len(text)]
+        if found != text:
+            raise ValueError(
+                f"Example {i}: the answer {text!r} is not in its context at answer_start="
+                f"{int(start)} (the context has {found!r} there; offsets are in characters)."
+            )
 
 
 def answer_in_context(features, span_start, span_end, span_score):
