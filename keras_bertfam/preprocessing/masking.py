@@ -177,16 +177,16 @@ def _shift_left(x, d, fill):
     """out[:, w] = x[:, w + d] (fill past the end). d is a Python int >= 0."""
     if d == 0:
         return x
-    pad = tf.fill([tf.shape(x)[0], d], tf.cast(fill, x.dtype))
-    return tf.concat([x[:, d:], pad], axis=1)
+    # A pad with static paddings: no batch-size-dependent fill tensor to build (inside a loop
+    # body that is several kernels per shift and per round).
+    return tf.pad(x[:, d:], [[0, 0], [0, d]], constant_values=tf.cast(fill, x.dtype))
 
 
 def _shift_right(x, d, fill):
     """out[:, w] = x[:, w - d] (fill before the start). d is a Python int >= 0."""
     if d == 0:
         return x
-    pad = tf.fill([tf.shape(x)[0], d], tf.cast(fill, x.dtype))
-    return tf.concat([pad, x[:, :-d]], axis=1)
+    return tf.pad(x[:, :-d], [[0, 0], [d, 0]], constant_values=tf.cast(fill, x.dtype))
 
 
 def _compact(flags, values, width, fill=0):
@@ -663,9 +663,10 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
 
     def fit(r):
         """Longest allowed n with pieces <= r (B, 1), and its pieces -> (B, W), (B, W)."""
-        n = tf.zeros_like(key)
-        t = tf.zeros_like(key)
-        for m in range(max_n):  # pieces grow with m, so the fitting m form a prefix
+        ok = allowed_m[0] & (tok_m[0] <= r)
+        n = tf.cast(ok, tf.int32)
+        t = tf.where(ok, tok_m[0], 0)
+        for m in range(1, max_n):  # pieces grow with m, so the fitting m form a prefix
             ok = allowed_m[m] & (tok_m[m] <= r)
             n = n + tf.cast(ok, tf.int32)
             t = tf.where(ok, tok_m[m], t)
