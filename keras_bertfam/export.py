@@ -119,10 +119,8 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         raise ValueError(f"sequence_length={sequence_length} exceeds the backbone's "
                          f"max_sequence_length={max_length}.")
     special = {r: getattr(tokenizer, f"{r}_token_id", None) for r in ("cls", "sep", "pad", "mask")}
-    if getattr(tokenizer, "proto", None) is not None and hasattr(tokenizer, "_set_proto_tf"):
-        # keras.utils.set_random_seed clears TF's eager kernel cache, which deletes tf-text's
-        # SentencePiece resource: rebuild it before tracing (as XLNetPreprocessor.prepare does).
-        tokenizer._set_proto_tf(tokenizer.proto)
+    if hasattr(tokenizer, "rebuild_resource"):  # SentencePiece; see its docstring
+        tokenizer.rebuild_resource()
     feature_names = list(backbone.input)
     choices = is_task and len(model.input["token_ids"].shape) == 3
     text_inputs = model.serving_inputs if is_task else ("text",)

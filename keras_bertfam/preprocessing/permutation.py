@@ -550,16 +550,9 @@ class XLNetPreprocessor(PretrainingPreprocessor):
              "target_mapping": out["target_mapping"]}
         return x, out["target"], out["target_mask"]
 
-    def _refresh_sentencepiece(self):
-        """`keras.utils.set_random_seed` (the CLI calls it per chunk) clears TF's eager kernel
-        cache, which deletes tf-text's SentencePiece resource: rebuild it before tracing."""
-        tok = self.tokenizer
-        if getattr(tok, "proto", None) is not None and hasattr(tok, "_set_proto_tf"):
-            tok._set_proto_tf(tok.proto)
-            tok.__dict__.pop("_eager_tokenize_by_rank", None)
-
     def prepare(self, ds, training=True):
-        self._refresh_sentencepiece()
+        if hasattr(self.tokenizer, "rebuild_resource"):  # SentencePiece; see its docstring
+            self.tokenizer.rebuild_resource()
         ds = self._batched_strings(ds)
         stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)
         windows = stream.unbatch().batch(self.window_tokens, drop_remainder=True)

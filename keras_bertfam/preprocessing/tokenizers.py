@@ -427,6 +427,16 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
             proto=proto, sequence_length=sequence_length, _allow_python_workflow=False, **kwargs
         )
 
+    def rebuild_resource(self):
+        """Rebuilds tf-text's SentencePiece model resource before a graph captures it.
+
+        `keras.utils.set_random_seed` clears TF's eager kernel cache, which deletes the resource
+        (tracing then fails); the CLI seeds per chunk, so pipelines and exports call this first.
+        """
+        if self.proto is not None:
+            self._set_proto_tf(self.proto)
+            self.__dict__.pop("_eager_tokenize_by_rank", None)
+
     def tokenize(self, inputs):
         self._check_vocabulary()
         self._maybe_initialized_tf()
