@@ -107,6 +107,25 @@ def test_text_classifier_regression(tiny_preset):
     assert after < before
 
 
+def test_backbone_without_segments_gets_no_segment_ids(bert_vocab):
+    """The preprocessor packs segment_ids for every family; a DistilBERT classifier must not be
+    fed them (Keras would warn at every step that the input structure is not the expected one)."""
+    import warnings
+
+    backbone = kb.models.DistilBertBackbone(**dict(TINY, num_layers=1))
+    tokenizer = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    clf = kb.tasks.TextClassifier(
+        backbone, num_classes=2,
+        preprocessor=kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=16))
+    texts = ["a good film", "bad", "fine", "dull"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf.fit(texts, [1, 0, 1, 0], batch_size=2, epochs=1, verbose=0)
+        clf.evaluate(texts, [1, 0, 1, 0], verbose=0)
+        assert clf.predict(texts, verbose=0).shape == (4, 2)
+    assert not [w for w in caught if "structure" in str(w.message)]
+
+
 def test_text_classifier_label_outside_num_classes(tiny_preset):
     import tensorflow as tf
 

@@ -165,7 +165,24 @@ class Task(keras.Model):
             x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
         elif y is not None:
             raise ValueError("With a tf.data.Dataset, pass labels inside the dataset, not as y=.")
-        return preprocessor.prepare(x, training=training), None, None, None
+        prepared = preprocessor.prepare(x, training=training)
+        return self._drop_unused_features(prepared), None, None, None
+
+    def _drop_unused_features(self, ds):
+        """Removes features the model does not take (a DistilBERT backbone has no segment_ids;
+        Keras warns on every step about an input it does not expect)."""
+        names = self.input.keys() if isinstance(self.input, dict) else None
+        spec = ds.element_spec
+        x_spec = spec[0] if isinstance(spec, tuple) else spec
+        if names is None or not isinstance(x_spec, dict) or set(x_spec) <= set(names):
+            return ds
+
+        def keep(x):
+            return {k: v for k, v in x.items() if k in names}
+
+        if isinstance(spec, tuple):
+            return ds.map(lambda x, *rest: (keep(x), *rest))
+        return ds.map(keep)
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
             **kwargs):
