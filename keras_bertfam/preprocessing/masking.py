@@ -920,8 +920,8 @@ class SpanMasker(_Masker):
     spans, merging them; the last span may stop mid-word. Here spans never overlap and always
     cover whole words, and a span keeps its drawn length while the anchor is redrawn among the
     free placements, so realized span lengths follow the clipped geometric exactly (except the
-    budget-cut final span). Spans are processed several per round for all rows at once
-    (`tf.while_loop`), with the same law as the sequential procedure (see `_spans`).
+    budget-cut final span). Spans are processed one per round for all rows at once
+    (`tf.while_loop`), each exactly as in the sequential procedure.
 
     Example:
     >>> masker = SpanMasker(vocabulary_size=100, mask_token_id=3, seed=1,
@@ -976,179 +976,76 @@ class SpanMasker(_Masker):
         word, covered, unit_w, _, _ = self._spans(ids, selectable, budget, seed)
         return self._tokens_from_words(word, covered, unit_w)
 
-    # Spans per round and anchor proposals per span (see `_spans`).
-    _slots = 4
-    _proposals = 8
-
     def _spans(self, ids, selectable, budget, seed, track=False):
         """Returns word [B, T], covered words [B, W], anchor per covered word [B, W], and per
-        span index [B, K]: the span's drawn length and its realized length in words (both 0 when
-        the span was not placed; they differ only for the budget-cut final span; zeros unless
-        `track`).
-
-        Same law as the plain sequential procedure (span k: length L_k, anchor uniform among the
-        placements of L_k free words given spans < k), computed with few whole-row operations:
-
-        * Anchor by rejection: `_proposals` i.i.d. anchors uniform over the in-bounds starts
-          (0 .. num_words - L); the first one whose L words are free is uniform over the free
-          placements. If no proposal of some row's slot 0 is free, slot 0 of every row takes
-          instead a uniform draw from its exact list of free placements (also uniform, and a
-          span without any placement is detected and skipped, its length redrawn, as before);
-          a later slot without a free proposal is deferred to the next round.
-        * `_slots` spans per round, taken in order until the first one that ends the round: a
-          deferred one, one overlapping a span placed earlier in the round (rejected: drawn
-          again next round with fresh uniforms, which is exact rejection sampling since an
-          accepted anchor is uniform on the placements still free), a span cut by the budget,
-          or one that fills it. Slot 0 always sees the exact state, so each round takes at least
-          one span of every active row. Deferring never looks at the deferred span's own draw
-          except through its rejection test, so every span's anchor keeps the exact law.
-        """
+        round [B, K]: the span's drawn length and its realized length in words (both 0 when no
+        span was placed that round; they differ only for the budget-cut final span; zeros unless
+        `track`)."""
         seed_len, seed_anchor = _split_seeds(seed, 2)
         word, num_words, ctok = self._words(ids, selectable)
         B = tf.shape(ids)[0]
         W = tf.shape(ids)[1]
-        J = self._slots
-        D = self._proposals
-        K = 2 * self.mask_selection_length  # spans at most (each span masks >= 1 piece)
+        K = 2 * self.mask_selection_length  # rounds at most (each span masks >= 1 piece)
         Lmax = self.max_span_length
-        # Span lengths by span index (+ J spare columns so a round can read J of them).
-        lengths = _sample_categorical(seed_len, self.span_length_probabilities, [B, K + J])
+        lengths = _sample_categorical(seed_len, self.span_length_probabilities, [B, K])
         lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
-        # Everything the loop body needs in its shape is built here: inside the body each
-        # slice, expand or shape computation is one more kernel per round, and the per-kernel
-        # overhead, not the arithmetic, dominates at these sizes.
+        anchor_u = tf.random.stateless_uniform([B, K], seed_anchor, dtype=tf.float32)
         w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
-        m_range = tf.range(1, Lmax + 1)[tf.newaxis, tf.newaxis, :]  # (1, 1, Lmax)
-        j_range = tf.range(J)[tf.newaxis, :]  # (1, J)
+        m_range = tf.range(Lmax + 1)[tf.newaxis, :]  # (1, Lmax + 1)
         k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
-        Wp = W + Lmax + 1
-        ext = tf.range(Wp)[tf.newaxis, :] >= num_words[:, tf.newaxis]  # past the last word
-        pad_false = tf.zeros([B, Lmax + 1], tf.bool)
-        ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, Wp)
+        ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, W + 1 + Lmax)
+        tri = _triangular(W)
+        row_offset = tf.range(B)[:, tf.newaxis] * (W + 1 + Lmax)  # rows of ctok_pad, flat
         ctok_flat = tf.reshape(ctok_pad, [-1])
-        len_flat = tf.reshape(lengths, [-1])
-        len_at = tf.range(B)[:, tf.newaxis] * (K + J) + j_range  # (B, J)
-        row_p = tf.range(B)[:, tf.newaxis, tf.newaxis] * Wp  # rows of (B, Wp), flat
-        row_w = tf.range(B)[:, tf.newaxis] * W
-        # The first free proposal: the smallest of d * 2**16 + anchor over the free ones.
-        d_key = tf.range(D)[tf.newaxis, tf.newaxis, :] * (1 << 16)
-        num_start = num_words[:, tf.newaxis, tf.newaxis] + 1  # (B, 1, 1)
-        budget_2 = budget[:, tf.newaxis]
-        tri_e = _triangular(Wp, exclusive=True)
-        tri_w = _triangular(W)
-        earlier = tf.constant(np.triu(np.ones([J, J], bool), 1))[tf.newaxis]  # [i, j]: i < j
-        first = tf.equal(j_range, 0)
-        seed_round, seed_exact = _split_seeds(seed_anchor, 2)
 
-        def body(r, s, covered, unit_w, used, done, realized, drawn):
-            # E[b, w]: masked (or past-the-end) words before w; L words from a are free iff
-            # E[a + L] == E[a].
-            E = _cumsum(tf.concat([covered, pad_false], axis=1) | ext, tri=tri_e)  # (B, Wp)
-            E_flat = tf.reshape(E, [-1])
-            L = tf.gather(len_flat, len_at + s[:, tf.newaxis])  # (B, J)
-            L3 = tf.expand_dims(L, 2)
-            u = tf.random.stateless_uniform(
-                [B, J, D], tf.random.experimental.stateless_fold_in(seed_round, r)
+        def body(k, next_cov, unit_w, used, done, realized, drawn):
+            # next_cov[w]: first masked word >= w (num_words if none): L free words fit at w
+            # iff w + L <= next_cov[w] -- elementwise, no scan over the row.
+            L = lengths[:, k][:, tf.newaxis]  # (B, 1)
+            place = w_range + L <= next_cov
+            count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
+            j = tf.cast(anchor_u[:, k] * tf.cast(count, tf.float32), tf.int32)
+            j = tf.minimum(j, count - 1)[:, tf.newaxis]
+            rank = _cumsum(place, tri=tri)  # 1-based rank of each placement
+            anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]  # (B, 1)
+            # Cut to the whole words that fit the remaining budget.
+            pieces = tf.gather(ctok_flat, anchor + m_range + row_offset)  # (B, Lmax + 1)
+            pieces = pieces[:, 1:] - pieces[:, :1]  # pieces of the first m words, m = 1..Lmax
+            fits = (m_range[:, 1:] <= L) & (pieces <= (budget - used)[:, tf.newaxis])
+            m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=1)
+            taken = tf.reduce_max(tf.where(fits, pieces, 0), axis=1)
+            active = ~done & (count > 0)
+            placed = active & (m > 0)
+            m = tf.where(placed, m, 0)[:, tf.newaxis]
+            span = (w_range >= anchor) & (w_range < anchor + m)
+            placed_anchor = tf.where(placed[:, tf.newaxis], anchor, W)  # W: no change
+            next_cov = tf.where(
+                w_range < anchor,
+                tf.minimum(next_cov, placed_anchor),
+                tf.where(span, w_range, next_cov),
             )
-            n_start = num_start - L3  # (B, J, 1): anchors 0 .. num_words - L
-            prop = tf.minimum(tf.cast(u * tf.cast(n_start, tf.float32), tf.int32), n_start - 1)
-            at = prop + row_p
-            free = tf.equal(tf.gather(E_flat, at + L3), tf.gather(E_flat, at))  # (B, J, D)
-            key = tf.reduce_min(tf.where(free, d_key + prop, D << 16), axis=2)
-            found = key < (D << 16)  # (B, J); anchor 0 when not found
-            anchor = tf.bitwise.bitwise_and(key, (1 << 16) - 1)
-
-            def exact_slot0():
-                # Slot 0 without a free proposal: uniform among its free placements (a fresh
-                # uniform); count 0 means no placement (the span is skipped).
-                L0 = L[:, :1]
-                place = tf.equal(tf.gather(E_flat, row_p[:, 0] + w_range + L0), E[:, :W])
-                count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
-                u0 = tf.random.stateless_uniform(
-                    [B], tf.random.experimental.stateless_fold_in(seed_exact, r)
-                )
-                pick = tf.minimum(tf.cast(u0 * tf.cast(count, tf.float32), tf.int32), count - 1)
-                rank = _cumsum(place, tri=tri_w)
-                a0 = tf.reduce_sum(tf.cast(rank <= pick[:, tf.newaxis], tf.int32), axis=1)
-                a0 = a0[:, tf.newaxis]
-                return tf.where(first, a0, anchor), tf.where(first, (count > 0)[:, tf.newaxis],
-                                                             found)
-
-            anchor, has = tf.cond(
-                tf.reduce_any(~done & ~found[:, 0]), exact_slot0, lambda: (anchor, found)
-            )
-            rejected = ~has & ~first  # a later slot without a free proposal: deferred
-            # Pieces of the first m words of each proposal, m = 1..Lmax.
-            base = tf.expand_dims(anchor, 2) + row_p
-            pieces = tf.gather(ctok_flat, base + m_range) - tf.gather(ctok_flat, base)
-            # Slots of a row in order, up to the first one that ends the round. Before that,
-            # every earlier slot with a placement was placed whole.
-            a_i, a_j = tf.expand_dims(anchor, 2), tf.expand_dims(anchor, 1)
-            end_i = a_i + L3
-            clash = earlier & tf.expand_dims(has, 2) & (a_i < a_j + tf.expand_dims(L, 1)) & (
-                a_j < end_i)  # (B, i, j)
-            rejected = rejected | (has & tf.reduce_any(clash, axis=1))
-            full = tf.reduce_sum(tf.where(tf.equal(m_range, L3) & tf.expand_dims(has, 2),
-                                          pieces, 0), axis=2)  # (B, J)
-            before = tf.expand_dims(used, 1) + tf.cumsum(full, axis=1, exclusive=True)
-            fits = (m_range <= L3) & (pieces <= tf.expand_dims(budget_2 - before, 2))
-            m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=2)
-            taken = tf.reduce_max(tf.where(fits, pieces, 0), axis=2)
-            ends = rejected | (has & ((m < L) | (before + full >= budget_2)))
-            live = (
-                tf.expand_dims(~done, 1)
-                & (tf.expand_dims(s, 1) + j_range < K)
-                & tf.equal(tf.cumsum(tf.cast(ends, tf.int32), axis=1, exclusive=True), 0)
-            )
-            consumed = live & ~rejected
-            placed = consumed & has & (m > 0)
-            m = tf.where(placed, m, 0)
-            n_used = used + tf.reduce_sum(tf.where(placed, taken, 0), axis=1)
-            done = (
-                done
-                | tf.reduce_any(consumed & has & ~placed, axis=1)  # not even one word fits
-                | (n_used >= budget)
-            )
+            unit_w = tf.where(span, anchor, unit_w)
+            used = used + tf.where(placed, taken, 0)
+            done = done | (active & (m[:, 0] == 0)) | (used >= budget)
             if track:
-                for j in range(J):
-                    hit = tf.equal(k_range, (s + j)[:, tf.newaxis])
-                    realized = tf.where(hit & consumed[:, j : j + 1], m[:, j : j + 1], realized)
-                    drawn = tf.where(hit & placed[:, j : j + 1], L[:, j : j + 1], drawn)
-            # Apply the round's (disjoint) spans: +1 / +anchor at a span's first word, -1 /
-            # -anchor after its last (segment -1: dropped), then one cumulative sum for both.
-            stop_at = anchor + m
-            idx = tf.concat([
-                tf.where(placed, anchor + row_w, -1),
-                tf.where(placed & (stop_at < W), stop_at + row_w, -1),
-            ], axis=1)  # (B, 2 J)
-            one = tf.cast(placed, tf.int32)
-            val = tf.concat([one, -one, anchor * one, -anchor * one], axis=1)
-            delta = tf.math.unsorted_segment_sum(
-                val, tf.concat([idx, tf.where(idx >= 0, idx + B * W, -1)], axis=1), 2 * B * W
-            )
-            in_span, span_anchor = tf.split(_cumsum(tf.reshape(delta, [2 * B, W]), tri=tri_w), 2)
-            in_span = in_span > 0
-            covered = covered | in_span
-            unit_w = tf.where(in_span, span_anchor, unit_w)
-            s = s + tf.reduce_sum(tf.cast(consumed, tf.int32), axis=1)
-            done = done | (s >= K)
-            return r + 1, s, covered, unit_w, n_used, done, realized, drawn
+                realized = tf.where(k_range == k, m, realized)
+                drawn = tf.where((k_range == k) & (m > 0), L, drawn)
+            return k + 1, next_cov, unit_w, used, done, realized, drawn
 
         init = (
             tf.constant(0),
-            tf.zeros([B], tf.int32),
-            tf.zeros([B, W], tf.bool),
+            tf.broadcast_to(num_words[:, tf.newaxis], [B, W]),
             tf.zeros([B, W], tf.int32),
             tf.zeros([B], tf.int32),
             (budget <= 0) | (num_words == 0),
             tf.zeros([B, K], tf.int32),
             tf.zeros([B, K], tf.int32),
         )
-        _, _, covered, unit_w, _, _, realized, drawn = tf.while_loop(
-            lambda r, s, c, u, n, d, rl, dr: (r < K) & ~tf.reduce_all(d), body, init
+        _, next_cov, unit_w, _, _, realized, drawn = tf.while_loop(
+            lambda k, c, u, s, d, r, l: (k < K) & ~tf.reduce_all(d), body, init
         )
+        covered = tf.equal(next_cov, w_range) & (w_range < num_words[:, tf.newaxis])
         return word, covered, unit_w, drawn, realized
-
 
     def get_config(self):
         config = super().get_config()
