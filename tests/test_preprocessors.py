@@ -92,3 +92,34 @@ def test_corrupt_weights_in_a_preset_dir(tmp_path):
         f.write(b"\x89HDF\r\n garbage")
     with pytest.raises(ValueError, match="corrupt"):
         kb.models.BertBackbone.from_preset(str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["pairs", "blocks"])
+def test_instances_are_shuffled_across_documents(tokenizer, kind):
+    """A document gives several consecutive instances; training batches mix documents (a seeded
+    buffer, as BERT shuffles its instances), evaluation and shuffle_buffer=0 keep the order."""
+    words = ["apple", "river", "music", "house", "green", "paper", "stone", "cloud"]
+    docs = [" ".join(f"{w} {w} {w} {w}." for _ in range(40)) for w in words]
+    word_ids = {tokenizer([w]).to_list()[0][0]: w for w in words}
+
+    def first_batch_documents(shuffle_buffer, seed=0, training=True):
+        if kind == "pairs":
+            pre = kb.preprocessing.SentencePairPreprocessor(
+                tokenizer, 32, batch_size=16, seed=seed, shuffle_buffer=shuffle_buffer)
+        else:
+            pre = kb.preprocessing.MaskedLMPreprocessor(
+                tokenizer, 32, batch_size=16, seed=seed, packing="doc_sentences",
+                shuffle_buffer=shuffle_buffer)
+        x = next(iter(pre.prepare(tf.data.Dataset.from_tensor_slices(docs).batch(8),
+                                  training=training)))[0]
+        rows = x["token_ids"].numpy()
+        # The document of an instance: its first word (NSP's random B may come from another).
+        return [next(word_ids[t] for t in row if t in word_ids) for row in rows], rows
+
+    ordered, _ = first_batch_documents(0)
+    assert len(set(ordered)) <= 3  # 16 instances: a few consecutive documents
+    assert first_batch_documents(1024, training=False)[0] == ordered
+    shuffled, rows = first_batch_documents(1024)
+    assert len(set(shuffled)) >= 5
+    np.testing.assert_array_equal(first_batch_documents(1024)[1], rows)  # same seed, same batch
+    assert not np.array_equal(first_batch_documents(1024, seed=1)[1], rows)

@@ -24,6 +24,9 @@ from keras_bertfam.preprocessing.packing import (
 )
 
 AUTOTUNE = tf.data.AUTOTUNE
+# Instances made from one document come out together; BERT's create_pretraining_data and
+# fairseq shuffle them over the corpus. A buffer of this many instances does it in the pipeline.
+DEFAULT_SHUFFLE_BUFFER = 1024
 
 
 def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None, **kwargs):
@@ -87,6 +90,13 @@ class PretrainingPreprocessor(keras.layers.Layer):
         return zipped.map(lambda x, s: fn(x, seed=s),
                           num_parallel_calls=AUTOTUNE if parallel else None)
 
+    def _shuffled(self, instances, training):
+        """Seeded instance shuffle before batching (training only; `shuffle_buffer=0`: off)."""
+        if not training or not self.shuffle_buffer:
+            return instances
+        return instances.shuffle(self.shuffle_buffer, seed=self.seed,
+                                 reshuffle_each_iteration=True)
+
     def _batched_strings(self, ds):
         if not isinstance(ds, tf.data.Dataset):
             ds = tf.data.Dataset.from_tensor_slices(ds)
@@ -125,15 +135,17 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
     `[CLS] A [SEP] (B [SEP])`, truncated round-robin to `sequence_length` (longer text is cut: the
     tail is dropped). `packing="full_sentences"` / `"doc_sentences"`: each string is a document;
     its sentences fill blocks of `sequence_length` (RoBERTa's FULL-/DOC-SENTENCES; nothing is cut,
-    long sentences are split), rebatched to `batch_size`.
+    long sentences are split), shuffled in a buffer of `shuffle_buffer` blocks (training; 0: keep
+    the document order) and rebatched to `batch_size`.
 
     Returns `(x, mask_ids, mask_weights)` with x = {token_ids, segment_ids, padding_mask,
     mask_positions}: keras-hub's format. A new mask is drawn every time an example is seen.
     """
 
     def __init__(self, tokenizer, sequence_length=128, masker=None, packing="segments",
-                 batch_size=32, seed=None, **kwargs):
+                 batch_size=32, seed=None, shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, **kwargs):
         super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
+        self.shuffle_buffer = shuffle_buffer
         if packing not in ("segments", "full_sentences", "doc_sentences"):
             raise ValueError(
                 f"packing must be 'segments', 'full_sentences' or 'doc_sentences', got {packing!r}."
@@ -163,11 +175,12 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
             return self._seeded_map(ds, self, salt=1).prefetch(AUTOTUNE)
         blocks = ds.map(lambda t: self.document_packer(self._documents(t)),
                         num_parallel_calls=AUTOTUNE)
-        blocks = blocks.unbatch().batch(self.batch_size)
+        blocks = self._shuffled(blocks.unbatch(), training).batch(self.batch_size)
         return self._seeded_map(blocks, self._pack_blocks, salt=1).prefetch(AUTOTUNE)
 
     def get_config(self):
-        return dict(super().get_config(), packing=self.packing)
+        return dict(super().get_config(), packing=self.packing,
+                    shuffle_buffer=self.shuffle_buffer)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -176,14 +189,17 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
 
     Each string is a document; `split_sentences` cuts it, the pairer (`NextSentencePairer` or
     `SentenceOrderPairer`) makes `[CLS] A [SEP] B [SEP]` instances (BERT's
-    create_instances_from_document), which are rebatched to `batch_size`, packed and masked.
+    create_instances_from_document), which are shuffled in a buffer of `shuffle_buffer` instances
+    (training; BERT shuffles all instances of its input; 0 keeps a document's pairs together),
+    rebatched to `batch_size`, packed and masked.
 
     Returns `(x, {"mask_ids", "mask_weights", "pair_labels"})`.
     """
 
     def __init__(self, tokenizer, sequence_length=128, masker=None, pairer=None, batch_size=32,
-                 seed=None, short_seq_prob=0.1, **kwargs):
+                 seed=None, short_seq_prob=0.1, shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, **kwargs):
         super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
+        self.shuffle_buffer = shuffle_buffer
         self.short_seq_prob = short_seq_prob
         self.pairer = pairer or NextSentencePairer(sequence_length, short_seq_prob, seed=seed)
 
@@ -202,8 +218,9 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
         pairs = self._seeded_map(ds, self.instances, salt=2).unbatch()
-        pairs = pairs.batch(self.batch_size)
+        pairs = self._shuffled(pairs, training).batch(self.batch_size)
         return self._seeded_map(pairs, self, salt=1).prefetch(AUTOTUNE)
 
     def get_config(self):
-        return dict(super().get_config(), short_seq_prob=self.short_seq_prob)
+        return dict(super().get_config(), short_seq_prob=self.short_seq_prob,
+                    shuffle_buffer=self.shuffle_buffer)
