@@ -9,11 +9,10 @@ Batches hold sentences of similar length and are padded to their longest sentenc
 Run: `python examples/finetune_minilm_rotten_tomatoes.py` (options: --epochs, --batch-size,
 --sequence-length, --learning-rate).
 
-Measured (TensorFlow backend, 2 CPU cores of a machine shared with other jobs, so slower than an
-idle one): dev accuracy 0.8218 after 2 epochs (245 steps
-each, batch 32, lr 5e-5), in 25.4 min wall while the machine's load average was 9 to 15 on its 2
-cores (epochs of 775 s and 631 s); the process used 9.6 min of CPU time in all, which on 2 idle
-cores would be about 5 min of wall time (an estimate from the CPU time, not a measurement).
+Measured (TensorFlow backend, 2 idle CPU cores, 2026-11-22): dev accuracy 0.8206 after 2 epochs
+(245 steps each, batch 32, lr 5e-5), 5.8 min wall in all (epochs of 145 s and 133 s; 9.0 min of
+CPU time). An earlier run on the same cores shared with other jobs (load 4 to 8) reached 0.8300 in
+12.9 min wall.
 """
 import argparse
 import os
