@@ -123,3 +123,33 @@ def test_instances_are_shuffled_across_documents(tokenizer, kind):
     assert len(set(shuffled)) >= 5
     np.testing.assert_array_equal(first_batch_documents(1024)[1], rows)  # same seed, same batch
     assert not np.array_equal(first_batch_documents(1024, seed=1)[1], rows)
+
+
+def test_word_maskers_of_the_default_preprocessors_use_the_tokenizers_words(tokenizer):
+    """ALBERT's n-grams and SpanBERT's spans are whole words of the tokenizer in use (its kind
+    decides how word starts look): with a WordPiece vocabulary, ALBERT must still mask ~15% and
+    SpanBERT must never cut a word (no masked piece next to an unmasked piece of its word)."""
+    backbone = kb.models.BertBackbone(tokenizer.vocabulary_size(), 1, 2, 16, 32,
+                                      max_sequence_length=64)
+    text = ("Unbelievably, the screenwriters' overwrought dialogue undermines an otherwise "
+            "extraordinary performance. ") * 6
+    docs = tf.data.Dataset.from_tensor_slices([text] * 16).batch(16)
+    albert = kb.tasks.AlbertPretrainer.default_preprocessor(tokenizer, backbone, 64, seed=0)
+    x, y = next(iter(albert.prepare(docs)))
+    assert y["mask_weights"].numpy().sum(1).min() >= 0.1 * 64
+
+    span = kb.tasks.SpanBertPretrainer.default_preprocessor(tokenizer, backbone, 64, seed=0)
+    continues = np.array([t.startswith("##") for t in tokenizer.get_vocabulary()])
+    checked = 0
+    for x, mask_ids, weights in span.prepare(tf.data.Dataset.from_tensor_slices([text] * 32)):
+        for ids, positions, original, w in zip(x["token_ids"].numpy(), x["mask_positions"].numpy(),
+                                               mask_ids.numpy(), weights.numpy()):
+            real = w > 0
+            ids = ids.copy()
+            ids[positions[real]] = original[real]  # the unmasked text
+            masked = np.zeros(len(ids), bool)
+            masked[positions[real]] = True
+            inside = continues[ids[1:]]  # piece t + 1 continues the word of piece t
+            np.testing.assert_array_equal(masked[1:][inside], masked[:-1][inside])
+            checked += int(inside.sum())
+    assert checked > 100

@@ -44,6 +44,22 @@ def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=No
     )
 
 
+# Tokenizer kind -> how the word maskers find word starts (`masking.word_continuation_table`).
+_WORD_STYLES = {"wordpiece": "wordpiece", "sentencepiece": "sentencepiece", "byte_pair": "bpe"}
+
+
+def word_masking_args(tokenizer):
+    """`vocabulary` and `word_style` for a word-level masker (whole words, n-grams, spans) from
+    the tokenizer actually used: a style hard-coded per family silently finds no word starts
+    (hence no masks) when that family is given another kind of vocabulary."""
+    kind = getattr(tokenizer, "kind", None)
+    if kind not in _WORD_STYLES:
+        raise ValueError(
+            f"Word-level masking needs a WordPiece, SentencePiece or byte-level BPE tokenizer "
+            f"to find word starts; got {type(tokenizer).__name__}. Pass masker= explicitly.")
+    return {"vocabulary": tokenizer.get_vocabulary(), "word_style": _WORD_STYLES[kind]}
+
+
 class PretrainingPreprocessor(keras.layers.Layer):
     """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out."""
 

@@ -5,15 +5,15 @@ import keras
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.masking import SpanMasker, span_boundaries
-from keras_bertfam.preprocessing.preprocessors import MaskedLMPreprocessor
+from keras_bertfam.preprocessing.preprocessors import MaskedLMPreprocessor, word_masking_args
 
 
 def default_span_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None,
                         **kwargs):
-    """SpanBERT's masking for this tokenizer: spans of Geometric(0.2) words clipped to [1, 10],
-    budget ceil(0.15 · length), 80/10/10 per span, never a special token."""
+    """SpanBERT's masking for this tokenizer: spans of Geometric(0.2) whole words clipped to
+    [1, 10], budget ceil(0.15 · length), 80/10/10 per span, never a special token."""
     return SpanMasker(
-        vocabulary_size=tokenizer.vocabulary_size(),
+        **word_masking_args(tokenizer),
         mask_selection_rate=mask_selection_rate,
         mask_token_id=tokenizer.mask_token_id,
         mask_selection_length=max(1, math.ceil(sequence_length * mask_selection_rate)),

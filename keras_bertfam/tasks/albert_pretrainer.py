@@ -35,11 +35,11 @@ class AlbertPretrainer(BertPretrainer):
             SentenceOrderPairer,
             SentencePairPreprocessor,
         )
+        from keras_bertfam.preprocessing.preprocessors import word_masking_args
 
         if masker is None:
             masker = NgramMasker(
-                vocabulary=tokenizer.get_vocabulary(),
-                word_style="sentencepiece",
+                **word_masking_args(tokenizer),
                 mask_selection_rate=0.15,
                 mask_token_id=tokenizer.mask_token_id,
                 mask_selection_length=max(1, math.ceil(0.15 * sequence_length)),
