@@ -271,3 +271,56 @@ def test_get_strategy_names():
         kb.distribute.get_strategy("horovod")
     with pytest.raises(RuntimeError, match="KERAS_BACKEND=jax"):
         kb.distribute.get_strategy("jax_data_parallel")
+
+
+MIRRORED_EVERY_PRETRAINER = r'''
+import json, os, sys
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, keras_bertfam as kb
+from keras_bertfam.cli import PRETRAINERS
+tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=sys.argv[1], lowercase=True)
+texts = [f"Film {i} was good. I liked the actors a lot. The ending was sad. I would see it again."
+         for i in range(64)]
+sizes = dict(vocabulary_size=tokenizer.vocabulary_size(), num_layers=2, num_heads=2,
+             hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
+backbones = {"bert": kb.models.BertBackbone, "roberta": kb.models.RobertaBackbone,
+             "albert": kb.models.AlbertBackbone, "distil_bert": kb.models.DistilBertBackbone,
+             "electra": kb.models.ElectraBackbone, "spanbert": kb.models.SpanBertBackbone}
+strategy = kb.distribute.get_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+out = {}
+for family, backbone_cls in backbones.items():
+    keras.utils.set_random_seed(0)
+    task_cls = getattr(kb.tasks, PRETRAINERS[family])
+    with strategy.scope():
+        backbone = backbone_cls(**sizes)
+        preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
+                                                     batch_size=8, seed=0)
+        task = task_cls.pretraining_task(backbone, preprocessor)
+        task.compile(learning_rate=1e-3)
+    before = [keras.ops.convert_to_numpy(w) for w in task.trainable_weights]
+    history = task.fit(tf.data.Dataset.from_tensor_slices(texts).batch(16), epochs=1,
+                       steps_per_epoch=2, verbose=0).history
+    moved = max(float(np.abs(keras.ops.convert_to_numpy(w) - b).max())
+                for w, b in zip(task.trainable_weights, before))
+    out[family] = dict({k: float(v[-1]) for k, v in history.items() if k.endswith("loss")},
+                       moved=moved)
+print(json.dumps({"replicas": strategy.num_replicas_in_sync, "tasks": out}))
+'''
+
+
+def test_every_pretrainer_fits_raw_text_under_mirrored(bert_vocab):
+    """Each family's pretraining task (the CLI's choice), raw strings through its preprocessor,
+    two steps on 2 logical CPUs: finite losses, every loss term live, weights moved."""
+    script = MIRRORED_EVERY_PRETRAINER.replace("sys.argv[1]", repr(bert_vocab))
+    out = _result(_wait([_run(script)], timeout=300)[0])
+    assert out["replicas"] == 2
+    assert set(out["tasks"]) == {"bert", "roberta", "albert", "distil_bert", "electra",
+                                 "spanbert"}
+    for family, result in out["tasks"].items():
+        losses = {k: v for k, v in result.items() if k.endswith("loss")}
+        assert all(np.isfinite(v) and v > 0 for v in losses.values()), (family, result)
+        assert result["moved"] > 1e-4, (family, result)
