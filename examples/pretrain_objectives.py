@@ -48,16 +48,15 @@ electra (329s; defaults: --steps 600 --block 50, batch 32, lr 2e-3, initial weig
   0.5-1.6) ended with generator MLM 5.87, training rtd_loss 0.399, and held out 0.398 vs H(p)
   0.403, AUC 0.541 (mean p(replaced) 0.141 on replaced vs 0.135 on original tokens).
 
-spanbert (348s; recorded with the earlier version of this script, whose spanbert path is
-unchanged; loss = mlm_loss + sbo_loss):
+spanbert (56s on 2 idle cores, 2026-11-22, whole-word spans; loss = mlm_loss + sbo_loss):
 
         steps      mlm_loss      sbo_loss  mlm_accuracy          loss
-       1-20           9.371         9.369         0.033        18.740
-      21-40           7.166         7.166         0.038        14.332
-      41-60           6.955         6.957         0.047        13.912
-      61-80           6.935         6.937         0.049        13.872
-      81-100          6.978         6.985         0.037        13.963
-     101-120          6.883         6.888         0.045        13.771
+       1-20           9.367         9.365         0.031        18.732
+      21-40           7.107         7.105         0.044        14.212
+      41-60           6.941         6.939         0.044        13.880
+      61-80           6.943         6.942         0.048        13.885
+      81-100          6.926         6.929         0.040        13.855
+     101-120          6.822         6.824         0.045        13.646
 
   Both heads fall together to about the unigram entropy (token frequencies); neither the span
   boundaries nor the context are exploited yet at this size and budget.
