@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_bertfam.layers.heads import gather_positions
 from keras_bertfam.models.distil_bert import DistilBertBackbone
-from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import MaskedLM
 from keras_bertfam.tasks.task import Task
 
@@ -203,11 +203,7 @@ class Distiller(Task):
         return MaskedLMPreprocessor(tokenizer, sequence_length, **kwargs)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
-        if isinstance(y, dict):
-            mask_ids = y["mask_ids"]
-            weights = y.get("mask_weights") if sample_weight is None else sample_weight
-        else:
-            mask_ids, weights = y, sample_weight
+        mask_ids, weights = mlm_targets(y, sample_weight)
         weights = ops.cast(weights, "float32")
         tokens = ops.cast(y_pred["padding_mask"], "float32")  # (B, T)
         t = self.temperature

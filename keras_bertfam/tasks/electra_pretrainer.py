@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead, ReplacedTokenHead
 from keras_bertfam.models.electra import ElectraBackbone
-from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     serving_mask_positions,
@@ -297,11 +297,7 @@ class ElectraPretrainer(Task):
         return replace_at_positions(zeros, positions, slot_labels, valid)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
-        if isinstance(y, dict):
-            mask_ids = y["mask_ids"]
-            weights = y.get("mask_weights") if sample_weight is None else sample_weight
-        else:
-            mask_ids, weights = y, sample_weight
+        mask_ids, weights = mlm_targets(y, sample_weight)
         if weights is None:
             weights = ops.cast(y_pred["mask_positions"] > 0, "float32")
         mlm_loss, mlm_accuracy = weighted_sparse_ce(mask_ids, y_pred["mlm_logits"], weights)

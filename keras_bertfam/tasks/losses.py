@@ -25,3 +25,11 @@ def mean_sparse_ce(labels, logits):
     loss = ops.mean(ops.sparse_categorical_crossentropy(labels, logits, from_logits=True))
     accuracy = ops.mean(ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32"))
     return loss, accuracy
+
+
+def mlm_targets(y, sample_weight):
+    """(mask_ids, mask_weights or None) from keras-hub's `y=mask_ids, sample_weight=weights` or
+    our `y={"mask_ids", "mask_weights"}`; a `sample_weight` given to fit() wins."""
+    if isinstance(y, dict):
+        return y["mask_ids"], y.get("mask_weights") if sample_weight is None else sample_weight
+    return y, sample_weight

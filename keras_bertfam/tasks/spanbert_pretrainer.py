@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead, SpanBoundaryHead, span_boundary_weights
-from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     serving_mask_positions,
@@ -88,11 +88,7 @@ class SpanBertPretrainer(Task):
                     * features["mask_weights"])
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
-        if isinstance(y, dict):
-            mask_ids = y["mask_ids"]
-            weights = y.get("mask_weights") if sample_weight is None else sample_weight
-        else:
-            mask_ids, weights = y, sample_weight
+        mask_ids, weights = mlm_targets(y, sample_weight)
         weights = ops.cast(weights, "float32")
         mlm_loss, mlm_accuracy = weighted_sparse_ce(mask_ids, y_pred["mlm_logits"], weights)
         sbo_weights = weights * ops.cast(y_pred["sbo_weights"], "float32")
