@@ -2,7 +2,6 @@
 import math
 
 import keras
-import tensorflow as tf
 
 from keras_bertfam.preprocessing.masking import SpanMasker, span_boundaries
 from keras_bertfam.preprocessing.preprocessors import MaskedLMPreprocessor, word_masking_args
