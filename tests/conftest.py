@@ -42,3 +42,40 @@ def bert_vocab(minilm_dir):
 
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
+
+
+def slow_sentencepiece_ids(sp, text, lowercase):
+    """HF's slow (SentencePiece-based) ALBERT / XLNet tokenizers, transcribed: preprocess_text
+    (remove_space, quotes, keep_accents=False, `lowercase` for ALBERT) + _tokenize's digit-comma
+    fix-up. The reference our SentencePiece tokenizers are tested against."""
+    import unicodedata
+
+    text = " ".join(text.strip().split()).replace("``", '"').replace("''", '"')
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    if lowercase:
+        text = text.lower()
+    pieces = []
+    for piece in sp.encode(text, out_type=str):
+        if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+            cur = sp.encode(piece[:-1].replace("\u2581", ""), out_type=str)
+            if piece[0] != "\u2581" and cur[0][0] == "\u2581":
+                cur = cur[1:] if len(cur[0]) == 1 else [cur[0][1:]] + cur[1:]
+            pieces += cur + [piece[-1]]
+        else:
+            pieces.append(piece)
+    return [sp.piece_to_id(p) for p in pieces]
+
+
+def equal_up_to_ties(sp, ours, expected):
+    """Equal ids, or an equally scored segmentation of the same pieces ("......" as "." + "....."
+    or "....." + "."): Viterbi ties, which tf-text's and pip's SentencePiece builds break
+    differently."""
+    import collections
+
+    if ours == expected:
+        return True
+    pieces = lambda ids: [sp.id_to_piece(i) for i in ids]  # noqa: E731
+    score = lambda ids: sum(sp.get_score(i) for i in ids)  # noqa: E731
+    return (collections.Counter(pieces(ours)) == collections.Counter(pieces(expected))
+            and abs(score(ours) - score(expected)) < 1e-4)

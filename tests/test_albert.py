@@ -1,8 +1,6 @@
 """ALBERT: HF parity, the paper's parameter counts, sharing, SentencePiece parity, SOP pretraining."""
-import collections
 import inspect
 import os
-import unicodedata
 
 import keras
 import numpy as np
@@ -11,7 +9,7 @@ import pytest
 import keras_bertfam as kb
 from keras_bertfam.models import backbone as backbone_module
 from keras_bertfam.presets.families.albert import albert_backbone_map
-from tests.conftest import to_numpy
+from tests.conftest import equal_up_to_ties, slow_sentencepiece_ids, to_numpy
 
 TINY = dict(vocabulary_size=120, num_layers=4, num_heads=2, hidden_dim=16, intermediate_dim=32,
             embedding_dim=8, max_sequence_length=32)
@@ -213,34 +211,6 @@ def spiece(tmp_path_factory):
     return path
 
 
-def _slow_albert_ids(sp, text):
-    """HF's slow (SentencePiece-based) AlbertTokenizer: preprocess_text + _tokenize."""
-    text = " ".join(text.strip().split()).replace("``", '"').replace("''", '"')
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(c for c in text if not unicodedata.combining(c)).lower()
-    pieces = []
-    for piece in sp.encode(text, out_type=str):
-        if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
-            cur = sp.encode(piece[:-1].replace("\u2581", ""), out_type=str)
-            if piece[0] != "\u2581" and cur[0][0] == "\u2581":
-                cur = cur[1:] if len(cur[0]) == 1 else [cur[0][1:]] + cur[1:]
-            pieces += cur + [piece[-1]]
-        else:
-            pieces.append(piece)
-    return [sp.piece_to_id(p) for p in pieces]
-
-
-def _equal_up_to_ties(sp, ours, expected):
-    """Equal ids, or an equally scored segmentation of the same text (e.g. "......" as
-    "." + "....." or "....." + "."): Viterbi ties, which SentencePiece builds break differently."""
-    if ours == expected:
-        return True
-    pieces = lambda ids: [sp.id_to_piece(i) for i in ids]
-    score = lambda ids: sum(sp.get_score(i) for i in ids)
-    return (collections.Counter(pieces(ours)) == collections.Counter(pieces(expected))
-            and abs(score(ours) - score(expected)) < 1e-4)
-
-
 def test_sentencepiece_ids_equal_slow_and_hf_albert_tokenizers(spiece, tmp_path):
     import shutil
 
@@ -261,14 +231,14 @@ def test_sentencepiece_ids_equal_slow_and_hf_albert_tokenizers(spiece, tmp_path)
     assert len(sentences) > 2000
     ours = tok(sentences).to_list()
     assert all(sp.id_to_piece(ids[0]).startswith("\u2581") for ids in ours if ids)
-    slow = [_slow_albert_ids(sp, s) for s in sentences]
+    slow = [slow_sentencepiece_ids(sp, s, lowercase=True) for s in sentences]
     exact = sum(a == b for a, b in zip(ours, slow))
-    assert all(_equal_up_to_ties(sp, a, b) for a, b in zip(ours, slow))
+    assert all(equal_up_to_ties(sp, a, b) for a, b in zip(ours, slow))
     assert exact >= 0.99 * len(sentences), exact
     shutil.copy(spiece, tmp_path / "spiece.model")
     hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path))
     fast = [hf(s, add_special_tokens=False)["input_ids"] for s in sentences[:-1]]
-    assert all(_equal_up_to_ties(sp, a, b) for a, b in zip(ours, fast))
+    assert all(equal_up_to_ties(sp, a, b) for a, b in zip(ours, fast))
     assert sum(a == b for a, b in zip(ours, fast)) >= 0.99 * len(fast)
 
 
@@ -290,7 +260,7 @@ def test_digit_comma_pieces_are_split_as_albert_does(tmp_path):
     tok = kb.preprocessing.SentencePieceTokenizer(model.getvalue())
     texts = lines[:40] + ["In 1990, x1995, and 7,"]
     ours = tok(texts).to_list()
-    assert ours == [_slow_albert_ids(sp, t) for t in texts]
+    assert ours == [slow_sentencepiece_ids(sp, t, lowercase=True) for t in texts]
     assert ours != [sp.encode(t.lower()) for t in texts]  # the fix-up did change something
 
 

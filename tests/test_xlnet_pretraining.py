@@ -8,6 +8,7 @@ import pytest
 from keras_bertfam import presets
 from keras_bertfam.models.xlnet import XLNetBackbone
 from keras_bertfam.tasks.xlnet_pretrainer import XLNetPretrainer
+from tests.conftest import equal_up_to_ties, slow_sentencepiece_ids
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -27,39 +28,6 @@ def xlnet_spiece(tmp_path_factory):
     train_xlnet_sentencepiece_model(corpus.default_corpus().take(800), 2000,
                                     output_file=str(directory / "spiece.model"))
     return directory
-
-
-def _slow_xlnet_ids(sp, text):
-    """HF's slow (SentencePiece-based) XLNetTokenizer, transcribed: preprocess_text (remove_space,
-    keep_accents=False, do_lower_case=False) + _tokenize's digit-comma fix-up."""
-    import unicodedata
-
-    text = " ".join(text.strip().split()).replace("``", '"').replace("''", '"')
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(c for c in text if not unicodedata.combining(c))
-    pieces = []
-    for piece in sp.encode(text, out_type=str):
-        if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
-            cur = sp.encode(piece[:-1].replace("\u2581", ""), out_type=str)
-            if piece[0] != "\u2581" and cur[0][0] == "\u2581":
-                cur = cur[1:] if len(cur[0]) == 1 else [cur[0][1:]] + cur[1:]
-            pieces += cur + [piece[-1]]
-        else:
-            pieces.append(piece)
-    return [sp.piece_to_id(p) for p in pieces]
-
-
-def _equal_up_to_ties(sp, ours, expected):
-    """Equal ids, or an equally scored segmentation of the same pieces ("000" as "00" + "0" or
-    "0" + "00"): Viterbi ties, which tf-text's and pip's SentencePiece builds break differently."""
-    import collections
-
-    if ours == expected:
-        return True
-    pieces = lambda ids: [sp.id_to_piece(i) for i in ids]
-    score = lambda ids: sum(sp.get_score(i) for i in ids)
-    return (collections.Counter(pieces(ours)) == collections.Counter(pieces(expected))
-            and abs(score(ours) - score(expected)) < 1e-4)
 
 
 def test_xlnet_tokenizer_ids_equal_slow_and_hf_xlnet_tokenizers(xlnet_spiece):
@@ -83,16 +51,16 @@ def test_xlnet_tokenizer_ids_equal_slow_and_hf_xlnet_tokenizers(xlnet_spiece):
                   "1,000,000.5 in 1990, yes", "x\x85y\u3000z", "   ", ""]
     assert len(sentences) > 3000
     ours = tok(sentences).to_list()
-    slow = [_slow_xlnet_ids(sp, s) for s in sentences]
+    slow = [slow_sentencepiece_ids(sp, s, lowercase=False) for s in sentences]
     # Measured: 3,783 of 3,795 identical; the other 12 are equal-score segmentations.
-    assert all(_equal_up_to_ties(sp, a, b) for a, b in zip(ours, slow))
+    assert all(equal_up_to_ties(sp, a, b) for a, b in zip(ours, slow))
     assert sum(a == b for a, b in zip(ours, slow)) >= 0.99 * len(sentences)
     # Cased: no lowercasing (HF's do_lower_case=False); accents dropped (keep_accents=False).
     assert [sp.id_to_piece(i) for i in tok(["Café"]).to_list()[0]] == [
         sp.id_to_piece(i) for i in sp.encode("Cafe")]
     hf = transformers.XLNetTokenizer.from_pretrained(str(xlnet_spiece))
     fast = [hf(s, add_special_tokens=False)["input_ids"] for s in sentences]
-    assert all(_equal_up_to_ties(sp, a, b) for a, b in zip(ours, fast))
+    assert all(equal_up_to_ties(sp, a, b) for a, b in zip(ours, fast))
     assert sum(a == b for a, b in zip(ours, fast)) >= 0.99 * len(fast)  # measured 3,779
     # HF's special-token layout is xlnet_pack's: A <sep> B <sep> <cls>, left padding.
     from keras_bertfam.preprocessing.permutation import xlnet_pack
@@ -127,7 +95,7 @@ def test_xlnet_digit_comma_fix_up_on_a_cased_model():
     tok = XLNetTokenizer(model.getvalue())
     texts = lines[:40] + ["In 1990, x1995, and 7,"]
     ours = tok(texts).to_list()
-    assert ours == [_slow_xlnet_ids(sp, t) for t in texts]
+    assert ours == [slow_sentencepiece_ids(sp, t, lowercase=False) for t in texts]
     assert ours != [sp.encode(t) for t in texts]  # the fix-up changed something
 
 
