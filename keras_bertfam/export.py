@@ -10,12 +10,12 @@ Signatures:
   pretrainers; `question`, `context`; `prompt` and `choices` [B, C] for multiple choice) ->
   the task's named outputs (`Task.serving_outputs`): logits / probabilities / labels for the
   classifiers; for QA the answer as `answer_text` and `answer_start` / `answer_end` in Unicode
-  characters of the original context (as HF's offsets and `QuestionAnswerer.answer`), plus the
-  token span; MLM top-k at the input's [MASK] tokens for MaskedLM, BERT / ALBERT (+ NSP / SOP
-  probabilities), SpanBERT (+ SBO top-k), XLNet (`<mask>`, with `perm_mask` / `target_mapping`
-  as HF's `XLNetLMHeadModel`) and a Distiller (its student); ELECTRA's per-token
-  `replaced_probabilities` and its generator's top-k; `sequence_output` / `pooled_output` for a
-  backbone. Each task's docstring says what it returns.
+  characters of the original context (as HF's offsets and `QuestionAnswerer.answer`; long
+  contexts are read in strided windows), plus the token span; MLM top-k at the input's [MASK]
+  tokens for MaskedLM, BERT / ALBERT (+ NSP / SOP probabilities), SpanBERT (+ SBO top-k), XLNet
+  (`<mask>`, with `perm_mask` / `target_mapping` as HF's `XLNetLMHeadModel`) and a Distiller
+  (its student); ELECTRA's per-token `replaced_probabilities` and its generator's top-k;
+  `sequence_output` / `pooled_output` for a backbone. Each task's docstring says what it returns.
 - `token_ids`: the same outputs from packed int32 `token_ids`, `segment_ids`, `padding_mask`
   ([B, T], or [B, C, T] for multiple choice), except those that need the strings (QA's
   `answer_*`).
@@ -150,11 +150,6 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         config = {k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}
         config.update(sequence_length=sequence_length, return_dict=False)
         packer = SegmentPacker(**config)
-        # The same layout with -1 for every special token: packs per-token character offsets.
-        offset_packer = SegmentPacker(**dict(config, **{
-            k: ([-1] * len(v) if isinstance(v, (list, tuple)) else -1)
-            for k, v in config.items() if k.endswith("_value") and v is not None}))
-        offset_inputs = tuple(model.serving_offsets) if is_task else ()
 
         def pack(segments):
             custom = model.serving_pack(segments, sequence_length, special) if is_task else None
@@ -185,6 +180,10 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             return tf.RaggedTensor.from_row_lengths(joined, pieces.row_lengths()).merge_dims(1, 2)
 
         def serve_text(*texts):
+            if is_task:
+                own = model.serving_strings(texts, tokenizer, sequence_length, outputs_of)
+                if own is not None:
+                    return own
             if choices:  # prompt [B], choices [B, C] -> (B, C, T)
                 prompt, options = texts
                 num = tf.shape(options)[1]
@@ -193,33 +192,8 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
                 features = {k: tf.reshape(v, [-1, num, sequence_length])
                             for k, v in features.items()}
             else:
-                features = pack_with_offsets(texts) if offset_inputs else pack(
-                    [tokenize(t) for t in texts])
+                features = pack([tokenize(t) for t in texts])
             return outputs_of(features)
-
-        def pack_with_offsets(texts):
-            """Packed ids plus, for each `serving_offsets` input, the raw strings and each packed
-            token's character span in them (Unicode characters, [start, end); -1 elsewhere)."""
-            from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
-
-            segments, spans = [], {}
-            for name, text in zip(text_inputs, texts):
-                if name in offset_inputs:
-                    ids, starts, ends = tokenize_with_offsets(tokenizer, text)
-                    spans[name] = (starts, ends)
-                    segments.append(ids)
-                else:
-                    segments.append(tokenize(text))
-            features = pack(segments)  # offsets assume the default [CLS] A [SEP] B layout
-            for name, text in zip(text_inputs, texts):
-                if name not in spans:
-                    continue
-                features[name] = text
-                for key, values in zip(("start", "end"), spans[name]):
-                    columns = [tf.cast(values, tf.int32) if n == name else tf.cast(
-                        s, tf.int32) * 0 - 1 for n, s in zip(text_inputs, segments)]
-                    features[f"{name}_char_{key}"] = offset_packer(tuple(columns))[0]
-            return features
 
         specs = [tf.TensorSpec([None, None] if (choices and n == "choices") else [None],
                                tf.string, name=n) for n in text_inputs]

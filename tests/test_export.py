@@ -377,6 +377,39 @@ def test_qa_export_answers_are_character_offsets_into_the_original(exports):
     assert shifted >= 2
 
 
+def test_qa_export_reads_long_contexts_in_windows(tmp_path, bert_vocab):
+    """Contexts of several windows: the string signature keeps each example's best span over
+    its windows, as `answer()`, including answers past the first window."""
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    keras.utils.set_random_seed(3)
+    real = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    qa = kb.tasks.QuestionAnswerer(
+        kb.models.BertBackbone(real.vocabulary_size(), 1, 2, 16, 32, max_sequence_length=64),
+        preprocessor=ft.QuestionAnswererPreprocessor(real, 32, stride=8, max_question_length=8))
+    contexts = [" ".join(f"Zoë met Ada {i + j} times in Zürich, café {j}." for j in range(5))
+                for i in range(12)] + ["", "Short one."]
+    questions = ["Who met Zoë?"] * len(contexts)
+    path = str(tmp_path / "qa" / "1")
+    kb.export.export_saved_model(qa, path)
+    got = tf.saved_model.load(path).signatures["serving_default"](
+        question=tf.constant(questions), context=tf.constant(contexts))
+    want = qa.answer(questions, contexts)
+    np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
+    np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
+    assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
+    found = [i for i, a in enumerate(want) if a["start"] >= 0]
+    np.testing.assert_allclose(got["span_score"].numpy()[found],
+                               [want[i]["score"] for i in found], atol=1e-4)
+    _, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+    windows = np.bincount(meta["example_index"].numpy())
+    first_end = meta["token_end"].numpy()[np.searchsorted(meta["example_index"].numpy(),
+                                                          np.arange(len(contexts)))].max(1)
+    assert (windows[:12] >= 3).all()
+    assert sum(want[i]["start"] >= first_end[i] for i in range(12)) >= 2  # past the first window
+    assert not kb.export.audit_ops(path)["unsupported"]
+
+
 @pytest.mark.multibackend
 def test_electra_serving_scores_the_text_as_given():
     tok = tokenizer()

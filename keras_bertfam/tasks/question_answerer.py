@@ -50,9 +50,10 @@ class QuestionAnswerer(Task):
     Export (`kb.export.export_saved_model`): `question`, `context` strings -> `answer_text`,
     `answer_start`, `answer_end` (offsets in Unicode characters into the original context, as
     `answer()` and HF's offsets: lowercasing and accent stripping do not shift them), plus the
-    token span and logits. The export reads one window of `sequence_length` tokens (a longer
-    context is truncated; `answer()` slides windows with `stride`), so on contexts that fit in
-    one window it gives `answer()`'s answers.
+    token span, its score and the logits of the window it was found in. The string signature
+    cuts long contexts into the preprocessor's strided windows and keeps each example's best
+    span over its windows, so it gives `answer()`'s answers; the `token_ids` signature scores
+    the packed windows it is given, one per row.
 
     Example:
     >>> qa = kb.tasks.QuestionAnswerer.from_preset("bert_tiny_en_uncased")  # doctest: +SKIP
@@ -81,7 +82,6 @@ class QuestionAnswerer(Task):
                                             max_question_length=max_question_length)
 
     serving_inputs = ("question", "context")
-    serving_offsets = ("context",)  # the string signature returns answers in the context
 
     def serving_features(self, features, special_token_ids):
         # answers lie in the context's tokens: segment 1, not padding, not its closing [SEP]
@@ -113,6 +113,30 @@ class QuestionAnswerer(Task):
         if "context_char_start" in features:
             out.update(answer_in_context(features, span_start, span_end, out["span_score"]))
         return out
+
+    def serving_strings(self, texts, tokenizer, sequence_length, outputs_of):
+        """The string signature: every window of every example through `outputs_of`, then each
+        example's best-scoring window (the first of equals, as `answer()`)."""
+        import tensorflow as tf
+
+        from keras_bertfam.preprocessing.finetuning import QuestionAnswererPreprocessor
+
+        windowing = {k: getattr(self.preprocessor, k) for k in ("stride", "max_question_length")
+                     if self.preprocessor is not None}
+        preprocessor = QuestionAnswererPreprocessor(tokenizer, sequence_length, **windowing)
+        question, context = texts
+        features, meta = preprocessor.windows(question, context)
+        window_example = meta["example_index"]
+        out = outputs_of(dict(features, context=tf.gather(context, window_example),
+                              context_char_start=meta["token_start"],
+                              context_char_end=meta["token_end"]))
+        score, count = out["span_score"], tf.size(question)
+        best = tf.math.unsorted_segment_max(score, window_example, count)
+        window = tf.range(tf.size(window_example))
+        first_best = tf.math.unsorted_segment_min(
+            tf.where(score >= tf.gather(best, window_example), window, tf.size(window)),
+            window_example, count)
+        return {k: tf.gather(v, first_best) for k, v in out.items()}
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         losses, metrics = [], {}

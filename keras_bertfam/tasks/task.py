@@ -92,14 +92,17 @@ class Task(keras.Model):
         """Model outputs -> the named outputs of the exported signatures (keras.ops)."""
         return dict(outputs) if isinstance(outputs, dict) else {"logits": outputs}
 
-    # Serving inputs whose tokens the export also gives character offsets into the original
-    # string, as `{name}_char_start` / `{name}_char_end` features (-1 off that segment).
-    serving_offsets = ()
-
     def serving_call(self, inputs):
         """The model on serving inputs. A task whose training graph is not its inference graph
         (ELECTRA samples replacements; XLNet carries a memory) runs its parts instead."""
         return self({k: inputs[k] for k in self.input}, training=False)
+
+    def serving_strings(self, texts, tokenizer, sequence_length, outputs_of):
+        """The string signature's outputs from its raw inputs, for a task that runs the model
+        on something else than one packed row per example (QA: every window of a long
+        context); None for the export's tokenize-and-pack. `outputs_of(features)` runs the
+        model and `serving_outputs`."""
+        return None
 
     def serving_pack(self, segments, sequence_length, special_token_ids):
         """Ragged token ids per segment -> packed features, or None for `[CLS] A [SEP] (B [SEP])`
