@@ -324,6 +324,35 @@ def test_tasks_on_model_inputs_every_backend():
 
 
 @pytest.mark.multibackend
+@pytest.mark.parametrize("family, default", [("bert", None), ("roberta", None),
+                                             ("distil_bert", "relu"), ("electra", "gelu")])
+def test_text_classifier_hidden_layer_per_family(family, default):
+    """DistilBERT / ELECTRA classifiers default to HF's hidden layer on [CLS] (ReLU / GELU); the
+    other families keep the one Dense on the pooled output; an explicit `hidden_activation`
+    overrides either way, and the config round-trips."""
+    backbone = kb.presets.FAMILIES[family].backbone_cls(
+        **dict(TINY, vocabulary_size=3000, num_layers=1))
+    x = {k: v for k, v in _inputs(batch=4).items() if k in backbone.input}
+    for given, expected in (("auto", default), (None, None), ("tanh", "tanh")):
+        clf = kb.tasks.TextClassifier(backbone, num_classes=3, hidden_activation=given)
+        assert clf.hidden_activation == expected
+        head = [w.path for w in clf.trainable_weights
+                if id(w) not in {id(v) for v in backbone.weights}]
+        hidden = ["hidden_dense/kernel", "hidden_dense/bias"] if expected else []
+        assert head == hidden + ["logits/kernel", "logits/bias"]
+        config = clf.get_config()
+        assert config["hidden_activation"] == expected
+        again = kb.tasks.TextClassifier.from_config(config)
+        assert again.hidden_activation == expected
+        again.set_weights(clf.get_weights())
+        np.testing.assert_allclose(to_numpy(again(x, training=False)),
+                                   to_numpy(clf(x, training=False)), atol=1e-6)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=3)
+    clf.compile(learning_rate=1e-3)
+    assert np.isfinite(clf.fit(x, np.array([0, 1, 2, 1]), epochs=1, verbose=0).history["loss"]).all()
+
+
+@pytest.mark.multibackend
 def test_label_errors_on_model_inputs_every_backend():
     """Without a preprocessor too, a bad label is a clear ValueError on every backend (not a
     TensorFlow error from the loss, nor garbage on JAX / PyTorch)."""

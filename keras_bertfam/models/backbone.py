@@ -28,6 +28,9 @@ class Backbone(keras.Model):
     """
 
     family = None  # e.g. "bert"; set by each family
+    # TextClassifier's default hidden-layer activation (None: no hidden layer), set by a family
+    # whose HF `*ForSequenceClassification` head has one, so that head converts.
+    classifier_hidden_activation = None
 
     def __setattr__(self, name, value):
         # torch.nn.Module refuses sublayers assigned before Model.__init__; the functional graph

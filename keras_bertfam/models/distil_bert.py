@@ -18,6 +18,8 @@ class DistilBertBackbone(EncoderBackbone):
     """
 
     family = "distil_bert"
+    # HF DistilBertForSequenceClassification: pre_classifier -> ReLU -> dropout -> classifier.
+    classifier_hidden_activation = "relu"
 
     def __init__(
         self,

@@ -23,6 +23,9 @@ class ElectraBackbone(EncoderBackbone):
     """
 
     family = "electra"
+    # HF ElectraForSequenceClassification: classifier.dense -> exact GELU (the ELECTRA authors'
+    # fine-tuning head; BERT's is tanh) -> dropout -> classifier.out_proj.
+    classifier_hidden_activation = "gelu"
 
     def __init__(
         self,

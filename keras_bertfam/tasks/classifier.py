@@ -23,7 +23,13 @@ class TextClassifier(Task):
     """Single-sentence or sentence-pair classification (GLUE), regression when `num_classes=1`.
 
     `dropout -> Dense(num_classes)` on the pooled output (the [CLS] state for families without a
-    pooler), as in BERT's `run_classifier`. Loss: mean cross-entropy (MSE for regression).
+    pooler), as in BERT's `run_classifier`. With a `hidden_activation`, a hidden layer comes
+    first: `dropout -> Dense(hidden_dim, hidden_activation) -> dropout -> Dense(num_classes)`, the
+    head of HF's `ElectraForSequenceClassification` (GELU) and `DistilBertForSequenceClassification`
+    (ReLU; HF has no dropout before it, a difference in training only). `hidden_activation="auto"`
+    takes the backbone's `classifier_hidden_activation`: "relu" for DistilBERT, "gelu" for
+    ELECTRA, None (no hidden layer) for the others, so HF's heads convert both ways (RoBERTa's
+    dense + tanh is the backbone's pooler). Loss: mean cross-entropy (MSE for regression).
 
     Raw strings work in `fit` / `evaluate` / `predict` with the attached preprocessor
     (`TextClassifierPreprocessor`): `x` is a list of strings or a tuple of two lists (pairs).
@@ -37,19 +43,32 @@ class TextClassifier(Task):
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
 
-    def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1, **kwargs):
+    def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,
+                 hidden_activation="auto", **kwargs):
         if not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
+        if hidden_activation == "auto":
+            hidden_activation = backbone.classifier_hidden_activation
         self.backbone = backbone
         self.num_classes = num_classes
         self.preprocessor = share_num_classes(preprocessor, num_classes)
         self.dropout = dropout
+        self.hidden_activation = hidden_activation
         self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
+        # Built only with an activation: the other families keep their weights' names.
+        self.hidden_dense = self.hidden_dropout = None
+        if hidden_activation is not None:
+            self.hidden_dense = keras.layers.Dense(
+                backbone.hidden_dim, activation=hidden_activation,
+                kernel_initializer=head_initializer(backbone), name="hidden_dense")
+            self.hidden_dropout = keras.layers.Dropout(dropout, name="hidden_dropout")
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
                                        name="logits")
         inputs, features = backbone_inputs(backbone)
-        x = pooled(backbone, backbone(features))
-        logits = self.head(self.dropout_layer(x))
+        x = self.dropout_layer(pooled(backbone, backbone(features)))
+        if self.hidden_dense is not None:
+            x = self.hidden_dropout(self.hidden_dense(x))
+        logits = self.head(x)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["mse" if num_classes == 1 else "accuracy"])
 
