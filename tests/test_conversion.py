@@ -162,31 +162,98 @@ def test_distil_bert_masked_lm_head(tmp_path):
     assert _max_diff(out, _at_positions(ref)) <= 1e-4
 
 
-TOKEN_CLASSIFIERS = {
-    "roberta": lambda: transformers.RobertaForTokenClassification(transformers.RobertaConfig(
+# Small HF configs of the families whose heads are not BERT's: `(HF class prefix, config)`.
+HEAD_FAMILIES = {
+    "roberta": ("Roberta", lambda **kw: transformers.RobertaConfig(
         vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=32, max_position_embeddings=34, type_vocab_size=1, pad_token_id=1,
-        num_labels=5)),
-    "electra": lambda: transformers.ElectraForTokenClassification(transformers.ElectraConfig(
+        **kw)),
+    "electra": ("Electra", lambda **kw: transformers.ElectraConfig(
         vocab_size=VOCAB, embedding_size=8, hidden_size=16, num_hidden_layers=1,
-        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32, num_labels=5)),
-    "distil_bert": lambda: transformers.DistilBertForTokenClassification(
-        transformers.DistilBertConfig(vocab_size=VOCAB, dim=16, n_layers=1, n_heads=2,
-                                      hidden_dim=32, max_position_embeddings=32, num_labels=5)),
+        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32, **kw)),
+    "distil_bert": ("DistilBert", lambda **kw: transformers.DistilBertConfig(
+        vocab_size=VOCAB, dim=16, n_layers=1, n_heads=2, hidden_dim=32,
+        max_position_embeddings=32, **kw)),
 }
 
 
-@pytest.mark.parametrize("family", sorted(TOKEN_CLASSIFIERS))
+def _hf_head_model(family, head, **config):
+    """e.g. `RobertaForTokenClassification` of the family's small config."""
+    prefix, make_config = HEAD_FAMILIES[family]
+    return getattr(transformers, f"{prefix}For{head}")(make_config(**config))
+
+
+def _family_inputs(family, backbone):
+    x = _inputs(first=0, pad=1) if family == "roberta" else _inputs()
+    return {k: v for k, v in x.items() if k in backbone.input}
+
+
+@pytest.mark.parametrize("family", sorted(HEAD_FAMILIES))
 def test_token_classification_heads(family, tmp_path):
-    hf = TOKEN_CLASSIFIERS[family]()
+    hf = _hf_head_model(family, "TokenClassification", num_labels=5)
     path = _save(hf, tmp_path)
     task = kb.presets.convert_task(path, kb.tasks.TokenClassifier, preprocessor=None)
     assert task.num_classes == 5
-    x = _inputs(first=0, pad=1) if family == "roberta" else _inputs()
-    x = {k: v for k, v in x.items() if k in task.backbone.input}
+    x = _family_inputs(family, task.backbone)
     ref = _hf(hf, x, segments="segment_ids" in x).logits.numpy()
     valid = x["padding_mask"].astype(bool)
     assert np.abs(to_numpy(task(x, training=False)) - ref)[valid].max() <= 1e-4
+
+
+@pytest.mark.parametrize("num_labels", [3, 1])
+@pytest.mark.parametrize("family", sorted(HEAD_FAMILIES))
+def test_sequence_classification_heads(family, num_labels, tmp_path):
+    """HF `*ForSequenceClassification` (RoBERTa: dense + tanh on <s>, our pooler; DistilBERT /
+    ELECTRA: a ReLU / GELU hidden layer on [CLS], TextClassifier's default for them) -> our
+    TextClassifier with the same logits -> export -> HF again: no missing or unexpected keys, the
+    same logits and state dict; and back to the same weights. `num_labels=1`: regression."""
+    hf = _hf_head_model(family, "SequenceClassification", num_labels=num_labels)
+    with torch.no_grad():  # logits of order 1: a wrong activation or a lost layer shows
+        for name, p in hf.named_parameters():
+            if "classifier" in name:
+                p.normal_(0.0, 0.5)
+    path = _save(hf, tmp_path / "hf")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = kb.tasks.TextClassifier.from_preset(path, num_classes=num_labels, preprocessor=None)
+    assert not [w for w in caught if "pooler" in str(w.message)]
+    if family == "roberta":  # classifier.dense is the pooler, not a new hidden layer
+        assert clf.hidden_dense is None
+        np.testing.assert_array_equal(to_numpy(clf.backbone.pooler_dense.kernel),
+                                      hf.classifier.dense.weight.detach().numpy().T)
+    else:
+        assert clf.hidden_dense is not None
+    x = _family_inputs(family, clf.backbone)
+    segments = "segment_ids" in x
+    ours = to_numpy(clf(x, training=False))
+    assert ours.shape == (2, num_labels)
+    assert _max_diff(ours, _hf(hf, x, segments=segments).logits) <= 1e-4
+
+    out = kb.presets.export_to_transformers(clf, str(tmp_path / "out"))
+    again, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+        out, output_loading_info=True)
+    assert type(again) is type(hf)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert _max_diff(ours, _hf(again.eval(), x, segments=segments).logits) <= 1e-4
+    theirs, exported = hf.state_dict(), again.state_dict()
+    assert sorted(theirs) == sorted(exported)
+    for key, value in theirs.items():
+        np.testing.assert_array_equal(exported[key].numpy(), value.numpy(), err_msg=key)
+
+    back = kb.presets.convert_task(out, kb.tasks.TextClassifier, preprocessor=None)
+    assert back.num_classes == num_labels
+    for a, b in zip(back.weights, clf.weights):
+        if "float" in str(a.dtype):  # not the dropouts' seed states
+            np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+
+    # a head HF's cannot hold: new (with a warning) from the checkpoint, an error to export
+    other = "tanh" if family == "roberta" else None
+    message = rf"hidden_activation={other!r}\) has no counterpart in HF's head"
+    with pytest.warns(UserWarning, match=r"head was not loaded.*" + message):
+        mismatched = kb.tasks.TextClassifier.from_preset(
+            path, num_classes=num_labels, hidden_activation=other, preprocessor=None)
+    with pytest.raises(checkpoints.CheckpointError, match=message):
+        kb.presets.export_to_transformers(mismatched, str(tmp_path / "mismatched"))
 
 
 def _electra_config(hidden, intermediate):

@@ -172,7 +172,9 @@ def registered_weights_dir(preset, download=False):
 
 
 # === Backbones ===
-def load_backbone(preset, cls=None, load_weights=True, download=False, **overrides):
+def load_backbone(preset, cls=None, load_weights=True, download=False, warn_no_pooler=True,
+                  **overrides):
+    """`warn_no_pooler`: see `convert_hf`."""
     kind, where = _resolve(preset, download)
     if kind == "keras_hub":
         spec, fmt = keras_hub_format.family_of(where, FAMILIES)
@@ -194,21 +196,25 @@ def load_backbone(preset, cls=None, load_weights=True, download=False, **overrid
         _check_family(spec, cls, preset)
         if not load_weights:
             return spec.backbone_cls(**dict(where.config, **overrides))
-        return convert_hf(registered_weights_dir(where, download), family=spec, **overrides)
+        return convert_hf(registered_weights_dir(where, download), family=spec,
+                          warn_no_pooler=warn_no_pooler, **overrides)
     spec, _ = _hf_family(where)
     own = FAMILIES.get(getattr(cls, "family", None))
     if own is not None and own.config_from_hf is spec.config_from_hf and (
             own.weights_from_hf is spec.weights_from_hf):
         spec = own  # a family stored in another's format (SpanBERT's BERT-format checkpoints)
     _check_family(spec, cls, preset)
-    return convert_hf(where, load_weights=load_weights, family=spec, **overrides)
+    return convert_hf(where, load_weights=load_weights, family=spec,
+                      warn_no_pooler=warn_no_pooler, **overrides)
 
 
-def convert_hf(model_dir, load_weights=True, family=None, **overrides):
+def convert_hf(model_dir, load_weights=True, family=None, warn_no_pooler=True, **overrides):
     """An HF-format directory -> our backbone with the checkpoint's weights.
 
     `family` (a FamilySpec) converts with that family instead of the one claiming the directory's
-    model_type (SpanBERT's checkpoints are model_type "bert").
+    model_type (SpanBERT's checkpoints are model_type "bert"). A checkpoint without the pooler
+    leaves the backbone's pooler as initialized, with a warning unless `warn_no_pooler=False`
+    (`load_task`, whose heads may fill it, warns after loading them instead).
     """
     spec, cfg = _hf_family(model_dir)
     if family is not None:
@@ -217,15 +223,22 @@ def convert_hf(model_dir, load_weights=True, family=None, **overrides):
     if load_weights:
         state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
         mapping = spec.weights_from_hf(backbone)
-        # HF's *ForMaskedLM / *ForTokenClassification save no pooler: ours keeps its initial
-        # weights then, as HF's from_pretrained does.
         pooler = checkpoints.keys_of(mapping, getattr(backbone, "pooler_dense", None))
-        skipped = checkpoints.assign(mapping, state, what=type(backbone).__name__,
-                                     optional=pooler)
-        if skipped:
-            warnings.warn(f"{model_dir!r} has no pooler weights ({skipped[0]}, ...): the "
-                          "backbone's pooler keeps its random initialization.", stacklevel=2)
+        checkpoints.assign(mapping, state, what=type(backbone).__name__, optional=pooler)
+        if warn_no_pooler:
+            _warn_if_no_pooler(model_dir, backbone, mapping, state)
     return backbone
+
+
+def _warn_if_no_pooler(model_dir, backbone, mapping, state, heads=()):
+    """HF's *ForMaskedLM / *ForTokenClassification save no pooler: ours keeps its initial weights
+    then, as HF's from_pretrained does, and says so, unless the task's `heads` filled it
+    (RobertaForSequenceClassification's `classifier.dense`)."""
+    pooler = getattr(backbone, "pooler_dense", None)
+    absent = sorted(k for k in checkpoints.keys_of(mapping, pooler) if k not in state)
+    if absent and not checkpoints.keys_of(heads, pooler):
+        warnings.warn(f"{model_dir!r} has no pooler weights ({absent[0]}, ...): the "
+                      "backbone's pooler keeps its random initialization.", stacklevel=4)
 
 
 def _load_weights_file(model, path):
@@ -313,8 +326,10 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         if saved.get("class_name") != cls.__name__:
             saved = {}
     kwargs = dict(saved.get("config", {}), **kwargs)
+    from_hf = load_weights and kind in ("hf", "registered")
     backbone = load_backbone(where if kind != "registered" else preset,
-                             load_weights=load_weights, download=download)
+                             load_weights=load_weights, download=download,
+                             warn_no_pooler=not from_hf)  # load_hf_heads warns: heads may fill it
     if preprocessor == "default":
         tokenizer = load_tokenizer(where if kind != "registered" else preset)
         args = dict(saved.get("preprocessor", {}))
@@ -327,42 +342,63 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     task = cls(backbone=backbone, preprocessor=preprocessor, **kwargs)
     if saved and load_weights:
         _load_weights_file(task, os.path.join(where, TASK_WEIGHTS))
-    elif load_weights and kind in ("hf", "registered"):
-        load_hf_heads(task, where if kind == "hf" else preset, download=download)
+    elif from_hf:
+        load_hf_heads(task, where if kind == "hf" else preset, download=download,
+                      warn_no_pooler=True)
     return task
 
 
-def load_hf_heads(task, preset, download=False, **companions):
+def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companions):
     """Loads the task's HF heads (the family's `hf_task_heads`) from `preset` (an HF-format
     directory or a registered name) when the checkpoint has all of them, e.g.
     `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head`; other presets
     and checkpoints without them leave the task's heads as they are. `companions`: the presets of
     the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
-    classifier with another number of labels) stays new, with a warning. `task.from_preset` calls
-    this; `convert_task` is the strict form."""
+    classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
+    when `preset` has no pooler weights and its heads do not fill the backbone's pooler either
+    (see `convert_hf`). `task.from_preset` calls this; `convert_task` is the strict form."""
     spec = family_of_class(type(task.backbone))
-    name = type(task).__name__
-    heads = (spec.hf_task_heads or {}).get(name) if spec else None
-    if heads is None:
+    if spec is None:
         return
-    sources = [(preset, heads)]
-    for argument, (_, companion_heads, _) in (spec.hf_task_companions or {}).get(name, {}).items():
+    name = type(task).__name__
+    sources = [(preset, (spec.hf_task_heads or {}).get(name),
+                (spec.hf_task_architectures or {}).get(name))]
+    for argument, (architecture, companion_heads, _) in (
+            spec.hf_task_companions or {}).get(name, {}).items():
         if companions.get(argument) is not None:
-            sources.append((companions[argument], companion_heads))
-    for source, source_heads in sources:
+            sources.append((companions[argument], companion_heads, architecture))
+    for i, (source, source_heads, architecture) in enumerate(sources):
+        check_pooler = warn_no_pooler and i == 0
+        if source_heads is None and not check_pooler:
+            continue
         kind, where = _resolve(source, download)
         if kind not in ("hf", "registered"):
             continue
         model_dir = where if kind == "hf" else registered_weights_dir(where, download)
-        mapping = source_heads(task)
         state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
-        if not all(key in state for _, key, _ in mapping):
-            continue
-        try:
-            checkpoints.assign(mapping, state, what=f"{name} head")
-        except checkpoints.CheckpointError as e:
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture)
+        if check_pooler:
+            _warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
+                               state, loaded)
+
+
+def _load_heads(task, heads, state, model_dir, architecture):
+    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or []."""
+    mapping = []
+    try:
+        mapping = heads(task) if heads is not None else []
+        if not mapping or not all(key in state for _, key, _ in mapping):
+            return []
+        checkpoints.assign(mapping, state, what=f"{type(task).__name__} head")
+        return mapping
+    except checkpoints.CheckpointError as e:
+        # A head of another shape; or, with no mapping, one HF's cannot fill (TextClassifier's
+        # hidden_activation), news only from a checkpoint of that head.
+        if mapping or architecture in (checkpoints.read_hf_config(model_dir).get("architectures")
+                                       or ()):
             warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}",
-                          stacklevel=3)
+                          stacklevel=4)
+        return []
 
 
 def _pop_preprocessor_args(cls, kwargs):
@@ -402,9 +438,12 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     `MaskedLM`, `ElectraForPreTraining`'s discriminator head into `ElectraPretrainer` (with
     `generator_preset=` an `ElectraForMaskedLM` directory, its generator head too: the family's
     `hf_task_companions`), `XLNetLMHeadModel`'s `lm_loss` into `XLNetPretrainer`,
-    `{Bert,Albert}ForSequenceClassification` into `TextClassifier` and every BERT-layout family's
-    `*ForTokenClassification` into `TokenClassifier`. A checkpoint without the head's weights, or
-    of another family than the task's heads, is an error naming what was expected.
+    `{Bert,Albert,Roberta,DistilBert,Electra}ForSequenceClassification` into `TextClassifier`
+    (RoBERTa's `classifier.dense` into the backbone's tanh pooler; DistilBERT's `pre_classifier`
+    and ELECTRA's `classifier.dense` into the hidden layer TextClassifier has by default for those
+    families) and every BERT-layout family's `*ForTokenClassification` into `TokenClassifier`.
+    A checkpoint without the head's weights, or of another family than the task's heads, is an
+    error naming what was expected.
     """
     kind, where = _resolve(path)
     if kind != "hf":
@@ -506,9 +545,13 @@ def export_to_transformers(model, path, tokenizer=None):
             config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
             if model.num_classes == 1:
                 config["problem_type"] = "regression"
+    head_mapping = heads(model) if heads is not None else []
+    # Backbone weights a head maps are written under the head's names only (our RoBERTa pooler is
+    # RobertaForSequenceClassification's classifier.dense; its RobertaModel has no pooler).
+    in_heads = {id(variable) for variable, _, _ in head_mapping}
+    mapping = [m for m in mapping if id(m[0]) not in in_heads]
     state = {prefix + k: v for k, v in checkpoints.export_state_dict(mapping).items()}
-    if heads is not None:
-        state.update(checkpoints.export_state_dict(heads(model)))
+    state.update(checkpoints.export_state_dict(head_mapping))
     os.makedirs(path, exist_ok=True)
     save_file(state, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
     _write_json(os.path.join(path, "config.json"), config)

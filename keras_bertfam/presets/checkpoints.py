@@ -279,10 +279,21 @@ def bert_pair_head_map(head, key="cls.seq_relationship"):
 
 
 def classifier_head_map(task, key="classifier"):
-    """`*ForSequenceClassification` (BERT, ALBERT) / `*ForTokenClassification` (every BERT-layout
-    family): one Linear after dropout, HF's `classifier` -> our TextClassifier / TokenClassifier
-    `head`."""
+    """`*ForTokenClassification` (every BERT-layout family): one Linear after dropout, HF's
+    `classifier` -> our TokenClassifier `head`."""
     return dense(task.head, key)
+
+
+def text_classifier_map(task, key="classifier", hidden=None, activation=None):
+    """`*ForSequenceClassification` -> TextClassifier: the Linear `key` into its `head` and, where
+    HF's head has a hidden layer on the first-token state (`hidden`, then `activation`), that
+    Linear into its `hidden_dense`. BERT / ALBERT: `classifier` alone."""
+    if task.hidden_activation != activation:
+        theirs = f"{hidden} -> {activation} -> {key}" if hidden else key
+        raise CheckpointError(
+            f"TextClassifier(hidden_activation={task.hidden_activation!r}) has no counterpart in "
+            f"HF's head ({theirs}); the family's default ('auto') is {activation!r}.")
+    return (dense(task.hidden_dense, hidden) if hidden else []) + dense(task.head, key)
 
 
 # === Tokenizer files for export ===

@@ -140,7 +140,7 @@ HF_TASK_HEADS = {
     # AlbertForPreTraining: the MLM head and the SOP head on the pooled output.
     "AlbertPretrainer": lambda task: (albert_mlm_head_map(task.mlm_head) + checkpoints.dense(
         task.pair_head.dense, "sop_classifier.classifier")),
-    "TextClassifier": checkpoints.classifier_head_map,
+    "TextClassifier": checkpoints.text_classifier_map,
     "TokenClassifier": checkpoints.classifier_head_map,
 }
 HF_TASK_ARCHITECTURES = {"MaskedLM": "AlbertForMaskedLM",

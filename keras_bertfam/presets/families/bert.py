@@ -54,7 +54,7 @@ def _pretrainer_heads(task):
 
 
 HF_TASK_HEADS = {"MaskedLM": _mlm_head, "BertPretrainer": _pretrainer_heads,
-                 "TextClassifier": checkpoints.classifier_head_map,
+                 "TextClassifier": checkpoints.text_classifier_map,
                  "TokenClassifier": checkpoints.classifier_head_map}
 HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertForPreTraining",
                          "TextClassifier": "BertForSequenceClassification",

@@ -94,8 +94,13 @@ FAMILY = FamilySpec(
     config_to_hf=distil_bert_config_to_hf,
     tokenizer_to_hf=functools.partial(wordpiece_to_hf, tokenizer_class="DistilBertTokenizer"),
     hf_task_heads={"MaskedLM": _mlm_head,
+                   # pre_classifier -> ReLU on [CLS] -> classifier
+                   "TextClassifier": functools.partial(
+                       checkpoints.text_classifier_map, hidden="pre_classifier",
+                       activation=DistilBertBackbone.classifier_hidden_activation),
                    "TokenClassifier": checkpoints.classifier_head_map},
     hf_task_architectures={"MaskedLM": "DistilBertForMaskedLM",
+                           "TextClassifier": "DistilBertForSequenceClassification",
                            "TokenClassifier": "DistilBertForTokenClassification"},
 )
 

@@ -70,9 +70,15 @@ FAMILY = FamilySpec(
     # converts and the generator's from the one given as `generator_preset`.
     hf_task_heads={"MaskedLM": lambda task: generator_head_map(task.mlm_head),
                    "ElectraPretrainer": lambda task: discriminator_head_map(task.rtd_head),
+                   # classifier.dense -> GELU on [CLS] -> classifier.out_proj
+                   "TextClassifier": functools.partial(
+                       checkpoints.text_classifier_map, key="classifier.out_proj",
+                       hidden="classifier.dense",
+                       activation=ElectraBackbone.classifier_hidden_activation),
                    "TokenClassifier": checkpoints.classifier_head_map},
     hf_task_architectures={"MaskedLM": "ElectraForMaskedLM",
                            "ElectraPretrainer": "ElectraForPreTraining",
+                           "TextClassifier": "ElectraForSequenceClassification",
                            "TokenClassifier": "ElectraForTokenClassification"},
     hf_task_companions={"ElectraPretrainer": {"generator_preset": (
         "ElectraForMaskedLM", lambda task: generator_head_map(task.mlm_head),

@@ -80,6 +80,13 @@ def _mlm_head(task):
                                     "lm_head.bias")
 
 
+def _text_classifier(task):
+    """`RobertaForSequenceClassification`'s `classifier`: its dense + tanh on `<s>` is our
+    backbone's pooler (its RobertaModel has none), `out_proj` our head."""
+    return (checkpoints.dense(task.backbone.pooler_dense, "classifier.dense")
+            + checkpoints.text_classifier_map(task, "classifier.out_proj"))
+
+
 FAMILY = FamilySpec(
     name="roberta",
     backbone_cls=RobertaBackbone,
@@ -92,9 +99,10 @@ FAMILY = FamilySpec(
     tokenizer_from_hf=byte_pair_from_hf,
     config_to_hf=roberta_config_to_hf,
     tokenizer_to_hf=byte_pair_to_hf,
-    hf_task_heads={"MaskedLM": _mlm_head,
+    hf_task_heads={"MaskedLM": _mlm_head, "TextClassifier": _text_classifier,
                    "TokenClassifier": checkpoints.classifier_head_map},
     hf_task_architectures={"MaskedLM": "RobertaForMaskedLM",
+                           "TextClassifier": "RobertaForSequenceClassification",
                            "TokenClassifier": "RobertaForTokenClassification"},
 )
 
