@@ -301,6 +301,27 @@ def test_electra_discriminator_and_generator_heads(electra_dirs):
     assert _max_diff(generator(dict(x, mask_positions=POSITIONS)), ref_gen) <= 1e-4
 
 
+def test_electra_pretrainer_exports_both_models(electra_dirs, tmp_path):
+    task = kb.presets.convert_task(electra_dirs[0], kb.tasks.ElectraPretrainer, preprocessor=None,
+                                   generator_preset=electra_dirs[1])
+    disc_dir, gen_dir = str(tmp_path / "disc"), str(tmp_path / "gen")
+    kb.presets.export_to_transformers(task, disc_dir, generator_path=gen_dir)
+    hf_disc = _reloaded_without_missing_keys(disc_dir, "ElectraForPreTraining")
+    hf_gen = _reloaded_without_missing_keys(gen_dir, "ElectraForMaskedLM")
+    x = _inputs()
+    valid = x["padding_mask"].astype(bool)
+    out = task(dict(x, mask_positions=np.zeros_like(POSITIONS)))
+    assert np.abs(to_numpy(out["rtd_logits"]) - _hf(hf_disc, x).logits.numpy())[valid].max() <= 1e-4
+    out = task(dict(x, mask_positions=POSITIONS))
+    assert _max_diff(out["mlm_logits"], _at_positions(_hf(hf_gen, x).logits)) <= 1e-4
+    again = kb.presets.convert_task(disc_dir, kb.tasks.ElectraPretrainer, preprocessor=None,
+                                    generator_preset=gen_dir)
+    for ours, theirs in zip(task.weights, again.weights):
+        np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs), err_msg=ours.path)
+    with pytest.raises(ValueError, match="generator_path is for an ElectraPretrainer"):
+        kb.presets.export_to_transformers(task.discriminator, disc_dir, generator_path=gen_dir)
+
+
 def test_electra_generator_with_other_embeddings_warns(tmp_path, electra_dirs):
     """ElectraPretrainer shares the discriminator's embeddings: a generator checkpoint whose
     embeddings differ cannot be reproduced exactly, which a warning says."""
