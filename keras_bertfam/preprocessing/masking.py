@@ -611,31 +611,33 @@ def _greedy_round(rows, tri, max_n, overlaps):
         return _gather_flat(_cumsum(_gather_flat(x, order_flat), tri=tri), rank_flat)
 
     def fit(r):
-        """Longest allowed n with pieces <= r (B, 1), and its pieces -> (B, W), (B, W)."""
-        ok = allowed_m[0] & (tok_m[0] <= r)
-        n = tf.cast(ok, tf.int32)
-        t = tf.where(ok, tok_m[0], 0)
-        for m in range(1, max_n):  # pieces grow with m, so the fitting m form a prefix
-            ok = allowed_m[m] & (tok_m[m] <= r)
-            n = n + tf.cast(ok, tf.int32)
-            t = tf.where(ok, tok_m[m], t)
-        return n, t
+        """The longest allowed n with pieces <= r (B, 1), as `ge` (ge[d] = n > d, (B, W) each:
+        the fitting m form a prefix, as pieces grow with m) and its pieces t (B, W)."""
+        ge = [allowed_m[0] & (tok_m[0] <= r)]
+        t = tf.where(ge[0], tok_m[0], 0)
+        for m in range(1, max_n):
+            ge.append(allowed_m[m] & (tok_m[m] <= r))
+            t = tf.where(ge[m], tok_m[m], t)
+        return ge, t
 
-    def window_any(x, n):
+    def length(ge):
+        return tf.add_n([tf.cast(g, tf.int32) for g in ge])
+
+    def window_any(x, ge):
         """any(x[w + d] for d < n[w]) -> (B, W)."""
-        out = x & (n > 0)
+        out = x & ge[0]
         for d in range(1, max_n):
-            out = out | (_shift_left(x, d, False) & (n > d))
+            out = out | (_shift_left(x, d, False) & ge[d])
         return out
 
-    def cover(flag, n):
+    def cover(flag, ge):
         """Words covered by the n-grams of the flagged candidates -> (B, W)."""
         out = flag
         for d in range(1, max_n):
-            out = out | _shift_right(flag & (n > d), d, False)
+            out = out | _shift_right(flag & ge[d], d, False)
         return out
 
-    def overlaps_earlier(flag, n):
+    def overlaps_earlier(flag, ge):
         """Candidates whose n-gram overlaps the n-gram of an earlier (in visiting order)
         flagged candidate -> (B, W)."""
         # claim[w]: smallest key of a flagged n-gram covering word w.
@@ -643,25 +645,25 @@ def _greedy_round(rows, tri, max_n, overlaps):
         claim = kflag
         for d in range(1, max_n):
             claim = tf.minimum(
-                claim, _shift_right(tf.where(n > d, kflag, _INT32_MAX), d, _INT32_MAX)
+                claim, _shift_right(tf.where(ge[d], kflag, _INT32_MAX), d, _INT32_MAX)
             )
         earlier = claim < key  # d = 0 (own word)
         for d in range(1, max_n):
-            earlier = earlier | ((_shift_left(claim, d, _INT32_MAX) < key) & (n > d))
+            earlier = earlier | ((_shift_left(claim, d, _INT32_MAX) < key) & ge[d])
         return earlier
 
     def body(covered, chosen, used, cursor, done):
         r = (budget - used)[:, tf.newaxis]  # (B, 1)
-        n1, t1 = fit(r)
+        ge1, t1 = fit(r)
         active = is_cand & (key >= cursor[:, tf.newaxis]) & ~done[:, tf.newaxis]
-        has = active & (n1 > 0)
-        tent = has & ~window_any(covered, n1) if overlaps else has
+        has = active & ge1[0]
+        tent = has & ~window_any(covered, ge1) if overlaps else has
         if overlaps:
             # A tentative n-gram overlapping an earlier *clean* one (no earlier tentative overlap)
             # is certainly skipped if it comes before f: that clean one is then committed first.
             # Only the remaining overlaps (chains) are problems.
-            earlier = overlaps_earlier(tent, n1)
-            skipped = tent & overlaps_earlier(tent & ~earlier, n1)
+            earlier = overlaps_earlier(tent, ge1)
+            skipped = tent & overlaps_earlier(tent & ~earlier, ge1)
             tent_left = tent & ~skipped
             problem = tent & earlier & ~skipped
         else:
@@ -672,16 +674,16 @@ def _greedy_round(rows, tri, max_n, overlaps):
         f = tf.reduce_min(tf.where(problem, key, _INT32_MAX), axis=1)  # (B,)
         f2 = f[:, tf.newaxis]
         commit = tent_left & (key < f2)
-        covered = covered | cover(commit, n1)
-        chosen = tf.where(commit, n1, chosen)
+        covered = covered | cover(commit, ge1)
+        chosen = tf.where(commit, length(ge1), chosen)
         used = used + tf.reduce_sum(tf.where(commit, t1, 0), axis=1)
         # Candidate f, decided exactly with the updated state.
-        n2, t2 = fit((budget - used)[:, tf.newaxis])
-        acc = (key == f2) & is_cand & (n2 > 0)
+        ge2, t2 = fit((budget - used)[:, tf.newaxis])
+        acc = (key == f2) & is_cand & ge2[0]
         if overlaps:
-            acc = acc & ~window_any(covered, n2)
-        covered = covered | cover(acc, n2)
-        chosen = tf.where(acc, n2, chosen)
+            acc = acc & ~window_any(covered, ge2)
+        covered = covered | cover(acc, ge2)
+        chosen = tf.where(acc, length(ge2), chosen)
         used = used + tf.reduce_sum(tf.where(acc, t2, 0), axis=1)
         finished = f == _INT32_MAX
         return covered, chosen, used, tf.where(finished, f, f + 1), done | finished
