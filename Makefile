@@ -26,8 +26,9 @@ pretrain: setup
 		--steps $(STEPS) --checkpoint-every 100 --output $(OUTPUT)
 
 # Tests: everything on TensorFlow, then the keras.ops-only tests on JAX and PyTorch.
+# Every backend runs even when an earlier one fails; the exit status reports any failure.
 test: setup
-	$(MAKE) test-tf test-jax test-torch
+	@status=0; for b in tf jax torch; do $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; exit $$status
 
 test-tf: setup
 	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) -p no:warnings
