@@ -171,7 +171,7 @@ def test_cli_pretrains_xlnet_from_an_hf_dir_and_saves_a_loadable_preset(xlnet_sp
                "--preset", source, "--steps", "4", "--checkpoint-every", "2", "--no-export",
                "--batch-size", "2", "--sequence-length", "24", "--output", str(out),
                "--verbose", "0"]
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)  # hangs only
         assert result.returncode == 0, result.stderr[-3000:]
         state = json.loads((out / "training_state.json").read_text())
         assert state["step"] == 4 and [h["step"] for h in state["history"]] == [2, 4]
