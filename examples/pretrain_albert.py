@@ -90,7 +90,7 @@ def main():
     model_file = os.path.join(tempfile.mkdtemp(), "spiece.model")
     kb.preprocessing.train_sentencepiece_model(documents.take(2000), args.vocabulary_size,
                                                output_file=model_file)
-    tokenizer = kb.preprocessing.SentencePieceTokenizer(model_file)
+    tokenizer = kb.preprocessing.SentencePieceTokenizer(model_file, lowercase=True)  # uncased
     print(f"SentencePiece model: {tokenizer.vocabulary_size()} pieces "
           f"({time.time() - start:.0f}s)")
 

@@ -244,7 +244,7 @@ def test_sentencepiece_ids_equal_slow_and_hf_albert_tokenizers(spiece, tmp_path)
 
     sp = sentencepiece.SentencePieceProcessor(model_file=spiece)
     assert [sp.id_to_piece(i) for i in range(5)] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
-    tok = kb.preprocessing.SentencePieceTokenizer(spiece)
+    tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
     assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id,
             tok.unk_token_id) == (2, 3, 0, 4, 1)
     docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
@@ -280,7 +280,7 @@ def test_digit_comma_pieces_are_split_as_albert_does(tmp_path):
     quirky = [p for p in (sp.id_to_piece(i) for i in range(sp.get_piece_size())) if p[-1:] == "," and
               len(p) > 1 and p[-2].isdigit()]
     assert quirky  # the vocabulary has pieces such as "0,"
-    tok = kb.preprocessing.SentencePieceTokenizer(model.getvalue())
+    tok = kb.preprocessing.SentencePieceTokenizer(model.getvalue(), lowercase=True)
     texts = lines[:40] + ["In 1990, x1995, and 7,"]
     ours = tok(texts).to_list()
     assert ours == [slow_sentencepiece_ids(sp, t, lowercase=True) for t in texts]
@@ -290,7 +290,7 @@ def test_digit_comma_pieces_are_split_as_albert_does(tmp_path):
 def test_tokenizer_in_tf_data_and_scalar_input(spiece):
     import tensorflow as tf
 
-    tok = kb.preprocessing.SentencePieceTokenizer(spiece, sequence_length=8)
+    tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True, sequence_length=8)
     ds = tf.data.Dataset.from_tensor_slices(["A film.", "Another, longer review text here."])
     batch = next(iter(ds.batch(2).map(tok)))
     assert batch.shape == (2, 8) and int(batch[0, -1]) == tok.pad_token_id
@@ -303,7 +303,7 @@ def test_tokenizer_in_tf_data_and_scalar_input(spiece):
 def test_albert_pretrains_from_raw_text_with_ngram_masking_and_sop(spiece):
     from keras_bertfam.preprocessing import corpus
 
-    tok = kb.preprocessing.SentencePieceTokenizer(spiece)
+    tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
     backbone = kb.models.AlbertBackbone(tok.vocabulary_size(), 2, 2, 32, 64, embedding_dim=16,
                                         max_sequence_length=64)
     pre = kb.tasks.AlbertPretrainer.default_preprocessor(tok, backbone, sequence_length=64,

@@ -397,7 +397,7 @@ def _tokenizer(kind, files):
         return kb.preprocessing.BytePairTokenizer(*files[kind])
     if kind == "xlnet":
         return kb.preprocessing.XLNetTokenizer(files[kind])
-    return kb.preprocessing.SentencePieceTokenizer(files[kind])
+    return kb.preprocessing.SentencePieceTokenizer(files[kind], lowercase=True)
 
 
 SMALL = dict(num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,

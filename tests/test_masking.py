@@ -477,7 +477,7 @@ def test_shapes_dtypes_and_unbatched():
     x64 = tf.constant([[CLS, 5, 6, 7, SEP, PAD]], tf.int64)
     out = m(x64)
     assert out["token_ids"].dtype == tf.int64 and out["token_ids"].shape == (1, 6)
-    assert out["mask_positions"].dtype == tf.int32 and out["mask_positions"].shape == (1, 12)
+    assert out["mask_positions"].dtype == tf.int64 and out["mask_positions"].shape == (1, 12)
     assert out["mask_ids"].dtype == tf.int32 and out["mask_weights"].dtype == tf.float32
     single = m(tf.constant([CLS, 5, 6, 7, SEP]))
     assert single["token_ids"].shape == (5,) and single["mask_positions"].shape == (12,)

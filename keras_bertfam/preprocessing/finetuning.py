@@ -22,6 +22,19 @@ if keras.saving.get_registered_object("keras_bertfam>WordPieceTokenizer") is Non
     keras.saving.register_keras_serializable(package="keras_bertfam")(WordPieceTokenizer)
 
 
+def as_segments(x):
+    """keras-hub's convention: a tuple is segments (a sentence pair is a tuple of two batches);
+    anything else, a Python list of strings included, is one batch (or one string)."""
+    return x if isinstance(x, tuple) else (x,)
+
+
+def preset_preprocessor(cls, preset, **kwargs):
+    """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`."""
+    from keras_bertfam import presets
+
+    return cls(presets.load_tokenizer(preset), **kwargs)
+
+
 def _pack(x, y=None, sample_weight=None):
     if y is None:
         return x
@@ -62,6 +75,16 @@ class FinetuningPreprocessor(keras.layers.Layer):
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
         self.built = True
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """This preprocessor on a preset's tokenizer (keras-hub's `Preprocessor.from_preset`)."""
+        return preset_preprocessor(cls, preset, **kwargs)
+
+    @property
+    def packer(self):
+        """The `SegmentPacker` of `[CLS] A [SEP] (B [SEP])` (keras-hub's `preprocessor.packer`)."""
+        return self._packer()
 
     def _packer(self):
         # Made on first use: a tokenizer restored from a `.keras` file gets its vocabulary (and
@@ -132,7 +155,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         self.pad_to_batch_max = pad_to_batch_max
 
     def call(self, x, y=None, sample_weight=None):
-        segments = x if isinstance(x, (tuple, list)) else (x,)
+        segments = as_segments(x)
         if len(segments) > 2:
             raise ValueError(f"TextClassifier takes one or two segments, got {len(segments)}.")
         features = self._features([self.tokenizer(s) for s in segments])
@@ -142,8 +165,10 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         if y is not None:
             if self.num_classes and self.num_classes > 1:
                 y = check_labels(y, self.num_classes)
-            else:
+            elif self.num_classes == 1:  # regression
                 y = tf.cast(y, tf.float32)
+            else:  # no task attached: the labels as given (integer labels stay integer)
+                y = tf.convert_to_tensor(y)
         return _pack(features, y, sample_weight)
 
     def get_config(self):

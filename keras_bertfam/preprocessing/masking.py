@@ -50,6 +50,7 @@ docstring).
 import math
 import os
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -392,10 +393,17 @@ class _Masker:
     def __call__(self, token_ids, seed=None):
         """Masks `token_ids` ([B, T] dense, [B, (T)] ragged, or one [T] sequence).
 
+        `token_ids` may also be a Python list of ids, or of lists of ids (ragged rows).
+
         Returns a dict with `token_ids` (same type, shape and dtype as the input, masked),
-        `mask_positions` [B, P] int32 (ascending, zero padded), `mask_ids` [B, P] int32 (original
+        `mask_positions` [B, P] int64 (ascending, zero padded; keras-hub's dtype), `mask_ids` [B, P] int32 (original
         ids, 0 at padding) and `mask_weights` [B, P] float32 (1.0 for real predictions).
         """
+        if isinstance(token_ids, (list, tuple)):
+            try:
+                token_ids = tf.convert_to_tensor(token_ids)
+            except ValueError:  # rows of different lengths, as keras-hub accepts
+                token_ids = tf.ragged.constant(token_ids)
         ragged = isinstance(token_ids, tf.RaggedTensor)
         if not ragged:
             token_ids = tf.convert_to_tensor(token_ids)
@@ -433,7 +441,7 @@ class _Masker:
                 masked = masked.with_row_splits_dtype(token_ids.row_splits.dtype)
         out = {
             "token_ids": masked,
-            "mask_positions": positions,
+            "mask_positions": tf.cast(positions, tf.int64),
             "mask_ids": mask_ids,
             "mask_weights": weights,
         }
@@ -774,6 +782,7 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
 # === Strategies ===
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class TokenMasker(_Masker):
     """BERT / RoBERTa token masking (Devlin et al. 2019; Liu et al. 2019), dynamic.
 
@@ -834,6 +843,7 @@ class TokenMasker(_Masker):
         return positions, weights, None
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class WholeWordMasker(_Masker):
     """BERT whole-word masking (google-research/bert `--do_whole_word_mask`).
 
@@ -878,6 +888,7 @@ class WholeWordMasker(_Masker):
         return covered, word, chosen_n, key, cand_n
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class NgramMasker(WholeWordMasker):
     """ALBERT n-gram masking (Lan et al. 2020; google-research/albert).
 
@@ -920,6 +931,7 @@ class NgramMasker(WholeWordMasker):
         return config
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class SpanMasker(_Masker):
     """SpanBERT span masking (Joshi et al. 2020; facebookresearch/SpanBERT).
 

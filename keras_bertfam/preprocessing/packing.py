@@ -152,6 +152,7 @@ def _trim(segment, keep):
 # === SegmentPacker ===
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class SegmentPacker(_TFLayer):
     """Pack one or more segments into `[CLS] A [SEP] (B [SEP])` fixed-length model inputs.
 
@@ -597,6 +598,7 @@ class _Pairer(_TFLayer):
         )
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class NextSentencePairer(_Pairer):
     """BERT's next-sentence-prediction instances (`create_instances_from_document`), vectorized.
 
@@ -665,6 +667,7 @@ class NextSentencePairer(_Pairer):
         super().__init__(sequence_length, short_seq_prob, seed, single_sentence, **kwargs)
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class SentenceOrderPairer(_Pairer):
     """ALBERT's sentence-order-prediction instances, vectorized.
 
@@ -765,6 +768,7 @@ def _greedy_blocks(unit_lens, num_units, capacity, is_sep=None):
     return row, starts, ends
 
 
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class DocumentPacker(_TFLayer):
     """RoBERTa's FULL-SENTENCES and DOC-SENTENCES input blocks.
 

@@ -171,6 +171,7 @@ def perm_mask_from_order(rank, is_target, is_functional):
 
 
 # === The masker ===
+@keras.saving.register_keras_serializable(package="keras_bertfam")
 class PermutationMasker:
     """XLNet's permutation-LM targets and masks for a batch of packed sequences (Yang et al. 2019).
 

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
+from keras_bertfam.preprocessing.finetuning import as_segments, preset_preprocessor
 from keras_bertfam.preprocessing.masking import TokenMasker
 from keras_bertfam.preprocessing.packing import (
     DocumentPacker,
@@ -32,6 +33,7 @@ DEFAULT_SHUFFLE_BUFFER = 1024
 def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None, **kwargs):
     """BERT's masking for this tokenizer: 15%, 80/10/10, at most ceil(0.15 · length) predictions
     (20 at length 128, as BERT's max_predictions_per_seq), never a special token."""
+    require_mask_token(tokenizer)
     return TokenMasker(
         vocabulary_size=tokenizer.vocabulary_size(),
         mask_selection_rate=mask_selection_rate,
@@ -42,6 +44,24 @@ def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=No
         seed=seed,
         **kwargs,
     )
+
+
+def deserialize_stage(stage):
+    """A masker / pairer, or its serialized config (from `get_config`, a preset or a `.keras`
+    file) -> the object; None stays None."""
+    if isinstance(stage, dict):
+        return keras.saving.deserialize_keras_object(stage)
+    return stage
+
+
+def require_mask_token(tokenizer, objective="Masked-language-model pretraining"):
+    """A clear error when the tokenizer's vocabulary has no mask token (a RoBERTa BPE
+    vocabulary may lack it: fine for fine-tuning and inference, not for masking)."""
+    if getattr(tokenizer, "mask_token_id", None) is None:
+        raise ValueError(
+            f"{objective} needs a mask token, and the vocabulary of this "
+            f"{type(tokenizer).__name__} has none. Add one (e.g. '<mask>') to the vocabulary, "
+            "or pass masker= with an explicit mask_token_id.")
 
 
 # Tokenizer kind -> how the word maskers find word starts (`masking.word_continuation_table`).
@@ -74,7 +94,8 @@ class PretrainingPreprocessor(keras.layers.Layer):
         self.sequence_length = sequence_length
         self.batch_size = batch_size
         self.seed = seed
-        self.masker = masker or default_masker(tokenizer, sequence_length, seed=seed)
+        self.masker = deserialize_stage(masker) or default_masker(tokenizer, sequence_length,
+                                                                  seed=seed)
         self.packer = SegmentPacker(
             sequence_length,
             start_value=tokenizer.cls_token_id,
@@ -83,13 +104,18 @@ class PretrainingPreprocessor(keras.layers.Layer):
         )
         self.built = True
 
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """This preprocessor on a preset's tokenizer (keras-hub's `Preprocessor.from_preset`)."""
+        return preset_preprocessor(cls, preset, **kwargs)
+
     def _mask(self, token_ids, segment_ids, padding_mask, seed=None):
         masked = self.masker(token_ids, seed=seed)
         x = {
             "token_ids": masked["token_ids"],
             "segment_ids": tf.cast(segment_ids, tf.int32),
             "padding_mask": tf.cast(padding_mask, tf.int32),
-            "mask_positions": masked["mask_positions"],
+            "mask_positions": tf.cast(masked["mask_positions"], tf.int32),  # the model's dtype
         }
         return x, masked["mask_ids"], masked["mask_weights"]
 
@@ -133,6 +159,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
             sequence_length=self.sequence_length,
             batch_size=self.batch_size,
             seed=self.seed,
+            masker=keras.saving.serialize_keras_object(self.masker),
         )
         return config
 
@@ -174,7 +201,7 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
             )
 
     def call(self, x, y=None, sample_weight=None, seed=None):
-        segments = x if isinstance(x, (tuple, list)) else (x,)
+        segments = as_segments(x)
         segments = tuple(self.tokenizer(s) for s in segments)
         token_ids, segment_ids, padding_mask = self.packer(segments)
         return self._mask(token_ids, segment_ids, padding_mask, seed=seed)
@@ -217,7 +244,8 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
         super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
         self.shuffle_buffer = shuffle_buffer
         self.short_seq_prob = short_seq_prob
-        self.pairer = pairer or NextSentencePairer(sequence_length, short_seq_prob, seed=seed)
+        self.pairer = deserialize_stage(pairer) or NextSentencePairer(sequence_length,
+                                                                       short_seq_prob, seed=seed)
 
     def instances(self, texts, seed=None):
         """Strings [B] -> (segment_a [N, (T)], segment_b [N, (T)], labels [N])."""
@@ -239,4 +267,5 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
 
     def get_config(self):
         return dict(super().get_config(), short_seq_prob=self.short_seq_prob,
-                    shuffle_buffer=self.shuffle_buffer)
+                    shuffle_buffer=self.shuffle_buffer,
+                    pairer=keras.saving.serialize_keras_object(self.pairer))

@@ -4,7 +4,11 @@ import math
 import keras
 
 from keras_bertfam.preprocessing.masking import SpanMasker, span_boundaries
-from keras_bertfam.preprocessing.preprocessors import MaskedLMPreprocessor, word_masking_args
+from keras_bertfam.preprocessing.preprocessors import (
+    MaskedLMPreprocessor,
+    deserialize_stage,
+    word_masking_args,
+)
 
 
 def default_span_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None,
@@ -31,7 +35,8 @@ class SpanBertPreprocessor(MaskedLMPreprocessor):
 
     def __init__(self, tokenizer, sequence_length=128, masker=None, packing="segments",
                  batch_size=32, seed=None, **kwargs):
-        masker = masker or default_span_masker(tokenizer, sequence_length, seed=seed)
+        masker = deserialize_stage(masker) or default_span_masker(tokenizer, sequence_length,
+                                                                  seed=seed)
         super().__init__(tokenizer, sequence_length, masker=masker, packing=packing,
                          batch_size=batch_size, seed=seed, **kwargs)
 

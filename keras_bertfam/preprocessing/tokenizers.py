@@ -259,7 +259,20 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         if merges is not None:
             merges = _read_bpe_merges(merges)
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
+        absent = []
+        if vocabulary is not None:
+            # Byte-level BPE never produces an unknown token, and only masked-LM pretraining
+            # needs the mask token: a vocabulary without them (keras-hub's RoBERTa examples)
+            # tokenizes, fine-tunes and predicts; `mask_token_id` is then None, and the MLM
+            # preprocessors refuse it naming the token.
+            absent = [r for r in ("unk", "mask") if tokens[r] is not None
+                      and tokens[r] not in vocabulary]
+            for role in absent:
+                tokens[role] = None
         self._declare_special_tokens(None if vocabulary is None else list(vocabulary), tokens)
+        for role in absent:
+            object.__setattr__(self, f"{role}_token", None)
+            object.__setattr__(self, f"{role}_token_id", None)
         kwargs.pop("_allow_python_workflow", None)
         kwargs.pop("unsplittable_tokens", None)
         super().__init__(
@@ -371,7 +384,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
     """ALBERT's SentencePiece tokenizer, giving HF `AlbertTokenizer`'s ids (Lan et al. 2020).
 
     keras-hub's tokenizer (tf-text's SentencePiece kernel) after ALBERT's text preprocessing
-    (`albert_normalize`: quotes, NFKD + accent stripping, lowercasing), with ALBERT's special
+    (`albert_normalize`: quotes, NFKD + accent stripping, lowercasing when `lowercase`), with ALBERT's special
     tokens by role: `[CLS]`, `[SEP]`, `<pad>`, `[MASK]`, `<unk>`. Word starts carry `▁`.
 
     Like the original (and HF's slow, SentencePiece-based `AlbertTokenizer`), a piece ending in
@@ -381,7 +394,8 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
 
     Args:
         proto: a SentencePiece model file path or its bytes.
-        lowercase: lowercase the text (ALBERT's uncased models: True).
+        lowercase: lowercase the text. False by default, as keras-hub's tokenizer (the text goes
+            to the SentencePiece model as it is); ALBERT's uncased presets set True.
         keep_accents: keep accents (False: NFKD and drop combining marks, as ALBERT).
         cls_token ... unk_token: the model's special pieces.
 
@@ -395,7 +409,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
     def __init__(
         self,
         proto=None,
-        lowercase=True,
+        lowercase=False,
         keep_accents=False,
         sequence_length=None,
         cls_token="[CLS]",

@@ -3,7 +3,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead, PairHead
-from keras_bertfam.tasks.losses import mean_sparse_ce, weighted_sparse_ce
+from keras_bertfam.tasks.losses import mean_sparse_ce, mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     serving_mask_positions,
@@ -24,6 +24,7 @@ class BertPretrainer(Task):
     """
 
     pair_task = "nsp"
+    preprocessor_args = ("sequence_length", "batch_size", "masker", "pairer", "seed")
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         if "pooled_output" not in backbone.output:
@@ -68,8 +69,8 @@ class BertPretrainer(Task):
                     **{f"{self.pair_task}_probabilities": ops.softmax(pair_logits, axis=-1)})
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
-        weights = y["mask_weights"] if sample_weight is None else sample_weight
-        mlm_loss, mlm_accuracy = weighted_sparse_ce(y["mask_ids"], y_pred["mlm_logits"], weights)
+        mask_ids, weights = mlm_targets(y, sample_weight)
+        mlm_loss, mlm_accuracy = weighted_sparse_ce(mask_ids, y_pred["mlm_logits"], weights)
         pair_loss, pair_accuracy = mean_sparse_ce(y["pair_labels"], y_pred["pair_logits"])
         p = self.pair_task
         return mlm_loss + pair_loss, {

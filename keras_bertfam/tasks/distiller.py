@@ -131,6 +131,8 @@ class Distiller(Task):
     >>> Distiller(teacher, student).fit(...)                                    # doctest: +SKIP
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     def __init__(
         self,
         teacher,

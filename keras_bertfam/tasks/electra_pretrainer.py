@@ -163,6 +163,8 @@ class ElectraPretrainer(Task):
     >>> model = kb.tasks.ElectraPretrainer(discriminator=disc)                  # doctest: +SKIP
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     def __init__(
         self,
         generator=None,
@@ -297,9 +299,11 @@ class ElectraPretrainer(Task):
         return replace_at_positions(zeros, positions, slot_labels, valid)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
+        if sample_weight is None and not (isinstance(y, dict) and "mask_weights" in y):
+            # No weights: every slot at a real position (> 0: position 0 is [CLS], never
+            # masked, and pads the slots), so padded slots mark no token as replaced.
+            sample_weight = ops.cast(y_pred["mask_positions"] > 0, "float32")
         mask_ids, weights = mlm_targets(y, sample_weight)
-        if weights is None:
-            weights = ops.cast(y_pred["mask_positions"] > 0, "float32")
         mlm_loss, mlm_accuracy = weighted_sparse_ce(mask_ids, y_pred["mlm_logits"], weights)
 
         labels = ops.cast(self.rtd_labels(mask_ids, weights, y_pred), "float32")  # (B, T)

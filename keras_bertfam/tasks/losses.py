@@ -5,11 +5,12 @@ from keras import ops
 def weighted_sparse_ce(labels, logits, weights, epsilon=1e-5):
     """BERT's MLM loss: `Σ w·CE / (Σ w + 1e-5)` over prediction slots.
 
-    labels (B, P) int, logits (B, P, V), weights (B, P) 0/1. Also returns the weighted accuracy.
+    labels (B, P) int, logits (B, P, V), weights (B, P) 0/1 (None: all ones, as Keras' missing
+    `sample_weight`). Also returns the weighted accuracy.
     """
     logits = ops.cast(logits, "float32")
-    weights = ops.cast(weights, "float32")
     labels = ops.cast(labels, "int32")
+    weights = ops.ones_like(labels, "float32") if weights is None else ops.cast(weights, "float32")
     ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)  # (B, P)
     denom = ops.sum(weights) + epsilon
     loss = ops.sum(ce * weights) / denom
@@ -29,7 +30,11 @@ def mean_sparse_ce(labels, logits):
 
 def mlm_targets(y, sample_weight):
     """(mask_ids, mask_weights or None) from keras-hub's `y=mask_ids, sample_weight=weights` or
-    our `y={"mask_ids", "mask_weights"}`; a `sample_weight` given to fit() wins."""
+    our `y={"mask_ids", "mask_weights"}`; a `sample_weight` given to fit() wins; none at all
+    means every prediction slot counts (all ones)."""
     if isinstance(y, dict):
-        return y["mask_ids"], y.get("mask_weights") if sample_weight is None else sample_weight
+        y, sample_weight = y["mask_ids"], (
+            y.get("mask_weights") if sample_weight is None else sample_weight)
+    if sample_weight is None:
+        sample_weight = ops.ones_like(y, "float32")
     return y, sample_weight

@@ -49,6 +49,8 @@ class MaskedLM(Task):
     >>> mlm = kb.tasks.MaskedLM(backbone)                     # doctest: +SKIP
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     def __init__(self, backbone, preprocessor=None, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor

@@ -60,6 +60,8 @@ class QuestionAnswerer(Task):
     >>> qa.answer(["Who?"], ["Ada wrote it."])  # doctest: +SKIP
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     preprocessor_args = ("sequence_length", "stride", "max_question_length")
     default_learning_rate = 5e-5
 

@@ -45,6 +45,8 @@ class SentenceEncoder(Task):
     (1, 384)
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     preprocessor_args = ("sequence_length",)
 
     def __init__(self, backbone, preprocessor=None, normalize=True, **kwargs):

@@ -37,6 +37,8 @@ class SpanBertPretrainer(Task):
     >>> model = kb.tasks.SpanBertPretrainer(backbone)              # doctest: +SKIP
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     def __init__(self, backbone, preprocessor=None, max_span_length=20,
                  position_embedding_dim=200, **kwargs):
         self.backbone = backbone

@@ -8,8 +8,9 @@ they take the model's own inputs (keras-hub's preprocessed format for pretrainin
 import inspect
 
 import keras
+import numpy as np
 import tensorflow as tf
-from keras import ops
+from keras import ops, tree
 
 
 class Task(keras.Model):
@@ -46,11 +47,77 @@ class Task(keras.Model):
         raise NotImplementedError
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if self._user_loss():
+            # `compile(loss=...)` given: Keras' compiled loss, as keras-hub's tasks do.
+            return super().compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                        training=training)
         loss, values = self.losses_and_metrics(y, y_pred, sample_weight)
+        # Weighted by the batch size, which (unlike a constant weight) depends on the data: on a
+        # dataset of unknown length, TensorFlow runs the data-independent part of the step that
+        # finds the end of the data, which would count one more (empty) step in every mean.
+        batch = ops.cast(ops.shape(tree.flatten(y_pred)[0])[0], "float32")
         for name, value in values.items():
-            self._trackers[name].update_state(value)
+            self._trackers[name].update_state(value, sample_weight=batch)
         loss = loss + ops.cast(sum(self.losses), loss.dtype) if self.losses else loss
         return _scale_for_replicas(loss)
+
+    def _user_loss(self):
+        return getattr(self, "_compile_loss", None) is not None
+
+    @property
+    def metrics(self):
+        metrics = super().metrics
+        if self._user_loss():  # the task's own loss terms are not computed: not reported
+            trackers = {id(t) for t in getattr(self, "_trackers", {}).values()}
+            metrics = [m for m in metrics if id(m) not in trackers]
+        return metrics
+
+    # === Variables the task's graph does not use ===
+    # Whether the task's graph reads the backbone's `pooled_output` (a class attribute).
+    uses_pooled_output = True
+
+    def _unused_variable_ids(self):
+        """Variables of the backbones' poolers when this task never reads `pooled_output` (a
+        masked-LM or token-level task): the task does not train them (no "Gradients do not
+        exist" warning on TensorFlow, no weight decay of variables without a gradient on JAX and
+        PyTorch), but they stay in the model's weights (saved, loaded, converted)."""
+        cached = self.__dict__.get("_unused_ids_cache")
+        if cached is not None:
+            return cached
+        ids = set()
+        if not type(self).uses_pooled_output:
+            for layer in self._flatten_layers(include_self=False):
+                if layer.name == "pooler" and isinstance(layer, keras.layers.Dense):
+                    ids.update(id(v) for v in layer.weights)
+        if getattr(self, "built", False):
+            object.__setattr__(self, "_unused_ids_cache", ids)
+        return ids
+
+    def _split_unused(self, trainable, others):
+        if not self.trainable:
+            return trainable, others
+        unused = self._unused_variable_ids()
+        if not unused:
+            return trainable, others
+        return ([v for v in trainable if id(v) not in unused],
+                others + [v for v in trainable if id(v) in unused])
+
+    @property
+    def trainable_weights(self):
+        return self._split_unused(super().trainable_weights, [])[0]
+
+    @property
+    def non_trainable_weights(self):
+        return self._split_unused(super().trainable_weights, super().non_trainable_weights)[1]
+
+    @property
+    def trainable_variables(self):
+        return self._split_unused(super().trainable_variables, [])[0]
+
+    @property
+    def non_trainable_variables(self):
+        return self._split_unused(super().trainable_variables,
+                                  super().non_trainable_variables)[1]
 
     # === tf.distribute (keras-team/keras#20585; see keras_bertfam/distribute.py) ===
     if keras.backend.backend() == "tensorflow":
@@ -162,7 +229,9 @@ class Task(keras.Model):
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
         preprocessor = getattr(self, "preprocessor", None)
         if preprocessor is None:
-            return x, y, sample_weight, batch_size
+            # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
+            # which Keras' data adapters take.
+            return _arrays(x), _arrays(y), _arrays(sample_weight), batch_size
         if not isinstance(x, tf.data.Dataset):
             data = x if y is None else (x, y) if sample_weight is None else (x, y, sample_weight)
             x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
@@ -205,6 +274,10 @@ class Task(keras.Model):
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if not self.compiled:
             self.compile()
+        if kwargs.get("_use_cached_eval_dataset"):
+            # fit()'s validation: its data was prepared by our fit already.
+            return super().evaluate(x=x, y=y, batch_size=batch_size,
+                                    sample_weight=sample_weight, **kwargs)
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
         return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
@@ -247,6 +320,17 @@ class Task(keras.Model):
         from keras_bertfam import presets
 
         presets.save_task(self, preset_dir)
+
+
+def _arrays(data):
+    """Python lists (also inside a dict or tuple) -> NumPy arrays; anything else unchanged."""
+    if isinstance(data, list):
+        return np.asarray(data)
+    if isinstance(data, dict):
+        return {k: _arrays(v) for k, v in data.items()}
+    if isinstance(data, tuple):
+        return tuple(_arrays(v) for v in data)
+    return data
 
 
 def _scale_for_replicas(loss):

@@ -30,6 +30,8 @@ class TokenClassifier(Task):
     >>> tagger.fit(["John lives in Paris"], [[1, 0, 0, 5]])  # doctest: +SKIP
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     preprocessor_args = ("sequence_length",)
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5

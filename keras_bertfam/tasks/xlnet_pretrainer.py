@@ -83,6 +83,8 @@ class XLNetPretrainer(Task):
     >>> task = kb.tasks.XLNetPretrainer(backbone)              # doctest: +SKIP
     """
 
+    uses_pooled_output = False  # the pooler is not trained by this task
+
     preprocessor_args = ("sequence_length", "batch_size", "seed", "reuse_len", "num_predict",
                          "window_steps")
 
@@ -162,7 +164,7 @@ class XLNetPretrainer(Task):
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if isinstance(y, dict):
-            y, sample_weight = y["target"], y["target_mask"]
+            y, sample_weight = y["target"], y.get("target_mask", sample_weight)
         loss, accuracy = weighted_sparse_ce(y, y_pred, sample_weight)
         return loss, {"plm_loss": loss, "plm_accuracy": accuracy}
 
