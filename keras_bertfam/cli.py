@@ -38,6 +38,7 @@ STATE_FILE = "training_state.json"
 WEIGHTS = "model.weights.h5"  # weights and optimizer state
 RNG_STATE = "rng_state.npz"  # dropout seed generators: Keras' save_weights leaves them out
 CHECKPOINT_FILES = (WEIGHTS, RNG_STATE, STATE_FILE)
+PRESET_MANIFEST = "keras_bertfam.json"  # presets.MANIFEST (read here without importing TF)
 PRODUCTS = "products.json"  # which step the preset and the SavedModel were written from
 # Arguments a resumed run must share with the run that wrote the checkpoint (--steps may grow).
 RESUME_ARGS = ("family", "preset", "corpus", "batch_size", "sequence_length", "checkpoint_every",
@@ -105,6 +106,8 @@ def _parser():
     e.add_argument("--tf-text", default="2.12.1",
                    help="tf-text release of the target server for the op audit (2.12.1: TF "
                         "Serving 2.12-2.19; 2.20.0: 2.20 on)")
+    e.add_argument("--no-audit", dest="audit", action="store_false",
+                   help="skip the audit of the SavedModel's ops against that tf-text release")
     _add_verbosity(e)
 
     s = sub.add_parser("presets", help="list the registered presets and whether their weights "
@@ -159,6 +162,31 @@ def _quiet_logs(verbose):
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
 
+def _import_tensorflow(args):
+    """Imports TensorFlow; without --verbose, the lines its C++ runtime writes to stderr while
+    it loads (absl's pre-initialization notice, CUDA stubs on a CPU machine) are dropped, unless
+    the import fails."""
+    if args.verbose or "tensorflow" in sys.modules:
+        import tensorflow  # noqa: F401
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def _say(args, message, end="\n"):
     if not getattr(args, "quiet", False):
         print(message, end=end, flush=True)
@@ -169,6 +197,7 @@ def presets_command(args):
     import contextlib
     import io
 
+    _import_tensorflow(args)
     from keras_bertfam import presets
 
     with contextlib.redirect_stdout(io.StringIO()):
@@ -407,6 +436,17 @@ def _make_control(args, step, total, start_time):
     return Control()
 
 
+def _non_finite(task):
+    """The path of the first trainable weight holding a NaN or infinity, or None."""
+    import keras
+    import numpy as np
+
+    for v in task.trainable_variables:
+        if not np.isfinite(keras.ops.convert_to_numpy(v)).all():
+            return v.path
+    return None
+
+
 def _install_signal_handlers(control):
     def handler(signum, frame):
         if control.signal is not None and signum == signal.SIGINT:
@@ -452,6 +492,7 @@ def pretrain(args):
 
 
 def _pretrain(args, run, state, step, where, products):
+    _import_tensorflow(args)
     import keras
 
     import keras_bertfam as kb
@@ -467,9 +508,14 @@ def _pretrain(args, run, state, step, where, products):
 
         strategy = distribute.get_strategy(args.strategy)
     scope = strategy.scope() if strategy is not None and hasattr(strategy, "scope") else _null()
-    tokenizer = _tokenizer(args, kb)
-    with scope:
-        task = _build_task(args, kb, tokenizer)
+    try:
+        tokenizer = _tokenizer(args, kb)
+        with scope:
+            task = _build_task(args, kb, tokenizer)
+    except (ValueError, FileNotFoundError) as e:  # the preset: in one line (--verbose: all)
+        if args.verbose:
+            raise
+        raise CommandError(f"--preset {args.preset}: {' '.join(str(e).split())}") from None
 
     history = list(state.get("history", [])) if state else []
     sessions = list(state.get("sessions", [])) if state else []
@@ -482,6 +528,12 @@ def _pretrain(args, run, state, step, where, products):
     state_path_of = {}
 
     def save(step, metrics):
+        bad = _non_finite(task)
+        if bad:
+            raise CommandError(
+                f"The weight {bad} became NaN or infinite by step {step}: training stopped. "
+                f"The last good checkpoint is kept ({where or 'none yet'}); no preset was "
+                "written. Lower --learning-rate or check the corpus, then rerun to resume.")
         if metrics:
             history.append({"step": step, **metrics})
         now_sessions = sessions + [{"pid": os.getpid(), "from_step": start_step,
@@ -543,7 +595,8 @@ def _pretrain(args, run, state, step, where, products):
     print(f"Trained {trained} steps in this run ({start_step} -> {step}) in {elapsed:.0f} s; "
           f"{step} steps in total. Preset: {preset_dir}")
     if args.export and not export_done:
-        export_dir = _export_preset(preset_dir, os.path.join(args.output, "export"), args.heads)
+        export_dir = _version_dir(os.path.join(args.output, "export"))
+        _export_preset(preset_dir, export_dir, args.heads)
         products = dict(products, export={"step": step, "heads": args.heads,
                                           "path": export_dir})
         _dump_atomic(os.path.join(args.output, PRODUCTS), products)
@@ -571,14 +624,13 @@ def _next_version(base):
     return max(versions, default=0) + 1
 
 
-def _export_preset(preset_dir, output, heads=False, sequence_length=None, tf_text=None):
-    """Writes the SavedModel of a preset directory (both `pretrain` and `export` come here, so
-    they write the same signatures). Returns the version directory."""
+def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf_text=None):
+    """Writes the SavedModel of a preset directory into the version directory `export_dir`
+    (both `pretrain` and `export` come here, so they write the same signatures)."""
     import keras_bertfam as kb
     from keras_bertfam import presets
 
-    export_dir = _version_dir(output)
-    manifest = _read_json(os.path.join(preset_dir, presets.MANIFEST), "preset manifest")
+    manifest = _read_json(os.path.join(preset_dir, PRESET_MANIFEST), "preset manifest")
     task = manifest.get("task")
     if task and (heads or task["class_name"] not in PRETRAINING_TASKS):
         model = getattr(kb.tasks, task["class_name"]).from_preset(preset_dir, **task["config"])
@@ -611,16 +663,16 @@ def _export_preset(preset_dir, output, heads=False, sequence_length=None, tf_tex
 def export(args):
     """Loads a preset directory under TensorFlow and writes a SavedModel (works for models
     trained under any backend: the preset's weights are backend-neutral)."""
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    from keras_bertfam import presets
-
-    if not os.path.isfile(os.path.join(args.task, presets.MANIFEST)):
+    if not os.path.isfile(os.path.join(args.task, PRESET_MANIFEST)):
         raise CommandError(f"--task {args.task} is not a preset directory (no "
-                           f"{presets.MANIFEST}); pass a directory written by save_to_preset, "
+                           f"{PRESET_MANIFEST}); pass a directory written by save_to_preset, "
                            "e.g. OUTPUT/preset of keras-bertfam pretrain.")
     output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.task)), "export")
-    _export_preset(args.task, output, heads=args.heads, sequence_length=args.sequence_length,
-                   tf_text=args.tf_text)
+    export_dir = _version_dir(output)
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    _import_tensorflow(args)
+    _export_preset(args.task, export_dir, heads=args.heads, sequence_length=args.sequence_length,
+                   tf_text=args.tf_text if args.audit else None)
     return 0
 
 

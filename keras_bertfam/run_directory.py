@@ -30,7 +30,7 @@ FORMAT = 1
 # Tests kill the process at the N-th file boundary of a checkpoint write (a file written, a
 # directory renamed or removed): KERAS_BERTFAM_TEST_EXIT_AT_BOUNDARY=N exits (as kill -9 would,
 # no cleanup) right after it; `boundary_hook` (a function of the boundary's number and a label)
-# is called at each one.
+# is called at each one, as boundary_hook(number, step, label).
 boundary_hook = None
 _boundaries = [0]
 
@@ -39,11 +39,11 @@ class RunDirectoryError(Exception):
     """A problem with the output directory or a checkpoint in it; the message says what to do."""
 
 
-def _boundary(label):
+def _boundary(step, label):
     _boundaries[0] += 1
     n = _boundaries[0]
     if boundary_hook is not None:
-        boundary_hook(n, label)
+        boundary_hook(n, step, label)
     if os.environ.get("KERAS_BERTFAM_TEST_EXIT_AT_BOUNDARY") == str(n):
         os._exit(137)
 
@@ -242,26 +242,26 @@ class RunDirectory:
             with open(path, "rb+") as f:
                 os.fsync(f.fileno())
             files[name] = {"bytes": os.path.getsize(path), "sha256": sha256(path)}
-            _boundary(f"wrote {name}")
+            _boundary(step, f"wrote {name}")
         with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump({"format": FORMAT, "step": step, "files": files}, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(tmp)
-        _boundary(f"wrote {MANIFEST}")
+        _boundary(step, f"wrote {MANIFEST}")
         if os.path.exists(final):  # this step is saved already (complete): keep that one
             shutil.rmtree(tmp)
             return final
         os.rename(tmp, final)
         _fsync_dir(self.checkpoints)
-        _boundary(f"renamed to {os.path.basename(final)}")
+        _boundary(step, f"renamed to {os.path.basename(final)}")
         for old in self.steps():
             if old != step:
                 trash = os.path.join(self.checkpoints, f"tmp-old-step-{old}")
                 os.rename(self.checkpoint_dir(old), trash)
-                _boundary(f"renamed step-{old} for removal")
+                _boundary(step, f"renamed step-{old} for removal")
                 shutil.rmtree(trash)
-                _boundary(f"removed step-{old}")
+                _boundary(step, f"removed step-{old}")
         return final
 
 
