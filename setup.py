@@ -16,6 +16,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["keras_bertfam", "keras_bertfam.*"]),
+    py_modules=["keras_bertfam_cli"],  # the console script: see its docstring
     include_package_data=True,
     package_data={"keras_bertfam.presets": ["*.json"]},
     install_requires=[
@@ -41,5 +42,5 @@ setup(
             "sentence-transformers",
         ],
     },
-    entry_points={"console_scripts": ["keras-bertfam=keras_bertfam.cli:main"]},
+    entry_points={"console_scripts": ["keras-bertfam=keras_bertfam_cli:main"]},
 )

@@ -1,17 +1,27 @@
-"""`keras-bertfam`: pretrain | presets (and export, once a model is trained).
+"""`keras-bertfam`: pretrain | export | presets.
 
-`pretrain` trains in chunks of `--checkpoint-every` steps. After each chunk it writes the weights
-and optimizer state, the dropout generators' state, then a small JSON with the step (last, so it
-only ever names a complete checkpoint), each atomically (write, then rename): a run killed at any
-moment resumes from the last finished chunk with nothing lost or corrupted.
-Chunk c always sees the data and masks drawn from seed `seed + c`, so a resumed run repeats
-exactly what the interrupted chunk would have done.
+`pretrain` trains in chunks of `--checkpoint-every` steps and writes a checkpoint after each: the
+weights with the optimizer state, the dropout generators' state and `training_state.json` (the
+step, the arguments and the whole loss history), in one directory whose manifest (every file's
+sha256 and the step) is written last before the directory is renamed into place
+(`keras_bertfam/run_directory.py`). A run killed at any moment resumes from its last complete
+checkpoint after verifying it; chunk c always sees the data and masks drawn from seed
+`seed + c`, so a resumed run repeats exactly what the interrupted one would have done
+(bit-identical with `--deterministic`). SIGINT / SIGTERM stop at the next step and checkpoint
+there; a NaN loss stops the run and keeps the last good checkpoint. Running a finished command
+again does nothing (a larger `--steps` continues training).
+
+This module imports TensorFlow only when a command needs it: `--help` answers at once.
 """
 import argparse
 import json
+import math
 import os
+import signal
 import sys
 import time
+
+from keras_bertfam.run_directory import RunDirectory, RunDirectoryError, replace_dir
 
 # Arguments that name the objective each family pretrains with (kb.tasks class names).
 PRETRAINERS = {
@@ -23,44 +33,37 @@ PRETRAINERS = {
     "distil_bert": "MaskedLM",
     "xlnet": "XLNetPretrainer",
 }
+PRETRAINING_TASKS = set(PRETRAINERS.values()) | {"Distiller"}
 STATE_FILE = "training_state.json"
-CHECKPOINT = "checkpoint.weights.h5"
+WEIGHTS = "model.weights.h5"  # weights and optimizer state
 RNG_STATE = "rng_state.npz"  # dropout seed generators: Keras' save_weights leaves them out
+CHECKPOINT_FILES = (WEIGHTS, RNG_STATE, STATE_FILE)
+PRESET_MANIFEST = "keras_bertfam.json"  # presets.MANIFEST (read here without importing TF)
+PRODUCTS = "products.json"  # which step the preset and the SavedModel were written from
+# Arguments a resumed run must share with the run that wrote the checkpoint (--steps may grow).
+RESUME_ARGS = ("family", "preset", "corpus", "batch_size", "sequence_length", "checkpoint_every",
+               "learning_rate", "warmup_steps", "train_vocab", "init_weights", "seed")
+SIGNATURES_HELP = (
+    "Signatures: a pretraining preset exports its encoder by default (serving_default: `text` -> "
+    "sequence_output, pooled_output); --heads exports its pretraining heads instead (e.g. BERT: "
+    "`text_a`, `text_b` -> MLM top-k and NSP probabilities). A fine-tuned task (classifier, ...) "
+    "exports the task. Each SavedModel also has a `token_ids` signature.")
 
 
-def _write_atomic(path, write):
-    """write(tmp) then rename: a reader sees the old file or the new one, never half of one."""
-    head, name = os.path.split(path)
-    tmp = os.path.join(head, "tmp-" + name)  # keeps the extension Keras checks
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _rng_variables(task):
-    return [v for v in task.non_trainable_variables if "seed_generator" in v.path]
-
-
-def _save_rng(task, path):
-    import keras
-    import numpy as np
-
-    with open(path, "wb") as f:
-        np.savez(f, *[keras.ops.convert_to_numpy(v) for v in _rng_variables(task)])
-
-
-def _load_rng(task, path):
-    import numpy as np
-
-    with np.load(path) as saved:
-        for variable, name in zip(_rng_variables(task), saved.files):
-            variable.assign(saved[name])
+class CommandError(Exception):
+    """An error the CLI reports in one line (exit status 1)."""
 
 
 def _parser():
     parser = argparse.ArgumentParser(prog="keras-bertfam", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("pretrain", help="pretrain a model on a corpus, save a preset, export it")
+    p = sub.add_parser(
+        "pretrain", help="pretrain a model on a corpus, save a preset, export it",
+        description="Pretrain a model on a corpus, checkpointing every --checkpoint-every steps; "
+        "then save a preset (OUTPUT/preset) and a SavedModel (OUTPUT/export/N, the next free "
+        "version). Rerunning a finished command does nothing; a larger --steps continues; an "
+        "interrupted run (kill, SIGINT, SIGTERM) resumes. " + SIGNATURES_HELP)
     p.add_argument("--family", default="bert", choices=sorted(PRETRAINERS))
     p.add_argument("--preset", default="bert_tiny_en_uncased",
                    help="registered name or directory: gives the architecture and tokenizer")
@@ -83,36 +86,135 @@ def _parser():
                    help="TensorFlow op determinism: bit-identical reruns (slower)")
     p.add_argument("--export", dest="export", action="store_true", default=True)
     p.add_argument("--no-export", dest="export", action="store_false")
+    p.add_argument("--heads", action="store_true",
+                   help="export the pretraining heads instead of the encoder (see Signatures)")
     p.add_argument("--strategy", default=None,
                    help="mirrored | multi_worker | tpu | jax_data_parallel")
-    p.add_argument("--verbose", type=int, default=1)
+    _add_verbosity(p)
 
-    e = sub.add_parser("export", help="export a saved preset directory as a TF Serving SavedModel")
+    e = sub.add_parser(
+        "export", help="export a saved preset directory as a TF Serving SavedModel",
+        description="Export a preset directory as a TF Serving SavedModel. " + SIGNATURES_HELP)
     e.add_argument("--task", required=True, help="a preset directory saved by save_to_preset")
-    e.add_argument("--output", required=True,
-                   help="versioned export directory, e.g. models/my_model/1 (TF Serving's layout)")
+    e.add_argument("--output", default=None,
+                   help="a model directory (the SavedModel goes to its next free version "
+                        "OUTPUT/N, TF Serving's layout) or a new version directory OUTPUT/N "
+                        "(default: the next free version in export/ next to --task)")
+    e.add_argument("--heads", action="store_true",
+                   help="a pretraining preset: export its heads instead of the encoder")
     e.add_argument("--sequence-length", type=int, default=None)
     e.add_argument("--tf-text", default="2.12.1",
                    help="tf-text release of the target server for the op audit (2.12.1: TF "
                         "Serving 2.12-2.19; 2.20.0: 2.20 on)")
+    e.add_argument("--no-audit", dest="audit", action="store_false",
+                   help="skip the audit of the SavedModel's ops against that tf-text release")
+    _add_verbosity(e)
 
-    s = sub.add_parser("presets", help="list the registered presets")
+    s = sub.add_parser("presets", help="list the registered presets and whether their weights "
+                                       "and vocabulary are available offline")
     s.add_argument("--family", default=None)
+    _add_verbosity(s)
     return parser
+
+
+def _add_verbosity(parser):
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's and Keras' own log lines and warnings")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    if args.command == "presets":
-        import keras_bertfam as kb
-
-        kb.presets.list(args.family)
-        return 0
-    if args.command == "pretrain":
-        return pretrain(args)
-    if args.command == "export":
-        return export(args)
+    _quiet_logs(args.verbose)
+    try:
+        if args.command == "presets":
+            return presets_command(args)
+        if args.command == "pretrain":
+            return pretrain(args)
+        if args.command == "export":
+            return export(args)
+    except (CommandError, RunDirectoryError) as e:
+        print(f"keras-bertfam {args.command}: error: {e}", file=sys.stderr)
+        return 1
     return 1
+
+
+def _quiet_logs(verbose):
+    """Without --verbose: no TensorFlow C++ / absl log lines (cuInit on a CPU machine, oneDNN,
+    cudart stubs) and no warnings from TensorFlow and Keras internals. Takes effect when set
+    before TensorFlow is imported (the console script imports it only after this)."""
+    if verbose:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    import warnings
+
+    for module in ("tensorflow", "keras", "absl", "tf_keras", "jax", "torch", "h5py", "google"):
+        warnings.filterwarnings("ignore", module=rf"{module}(\.|$)")
+    try:
+        import absl.logging
+
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:
+        pass
+    import logging
+
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+
+
+def _import_tensorflow(args):
+    """Imports TensorFlow; without --verbose, the lines its C++ runtime writes to stderr while
+    it loads (absl's pre-initialization notice, CUDA stubs on a CPU machine) are dropped, unless
+    the import fails."""
+    if args.verbose or "tensorflow" in sys.modules:
+        import tensorflow  # noqa: F401
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _say(args, message, end="\n"):
+    if not getattr(args, "quiet", False):
+        print(message, end=end, flush=True)
+
+
+# === presets ===
+def presets_command(args):
+    import contextlib
+    import io
+
+    _import_tensorflow(args)
+    from keras_bertfam import presets
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        names = presets.list(args.family)  # its checks and order; the table is printed here
+    rows = [(presets.get(n), presets.offline_status(n)) for n in names]
+    width = max(len(n) for n in names)
+    print(f"{'name':<{width}}  {'family':<11} {'size':<17} {'params':>9}  {'weights':<8} "
+          f"{'vocab':<6} source")
+    for p, status in rows:
+        print(f"{p.name:<{width}}  {p.family:<11} {p.size:<17} {p.params / 1e6:>8.1f}M  "
+              f"{'offline' if status['weights'] else '-':<8} "
+              f"{'offline' if status['vocabulary'] else '-':<6} {p.hf_id or '-'}")
+    print("weights / vocab: 'offline' = in this environment now (the local HF cache or an "
+          "installed package); '-' = not here: from_preset(..., load_weights=False) builds the "
+          "config randomly initialized; a missing vocabulary comes from a directory that has it "
+          "(an HF-format model dir, a saved preset) or pretrain --train-vocab.")
+    return 0
 
 
 # === pretrain ===
@@ -120,8 +222,59 @@ def _check_args(args):
     for name in ("steps", "checkpoint_every", "batch_size", "sequence_length"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"--{name.replace('_', '-')} must be positive.")
+    args.given_warmup_steps = args.warmup_steps
     if args.warmup_steps is None:
         args.warmup_steps = args.steps // 10
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def _read_json(path, what):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CommandError(f"The {what} {path} is missing.") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CommandError(f"The {what} {path} is corrupt ({e}).") from None
+
+
+def _resume_args(args):
+    return {name: getattr(args, "given_warmup_steps" if name == "warmup_steps" else name)
+            for name in RESUME_ARGS}
+
+
+def _check_resume(args, state, state_path):
+    """Refuses to resume a checkpoint written with other arguments, naming each change."""
+    saved = state.get("args")
+    if not isinstance(saved, dict) or not isinstance(state.get("step"), int):
+        raise CommandError(f"The training state {state_path} is corrupt (no step or args). "
+                           f"Delete {args.output} (or use a new --output) to start fresh.")
+    now = _resume_args(args)
+    changed = [f"{_flag(k)} {now[k]!r} (the checkpoint's: {saved.get(k)!r})"
+               for k in RESUME_ARGS if saved.get(k) != now[k]]
+    if changed:
+        raise CommandError(
+            f"{args.output} holds a run with other arguments: {'; '.join(changed)}. Rerun with "
+            "the checkpoint's arguments to resume, or use a new --output to start fresh.")
+    if state["step"] > args.steps:
+        raise CommandError(
+            f"{args.output} holds a run trained for {state['step']} steps, more than --steps "
+            f"{args.steps}: pass --steps {state['step']} or more, or use a new --output.")
+
+
+def _products_done(args, products, step):
+    """(preset done, export done) for a finished run of `step` steps."""
+    preset_dir = os.path.join(args.output, "preset")
+    preset_done = (products.get("preset", {}).get("step") == step
+                   and os.path.isdir(preset_dir))
+    export = products.get("export") or {}
+    export_done = not args.export or (
+        export.get("step") == step and export.get("heads") == args.heads
+        and os.path.isdir(export.get("path", "")))
+    return preset_done, export_done
 
 
 def _tokenizer(args, kb):
@@ -129,19 +282,20 @@ def _tokenizer(args, kb):
         return kb.preprocessing.Tokenizer.from_preset(args.preset)
     vocab = os.path.join(args.output, "vocab.txt")
     if not os.path.exists(vocab):
-        print(f"Training a {args.train_vocab}-token WordPiece vocabulary on the corpus ...")
+        _say(args, f"Training a {args.train_vocab}-token WordPiece vocabulary on the corpus ...")
         docs = kb.preprocessing.read_corpus(args.corpus).take(20000)
-        kb.preprocessing.train_word_piece_vocabulary(docs, args.train_vocab, output_file=vocab)
+        tmp = os.path.join(args.output, f"tmp-vocab.{os.getpid()}.txt")
+        kb.preprocessing.train_word_piece_vocabulary(docs, args.train_vocab, output_file=tmp)
+        os.replace(tmp, vocab)
     return kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
 
 
 def _build_task(args, kb, tokenizer):
-    import keras
-
     name = PRETRAINERS[args.family]
     task_cls = getattr(kb.tasks, name, None)
     if task_cls is None:
-        raise SystemExit(f"The {args.family} pretrainer ({name}) is not available in this version.")
+        raise CommandError(f"The {args.family} pretrainer ({name}) is not available in this "
+                           "version.")
     overrides = {}
     if args.family != "xlnet":  # XLNet's positions are relative: no max_sequence_length
         overrides["max_sequence_length"] = max(args.sequence_length, 8)
@@ -149,7 +303,8 @@ def _build_task(args, kb, tokenizer):
         overrides["vocabulary_size"] = tokenizer.vocabulary_size()
     backbone = kb.presets.load_backbone(args.preset, load_weights=args.init_weights, **overrides)
     if backbone.family != args.family:
-        raise SystemExit(f"--preset {args.preset} is a {backbone.family} model, not {args.family}.")
+        raise CommandError(f"--preset {args.preset} is a {backbone.family} model, not "
+                           f"{args.family}.")
     preprocessor = task_cls.default_preprocessor(
         tokenizer, backbone, sequence_length=args.sequence_length, batch_size=args.batch_size,
         seed=args.seed)
@@ -160,19 +315,184 @@ def _build_task(args, kb, tokenizer):
     return task
 
 
-def _documents(args, kb, task, chunk):
-    """The documents of chunk `chunk`, and the seed of their pairing and masking: a function of
-    (seed, chunk) only, so a resumed run repeats the interrupted chunk exactly. (No global
-    reseeding here: every random draw of the data takes an explicit seed, dropout's state is in
-    the checkpoint, and keras.utils.set_random_seed would drop tf-text's SentencePiece resource.)"""
+def _batches(args, kb, task, chunk, skip):
+    """The batches of chunk `chunk` from its `skip`-th on: the documents, their pairing and
+    masking are a function of (seed, chunk) only, so a resumed run repeats the interrupted chunk
+    exactly. (No global reseeding here: every random draw of the data takes an explicit seed,
+    dropout's state is in the checkpoint, and keras.utils.set_random_seed would drop tf-text's
+    SentencePiece resource.)"""
     task.preprocessor.seed = args.seed + chunk
     docs = kb.preprocessing.read_corpus(args.corpus)
-    return docs.shuffle(4096, seed=args.seed + chunk).repeat()
+    docs = docs.shuffle(4096, seed=args.seed + chunk).repeat()
+    batches = task._prepare(docs)[0]
+    return batches.skip(skip) if skip else batches
+
+
+def _rng_variables(task):
+    return [v for v in task.non_trainable_variables if "seed_generator" in v.path]
+
+
+def _save_rng(task, step, path):
+    import keras
+    import numpy as np
+
+    arrays = {f"rng_{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(_rng_variables(task))}
+    with open(path, "wb") as f:
+        np.savez(f, step=np.int64(step), **arrays)
+
+
+def _restore(task, where, step, state):
+    """Loads a verified checkpoint and checks that weights, optimizer, RNG and state agree."""
+    import numpy as np
+
+    weights = os.path.join(where, WEIGHTS)
+    try:
+        task.load_weights(weights)
+    except Exception as e:  # noqa: BLE001 - h5py / Keras errors: say which file, in one line
+        raise CommandError(f"The checkpoint {weights} does not load into this model "
+                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]}). Delete "
+                           f"{where} (or use a new --output) to start fresh.") from None
+    iterations = int(np.asarray(task.optimizer.iterations))
+    if iterations != step:
+        raise CommandError(f"The checkpoint {weights} holds optimizer step {iterations}, its "
+                           f"{STATE_FILE} step {step}: they do not belong together. Delete "
+                           f"{where} (or use a new --output) to start fresh.")
+    rng_path = os.path.join(where, RNG_STATE)
+    variables = _rng_variables(task)
+    try:
+        with np.load(rng_path) as saved:
+            arrays = {k: saved[k] for k in saved.files}
+    except Exception as e:  # noqa: BLE001 - numpy / zipfile errors
+        raise CommandError(f"The RNG state {rng_path} is unreadable ({type(e).__name__}). "
+                           f"Delete {where} (or use a new --output) to start fresh.") from None
+    names = [f"rng_{i}" for i in range(len(variables))]
+    if int(arrays.get("step", -1)) != step or sorted(arrays) != sorted(names + ["step"]):
+        raise CommandError(f"The RNG state {rng_path} does not match the checkpoint (step "
+                           f"{arrays.get('step')}, {len(arrays) - 1} generators; expected step "
+                           f"{step}, {len(variables)}). Delete {where} (or use a new --output) "
+                           "to start fresh.")
+    for variable, name in zip(variables, names):
+        variable.assign(arrays[name])
+
+
+def _make_control(args, step, total, start_time):
+    """A Keras callback: counts steps, stops at a signal or a NaN loss, shows progress."""
+    import keras
+
+    class Control(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.step = step
+            self.signal = None
+            self.nan = None
+            self.first_step_time = None
+            self.first_step = None
+            self.last_print = 0.0
+            self.logs = {}
+            test_signal = os.environ.get("KERAS_BERTFAM_TEST_SIGNAL_AT_STEP", "")
+            self.test_signal = tuple(test_signal.split(":")) if test_signal else None
+            poison = os.environ.get("KERAS_BERTFAM_TEST_NAN_AT_STEP")
+            self.poison = int(poison) if poison else None
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.step += 1
+            now = time.time()
+            if self.first_step_time is None:
+                self.first_step_time, self.first_step = now, self.step
+            logs = logs or {}
+            loss = logs.get("loss")
+            loss = float(loss) if loss is not None else None
+            self.logs = {k: float(v) for k, v in logs.items()}
+            if loss is not None and not math.isfinite(loss):
+                self.nan = (self.step, loss)
+                self.model.stop_training = True
+                return
+            if self.poison == self.step:  # test mode: a real NaN in the weights from here on
+                v = self.model.trainable_variables[0]
+                v.assign(keras.ops.full(v.shape, float("nan"), v.dtype))
+            if self.test_signal and int(self.test_signal[0]) == self.step:
+                os.kill(os.getpid(), getattr(signal, "SIG" + self.test_signal[1]))
+            if self.signal is not None:
+                self.model.stop_training = True
+            if sys.stdout.isatty() and not args.quiet and now - self.last_print > 0.2:
+                self.last_print = now
+                print("\r" + self.line(now), end="", flush=True)
+
+        def line(self, now):
+            done = self.step - step
+            width = 24
+            filled = int(width * self.step / total)
+            text = f"[{'=' * filled}{'.' * (width - filled)}] step {self.step}/{total}"
+            timed = self.step - (self.first_step or self.step)
+            if timed > 0:
+                rate = timed / max(now - self.first_step_time, 1e-9)
+                text += f"  {rate:.2f} steps/s  ETA {(total - self.step) / rate:.0f} s"
+            elif done:
+                text += f"  first step {now - start_time:.0f} s (graph built)"
+            if "loss" in self.logs:
+                text += f"  loss {self.logs['loss']:.4f}"
+            return text
+
+    return Control()
+
+
+def _non_finite(task):
+    """The path of the first trainable weight holding a NaN or infinity, or None."""
+    import keras
+    import numpy as np
+
+    for v in task.trainable_variables:
+        if not np.isfinite(keras.ops.convert_to_numpy(v)).all():
+            return v.path
+    return None
+
+
+def _install_signal_handlers(control):
+    def handler(signum, frame):
+        if control.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        control.signal = signum
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    return previous
 
 
 def pretrain(args):
     _check_args(args)
-    os.makedirs(args.output, exist_ok=True)
+    # Only the standard library until the directory and its checkpoint are checked.
+    with RunDirectory(args.output) as run:
+        if os.path.exists(os.path.join(args.output, "checkpoint.weights.h5")):
+            raise CommandError(
+                f"{args.output} holds a checkpoint of an earlier keras-bertfam "
+                "(checkpoint.weights.h5, not a verified checkpoint directory); it cannot be "
+                "resumed safely. Use a new --output.")
+        latest = run.latest(CHECKPOINT_FILES)
+        state, step, where = None, 0, None
+        if latest is not None:
+            step, where = latest
+            state_path = os.path.join(where, STATE_FILE)
+            state = _read_json(state_path, "training state")
+            if state.get("step") != step:
+                raise CommandError(
+                    f"The training state {state_path} names step {state.get('step')}, its "
+                    f"checkpoint directory step {step}. Delete {args.output} (or use a new "
+                    "--output) to start fresh.")
+            _check_resume(args, state, state_path)
+        products = {}
+        products_path = os.path.join(args.output, PRODUCTS)
+        if os.path.exists(products_path):
+            products = _read_json(products_path, "run record")
+        if step == args.steps and all(_products_done(args, products, step)):
+            exported = (f", SavedModel: {products['export']['path']}" if args.export else "")
+            print(f"Nothing to do: {args.output} holds a finished {step}-step run (preset: "
+                  f"{os.path.join(args.output, 'preset')}{exported}). Pass a larger --steps to "
+                  "train on, or a new --output to start over.")
+            return 0
+        return _pretrain(args, run, state, step, where, products)
+
+
+def _pretrain(args, run, state, step, where, products):
+    _import_tensorflow(args)
     import keras
 
     import keras_bertfam as kb
@@ -188,76 +508,184 @@ def pretrain(args):
 
         strategy = distribute.get_strategy(args.strategy)
     scope = strategy.scope() if strategy is not None and hasattr(strategy, "scope") else _null()
-    tokenizer = _tokenizer(args, kb)
-    with scope:
-        task = _build_task(args, kb, tokenizer)
+    try:
+        tokenizer = _tokenizer(args, kb)
+        with scope:
+            task = _build_task(args, kb, tokenizer)
+    except (ValueError, FileNotFoundError) as e:  # the preset: in one line (--verbose: all)
+        if args.verbose:
+            raise
+        raise CommandError(f"--preset {args.preset}: {' '.join(str(e).split())}") from None
 
-    state_path = os.path.join(args.output, STATE_FILE)
-    checkpoint = os.path.join(args.output, CHECKPOINT)
-    step = 0
-    if os.path.exists(state_path):
-        with open(state_path) as f:
-            state = json.load(f)
-        if state.get("args", {}).get("preset") != args.preset:
-            raise SystemExit(f"{args.output} holds a run of another preset; use a new --output.")
-        task.load_weights(checkpoint)
-        _load_rng(task, os.path.join(args.output, RNG_STATE))
-        step = state["step"]
-        print(f"Resuming from step {step} ({checkpoint}).")
+    history = list(state.get("history", [])) if state else []
+    sessions = list(state.get("sessions", [])) if state else []
+    if where is not None:
+        _restore(task, where, step, state)
+        _say(args, f"Resuming from step {step} ({where}); training to step {args.steps}.")
+    start_step, start = step, time.time()
+    control = _make_control(args, step, args.steps, start)
+    previous = _install_signal_handlers(control)
+    state_path_of = {}
 
-    chunks = -(-args.steps // args.checkpoint_every)
-    history = []
-    start = time.time()
-    for chunk in range(step // args.checkpoint_every, chunks):
-        steps = min(args.checkpoint_every, args.steps - chunk * args.checkpoint_every)
-        docs = _documents(args, kb, task, chunk)
-        result = task.fit(docs, epochs=chunk + 1, initial_epoch=chunk, steps_per_epoch=steps,
-                          verbose=args.verbose)
-        step = chunk * args.checkpoint_every + steps
-        history.append({"step": step, **{k: float(v[-1]) for k, v in result.history.items()}})
-        _write_atomic(checkpoint, task.save_weights)
-        _write_atomic(os.path.join(args.output, RNG_STATE), lambda p: _save_rng(task, p))
-        _write_atomic(state_path, lambda p: _dump(p, {"step": step, "args": vars(args),
-                                                      "history": history}))
+    def save(step, metrics):
+        bad = _non_finite(task)
+        if bad:
+            raise CommandError(
+                f"The weight {bad} became NaN or infinite by step {step}: training stopped. "
+                f"The last good checkpoint is kept ({where or 'none yet'}); no preset was "
+                "written. Lower --learning-rate or check the corpus, then rerun to resume.")
+        if metrics:
+            history.append({"step": step, **metrics})
+        now_sessions = sessions + [{"pid": os.getpid(), "from_step": start_step,
+                                    "to_step": step, "seconds": round(time.time() - start, 1)}]
+        record = {"step": step, "args": _resume_args(args), "steps": args.steps,
+                  "history": history, "sessions": now_sessions}
+        state_path_of[step] = run.save(step, {
+            WEIGHTS: task.save_weights,
+            RNG_STATE: lambda p: _save_rng(task, step, p),
+            STATE_FILE: lambda p: _dump(p, record),
+        })
+        _say(args, f"Checkpoint: step {step} saved to {state_path_of[step]}")
+        return state_path_of[step]
+
+    try:
+        if step < args.steps:
+            _say(args, "Building the training graph… (the first step takes a while)")
+        while step < args.steps and control.signal is None:
+            chunk = step // args.checkpoint_every
+            offset = step - chunk * args.checkpoint_every
+            steps = min(args.checkpoint_every, args.steps - chunk * args.checkpoint_every) - offset
+            batches = _batches(args, kb, task, chunk, offset)
+            before = step
+            keras.Model.fit(task, batches, epochs=chunk + 1, initial_epoch=chunk,
+                            steps_per_epoch=steps, verbose=2 if args.verbose else 0,
+                            callbacks=[control], shuffle=False)
+            if control.nan is not None:
+                nan_step, loss = control.nan
+                last = f"step {step} ({where})" if where else "none yet"
+                raise CommandError(
+                    f"The loss became {loss} at step {nan_step}: training stopped. The last good "
+                    f"checkpoint is kept ({last}); no preset was written. Lower --learning-rate "
+                    "or check the corpus, then rerun to resume from the checkpoint.")
+            step = control.step
+            if sys.stdout.isatty() and not args.quiet:
+                print()
+            _say(args, control.line(time.time()))
+            if step > before:
+                where = save(step, control.logs)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    trained = step - start_step
+    if control.signal is not None and step < args.steps:
+        name = signal.Signals(control.signal).name
+        print(f"Stopped by {name} at step {step} of {args.steps} ({trained} steps in this run); "
+              f"the checkpoint is saved: run the same command again to resume.")
+        return 128 + control.signal
     elapsed = time.time() - start
 
     preset_dir = os.path.join(args.output, "preset")
-    task.save_to_preset(preset_dir)
-    print(f"Trained {args.steps} steps in {elapsed:.0f} s. Preset: {preset_dir}")
-    if args.export:
-        export_dir = os.path.join(args.output, "export", "1")
-        kb.export.export_saved_model(task.backbone, export_dir, preprocessor=task.preprocessor)
-        print(f"SavedModel (serving_default takes strings): {export_dir}")
+    preset_done, export_done = _products_done(args, products, step)
+    if not preset_done:
+        tmp = os.path.join(args.output, f"tmp-preset.{os.getpid()}")
+        task.save_to_preset(tmp)
+        replace_dir(tmp, preset_dir)
+        products = dict(products, preset={"step": step})
+        _dump_atomic(os.path.join(args.output, PRODUCTS), products)
+    print(f"Trained {trained} steps in this run ({start_step} -> {step}) in {elapsed:.0f} s; "
+          f"{step} steps in total. Preset: {preset_dir}")
+    if args.export and not export_done:
+        export_dir = _version_dir(os.path.join(args.output, "export"))
+        _export_preset(preset_dir, export_dir, args.heads)
+        products = dict(products, export={"step": step, "heads": args.heads,
+                                          "path": export_dir})
+        _dump_atomic(os.path.join(args.output, PRODUCTS), products)
     return 0
+
+
+# === export ===
+def _version_dir(output):
+    """A model directory -> its next free version OUTPUT/N; a version directory OUTPUT/N must be
+    new (or empty)."""
+    name = os.path.basename(os.path.normpath(output))
+    if name.isdigit():
+        if os.path.isdir(output) and os.listdir(output):
+            base = os.path.dirname(os.path.normpath(output))
+            raise CommandError(
+                f"{output} exists already (version {name} of the model in {base}). Export into "
+                f"the next free version with --output {base} (it picks "
+                f"{os.path.join(base, str(_next_version(base)))}), or delete {output}.")
+        return output
+    return os.path.join(output, str(_next_version(output)))
+
+
+def _next_version(base):
+    versions = [int(n) for n in os.listdir(base) if n.isdigit()] if os.path.isdir(base) else []
+    return max(versions, default=0) + 1
+
+
+def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf_text=None):
+    """Writes the SavedModel of a preset directory into the version directory `export_dir`
+    (both `pretrain` and `export` come here, so they write the same signatures)."""
+    import keras_bertfam as kb
+    from keras_bertfam import presets
+
+    manifest = _read_json(os.path.join(preset_dir, PRESET_MANIFEST), "preset manifest")
+    task = manifest.get("task")
+    if task and (heads or task["class_name"] not in PRETRAINING_TASKS):
+        model = getattr(kb.tasks, task["class_name"]).from_preset(preset_dir, **task["config"])
+        tokenizer = None
+        what = "task" if task["class_name"] not in PRETRAINING_TASKS else "pretraining heads"
+    else:
+        if heads:
+            raise CommandError(f"{preset_dir} holds no task (a backbone preset): --heads needs "
+                               "a task preset.")
+        model = presets.load_backbone(preset_dir)
+        tokenizer = presets.load_tokenizer(preset_dir)
+        what = "encoder"
+    head, name = os.path.split(os.path.normpath(export_dir))
+    os.makedirs(head or ".", exist_ok=True)
+    tmp = os.path.join(head, f"tmp-{name}.{os.getpid()}")  # not a number: TF Serving ignores it
+    names = kb.export.export_saved_model(model, tmp, sequence_length=sequence_length,
+                                         tokenizer=tokenizer)
+    os.rename(tmp, export_dir)
+    line = (f"SavedModel: {export_dir} ({what}; signatures {', '.join(names)}; serving_default "
+            "takes strings)")
+    if tf_text:
+        report = kb.export.audit_ops(export_dir, tf_text=tf_text)
+        text_ops = sorted(op for op, kind in report["ops"].items() if kind == "tf-text")
+        line += (f"; {len(report['ops'])} op types, all core TensorFlow or tf-text {tf_text} "
+                 f"({', '.join(text_ops)})")
+    print(line + ".")
+    return export_dir
 
 
 def export(args):
     """Loads a preset directory under TensorFlow and writes a SavedModel (works for models
     trained under any backend: the preset's weights are backend-neutral)."""
+    if not os.path.isfile(os.path.join(args.task, PRESET_MANIFEST)):
+        raise CommandError(f"--task {args.task} is not a preset directory (no "
+                           f"{PRESET_MANIFEST}); pass a directory written by save_to_preset, "
+                           "e.g. OUTPUT/preset of keras-bertfam pretrain.")
+    output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.task)), "export")
+    export_dir = _version_dir(output)
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    import keras_bertfam as kb
-    from keras_bertfam import presets
-
-    manifest = presets._read_manifest(args.task)
-    task = manifest.get("task")
-    if task:
-        model = getattr(kb.tasks, task["class_name"]).from_preset(args.task, **task["config"])
-        tokenizer = None
-    else:
-        model = presets.load_backbone(args.task)
-        tokenizer = presets.load_tokenizer(args.task)
-    names = kb.export.export_saved_model(model, args.output, sequence_length=args.sequence_length,
-                                         tokenizer=tokenizer)
-    report = kb.export.audit_ops(args.output, tf_text=args.tf_text)
-    text_ops = sorted(op for op, kind in report["ops"].items() if kind == "tf-text")
-    print(f"SavedModel: {args.output} (signatures {', '.join(names)}); {len(report['ops'])} op "
-          f"types, all core TensorFlow or tf-text {args.tf_text} ({', '.join(text_ops)}).")
+    _import_tensorflow(args)
+    _export_preset(args.task, export_dir, heads=args.heads, sequence_length=args.sequence_length,
+                   tf_text=args.tf_text if args.audit else None)
     return 0
 
 
 def _dump(path, data):
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
+
+
+def _dump_atomic(path, data):
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f"tmp-{name}.{os.getpid()}")
+    _dump(tmp, data)
+    os.replace(tmp, path)
 
 
 class _null:

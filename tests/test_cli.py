@@ -1,78 +1,288 @@
-"""`keras-bertfam pretrain`: a run killed mid-way resumes from its last checkpoint, nothing lost."""
+"""`keras-bertfam`: checkpoints that cannot be half-written, resumes that are bit-identical or
+refused with a reason, a locked output directory, signals, the NaN guard, reruns, export versions,
+a quiet and fast console script.
+
+The training scenarios run in two processes (tests/cli_scenarios.py runs most of them in one, so
+TensorFlow and the training graph libraries load once); the checks that need no training run
+in this process on copies of their output.
+"""
 import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
-import time
 
-import h5py
-import numpy as np
 import pytest
 
-ARGS = ["pretrain", "--family", "bert", "--preset", "bert_tiny_en_uncased", "--steps", "6",
-        "--checkpoint-every", "2", "--batch-size", "4", "--sequence-length", "32", "--no-export",
-        "--deterministic", "--verbose", "0", "--seed", "7"]
+from keras_bertfam import cli, run_directory
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from cli_scenarios import ARGS  # noqa: E402
+
+EXIT_BOUNDARY = 10  # step-2: 3 files, manifest, rename (5); step-4: 3 files, manifest, RENAME
+TF_LOG_MARKERS = ("I0000", "W0000", "E0000", "absl::InitializeLog", "cuInit", "cudart_stub",
+                  "oneDNN", "TF-TRT")
 
 
-def _run(output, **kwargs):
-    cmd = [sys.executable, "-m", "keras_bertfam.cli", *ARGS, "--output", str(output)]
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, **kwargs)
+def _env():
+    return dict(os.environ, KERAS_BACKEND="tensorflow",
+                PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
 
 
-def _weights(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return out
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory):
+    """Kills a run (os._exit, as kill -9) at the file boundary between renaming its step-4
+    checkpoint into place and removing step-2, then runs tests/cli_scenarios.py."""
+    work = tmp_path_factory.mktemp("cli")
+    killed = work / "killed"
+    cmd = [sys.executable, "-m", "keras_bertfam_cli", *ARGS, "--output", str(killed)]
+    env = dict(_env(), KERAS_BERTFAM_TEST_EXIT_AT_BOUNDARY=str(EXIT_BOUNDARY))
+    kill = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    driver = subprocess.run([sys.executable, os.path.join(HERE, "cli_scenarios.py"), str(work),
+                             str(killed)], env=_env(), capture_output=True, text=True,
+                            timeout=3600)
+    assert driver.returncode == 0, driver.stderr[-5000:]
+    with open(work / "results.json") as f:
+        results = json.load(f)
+    results["kill"] = {"status": kill.returncode, "stdout": kill.stdout, "stderr": kill.stderr}
+    results["work"] = str(work)
+    return results
 
 
-def _step(output):
-    path = os.path.join(output, "training_state.json")
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        return json.load(f)["step"]
+# === Checkpoints: one atomic unit, verified on resume ===
+def test_kill_at_every_checkpoint_file_boundary_resumes_from_a_complete_checkpoint(scenarios):
+    boundaries = scenarios["boundaries"]
+    labels = [b["label"] for b in boundaries]
+    assert labels == ["wrote model.weights.h5", "wrote rng_state.npz", "wrote training_state.json",
+                      "wrote manifest.json", "renamed to step-4", "renamed step-2 for removal",
+                      "removed step-2"]
+    assert [b["step"] for b in boundaries] == [2, 2, 2, 2, 4, 4, 4]
+    for b in boundaries:
+        assert b["temporaries"] == [], b  # a resume starts by removing what the kill left
+    # the checkpoint a resume starts from is byte-identical to the uninterrupted run's
+    for step in (2, 4):
+        sums = [json.dumps(b["sha256"], sort_keys=True) for b in boundaries if b["step"] == step]
+        assert len(set(sums)) == 1
+    assert boundaries[0]["sha256"] != boundaries[-1]["sha256"]
 
 
-def test_killed_run_resumes_to_the_same_weights(tmp_path):
-    reference = _run(tmp_path / "reference")
-    interrupted = _run(tmp_path / "interrupted")
-    deadline = time.time() + 600
-    while _step(tmp_path / "interrupted") < 2:  # first checkpoint written
-        assert interrupted.poll() is None, interrupted.stdout.read()
-        assert time.time() < deadline
-        time.sleep(0.2)
-    interrupted.send_signal(signal.SIGKILL)
-    interrupted.wait()
-    assert _step(tmp_path / "interrupted") < 6, "killed too late to test a resume"
-
-    resumed = _run(tmp_path / "interrupted")
-    out, _ = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, out
-    assert "Resuming from step" in out
-    out, _ = reference.communicate(timeout=600)
-    assert reference.returncode == 0, out
-
-    assert _step(tmp_path / "interrupted") == _step(tmp_path / "reference") == 6
-    a = _weights(tmp_path / "reference" / "checkpoint.weights.h5")
-    b = _weights(tmp_path / "interrupted" / "checkpoint.weights.h5")
-    assert a.keys() == b.keys() and len(a) > 10
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    with open(tmp_path / "interrupted" / "training_state.json") as f:
-        history = json.load(f)["history"]
-    assert [h["step"] for h in history][-1] == 6
+def test_killed_runs_resume_bit_identically(scenarios):
+    kill = scenarios["kill"]
+    assert kill["status"] == 137 and "Checkpoint: step 2" in kill["stdout"], kill
+    resumed = scenarios["killed_resume"]
+    assert resumed["status"] == 0, resumed["stderr"]
+    assert "Resuming from step 4" in resumed["stdout"]
+    assert resumed["differences"] == []  # weights, optimizer, RNG of the uninterrupted run
+    snapshot = scenarios["snapshot_resume"]
+    assert snapshot["status"] == 0 and "Resuming from step 2" in snapshot["stdout"], snapshot
+    assert snapshot["differences"] == []
 
 
-def test_bad_arguments():
-    result = subprocess.run([sys.executable, "-m", "keras_bertfam.cli", "pretrain", "--steps",
-                             "0", "--output", "/tmp/never"], capture_output=True, text=True)
-    assert result.returncode != 0 and "--steps must be positive" in result.stderr
-    result = subprocess.run([sys.executable, "-m", "keras_bertfam.cli", "pretrain", "--preset",
-                             "bert_tiny_en_uncasd", "--output", "/tmp/never"],
-                            capture_output=True, text=True)
-    assert result.returncode != 0 and "bert_tiny_en_uncased" in result.stderr
+def test_resume_keeps_the_whole_history_and_reports_both_counts(scenarios):
+    reference = scenarios["reference"]
+    assert reference["status"] == 0, reference["stderr"]
+    assert [h["step"] for h in reference["state"]["history"]] == [2, 4, 6]
+    assert "Trained 6 steps in this run (0 -> 6)" in reference["stdout"]
+    assert "6 steps in total" in reference["stdout"]
+    resumed = scenarios["killed_resume"]
+    assert [h["step"] for h in resumed["state"]["history"]] == [2, 4, 6]
+    assert [(s["from_step"], s["to_step"]) for s in resumed["state"]["sessions"]] == [(0, 4),
+                                                                                      (4, 6)]
+    assert "Trained 2 steps in this run (4 -> 6)" in resumed["stdout"]
+    assert "6 steps in total" in resumed["stdout"]
+    assert reference["temporaries"] == []
+
+
+def test_sigterm_stops_at_the_step_checkpoints_and_resumes_bit_identically(scenarios):
+    stopped = scenarios["sigterm"]
+    assert stopped["status"] == 128 + 15, stopped
+    assert "Stopped by SIGTERM at step 3" in stopped["stdout"]
+    assert stopped["state"]["step"] == 3
+    assert stopped["temporaries"] == [] and ".lock" not in stopped["entries"]
+    assert "preset" not in stopped["entries"]
+    resumed = scenarios["sigterm_resume"]
+    assert resumed["status"] == 0, resumed["stderr"]
+    assert "Resuming from step 3" in resumed["stdout"]
+    assert resumed["differences"] == []  # inside a chunk: its batches skipped to step 3
+    assert [h["step"] for h in resumed["state"]["history"]] == [2, 3, 4, 6]
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(scenarios):
+    nan = scenarios["nan"]
+    assert nan["status"] == 1
+    assert "The loss became nan at step 6" in nan["stderr"], nan
+    assert "last good checkpoint is kept (step 4" in nan["stderr"]
+    assert "Traceback" not in nan["stderr"]
+    assert nan["state"]["step"] == 4
+    assert "preset" not in nan["entries"] and nan["temporaries"] == []
+
+
+# === #12: reruns, export versions, one default signature ===
+def test_rerunning_a_finished_run_is_a_no_op_and_a_larger_steps_continues(scenarios):
+    rerun = scenarios["rerun"]
+    assert rerun["status"] == 0, rerun["stderr"]
+    assert rerun["stdout"].startswith("Nothing to do:"), rerun["stdout"]
+    continued = scenarios["continued"]
+    assert continued["status"] == 0, continued["stderr"]
+    assert "Trained 2 steps in this run (6 -> 8)" in continued["stdout"]
+    assert continued["state"]["step"] == 8
+    assert [h["step"] for h in continued["state"]["history"]] == [2, 4, 6, 8]
+    assert continued["exports"] == ["1", "2"]
+    assert continued["products"]["export"]["path"].endswith(os.path.join("export", "2"))
+
+
+def test_pretrain_and_export_write_the_same_default_signature(scenarios):
+    assert scenarios["export"]["status"] == 0, scenarios["export"]["stderr"]
+    assert "export/2 (encoder" in scenarios["export"]["stdout"]
+    one, two = scenarios["signatures"]["1"], scenarios["signatures"]["2"]
+    assert one == two and one["inputs"] == ["text"]
+    assert {"sequence_output", "pooled_output"} <= set(one["outputs"])
+    assert scenarios["signature_values_equal"]
+
+
+def test_export_into_an_existing_version_says_what_to_do(scenarios, capsys):
+    preset = os.path.join(scenarios["work"], "reference", "preset")
+    export = os.path.join(scenarios["work"], "reference", "export")
+    assert cli.main(["export", "--task", preset, "--output", os.path.join(export, "1")]) == 1
+    err = capsys.readouterr().err
+    assert "exists already" in err and f"--output {export}" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_console_script_is_quiet(scenarios):
+    presets = scenarios["presets"]
+    assert presets["status"] == 0
+    assert "bert_tiny_en_uncased" in presets["stdout"] and "offline" in presets["stdout"]
+    # all_minilm_l6_v2: weights and vocabulary from the installed package
+    line = next(l for l in presets["stdout"].splitlines() if l.startswith("all_minilm_l6_v2"))
+    assert " offline offline " in " ".join(line.split()), line
+    for output in (presets["stderr"], scenarios["reference"]["stderr"], scenarios["kill"]["stderr"]):
+        assert not [m for m in TF_LOG_MARKERS if m in output], output[:2000]
+
+
+def test_help_does_not_import_tensorflow():
+    code = ("import sys, keras_bertfam_cli\n"
+            "try:\n    keras_bertfam_cli.main(['pretrain', '--help'])\n"
+            "except SystemExit as e:\n    assert e.code == 0\n"
+            "print(sorted(m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("[]"), result.stdout
+    assert "--heads" in result.stdout and "serving_default" in result.stdout
+
+
+# === Resume checks that need no training (this process, on copies of the runs) ===
+def _copy(scenarios, tmp_path, name="reference"):
+    dest = tmp_path / name
+    shutil.copytree(os.path.join(scenarios["work"], name), dest)
+    return dest
+
+
+def _pretrain(capsys, output, *extra):
+    argv = [*ARGS, "--output", str(output), *extra]
+    for flag in extra[::2]:  # replace an argument given again
+        if flag in ARGS:
+            i = argv.index(flag)
+            del argv[i:i + 2]
+    status = cli.main(argv)
+    err = capsys.readouterr().err
+    return status, err
+
+
+@pytest.mark.parametrize("flag,value", [("--sequence-length", "32"), ("--checkpoint-every", "3"),
+                                        ("--batch-size", "4"), ("--preset", "bert_mini_en_uncased"),
+                                        ("--seed", "8")])
+def test_resume_with_changed_arguments_is_refused(scenarios, tmp_path, capsys, flag, value):
+    output = _copy(scenarios, tmp_path)
+    status, err = _pretrain(capsys, output, flag, value)
+    assert status == 1
+    assert f"{flag} {value} (the checkpoint's: " in err.replace("'", ""), err
+    assert "other arguments" in err and "Traceback" not in err
+
+
+def test_resume_with_another_family_is_refused(scenarios, tmp_path, capsys):
+    output = _copy(scenarios, tmp_path)
+    status, err = _pretrain(capsys, output, "--family", "roberta")
+    assert status == 1 and "--family 'roberta' (the checkpoint's: 'bert')" in err
+
+
+@pytest.mark.parametrize("name,damage", [
+    ("model.weights.h5", "corrupt"), ("model.weights.h5", "missing"),
+    ("rng_state.npz", "missing"), ("rng_state.npz", "corrupt"),
+    ("training_state.json", "corrupt"), ("manifest.json", "corrupt"),
+    ("manifest.json", "missing")])
+def test_corrupt_or_missing_checkpoint_file_is_a_one_line_error(scenarios, tmp_path, capsys,
+                                                                 name, damage):
+    output = _copy(scenarios, tmp_path)
+    path = output / "checkpoints" / "step-6" / name
+    if damage == "missing":
+        path.unlink()
+    else:
+        data = bytearray(path.read_bytes())
+        middle = len(data) // 2
+        data[middle:middle + 64] = os.urandom(64)
+        path.write_bytes(bytes(data))
+    status, err = _pretrain(capsys, output, "--steps", "8")
+    assert status == 1
+    assert len(err.strip().splitlines()) == 1, err
+    assert str(path) in err and "to start fresh" in err, err
+
+
+def test_output_directory_is_locked_while_a_run_holds_it(scenarios, tmp_path, capsys):
+    output = _copy(scenarios, tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from keras_bertfam.run_directory import RunDirectory\n"
+         f"run = RunDirectory({str(output)!r}); run.open(); print('held', flush=True)\n"
+         "sys.stdin.read()"],
+        env=dict(_env(), KERAS_BERTFAM_LAZY_IMPORT="1"), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        status, err = _pretrain(capsys, output)
+        assert status == 1 and f"PID {holder.pid}" in err and "in use by another run" in err
+    finally:
+        holder.communicate("")
+    # the holder exited: its lock is gone, a rerun proceeds (here: nothing to do)
+    assert _pretrain(capsys, output)[0] == 0
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(scenarios, tmp_path, capsys):
+    output = _copy(scenarios, tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (output / ".lock").write_text(dead + "\n")  # as a kill -9 leaves it
+    status, err = _pretrain(capsys, output)
+    assert status == 0, err
+    assert not (output / ".lock").exists()
+
+
+def test_unwritable_output_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    real_open = open
+
+    def read_only(path, mode="r", *args, **kwargs):
+        if "w" in mode:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(run_directory, "open", read_only, raising=False)
+    monkeypatch.setattr(cli, "_pretrain", lambda *a: pytest.fail("training started"))
+    status, err = _pretrain(capsys, tmp_path / "out")
+    assert status == 1 and "is not a writable directory" in err and "Permission denied" in err
+    (tmp_path / "file").write_text("x")
+    status, err = _pretrain(capsys, tmp_path / "file" / "out")
+    assert status == 1 and "is not a writable directory" in err
+
+
+def test_bad_arguments(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="--steps must be positive"):
+        cli.main(["pretrain", "--steps", "0", "--output", str(tmp_path / "never")])
+    status = cli.main(["pretrain", "--preset", "bert_tiny_en_uncasd", "--output",
+                       str(tmp_path / "typo")])
+    err = capsys.readouterr().err
+    assert status == 1 and "Did you mean bert_tiny_en_uncased" in err, err
+    assert len(err.strip().splitlines()) == 1

@@ -37,6 +37,27 @@ def list(family=None):  # noqa: A001 - the public name kb.presets.list()
     return [p.name for p in rows]
 
 
+def offline_status(name):
+    """What a registered preset loads offline right now: {"weights": the local directory of its
+    public checkpoint or None, "vocabulary": the local tokenizer files or None}."""
+    from keras_bertfam.presets.vocabularies import vocabulary_path
+
+    preset = get(name)
+    try:
+        weights = registered_weights_dir(preset)
+    except FileNotFoundError:
+        weights = None
+    names = [preset.tokenizer.get(k) for k in ("vocabulary", "merges", "proto")
+             if k in preset.tokenizer]
+    try:
+        files = [vocabulary_path(n) for n in names if n]
+    except FileNotFoundError:
+        files = []
+    vocabulary = files if files and len(files) == len(names) and all(
+        os.path.isfile(f) for f in files) else None
+    return {"weights": weights, "vocabulary": vocabulary}
+
+
 def count_params(preset):
     """The parameter count of a registered preset's config, computed without building it."""
     from keras_bertfam.presets.params import count_params as count

@@ -1,0 +1,202 @@
+"""Runs the `keras-bertfam pretrain` scenarios of tests/test_cli.py in ONE process (TensorFlow is
+imported and the graph libraries loaded once) and writes what the tests assert to a JSON file.
+
+    python tests/cli_scenarios.py WORKDIR KILLED_DIR
+
+WORKDIR receives every run's output directory; KILLED_DIR is the output of a run that the test
+killed (os._exit, as kill -9) at a file boundary of a checkpoint write, resumed here.
+The first call goes through the console script (keras_bertfam_cli), so that TensorFlow is imported
+the way `keras-bertfam` imports it: the test checks this process's stderr for log lines.
+"""
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+
+ARGS = ["pretrain", "--family", "bert", "--preset", "bert_tiny_en_uncased", "--steps", "6",
+        "--checkpoint-every", "2", "--batch-size", "2", "--sequence-length", "16",
+        "--deterministic", "--seed", "7"]
+
+
+def call(argv, env=None):
+    """main(argv) -> (exit status, stdout, stderr), with `env` set during the call."""
+    import keras_bertfam_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    env = env or {}
+    for k, v in env.items():
+        os.environ[k] = v
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = keras_bertfam_cli.main(argv)
+            except SystemExit as e:
+                status = e.code
+    finally:
+        for k in env:
+            os.environ.pop(k, None)
+    return status, out.getvalue(), err.getvalue()
+
+
+def final_arrays(output):
+    """Every array of the newest checkpoint: weights, optimizer state, RNG state."""
+    import h5py
+    import numpy as np
+
+    from keras_bertfam.run_directory import RunDirectory
+
+    step, where = RunDirectory(output).latest(["model.weights.h5"])
+    arrays = {}
+    with h5py.File(os.path.join(where, "model.weights.h5"), "r") as f:
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    with np.load(os.path.join(where, "rng_state.npz")) as rng:
+        arrays.update({f"rng/{k}": rng[k] for k in rng.files})
+    return step, arrays
+
+
+def differences(a, b):
+    import numpy as np
+
+    (step_a, a), (step_b, b) = a, b
+    if step_a != step_b:
+        return [f"steps {step_a} != {step_b}"]
+    if a.keys() != b.keys():
+        return [f"keys differ: {sorted(set(a) ^ set(b))[:5]}"]
+    return [k for k in a if not np.array_equal(a[k], b[k])]
+
+
+def state(output):
+    from keras_bertfam.run_directory import RunDirectory
+
+    _, where = RunDirectory(output).latest(["training_state.json"])
+    with open(os.path.join(where, "training_state.json")) as f:
+        return json.load(f)
+
+
+def temporaries(output):
+    return sorted(os.path.relpath(os.path.join(root, name), output)
+                  for root, dirs, files in os.walk(output) for name in dirs + files
+                  if name.startswith("tmp-"))
+
+
+def main(work, killed):
+    results = {}
+    out = lambda name: os.path.join(work, name)  # noqa: E731
+
+    # Quiet console script: the test checks this process's stderr.
+    status, stdout, stderr = call(["presets"])
+    results["presets"] = {"status": status, "stdout": stdout, "stderr": stderr}
+
+    from keras_bertfam import run_directory
+
+    # 1. The uninterrupted reference, snapshotting the directory at every file boundary of the
+    #    step-4 checkpoint write (the on-disk state a kill -9 right there leaves).
+    snapshots = []
+
+    def snapshot(n, step, label):
+        if step == 4:
+            dest = out(f"snapshot-{len(snapshots)}")
+            shutil.copytree(out("reference"), dest, symlinks=True)
+            snapshots.append({"dir": dest, "label": label})
+
+    run_directory.boundary_hook = snapshot
+    status, stdout, stderr = call([*ARGS, "--output", out("reference")])
+    run_directory.boundary_hook = None
+    reference = final_arrays(out("reference"))
+    results["reference"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                            "state": state(out("reference")), "temporaries":
+                            temporaries(out("reference")),
+                            "products": json.load(open(out("reference/products.json")))}
+
+    # 2. Each snapshot: which checkpoint a resume starts from, after removing temporaries;
+    #    the checkpoint's files byte-identical to the reference's of that step.
+    per_boundary = []
+    for snap in snapshots:
+        copy = snap["dir"] + "-opened"
+        shutil.copytree(snap["dir"], copy, symlinks=True)
+        with run_directory.RunDirectory(copy) as run:
+            step, where = run.latest(["model.weights.h5", "rng_state.npz",
+                                      "training_state.json"])
+            sums = {n: run_directory.sha256(os.path.join(where, n))
+                    for n in ("model.weights.h5", "rng_state.npz", "training_state.json")}
+            left = [t for t in temporaries(copy)]
+        per_boundary.append({"label": snap["label"], "step": step, "sha256": sums,
+                             "temporaries": left})
+    results["boundaries"] = per_boundary
+
+    # 3. Full resumes: the killed run (kill -9 between the rename of step-4 and the removal of
+    #    step-2), and the snapshot taken after the first file of the step-4 checkpoint.
+    status, stdout, stderr = call([*ARGS, "--output", killed])
+    results["killed_resume"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                                "differences": differences(final_arrays(killed), reference),
+                                "state": state(killed)}
+    first = snapshots[0]["dir"]
+    status, stdout, stderr = call([*ARGS, "--output", first, "--no-export"])
+    results["snapshot_resume"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                                  "label": snapshots[0]["label"],
+                                  "differences": differences(final_arrays(first), reference)}
+
+    # 4. SIGTERM at step 3 (inside a chunk) from the second snapshot, then resume to the end.
+    signalled = snapshots[1]["dir"]
+    status, stdout, stderr = call([*ARGS, "--output", signalled, "--no-export"],
+                                  env={"KERAS_BERTFAM_TEST_SIGNAL_AT_STEP": "3:TERM"})
+    results["sigterm"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                          "state": state(signalled), "temporaries": temporaries(signalled),
+                          "entries": sorted(os.listdir(signalled))}
+    nan_dir = out("nan")
+    shutil.copytree(signalled, nan_dir)
+    status, stdout, stderr = call([*ARGS, "--output", signalled, "--no-export"])
+    results["sigterm_resume"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                                 "differences": differences(final_arrays(signalled), reference),
+                                 "state": state(signalled)}
+
+    # 5. NaN: from step 3, poisoned weights after step 5 -> a NaN loss at step 6; step-4 stays.
+    status, stdout, stderr = call([*ARGS, "--output", nan_dir, "--no-export"],
+                                  env={"KERAS_BERTFAM_TEST_NAN_AT_STEP": "5"})
+    results["nan"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                      "state": state(nan_dir), "entries": sorted(os.listdir(nan_dir)),
+                      "temporaries": temporaries(nan_dir)}
+
+    # 6. `make pretrain` twice: a no-op; then a larger --steps continues and exports version 2.
+    status, stdout, stderr = call([*ARGS, "--output", out("reference")])
+    results["rerun"] = {"status": status, "stdout": stdout, "stderr": stderr}
+    continued = out("continued")
+    shutil.copytree(out("reference"), continued)
+    argv = list(ARGS)
+    argv[argv.index("--steps") + 1] = "8"
+    status, stdout, stderr = call([*argv, "--output", continued])
+    results["continued"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                            "state": state(continued),
+                            "exports": sorted(os.listdir(os.path.join(continued, "export"))),
+                            "products": json.load(open(os.path.join(continued,
+                                                                    "products.json")))}
+
+    # 7. `keras-bertfam export` of the reference preset (next free version) against the
+    #    SavedModel pretrain wrote: the same signatures and the same numbers.
+    status, stdout, stderr = call(["export", "--task", out("reference/preset"), "--no-audit"])
+    results["export"] = {"status": status, "stdout": stdout, "stderr": stderr}
+    import numpy as np
+    import tensorflow as tf
+
+    signatures = {}
+    texts = tf.constant(["the movie was great", "a dull film"])
+    values = {}
+    for version in ("1", "2"):
+        model = tf.saved_model.load(out(f"reference/export/{version}"))
+        fn = model.signatures["serving_default"]
+        signatures[version] = {"inputs": sorted(fn.structured_input_signature[1]),
+                               "outputs": sorted(fn.structured_outputs)}
+        values[version] = {k: np.asarray(v) for k, v in fn(text=texts).items()}
+    results["signatures"] = signatures
+    results["signature_values_equal"] = all(
+        np.array_equal(values["1"][k], values["2"][k]) for k in values["1"])
+
+    with open(os.path.join(work, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
