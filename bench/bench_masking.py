@@ -76,7 +76,9 @@ def lexicons_of(texts, vocab):
     phrases = learn_phrases(texts, min_count=10)
     names = [p for p in learn_phrases(texts, min_count=5, lowercase=False, stop_words=())
              if all(w[:1].isupper() for w in p.split())]
-    ids = lambda xs: [r for r in tok(tf.constant(xs)).to_list() if r]
+    def ids(xs):
+        out = tok(tf.constant(xs))
+        return [r for r in (out.to_list() if hasattr(out, "to_list") else out) if r]
     print(f"lexicons: {len(phrases)} phrases (e.g. {phrases[:4]}), {len(names)} entity names "
           f"(e.g. {names[:4]})")
     return {"phrases": ids(phrases), "entities": ids(names)}

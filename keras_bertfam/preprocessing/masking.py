@@ -1168,6 +1168,8 @@ def _lexicon_ids(entries, tokenizer, arg):
         tokens = tokenizer(tf.constant([s if isinstance(s, str) else s.decode() for s in strings]))
         if isinstance(tokens, tf.RaggedTensor):
             rows = tokens.to_list()
+        elif isinstance(tokens, (list, tuple)):  # keras-hub tokenizers may return lists
+            rows = [np.asarray(r).reshape(-1).tolist() for r in tokens]
         else:
             rows = np.asarray(tokens).tolist()
         return [tuple(int(i) for i in r) for r in rows]
@@ -1183,11 +1185,12 @@ def _lexicon_ids(entries, tokenizer, arg):
 class _LexiconMasker(WholeWordMasker):
     """Whole-unit masking where a unit is a lexicon match (phrase, entity) or a plain word.
 
-    Engine: the token ids are matched against the lexicon (a trie walked over all rows at once:
-    a `[V]` table for the first piece, then one sorted-key lookup per further piece, only at the
-    positions still alive); matches must start at a word start and end at a word end, and
-    overlapping matches are resolved leftmost-longest (the sequential scan's result, computed in
-    parallel rounds). Each accepted match becomes one "word" of `WholeWordMasker`'s greedy
+    Engine: the token ids are matched against the lexicon for all rows at once (a `[V]` table
+    marks the ids that begin an entry; at those positions the windows of 1..L tokens are looked
+    up together: hashed, searched among the sorted entry hashes, and checked id for id, so the
+    result is exact); matches must start at a word start and end at a word end, and overlapping
+    matches are resolved leftmost-longest (the sequential scan's result, computed in parallel
+    rounds). Each accepted match becomes one "word" of `WholeWordMasker`'s greedy
     selection, so it is masked whole or not at all, within BERT's budget.
     """
 
@@ -1215,71 +1218,95 @@ class _LexiconMasker(WholeWordMasker):
         self.lexicon_ids = [list(e) for e in entries]
         self.prefer_units = bool(prefer_units)
         self.max_unit_length = max((len(e) for e in entries), default=1)
-        # Trie: node 0 is the root; `first[v]` = child of the root by id v (or -1); deeper edges
-        # as sorted int64 keys `node * V + id` with their child node.
-        first = np.full([V], -1, np.int64)
-        edges = {}
-        terminal = [False]
-        for e in entries:
-            node = 0
-            for depth, i in enumerate(e):
-                if depth == 0:
-                    if first[i] < 0:
-                        first[i] = len(terminal)
-                        terminal.append(False)
-                    node = int(first[i])
-                else:
-                    k = node * V + i
-                    if k not in edges:
-                        edges[k] = len(terminal)
-                        terminal.append(False)
-                    node = edges[k]
-            terminal[node] = True
-        keys = np.array(sorted(edges), np.int64)
-        self._first = tf.constant(first, tf.int64)
-        self._edge_keys = tf.constant(np.append(keys, np.iinfo(np.int64).max)[np.newaxis], tf.int64)
-        self._edge_child = tf.constant(
-            np.append(np.array([edges[k] for k in keys], np.int64), -1), tf.int64)
-        self._terminal = tf.constant(np.array(terminal, bool))
+        # Matcher tables. A window of ids w_0..w_{n-1} hashes to sum_i w_i * R_i (random R_i;
+        # exact int64 sums, no overflow); a window matches an entry when the hashes agree *and*
+        # the ids do (checked), so hash collisions can never create or hide a match.
+        L = self.max_unit_length
+        rng = np.random.default_rng(0x5EED)
+        bits = min(40, 62 - int(np.ceil(np.log2(max(V, 2)))) - int(np.ceil(np.log2(L + 1))))
+        for _ in range(100):
+            R = rng.integers(1, 2**bits, size=L, dtype=np.int64)
+            hashes = np.array([int(np.dot(np.array(e, np.int64), R[: len(e)])) for e in entries],
+                              np.int64)
+            if len(np.unique(hashes)) == len(hashes):
+                break
+        else:  # pragma: no cover - probability ~E**2 * 2**-bits per draw
+            raise ValueError(f"Could not hash the {arg} without collisions")
+        order = np.argsort(hashes, kind="stable")
+        padded = np.full([len(entries) + 1, L], -1, np.int32)
+        lengths = np.zeros([len(entries) + 1], np.int32)
+        for row, e in enumerate(entries[i] for i in order):
+            padded[row, : len(e)] = e
+            lengths[row] = len(e)
+        is_first = np.zeros([V], bool)
+        is_first[[e[0] for e in entries]] = True
+        self._hash_weights = tf.constant(R[np.newaxis], tf.int64)  # (1, L)
+        self._entry_hashes = tf.constant(
+            np.append(hashes[order], np.iinfo(np.int64).max)[np.newaxis], tf.int64)  # (1, E+1)
+        self._entry_ids = tf.constant(padded)  # (E + 1, L), -1 after the entry; last row: none
+        self._entry_lengths = tf.constant(lengths)
+        self._is_first = tf.constant(is_first)
 
     def _match_lengths(self, ids, selectable, start):
         """Length in tokens of the longest lexicon match starting at each token (0 if none);
-        a match starts at a word start, ends at a word end and holds selectable tokens only."""
+        a match starts at a word start, ends at a word end and holds selectable tokens only.
+
+        One pass: only the positions whose token begins some entry (a `[V]` table) look up
+        their windows of 1..L tokens, all lengths at once (hash, sorted search, id check)."""
         B = tf.shape(ids)[0]
         T = tf.shape(ids)[1]
-        V = self.vocabulary_size
+        L = self.max_unit_length
         # A word ends at t when t + 1 does not continue it.
         word_end = selectable & ~_shift_left(selectable & ~start, 1, False)
-        node = tf.gather(self._first, ids)  # (B, T)
-        alive = start & (node >= 0)
-        best = tf.where(alive & tf.gather(self._terminal, tf.maximum(node, 0)) & word_end, 1, 0)
-        if self.max_unit_length == 1:
-            return best
+        alive = start & tf.gather(self._is_first, ids)
         where = tf.cast(tf.where(alive), tf.int32)  # (K, 2) rows, columns of live starts
-        node_k = tf.gather_nd(node, where)
-        flat = where[:, 0] * T + where[:, 1]
-        ids_flat = tf.reshape(ids, [-1])
-        ok_flat = tf.reshape(selectable, [-1])
-        end_flat = tf.reshape(word_end, [-1])
-        best_k = tf.zeros_like(flat)
-        for n in range(2, self.max_unit_length + 1):
-            inside = where[:, 1] + (n - 1) < T
-            at = tf.where(inside, flat + (n - 1), 0)
-            key = node_k * V + tf.cast(tf.gather(ids_flat, at), tf.int64)
-            slot = tf.searchsorted(self._edge_keys, key[tf.newaxis], side="left")[0]
-            hit = tf.equal(tf.gather(self._edge_keys[0], slot), key)
-            node_k = tf.where(
-                hit & inside & (node_k >= 0) & tf.gather(ok_flat, at),
-                tf.gather(self._edge_child, slot), -1)
-            term = (node_k >= 0) & tf.gather(self._terminal, tf.maximum(node_k, 0))
-            best_k = tf.where(term & tf.gather(end_flat, at), n, best_k)
-        return tf.tensor_scatter_nd_max(best, where, best_k)
+        l_range = tf.range(L)[tf.newaxis, :]
+        cols = where[:, 1:] + l_range  # (K, L)
+        inside = cols < T
+        at = tf.where(inside, where[:, :1] * T + cols, 0)
+        # One gather for ids, selectability and word ends: id * 4 + 2 * selectable + end.
+        code = ids * 4 + tf.cast(selectable, tf.int32) * 2 + tf.cast(word_end, tf.int32)
+        code = tf.where(inside, tf.gather(tf.reshape(code, [-1]), at), 0)
+        window = code // 4  # (K, L)
+        ok = tf.cast(code // 2 % 2, tf.int32)
+        sel_prefix = tf.equal(_cumsum(1 - ok, tri=_triangular(L)), 0)  # all selectable so far
+        hashes = tf.cumsum(tf.cast(window, tf.int64) * self._hash_weights, axis=1)
+        K = tf.shape(where)[0]
+        slot = tf.searchsorted(self._entry_hashes, tf.reshape(hashes, [1, -1]), side="left")
+        slot = tf.reshape(slot, [K, L])
+        hit = tf.equal(tf.gather(self._entry_hashes[0], slot), hashes)
+        slot = tf.where(hit, slot, tf.shape(self._entry_ids)[0] - 1)
+        n = l_range + 1
+        same = tf.reduce_all(
+            tf.equal(tf.gather(self._entry_ids, slot), window[:, tf.newaxis, :])
+            | (tf.range(L)[tf.newaxis, tf.newaxis, :] >= n[:, :, tf.newaxis]), axis=2)
+        match = (hit & same & tf.equal(tf.gather(self._entry_lengths, slot), n) & sel_prefix
+                 & tf.equal(code % 2, 1))
+        best_k = tf.reduce_max(tf.where(match, n, 0), axis=1)
+        return tf.scatter_nd(where, best_k, tf.shape(ids))
 
-    def _inside(self, flags, lengths):
-        """Tokens strictly inside (after the first token of) the flagged matches."""
-        out = tf.zeros_like(flags)
-        for d in range(1, self.max_unit_length):
-            out = out | _shift_right(flags & (lengths > d), d, False)
+    def _inside(self, flags_list, lengths):
+        """For each [B, T] flag set: tokens strictly inside (after the first token of) the
+        flagged matches of `lengths` -- a count of the matches open at t, one cumulative sum."""
+        B = tf.shape(lengths)[0]
+        T = tf.shape(lengths)[1]
+        t = tf.range(T)[tf.newaxis, :]
+        rows = []
+        ends = []
+        for flags in flags_list:
+            end = t + lengths  # first token after the match
+            seg = tf.where(flags & (end < T), tf.range(B)[:, tf.newaxis] * T + end, B * T)
+            closed = tf.math.unsorted_segment_sum(
+                tf.ones_like(seg), seg, B * T + 1)
+            rows.append(tf.cast(flags, tf.int32))
+            ends.append(tf.reshape(closed[: B * T], [B, T]))
+        counts = _cumsum(tf.concat(rows + ends, axis=0))
+        k = len(flags_list)
+        out = []
+        for i in range(k):
+            opened = counts[i * B:(i + 1) * B] - rows[i]  # matches started before t
+            closed = counts[(k + i) * B:(k + i + 1) * B]  # matches ended at or before t
+            out.append(opened - closed > 0)
         return out
 
     def _units(self, ids, selectable):
@@ -1293,16 +1320,24 @@ class _LexiconMasker(WholeWordMasker):
 
         # Leftmost-longest: a candidate is accepted when no earlier live candidate covers it,
         # rejected when an accepted one does; each round decides at least the first undecided
-        # candidate of every row.
+        # candidate of every row. The first round (nothing accepted yet) needs one count.
+        (covered,) = self._inside([cand], lengths)
+        accepted = cand & ~covered
+        undecided = cand & covered
+
         def body(accepted, undecided):
-            rejected_now = undecided & self._inside(accepted, lengths)
-            undecided = undecided & ~rejected_now
-            accept_now = undecided & ~self._inside(accepted | undecided, lengths)
+            in_acc, in_live = self._inside([accepted, accepted | undecided], lengths)
+            undecided = undecided & ~in_acc
+            accept_now = undecided & ~in_live
             return accepted | accept_now, undecided & ~accept_now
 
-        accepted, _ = tf.while_loop(
-            lambda a, u: tf.reduce_any(u), body, (tf.zeros_like(cand), cand))
-        return start & ~self._inside(accepted, lengths), accepted
+        def chains():  # some match starts inside another: rounds until all are decided
+            acc, _ = tf.while_loop(lambda a, u: tf.reduce_any(u), body, (accepted, undecided))
+            return acc, self._inside([acc], lengths)[0]
+
+        # Usually no match starts inside another: all are accepted and `covered` is final.
+        accepted, in_acc = tf.cond(tf.reduce_any(undecided), chains, lambda: (accepted, covered))
+        return start & ~in_acc, accepted
 
     def _select(self, ids, selectable, budget, seed):
         seed_order, _ = _split_seeds(seed, 2)
@@ -1312,8 +1347,10 @@ class _LexiconMasker(WholeWordMasker):
         is_word = tf.range(T)[tf.newaxis, :] < num_words[:, tf.newaxis]
         priority = None
         if self.prefer_units:  # the word-space flag of each unit: is it a lexicon match?
-            priority, _ = _compact(start, tf.cast(matched, tf.int32), T)
-            priority = priority > 0
+            B = tf.shape(ids)[0]
+            seg = tf.where(matched, tf.range(B)[:, tf.newaxis] * T + word, B * T)
+            priority = tf.math.unsorted_segment_sum(tf.ones_like(seg), seg, B * T + 1)
+            priority = tf.reshape(priority[: B * T], [B, T]) > 0
         key = _random_order_keys(seed_order, is_word, priority)
         covered, _ = _greedy_select(key, tf.ones_like(key), ctok, budget, max_n=1,
                                     overlaps=False)
@@ -1377,9 +1414,9 @@ class EntityMasker(_LexiconMasker):
     """ERNIE entity-level masking (Sun et al. 2019): whole named-entity mentions are masked.
 
     Mentions are found with a gazetteer, `entities` (names as strings with `tokenizer`, or as
-    token-id sequences), by a vectorized trie matcher in TF ops (the batch's live positions
-    walk the trie together, one piece per step: Aho-Corasick's result for whole-word,
-    leftmost-longest matching). Every mention is masked whole or not at all; otherwise as
+    token-id sequences), by a vectorized matcher in TF ops (every position that begins some
+    name looks up all its windows at once; the result equals a sequential whole-word,
+    leftmost-longest scan, as Aho-Corasick's with that rule). Every mention is masked whole or not at all; otherwise as
     `PhraseMasker` (same arguments and outputs; `prefer_units=True` masks mentions first).
 
     Example:
