@@ -65,7 +65,26 @@ def tf_pipeline(array, fn):
     return fn(ds).prefetch(tf.data.AUTOTUNE)
 
 
-def tf_pipelines(array, vocab, only):
+def lexicons_of(texts, vocab):
+    """ERNIE's lexicons, from the benchmark's own texts: PMI collocations (`learn_phrases`) as
+    phrases, and capitalized collocations of the cased text (names: "Harry Potter") as the
+    entity gazetteer. Token ids with the benchmark's tokenizer."""
+    import keras_hub
+    from keras_bertfam.preprocessing import learn_phrases
+
+    tok = keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
+    phrases = learn_phrases(texts, min_count=10)
+    names = [p for p in learn_phrases(texts, min_count=5, lowercase=False, stop_words=())
+             if all(w[:1].isupper() for w in p.split())]
+    def ids(xs):
+        out = tok(tf.constant(xs))
+        return [r for r in (out.to_list() if hasattr(out, "to_list") else out) if r]
+    print(f"lexicons: {len(phrases)} phrases (e.g. {phrases[:4]}), {len(names)} entity names "
+          f"(e.g. {names[:4]})")
+    return {"phrases": ids(phrases), "entities": ids(names)}
+
+
+def tf_pipelines(array, vocab, only, lexicons=None):
     """name -> tf.data dataset, for our maskers and/or keras-hub's generator."""
     pipes = {}
     if "ours" in only:
@@ -73,6 +92,10 @@ def tf_pipelines(array, vocab, only):
         for cls in (M.TokenMasker, M.WholeWordMasker, M.NgramMasker, M.SpanMasker):
             masker = cls(vocabulary=vocab, **common)
             pipes[cls.__name__] = tf_pipeline(array, masker.map_dataset)
+        if lexicons:
+            for cls, arg in ((M.PhraseMasker, "phrases"), (M.EntityMasker, "entities")):
+                masker = cls(vocabulary=vocab, **{arg: lexicons[arg]}, **common)
+                pipes[cls.__name__] = tf_pipeline(array, masker.map_dataset)
     if "keras_hub" in only:
         import keras_hub
 
@@ -85,13 +108,13 @@ def tf_pipelines(array, vocab, only):
     return pipes
 
 
-def bench_tf(array, vocab, batches, repeats, only):
+def bench_tf(array, vocab, batches, repeats, only, lexicons=None):
     """Round-robin over the pipelines, `repeats` times: on a shared machine the load drifts
     during a run, so each repeat times every pipeline back to back and we report medians
     (throughput, and ratio to keras-hub within the same repeat). Only one iterator lives at a
     time: an idle one would keep prefetching in the background and steal the timed one's CPU.
     """
-    pipes = tf_pipelines(array, vocab, only)
+    pipes = tf_pipelines(array, vocab, only, lexicons)
     rates = {name: [] for name in pipes}
     per = max(1, batches // repeats)
     for _ in range(repeats):
@@ -185,7 +208,8 @@ def main():
     results = {}
     ratios = {}
     if only & {"ours", "keras_hub"}:
-        rates = bench_tf(array, vocab, args.batches, args.repeats, only)
+        lexicons = lexicons_of(texts, vocab) if "ours" in only else None
+        rates = bench_tf(array, vocab, args.batches, args.repeats, only, lexicons)
         results.update({name: float(np.median(r)) for name, r in rates.items()})
         if KH in rates:
             base = np.array(rates[KH])

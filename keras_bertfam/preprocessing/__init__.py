@@ -7,11 +7,15 @@ from keras_bertfam.preprocessing.finetuning import (
     TokenClassifierPreprocessor,
 )
 from keras_bertfam.preprocessing.masking import (
+    EntityMasker,
+    MaskingSchedule,
     NgramMasker,
+    PhraseMasker,
     SpanMasker,
     TokenMasker,
     WholeWordMasker,
 )
+from keras_bertfam.preprocessing.phrases import learn_phrases
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (
     DocumentPacker,

@@ -59,6 +59,9 @@ __all__ = [
     "WholeWordMasker",
     "NgramMasker",
     "SpanMasker",
+    "PhraseMasker",
+    "EntityMasker",
+    "MaskingSchedule",
     "span_boundaries",
     "word_continuation_table",
     "load_vocabulary",
@@ -219,17 +222,24 @@ def _sample_categorical(seed, probs, shape):
     return n
 
 
-def _random_order_keys(seed, valid):
+def _random_order_keys(seed, valid, priority=None):
     """Distinct int32 keys giving a uniformly random order of the valid entries of each row.
 
     24 random bits then the column (ties of the 24 random bits -- probability ~N**2 / 2**25 per
-    row -- are broken by position). Invalid entries get INT32_MAX.
+    row -- are broken by position). Invalid entries get INT32_MAX. With `priority` ([B, N] bool)
+    the prioritized entries come first (each group in uniformly random order; 23 random bits).
     """
     N = tf.shape(valid)[1]
-    bits = tf.random.stateless_uniform(
-        tf.shape(valid), seed, minval=0, maxval=(1 << 24) - 1, dtype=tf.int32
-    )
-    key = bits * 128 + tf.range(N) % 128
+    if priority is None:
+        bits = tf.random.stateless_uniform(
+            tf.shape(valid), seed, minval=0, maxval=(1 << 24) - 1, dtype=tf.int32
+        )
+        key = bits * 128 + tf.range(N) % 128
+    else:
+        bits = tf.random.stateless_uniform(
+            tf.shape(valid), seed, minval=0, maxval=(1 << 23) - 1, dtype=tf.int32
+        )
+        key = bits * 128 + tf.range(N) % 128 + tf.where(priority, 0, 1 << 30)
     return tf.where(valid, key, _INT32_MAX)
 
 
@@ -538,21 +548,26 @@ class _Masker:
 
     # --- words ---
 
-    def _words(self, ids, selectable):
+    def _word_starts(self, ids, selectable):
+        """[B, T] bool: selectable tokens that start a word."""
+        if self._continuation is None:
+            return selectable
+        cont = tf.gather(self._continuation, ids)
+        prev_sel = _shift_right(selectable, 1, False)
+        return selectable & ~(cont & prev_sel)
+
+    def _words(self, ids, selectable, start=None):
         """Word structure of each row, in *word space* (words numbered 0.. in order).
 
-        Returns `word` [B, T] (word index of each token, -1 if unselectable), `num_words` [B]
+        `start` ([B, T] bool) overrides the word starts of `_word_starts` (units of several
+        words, e.g. `PhraseMasker`'s phrases, are then "words"). Returns `word` [B, T] (word index of each token, -1 if unselectable), `num_words` [B]
         and `ctok` [B, T + 1]: pieces before word w, so that the pieces of words w..w+n-1 are
         ctok[w+n] - ctok[w] (ctok[w] = total for w >= num_words).
         """
         B = tf.shape(ids)[0]
         T = tf.shape(ids)[1]
-        if self._continuation is None:
-            start = selectable
-        else:
-            cont = tf.gather(self._continuation, ids)
-            prev_sel = _shift_right(selectable, 1, False)
-            start = selectable & ~(cont & prev_sel)
+        if start is None:
+            start = self._word_starts(ids, selectable)
         both = _cumsum(tf.concat([start, selectable], axis=0))  # (2B, T)
         word = tf.where(selectable, both[:B] - 1, -1)
         sel_before = both[B:] - 1  # selectable tokens before t (t selectable)
@@ -1142,3 +1157,372 @@ def span_boundaries(mask_positions, mask_weights):
     if unbatched:
         return starts[0], ends[0]
     return starts, ends
+
+
+# === ERNIE: knowledge masking (phrases, entities) and the staged schedule ===
+
+
+def _lexicon_ids(entries, tokenizer, arg):
+    """Lexicon entries (strings, or sequences of token ids) -> list of tuples of ints."""
+    if isinstance(entries, (str, bytes)):
+        raise ValueError(f"{arg} must be a list of entries; got a single string {entries!r}")
+    entries = list(entries)
+    strings = [e for e in entries if isinstance(e, (str, bytes))]
+    if strings and len(strings) != len(entries):
+        raise ValueError(f"{arg} must be all strings or all token-id sequences, not a mix")
+    if strings:
+        if tokenizer is None:
+            raise ValueError(
+                f"{arg} are strings: pass tokenizer= (the tokenizer of the model's vocabulary, "
+                "e.g. kb.preprocessing.WordPieceTokenizer) to turn them into token ids, or pass "
+                "token-id sequences"
+            )
+        tokens = tokenizer(tf.constant([s if isinstance(s, str) else s.decode() for s in strings]))
+        if isinstance(tokens, tf.RaggedTensor):
+            rows = tokens.to_list()
+        elif isinstance(tokens, (list, tuple)):  # keras-hub tokenizers may return lists
+            rows = [np.asarray(r).reshape(-1).tolist() for r in tokens]
+        else:
+            rows = np.asarray(tokens).tolist()
+        return [tuple(int(i) for i in r) for r in rows]
+    out = []
+    for e in entries:
+        try:
+            out.append(tuple(int(i) for i in np.asarray(e).reshape(-1)))
+        except (TypeError, ValueError):
+            raise ValueError(f"{arg}: entry {e!r} is neither a string nor a sequence of ids")
+    return out
+
+
+class _LexiconMasker(WholeWordMasker):
+    """Whole-unit masking where a unit is a lexicon match (phrase, entity) or a plain word.
+
+    Engine: the token ids are matched against the lexicon for all rows at once (a `[V]` table
+    marks the ids that begin an entry; at those positions the windows of 1..L tokens are looked
+    up together: hashed, searched among the sorted entry hashes, and checked id for id, so the
+    result is exact); matches must start at a word start and end at a word end, and overlapping
+    matches are resolved leftmost-longest (the sequential scan's result, computed in parallel
+    rounds). Each accepted match becomes one "word" of `WholeWordMasker`'s greedy
+    selection, so it is masked whole or not at all, within BERT's budget.
+    """
+
+    _lexicon_arg = "lexicon"
+
+    def __init__(self, *args, lexicon=None, tokenizer=None, prefer_units=True, **kwargs):
+        super().__init__(*args, **kwargs)
+        arg = self._lexicon_arg
+        if lexicon is None:
+            raise ValueError(f"Pass {arg}= (a list of strings with tokenizer=, or of id lists)")
+        entries = _lexicon_ids(lexicon, tokenizer, arg)
+        V = self.vocabulary_size
+        special = set(self._unselectable_list)
+        kept = []
+        for e in entries:
+            if not e:
+                continue  # an entry the tokenizer turned into nothing
+            bad = [i for i in e if not 0 <= i < V]
+            if bad:
+                raise ValueError(f"{arg}: entry {e} has ids outside the vocabulary [0, {V})")
+            if special.intersection(e):
+                raise ValueError(f"{arg}: entry {e} contains unselectable ids; it could never match")
+            kept.append(e)
+        entries = sorted(set(kept))
+        self.lexicon_ids = [list(e) for e in entries]
+        self.prefer_units = bool(prefer_units)
+        self.max_unit_length = max((len(e) for e in entries), default=1)
+        # Matcher tables. A window of ids w_0..w_{n-1} hashes to sum_i w_i * R_i (random R_i;
+        # exact int64 sums, no overflow); a window matches an entry when the hashes agree *and*
+        # the ids do (checked), so hash collisions can never create or hide a match.
+        L = self.max_unit_length
+        rng = np.random.default_rng(0x5EED)
+        bits = min(40, 62 - int(np.ceil(np.log2(max(V, 2)))) - int(np.ceil(np.log2(L + 1))))
+        for _ in range(100):
+            R = rng.integers(1, 2**bits, size=L, dtype=np.int64)
+            hashes = np.array([int(np.dot(np.array(e, np.int64), R[: len(e)])) for e in entries],
+                              np.int64)
+            if len(np.unique(hashes)) == len(hashes):
+                break
+        else:  # pragma: no cover - probability ~E**2 * 2**-bits per draw
+            raise ValueError(f"Could not hash the {arg} without collisions")
+        order = np.argsort(hashes, kind="stable")
+        padded = np.full([len(entries) + 1, L], -1, np.int32)
+        lengths = np.zeros([len(entries) + 1], np.int32)
+        for row, e in enumerate(entries[i] for i in order):
+            padded[row, : len(e)] = e
+            lengths[row] = len(e)
+        is_first = np.zeros([V], bool)
+        is_first[[e[0] for e in entries]] = True
+        self._hash_weights = tf.constant(R[np.newaxis], tf.int64)  # (1, L)
+        self._entry_hashes = tf.constant(
+            np.append(hashes[order], np.iinfo(np.int64).max)[np.newaxis], tf.int64)  # (1, E+1)
+        self._entry_ids = tf.constant(padded)  # (E + 1, L), -1 after the entry; last row: none
+        self._entry_lengths = tf.constant(lengths)
+        self._is_first = tf.constant(is_first)
+
+    def _match_lengths(self, ids, selectable, start):
+        """Length in tokens of the longest lexicon match starting at each token (0 if none);
+        a match starts at a word start, ends at a word end and holds selectable tokens only.
+
+        One pass: only the positions whose token begins some entry (a `[V]` table) look up
+        their windows of 1..L tokens, all lengths at once (hash, sorted search, id check)."""
+        B = tf.shape(ids)[0]
+        T = tf.shape(ids)[1]
+        L = self.max_unit_length
+        # A word ends at t when t + 1 does not continue it.
+        word_end = selectable & ~_shift_left(selectable & ~start, 1, False)
+        alive = start & tf.gather(self._is_first, ids)
+        where = tf.cast(tf.where(alive), tf.int32)  # (K, 2) rows, columns of live starts
+        l_range = tf.range(L)[tf.newaxis, :]
+        cols = where[:, 1:] + l_range  # (K, L)
+        inside = cols < T
+        at = tf.where(inside, where[:, :1] * T + cols, 0)
+        # One gather for ids, selectability and word ends: id * 4 + 2 * selectable + end.
+        code = ids * 4 + tf.cast(selectable, tf.int32) * 2 + tf.cast(word_end, tf.int32)
+        code = tf.where(inside, tf.gather(tf.reshape(code, [-1]), at), 0)
+        window = code // 4  # (K, L)
+        ok = tf.cast(code // 2 % 2, tf.int32)
+        sel_prefix = tf.equal(_cumsum(1 - ok, tri=_triangular(L)), 0)  # all selectable so far
+        hashes = tf.cumsum(tf.cast(window, tf.int64) * self._hash_weights, axis=1)
+        K = tf.shape(where)[0]
+        slot = tf.searchsorted(self._entry_hashes, tf.reshape(hashes, [1, -1]), side="left")
+        slot = tf.reshape(slot, [K, L])
+        hit = tf.equal(tf.gather(self._entry_hashes[0], slot), hashes)
+        slot = tf.where(hit, slot, tf.shape(self._entry_ids)[0] - 1)
+        n = l_range + 1
+        same = tf.reduce_all(
+            tf.equal(tf.gather(self._entry_ids, slot), window[:, tf.newaxis, :])
+            | (tf.range(L)[tf.newaxis, tf.newaxis, :] >= n[:, :, tf.newaxis]), axis=2)
+        match = (hit & same & tf.equal(tf.gather(self._entry_lengths, slot), n) & sel_prefix
+                 & tf.equal(code % 2, 1))
+        best_k = tf.reduce_max(tf.where(match, n, 0), axis=1)
+        return tf.scatter_nd(where, best_k, tf.shape(ids))
+
+    def _inside(self, flags_list, lengths):
+        """For each [B, T] flag set: tokens strictly inside (after the first token of) the
+        flagged matches of `lengths` -- a count of the matches open at t, one cumulative sum."""
+        B = tf.shape(lengths)[0]
+        T = tf.shape(lengths)[1]
+        t = tf.range(T)[tf.newaxis, :]
+        rows = []
+        ends = []
+        for flags in flags_list:
+            end = t + lengths  # first token after the match
+            seg = tf.where(flags & (end < T), tf.range(B)[:, tf.newaxis] * T + end, B * T)
+            closed = tf.math.unsorted_segment_sum(
+                tf.ones_like(seg), seg, B * T + 1)
+            rows.append(tf.cast(flags, tf.int32))
+            ends.append(tf.reshape(closed[: B * T], [B, T]))
+        counts = _cumsum(tf.concat(rows + ends, axis=0))
+        k = len(flags_list)
+        out = []
+        for i in range(k):
+            opened = counts[i * B:(i + 1) * B] - rows[i]  # matches started before t
+            closed = counts[(k + i) * B:(k + i + 1) * B]  # matches ended at or before t
+            out.append(opened - closed > 0)
+        return out
+
+    def _units(self, ids, selectable):
+        """Unit starts [B, T] (plain word starts not inside an accepted match) and the accepted
+        match starts [B, T] (leftmost-longest, non-overlapping)."""
+        start = self._word_starts(ids, selectable)
+        lengths = self._match_lengths(ids, selectable, start)
+        cand = lengths > 0
+        if self.max_unit_length == 1:
+            return start, cand
+
+        # Leftmost-longest: a candidate is accepted when no earlier live candidate covers it,
+        # rejected when an accepted one does; each round decides at least the first undecided
+        # candidate of every row. The first round (nothing accepted yet) needs one count.
+        (covered,) = self._inside([cand], lengths)
+        accepted = cand & ~covered
+        undecided = cand & covered
+
+        def body(accepted, undecided):
+            in_acc, in_live = self._inside([accepted, accepted | undecided], lengths)
+            undecided = undecided & ~in_acc
+            accept_now = undecided & ~in_live
+            return accepted | accept_now, undecided & ~accept_now
+
+        def chains():  # some match starts inside another: rounds until all are decided
+            acc, _ = tf.while_loop(lambda a, u: tf.reduce_any(u), body, (accepted, undecided))
+            return acc, self._inside([acc], lengths)[0]
+
+        # Usually no match starts inside another: all are accepted and `covered` is final.
+        accepted, in_acc = tf.cond(tf.reduce_any(undecided), chains, lambda: (accepted, covered))
+        return start & ~in_acc, accepted
+
+    def _select(self, ids, selectable, budget, seed):
+        seed_order, _ = _split_seeds(seed, 2)
+        start, matched = self._units(ids, selectable)
+        word, num_words, ctok = self._words(ids, selectable, start=start)
+        T = tf.shape(ids)[1]
+        is_word = tf.range(T)[tf.newaxis, :] < num_words[:, tf.newaxis]
+        priority = None
+        if self.prefer_units:  # the word-space flag of each unit: is it a lexicon match?
+            B = tf.shape(ids)[0]
+            seg = tf.where(matched, tf.range(B)[:, tf.newaxis] * T + word, B * T)
+            priority = tf.math.unsorted_segment_sum(tf.ones_like(seg), seg, B * T + 1)
+            priority = tf.reshape(priority[: B * T], [B, T]) > 0
+        key = _random_order_keys(seed_order, is_word, priority)
+        covered, _ = _greedy_select(key, tf.ones_like(key), ctok, budget, max_n=1,
+                                    overlaps=False)
+        return self._tokens_from_words(word, covered)
+
+    def find_units(self, token_ids):
+        """The lexicon matches the masker would use: `[B, T]` int32, the match length in tokens
+        at each match's first token, 0 elsewhere (padding never matches)."""
+        ids = tf.cast(tf.convert_to_tensor(token_ids), tf.int32)
+        valid = (tf.ones_like(ids, tf.bool) if self.padding_token_id is None
+                 else tf.not_equal(ids, self.padding_token_id))
+        selectable = self._selectable(ids, valid)
+        start = self._word_starts(ids, selectable)
+        lengths = self._match_lengths(ids, selectable, start)
+        _, accepted = self._units(ids, selectable)
+        return tf.where(accepted, lengths, 0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({self._lexicon_arg: self.lexicon_ids, "prefer_units": self.prefer_units})
+        return config
+
+
+class PhraseMasker(_LexiconMasker):
+    """ERNIE phrase-level masking (Sun et al. 2019, "ERNIE: Enhanced Representation through
+    Knowledge Integration"): whole phrases are masked and predicted, not independent pieces.
+
+    A phrase is a lexicon entry: `phrases` is a list of strings (tokenized with `tokenizer`, the
+    model's tokenizer, e.g. `kb.preprocessing.WordPieceTokenizer`) or of token-id sequences. Use
+    your own lexicon (a chunker's output, a terminology list) or collocations learned from the
+    corpus with `kb.preprocessing.learn_phrases(corpus)` (PMI). In each row the occurrences of
+    phrases are found (whole words only: a match starts at a word start and ends at a word end;
+    overlapping occurrences are resolved leftmost-longest), and every occurrence becomes one
+    unit; words outside phrases are units of their own. Units are masked whole within BERT's
+    budget (`TokenMasker`'s `num_to_predict`, counted in pieces; a unit that would overshoot is
+    skipped, as `WholeWordMasker`'s words), 80/10/10 per piece. With `prefer_units=True`
+    (default) the phrase units are visited first, in random order, then the plain words fill
+    the budget: the stage masks phrases wherever a row has them. `prefer_units=False` visits all
+    units in one uniformly random order (each unit equally likely, as ERNIE's per-unit draw).
+
+    Same arguments (keras-hub `MaskedLMMaskGenerator`'s, then `TokenMasker`'s) and outputs as
+    the other maskers; `find_units(token_ids)` shows the matched phrases.
+
+    Example:
+    >>> vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "new", "york", "is", "big", "##ger"]
+    >>> masker = PhraseMasker(vocabulary=vocab, phrases=[[4, 5]], seed=1,
+    ...                       unselectable_token_ids=(0, 1, 2), mask_selection_rate=0.3)
+    >>> out = masker(tf.constant([[1, 4, 5, 6, 7, 8, 2]]))
+    >>> out["mask_positions"].numpy()[0, :2].tolist()  # "new york", whole
+    [1, 2]
+    """
+
+    _lexicon_arg = "phrases"
+
+    def __init__(self, *args, phrases=None, tokenizer=None, prefer_units=True, **kwargs):
+        super().__init__(*args, lexicon=phrases, tokenizer=tokenizer, prefer_units=prefer_units,
+                         **kwargs)
+
+
+class EntityMasker(_LexiconMasker):
+    """ERNIE entity-level masking (Sun et al. 2019): whole named-entity mentions are masked.
+
+    Mentions are found with a gazetteer, `entities` (names as strings with `tokenizer`, or as
+    token-id sequences), by a vectorized matcher in TF ops (every position that begins some
+    name looks up all its windows at once; the result equals a sequential whole-word,
+    leftmost-longest scan, as Aho-Corasick's with that rule). Every mention is masked whole or not at all; otherwise as
+    `PhraseMasker` (same arguments and outputs; `prefer_units=True` masks mentions first).
+
+    Example:
+    >>> vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "harry", "potter", "is", "a", "wizard"]
+    >>> masker = EntityMasker(vocabulary=vocab, entities=[[4, 5]], seed=1,
+    ...                       unselectable_token_ids=(0, 1, 2), mask_selection_rate=0.3)
+    >>> masker.find_units(tf.constant([[1, 4, 5, 6, 7, 8, 2]])).numpy().tolist()
+    [[0, 2, 0, 0, 0, 0, 0]]
+    """
+
+    _lexicon_arg = "entities"
+
+    def __init__(self, *args, entities=None, tokenizer=None, prefer_units=True, **kwargs):
+        super().__init__(*args, lexicon=entities, tokenizer=tokenizer, prefer_units=prefer_units,
+                         **kwargs)
+
+
+class MaskingSchedule:
+    """ERNIE's multi-stage masking: one masker per training stage, e.g. basic (word-level)
+    masking, then phrase-level, then entity-level (`ERNIE 1.0`'s knowledge masking schedule).
+
+    Args:
+        stages: the maskers, in order (any of this module's maskers; same
+            `mask_selection_length`, so every stage has the same output shapes).
+        boundaries: optional increasing ints: stage i+1 starts after `boundaries[i]` calls
+            (batches, when mapped over a batched dataset). Without them the stage is set by
+            `set_stage(i)` (e.g. from a Keras callback at an epoch boundary).
+
+    Called like a masker (`schedule(token_ids, seed=None)`, `schedule.map_dataset(ds)`); only
+    the current stage's masker runs (`tf.switch_case`). Under a parallel `map`, the stage
+    switches within a few batches of the boundary (the calls' order is the scheduler's).
+
+    Example:
+    >>> kw = dict(vocabulary_size=100, mask_token_id=3, unselectable_token_ids=(0, 1, 2))
+    >>> schedule = MaskingSchedule(
+    ...     [WholeWordMasker(**kw), PhraseMasker(phrases=[[10, 11]], **kw),
+    ...      EntityMasker(entities=[[12, 13, 14]], **kw)], boundaries=[1000, 2000])
+    >>> out = schedule(tf.constant([[1, 10, 11, 12, 13, 14, 2]]))
+    >>> int(schedule.current_stage())
+    0
+    """
+
+    def __init__(self, stages, boundaries=None):
+        stages = list(stages)
+        if not stages:
+            raise ValueError("stages must hold at least one masker")
+        for s in stages:
+            if not isinstance(s, _Masker):
+                raise ValueError(f"stages must be maskers of this module; got {s!r}")
+        lengths = {s.mask_selection_length for s in stages}
+        if len(lengths) != 1:
+            raise ValueError(
+                f"every stage needs the same mask_selection_length; got {sorted(lengths)}")
+        if boundaries is not None:
+            boundaries = [int(b) for b in boundaries]
+            if len(boundaries) != len(stages) - 1:
+                raise ValueError(
+                    f"boundaries needs {len(stages) - 1} values for {len(stages)} stages; "
+                    f"got {boundaries}")
+            if any(b <= 0 for b in boundaries) or boundaries != sorted(set(boundaries)):
+                raise ValueError(f"boundaries must be positive and increasing; got {boundaries}")
+        self.stages = stages
+        self.boundaries = boundaries
+        self.mask_selection_length = stages[0].mask_selection_length
+        self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="schedule_calls")
+        self._stage = tf.Variable(0, dtype=tf.int32, trainable=False, name="schedule_stage")
+        self.seed = stages[0].seed
+
+    def set_stage(self, stage):
+        """Use stage `stage` from now on (only without `boundaries`)."""
+        if self.boundaries is not None:
+            raise ValueError("This schedule follows its boundaries; set_stage needs boundaries=None")
+        if not 0 <= int(stage) < len(self.stages):
+            raise ValueError(f"stage must be in [0, {len(self.stages)}); got {stage}")
+        self._stage.assign(int(stage))
+
+    def current_stage(self):
+        if self.boundaries is None:
+            return self._stage.read_value()
+        b = tf.constant(self.boundaries, tf.int64)
+        return tf.reduce_sum(tf.cast(self._calls.read_value() >= b, tf.int32))
+
+    @tf.autograph.experimental.do_not_convert
+    def __call__(self, token_ids, seed=None):
+        stage = self.current_stage()
+        self._calls.assign_add(1)
+        branches = [
+            (lambda m=m: m(token_ids, seed=seed)) for m in self.stages
+        ]
+        return tf.switch_case(stage, branches)
+
+    def map_dataset(self, dataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None):
+        """As the maskers' `map_dataset` (a reproducible per-element seed)."""
+        draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
+        return tf.data.Dataset.zip((dataset, draws)).map(
+            lambda x, s: self(x, seed=s), num_parallel_calls=num_parallel_calls,
+            deterministic=deterministic)
