@@ -98,6 +98,10 @@ def _parser():
 
     s = sub.add_parser("presets", help="list the registered presets")
     s.add_argument("--family", default=None)
+
+    from keras_bertfam.analysis.cli import add_analyze_parser  # kb.analysis owns `analyze`
+
+    add_analyze_parser(sub)
     return parser
 
 
@@ -112,6 +116,10 @@ def main(argv=None):
         return pretrain(args)
     if args.command == "export":
         return export(args)
+    if args.command == "analyze":
+        from keras_bertfam.analysis.cli import analyze
+
+        return analyze(args)
     return 1
 
 
