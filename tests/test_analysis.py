@@ -142,7 +142,6 @@ def test_pruned_task_saves_reloads_and_exports(tmp_path):
     np.testing.assert_allclose(to_numpy(pruned.head.kernel), to_numpy(clf.head.kernel))
     expected = pruned.predict(TEXTS, verbose=0)
     mask = masked({0: [0, 1], 1: [3], 2: [1, 2]}, [4] * 3)
-    ref = kb.analysis.importance._evaluate  # noqa: F841 (mask path used below)
     with kb.analysis._common.head_mask_override(clf.backbone, keras.ops.convert_to_tensor(mask)):
         masked_logits = clf.predict(TEXTS, verbose=0)
     assert np.abs(expected - masked_logits).max() <= 1e-5
@@ -380,14 +379,39 @@ def test_edge_probe_learns_a_span_pair_relation():
 
 @pytest.mark.multibackend
 def test_span_pool_is_attention_over_the_span():
-    pool = SpanPool = kb.analysis.SelfAttentiveSpanPool()
+    pool = kb.analysis.SelfAttentiveSpanPool()
     states = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
     span = np.array([[0, 1, 1, 0, 0], [0, 0, 0, 0, 1]], "float32")
     out = to_numpy(pool([states, span]))
-    w = to_numpy(SpanPool.score.kernel)[:, 0]
-    b = to_numpy(SpanPool.score.bias)[0]
+    w = to_numpy(pool.score.kernel)[:, 0]
+    b = to_numpy(pool.score.bias)[0]
     logits = states[0, 1:3] @ w + b
     a = np.exp(logits - logits.max())
     a /= a.sum()
     np.testing.assert_allclose(out[0], a @ states[0, 1:3], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[1], states[1, 4], rtol=1e-5, atol=1e-6)
+
+
+# === CLI ===
+def test_cli_analyze_writes_maps_statistics_and_importance(tmp_path, capsys):
+    from keras_bertfam import cli
+
+    classifier(bert(num_layers=2)).save_to_preset(str(tmp_path / "preset"))
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("".join(f"{t}\t{y}\n" for t, y in zip(TEXTS, LABELS)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert cli.main(["analyze", "--task", str(tmp_path / "preset"), "--texts", str(texts),
+                     "--output", str(out), "--accuracy-drop", "--head", "1,2"]) == 0
+    files = set(os.listdir(out))
+    for name in ("attention_maps.npz", "tokens.json", "attention_text0.png",
+                 "attention_text0_L1_H2.png", "head_statistics.csv", "stat_entropy.png",
+                 "head_importance.csv", "head_importance.png", "accuracy_drop.png",
+                 "summary.json"):
+        assert name in files, name
+    rows = open(out / "head_importance.csv").read().splitlines()
+    assert rows[0] == "layer,head,importance,raw_importance,accuracy_drop" and len(rows) == 9
+    assert len(np.load(out / "attention_maps.npz").files) == 2 * len(TEXTS)
+    assert "text" in capsys.readouterr().out  # the progress bar
+    with pytest.raises(SystemExit, match="is not a file"):
+        cli.main(["analyze", "--task", str(tmp_path / "preset"), "--texts",
+                  str(tmp_path / "none.txt"), "--output", str(out)])
