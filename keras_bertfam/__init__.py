@@ -4,7 +4,8 @@ import os as _os
 
 from keras_bertfam.version import __version__
 
-_SUBMODULES = ("layers", "models", "preprocessing", "presets", "tasks", "distribute", "export")
+_SUBMODULES = ("layers", "models", "preprocessing", "presets", "tasks", "distribute", "export",
+               "analysis")
 
 if _os.environ.get("KERAS_BERTFAM_LAZY_IMPORT") == "1":
     # The console script (keras_bertfam_cli.py): submodules load on first use, so that `--help`
@@ -16,3 +17,4 @@ if _os.environ.get("KERAS_BERTFAM_LAZY_IMPORT") == "1":
 else:
     from keras_bertfam import layers, models, preprocessing, presets, tasks
     from keras_bertfam import distribute, export
+    from keras_bertfam import analysis

@@ -114,7 +114,30 @@ def _parser():
                                        "and vocabulary are available offline")
     s.add_argument("--family", default=None)
     _add_verbosity(s)
+
+    _add_verbosity(_add_analyze_parser(sub))
     return parser
+
+
+def _add_analyze_parser(sub):
+    a = sub.add_parser("analyze", help="attention maps, head statistics and head importance of a "
+                                       "trained preset on a file of texts")
+    a.add_argument("--task", required=True,
+                   help="a preset directory saved by save_to_preset (a task or a backbone)")
+    a.add_argument("--texts", required=True,
+                   help="UTF-8 file, one text per line; 'text<TAB>label' lines give labels for "
+                        "head importance (else the model's own predictions are the labels)")
+    a.add_argument("--output", required=True, help="directory for the PNGs, CSVs and JSON")
+    a.add_argument("--max-texts", type=int, default=200)
+    a.add_argument("--plot-texts", type=int, default=2,
+                   help="texts drawn as layer x head grids and one single-head map")
+    a.add_argument("--head", default=None, metavar="LAYER,HEAD",
+                   help="the single-head map to draw (default: the last layer's head 0)")
+    a.add_argument("--no-importance", dest="importance", action="store_false", default=True,
+                   help="skip head importance (backbones and XLNet have none)")
+    a.add_argument("--accuracy-drop", action="store_true",
+                   help="also mask each head alone and measure the accuracy (L x N passes)")
+    return a
 
 
 def _add_verbosity(parser):
@@ -133,6 +156,10 @@ def main(argv=None):
             return pretrain(args)
         if args.command == "export":
             return export(args)
+        if args.command == "analyze":
+            from keras_bertfam.analysis.cli import analyze
+
+            return analyze(args)
     except (CommandError, RunDirectoryError) as e:
         print(f"keras-bertfam {args.command}: error: {e}", file=sys.stderr)
         return 1

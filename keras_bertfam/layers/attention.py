@@ -17,8 +17,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     better than one?"). Both paths give the same numbers (tested).
 
     Args:
-        num_heads: number of heads N; `hidden_dim` must be divisible by it.
+        num_heads: number of heads N; `hidden_dim` must be divisible by it unless `head_dim` is
+            given. 0 (every head pruned) leaves only the output bias.
         hidden_dim: model width H (head width H / N).
+        head_dim: the head width, when N * head_dim != H (a structurally pruned layer keeps its
+            original head width; `kb.analysis.prune_heads`).
         attention_dropout: dropout on the attention probabilities.
         kernel_initializer: for the four projections.
 
@@ -40,16 +43,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         hidden_dim,
         attention_dropout=0.0,
         kernel_initializer="glorot_uniform",
+        head_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if hidden_dim % num_heads:
+        self._head_dim_arg = head_dim  # serialized only when given (older configs lack it)
+        if head_dim is None:
+            if num_heads <= 0 or hidden_dim % num_heads:
+                raise ValueError(
+                    f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}."
+                )
+            head_dim = hidden_dim // num_heads
+        elif num_heads < 0 or head_dim <= 0:
             raise ValueError(
-                f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}."
+                f"num_heads must be >= 0 and head_dim > 0, got num_heads={num_heads}, "
+                f"head_dim={head_dim}."
             )
         self.num_heads = num_heads
         self.hidden_dim = hidden_dim
-        self.head_dim = hidden_dim // num_heads
+        self.head_dim = head_dim
         self.attention_dropout = attention_dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
@@ -63,19 +75,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 name=name,
             )
 
-        self.query_dense = projection("query")
-        self.key_dense = projection("key")
-        self.value_dense = projection("value")
-        self.output_dense = keras.layers.EinsumDense(
-            "btnh,nhd->btd",
-            output_shape=(None, hidden_dim),
-            bias_axes="d",
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            name="attention_output",
-        )
+        self.query_dense = self.key_dense = self.value_dense = self.output_dense = None
+        if num_heads:
+            self.query_dense = projection("query")
+            self.key_dense = projection("key")
+            self.value_dense = projection("value")
+            self.output_dense = keras.layers.EinsumDense(
+                "btnh,nhd->btd",
+                output_shape=(None, hidden_dim),
+                bias_axes="d",
+                kernel_initializer=clone_initializer(self.kernel_initializer),
+                name="attention_output",
+            )
         self.dropout_layer = keras.layers.Dropout(attention_dropout, name="attention_dropout")
 
     def build(self, input_shape):
+        if self.num_heads == 0:
+            # Every head pruned: the sublayer adds only the output projection's bias.
+            self.output_bias = self.add_weight(
+                shape=(self.hidden_dim,), initializer="zeros", name="attention_output_bias")
+            self.built = True
+            return
         for layer in (self.query_dense, self.key_dense, self.value_dense):
             layer.build(input_shape)
         self.output_dense.build(tuple(input_shape[:2]) + (self.num_heads, self.head_dim))
@@ -90,6 +110,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=False,
     ):
+        if self.num_heads == 0:
+            output = ops.zeros_like(x) + ops.cast(self.output_bias, x.dtype)  # (B, T, H)
+            if not return_attention_scores:
+                return output
+            t = ops.shape(x)[1]
+            return output, ops.zeros((ops.shape(x)[0], 0, t, t), dtype=x.dtype)
         q = self.query_dense(x)  # (B, T, N, Hd)
         k = self.key_dense(x)
         v = self.value_dense(x)
@@ -132,6 +158,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             attention_dropout=self.attention_dropout,
             kernel_initializer=serialize_initializer(self.kernel_initializer),
         )
+        if self._head_dim_arg is not None:
+            config["head_dim"] = self._head_dim_arg
         return config
 
 

@@ -56,6 +56,7 @@ class AttentionSublayer(_Residual):
         dropout=0.0,
         attention_dropout=0.0,
         kernel_initializer="glorot_uniform",
+        head_dim=None,
         **kwargs,
     ):
         super().__init__(norm_first, layer_norm_epsilon, dropout, **kwargs)
@@ -64,6 +65,7 @@ class AttentionSublayer(_Residual):
             hidden_dim,
             attention_dropout=attention_dropout,
             kernel_initializer=kernel_initializer,
+            head_dim=head_dim,
             name="attention",
         )
 
@@ -138,6 +140,7 @@ class TransformerBlock(keras.layers.Layer):
         norm_first: pre-LN instead of BERT's post-LN.
         layer_norm_epsilon, dropout, attention_dropout, kernel_initializer: as in BERT.
         attention, feedforward: optional sublayer instances to use (and share) instead of new ones.
+        head_dim: head width when `num_heads * head_dim != hidden_dim` (structurally pruned heads).
 
     Example:
     >>> block = TransformerBlock(hidden_dim=8, num_heads=2, intermediate_dim=16)
@@ -158,11 +161,13 @@ class TransformerBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         attention=None,
         feedforward=None,
+        head_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
+        self.head_dim = head_dim
         self.intermediate_dim = intermediate_dim
         self.activation = activation
         self.norm_first = norm_first
@@ -178,7 +183,7 @@ class TransformerBlock(keras.layers.Layer):
         )
         self.attention = attention or AttentionSublayer(
             hidden_dim, num_heads, attention_dropout=self.attention_dropout,
-            name="self_attention", **common
+            head_dim=head_dim, name="self_attention", **common
         )
         self.feedforward = feedforward or FeedForwardSublayer(
             hidden_dim, intermediate_dim, activation=activation, name="feedforward", **common
@@ -226,6 +231,8 @@ class TransformerBlock(keras.layers.Layer):
             attention_dropout=self.attention_dropout,
             kernel_initializer=serialize_initializer(self.kernel_initializer),
         )
+        if self.head_dim is not None:
+            config["head_dim"] = self.head_dim
         return config
 
 
@@ -261,6 +268,11 @@ class TransformerEncoder(keras.layers.Layer):
 
     Call returns the last hidden states, or `(last, all_hidden_states, all_attention_probs)` with
     `return_all=True`.
+
+    `heads_per_layer` (a list of L ints, default `num_heads` everywhere) gives each layer its own
+    number of heads, all `hidden_dim // num_heads` wide: what `kb.analysis.prune_heads` leaves.
+    Layers that share an attention sublayer must keep the same number. `head_mask` is an (L, N)
+    tensor, or a list of L per-layer (N_i,) / (B, N_i) multipliers when the counts differ.
     """
 
     def __init__(
@@ -277,6 +289,7 @@ class TransformerEncoder(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         num_groups=None,
         share="none",
+        heads_per_layer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -292,6 +305,8 @@ class TransformerEncoder(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.num_groups = num_groups or (1 if share != "none" else num_layers)
         self.share = share
+        self.heads_per_layer = None if heads_per_layer is None else [int(n) for n in
+                                                                        heads_per_layer]
 
         block_args = dict(
             hidden_dim=hidden_dim,
@@ -305,11 +320,21 @@ class TransformerEncoder(keras.layers.Layer):
             kernel_initializer=self.kernel_initializer,
         )
         attention_index, feedforward_index = sharing_plan(num_layers, self.num_groups, share)
+        heads_of = _heads_of_attention(self.heads_per_layer, num_layers, num_heads, hidden_dim,
+                                       attention_index)
+
+        def pruned(args, index):
+            """Block / sublayer arguments for attention sublayer `index` (its head count)."""
+            if heads_of is None:
+                return args
+            return dict(args, num_heads=heads_of[index], head_dim=hidden_dim // num_heads)
+
         self.blocks = []
         if share == "all" or self.num_groups == num_layers:
             # One block per distinct index; layer i calls block attention_index[i].
             unique = sorted(set(attention_index))
-            self.blocks = [TransformerBlock(name=f"block_{g}", **block_args) for g in unique]
+            self.blocks = [TransformerBlock(name=f"block_{g}", **pruned(block_args, g))
+                           for g in unique]
             # The float formula can skip a group (L=22, G=22: layers 14 and 15 share group 14, as
             # in the original code), so index blocks by rank among the groups in use.
             self._block_of_layer = [unique.index(g) for g in attention_index]
@@ -323,7 +348,7 @@ class TransformerEncoder(keras.layers.Layer):
             ffn_args = dict(block_args)
             del ffn_args["num_heads"], ffn_args["attention_dropout"]
             attentions = {
-                i: AttentionSublayer(name=f"self_attention_{i}", **attn_args)
+                i: AttentionSublayer(name=f"self_attention_{i}", **pruned(attn_args, i))
                 for i in sorted(set(attention_index))
             }
             feedforwards = {
@@ -335,7 +360,7 @@ class TransformerEncoder(keras.layers.Layer):
                     name=f"block_{i}",
                     attention=attentions[attention_index[i]],
                     feedforward=feedforwards[feedforward_index[i]],
-                    **block_args,
+                    **pruned(block_args, attention_index[i]),
                 )
                 for i in range(num_layers)
             ]
@@ -351,6 +376,9 @@ class TransformerEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, x, padding_mask=None, head_mask=None, return_all=False, training=False):
+        if head_mask is None:
+            # Set by `kb.analysis` around a task's call, to differentiate with respect to it.
+            head_mask = getattr(self, "head_mask_override", None)
         hidden_states, attention_probs = [x], []
         for i in range(self.num_layers):
             layer_head_mask = None if head_mask is None else head_mask[i]
@@ -388,4 +416,28 @@ class TransformerEncoder(keras.layers.Layer):
             num_groups=self.num_groups,
             share=self.share,
         )
+        if self.heads_per_layer is not None:
+            config["heads_per_layer"] = self.heads_per_layer
         return config
+
+
+def _heads_of_attention(heads_per_layer, num_layers, num_heads, hidden_dim, attention_index):
+    """{attention sublayer index: its number of heads}, or None when no layer was pruned.
+
+    Raises when layers sharing one attention sublayer (ALBERT) are given different counts."""
+    if heads_per_layer is None:
+        return None
+    if len(heads_per_layer) != num_layers or any(
+            not 0 <= n <= num_heads for n in heads_per_layer):
+        raise ValueError(
+            f"heads_per_layer must list {num_layers} head counts in [0, num_heads={num_heads}], "
+            f"got {heads_per_layer}.")
+    if hidden_dim % num_heads:
+        raise ValueError(f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}.")
+    heads = {}
+    for layer, index in enumerate(attention_index):
+        if heads.setdefault(index, heads_per_layer[layer]) != heads_per_layer[layer]:
+            raise ValueError(
+                f"Layers sharing attention sublayer {index} must keep the same number of heads; "
+                f"heads_per_layer={heads_per_layer}.")
+    return heads

@@ -55,6 +55,8 @@ class Backbone(keras.Model):
             if name == "dtype":
                 value = keras.dtype_policies.serialize(self.dtype_policy)
             config[name] = value
+        if getattr(self, "heads_per_layer", None) is not None:
+            config["heads_per_layer"] = list(self.heads_per_layer)  # kb.analysis.prune_heads
         return config
 
     @classmethod
@@ -84,6 +86,10 @@ class EncoderBackbone(Backbone):
     Inputs: `{"token_ids", "segment_ids", "padding_mask"}` (no `segment_ids` when
     `num_segments=0`), each (B, T) int. Outputs: `{"sequence_output": (B, T, H),
     "pooled_output": (B, H)}` (no `pooled_output` when `pooler=False`).
+
+    Every family takes `heads_per_layer=[n_0, ..., n_{L-1}]` as a keyword: layer i keeps n_i heads
+    of width `hidden_dim // num_heads` (a structurally pruned model, `kb.analysis.prune_heads`;
+    recorded in the config, so presets save and reload it).
     """
 
     def __init__(
@@ -106,6 +112,7 @@ class EncoderBackbone(Backbone):
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
         dtype=None,
+        heads_per_layer=None,
         **kwargs,
     ):
         _check_positive(
@@ -142,6 +149,7 @@ class EncoderBackbone(Backbone):
             kernel_initializer=initializer,
             num_groups=num_groups,
             share=share,
+            heads_per_layer=heads_per_layer,
             dtype=dtype,
             name="encoder",
         )
@@ -185,6 +193,7 @@ class EncoderBackbone(Backbone):
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
+        self.heads_per_layer = self.encoder.heads_per_layer
 
     def _forward(self, inputs, head_mask=None, return_all=False, training=None):
         x = self.embeddings(inputs["token_ids"], inputs.get("segment_ids"), training=training)
@@ -207,8 +216,9 @@ class EncoderBackbone(Backbone):
         """Forward pass that also returns every layer's hidden states and attention probabilities.
 
         For probing and head pruning (`head_mask`: (L, N) or (L, B, N) multipliers, 0 removes a
-        head). Returns the backbone outputs plus `hidden_states` (L+1 tensors: the embedding output,
-        then each layer's) and `attention_probs` (L tensors, (B, N, T, T)).
+        head; a list of per-layer masks when `heads_per_layer` differ). Returns the backbone
+        outputs plus `hidden_states` (L+1 tensors: the embedding output, then each layer's) and
+        `attention_probs` (L tensors, (B, N, T, T)).
         """
         inputs = {k: ops.convert_to_tensor(v) for k, v in inputs.items() if k in self.input}
         return self._forward(inputs, head_mask=head_mask, return_all=True, training=False)

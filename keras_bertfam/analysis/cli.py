@@ -1,0 +1,129 @@
+"""`keras-bertfam analyze --task DIR --texts FILE --output DIR`: attention maps, Clark et al.'s
+statistics and Michel et al.'s head importance of a trained preset, with a progress bar.
+
+`cli.py` declares the parser (so that `--help` imports no TensorFlow) and calls `analyze`;
+everything else lives here.
+"""
+import csv
+import json
+import os
+
+
+def _read_texts(path, limit):
+    if not os.path.isfile(path):
+        raise SystemExit(f"--texts {path!r} is not a file.")
+    texts, labels = [], []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            text, sep, label = line.rpartition("\t")
+            if sep and label.strip().lstrip("-").isdigit():
+                texts.append(text)
+                labels.append(int(label))
+            else:
+                texts.append(line)
+                labels.append(None)
+            if len(texts) == limit:
+                break
+    if not texts:
+        raise SystemExit(f"--texts {path!r} has no text.")
+    return texts, (labels if all(x is not None for x in labels) else None)
+
+
+def _write_heads_csv(path, tables):
+    names = list(tables)
+    first = tables[names[0]]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["layer", "head"] + names)
+        for layer in range(first.shape[0]):
+            for head in range(first.shape[1]):
+                row = [tables[n][layer, head] for n in names]
+                if all(v != v for v in row):  # NaN: a pruned head
+                    continue
+                writer.writerow([layer, head] + [f"{v:.6g}" for v in row])
+
+
+def analyze(args):
+    import keras
+    import numpy as np
+
+    import keras_bertfam as kb
+    from keras_bertfam import presets
+
+    if args.max_texts <= 0 or args.plot_texts < 0:
+        raise SystemExit("--max-texts must be positive and --plot-texts >= 0.")
+    if not os.path.isdir(args.task):
+        raise SystemExit(f"--task {args.task!r} is not a preset directory.")
+    manifest = presets._read_manifest(args.task)
+    saved = manifest.get("task")
+    if saved:
+        model = getattr(kb.tasks, saved["class_name"]).from_preset(args.task, **saved["config"])
+        tokenizer = None
+    else:
+        model = presets.load_backbone(args.task)
+        tokenizer = presets.load_tokenizer(args.task)
+    texts, labels = _read_texts(args.texts, args.max_texts)
+    os.makedirs(args.output, exist_ok=True)
+    summary = {"task": args.task, "texts": len(texts), "family": manifest["family"]}
+
+    print(f"attention maps of {len(texts)} texts")
+    bar = keras.utils.Progbar(len(texts), unit_name="text")
+    maps = kb.analysis.attention_maps(model, texts, tokenizer=tokenizer, progress=bar.update)
+    np.savez_compressed(
+        os.path.join(args.output, "attention_maps.npz"),
+        **{f"text{i}_layer{l}": m for i, layers in enumerate(maps.maps)
+           for l, m in enumerate(layers)})
+    with open(os.path.join(args.output, "tokens.json"), "w") as f:
+        json.dump(maps.tokens, f)
+    layer, head = maps.num_layers - 1, 0
+    if args.head:
+        try:
+            layer, head = (int(v) for v in args.head.split(","))
+        except ValueError:
+            raise SystemExit(f"--head must be LAYER,HEAD, got {args.head!r}.")
+    for i in range(min(args.plot_texts, len(texts))):
+        kb.analysis.plot_attention(maps, os.path.join(args.output, f"attention_text{i}.png"), i)
+        kb.analysis.plot_attention(
+            maps, os.path.join(args.output, f"attention_text{i}_L{layer}_H{head}.png"), i,
+            layer=layer, head=head)
+    stats = maps.statistics()
+    _write_heads_csv(os.path.join(args.output, "head_statistics.csv"), stats)
+    for name in ("entropy", "to_cls", "to_sep", "to_punctuation", "to_previous", "to_next"):
+        kb.analysis.plot_heads(stats[name], os.path.join(args.output, f"stat_{name}.png"),
+                               title=f"{name} (Clark et al. 2019)", cmap="viridis")
+    summary["statistics"] = {k: float(np.nanmean(v)) for k, v in stats.items()}
+
+    if args.importance and saved and hasattr(model, "losses_and_metrics"):
+        if labels is None:
+            labels = [int(v) for v in np.argmax(model.predict(texts, verbose=0), -1)]
+            summary["labels"] = "the model's own predictions (no labels in --texts)"
+        else:
+            summary["labels"] = "from --texts"
+        print("head importance (Michel et al. 2019)" + (
+            " and the accuracy drop of each head" if args.accuracy_drop else ""))
+        counts = kb.analysis._common.heads_per_layer(model.backbone)
+        bar = keras.utils.Progbar(sum(counts) if args.accuracy_drop else 1, unit_name="pass")
+        result = kb.analysis.head_importance(
+            model, (texts, np.asarray(labels, "int32")), accuracy_drop=args.accuracy_drop,
+            progress=bar.update)
+        tables = {"importance": result.importance, "raw_importance": result.raw}
+        if result.accuracy_drop is not None:
+            tables[f"{result.metric}_drop"] = result.accuracy_drop
+            kb.analysis.plot_heads(result.accuracy_drop,
+                                   os.path.join(args.output, "accuracy_drop.png"),
+                                   title=f"{result.metric} drop when masking one head",
+                                   cmap="coolwarm", fmt=".3f")
+        _write_heads_csv(os.path.join(args.output, "head_importance.csv"), tables)
+        kb.analysis.plot_heads(result.importance,
+                               os.path.join(args.output, "head_importance.png"),
+                               title="head importance (per-layer L2 normalized)")
+        summary["baseline_" + str(result.metric)] = result.baseline
+    elif args.importance:
+        summary["importance"] = "skipped: a backbone preset has no task loss"
+    with open(os.path.join(args.output, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"wrote {len(os.listdir(args.output))} files to {args.output}")
+    return 0

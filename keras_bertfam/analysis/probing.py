@@ -1,0 +1,256 @@
+"""Probing classifiers on frozen per-layer representations (Tenney et al. 2019; Hewitt & Liang
+2019): a linear or MLP probe per layer for a token- or sentence-level property, and edge probing
+of span pairs with self-attentive span pooling."""
+import dataclasses
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_bertfam.analysis._common import backbone_of, to_numpy
+
+
+@dataclasses.dataclass
+class ProbeResult:
+    """`scores[i]`: held-out accuracy of the probe on layer `layers[i]` (0 = embeddings);
+    `majority`: the accuracy of always predicting the most frequent training label."""
+
+    layers: list
+    scores: list
+    train_scores: list
+    majority: float
+    kind: str
+
+    def table(self):
+        return [{"layer": layer, "accuracy": s} for layer, s in zip(self.layers, self.scores)]
+
+
+def _layers(backbone, layers):
+    total = int(backbone.num_layers) + 1  # the embedding output, then every layer
+    if layers == "all":
+        return list(range(total))
+    layers = [layers] if isinstance(layers, int) else list(layers)
+    for layer in layers:
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not (
+                0 <= layer < total):
+            raise ValueError(f"Layer {layer!r} is out of range: representations 0 (embeddings) "
+                             f"to {total - 1} exist.")
+    return [int(x) for x in layers]
+
+
+def representations(backbone, features, layers="all", batch_size=32):
+    """Frozen hidden states: `{layer: (B, T, H) float32}` for packed model inputs `features`."""
+    backbone = backbone_of(backbone, "representations")
+    layers = _layers(backbone, layers)
+    n = len(features["token_ids"])
+    out = {layer: [] for layer in layers}
+    for start in range(0, n, batch_size):
+        batch = {k: np.asarray(v)[start:start + batch_size] for k, v in features.items()}
+        states = backbone.inspect(batch)["hidden_states"]
+        for layer in layers:
+            out[layer].append(to_numpy(states[layer]).astype("float32"))
+    return {layer: np.concatenate(parts) for layer, parts in out.items()}
+
+
+def _split(n, validation_split, seed):
+    if not 0 < validation_split < 1:
+        raise ValueError(f"validation_split must be in (0, 1), got {validation_split!r}.")
+    order = np.random.default_rng(seed).permutation(n)
+    k = max(1, int(round(n * validation_split)))
+    return order[k:], order[:k]
+
+
+def _probe_model(inputs, num_classes, kind, hidden, seed):
+    init = keras.initializers.GlorotUniform(seed=seed)
+    x = inputs
+    if kind == "mlp":
+        x = keras.layers.Dense(hidden, activation="relu", kernel_initializer=init)(x)
+    elif kind != "linear":
+        raise ValueError(f"kind must be 'linear' or 'mlp', got {kind!r}.")
+    outputs = keras.layers.Dense(num_classes, kernel_initializer=init)(x)
+    return keras.Model(inputs, outputs)
+
+
+def _fit(model, train, val, epochs, learning_rate, batch_size):
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(*train, epochs=epochs, batch_size=batch_size, verbose=0, shuffle=True)
+    return (float(model.evaluate(*train, verbose=0, batch_size=256)[1]),
+            float(model.evaluate(*val, verbose=0, batch_size=256)[1]))
+
+
+def probe(backbone, data, layers="all", kind="linear", pooling="mean", validation_split=0.25,
+          epochs=30, learning_rate=1e-2, hidden_dim=64, batch_size=64, seed=0):
+    """Trains a probe on each layer's frozen representations and scores it on held-out examples.
+
+    Args:
+        backbone: a backbone of any family (or a task: its backbone). Its weights are not trained.
+        data: `(features, labels)`: packed model inputs (`token_ids`, `padding_mask`, ...: (B, T))
+            and labels, (B,) for a sentence-level property (the sequence is pooled: `pooling`
+            "mean" over real tokens or "first"), or (B, T) for a token-level one (-1: ignored,
+            e.g. padding and special tokens).
+        layers: "all" (0 = the embedding output, then each layer) or a list of indices.
+        kind: "linear" (a softmax regression) or "mlp" (one ReLU layer of `hidden_dim`).
+        validation_split: the held-out fraction (of sentences, for both levels), seeded.
+
+    Returns:
+        `ProbeResult` (per layer held-out accuracy; compare with a control such as a randomly
+        initialized model of the same architecture, Hewitt & Liang 2019).
+    """
+    backbone = backbone_of(backbone, "probe")
+    features, labels = _check_data(data)
+    layers = _layers(backbone, layers)
+    reps = representations(backbone, features, layers, batch_size)
+    token_level = labels.ndim == 2
+    mask = np.asarray(features["padding_mask"]).astype(bool)
+    train, val = _split(len(labels), validation_split, seed)
+
+    def flatten(rows, x):
+        if token_level:
+            keep = (labels[rows] >= 0) & mask[rows]
+            return x[rows][keep], labels[rows][keep]
+        if pooling == "mean":
+            m = mask[rows][..., None].astype("float32")
+            pooled = (x[rows] * m).sum(1) / np.maximum(m.sum(1), 1.0)
+        elif pooling == "first":
+            pooled = x[rows][:, 0]
+        else:
+            raise ValueError(f"pooling must be 'mean' or 'first', got {pooling!r}.")
+        return pooled, labels[rows]
+
+    num_classes = int(labels.max()) + 1
+    _, y_train = flatten(train, reps[layers[0]])
+    majority = float(np.mean(flatten(val, reps[layers[0]])[1] == np.bincount(y_train).argmax()))
+    scores, train_scores = [], []
+    for layer in layers:
+        xt, yt = flatten(train, reps[layer])
+        xv, yv = flatten(val, reps[layer])
+        mean, std = xt.mean(0), xt.std(0) + 1e-6  # standardized features: one lr for all layers
+        model = _probe_model(keras.Input((xt.shape[-1],)), num_classes, kind, hidden_dim, seed)
+        tr, va = _fit(model, ((xt - mean) / std, yt), ((xv - mean) / std, yv), epochs,
+                      learning_rate, batch_size)
+        train_scores.append(tr)
+        scores.append(va)
+    return ProbeResult(layers, scores, train_scores, majority, kind)
+
+
+def _check_data(data):
+    if not (isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], dict)):
+        raise TypeError("data must be (features, labels): a dict of packed model inputs "
+                        "(token_ids, padding_mask, ...) and an array of labels.")
+    features, labels = data
+    labels = np.asarray(labels)
+    n = len(features["token_ids"])
+    if labels.ndim not in (1, 2) or len(labels) != n:
+        raise ValueError(f"labels must be (B,) or (B, T) with B={n} examples, got shape "
+                         f"{labels.shape}.")
+    if labels.ndim == 2 and labels.shape != np.asarray(features["token_ids"]).shape:
+        raise ValueError(f"token labels {labels.shape} must match token_ids "
+                         f"{np.asarray(features['token_ids']).shape}.")
+    if not np.issubdtype(labels.dtype, np.integer) or labels.max() < 0:
+        raise ValueError("labels must be integer class ids (>= 0; -1 ignores a token).")
+    return features, labels.astype("int64")
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class SelfAttentiveSpanPool(keras.layers.Layer):
+    """Tenney et al. 2019's span representation: attention weights `softmax(w . h_t)` over the
+    tokens of the span, and their weighted sum. Inputs: states (B, T, H), span mask (B, T)."""
+
+    def build(self, input_shape):
+        self.score = keras.layers.Dense(1, name="span_score")
+        self.score.build(input_shape[0])
+        self.built = True
+
+    def call(self, inputs):
+        states, span = inputs
+        logits = self.score(states)[..., 0]  # (B, T)
+        logits = ops.where(ops.cast(span, "bool"), logits, ops.cast(-1e9, logits.dtype))
+        weights = ops.softmax(logits, axis=-1)  # (B, T)
+        return ops.einsum("bt,bth->bh", weights, states)  # (B, H)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0][0], input_shape[0][-1])
+
+
+def _edge_model(length, width, num_classes, hidden_dim, projection_dim, seed):
+    states = keras.Input((length, width), name="states")
+    span1 = keras.Input((length,), name="span1")
+    span2 = keras.Input((length,), name="span2")
+    projected = keras.layers.Dense(projection_dim, name="projection",
+                                   kernel_initializer=keras.initializers.GlorotUniform(seed))(
+        states)  # (B, T, P)
+    a = SelfAttentiveSpanPool(name="pool1")([projected, span1])
+    b = SelfAttentiveSpanPool(name="pool2")([projected, span2])
+    x = keras.layers.Concatenate()([a, b])  # (B, 2P)
+    x = keras.layers.Dense(hidden_dim, activation="relu")(x)
+    logits = keras.layers.Dense(num_classes)(x)
+    return keras.Model({"states": states, "span1": span1, "span2": span2}, logits)
+
+
+def _span_masks(spans, length, name):
+    spans = np.asarray(spans)
+    if spans.ndim != 2 or spans.shape[1] != 2:
+        raise ValueError(f"{name} must be (B, 2) [start, end) token positions, got shape "
+                         f"{spans.shape}.")
+    if (spans[:, 0] < 0).any() or (spans[:, 1] > length).any() or (
+            spans[:, 1] <= spans[:, 0]).any():
+        raise ValueError(f"{name} must hold non-empty [start, end) spans within the {length} "
+                         "positions.")
+    positions = np.arange(length)[None, :]
+    return ((positions >= spans[:, :1]) & (positions < spans[:, 1:])).astype("float32")
+
+
+def edge_probe(backbone, data, layers="all", validation_split=0.25, epochs=30,
+               learning_rate=3e-3, hidden_dim=64, projection_dim=64, batch_size=64, seed=0):
+    """Edge probing (Tenney et al. 2019): per layer, each span pooled by self-attention over its
+    tokens (after a learned projection), an MLP on the pair, scored on held-out examples.
+
+    Args:
+        data: `(features, spans1, spans2, labels)`: packed inputs (B, T), two (B, 2) arrays of
+            `[start, end)` token positions, and (B,) labels.
+
+    Returns:
+        `ProbeResult` (kind "edge").
+    """
+    backbone = backbone_of(backbone, "edge_probe")
+    if not (isinstance(data, (tuple, list)) and len(data) == 4):
+        raise TypeError("edge_probe data must be (features, spans1, spans2, labels).")
+    features, spans1, spans2, labels = data
+    features, labels = _check_data((features, labels))
+    if labels.ndim != 1:
+        raise ValueError("edge_probe labels are one class per span pair: shape (B,).")
+    length = np.asarray(features["token_ids"]).shape[1]
+    m1, m2 = _span_masks(spans1, length, "spans1"), _span_masks(spans2, length, "spans2")
+    layers = _layers(backbone, layers)
+    reps = representations(backbone, features, layers, batch_size)
+    train, val = _split(len(labels), validation_split, seed)
+    num_classes = int(labels.max()) + 1
+    majority = float(np.mean(labels[val] == np.bincount(labels[train]).argmax()))
+    scores, train_scores = [], []
+    for layer in layers:
+        x = reps[layer]
+        mean, std = x[train].mean((0, 1)), x[train].std((0, 1)) + 1e-6
+        x = (x - mean) / std
+
+        def part(rows):
+            return {"states": x[rows], "span1": m1[rows], "span2": m2[rows]}, labels[rows]
+
+        model = _edge_model(length, x.shape[-1], num_classes, hidden_dim, projection_dim, seed)
+        tr, va = _fit(model, part(train), part(val), epochs, learning_rate, batch_size)
+        train_scores.append(tr)
+        scores.append(va)
+    return ProbeResult(layers, scores, train_scores, majority, "edge")
+
+
+def plot_probe(results, path, title="probing accuracy by layer"):
+    """`results`: `{label: ProbeResult}` (e.g. the model and its random-init control) -> PNG."""
+    from keras_bertfam.analysis.plots import plot_curve
+
+    if isinstance(results, ProbeResult):
+        results = {results.kind: results}
+    series = {label: (r.layers, r.scores) for label, r in results.items()}
+    first = next(iter(results.values()))
+    series["majority class"] = (first.layers, [first.majority] * len(first.layers))
+    return plot_curve(series, path, "layer (0 = embeddings)", "held-out accuracy", title)

@@ -1,0 +1,417 @@
+"""kb.analysis: attention maps and statistics, head importance (against HF's head_mask), structural
+head pruning (equal to masking; presets; SavedModel export), the pruning loop, probes, the CLI.
+
+Tiny random models (2-3 layers, hidden 16-32); HF references are random-init models saved to tmp.
+"""
+import os
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+from conftest import to_numpy
+from keras_bertfam.preprocessing import finetuning as ft
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + (
+    "the a film was great dull bad good movie story actor plot who wrote it ada , . ! ? "
+    "##s ##ing ##ed"
+).split()
+TEXTS = ["the film was great!", "a dull plot, bad actor", "ada wrote it", "good story ."]
+LABELS = [1, 0, 1, 1]
+
+
+def tokenizer():
+    return kb.preprocessing.WordPieceTokenizer(vocabulary=VOCAB, lowercase=True)
+
+
+def bert(num_layers=3, num_heads=4, **kw):
+    return kb.models.BertBackbone(len(VOCAB), num_layers, num_heads, 16, 32,
+                                  max_sequence_length=32, dropout=0.0, **kw)
+
+
+def inputs(batch=2, length=7, pad=2):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, len(VOCAB), (batch, length)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[-1, length - pad:] = 0
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask}
+
+
+def classifier(backbone=None, seq=16):
+    return kb.tasks.TextClassifier(backbone or bert(), num_classes=2,
+                                   preprocessor=ft.TextClassifierPreprocessor(tokenizer(), seq))
+
+
+def masked(plan, counts):
+    mask = np.ones((len(counts), max(counts)), "float32")
+    for layer, heads in plan.items():
+        mask[layer, heads] = 0.0
+    return mask
+
+
+# === Structural pruning ===
+@pytest.mark.multibackend
+def test_pruned_backbone_equals_masked_unpruned():
+    """Rows/columns leave the kernels: fewer parameters (exactly 4 * (H*Hd + Hd) + Hd*H per head),
+    per-layer head counts in the config, and the outputs of the unpruned model with those heads
+    masked (<= 1e-5), which differ from the unmasked outputs."""
+    b, x = bert(), inputs()
+    plan = {0: [1, 3], 2: [0]}
+    pruned = kb.analysis.prune_heads(b, plan)
+    assert pruned.get_config()["heads_per_layer"] == [2, 4, 3]
+    assert b.get_config().get("heads_per_layer") is None  # the original is untouched
+    head_dim = 16 // 4
+    per_head = 3 * (16 * head_dim + head_dim) + head_dim * 16
+    assert b.num_params() - pruned.num_params() == 3 * per_head
+    q = pruned.encoder.layer_block(0).attention.attention.query_dense.kernel
+    assert tuple(q.shape) == (16, 2, head_dim)
+    ref = to_numpy(b.inspect(x, head_mask=masked(plan, [4] * 3))["sequence_output"])
+    got = to_numpy(pruned(x)["sequence_output"])
+    assert np.abs(got - ref).max() <= 1e-5
+    assert np.abs(to_numpy(b(x)["sequence_output"]) - ref).max() > 1e-3
+    probs = pruned.inspect(x)["attention_probs"]
+    assert [tuple(p.shape)[1] for p in probs] == [2, 4, 3]
+    # pruning again numbers the remaining heads 0..n-1
+    again = kb.analysis.prune_heads(pruned, {0: [0]})
+    ref2 = to_numpy(b.inspect(x, head_mask=masked({0: [0, 1, 3], 2: [0]}, [4] * 3))[
+        "sequence_output"])
+    assert np.abs(to_numpy(again(x)["sequence_output"]) - ref2).max() <= 1e-5
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("family", ["albert", "distil_bert", "electra", "roberta"])
+def test_prune_every_encoder_family(family):
+    kw = dict(vocabulary_size=len(VOCAB), num_layers=2, num_heads=4, hidden_dim=16,
+              intermediate_dim=32, max_sequence_length=32)
+    cls = {"albert": kb.models.AlbertBackbone, "distil_bert": kb.models.DistilBertBackbone,
+           "electra": kb.models.ElectraBackbone, "roberta": kb.models.RobertaBackbone}[family]
+    if family == "albert":
+        kw.update(embedding_dim=8, num_groups=2)  # no sharing across the two layers
+    b = cls(**kw)
+    x = inputs()
+    if family == "distil_bert":
+        x.pop("segment_ids")
+    pruned = kb.analysis.prune_heads(b, {1: [0, 2]})
+    ref = to_numpy(b.inspect(x, head_mask=masked({1: [0, 2]}, [4, 4]))["sequence_output"])
+    assert np.abs(to_numpy(pruned(x)["sequence_output"]) - ref).max() <= 1e-5
+
+
+def test_albert_shared_layers_prune_together():
+    b = kb.models.AlbertBackbone(len(VOCAB), 4, 4, 16, 32, embedding_dim=8,
+                                 max_sequence_length=32)
+    with pytest.warns(UserWarning, match=r"Layers \[0, 1, 2, 3\].*share one attention"):
+        pruned = kb.analysis.prune_heads(b, {1: [2]})
+    assert pruned.get_config()["heads_per_layer"] == [3, 3, 3, 3]
+    x = inputs()
+    ref = to_numpy(b.inspect(x, head_mask=masked({i: [2] for i in range(4)}, [4] * 4))[
+        "sequence_output"])
+    assert np.abs(to_numpy(pruned(x)["sequence_output"]) - ref).max() <= 1e-5
+    assert b.num_params() > pruned.num_params()
+
+
+def test_prune_heads_bad_input():
+    b = bert()
+    with pytest.raises(ValueError, match=r"Head 4 of layer 1 is out of range: the layer has 4"):
+        kb.analysis.prune_heads(b, {1: [4]})
+    with pytest.raises(ValueError, match=r"Layer 3 is out of range: the model has 3 layers"):
+        kb.analysis.prune_heads(b, {3: [0]})
+    with pytest.raises(ValueError, match=r"every head of layer 0.*allow_empty_layers=True"):
+        kb.analysis.prune_heads(b, {0: [0, 1, 2, 3]})
+    with pytest.raises(TypeError, match="dict"):
+        kb.analysis.prune_heads(b, [0, 1])
+    xl = kb.models.XLNetBackbone(len(VOCAB), 2, 2, 16, 32)
+    with pytest.raises(ValueError, match=r"'xlnet' family \(XLNetBackbone\) does not take"):
+        kb.analysis.prune_heads(xl, {0: [0]})
+    # with the flag, an empty layer is its output bias (a residual pass-through of attention)
+    empty = kb.analysis.prune_heads(b, {0: [0, 1, 2, 3]}, allow_empty_layers=True)
+    x = inputs()
+    ref = to_numpy(b.inspect(x, head_mask=masked({0: [0, 1, 2, 3]}, [4] * 3))["sequence_output"])
+    assert np.abs(to_numpy(empty(x)["sequence_output"]) - ref).max() <= 1e-5
+
+
+def test_pruned_task_saves_reloads_and_exports(tmp_path):
+    """A pruned classifier: save_to_preset -> from_preset (same logits), SavedModel export on raw
+    strings passes the TF Serving op audit and gives the in-process logits."""
+    import tensorflow as tf
+
+    clf = classifier()
+    pruned = kb.analysis.prune_heads(clf, {0: [0, 1], 1: [3], 2: [1, 2]})
+    assert isinstance(pruned, kb.tasks.TextClassifier)
+    np.testing.assert_allclose(to_numpy(pruned.head.kernel), to_numpy(clf.head.kernel))
+    expected = pruned.predict(TEXTS, verbose=0)
+    mask = masked({0: [0, 1], 1: [3], 2: [1, 2]}, [4] * 3)
+    with kb.analysis._common.head_mask_override(clf.backbone, keras.ops.convert_to_tensor(mask)):
+        masked_logits = clf.predict(TEXTS, verbose=0)
+    assert np.abs(expected - masked_logits).max() <= 1e-5
+
+    pruned.save_to_preset(str(tmp_path / "preset"))
+    again = kb.tasks.TextClassifier.from_preset(str(tmp_path / "preset"))
+    assert again.backbone.get_config()["heads_per_layer"] == [2, 3, 2]
+    np.testing.assert_allclose(again.predict(TEXTS, verbose=0), expected, atol=1e-6)
+
+    out = str(tmp_path / "export" / "1")
+    kb.export.export_saved_model(pruned, out)
+    assert not kb.export.audit_ops(out)["unsupported"]
+    got = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))
+    np.testing.assert_allclose(got["logits"].numpy(), expected, atol=1e-5)
+
+
+# === Head importance ===
+@pytest.mark.multibackend
+def test_head_importance_matches_hf_head_mask(tmp_path):
+    """Michel et al.'s scores on a converted HF BertForSequenceClassification equal the gradients
+    of HF's loss with respect to a head mask of ones (|d loss / d mask| summed over batches,
+    per-layer L2 normalized, as HF's bertology script) to <= 1e-4 relative; the accuracy drop
+    equals masking one head. transformers 5 dropped the `head_mask` argument, so the mask is
+    applied by a hook scaling each head's context before the attention output projection, which
+    is what multiplying its probabilities does (the context is linear in them)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64,
+                                     max_position_embeddings=32, num_labels=2,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    hf = transformers.BertForSequenceClassification(config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "classifier" in name or name.endswith("bias"):
+                p.normal_(0.0, 0.5)
+    hf.save_pretrained(str(tmp_path / "hf"))
+    clf = kb.tasks.TextClassifier.from_preset(str(tmp_path / "hf"), num_classes=2,
+                                              preprocessor=None)
+    rng = np.random.default_rng(1)
+    batches = []
+    for _ in range(2):
+        x = inputs(batch=3, length=8, pad=3)
+        x["token_ids"] = rng.integers(5, len(VOCAB), (3, 8)).astype("int32")
+        batches.append((x, rng.integers(0, 2, (3,)).astype("int32")))
+
+    # HF: the gradient of its loss with respect to a head_mask of ones
+    hf_raw = np.zeros((2, 4))
+    for x, y in batches:
+        head_mask = torch.ones(2, 4, requires_grad=True)
+
+        def hook(i):
+            def scale(module, args):
+                (context,) = args  # (B, T, N * Hd)
+                b, t, _ = context.shape
+                return (context.view(b, t, 4, -1) * head_mask[i][None, None, :, None]).view(
+                    b, t, -1),
+            return scale
+
+        handles = [layer.attention.output.dense.register_forward_pre_hook(hook(i))
+                   for i, layer in enumerate(hf.bert.encoder.layer)]
+        out = hf(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                 attention_mask=torch.tensor(x["padding_mask"]),
+                 token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
+                 labels=torch.tensor(y, dtype=torch.long))
+        out.loss.backward()
+        for handle in handles:
+            handle.remove()
+        hf_raw += head_mask.grad.abs().numpy()
+    hf_norm = hf_raw / np.sqrt((hf_raw ** 2).sum(-1, keepdims=True))
+
+    import tensorflow as tf
+
+    def gen():
+        yield from batches
+
+    spec = ({k: tf.TensorSpec((None, 8), tf.int32) for k in batches[0][0]},
+            tf.TensorSpec((None,), tf.int32))
+    data = tf.data.Dataset.from_generator(gen, output_signature=spec)
+    result = kb.analysis.head_importance(clf, data)
+    assert np.abs(result.raw - hf_raw).max() <= 1e-4 * np.abs(hf_raw).max()
+    assert np.abs(result.importance - hf_norm).max() <= 1e-4
+    assert result.metric == "accuracy"
+    # the drop of head (1, 2) is the accuracy with only it masked
+    only = np.ones((2, 4), "float32")
+    only[1, 2] = 0
+    acc = kb.analysis.evaluate_with_mask(clf, data, only)
+    assert result.accuracy_drop[1, 2] == pytest.approx(result.baseline - acc)
+    assert result.accuracy_drop.shape == (2, 4) and np.isfinite(result.accuracy_drop).all()
+
+
+def test_head_importance_on_raw_strings_and_bad_input():
+    clf = classifier(bert(num_layers=2))
+    result = kb.analysis.head_importance(clf, (TEXTS, LABELS), accuracy_drop=False)
+    assert result.importance.shape == (2, 4) and result.accuracy_drop is None
+    np.testing.assert_allclose(np.sqrt((result.importance ** 2).sum(-1)), 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="needs labels"):
+        kb.analysis.head_importance(clf, __import__("tensorflow").data.Dataset.from_tensor_slices(
+            TEXTS).batch(2))
+    with pytest.raises(TypeError, match="task or a kb.models backbone"):
+        kb.analysis.head_importance("clf", (TEXTS, LABELS))
+
+
+def test_iterative_pruning_curve(tmp_path):
+    clf = classifier(bert(num_layers=2))
+    curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.5, step=0.25)
+    assert [r["heads_pruned"] for r in curve.rows] == [0, 2, 4]
+    plan = curve.plan()
+    assert sum(len(h) for h in plan.values()) == 4
+    assert all(len(h) < 4 for h in plan.values())  # no layer emptied
+    table, png = curve.write(str(tmp_path))
+    assert open(table).read().startswith("step,heads_pruned,fraction_pruned,accuracy")
+    assert os.path.getsize(png) > 1000
+    # the last row's accuracy is that of the structurally pruned model
+    pruned = kb.analysis.prune_heads(clf, plan)
+    acc = float(np.mean(np.argmax(pruned.predict(TEXTS, verbose=0), -1) == np.array(LABELS)))
+    assert acc == pytest.approx(curve.rows[-1]["accuracy"])
+    with pytest.raises(ValueError, match="target"):
+        kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=1.5)
+
+
+# === Attention maps ===
+def test_attention_maps_statistics_and_plots(tmp_path):
+    clf = classifier(bert(num_layers=2), seq=16)
+    maps = kb.analysis.attention_maps(clf, TEXTS[:2])
+    assert maps.tokens[0] == ["[CLS]", "the", "film", "was", "great", "!", "[SEP]"]
+    assert maps.maps[0][1].shape == (4, 7, 7)
+    np.testing.assert_allclose(maps.maps[0][0].sum(-1), 1.0, rtol=1e-5)
+    # the same numbers as the backbone's own attention on the packed ids
+    ids = np.array([[2] + [VOCAB.index(t) for t in maps.tokens[0][1:-1]] + [3]], "int32")
+    ref = clf.backbone.inspect({"token_ids": ids, "segment_ids": np.zeros_like(ids),
+                                "padding_mask": np.ones_like(ids)})["attention_probs"][1]
+    np.testing.assert_allclose(maps.maps[0][1], to_numpy(ref)[0], atol=1e-6)
+    stats = maps.statistics()
+    p = maps.maps[0][0][2]  # layer 0 head 2 of text 0: check to_cls and to_previous by hand
+    q = maps.maps[1][0][2]
+    expected_cls = (p[:, 0].sum() + q[:, 0].sum()) / (p.shape[0] + q.shape[0])
+    expected_prev = (np.diag(p, -1).sum() + np.diag(q, -1).sum()) / (p.shape[0] + q.shape[0] - 2)
+    assert stats["to_cls"][0, 2] == pytest.approx(expected_cls, rel=1e-5)
+    assert stats["to_previous"][0, 2] == pytest.approx(expected_prev, rel=1e-5)
+    punct = np.array([t in ("!", ",") for t in maps.tokens[1]])
+    assert stats["to_punctuation"][1, 0] > 0 and punct.sum() == 1
+    assert np.all(stats["entropy"] <= np.log(9) + 1e-6)
+
+    grid = kb.analysis.plot_attention(maps, str(tmp_path / "grid.png"))
+    single = kb.analysis.plot_attention(maps, str(tmp_path / "one.png"), layer=1, head=3)
+    assert os.path.getsize(grid) > 1000 and os.path.getsize(single) > 1000
+    with pytest.raises(ValueError, match="head 4 is out of range: layer 1 has 4 heads"):
+        kb.analysis.plot_attention(maps, str(tmp_path / "x.png"), layer=1, head=4)
+
+
+def test_attention_maps_truncate_long_texts_with_a_warning():
+    b = kb.models.BertBackbone(len(VOCAB), 1, 2, 16, 32, max_sequence_length=8)
+    long_text = " ".join(["film"] * 20)
+    with pytest.warns(UserWarning, match=r"1 of 2 texts were longer than 8 tokens"):
+        maps = kb.analysis.attention_maps(b, [long_text, "ada"], tokenizer=tokenizer())
+    assert len(maps.tokens[0]) == 8 and maps.tokens[0][-1] == "[SEP]"
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        kb.analysis.attention_maps(b, ["ada"])
+
+
+def test_attention_maps_of_xlnet_and_pruned_models():
+    sp = pytest.importorskip("sentencepiece")  # noqa: F841
+    xl = kb.models.XLNetBackbone(len(VOCAB), 2, 2, 16, 32)
+    maps = kb.analysis.attention_maps(xl, ["the film"], tokenizer=tokenizer())
+    assert maps.tokens[0][-2:] == ["[SEP]", "[CLS]"]  # XLNet's layout: text <sep> <cls>
+    assert maps.maps[0][0].shape[0] == 2
+    pruned = kb.analysis.prune_heads(bert(num_layers=2), {0: [1]})
+    stats = kb.analysis.attention_maps(pruned, TEXTS, tokenizer=tokenizer()).statistics()
+    assert np.isnan(stats["entropy"][0, 3]) and np.isfinite(stats["entropy"][1, 3])
+
+
+# === Probes ===
+def _copy_task(n=96, length=10, seed=0):
+    """A property the embeddings carry: is the token the word "film" (token level); does the
+    sentence contain "film" (sentence level)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, len(VOCAB), (n, length)).astype("int32")
+    ids[:, 0], ids[:, -1] = 2, 3
+    film = VOCAB.index("film")
+    has = rng.random(n) < 0.5
+    for i in range(n):
+        ids[i, 1:-1][ids[i, 1:-1] == film] = VOCAB.index("plot")
+        if has[i]:
+            ids[i, rng.integers(1, length - 1)] = film
+    features = {"token_ids": ids, "segment_ids": np.zeros_like(ids),
+                "padding_mask": np.ones_like(ids)}
+    token_labels = (ids == film).astype("int64")
+    token_labels[:, 0] = token_labels[:, -1] = -1
+    return features, token_labels, has.astype("int64")
+
+
+def test_probe_token_and_sentence_level(tmp_path):
+    b = bert(num_layers=2)
+    features, token_labels, sentence_labels = _copy_task()
+    tok = kb.analysis.probe(b, (features, token_labels), epochs=20)
+    assert tok.layers == [0, 1, 2] and len(tok.scores) == 3
+    assert tok.scores[0] >= 0.97 > tok.majority - 0.2  # the identity is in the embeddings
+    sent = kb.analysis.probe(b, (features, sentence_labels), layers=[0, 2], kind="mlp",
+                             epochs=40)
+    assert sent.layers == [0, 2] and all(0.0 <= s <= 1.0 for s in sent.scores)
+    png = kb.analysis.plot_probe({"bert": tok}, str(tmp_path / "probe.png"))
+    assert os.path.getsize(png) > 1000
+    with pytest.raises(ValueError, match=r"Layer 3 is out of range: representations 0"):
+        kb.analysis.probe(b, (features, token_labels), layers=[3])
+    with pytest.raises(ValueError, match="labels must be"):
+        kb.analysis.probe(b, (features, token_labels[:5]))
+    with pytest.raises(ValueError, match="kind must be"):
+        kb.analysis.probe(b, (features, sentence_labels), kind="svm", layers=[0])
+
+
+def test_edge_probe_learns_a_span_pair_relation():
+    """Label: do the two one-token spans hold the same token? Readable from the embeddings
+    through self-attentive pooling of each span."""
+    b = bert(num_layers=1)
+    rng = np.random.default_rng(0)
+    n, length = 160, 8
+    ids = rng.integers(5, 9, (n, length)).astype("int32")
+    s1 = rng.integers(1, 4, n)
+    s2 = rng.integers(4, 7, n)
+    same = rng.random(n) < 0.5
+    ids[same, s2[same]] = ids[same, s1[same]]
+    labels = (ids[np.arange(n), s1] == ids[np.arange(n), s2]).astype("int64")
+    features = {"token_ids": ids, "segment_ids": np.zeros_like(ids),
+                "padding_mask": np.ones_like(ids)}
+    spans1 = np.stack([s1, s1 + 1], 1)
+    spans2 = np.stack([s2, s2 + 1], 1)
+    result = kb.analysis.edge_probe(b, (features, spans1, spans2, labels), layers=[0],
+                                    epochs=60)
+    assert result.scores[0] >= 0.8 > result.majority
+    with pytest.raises(ValueError, match=r"spans2 must hold non-empty"):
+        kb.analysis.edge_probe(b, (features, spans1, np.stack([s2, s2], 1), labels))
+
+
+@pytest.mark.multibackend
+def test_span_pool_is_attention_over_the_span():
+    pool = kb.analysis.SelfAttentiveSpanPool()
+    states = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
+    span = np.array([[0, 1, 1, 0, 0], [0, 0, 0, 0, 1]], "float32")
+    out = to_numpy(pool([states, span]))
+    w = to_numpy(pool.score.kernel)[:, 0]
+    b = to_numpy(pool.score.bias)[0]
+    logits = states[0, 1:3] @ w + b
+    a = np.exp(logits - logits.max())
+    a /= a.sum()
+    np.testing.assert_allclose(out[0], a @ states[0, 1:3], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[1], states[1, 4], rtol=1e-5, atol=1e-6)
+
+
+# === CLI ===
+def test_cli_analyze_writes_maps_statistics_and_importance(tmp_path, capsys):
+    from keras_bertfam import cli
+
+    classifier(bert(num_layers=2)).save_to_preset(str(tmp_path / "preset"))
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("".join(f"{t}\t{y}\n" for t, y in zip(TEXTS, LABELS)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert cli.main(["analyze", "--task", str(tmp_path / "preset"), "--texts", str(texts),
+                     "--output", str(out), "--accuracy-drop", "--head", "1,2"]) == 0
+    files = set(os.listdir(out))
+    for name in ("attention_maps.npz", "tokens.json", "attention_text0.png",
+                 "attention_text0_L1_H2.png", "head_statistics.csv", "stat_entropy.png",
+                 "head_importance.csv", "head_importance.png", "accuracy_drop.png",
+                 "summary.json"):
+        assert name in files, name
+    rows = open(out / "head_importance.csv").read().splitlines()
+    assert rows[0] == "layer,head,importance,raw_importance,accuracy_drop" and len(rows) == 9
+    assert len(np.load(out / "attention_maps.npz").files) == 2 * len(TEXTS)
+    assert "text" in capsys.readouterr().out  # the progress bar
+    with pytest.raises(SystemExit, match="is not a file"):
+        cli.main(["analyze", "--task", str(tmp_path / "preset"), "--texts",
+                  str(tmp_path / "none.txt"), "--output", str(out)])
