@@ -45,7 +45,11 @@ class _Residual(keras.layers.Layer):
 
 
 class AttentionSublayer(_Residual):
-    """Residual self-attention: `LN(x + dropout(attention(x)))`."""
+    """Residual self-attention: `LN(x + dropout(attention(x)))`.
+
+    `attention_layer`: an attention layer instance to use instead of a `MultiHeadSelfAttention`
+    (Longformer's sliding-window attention); it takes the same call arguments.
+    """
 
     def __init__(
         self,
@@ -56,10 +60,11 @@ class AttentionSublayer(_Residual):
         dropout=0.0,
         attention_dropout=0.0,
         kernel_initializer="glorot_uniform",
+        attention_layer=None,
         **kwargs,
     ):
         super().__init__(norm_first, layer_norm_epsilon, dropout, **kwargs)
-        self.attention = MultiHeadSelfAttention(
+        self.attention = attention_layer or MultiHeadSelfAttention(
             num_heads,
             hidden_dim,
             attention_dropout=attention_dropout,
