@@ -26,8 +26,8 @@ def global_attention_for_task(features, task):
     """
     padding = ops.cast(ops.cast(features["padding_mask"], "bool"), "int32")
     if task in ("TextClassifier", "MultipleChoice"):
-        first = ops.cast(ops.equal(ops.arange(ops.shape(padding)[1]), 0), "int32")
-        return padding * first[None, :]
+        first = ops.cast(ops.equal(ops.cumsum(ops.ones_like(padding), axis=1), 1), "int32")
+        return padding * first
     if task == "QuestionAnswerer":
         first_segment = ops.cast(ops.equal(features["segment_ids"], 0), "int32") * padding
         # Next position still in the first segment -> this one is not its closing separator.
