@@ -9,6 +9,7 @@ from keras_bertfam.layers.encoder import (
     sharing_plan,
 )
 from keras_bertfam.layers.heads import MaskedLMHead, PairHead, gather_positions
+from keras_bertfam.layers.longformer_attention import LongformerSelfAttention
 from keras_bertfam.layers.heads import ReplacedTokenHead, SpanBoundaryHead, span_boundary_weights
 from keras_bertfam.layers.relative_attention import (
     MaskEmbedding,

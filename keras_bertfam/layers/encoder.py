@@ -45,7 +45,11 @@ class _Residual(keras.layers.Layer):
 
 
 class AttentionSublayer(_Residual):
-    """Residual self-attention: `LN(x + dropout(attention(x)))`."""
+    """Residual self-attention: `LN(x + dropout(attention(x)))`.
+
+    `attention_layer`: an attention layer instance to use instead of a `MultiHeadSelfAttention`
+    (Longformer's sliding-window attention); it takes the same call arguments.
+    """
 
     def __init__(
         self,
@@ -57,10 +61,11 @@ class AttentionSublayer(_Residual):
         attention_dropout=0.0,
         kernel_initializer="glorot_uniform",
         head_dim=None,
+        attention_layer=None,
         **kwargs,
     ):
         super().__init__(norm_first, layer_norm_epsilon, dropout, **kwargs)
-        self.attention = MultiHeadSelfAttention(
+        self.attention = attention_layer or MultiHeadSelfAttention(
             num_heads,
             hidden_dim,
             attention_dropout=attention_dropout,

@@ -64,7 +64,7 @@ class TextClassifier(Task):
             self.hidden_dropout = keras.layers.Dropout(dropout, name="hidden_dropout")
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
                                        name="logits")
-        inputs, features = backbone_inputs(backbone)
+        inputs, features = backbone_inputs(backbone, task="TextClassifier")
         x = self.dropout_layer(pooled(backbone, backbone(features)))
         if self.hidden_dense is not None:
             x = self.hidden_dropout(self.hidden_dense(x))

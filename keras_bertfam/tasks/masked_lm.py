@@ -7,13 +7,22 @@ from keras_bertfam.tasks.losses import weighted_sparse_ce
 from keras_bertfam.tasks.task import Task
 
 
-def backbone_inputs(backbone, extra=()):
-    """Fresh Inputs for the backbone's inputs plus `extra` int (B, P) inputs."""
+def backbone_inputs(backbone, extra=(), task=None):
+    """Fresh Inputs for the backbone's inputs plus `extra` int (B, P) inputs.
+
+    A backbone with a `task_global_attention(features, task)` (Longformer) gets its
+    `global_attention_mask` from it, computed in the graph from the other inputs for `task` (the
+    task class's name), rather than as an input of the task."""
+    derive = getattr(backbone, "task_global_attention", None)
+    names = [n for n in backbone.input if not (derive and n == "global_attention_mask")]
     inputs = {
         name: keras.Input(shape=(None,), dtype="int32", name=name)
-        for name in list(backbone.input) + list(extra)
+        for name in names + list(extra)
     }
-    return inputs, {name: inputs[name] for name in backbone.input}
+    features = {name: inputs[name] for name in names}
+    if derive:
+        features["global_attention_mask"] = derive(features, task)
+    return inputs, features
 
 
 def serving_mask_positions(features, mask_token_id):

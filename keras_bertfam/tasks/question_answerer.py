@@ -69,7 +69,7 @@ class QuestionAnswerer(Task):
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.span_head = SpanLogits(kernel_initializer=head_initializer(backbone), name="span_head")
-        inputs, features = backbone_inputs(backbone)
+        inputs, features = backbone_inputs(backbone, task="QuestionAnswerer")
         sequence = backbone(features)["sequence_output"]
         outputs = self.span_head(sequence, inputs["padding_mask"])
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)

@@ -46,7 +46,7 @@ class TokenClassifier(Task):
         self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
                                        name="logits")
-        inputs, features = backbone_inputs(backbone)
+        inputs, features = backbone_inputs(backbone, task="TokenClassifier")
         sequence = backbone(features)["sequence_output"]
         logits = self.head(self.dropout_layer(sequence))  # (B, T, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)

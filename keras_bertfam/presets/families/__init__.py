@@ -4,7 +4,8 @@ Adding a family is adding a module here and its name to `FAMILY_MODULES`.
 """
 import importlib
 
-FAMILY_MODULES = ["bert", "roberta", "albert", "distil_bert", "electra", "spanbert", "xlnet"]
+FAMILY_MODULES = ["bert", "roberta", "albert", "distil_bert", "electra", "spanbert", "xlnet",
+                 "longformer"]
 
 
 def load_all():

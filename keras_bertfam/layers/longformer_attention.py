@@ -1,0 +1,313 @@
+"""Longformer's self-attention: a sliding window plus symmetric global attention.
+
+Beltagy et al. 2020, "Longformer: The Long-Document Transformer". Each token attends to the
+`attention_window / 2` tokens on either side of it (the window w counts both sides); a few
+task-chosen tokens attend to every token and every token attends to them, with their own
+`query_global` / `key_global` / `value_global` projections for the global tokens' own rows.
+
+The window is computed in blocks, never as a masked T x T matrix. With h = w / 2 and the sequence
+padded to a multiple of h, the queries of block b (positions [b·h, (b+1)·h)) can only see keys in
+blocks b-1, b and b+1, so each block scores h queries against 3h keys:
+
+    queries   (B, T/h, h,  N, D)        keys of blocks b-1 | b | b+1   (B, T/h, 3h, N, D)
+    scores    (B, N, T/h, h, 3h)        band: query r sees key c iff r <= c <= r + 2h
+
+Memory and time are O(T·w) (1.5·T·w scores; HF's overlapping chunks compute 2·T·w).
+"""
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
+
+# Marks of the merged mask the layer reads (HF's `attention_mask * (global_attention_mask + 1)`).
+PADDING, LOCAL, GLOBAL = 0, 1, 2
+NEG_INF = -1e9
+
+
+def merge_attention_masks(padding_mask, global_attention_mask):
+    """(B, T) padding mask and (B, T) global mask -> (B, T) int32: 0 padding, 1 local, 2 global.
+
+    A padding token marked global stays padding (as HF's `_merge_to_attention_mask`)."""
+    padding = ops.cast(ops.cast(padding_mask, "bool"), "int32")
+    if global_attention_mask is None:
+        return padding
+    is_global = ops.cast(ops.cast(global_attention_mask, "bool"), "int32")
+    return padding * (is_global + 1)
+
+
+def check_window(attention_window, layer=None):
+    """A window must be a positive even int (each side sees half of it)."""
+    where = "attention_window" if layer is None else f"attention_window of layer {layer}"
+    if (not isinstance(attention_window, (int, np.integer)) or isinstance(attention_window, bool)
+            or attention_window <= 0 or attention_window % 2):
+        raise ValueError(
+            f"{where} must be a positive even integer (w/2 tokens on each side), got "
+            f"{attention_window!r}.")
+    return int(attention_window)
+
+
+def _concrete_int(x):
+    """The Python int of a scalar tensor when it holds a value (eager), else None (traced)."""
+    if isinstance(x, keras.KerasTensor):
+        return None
+    try:
+        return int(ops.convert_to_numpy(x))
+    except Exception:  # a symbolic TF tensor, a JAX tracer
+        return None
+
+
+def _blocks_with_neighbours(x, h):
+    """(B, T, ...) with T a multiple of h -> (B, T/h, 3h, ...): each block with its neighbours
+    (zero / False beyond the ends)."""
+    rest = tuple(x.shape[2:])
+    is_bool = x.dtype == "bool"
+    if is_bool:  # padded as int: not every backend pads booleans
+        x = ops.cast(x, "int32")
+    x = ops.pad(x, [[0, 0], [h, h]] + [[0, 0]] * len(rest))  # (B, T + 2h, ...)
+    if is_bool:
+        x = ops.cast(x, "bool")
+    x = ops.reshape(x, (ops.shape(x)[0], -1, h) + rest)  # (B, T/h + 2, h, ...)
+    return ops.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)  # (B, T/h, 3h, ...)
+
+
+def _band(h):
+    """(h, 3h) bool: query r of a block sees key column c (block b-1, b, b+1) iff |offset| <= h."""
+    r = np.arange(h)[:, None]
+    c = np.arange(3 * h)[None, :]
+    return (c >= r) & (c <= r + 2 * h)
+
+
+def _diagonals(block_probs, h):
+    """(B, N, T/h, h, 3h) block probabilities -> (B, N, T, 2h + 1), HF's layout: column j is the
+    key at offset j - h of the query."""
+    b, n = ops.shape(block_probs)[0], ops.shape(block_probs)[1]
+    x = ops.reshape(block_probs, (b, n, -1, h * 3 * h))
+    x = ops.pad(x, [[0, 0], [0, 0], [0, 0], [0, h]])  # (B, N, T/h, h·(3h + 1))
+    x = ops.reshape(x, (b, n, -1, h, 3 * h + 1))[..., : 2 * h + 1]  # row r: columns r..r+2h
+    return ops.reshape(x, (b, n, -1, 2 * h + 1))
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class LongformerSelfAttention(keras.layers.Layer):
+    """Sliding-window + global multi-head self-attention (Beltagy et al. 2020), HF's
+    `LongformerSelfAttention` in keras.ops.
+
+    Args:
+        num_heads: N; `hidden_dim` must be divisible by it.
+        hidden_dim: H.
+        attention_window: the whole window w (positive, even): each token sees w/2 on each side.
+        max_global_tokens: how many global tokens a row can have (a static size, so that the layer
+            compiles with XLA). In eager calls more raise an error; in a traced graph the first
+            `max_global_tokens` marked tokens of a row are global and the others local.
+        attention_dropout: dropout on the attention probabilities.
+        kernel_initializer: for the seven projections.
+
+    Call args:
+        x: (B, T, H), any T (padded to a multiple of w/2 inside, cut back on return).
+        padding_mask: (B, T) merged mask: 0 padding, 1 local, 2 global
+            (`merge_attention_masks`); any nonzero/zero (B, T) mask gives local attention only.
+        head_mask: optional (N,) or (B, N) multipliers of each head's probabilities.
+        return_attention_scores: also return (B, N, T, G + w + 1) probabilities: G global-key
+            columns (the global tokens in order), then the window (offsets -w/2..w/2), as HF's
+            `attentions`.
+
+    Example:
+    >>> layer = LongformerSelfAttention(num_heads=2, hidden_dim=8, attention_window=4)
+    >>> layer(ops.ones((1, 10, 8)), padding_mask=ops.ones((1, 10), "int32")).shape
+    (1, 10, 8)
+    """
+
+    def __init__(self, num_heads, hidden_dim, attention_window=512, max_global_tokens=128,
+                 attention_dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"hidden_dim={hidden_dim} must be divisible by num_heads={num_heads}.")
+        self.attention_window = check_window(attention_window)
+        if not isinstance(max_global_tokens, int) or max_global_tokens < 1:
+            raise ValueError(
+                f"max_global_tokens must be a positive integer, got {max_global_tokens!r}.")
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.head_dim = hidden_dim // num_heads
+        self.max_global_tokens = max_global_tokens
+        self.attention_dropout = attention_dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+        # === Layers ===
+        def projection(name):
+            return keras.layers.EinsumDense(
+                "btd,dnh->btnh",
+                output_shape=(None, num_heads, self.head_dim),
+                bias_axes="nh",
+                kernel_initializer=clone_initializer(self.kernel_initializer),
+                name=name,
+            )
+
+        self.query_dense = projection("query")
+        self.key_dense = projection("key")
+        self.value_dense = projection("value")
+        self.query_global_dense = projection("query_global")
+        self.key_global_dense = projection("key_global")
+        self.value_global_dense = projection("value_global")
+        self.output_dense = keras.layers.EinsumDense(
+            "btnh,nhd->btd",
+            output_shape=(None, hidden_dim),
+            bias_axes="d",
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            name="attention_output",
+        )
+        self.dropout_layer = keras.layers.Dropout(attention_dropout, name="attention_dropout")
+
+    def build(self, input_shape):
+        for layer in (self.query_dense, self.key_dense, self.value_dense,
+                      self.query_global_dense, self.key_global_dense, self.value_global_dense):
+            layer.build(input_shape)
+        self.output_dense.build(tuple(input_shape[:2]) + (self.num_heads, self.head_dim))
+        self.built = True
+
+    # === Call ===
+    def call(self, x, padding_mask=None, head_mask=None, return_attention_scores=False,
+             training=False):
+        h = self.attention_window // 2
+        n, d = self.num_heads, self.head_dim
+        scale = 1.0 / math.sqrt(d)
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        if padding_mask is None:
+            padding_mask = ops.ones((batch, length), "int32")
+        mask = ops.cast(padding_mask, "int32")
+        if len(mask.shape) != 2:
+            raise ValueError(
+                "LongformerSelfAttention takes a (batch, length) mask (0 padding, 1 local, 2 "
+                f"global), got shape {tuple(mask.shape)}.")
+        # Pad T to a multiple of h; padded positions are padding, cut off at the end.
+        pad = (-length) % h
+        padded_length = length + pad
+        x_pad = ops.pad(x, [[0, 0], [0, pad], [0, 0]])  # (B, Tp, H)
+        mask = ops.pad(mask, [[0, 0], [0, pad]])  # (B, Tp)
+        valid = ops.greater(mask, PADDING)
+        is_global = ops.greater(mask, LOCAL)
+
+        num_global = self._num_global_slots(is_global, padded_length)
+        if num_global:
+            # Only the first `num_global` marked tokens of a row are global (a static size).
+            rank = ops.cumsum(ops.cast(is_global, "int32"), axis=1)  # (B, Tp)
+            is_global = ops.logical_and(is_global, rank <= num_global)
+
+        q = self.query_dense(x_pad) * ops.cast(scale, x.dtype)  # (B, Tp, N, D)
+        k = self.key_dense(x_pad)
+        v = self.value_dense(x_pad)
+
+        # --- Sliding window, by blocks of h queries against 3h keys ---
+        q_blocks = ops.reshape(q, (batch, -1, h, n, d))  # (B, Tp/h, h, N, D)
+        k_blocks = _blocks_with_neighbours(k, h)  # (B, Tp/h, 3h, N, D)
+        v_blocks = _blocks_with_neighbours(v, h)
+        # Global keys leave the window: every query reaches them through the global columns.
+        key_ok = ops.logical_and(valid, ops.logical_not(is_global)) if num_global else valid
+        key_ok = _blocks_with_neighbours(key_ok, h)  # (B, Tp/h, 3h)
+        band = ops.convert_to_tensor(_band(h))  # (h, 3h)
+        local_ok = ops.logical_and(band[None, None, None], key_ok[:, None, :, None, :])
+        scores = ops.einsum("bcqnd,bcknd->bncqk", q_blocks, k_blocks)  # (B, N, Tp/h, h, 3h)
+        scores = ops.where(local_ok, scores, ops.cast(NEG_INF, scores.dtype))
+
+        if num_global:
+            # Every query against the global tokens' (local-projection) keys.
+            t_idx = ops.arange(padded_length, dtype="int32")[None, :]  # (1, Tp)
+            keys = ops.where(is_global, t_idx, t_idx + padded_length)  # global tokens sort first
+            # G spare keys after all tokens keep G columns when Tp < G (a traced, unknown T).
+            spare = 2 * padded_length + ops.arange(num_global, dtype="int32")[None, :]
+            keys = ops.concatenate([keys, ops.broadcast_to(spare, (batch, num_global))], axis=1)
+            order = ops.cast(ops.argsort(keys, axis=1)[:, :num_global], "int32")
+            global_idx = ops.minimum(order, padded_length - 1)  # (B, G)
+            slot_ok = ops.arange(num_global, dtype="int32")[None, :] < ops.sum(
+                ops.cast(is_global, "int32"), axis=1, keepdims=True)  # (B, G)
+            k_global = ops.take_along_axis(k, global_idx[:, :, None, None], axis=1)  # (B, G, N, D)
+            v_global = ops.take_along_axis(v, global_idx[:, :, None, None], axis=1)
+            g_scores = ops.einsum("bcqnd,bgnd->bncqg", q_blocks, k_global)  # (B, N, Tp/h, h, G)
+            g_scores = ops.where(slot_ok[:, None, None, None, :], g_scores,
+                                 ops.cast(NEG_INF, g_scores.dtype))
+            scores = ops.concatenate([g_scores, scores], axis=-1)
+
+        probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
+        # Padding queries attend nowhere (HF zeroes their rows).
+        query_ok = ops.reshape(valid, (batch, 1, -1, h, 1))
+        probs = ops.where(query_ok, probs, ops.zeros_like(probs))
+        probs = self.dropout_layer(probs, training=training)
+        probs = self._apply_head_mask(probs, head_mask)
+        if num_global:
+            g_probs, local_probs = probs[..., :num_global], probs[..., num_global:]
+        else:
+            local_probs = probs
+        context = ops.einsum("bncqk,bcknd->bcqnd", local_probs, v_blocks)  # (B, Tp/h, h, N, D)
+        if num_global:
+            context = context + ops.einsum("bncqg,bgnd->bcqnd", g_probs, v_global)
+        context = ops.reshape(context, (batch, -1, n, d))  # (B, Tp, N, D)
+
+        # --- Global tokens' own rows: their global query against every token ---
+        if num_global:
+            x_global = ops.take_along_axis(x_pad, global_idx[:, :, None], axis=1)  # (B, G, H)
+            q_g = self.query_global_dense(x_global) * ops.cast(scale, x.dtype)  # (B, G, N, D)
+            k_g = self.key_global_dense(x_pad)  # (B, Tp, N, D)
+            v_g = self.value_global_dense(x_pad)
+            row_scores = ops.einsum("bgnd,btnd->bngt", q_g, k_g)  # (B, N, G, Tp)
+            row_scores = ops.where(valid[:, None, None, :], row_scores,
+                                   ops.cast(NEG_INF, row_scores.dtype))
+            row_probs = ops.cast(ops.softmax(ops.cast(row_scores, "float32"), axis=-1), x.dtype)
+            row_probs = self.dropout_layer(row_probs, training=training)
+            row_probs = self._apply_head_mask(row_probs, head_mask)
+            row_context = ops.einsum("bngt,btnd->bgnd", row_probs, v_g)  # (B, G, N, D)
+            # Token t's row is slot rank(t) - 1 of the global tokens.
+            slot = ops.clip(ops.cumsum(ops.cast(is_global, "int32"), axis=1) - 1, 0,
+                            num_global - 1)  # (B, Tp)
+            row_context = ops.take_along_axis(row_context, slot[:, :, None, None], axis=1)
+            context = ops.where(is_global[:, :, None, None], row_context, context)
+
+        output = self.output_dense(context[:, :length])  # (B, T, H)
+        if not return_attention_scores:
+            return output
+        windows = _diagonals(local_probs, h)[:, :, :length]  # (B, N, T, w + 1)
+        if num_global:
+            g_cols = ops.reshape(g_probs, (batch, n, -1, num_global))[:, :, :length]
+            windows = ops.concatenate([g_cols, windows], axis=-1)
+        return output, windows
+
+    def _num_global_slots(self, is_global, padded_length):
+        """G, the static number of global slots: 0 when an eager mask has no global token, the
+        exact maximum count in eager calls, else min(max_global_tokens, padded length)."""
+        count = _concrete_int(ops.max(ops.sum(ops.cast(is_global, "int32"), axis=1)))
+        if count is not None:
+            if count > self.max_global_tokens:
+                raise ValueError(
+                    f"A row has {count} global tokens; {self.name} takes at most "
+                    f"max_global_tokens={self.max_global_tokens}.")
+            return count
+        static_length = padded_length if isinstance(padded_length, int) else None
+        if static_length is None:
+            return self.max_global_tokens
+        return min(self.max_global_tokens, static_length)
+
+    def _apply_head_mask(self, probs, head_mask):
+        if head_mask is None:
+            return probs
+        head_mask = ops.cast(head_mask, probs.dtype)
+        shape = (-1, self.num_heads) + (1,) * (len(probs.shape) - 2)
+        return probs * ops.reshape(head_mask, shape)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            hidden_dim=self.hidden_dim,
+            attention_window=self.attention_window,
+            max_global_tokens=self.max_global_tokens,
+            attention_dropout=self.attention_dropout,
+            kernel_initializer=serialize_initializer(self.kernel_initializer),
+        )
+        return config

@@ -1,0 +1,345 @@
+"""Longformer: HF parity (backbone and the four task heads, both ways), banded attention (no T x T
+tensor), all-global = full attention, from_roberta, bad input, XLA, presets."""
+import inspect
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+from keras_bertfam.layers.longformer_attention import LongformerSelfAttention
+from keras_bertfam.presets.families import longformer as longformer_family
+from tests.conftest import to_numpy
+
+TINY = dict(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+            attention_window=[4, 8], max_sequence_length=64)
+
+
+def _hf_config(**overrides):
+    import transformers
+
+    cfg = dict(vocab_size=120, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+               intermediate_size=32, max_position_embeddings=66, type_vocab_size=1,
+               layer_norm_eps=1e-5, pad_token_id=1, sep_token_id=2, attention_window=[4, 8])
+    cfg.update(overrides)
+    return transformers.LongformerConfig(**cfg)
+
+
+def _inputs(length, batch=3, seed=0, global_tokens=True):
+    """Right-padded inputs (<s>=0 first, <pad>=1 after the text); global on <s> and a few more."""
+    rng = np.random.RandomState(seed)
+    ids = rng.randint(3, 120, (batch, length)).astype("int32")
+    ids[:, 0] = 0
+    mask = np.ones_like(ids)
+    mask[1, length // 2:] = 0
+    mask[2, 3:] = 0
+    ids[mask == 0] = 1
+    glob = np.zeros_like(ids)
+    if global_tokens:
+        glob[:, 0] = 1
+        glob[0, 5] = glob[0, length - 1] = 1
+        glob[1, 2] = 1
+        glob[2, length - 1] = 1  # on padding: stays padding
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask,
+            "global_attention_mask": glob}
+
+
+def _hf_run(model, x, **kwargs):
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                     attention_mask=torch.tensor(x["padding_mask"]), **kwargs)
+
+
+def _max_diff(ours, theirs, mask):
+    return np.abs(to_numpy(ours) - theirs)[mask.astype(bool)].max()
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    path = str(tmp_path_factory.mktemp("hf_longformer"))
+    transformers.LongformerModel(_hf_config()).save_pretrained(path)
+    return path
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("length", [16, 13, 24, 7])  # multiples of the windows and not
+@pytest.mark.parametrize("global_tokens", [False, True])
+def test_parity_with_random_hf_longformer(hf_dir, length, global_tokens):
+    import transformers
+
+    ours = kb.models.LongformerBackbone.from_preset(hf_dir)
+    assert ours.layer_windows == [4, 8] and ours.max_sequence_length == 64
+    hf = transformers.LongformerModel.from_pretrained(hf_dir).eval()
+    x = _inputs(length, global_tokens=global_tokens)
+    import torch
+
+    ref = _hf_run(hf, x, global_attention_mask=torch.tensor(x["global_attention_mask"]))
+    got = ours(x)
+    assert _max_diff(got["sequence_output"], ref.last_hidden_state.numpy(),
+                     x["padding_mask"]) <= 1e-4
+    assert np.abs(to_numpy(got["pooled_output"]) - ref.pooler_output.numpy()).max() <= 1e-4
+    assert ours.num_params() == sum(p.numel() for p in hf.parameters())
+
+
+def test_global_tokens_change_the_output(hf_dir):
+    ours = kb.models.LongformerBackbone.from_preset(hf_dir)
+    with_global = to_numpy(ours(_inputs(24))["sequence_output"])
+    without = to_numpy(ours(_inputs(24, global_tokens=False))["sequence_output"])
+    assert np.abs(with_global - without)[0].max() > 1e-3
+
+
+def test_export_to_transformers_round_trip(tmp_path):
+    import torch
+    import transformers
+
+    ours = kb.models.LongformerBackbone(**TINY)
+    kb.presets.export_to_transformers(ours, str(tmp_path))
+    hf = transformers.LongformerModel.from_pretrained(str(tmp_path)).eval()
+    assert hf.config.attention_window == [4, 8]
+    x = _inputs(13)
+    ref = _hf_run(hf, x, global_attention_mask=torch.tensor(x["global_attention_mask"]))
+    assert _max_diff(ours(x)["sequence_output"], ref.last_hidden_state.numpy(),
+                     x["padding_mask"]) <= 1e-4
+
+
+# === Task heads, both ways ===
+def _qa_inputs(length=20, batch=2):
+    """`<s> q q q </s></s> c ... </s> <pad>`: segment 0 = `<s>` + question + its `</s>`."""
+    rng = np.random.RandomState(3)
+    ids = rng.randint(3, 120, (batch, length)).astype("int32")
+    segments = np.ones_like(ids)
+    mask = np.ones_like(ids)
+    for row, q in enumerate((3, 5)):
+        ids[row, 0] = 0
+        ids[row, q + 1] = ids[row, q + 2] = 2
+        segments[row, : q + 2] = 0
+        end = length - 2 * row
+        ids[row, end - 1] = 2
+        mask[row, end:] = 0
+        ids[row, end:] = 1
+    return {"token_ids": ids, "segment_ids": segments, "padding_mask": mask}
+
+
+HEADS = [
+    ("MaskedLM", "LongformerForMaskedLM", {}),
+    ("TextClassifier", "LongformerForSequenceClassification", {"num_classes": 3}),
+    ("TokenClassifier", "LongformerForTokenClassification", {"num_classes": 4}),
+    ("QuestionAnswerer", "LongformerForQuestionAnswering", {}),
+]
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("task_name,hf_class,kwargs", HEADS)
+def test_task_heads_convert_both_ways(tmp_path, task_name, hf_class, kwargs):
+    """HF's own default global attention (<s> for classification, the question for QA) against
+    our tasks': same logits; then our task exported and read back by HF."""
+    import torch
+    import transformers
+
+    torch.manual_seed(1)
+    config = _hf_config(num_labels=kwargs.get("num_classes", 2))
+    hf = getattr(transformers, hf_class)(config).eval()
+    hf.save_pretrained(str(tmp_path / "hf"))
+    task_cls = getattr(kb.tasks, task_name)
+    task = kb.presets.convert_task(str(tmp_path / "hf"), task_cls, preprocessor=None, **kwargs)
+    x = _qa_inputs()
+    feed = {k: v for k, v in x.items() if k in task.input}
+    positions = np.tile(np.arange(x["token_ids"].shape[1], dtype="int32"), (2, 1))
+    if task_name == "MaskedLM":
+        feed["mask_positions"] = positions
+
+    def compare(model):
+        ref = _hf_run(model, x)
+        got = task(feed)
+        valid = x["padding_mask"].astype(bool)
+        if task_name == "QuestionAnswerer":
+            for ours_key, theirs in (("start_logits", ref.start_logits),
+                                     ("end_logits", ref.end_logits)):
+                assert _max_diff(got[ours_key], theirs.numpy(), valid) <= 1e-4
+        elif task_name == "TextClassifier":
+            assert np.abs(to_numpy(got) - ref.logits.numpy()).max() <= 1e-4
+        else:
+            assert _max_diff(got, ref.logits.numpy(), valid) <= 1e-4
+
+    compare(hf)
+    kb.presets.export_to_transformers(task, str(tmp_path / "back"))
+    back = getattr(transformers, hf_class).from_pretrained(str(tmp_path / "back")).eval()
+    compare(back)
+
+
+def test_task_global_attention():
+    from keras_bertfam.models.longformer import global_attention_for_task
+
+    x = _qa_inputs()
+    qa = to_numpy(global_attention_for_task(x, "QuestionAnswerer"))
+    np.testing.assert_array_equal(qa[0, :6], [1, 1, 1, 1, 0, 0])  # <s> q q q, not </s></s>
+    np.testing.assert_array_equal(qa[1, :8], [1] * 6 + [0, 0])
+    assert qa[:, 8:].sum() == 0
+    cls = to_numpy(global_attention_for_task(x, "TextClassifier"))
+    assert cls[:, 0].tolist() == [1, 1] and cls[:, 1:].sum() == 0
+    assert to_numpy(global_attention_for_task(x, "MaskedLM")).sum() == 0
+
+
+# === Attention: banded, all-global = full, from_roberta ===
+def test_attention_is_banded_no_full_matrix():
+    """No tensor of the traced graph holds a (T, T) pair of axes: memory is O(T·(w + G))."""
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("inspects a TensorFlow graph")
+    length = 96
+    layer = LongformerSelfAttention(num_heads=2, hidden_dim=16, attention_window=8,
+                                    max_global_tokens=4)  # traced: G = 4 static slots
+    x = tf.zeros((1, length, 16))
+    mask = tf.concat([tf.fill((1, 1), 2), tf.ones((1, length - 1), tf.int32)], axis=1)
+    graph = tf.function(lambda x, m: layer(x, padding_mask=m)).get_concrete_function(
+        x, mask).graph
+    shapes = [tuple(t.shape) for op in graph.get_operations() for t in op.outputs
+              if t.shape.rank is not None]
+    assert shapes
+    assert not [s for s in shapes if list(s).count(length) >= 2]
+    biggest = max(int(np.prod([d or 1 for d in s])) for s in shapes)
+    assert biggest < length * length * 2  # 2 heads x T x T would be a full score matrix
+
+
+@pytest.mark.multibackend
+def test_all_global_equals_full_attention_and_from_roberta(tmp_path):
+    roberta = kb.models.RobertaBackbone(120, 2, 2, 16, 32, max_sequence_length=20)
+    longformer = kb.models.LongformerBackbone.from_roberta(roberta, max_sequence_length=64,
+                                                           attention_window=4)
+    table = to_numpy(longformer.embeddings.position_embedding.embeddings)
+    learned = to_numpy(roberta.embeddings.position_embedding.embeddings)[2:]
+    np.testing.assert_array_equal(table[2:22], learned)
+    np.testing.assert_array_equal(table[22:42], learned)  # copied again, as the paper
+    attn = longformer.blocks[0].attention.attention
+    np.testing.assert_array_equal(to_numpy(attn.key_global_dense.kernel),
+                                  to_numpy(attn.key_dense.kernel))
+    x = _inputs(18, global_tokens=False)
+    full = to_numpy(roberta({k: x[k] for k in roberta.input})["sequence_output"])
+    valid = x["padding_mask"].astype(bool)
+    # every token global: each attends to all, through the (copied) global projections
+    everything = dict(x, global_attention_mask=np.ones_like(x["token_ids"]))
+    assert _max_diff(longformer(everything)["sequence_output"], full, valid) <= 1e-5
+    # a window covering the sequence is full attention too (no global token)
+    wide = kb.models.LongformerBackbone.from_roberta(roberta, max_sequence_length=64,
+                                                     attention_window=36)
+    assert _max_diff(wide(x)["sequence_output"], full, valid) <= 1e-5
+    # a narrow window is not
+    assert _max_diff(longformer(x)["sequence_output"], full, valid) > 1e-3
+
+
+def test_xla_compiled_equals_eager():
+    """Traced with static shapes (the global slots are max_global_tokens), jit-compiled."""
+    backbone = kb.models.LongformerBackbone(**dict(TINY, max_global_tokens=6))
+    x = _inputs(13)
+    eager = to_numpy(backbone(x)["sequence_output"])
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        compiled = tf.function(lambda x: backbone(x, training=False), jit_compile=True)
+        got = compiled({k: tf.constant(v) for k, v in x.items()})
+    elif backend == "jax":
+        import jax
+
+        compiled = jax.jit(lambda x: backbone.stateless_call(
+            [v.value for v in backbone.trainable_variables],
+            [v.value for v in backbone.non_trainable_variables], x)[0])
+        got = compiled(x)
+    else:
+        pytest.skip("XLA via TensorFlow or JAX")
+    valid = x["padding_mask"].astype(bool)
+    assert _max_diff(got["sequence_output"], eager, valid) <= 1e-5
+
+
+def test_inspect_returns_windowed_probabilities():
+    backbone = kb.models.LongformerBackbone(**TINY)
+    x = _inputs(16)
+    out = backbone.inspect(x)
+    probs = [to_numpy(p) for p in out["attention_probs"]]
+    # G = 3 global columns (row 0 has three), then w + 1 window columns
+    assert probs[0].shape == (3, 2, 16, 3 + 5) and probs[1].shape == (3, 2, 16, 3 + 9)
+    real = x["padding_mask"].astype(bool)
+    np.testing.assert_allclose(probs[0].sum(-1)[:, 0][real], 1.0, atol=1e-5)
+    assert len(out["hidden_states"]) == 3
+
+
+# === Bad input ===
+def test_bad_windows_name_the_layer():
+    with pytest.raises(ValueError, match="attention_window of layer 1 .* got 5"):
+        kb.models.LongformerBackbone(**dict(TINY, attention_window=[4, 5]))
+    with pytest.raises(ValueError, match="attention_window of layer 0 .* got 0"):
+        kb.models.LongformerBackbone(**dict(TINY, attention_window=[0, 4]))
+    with pytest.raises(ValueError, match="attention_window must be a positive even"):
+        kb.models.LongformerBackbone(**dict(TINY, attention_window=-2))
+    with pytest.raises(ValueError, match="3 entries for num_layers=2"):
+        kb.models.LongformerBackbone(**dict(TINY, attention_window=[4, 4, 4]))
+
+
+def test_bad_inputs():
+    backbone = kb.models.LongformerBackbone(**dict(TINY, max_global_tokens=2))
+    x = _inputs(16, global_tokens=False)
+    with pytest.raises(ValueError, match="same .batch, length. shape"):
+        backbone(dict(x, global_attention_mask=np.zeros((3, 15), "int32")))
+    long = _inputs(70, global_tokens=False)
+    with pytest.raises(ValueError, match="70 tokens.*max_sequence_length=64"):
+        backbone(long)
+    many = dict(x, global_attention_mask=np.ones_like(x["token_ids"]))
+    with pytest.raises(ValueError, match="global tokens.*max_global_tokens=2"):
+        backbone(many)
+
+
+# === Config, saving, presets ===
+def test_config_round_trip_and_saving(tmp_path):
+    backbone = kb.models.LongformerBackbone(**TINY)
+    config = backbone.get_config()
+    params = set(inspect.signature(kb.models.LongformerBackbone.__init__).parameters) - {
+        "self", "kwargs"}
+    assert params <= set(config)
+    assert kb.models.LongformerBackbone.from_config(config).get_config() == config
+    x = _inputs(13)
+    path = os.path.join(tmp_path, "b.keras")
+    backbone.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(to_numpy(loaded(x)["sequence_output"]),
+                               to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    restored = kb.models.LongformerBackbone.from_preset(str(tmp_path / "preset"))
+    np.testing.assert_allclose(to_numpy(restored(x)["sequence_output"]),
+                               to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+
+
+def _hf_param_count(config):
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        hf = transformers.LongformerModel(transformers.LongformerConfig(
+            vocab_size=config["vocabulary_size"], hidden_size=config["hidden_dim"],
+            num_hidden_layers=config["num_layers"], num_attention_heads=config["num_heads"],
+            intermediate_size=config["intermediate_dim"],
+            max_position_embeddings=config["max_sequence_length"] + 2, type_vocab_size=1,
+            attention_window=config["attention_window"]))
+    return sum(p.numel() for p in hf.parameters())
+
+
+@pytest.mark.parametrize("name,millions", [("longformer_base_4096", 149),
+                                           ("longformer_large_4096", 435)])
+def test_preset_param_counts_equal_hf(name, millions):
+    preset = kb.presets.get(name)
+    assert kb.presets.count_params(name) == _hf_param_count(preset.config) == preset.params
+    assert round(preset.params / 1e6) == millions
+    if name == "longformer_base_4096":
+        assert preset.params == 148_659_456  # HF's count with the pooler (REFERENCE.md)
+    # the analytic count against a built model
+    small = dict(preset.config, num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64,
+                 vocabulary_size=100, max_sequence_length=64)
+    built = kb.models.LongformerBackbone(**small)
+    assert built.num_params() == longformer_family.longformer_param_count(small)
