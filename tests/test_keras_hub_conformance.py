@@ -9,7 +9,6 @@ documented behaviour and says so. The second half holds the regressions of issue
 on a keras-hub user's ordinary pattern.
 """
 import io
-import os
 
 import keras
 import numpy as np
@@ -187,3 +186,314 @@ def test_multi_segment_packer_docstring():
     assert to_numpy(segment_ids).tolist() == [0, 0, 0, 0, 0, 1, 1, 1]
     # keras-hub's two values: the first two of ours.
     assert len(packer.get_config()) > 0 and dict(packer.get_config())["return_dict"] is False
+
+
+# === Tasks (…TextClassifier, …MaskedLM docstrings; keras.io "Getting started with KerasHub") ===
+
+
+def _tiny_bert_classifier(preprocessor="default", num_classes=4):
+    """keras-hub's `BertTextClassifier.from_preset(..., num_classes=4)`, on the tiny preset."""
+    kwargs = {} if preprocessor == "default" else {"preprocessor": preprocessor}
+    return kb.tasks.TextClassifier.from_preset(PRESET, load_weights=False,
+                                               num_classes=num_classes, **kwargs)
+
+
+@pytest.mark.multibackend
+def test_text_classifier_docstring_raw_strings():
+    classifier = _tiny_bert_classifier()
+    classifier.fit(x=FEATURES, y=LABELS, batch_size=2, verbose=0)
+    assert classifier.predict(x=FEATURES, batch_size=2, verbose=0).shape == (2, 4)
+    classifier.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                       optimizer=keras.optimizers.Adam(5e-5))
+    classifier.backbone.trainable = False
+    history = classifier.fit(x=FEATURES, y=LABELS, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+
+
+@pytest.mark.multibackend
+def test_text_classifier_docstring_preprocessed_integer_data():
+    features = {
+        "token_ids": np.ones(shape=(2, 12), dtype="int32"),
+        "segment_ids": np.array([[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0]] * 2),
+        "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]] * 2),
+    }
+    classifier = _tiny_bert_classifier(preprocessor=None)
+    history = classifier.fit(x=features, y=LABELS, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+
+
+@pytest.mark.multibackend
+def test_text_classifier_docstring_custom_backbone_and_vocabulary():
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer=tokenizer,
+                                                               sequence_length=128)
+    backbone = kb.models.BertBackbone(vocabulary_size=30552, **TINY)
+    classifier = kb.tasks.TextClassifier(backbone=backbone, preprocessor=preprocessor,
+                                         num_classes=4)
+    history = classifier.fit(x=FEATURES, y=LABELS, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+
+
+@pytest.mark.multibackend
+def test_roberta_text_classifier_docstring_custom_vocabulary_without_unk():
+    tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer=tokenizer,
+                                                               sequence_length=128)
+    backbone = kb.models.RobertaBackbone(vocabulary_size=len(BPE_VOCAB), **TINY)
+    classifier = kb.tasks.TextClassifier(backbone=backbone, preprocessor=preprocessor,
+                                         num_classes=4)
+    history = classifier.fit(x=["a quick fox", "a fox quick"], y=LABELS, batch_size=2,
+                             verbose=0).history
+    assert np.isfinite(history["loss"][0])
+    # Masked-LM pretraining needs the mask token; a vocabulary without it is refused, saying so.
+    no_mask = {k: v for k, v in BPE_VOCAB.items() if k != "<mask>"}
+    no_mask = {k: i for i, k in enumerate(no_mask)}
+    tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=no_mask, merges=BPE_MERGES)
+    kb.preprocessing.TextClassifierPreprocessor(tokenizer)  # fine-tuning: accepted
+    with pytest.raises(ValueError, match="needs a mask token"):
+        kb.preprocessing.MaskedLMPreprocessor(tokenizer)
+
+
+@pytest.mark.multibackend
+def test_albert_text_classifier_docstring_custom_backbone_and_vocabulary():
+    tokenizer = kb.preprocessing.SentencePieceTokenizer(proto=_spm_proto(FEATURES))
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer=tokenizer,
+                                                               sequence_length=128)
+    backbone = kb.models.AlbertBackbone(vocabulary_size=tokenizer.vocabulary_size(),
+                                        embedding_dim=16, **TINY)
+    classifier = kb.tasks.TextClassifier(backbone=backbone, preprocessor=preprocessor,
+                                         num_classes=4)
+    history = classifier.fit(x=FEATURES, y=LABELS, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+
+
+@pytest.mark.multibackend
+def test_masked_lm_docstring_raw_strings_and_recompile():
+    features = ["The quick brown fox jumped.", "I forgot my homework."]
+    masked_lm = kb.tasks.MaskedLM.from_preset(PRESET, load_weights=False)
+    masked_lm.fit(x=features, batch_size=2, verbose=0)
+    masked_lm.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      optimizer=keras.optimizers.Adam(5e-5))
+    masked_lm.backbone.trainable = False
+    history = masked_lm.fit(x=features, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+
+
+@pytest.mark.multibackend
+def test_masked_lm_docstring_preprocessed_integer_data():
+    features = {
+        "token_ids": np.array([[1, 2, 0, 4, 0, 6, 7, 8]] * 2),
+        "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 1, 1]] * 2),
+        "mask_positions": np.array([[2, 4]] * 2),
+        "segment_ids": np.array([[0, 0, 0, 0, 0, 0, 0, 0]] * 2),
+    }
+    labels = [[3, 5]] * 2
+    masked_lm = kb.tasks.MaskedLM.from_preset(PRESET, load_weights=False, preprocessor=None)
+    history = masked_lm.fit(x=features, y=labels, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+    # No sample_weight: every slot counts (all ones), as keras-hub's compiled loss.
+    logits = masked_lm.predict(features, verbose=0)
+    loss = masked_lm.train_on_batch(features, np.array(labels), return_dict=True)["mlm_loss"]
+    assert np.isfinite(loss) and logits.shape[:2] == (2, 2)
+
+
+# === Regressions of issue 12 (each failed on an ordinary keras-hub pattern) ===
+
+TINY_BERT = dict(vocabulary_size=64, num_layers=2, num_heads=2, hidden_dim=32,
+                 intermediate_dim=64, max_sequence_length=32, dropout=0.0)
+
+
+def _mlm_batch(batch=4, length=8, predictions=2, seed=0):
+    rng = np.random.RandomState(seed)
+    x = {"token_ids": rng.randint(5, 64, (batch, length)).astype("int32"),
+         "segment_ids": np.zeros((batch, length), "int32"),
+         "padding_mask": np.ones((batch, length), "int32"),
+         "mask_positions": np.tile(np.arange(1, 1 + predictions), (batch, 1)).astype("int32")}
+    return x, rng.randint(5, 64, (batch, predictions)).astype("int32")
+
+
+@pytest.mark.multibackend
+def test_compile_loss_is_honoured():
+    x, _ = _mlm_batch()
+    x = {k: v for k, v in x.items() if k != "mask_positions"}
+    classifier = kb.tasks.TextClassifier(kb.models.BertBackbone(**TINY_BERT), num_classes=2)
+    classifier.compile(optimizer="sgd", loss=lambda y, p: keras.ops.mean(p) * 0.0 + 123.0)
+    history = classifier.fit(x, np.array([0, 1, 0, 1]), batch_size=4, verbose=0).history
+    np.testing.assert_allclose(history["loss"][0], 123.0, rtol=1e-6)
+    assert "accuracy" not in history  # the task's own loss terms are not computed
+
+
+@pytest.mark.multibackend
+def test_missing_sample_weight_means_all_ones():
+    x, y = _mlm_batch()
+    weights = np.ones_like(y, "float32")
+    for task_cls in (kb.tasks.MaskedLM, kb.tasks.BertPretrainer):
+        keras.utils.set_random_seed(0)
+        task = task_cls(kb.models.BertBackbone(**TINY_BERT))
+        task.compile(optimizer="sgd")
+        if task_cls is kb.tasks.MaskedLM:
+            without = task.test_on_batch(x, y, return_dict=True)
+            task.reset_metrics()
+            with_ones = task.test_on_batch(x, y, sample_weight=weights, return_dict=True)
+            task.train_on_batch(x, y)
+        else:
+            pair = np.array([0, 1, 0, 1])
+            without = task.test_on_batch(x, {"mask_ids": y, "pair_labels": pair},
+                                         return_dict=True)
+            task.reset_metrics()
+            with_ones = task.test_on_batch(
+                x, {"mask_ids": y, "mask_weights": weights, "pair_labels": pair},
+                return_dict=True)
+        np.testing.assert_allclose(without["mlm_loss"], with_ones["mlm_loss"], rtol=1e-5)
+
+
+@pytest.mark.multibackend
+def test_loss_terms_on_a_finite_dataset_of_unknown_length():
+    x, y = _mlm_batch(batch=8)
+    labels = {"mask_ids": y, "mask_weights": np.ones_like(y, "float32"),
+              "pair_labels": np.array([0, 1] * 4)}
+    ds = tf.data.Dataset.from_tensor_slices((x, labels)).batch(4).filter(lambda *_: True)
+    task = kb.tasks.BertPretrainer(kb.models.BertBackbone(**TINY_BERT))
+    task.compile(optimizer=keras.optimizers.SGD(0.0))  # frozen: steps do not change the model
+    history = task.fit(ds, epochs=1, verbose=0).history
+    steps = []
+    for bx, by in ds:
+        task.reset_metrics()
+        steps.append(task.test_on_batch(bx, by, return_dict=True))
+    # Each term is the mean over the 2 batches (it was 2/3 of it: an empty third step counted).
+    for name in ("loss", "mlm_loss", "nsp_loss", "nsp_accuracy"):
+        np.testing.assert_allclose(history[name][0], np.mean([s[name] for s in steps]),
+                                   rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.multibackend
+def test_masked_lm_does_not_train_the_unused_pooler():
+    x, y = _mlm_batch()
+    task = kb.tasks.MaskedLM(kb.models.BertBackbone(**TINY_BERT))
+    pooler = task.backbone.get_layer("pooler")
+    trainable = {id(v) for v in task.trainable_weights}
+    assert not any(id(v) in trainable for v in pooler.weights)
+    assert all(any(v is w for w in task.weights) for v in pooler.weights)  # still saved
+    before = [to_numpy(v) for v in pooler.weights]
+    task.compile(optimizer=keras.optimizers.AdamW(1e-2, weight_decay=0.5))
+    task.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    for b, v in zip(before, pooler.weights):
+        np.testing.assert_array_equal(b, to_numpy(v))
+    classifier = kb.tasks.TextClassifier(task.backbone, num_classes=2)  # uses the pooler
+    trainable = {id(v) for v in classifier.trainable_weights}
+    assert all(id(v) in trainable for v in pooler.weights)
+
+
+@pytest.mark.multibackend
+def test_fit_with_validation_data_of_strings():
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
+    texts = ["The quick brown fox jumped.", "The fox.", "quick brown.", "The jumped fox."]
+    backbone = kb.models.BertBackbone(**dict(TINY_BERT, vocabulary_size=len(WORDPIECE_VOCAB)))
+    classifier = kb.tasks.TextClassifier(
+        backbone, num_classes=2,
+        preprocessor=kb.preprocessing.TextClassifierPreprocessor(tokenizer, 16))
+    ds = tf.data.Dataset.from_tensor_slices((texts, [0, 1, 0, 1])).batch(2)
+    history = classifier.fit(ds, validation_data=ds, epochs=2, verbose=0).history
+    assert len(history["val_loss"]) == 2
+    preprocessor = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, batch_size=2)
+    masked_lm = kb.tasks.MaskedLM(backbone, preprocessor=preprocessor)
+    strings = tf.data.Dataset.from_tensor_slices(texts).batch(2)
+    history = masked_lm.fit(strings, validation_data=strings, epochs=2, verbose=0).history
+    assert len(history["val_mlm_loss"]) == 2
+
+
+def _pretraining_preprocessor(tokenizer, length=16):
+    """A non-default pretraining preprocessor: whole-word masking + sentence-order pairs."""
+    masker = kb.preprocessing.WholeWordMasker(
+        vocabulary=tokenizer.get_vocabulary(), mask_selection_length=3, seed=5,
+        unselectable_token_ids=tokenizer.special_token_ids,
+        padding_token_id=tokenizer.pad_token_id)
+    pairer = kb.preprocessing.SentenceOrderPairer(length, seed=6)
+    return kb.preprocessing.SentencePairPreprocessor(tokenizer, length, masker=masker,
+                                                     pairer=pairer, batch_size=2, seed=7)
+
+
+def _check_stages(preprocessor, expected):
+    assert type(preprocessor.masker) is type(expected.masker)
+    assert type(preprocessor.pairer) is type(expected.pairer)
+    assert preprocessor.masker.get_config() == expected.masker.get_config()
+    assert preprocessor.pairer.get_config() == expected.pairer.get_config()
+
+
+def test_random_stages_round_trip_through_config_keras_files_and_presets(tmp_path):
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
+    preprocessor = _pretraining_preprocessor(tokenizer)
+    for stage in (preprocessor.masker, preprocessor.pairer,
+                  kb.preprocessing.TokenMasker(vocabulary_size=10, mask_token_id=4, seed=1),
+                  kb.preprocessing.NgramMasker(vocabulary=WORDPIECE_VOCAB, seed=1),
+                  kb.preprocessing.SpanMasker(vocabulary=WORDPIECE_VOCAB, seed=1),
+                  kb.preprocessing.NextSentencePairer(16, seed=1)):
+        again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(stage))
+        assert type(again) is type(stage) and again.get_config() == stage.get_config()
+    _check_stages(kb.preprocessing.SentencePairPreprocessor.from_config(
+        preprocessor.get_config()), preprocessor)
+
+    backbone = kb.models.BertBackbone(**dict(TINY_BERT, vocabulary_size=len(WORDPIECE_VOCAB)))
+    task = kb.tasks.AlbertPretrainer(backbone, preprocessor=preprocessor)
+    path = str(tmp_path / "pretrainer.keras")
+    task.save(path)
+    loaded = keras.saving.load_model(path)
+    _check_stages(loaded.preprocessor, preprocessor)
+    x, _ = _mlm_batch()
+    x["token_ids"] = x["token_ids"] % len(WORDPIECE_VOCAB)
+    expected, got = task.predict(x, verbose=0), loaded.predict(x, verbose=0)
+    for key in expected:
+        np.testing.assert_allclose(to_numpy(got[key]), to_numpy(expected[key]), atol=1e-5)
+
+
+@pytest.mark.multibackend
+def test_keras_files_round_trip_pretrainers_and_sentence_encoder(tmp_path):
+    """`.keras` -> `load_model` -> same predictions, for the tasks no family test covers
+    (the others: test_tasks, test_finetuning, test_electra, test_spanbert, test_distil_bert,
+    test_xlnet)."""
+    x, _ = _mlm_batch()
+    for task in (kb.tasks.BertPretrainer(kb.models.BertBackbone(**TINY_BERT)),
+                 kb.tasks.AlbertPretrainer(kb.models.AlbertBackbone(
+                     **dict(TINY_BERT, embedding_dim=16))),
+                 kb.tasks.SentenceEncoder(kb.models.BertBackbone(**TINY_BERT))):
+        inputs = {k: v for k, v in x.items() if k in task.input}
+        path = str(tmp_path / f"{task.name}.keras")
+        task.save(path)
+        loaded = keras.saving.load_model(path)
+        assert type(loaded) is type(task)
+        expected, got = task.predict(inputs, verbose=0), loaded.predict(inputs, verbose=0)
+        for e, g in zip(keras.tree.flatten(expected), keras.tree.flatten(got)):
+            np.testing.assert_allclose(to_numpy(g), to_numpy(e), atol=1e-5)
+
+
+def test_save_to_preset_keeps_the_pretraining_stages(tmp_path, bert_vocab):
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+    preprocessor = _pretraining_preprocessor(tokenizer)
+    backbone = kb.models.BertBackbone(**dict(TINY_BERT, vocabulary_size=len(
+        tokenizer.get_vocabulary())))
+    task = kb.tasks.BertPretrainer(backbone, preprocessor=preprocessor)
+    task.save_to_preset(str(tmp_path / "preset"))
+    again = kb.tasks.BertPretrainer.from_preset(str(tmp_path / "preset"))
+    _check_stages(again.preprocessor, preprocessor)
+
+
+def test_standalone_classifier_preprocessor_keeps_label_dtype():
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer, 16)
+    _, y = preprocessor(FEATURES, tf.constant([0, 3]))
+    assert y.dtype == tf.int32
+    _, y = preprocessor(FEATURES, tf.constant([0.5, 1.5]))
+    assert y.dtype == tf.float32
+    regression = kb.preprocessing.TextClassifierPreprocessor(tokenizer, 16, num_classes=1)
+    assert regression(FEATURES, tf.constant([0, 3]))[1].dtype == tf.float32
+
+
+@pytest.mark.parametrize("cls", [kb.preprocessing.TextClassifierPreprocessor,
+                                 kb.preprocessing.MaskedLMPreprocessor,
+                                 kb.preprocessing.SpanBertPreprocessor])
+def test_every_preprocessor_reads_a_list_of_strings_as_a_batch(cls):
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
+    out = cls(tokenizer, sequence_length=16)(["The quick brown fox jumped.", "The fox."])
+    x = out[0] if isinstance(out, tuple) else out
+    assert x["token_ids"].shape == (2, 16)
+    assert to_numpy(x["segment_ids"]).max() == 0

@@ -54,6 +54,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_bertfam.preprocessing.seeding import SeededStage
+
 __all__ = [
     "TokenMasker",
     "WholeWordMasker",
@@ -246,8 +248,10 @@ def _random_order_keys(seed, valid, priority=None):
 # === The engine ===
 
 
-class _Masker:
+class _Masker(SeededStage):
     """Shared engine. Subclasses implement `_select` (and may set `_per_span`)."""
+
+    seed_salt = 0x5EED
 
     _default_rounding = "round"
     _per_span = False
@@ -329,8 +333,6 @@ class _Masker:
                 f"random_token_from must be 'non_special' or 'vocabulary'; got {random_token_from!r}"
             )
         unselectable_token_ids = [int(i) for i in (unselectable_token_ids or ())]
-        if seed is None:
-            seed = int(np.random.randint(0, 2**31 - 1))
 
         self.vocabulary_size = vocabulary_size
         self.mask_selection_rate = float(mask_selection_rate)
@@ -339,7 +341,7 @@ class _Masker:
         self.unselectable_token_ids = unselectable_token_ids
         self.mask_token_rate = float(mask_token_rate)
         self.random_token_rate = float(random_token_rate)
-        self.seed = int(seed)
+        self._init_seed(seed)
         self.vocabulary = vocabulary
         self.word_style = word_style
         self.padding_token_id = None if padding_token_id is None else int(padding_token_id)
@@ -364,38 +366,8 @@ class _Masker:
             self._continuation = tf.constant(word_continuation_table(tokens, word_style), tf.bool)
         else:
             self._continuation = None
-        self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="masker_calls")
-        self._base_key = np.array([self.seed, 0x5EED], np.int64)
 
-    # === Seeding ===
-
-    def _call_key(self, seed):
-        if seed is None:
-            count = self._counter.assign_add(1, read_value=True) - 1
-            return tf.random.experimental.stateless_fold_in(self._base_key, count)
-        seed = tf.reshape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [-1])
-        key = tf.random.experimental.stateless_fold_in(self._base_key, tf.constant(-1, tf.int64))
-        # A few ints at most (e.g. (epoch, index)); a static Python loop over them.
-        n = seed.shape[0]
-        if n is None:
-            raise ValueError("The call seed must have a static length.")
-        for i in range(n):
-            key = tf.random.experimental.stateless_fold_in(key, seed[i])
-        return key
-
-    def map_dataset(self, dataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=None):
-        """`dataset.map(self)` with a reproducible per-element seed (see the module docstring).
-
-        `dataset` yields token ids (dense batch, ragged batch, or single sequences). Masks differ
-        between epochs and repeat exactly for the same masker seed, for any `num_parallel_calls`.
-        """
-        draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-        zipped = tf.data.Dataset.zip((dataset, draws))
-        return zipped.map(
-            lambda x, s: self(x, seed=s),
-            num_parallel_calls=num_parallel_calls,
-            deterministic=deterministic,
-        )
+    # Seeding: `SeededStage` (`_call_key`, `map_dataset`), the scheme of the module docstring.
 
     # === Call ===
 

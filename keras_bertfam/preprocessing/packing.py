@@ -15,8 +15,9 @@ a, b, is_random_next = NextSentencePairer(128, seed=1)(documents)  # [N, (T)], [
 ```
 """
 import keras
-import numpy as np
 import tensorflow as tf
+
+from keras_bertfam.preprocessing.seeding import SeededStage
 
 # === Helpers ===
 
@@ -72,11 +73,6 @@ def _check_documents(documents):
     # Empty sentences carry no text: drop them so every sentence has >= 1 token.
     documents = tf.ragged.boolean_mask(documents, documents.row_lengths(axis=2) > 0)
     return documents
-
-
-def _call_seed(seed):
-    """A fresh [2] int64 stateless seed per call from a stateful op with op-level seed `seed`."""
-    return tf.random.uniform([2], minval=0, maxval=2**31 - 1, dtype=tf.int64, seed=seed)
 
 
 def _stateless_seed(seed):
@@ -527,9 +523,11 @@ def _pair_instances(documents, seed, objective, sequence_length, short_seq_prob,
     return segment_a, segment_b, labels, details
 
 
-class _Pairer(_TFLayer):
-    """What the pairers share: arguments, the call, config, and seeding (the convention of the
+class _Pairer(_TFLayer, SeededStage):
+    """What the pairers share: arguments, the call, config, and seeding (`SeededStage`, as the
     maskers of `masking.py`). A subclass names its `objective` and its defaults."""
+
+    seed_salt = 0x5A1F
 
     objective = None  # "nsp" | "sop"
 
@@ -566,36 +564,7 @@ class _Pairer(_TFLayer):
         )
         return config
 
-    def _init_seed(self, seed):
-        if seed is None:
-            seed = int(np.random.randint(0, 2**31 - 1))
-        self.seed = int(seed)
-
-    def _call_key(self, seed):
-        """The stateless key of one call.
-
-        `seed=None`: a fresh key per call from a stateful op seeded by the layer seed (different
-        for every batch; reproducible in order). An explicit call seed (an int or a static-length
-        int vector, e.g. `(epoch, index)`): the instances are a pure function of
-        `(layer seed, call seed, input)`, whatever the `tf.data` parallelism.
-        """
-        if seed is None:
-            return _call_seed(self.seed)
-        key = tf.constant([self.seed, 0x5A1F], tf.int64)
-        seed = tf.reshape(tf.cast(tf.convert_to_tensor(seed), tf.int64), [-1])
-        if seed.shape[0] is None:
-            raise ValueError("The call seed must have a static length.")
-        for i in range(seed.shape[0]):
-            key = tf.random.experimental.stateless_fold_in(key, seed[i])
-        return key
-
-    def map_dataset(self, dataset, num_parallel_calls=tf.data.AUTOTUNE):
-        """`dataset.map(self)` with a per-element seed from `tf.data.Dataset.random(self.seed)`:
-        fresh instances every epoch, reproducible for any `num_parallel_calls`."""
-        draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-        return tf.data.Dataset.zip((dataset, draws)).map(
-            lambda x, s: self(x, seed=s), num_parallel_calls=num_parallel_calls
-        )
+    # Seeding: `SeededStage` (`_call_key`, `map_dataset`), as the maskers.
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")

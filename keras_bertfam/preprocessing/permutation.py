@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
+from keras_bertfam.preprocessing.seeding import SeededStage
 from keras_bertfam.preprocessing.preprocessors import AUTOTUNE, PretrainingPreprocessor
 
 _INT32_MAX = 2**31 - 1
@@ -172,7 +173,7 @@ def perm_mask_from_order(rank, is_target, is_functional):
 
 # === The masker ===
 @keras.saving.register_keras_serializable(package="keras_bertfam")
-class PermutationMasker:
+class PermutationMasker(SeededStage):
     """XLNet's permutation-LM targets and masks for a batch of packed sequences (Yang et al. 2019).
 
     Args:
@@ -220,34 +221,19 @@ class PermutationMasker:
         self.max_gram, self.mask_alpha, self.mask_beta = max_gram, mask_alpha, mask_beta
         self.start_pieces = None if start_pieces is None else [bool(x) for x in start_pieces]
         self.sep_token_id, self.cls_token_id = sep_token_id, cls_token_id
-        self.seed = int(np.random.randint(0, _INT32_MAX)) if seed is None else int(seed)
+        self._init_seed(seed)
         self._parts = parts
-        self._calls = None
 
-    def _call_seed(self, seed):
-        base = _seed(self.seed)
-        if seed is None:
-            if self._calls is None:
-                self._calls = tf.Variable(0, dtype=tf.int64, trainable=False)
-            seed = self._calls.assign_add(1) - 1
-        seed = tf.reshape(tf.cast(seed, tf.int64), [-1])
-        base = _fold(base, seed[0])
-        if seed.shape[0] is not None and seed.shape[0] > 1:
-            base = _fold(base, seed[1])
-        return base
+    seed_salt = 0x9E2D  # seeding: `SeededStage` (`_call_key`, `map_dataset`)
 
-    def map_dataset(self, dataset):
-        """Maps over a dataset of (B, T) token ids (or dicts with "token_ids"), drawing one
-        reproducible per-batch seed from `tf.data.Dataset.random`."""
-        seeds = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-        return tf.data.Dataset.zip((dataset, seeds)).map(
-            lambda x, s: self(x if not isinstance(x, dict) else x["token_ids"], seed=s),
-            num_parallel_calls=tf.data.AUTOTUNE)
+    def _map_element(self, x, seed):
+        """`map_dataset` takes (B, T) token ids or dicts with "token_ids"."""
+        return self(x if not isinstance(x, dict) else x["token_ids"], seed=seed)
 
     def __call__(self, token_ids, seed=None, reverse=None, padding_mask=None):
         token_ids = tf.cast(tf.convert_to_tensor(token_ids), tf.int32)
         batch = tf.shape(token_ids)[0]
-        key = self._call_seed(seed)
+        key = self._call_key(seed)
         functional = tf.equal(token_ids, self.sep_token_id) | tf.equal(token_ids,
                                                                        self.cls_token_id)
         valid = tf.ones_like(functional) if padding_mask is None else tf.cast(padding_mask,
