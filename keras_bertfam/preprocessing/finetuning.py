@@ -45,10 +45,54 @@ def _is_string(spec):
     return isinstance(spec, (tf.TensorSpec, tf.RaggedTensorSpec)) and spec.dtype == tf.string
 
 
+# The messages of the label checks, the same in Python (`kb.tasks.classifier.check_label_values`,
+# arrays and lists) and in the tf.data graph (`check_labels`, datasets); {} is the value.
+NOT_AN_INTEGER = ("Invalid {what} {{}}: expected an integer class id (a float is accepted only when "
+                  "it is a whole number, e.g. 1.0); a fraction would be truncated.")
+NOT_FINITE = ("Invalid regression target {}: expected a finite number (not NaN or inf), which "
+              "would turn every weight into NaN.")
+
+
+def _flat(values):
+    return tf.reshape(values.flat_values if isinstance(values, tf.RaggedTensor) else values, [-1])
+
+
+def _assert_then(values, ok, message, bad):
+    """`values` once `ok`; else the pipeline stops with `message` formatted with the first of
+    `bad` (a vector, maybe empty)."""
+    first = tf.concat([bad, tf.zeros([1], bad.dtype)], 0)[0]
+    check = tf.debugging.Assert(ok, [tf.strings.format(message, first)])
+    with tf.control_dependencies([check]):
+        return tf.identity(values) if not isinstance(values, tf.RaggedTensor) else \
+            values.with_flat_values(tf.identity(values.flat_values))
+
+
+def check_integer_labels(labels, what="label"):
+    """Float labels must be whole numbers (0.5 or NaN is refused, 1.0 passes), in the graph."""
+    if not labels.dtype.is_floating:
+        return labels
+    flat = _flat(labels)
+    bad = tf.logical_not(tf.equal(flat, tf.round(flat)))
+    first = tf.boolean_mask(flat, bad)[:1]
+    return _assert_then(labels, tf.logical_not(tf.reduce_any(bad)),
+                        NOT_AN_INTEGER.format(what=what), first)
+
+
+def check_finite_targets(targets):
+    """Regression targets must be finite, in the graph."""
+    targets = tf.cast(targets, tf.float32)
+    flat = _flat(targets)
+    bad = tf.logical_not(tf.math.is_finite(flat))
+    return _assert_then(targets, tf.logical_not(tf.reduce_any(bad)), NOT_FINITE,
+                        tf.boolean_mask(flat, bad)[:1])
+
+
 def check_labels(labels, num_classes, what="label", allow_negative=False, count="num_classes"):
     """In the tf.data graph (so on every backend): stops the pipeline at the first label outside
     `0..num_classes-1`, naming its value and the range (`allow_negative`: labels < 0 pass, where
-    they mean 'ignore'). `num_classes` may be a tensor (the number of choices)."""
+    they mean 'ignore'), or at a float label that is not a whole number. `num_classes` may be a
+    tensor (the number of choices)."""
+    labels = check_integer_labels(labels, what)
     labels = tf.cast(labels, tf.int32)
     flat = tf.reshape(labels.flat_values if isinstance(labels, tf.RaggedTensor) else labels, [-1])
     bad = flat >= num_classes
@@ -165,8 +209,8 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         if y is not None:
             if self.num_classes and self.num_classes > 1:
                 y = check_labels(y, self.num_classes)
-            elif self.num_classes == 1:  # regression
-                y = tf.cast(y, tf.float32)
+            elif self.num_classes == 1:  # regression: finite float32 targets
+                y = check_finite_targets(y)
             else:  # no task attached: the labels as given (integer labels stay integer)
                 y = tf.convert_to_tensor(y)
         return _pack(features, y, sample_weight)

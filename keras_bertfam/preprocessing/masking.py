@@ -48,6 +48,7 @@ position. SpanMasker keeps spans disjoint and whole-word, which the original doe
 docstring).
 """
 import math
+import numbers
 import os
 
 import keras
@@ -312,8 +313,11 @@ class _Masker(SeededStage):
             ("mask_token_rate", mask_token_rate),
             ("random_token_rate", random_token_rate),
         ):
-            if not (isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0):
-                raise ValueError(f"{name} must be a number in [0, 1]; got {value!r}")
+            # numpy scalars (np.float32(0.15)) are numbers; a bool (True == 1) is not a rate.
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
+                    0.0 <= float(value) <= 1.0):
+                raise ValueError(f"{name} must be a number in [0, 1]; got {value!r} "
+                                 f"({type(value).__name__})")
         if mask_token_rate + random_token_rate > 1.0 + 1e-9:
             raise ValueError(
                 "mask_token_rate + random_token_rate must be <= 1; got "
@@ -324,6 +328,9 @@ class _Masker(SeededStage):
                 f"mask_selection_length must be a positive int; got {mask_selection_length!r}"
             )
         rounding = rounding or self._default_rounding
+        if float(mask_selection_rate) == 0.0:
+            # 0.0 masks nothing, with every masker ("round" would keep BERT's one per row).
+            rounding = "ceil"
         if rounding not in ("round", "probabilistic", "ceil"):
             raise ValueError(
                 f"rounding must be 'round', 'probabilistic' or 'ceil'; got {rounding!r}"
@@ -787,7 +794,8 @@ class TokenMasker(_Masker):
 
     Args (keras-hub `MaskedLMMaskGenerator`'s, then ours):
         vocabulary_size: int; may be omitted when `vocabulary` is given.
-        mask_selection_rate: float in [0, 1], default 0.15.
+        mask_selection_rate: a number in [0, 1] (Python or numpy; not a bool), default 0.15.
+            0.0 masks nothing in every masker (Token, WholeWord, Ngram, Span): no minimum of 1.
         mask_token_id: int; looked up (`[MASK]` / `<mask>`) when `vocabulary` is given.
         mask_selection_length: P, the maximum number of predictions and the output width (20).
         unselectable_token_ids: ids never masked (default `(0,)`); add [CLS], [SEP] etc.

@@ -80,6 +80,19 @@ def word_masking_args(tokenizer):
     return {"vocabulary": tokenizer.get_vocabulary(), "word_style": _WORD_STYLES[kind]}
 
 
+def _check_not_empty(ds, name):
+    """A corpus without documents is an error when the pipeline is built, not 0 batches: a known
+    cardinality of 0, or (unknown cardinality) no first element."""
+    cardinality = int(ds.cardinality())
+    empty = cardinality == 0 or (
+        cardinality == tf.data.UNKNOWN_CARDINALITY and next(iter(ds.take(1)), None) is None)
+    if empty:
+        raise ValueError(
+            f"{name} got a corpus with no documents (an empty dataset): nothing to pretrain on, "
+            "it would give 0 batches. Expected a dataset (or list) of at least one string; check "
+            "the corpus path and any filter upstream.")
+
+
 class PretrainingPreprocessor(keras.layers.Layer):
     """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out."""
 
@@ -141,6 +154,9 @@ class PretrainingPreprocessor(keras.layers.Layer):
 
     def _batched_strings(self, ds):
         if not isinstance(ds, tf.data.Dataset):
+            if hasattr(ds, "__len__") and len(ds) == 0:
+                _check_not_empty(tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string)),
+                                 type(self).__name__)
             ds = tf.data.Dataset.from_tensor_slices(ds)
         spec = ds.element_spec
         if isinstance(spec, tuple):
@@ -150,6 +166,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
             )
         if spec.dtype != tf.string:
             raise TypeError(f"{type(self).__name__} takes strings, got {spec.dtype.name}.")
+        _check_not_empty(ds, type(self).__name__)
         return ds.batch(self.batch_size) if spec.shape.rank == 0 else ds
 
     def get_config(self):

@@ -7,10 +7,13 @@ special tokens by role (`cls_token_id`, `sep_token_id`, `pad_token_id`, `mask_to
 """
 import json
 import os
+import warnings
 
 import keras_hub
 import tensorflow as tf
 import tensorflow_text as tf_text
+
+from keras_bertfam import preset_hooks
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
@@ -77,9 +80,7 @@ class _SpecialTokens:
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
-        from keras_bertfam import presets
-
-        return presets.load_tokenizer(preset, **kwargs)
+        return preset_hooks.call("load_tokenizer", preset, **kwargs)
 
 
 def read_vocabulary(vocabulary):
@@ -172,7 +173,8 @@ def train_word_piece_vocabulary(
 
     Uses tf-text's BERT vocabulary learner through keras-hub on HF-normalized text. The reserved
     tokens come first, in order, so `[PAD]` is id 0 as in BERT. Returns the token list (and
-    writes it, one token a line, to `output_file` when given).
+    writes it, one token a line, to `output_file` when given). A corpus too small for
+    `vocabulary_size` gives fewer tokens, with a warning naming the size reached.
     """
     if isinstance(documents, (list, tuple)):
         documents = tf.data.Dataset.from_tensor_slices(list(documents))
@@ -186,6 +188,11 @@ def train_word_piece_vocabulary(
         strip_accents=False,
         reserved_tokens=list(reserved_tokens),
     )
+    if len(vocabulary) < vocabulary_size:
+        warnings.warn(
+            f"train_word_piece_vocabulary: the corpus gave {len(vocabulary)} tokens, fewer than "
+            f"vocabulary_size={vocabulary_size} (every word piece it holds is in). A backbone "
+            f"built for this vocabulary takes vocabulary_size={len(vocabulary)}.", stacklevel=2)
     if output_file:
         with open(output_file, "w", encoding="utf-8") as f:
             f.write("\n".join(vocabulary) + "\n")

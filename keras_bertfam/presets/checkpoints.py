@@ -8,11 +8,10 @@ import os
 
 import numpy as np
 
+from keras_bertfam.presets import integrity
+from keras_bertfam.presets.integrity import CheckpointError  # noqa: F401 - its public home
+
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded into the requested model."""
 
 
 def read_hf_config(model_dir):
@@ -21,6 +20,14 @@ def read_hf_config(model_dir):
         raise FileNotFoundError(f"{model_dir!r} has no config.json: not an HF-format model directory.")
     with open(path) as f:
         return json.load(f)
+
+
+def weights_file(model_dir):
+    """The weights file `load_state_dict(model_dir)` reads (for messages)."""
+    for name in WEIGHT_FILES:
+        if os.path.exists(os.path.join(model_dir, name)):
+            return os.path.join(model_dir, name)
+    return model_dir
 
 
 def load_state_dict(model_dir):
@@ -66,11 +73,13 @@ def strip_prefix(state_dict, prefixes):
     return state_dict
 
 
-def assign(mapping, state_dict, what="model", optional=(), hint=None):
+def assign(mapping, state_dict, what="model", optional=(), hint=None, source="the checkpoint"):
     """Sets each variable from `state_dict[key]` after `transform`; errors name every problem.
 
     Keys in `optional` may be absent (their variables keep their values); returns those that were.
-    `hint` replaces the default guess of what is wrong when weights are missing.
+    `hint` replaces the default guess of what is wrong when weights are missing. Every value must
+    be finite (files without our checksummed manifest: a corrupt one would load as NaN); `source`
+    names the file in that error.
     """
     absent = [key for _, key, _ in mapping if key not in state_dict]
     missing = [key for key in absent if key not in optional]
@@ -83,6 +92,7 @@ def assign(mapping, state_dict, what="model", optional=(), hint=None):
     values = []
     for variable, key, transform in mapping:
         value = np.asarray(state_dict[key], dtype="float32")
+        integrity.check_finite(key, value, source)
         value = transform(value) if transform else value
         if tuple(value.shape) != tuple(variable.shape):
             raise CheckpointError(
@@ -94,6 +104,36 @@ def assign(mapping, state_dict, what="model", optional=(), hint=None):
     for (variable, _, _), value in zip(mapping, values):
         variable.assign(value)
     return absent
+
+
+# Buffers some HF checkpoints save with the weights: never weights of ours.
+HF_BUFFERS = ("position_ids", "token_type_ids")
+
+
+def base_model_keys(state_dict, prefixes):
+    """The keys of the checkpoint's base model (HF's `BertModel` inside `BertForX`), without the
+    prefix: those carrying the first of `prefixes` the checkpoint uses, or all keys when it uses
+    none (a base model saved alone). The rest are task heads."""
+    for prefix in prefixes:
+        if any(k.startswith(prefix) for k in state_dict):
+            return {k[len(prefix):] for k in state_dict if k.startswith(prefix)}
+    return set(state_dict)
+
+
+def check_all_used(mapping, base_keys, spec, what, source):
+    """Every base-model tensor of the checkpoint fills a variable of `mapping`, or is declared
+    unused (HF's buffers, the family's `hf_unused`): a config with fewer layers than its
+    checkpoint is an error naming the tensors it would drop."""
+    used = {key for _, key, _ in mapping}
+    declared = tuple(getattr(spec, "hf_unused", ()) or ())
+    left = sorted(k for k in base_keys if k not in used and not k.endswith(HF_BUFFERS)
+                  and not k.startswith(declared))
+    if left:
+        raise CheckpointError(
+            f"{source!r} holds {len(left)} tensor(s) the {what} has no place for, e.g. "
+            f"{left[:4]}: its config.json describes a smaller model than its weights (e.g. fewer "
+            "layers than the checkpoint has); fix num_hidden_layers / the sizes in config.json "
+            "to match the weights.")
 
 
 def keys_of(mapping, layer):

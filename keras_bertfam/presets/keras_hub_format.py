@@ -294,7 +294,7 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
     for variable, _, make in [m for m in mapping if m[1] is None]:
         variable.assign(make(None))
     checkpoints.assign([m for m in mapping if m[1] is not None], state,
-                       what=type(backbone).__name__)
+                       what=type(backbone).__name__, source=weights)
     return backbone
 
 

@@ -34,6 +34,8 @@ class FamilySpec:
             transform)]`: `shared` lists weights the task shares between both models, which the
             second checkpoint should hold equal (ELECTRA's embeddings); a difference warns.
         count_params: `(config) -> int` where the backbone is not an EncoderBackbone.
+        hf_unused: key prefixes of the HF base model that have no counterpart here (declared
+            unused; every other tensor of a checkpoint must be used).
     """
 
     name: str
@@ -51,6 +53,7 @@ class FamilySpec:
     hf_task_architectures: Optional[dict] = None
     hf_task_companions: Optional[dict] = None
     count_params: Optional[Callable] = None
+    hf_unused: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

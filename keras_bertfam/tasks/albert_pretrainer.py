@@ -26,6 +26,7 @@ class AlbertPretrainer(BertPretrainer):
     """
 
     pair_task = "sop"
+    backbone_families = ("albert",)
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, masker=None,

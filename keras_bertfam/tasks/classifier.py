@@ -3,6 +3,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_bertfam.preprocessing.finetuning import NOT_AN_INTEGER, NOT_FINITE
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
@@ -83,6 +84,8 @@ class TextClassifier(Task):
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
         if self.num_classes > 1:
             check_label_values(y, self.num_classes)
+        else:
+            check_finite_target_values(y)
         return super()._prepare(x, y, sample_weight, batch_size, training)
 
     def serving_outputs(self, features, outputs):
@@ -124,6 +127,11 @@ def check_label_values(labels, num_classes, what="label", allow_negative=False,
     flat = _flat_values(labels)
     if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
         return
+    if np.issubdtype(flat.dtype, np.floating):
+        fraction = ~(flat == np.round(flat))
+        if fraction.any():
+            value = flat[int(np.argmax(fraction))]
+            raise ValueError(NOT_AN_INTEGER.format(what=what).format(value))
     bad = flat >= num_classes
     if not allow_negative:
         bad |= flat < 0
@@ -135,6 +143,19 @@ def check_label_values(labels, num_classes, what="label", allow_negative=False,
             f"Invalid {what} {value!r} (flat index {i} of the labels): the valid range is 0 to "
             f"{num_classes - 1} ({count}={num_classes}){note}."
         )
+
+
+def check_finite_target_values(targets):
+    """Regression targets given as arrays / lists: NaN or inf is a ValueError before any step
+    (in a dataset, the preprocessor's graph check stops the pipeline with the same message)."""
+    if targets is None or isinstance(targets, dict) or type(targets).__name__.endswith("Dataset"):
+        return
+    flat = _flat_values(targets)
+    if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
+        return
+    bad = ~np.isfinite(flat.astype("float64"))
+    if bad.any():
+        raise ValueError(NOT_FINITE.format(flat[int(np.argmax(bad))]))
 
 
 def _flat_values(labels):

@@ -4,6 +4,7 @@ import inspect
 import keras
 from keras import ops
 
+from keras_bertfam import preset_hooks
 from keras_bertfam.layers.heads import gather_positions
 from keras_bertfam.models.distil_bert import DistilBertBackbone
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
@@ -231,10 +232,8 @@ class Distiller(Task):
 
     def save_to_preset(self, preset_dir):
         """Saves the student backbone (and the preprocessor's tokenizer) as a backbone preset."""
-        from keras_bertfam import presets
-
         tokenizer = getattr(self.preprocessor, "tokenizer", None)
-        presets.save_backbone(self.student.backbone, preset_dir, tokenizer=tokenizer)
+        preset_hooks.call("save_backbone", self.student.backbone, preset_dir, tokenizer=tokenizer)
 
 
 def _copy_head_if_same_size(source, target):

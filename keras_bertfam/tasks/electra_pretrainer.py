@@ -7,6 +7,7 @@ token original or replaced. The corruption is two small pure functions, `gumbel_
 import keras
 from keras import ops
 
+from keras_bertfam import preset_hooks
 from keras_bertfam.layers import MaskedLMHead, ReplacedTokenHead
 from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
@@ -247,8 +248,6 @@ class ElectraPretrainer(Task):
         without one the generator is built at `generator_hidden_fraction` of the width. HF
         checkpoints that have the heads (`ElectraForPreTraining`, `ElectraForMaskedLM`) give
         theirs."""
-        from keras_bertfam import presets
-
         preprocessor_kwargs = {k: kwargs.pop(k) for k in list(kwargs)
                                if k in cls.preprocessor_args}
         discriminator = ElectraBackbone.from_preset(preset, load_weights=load_weights)
@@ -256,11 +255,11 @@ class ElectraPretrainer(Task):
             generator_preset, load_weights=load_weights)
         if preprocessor == "default":
             preprocessor = cls.default_preprocessor(
-                presets.load_tokenizer(preset), discriminator, **preprocessor_kwargs)
+                preset_hooks.call("load_tokenizer", preset), discriminator, **preprocessor_kwargs)
         task = cls(generator=generator, discriminator=discriminator, preprocessor=preprocessor,
                    **kwargs)
         if load_weights:
-            presets.load_hf_heads(task, preset, generator_preset=generator_preset)
+            preset_hooks.call("load_hf_heads", task, preset, generator_preset=generator_preset)
         return task
 
     @classmethod
@@ -321,7 +320,5 @@ class ElectraPretrainer(Task):
 
     def save_to_preset(self, preset_dir):
         """Saves the discriminator (and the preprocessor's tokenizer) as a backbone preset."""
-        from keras_bertfam import presets
-
         tokenizer = getattr(self.preprocessor, "tokenizer", None)
-        presets.save_backbone(self.discriminator, preset_dir, tokenizer=tokenizer)
+        preset_hooks.call("save_backbone", self.discriminator, preset_dir, tokenizer=tokenizer)

@@ -12,6 +12,8 @@ import numpy as np
 import tensorflow as tf
 from keras import ops, tree
 
+from keras_bertfam import preset_hooks
+
 
 class Task(keras.Model):
     """Base of every task. Subclasses build the functional graph and define `losses_and_metrics`."""
@@ -25,6 +27,14 @@ class Task(keras.Model):
 
     # Arguments of `from_preset` that go to `default_preprocessor` rather than to the task.
     preprocessor_args = ("sequence_length", "batch_size", "masker", "seed")
+    # The backbone families the task takes (None: any). A preset or backbone of another family is
+    # refused when the task is built (`from_preset` on a BERT preset for an ALBERT objective).
+    backbone_families = None
+
+    def __init__(self, *args, **kwargs):
+        # Subclasses set their backbone and preprocessor, then build the functional graph here.
+        check_backbone_and_preprocessor(self)
+        super().__init__(*args, **kwargs)
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, **kwargs):
@@ -227,11 +237,13 @@ class Task(keras.Model):
 
     # === Raw inputs through the preprocessor ===
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+        check_batch_size(batch_size)
         preprocessor = getattr(self, "preprocessor", None)
         if preprocessor is None:
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
             # which Keras' data adapters take.
             return _arrays(x), _arrays(y), _arrays(sample_weight), batch_size
+        check_raw_inputs(x, type(self).__name__)
         if not isinstance(x, tf.data.Dataset):
             data = x if y is None else (x, y) if sample_weight is None else (x, y, sample_weight)
             x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
@@ -312,14 +324,103 @@ class Task(keras.Model):
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
         """A task on a preset's backbone (and its tokenizer as the preprocessor's)."""
-        from keras_bertfam import presets
-
-        return presets.load_task(cls, preset, load_weights=load_weights, **kwargs)
+        return preset_hooks.call("load_task", cls, preset, load_weights=load_weights, **kwargs)
 
     def save_to_preset(self, preset_dir):
-        from keras_bertfam import presets
+        preset_hooks.call("save_task", self, preset_dir)
 
-        presets.save_task(self, preset_dir)
+
+def _backbones(task):
+    """The backbones a task runs (ELECTRA: generator and discriminator; Distiller: student)."""
+    found = []
+    for name in ("backbone", "discriminator", "generator", "student"):
+        value = task.__dict__.get(name)
+        value = getattr(value, "backbone", value)  # Distiller's student is a task
+        if value is not None and hasattr(value, "vocabulary_size") and value not in found:
+            found.append(value)
+    return found
+
+
+def check_backbone_and_preprocessor(task):
+    """When a task is built: its backbone's family (`backbone_families`), and that its
+    preprocessor fits the backbone: every token id the tokenizer can emit has a row in the
+    embedding table (JAX would gather out of range silently: NaN logits) and `sequence_length`
+    is at most the backbone's `max_sequence_length` (a longer one fails later in a Slice)."""
+    name = type(task).__name__
+    backbones = _backbones(task)
+    families = type(task).backbone_families
+    for backbone in backbones[:1]:
+        family = getattr(backbone, "family", None)
+        if families and family not in families:
+            raise ValueError(
+                f"{name} trains a {' or '.join(repr(f) for f in families)} backbone; got a "
+                f"{type(backbone).__name__} (family {family!r}). Load a preset of that family, "
+                f"or use the task of the {family!r} family.")
+    preprocessor = task.__dict__.get("preprocessor")
+    tokenizer = getattr(preprocessor, "tokenizer", None)
+    for backbone in backbones:
+        if tokenizer is not None and hasattr(tokenizer, "vocabulary_size"):
+            size = int(tokenizer.vocabulary_size())
+            if size > backbone.vocabulary_size:
+                raise ValueError(
+                    f"The tokenizer's vocabulary has {size} tokens but {type(backbone).__name__}"
+                    f"'s embedding table has vocabulary_size={backbone.vocabulary_size} rows: "
+                    f"ids {backbone.vocabulary_size}..{size - 1} have no embedding. Expected a "
+                    f"tokenizer of at most {backbone.vocabulary_size} tokens (or a backbone built "
+                    f"with vocabulary_size >= {size}).")
+        length = getattr(preprocessor, "sequence_length", None)
+        limit = getattr(backbone, "max_sequence_length", None)
+        if isinstance(length, int) and isinstance(limit, int) and length > limit:
+            raise ValueError(
+                f"sequence_length={length} is longer than {type(backbone).__name__}'s "
+                f"max_sequence_length={limit} (its position table): expected sequence_length <= "
+                f"{limit}.")
+
+
+def check_batch_size(batch_size):
+    if batch_size is None:
+        return
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
+            batch_size < 1):
+        raise ValueError(f"batch_size must be a positive int (or None for 32), got "
+                         f"{batch_size!r}.")
+
+
+def check_raw_inputs(x, task_name):
+    """Raw inputs for a task with a preprocessor: a batch (a list, an array, a tuple of them, a
+    dict or a dataset), not one string, not empty, not numbers where text is expected."""
+    if isinstance(x, (str, bytes)):
+        raise ValueError(
+            f"{task_name} takes a batch of examples, got a single string {x[:40]!r}: pass a list, "
+            f"e.g. [{x[:20]!r}].")
+    if x is None:
+        raise ValueError(f"{task_name} got x=None: expected a list of strings, an array of "
+                         "strings or a tf.data.Dataset.")
+    if isinstance(x, tf.data.Dataset) or isinstance(x, dict):
+        return
+    parts = x if isinstance(x, tuple) else (x,)
+    for part in parts:
+        if isinstance(part, (tuple, dict)):
+            continue
+        if hasattr(part, "__len__") and len(part) == 0:
+            raise ValueError(
+                f"{task_name} got an empty input (0 examples, {type(part).__name__}): expected at "
+                "least one string.")
+        dtype = getattr(part, "dtype", None)
+        if dtype is not None and _is_numeric(dtype):
+            raise ValueError(
+                f"{task_name} has a preprocessor, so it takes raw text; got an array of "
+                f"{dtype} with shape {tuple(getattr(part, 'shape', ()))}. Pass strings, or "
+                "build the task with preprocessor=None to feed token ids.")
+
+
+def _is_numeric(dtype):
+    if isinstance(dtype, tf.dtypes.DType):
+        return dtype.is_floating or dtype.is_integer or dtype.is_bool
+    try:
+        return np.dtype(dtype).kind in "biufc"
+    except TypeError:
+        return False
 
 
 def _arrays(data):

