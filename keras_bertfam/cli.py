@@ -385,8 +385,10 @@ def _make_control(args, step, total, start_time):
             self.step = step
             self.signal = None
             self.nan = None
-            self.first_step_time = None
-            self.first_step = None
+            self.busy = 0.0  # seconds inside steps, without each fit call's first (graph, data)
+            self.timed = 0
+            self.batch_start = None
+            self.first_in_fit = True
             self.last_print = 0.0
             self.logs = {}
             test_signal = os.environ.get("KERAS_BERTFAM_TEST_SIGNAL_AT_STEP", "")
@@ -394,11 +396,19 @@ def _make_control(args, step, total, start_time):
             poison = os.environ.get("KERAS_BERTFAM_TEST_NAN_AT_STEP")
             self.poison = int(poison) if poison else None
 
+        def on_train_begin(self, logs=None):
+            self.first_in_fit = True
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.batch_start = time.time()
+
         def on_train_batch_end(self, batch, logs=None):
             self.step += 1
             now = time.time()
-            if self.first_step_time is None:
-                self.first_step_time, self.first_step = now, self.step
+            if not self.first_in_fit:
+                self.busy += now - self.batch_start
+                self.timed += 1
+            self.first_in_fit = False
             logs = logs or {}
             loss = logs.get("loss")
             loss = float(loss) if loss is not None else None
@@ -423,9 +433,8 @@ def _make_control(args, step, total, start_time):
             width = 24
             filled = int(width * self.step / total)
             text = f"[{'=' * filled}{'.' * (width - filled)}] step {self.step}/{total}"
-            timed = self.step - (self.first_step or self.step)
-            if timed > 0:
-                rate = timed / max(now - self.first_step_time, 1e-9)
+            if self.timed > 0:
+                rate = self.timed / max(self.busy, 1e-9)
                 text += f"  {rate:.2f} steps/s  ETA {(total - self.step) / rate:.0f} s"
             elif done:
                 text += f"  first step {now - start_time:.0f} s (graph built)"
@@ -562,7 +571,7 @@ def _pretrain(args, run, state, step, where, products):
                             callbacks=[control], shuffle=False)
             if control.nan is not None:
                 nan_step, loss = control.nan
-                last = f"step {step} ({where})" if where else "none yet"
+                last = f"step {step}: {where}" if where else "none yet"
                 raise CommandError(
                     f"The loss became {loss} at step {nan_step}: training stopped. The last good "
                     f"checkpoint is kept ({last}); no preset was written. Lower --learning-rate "
