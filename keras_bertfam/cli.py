@@ -352,7 +352,9 @@ def _restore(task, where, step, state):
         raise CommandError(f"The checkpoint {weights} does not load into this model "
                            f"({type(e).__name__}: {str(e).splitlines()[0][:200]}). Delete "
                            f"{where} (or use a new --output) to start fresh.") from None
-    iterations = int(np.asarray(task.optimizer.iterations))
+    import keras
+
+    iterations = int(keras.ops.convert_to_numpy(task.optimizer.iterations))
     if iterations != step:
         raise CommandError(f"The checkpoint {weights} holds optimizer step {iterations}, its "
                            f"{STATE_FILE} step {step}: they do not belong together. Delete "
@@ -470,6 +472,9 @@ def pretrain(args):
     _check_args(args)
     # Only the standard library until the directory and its checkpoint are checked.
     with RunDirectory(args.output) as run:
+        if run.took_over:
+            _say(args, f"Took over the lock of {args.output} from PID {run.took_over}, which is "
+                       "no longer running.")
         if os.path.exists(os.path.join(args.output, "checkpoint.weights.h5")):
             raise CommandError(
                 f"{args.output} holds a checkpoint of an earlier keras-bertfam "
@@ -603,7 +608,10 @@ def _pretrain(args, run, state, step, where, products):
         _dump_atomic(os.path.join(args.output, PRODUCTS), products)
     print(f"Trained {trained} steps in this run ({start_step} -> {step}) in {elapsed:.0f} s; "
           f"{step} steps in total. Preset: {preset_dir}")
-    if args.export and not export_done:
+    if args.export and not export_done and keras.backend.backend() != "tensorflow":
+        print(f"SavedModel export traces the model with TensorFlow: run `keras-bertfam export "
+              f"--task {preset_dir}` (it loads the preset under TensorFlow).")
+    elif args.export and not export_done:
         export_dir = _version_dir(os.path.join(args.output, "export"))
         _export_preset(preset_dir, export_dir, args.heads)
         products = dict(products, export={"step": step, "heads": args.heads,

@@ -255,8 +255,10 @@ def test_stale_lock_of_a_dead_process_is_taken_over(scenarios, tmp_path, capsys)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     (output / ".lock").write_text(dead + "\n")  # as a kill -9 leaves it
-    status, err = _pretrain(capsys, output)
-    assert status == 0, err
+    status = cli.main([*ARGS, "--output", str(output)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert f"Took over the lock of {output} from PID {dead}" in captured.out
     assert not (output / ".lock").exists()
 
 
