@@ -379,7 +379,9 @@ def _restore(task, where, step, state):
         raise CommandError(f"The checkpoint {weights} does not load into this model "
                            f"({type(e).__name__}: {str(e).splitlines()[0][:200]}). Delete "
                            f"{where} (or use a new --output) to start fresh.") from None
-    iterations = int(np.asarray(task.optimizer.iterations))
+    import keras
+
+    iterations = int(keras.ops.convert_to_numpy(task.optimizer.iterations))
     if iterations != step:
         raise CommandError(f"The checkpoint {weights} holds optimizer step {iterations}, its "
                            f"{STATE_FILE} step {step}: they do not belong together. Delete "
@@ -412,8 +414,10 @@ def _make_control(args, step, total, start_time):
             self.step = step
             self.signal = None
             self.nan = None
-            self.first_step_time = None
-            self.first_step = None
+            self.busy = 0.0  # seconds inside steps, without each fit call's first (graph, data)
+            self.timed = 0
+            self.batch_start = None
+            self.first_in_fit = True
             self.last_print = 0.0
             self.logs = {}
             test_signal = os.environ.get("KERAS_BERTFAM_TEST_SIGNAL_AT_STEP", "")
@@ -421,11 +425,19 @@ def _make_control(args, step, total, start_time):
             poison = os.environ.get("KERAS_BERTFAM_TEST_NAN_AT_STEP")
             self.poison = int(poison) if poison else None
 
+        def on_train_begin(self, logs=None):
+            self.first_in_fit = True
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.batch_start = time.time()
+
         def on_train_batch_end(self, batch, logs=None):
             self.step += 1
             now = time.time()
-            if self.first_step_time is None:
-                self.first_step_time, self.first_step = now, self.step
+            if not self.first_in_fit:
+                self.busy += now - self.batch_start
+                self.timed += 1
+            self.first_in_fit = False
             logs = logs or {}
             loss = logs.get("loss")
             loss = float(loss) if loss is not None else None
@@ -450,9 +462,8 @@ def _make_control(args, step, total, start_time):
             width = 24
             filled = int(width * self.step / total)
             text = f"[{'=' * filled}{'.' * (width - filled)}] step {self.step}/{total}"
-            timed = self.step - (self.first_step or self.step)
-            if timed > 0:
-                rate = timed / max(now - self.first_step_time, 1e-9)
+            if self.timed > 0:
+                rate = self.timed / max(self.busy, 1e-9)
                 text += f"  {rate:.2f} steps/s  ETA {(total - self.step) / rate:.0f} s"
             elif done:
                 text += f"  first step {now - start_time:.0f} s (graph built)"
@@ -488,6 +499,9 @@ def pretrain(args):
     _check_args(args)
     # Only the standard library until the directory and its checkpoint are checked.
     with RunDirectory(args.output) as run:
+        if run.took_over:
+            _say(args, f"Took over the lock of {args.output} from PID {run.took_over}, which is "
+                       "no longer running.")
         if os.path.exists(os.path.join(args.output, "checkpoint.weights.h5")):
             raise CommandError(
                 f"{args.output} holds a checkpoint of an earlier keras-bertfam "
@@ -589,7 +603,7 @@ def _pretrain(args, run, state, step, where, products):
                             callbacks=[control], shuffle=False)
             if control.nan is not None:
                 nan_step, loss = control.nan
-                last = f"step {step} ({where})" if where else "none yet"
+                last = f"step {step}: {where}" if where else "none yet"
                 raise CommandError(
                     f"The loss became {loss} at step {nan_step}: training stopped. The last good "
                     f"checkpoint is kept ({last}); no preset was written. Lower --learning-rate "
@@ -621,7 +635,10 @@ def _pretrain(args, run, state, step, where, products):
         _dump_atomic(os.path.join(args.output, PRODUCTS), products)
     print(f"Trained {trained} steps in this run ({start_step} -> {step}) in {elapsed:.0f} s; "
           f"{step} steps in total. Preset: {preset_dir}")
-    if args.export and not export_done:
+    if args.export and not export_done and keras.backend.backend() != "tensorflow":
+        print(f"SavedModel export traces the model with TensorFlow: run `keras-bertfam export "
+              f"--task {preset_dir}` (it loads the preset under TensorFlow).")
+    elif args.export and not export_done:
         export_dir = _version_dir(os.path.join(args.output, "export"))
         _export_preset(preset_dir, export_dir, args.heads)
         products = dict(products, export={"step": step, "heads": args.heads,

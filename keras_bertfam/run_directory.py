@@ -81,6 +81,7 @@ class RunDirectory:
         self.path = path
         self.checkpoints = os.path.join(path, CHECKPOINTS)
         self._lock_fd = None
+        self.took_over = None  # the PID of a dead run whose lock this one took over
 
     # === Lock and writability ===
     def __enter__(self):
@@ -132,6 +133,10 @@ class RunDirectory:
                 break
             os.close(fd)
         # A lock left by a dead process (kill -9) holds no flock: it is taken over here.
+        previous = os.read(fd, 64).decode(errors="replace").strip()
+        if previous and previous != str(os.getpid()):
+            self.took_over = previous
+        os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         os.fsync(fd)
