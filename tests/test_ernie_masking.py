@@ -271,3 +271,21 @@ def test_learn_phrases_finds_planted_collocations():
         kb.preprocessing.learn_phrases(docs, max_words=1)
     with pytest.raises(ValueError, match="single string"):
         kb.preprocessing.learn_phrases("new york")
+
+
+def test_schedule_and_phrase_masker_in_a_pretraining_preprocessor():
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "harry", "potter", "is", "a",
+             "wizard", "in", "new", "york", "."]
+    tok = kb.preprocessing.WordPieceTokenizer(vocabulary=words, lowercase=True)
+    kw = dict(vocabulary=words, unselectable_token_ids=tok.special_token_ids,
+              mask_selection_length=4, mask_selection_rate=0.25)
+    stages = M.MaskingSchedule([
+        M.WholeWordMasker(**kw),
+        M.EntityMasker(entities=["harry potter"], tokenizer=tok, **kw)])
+    stages.set_stage(1)
+    pre = kb.preprocessing.MaskedLMPreprocessor(tok, sequence_length=12, masker=stages,
+                                                batch_size=2)
+    x, mask_ids, weights = next(iter(pre.prepare(["harry potter is a wizard in new york ."] * 2)))
+    positions = x["mask_positions"].numpy()
+    assert positions[:, :2].tolist() == [[1, 2], [1, 2]]  # the entity, whole, first
+    assert mask_ids.numpy()[:, :2].tolist() == [[5, 6], [5, 6]]

