@@ -121,7 +121,8 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     special = {r: getattr(tokenizer, f"{r}_token_id", None) for r in ("cls", "sep", "pad", "mask")}
     if hasattr(tokenizer, "rebuild_resource"):  # SentencePiece; see its docstring
         tokenizer.rebuild_resource()
-    feature_names = list(backbone.input)
+    # A task's own inputs (a Longformer task derives global_attention_mask in its graph)
+    feature_names = [n for n in backbone.input if not is_task or n in model.input]
     choices = is_task and len(model.input["token_ids"].shape) == 3
     text_inputs = model.serving_inputs if is_task else ("text",)
 
@@ -158,7 +159,9 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             token_ids, segment_ids, padding_mask = packer(tuple(segments))
             features = {"token_ids": token_ids, "segment_ids": segment_ids,
                         "padding_mask": tf.cast(padding_mask, tf.int32)}
-            return {k: tf.cast(features[k], tf.int32) for k in feature_names}
+            # A bare Longformer backbone: no global attention (zeros)
+            return {k: tf.cast(features.get(k, tf.zeros_like(token_ids)), tf.int32)
+                    for k in feature_names}
 
         mask_token = getattr(tokenizer, "mask_token", None)
 

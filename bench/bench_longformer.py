@@ -1,0 +1,150 @@
+"""Longformer cost against length: ours vs HF's LongformerModel vs full-attention RoBERTa.
+
+One forward + backward (loss = sum of the last hidden states) at batch 1 and T = 512, 1,024,
+2,048, 4,096 for three models of the longformer-base-4096 sizes (L12/H768/A12, vocabulary 50265,
+4,098 positions, dropout 0, random weights):
+  ours  kb.models.LongformerBackbone, window 512, global attention on <s>  (KERAS_BACKEND=torch)
+  hf    transformers.LongformerModel, same config and global mask           (PyTorch)
+  full  kb.models.RobertaBackbone with max_sequence_length=4096: full attention (KERAS_BACKEND=torch)
+All three run on PyTorch (CPU, 2 threads), so times compare kernels of one framework.
+
+Each (model, T) runs in its own subprocess: build, one warm-up step, then `--reps` timed steps
+(median). Peak memory is the process's peak RSS (`ru_maxrss`) minus its RSS after building the
+model and its input: the step's activations, gradients and workspace. The rounds go through the
+lengths in order and rotate the order of the models, so machine load hits them alike. Ratios:
+ours / hf time, ours / full time, and ours' memory at 4,096 / 1,024 (linear: 4; target <= 4.5).
+
+Usage: python bench/bench_longformer.py [--lengths 512 1024 2048 4096] [--reps 2]
+           [--full-max 2048]      # full attention above 2,048 needs ~10+ GB at T=4096
+Not a test: numbers depend on the machine and its load.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BASE = dict(vocabulary_size=50265, num_layers=12, num_heads=12, hidden_dim=768,
+            intermediate_dim=3072)
+
+
+def _rss_kb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def worker(model, length, reps, window):
+    import resource
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, BASE["vocabulary_size"], (1, length)).astype("int64")
+    ids[0, 0] = 0
+    global_mask = np.zeros_like(ids)
+    global_mask[0, 0] = 1
+    if model == "hf":
+        import transformers
+
+        config = transformers.LongformerConfig(
+            vocab_size=BASE["vocabulary_size"], hidden_size=768, num_hidden_layers=12,
+            num_attention_heads=12, intermediate_size=3072, max_position_embeddings=4098,
+            type_vocab_size=1, attention_window=window, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, pad_token_id=1)
+        net = transformers.LongformerModel(config).train()
+        inputs = dict(input_ids=torch.tensor(ids), attention_mask=torch.ones_like(torch.tensor(ids)),
+                      global_attention_mask=torch.tensor(global_mask))
+
+        def step():
+            net.zero_grad(set_to_none=True)
+            net(**inputs).last_hidden_state.sum().backward()
+    else:
+        os.environ["KERAS_BACKEND"] = "torch"
+        sys.path.insert(0, os.path.join(HERE, ".."))
+        import keras_bertfam as kb
+
+        if model == "ours":
+            net = kb.models.LongformerBackbone(**BASE, attention_window=window, dropout=0.0,
+                                               max_sequence_length=4096)
+        else:
+            net = kb.models.RobertaBackbone(**BASE, dropout=0.0, max_sequence_length=4096)
+        inputs = {"token_ids": torch.tensor(ids, dtype=torch.int32),
+                  "segment_ids": torch.zeros((1, length), dtype=torch.int32),
+                  "padding_mask": torch.ones((1, length), dtype=torch.int32)}
+        if model == "ours":
+            inputs["global_attention_mask"] = torch.tensor(global_mask, dtype=torch.int32)
+        inputs = {k: v for k, v in inputs.items() if k in net.input}
+        params = [v.value for v in net.trainable_variables]
+
+        def step():
+            for p in params:
+                p.grad = None
+            net(inputs, training=True)["sequence_output"].sum().backward()
+
+    base_rss = _rss_kb()
+    step()  # warm-up
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"model": model, "length": length, "seconds": float(np.median(times)),
+                      "peak_mb": (peak - base_rss) / 1024}))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--window", type=int, default=512)
+    parser.add_argument("--full-max", type=int, default=2048)
+    parser.add_argument("--worker", nargs=2, metavar=("MODEL", "LENGTH"))
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker[0], int(args.worker[1]), args.reps, args.window)
+    results = {}
+    models = ["ours", "hf", "full"]
+    for i, length in enumerate(args.lengths):
+        order = models[i % 3:] + models[: i % 3]
+        for model in order:
+            if model == "full" and length > args.full_max:
+                continue
+            proc = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--worker", model, str(length),
+                 "--reps", str(args.reps), "--window", str(args.window)],
+                capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode or not lines:
+                print(f"{model} T={length} failed: {proc.stderr[-800:]}", flush=True)
+                continue
+            r = json.loads(lines[-1])
+            results[(model, length)] = r
+            print(f"{model:>4} T={length:>4}: {r['seconds']:8.2f} s  peak +{r['peak_mb']:8.0f} MB",
+                  flush=True)
+    print("\n   T   ours s    hf s  full s  ours/hf  ours/full   ours MB   hf MB  full MB")
+    for length in args.lengths:
+        row = {m: results.get((m, length)) for m in models}
+
+        def val(m, key, fmt):
+            return format(row[m][key], fmt) if row[m] else "-".rjust(len(format(0.0, fmt)))
+
+        def ratio(a, b):
+            return f"{row[a]['seconds'] / row[b]['seconds']:7.2f}x" if row[a] and row[b] else \
+                "       -"
+        print(f"{length:>4} {val('ours', 'seconds', '8.2f')} {val('hf', 'seconds', '7.2f')} "
+              f"{val('full', 'seconds', '7.2f')} {ratio('ours', 'hf')} {ratio('ours', 'full'):>10} "
+              f"{val('ours', 'peak_mb', '9.0f')} {val('hf', 'peak_mb', '7.0f')} "
+              f"{val('full', 'peak_mb', '8.0f')}")
+    a, b = results.get(("ours", 4096)), results.get(("ours", 1024))
+    if a and b:
+        print(f"ours memory 4096/1024: {a['peak_mb'] / b['peak_mb']:.2f} (linear: 4, target <= 4.5)")
+
+
+if __name__ == "__main__":
+    main()
