@@ -88,8 +88,8 @@ TABLE_4 = {768: {"all": 31, "attention": 83, "ffn": 57, "none": 108},
 def test_table_4_sharing_ablation_counts(embedding_dim, zero_init):
     pooler = 768 * 768 + 768
     for share, paper in TABLE_4[embedding_dim].items():
-        backbone = kb.models.AlbertBackbone(30000, 12, 12, 768, 3072,
-                                            embedding_dim=embedding_dim, share=share)
+        backbone = kb.models.AlbertBackbone(30000, 12, 12, embedding_dim, 768, 3072,
+                                            share=share)
         n = backbone.num_params()
         if share == "none":
             # The paper's not-shared rows are BERT's counts, which it gives without the pooler
@@ -304,7 +304,7 @@ def test_albert_pretrains_from_raw_text_with_ngram_masking_and_sop(spiece):
     from keras_bertfam.preprocessing import corpus
 
     tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
-    backbone = kb.models.AlbertBackbone(tok.vocabulary_size(), 2, 2, 32, 64, embedding_dim=16,
+    backbone = kb.models.AlbertBackbone(tok.vocabulary_size(), 2, 2, 16, 32, 64,
                                         max_sequence_length=64)
     pre = kb.tasks.AlbertPretrainer.default_preprocessor(tok, backbone, sequence_length=64,
                                                          batch_size=16, seed=3)

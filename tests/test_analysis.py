@@ -99,7 +99,7 @@ def test_prune_every_encoder_family(family):
 
 
 def test_albert_shared_layers_prune_together():
-    b = kb.models.AlbertBackbone(len(VOCAB), 4, 4, 16, 32, embedding_dim=8,
+    b = kb.models.AlbertBackbone(len(VOCAB), 4, 4, 8, 16, 32,
                                  max_sequence_length=32)
     with pytest.warns(UserWarning, match=r"Layers \[0, 1, 2, 3\].*share one attention"):
         pruned = kb.analysis.prune_heads(b, {1: [2]})

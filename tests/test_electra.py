@@ -59,11 +59,11 @@ def test_replace_at_positions():
 
 
 def test_generator_size():
-    disc = kb.models.ElectraBackbone(60, 2, 4, 256, 1024, embedding_dim=128)
+    disc = kb.models.ElectraBackbone(60, 2, 4, 256, 128, 1024)
     gen = electra_generator(disc, 0.25)
     assert (gen.hidden_dim, gen.num_heads, gen.intermediate_dim, gen.embedding_dim) == (
         64, 1, 256, 128)
-    gen = electra_generator(kb.models.ElectraBackbone(60, 2, 12, 768, 3072), 1 / 3)
+    gen = electra_generator(kb.models.ElectraBackbone(60, 2, 12, 768, None, 3072), 1 / 3)
     assert (gen.hidden_dim, gen.num_heads, gen.intermediate_dim) == (256, 4, 1024)
 
 

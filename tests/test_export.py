@@ -160,7 +160,7 @@ def cases(tok, vocab_file, xlnet_spiece):
 
     mlm_pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ)
     f = packed(tok, with_mask(tok, masked))
-    disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 32, embedding_dim=8,
+    disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 8, 32,
                                      max_sequence_length=32)
     electra = kb.tasks.ElectraPretrainer(discriminator=disc, preprocessor=mlm_pre)
     out.append(("ElectraPretrainer", electra, {"text": masked}, reference(electra, f)))
@@ -413,7 +413,7 @@ def test_qa_export_reads_long_contexts_in_windows(tmp_path, bert_vocab):
 @pytest.mark.multibackend
 def test_electra_serving_scores_the_text_as_given():
     tok = tokenizer()
-    disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 32, embedding_dim=8,
+    disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 8, 32,
                                      max_sequence_length=32)
     electra = kb.tasks.ElectraPretrainer(discriminator=disc)
     f = packed(tok, with_mask(tok, ["the [MASK] was great", "ada wrote it"]))

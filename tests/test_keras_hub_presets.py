@@ -311,10 +311,21 @@ def test_keras_hub_albert_we_cannot_represent(tmp_path):
                      ).save_to_preset(str(tmp_path / "e_eq_h"))
     with pytest.raises(checkpoints.CheckpointError, match="embedding_dim == hidden_dim"):
         kb.models.AlbertBackbone.from_preset(str(tmp_path / "e_eq_h"))
-    m.AlbertBackbone(vocabulary_size=20, embedding_dim=4, num_inner_repetitions=2,
-                     **dict(SIZES, max_sequence_length=8)).save_to_preset(str(tmp_path / "inner"))
-    with pytest.raises(checkpoints.CheckpointError, match="num_inner_repetitions=2"):
-        kb.models.AlbertBackbone.from_preset(str(tmp_path / "inner"))
+
+
+@pytest.mark.multibackend
+def test_keras_hub_albert_inner_repetitions_load_and_agree(tmp_path):
+    """keras-hub's `num_inner_repetitions`: R distinct blocks per group, each layer runs all R."""
+    kh = keras_hub.models.AlbertBackbone(vocabulary_size=20, embedding_dim=4, num_groups=2,
+                                         num_inner_repetitions=2,
+                                         **dict(SIZES, num_layers=4, max_sequence_length=8))
+    _randomize(kh)
+    kh.save_to_preset(str(tmp_path))
+    ours = kb.models.AlbertBackbone.from_preset(str(tmp_path))
+    assert ours.num_inner_repetitions == 2 and ours.num_params() == kh.count_params()
+    x = _inputs(vocabulary_size=20, length=8)
+    np.testing.assert_allclose(to_numpy(ours(x)["sequence_output"]), _keras_hub_output(kh, x),
+                               atol=1e-4)
 
 
 def test_keras_hub_weights_without_a_place_fail(tmp_path, monkeypatch):

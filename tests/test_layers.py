@@ -9,7 +9,7 @@ from keras_bertfam.layers import (
     MultiHeadSelfAttention,
     TextEmbedding,
     TransformerBlock,
-    TransformerEncoder,
+    TransformerStack,
     gather_positions,
     sharing_plan,
 )
@@ -66,7 +66,7 @@ def test_sharing_plan_follows_albert_grouping():
 
 @pytest.mark.parametrize("share", ["none", "all", "attention", "ffn"])
 def test_encoder_shares_weights_once(share):
-    enc = TransformerEncoder(4, 8, 2, 16, share=share, num_groups=1 if share != "none" else None)
+    enc = TransformerStack(4, 8, 2, 16, share=share, num_groups=1 if share != "none" else None)
     enc(_x(t=3))
     per_attention = 4 * (8 * 8 + 8) + 2 * 8  # q, k, v, output projections + LayerNorm
     per_ffn = 8 * 16 + 16 + 16 * 8 + 8 + 2 * 8  # two Dense + LayerNorm
@@ -102,7 +102,7 @@ def test_embedding_projection_and_offset():
 def test_mlm_head_gathers_then_projects_on_tied_table():
     emb = keras.layers.Embedding(20, 8)
     emb.build((None,))
-    head = MaskedLMHead(emb)
+    head = MaskedLMHead(token_embedding=emb, intermediate_activation="gelu")
     seq = _x(t=6)
     positions = np.array([[1, 4], [0, 5]])
     logits = to_numpy(head(seq, positions))

@@ -6,6 +6,7 @@ from keras_bertfam.layers.encoder import (
     FeedForwardSublayer,
     TransformerBlock,
     TransformerEncoder,
+    TransformerStack,
     sharing_plan,
 )
 from keras_bertfam.layers.heads import MaskedLMHead, PairHead, gather_positions

@@ -4,7 +4,7 @@ import math
 import keras
 from keras import ops
 
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
+from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -33,7 +33,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=2, hidden_dim=8)
-    >>> layer(ops.ones((1, 3, 8)), padding_mask=ops.ones((1, 3))).shape
+    >>> tuple(layer(ops.ones((1, 3, 8)), padding_mask=ops.ones((1, 3))).shape)
     (1, 3, 8)
     """
 
@@ -66,6 +66,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
         # === Layers ===
+        common = sublayer_kwargs(self)
+
         def projection(name):
             return keras.layers.EinsumDense(
                 "btd,dnh->btnh",
@@ -73,6 +75,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 bias_axes="nh",
                 kernel_initializer=clone_initializer(self.kernel_initializer),
                 name=name,
+                **common,
             )
 
         self.query_dense = self.key_dense = self.value_dense = self.output_dense = None
@@ -86,8 +89,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 bias_axes="d",
                 kernel_initializer=clone_initializer(self.kernel_initializer),
                 name="attention_output",
+                **common,
             )
-        self.dropout_layer = keras.layers.Dropout(attention_dropout, name="attention_dropout")
+        self.dropout_layer = keras.layers.Dropout(
+            attention_dropout, name="attention_dropout", **common)
 
     def build(self, input_shape):
         if self.num_heads == 0:
@@ -125,6 +130,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             or head_mask is not None
             or (training and self.attention_dropout > 0)
         )
+        # XLA on CPU has no float16 dot with a float32 accumulator, which JAX's fused attention
+        # asks for: take the explicit path there (same numbers).
+        if keras.backend.standardize_dtype(q.dtype) == "float16" and keras.backend.backend() == "jax":
+            explicit = True
         if not explicit:
             context = ops.dot_product_attention(
                 q, k, v, mask=mask, scale=1.0 / math.sqrt(self.head_dim)
@@ -135,7 +144,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
         scores = ops.einsum("btnh,bsnh->bnts", q, k)  # (B, N, T, S)
         if mask is not None:
-            scores = ops.where(mask, scores, ops.cast(-1e9, scores.dtype))
+            scores = ops.where(mask, scores, ops.cast(_large_negative(scores.dtype), scores.dtype))
         probs = ops.softmax(scores, axis=-1)
         probs = self.dropout_layer(probs, training=training)
         if head_mask is not None:
@@ -161,6 +170,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self._head_dim_arg is not None:
             config["head_dim"] = self._head_dim_arg
         return config
+
+
+def _large_negative(dtype):
+    """A masked score: -1e9, or float16's most negative finite value (-1e9 overflows to -inf)."""
+    return -65500.0 if keras.backend.standardize_dtype(dtype) == "float16" else -1e9
 
 
 def attention_mask(padding_mask):

@@ -7,7 +7,7 @@ Clark et al. 2020). RoBERTa counts positions from `position_offset` (fairseq's p
 import keras
 from keras import ops
 
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
+from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -26,7 +26,7 @@ class TextEmbedding(keras.layers.Layer):
 
     Example:
     >>> layer = TextEmbedding(100, 16, embedding_dim=8, hidden_dim=8)
-    >>> layer(ops.zeros((2, 5), "int32"), ops.zeros((2, 5), "int32")).shape
+    >>> tuple(layer(ops.zeros((2, 5), "int32"), ops.zeros((2, 5), "int32")).shape)
     (2, 5, 8)
     """
 
@@ -56,28 +56,33 @@ class TextEmbedding(keras.layers.Layer):
 
         # === Layers ===
         init = lambda: clone_initializer(self.kernel_initializer)
+        common = sublayer_kwargs(self)
         self.token_embedding = keras.layers.Embedding(
-            vocabulary_size, embedding_dim, embeddings_initializer=init(), name="token_embedding"
+            vocabulary_size, embedding_dim, embeddings_initializer=init(), name="token_embedding",
+            **common,
         )
         self.position_embedding = keras.layers.Embedding(
             max_sequence_length + position_offset,
             embedding_dim,
             embeddings_initializer=init(),
             name="position_embedding",
+            **common,
         )
         self.segment_embedding = (
             keras.layers.Embedding(
-                num_segments, embedding_dim, embeddings_initializer=init(), name="segment_embedding"
+                num_segments, embedding_dim, embeddings_initializer=init(), name="segment_embedding",
+                **common,
             )
             if num_segments
             else None
         )
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="layer_norm"
+            epsilon=layer_norm_epsilon, name="layer_norm", **common
         )
-        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout")
+        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **common)
         self.projection = (
-            keras.layers.Dense(self.hidden_dim, kernel_initializer=init(), name="projection")
+            keras.layers.Dense(self.hidden_dim, kernel_initializer=init(), name="projection",
+                               **common)
             if self.hidden_dim != embedding_dim
             else None
         )

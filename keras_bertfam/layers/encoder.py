@@ -9,7 +9,12 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers.attention import MultiHeadSelfAttention
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
+from keras_bertfam.layers.utils import (
+    _check_positive,
+    clone_initializer,
+    serialize_initializer,
+    sublayer_kwargs,
+)
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
 
@@ -34,9 +39,9 @@ class _Residual(keras.layers.Layer):
         super().__init__(**kwargs)
         self.norm_first = norm_first
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="layer_norm"
+            epsilon=layer_norm_epsilon, name="layer_norm", **sublayer_kwargs(self)
         )
-        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout")
+        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **sublayer_kwargs(self))
 
     def residual(self, x, f, training):
         if self.norm_first:
@@ -72,6 +77,7 @@ class AttentionSublayer(_Residual):
             kernel_initializer=kernel_initializer,
             head_dim=head_dim,
             name="attention",
+            **sublayer_kwargs(self),
         )
 
     def build(self, input_shape):
@@ -118,10 +124,11 @@ class FeedForwardSublayer(_Residual):
         self.activation = get_activation(activation)
         self.intermediate_dense = keras.layers.Dense(
             intermediate_dim, kernel_initializer=clone_initializer(kernel_initializer),
-            name="intermediate",
+            name="intermediate", **sublayer_kwargs(self),
         )
         self.output_dense = keras.layers.Dense(
-            hidden_dim, kernel_initializer=clone_initializer(kernel_initializer), name="output"
+            hidden_dim, kernel_initializer=clone_initializer(kernel_initializer), name="output",
+            **sublayer_kwargs(self),
         )
 
     def build(self, input_shape):
@@ -139,37 +146,53 @@ class FeedForwardSublayer(_Residual):
 class TransformerBlock(keras.layers.Layer):
     """Self-attention + feed-forward, each residual with LayerNorm (Vaswani et al. 2017).
 
+    The one transformer block of the library; `TransformerEncoder` is this block under keras-hub's
+    name and defaults. The model width H is the input's last dimension, read at build time
+    (`hidden_dim` may be given to build the sublayers at construction instead).
+
     Args:
-        hidden_dim, num_heads, intermediate_dim: sizes (H, A, 4H in BERT).
+        intermediate_dim, num_heads: the feed-forward width (4H in BERT) and the number of heads.
+        dropout: on the sublayer outputs (and on the attention probabilities unless
+            `attention_dropout` is given).
         activation: "gelu" (exact erf, BERT's), "gelu_approximate", or any Keras activation.
+        layer_norm_epsilon, kernel_initializer: as in BERT.
         norm_first: pre-LN instead of BERT's post-LN.
-        layer_norm_epsilon, dropout, attention_dropout, kernel_initializer: as in BERT.
+        attention_dropout: dropout on the attention probabilities (default: `dropout`).
+        hidden_dim: H, when known before the first call (else inferred from the input).
         attention, feedforward: optional sublayer instances to use (and share) instead of new ones.
         head_dim: head width when `num_heads * head_dim != hidden_dim` (structurally pruned heads).
 
+    Call args: `x` (B, T, H); `padding_mask` (B, T) true/1 for real tokens (or a full (B, T, S)
+    mask); `attention_mask` (B, T, S), combined with `padding_mask`; `head_mask`;
+    `return_attention_scores` to also return the (B, N, T, S) probabilities.
+
     Example:
-    >>> block = TransformerBlock(hidden_dim=8, num_heads=2, intermediate_dim=16)
-    >>> block(ops.ones((1, 3, 8)), padding_mask=ops.ones((1, 3))).shape
+    >>> block = TransformerBlock(intermediate_dim=16, num_heads=2)
+    >>> tuple(block(ops.ones((1, 3, 8)), padding_mask=ops.ones((1, 3))).shape)
     (1, 3, 8)
     """
 
     def __init__(
         self,
-        hidden_dim,
-        num_heads,
         intermediate_dim,
-        activation="gelu",
-        norm_first=False,
-        layer_norm_epsilon=1e-12,
+        num_heads,
         dropout=0.0,
-        attention_dropout=None,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
         kernel_initializer="glorot_uniform",
+        norm_first=False,
+        attention_dropout=None,
+        hidden_dim=None,
         attention=None,
         feedforward=None,
         head_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        _check_positive(intermediate_dim=intermediate_dim)
+        if (not isinstance(num_heads, int) or isinstance(num_heads, bool)
+                or num_heads < (0 if head_dim else 1)):  # 0: every head pruned (head_dim given)
+            raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}.")
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
         self.head_dim = head_dim
@@ -178,31 +201,62 @@ class TransformerBlock(keras.layers.Layer):
         self.norm_first = norm_first
         self.layer_norm_epsilon = layer_norm_epsilon
         self.dropout = dropout
-        self.attention_dropout = dropout if attention_dropout is None else attention_dropout
+        self.attention_dropout = attention_dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self._shared_sublayers = attention is not None or feedforward is not None
+        self.attention = attention
+        self.feedforward = feedforward
+        if hidden_dim is not None:
+            self._make_sublayers(hidden_dim)
+
+    def _make_sublayers(self, hidden_dim):
         common = dict(
-            norm_first=norm_first,
-            layer_norm_epsilon=layer_norm_epsilon,
-            dropout=dropout,
+            norm_first=self.norm_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            dropout=self.dropout,
             kernel_initializer=self.kernel_initializer,
+            **sublayer_kwargs(self),
         )
-        self.attention = attention or AttentionSublayer(
-            hidden_dim, num_heads, attention_dropout=self.attention_dropout,
-            head_dim=head_dim, name="self_attention", **common
-        )
-        self.feedforward = feedforward or FeedForwardSublayer(
-            hidden_dim, intermediate_dim, activation=activation, name="feedforward", **common
-        )
+        if self.attention is None:
+            attention_dropout = (
+                self.dropout if self.attention_dropout is None else self.attention_dropout
+            )
+            self.attention = AttentionSublayer(
+                hidden_dim, self.num_heads, attention_dropout=attention_dropout,
+                head_dim=self.head_dim, name="self_attention", **common
+            )
+        if self.feedforward is None:
+            self.feedforward = FeedForwardSublayer(
+                hidden_dim, self.intermediate_dim, activation=self.activation,
+                name="feedforward", **common
+            )
 
     def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if self.hidden_dim is not None and hidden_dim is not None and hidden_dim != self.hidden_dim:
+            raise ValueError(
+                f"TransformerBlock(hidden_dim={self.hidden_dim}) got inputs of width "
+                f"{hidden_dim}: input shape {tuple(input_shape)}."
+            )
+        if hidden_dim is None:
+            raise ValueError(
+                f"TransformerBlock needs a known last input dimension (the model width), got "
+                f"input shape {tuple(input_shape)}."
+            )
+        self._make_sublayers(hidden_dim)
         if not self.attention.built:
             self.attention.build(input_shape)
         if not self.feedforward.built:
             self.feedforward.build(input_shape)
         self.built = True
 
-    def call(self, x, padding_mask=None, head_mask=None, return_attention_scores=False,
-             training=False):
+    def call(self, x, padding_mask=None, attention_mask=None, head_mask=None,
+             return_attention_scores=False, training=False):
+        if attention_mask is not None:
+            mask = ops.cast(attention_mask, "bool")  # (B, T, S)
+            if padding_mask is not None:
+                mask = ops.logical_and(mask, ops.cast(padding_mask, "bool")[:, None, :])
+            padding_mask = mask
         x = self.attention(
             x,
             padding_mask=padding_mask,
@@ -218,26 +272,75 @@ class TransformerBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
+    def _config_values(self):
+        return dict(
+            intermediate_dim=self.intermediate_dim,
+            num_heads=self.num_heads,
+            dropout=self.dropout,
+            activation=self.activation,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            kernel_initializer=serialize_initializer(self.kernel_initializer),
+            norm_first=self.norm_first,
+            attention_dropout=self.attention_dropout,
+            hidden_dim=self.hidden_dim,
+        ) | ({} if self.head_dim is None else {"head_dim": self.head_dim})
+
     def get_config(self):
-        if self.attention.name != "self_attention" or self.feedforward.name != "feedforward":
+        if self._shared_sublayers:
             raise NotImplementedError(
                 "A TransformerBlock built around shared sublayers is serialized by its "
-                "TransformerEncoder, not on its own."
+                "TransformerStack, not on its own."
             )
         config = super().get_config()
-        config.update(
-            hidden_dim=self.hidden_dim,
-            num_heads=self.num_heads,
-            intermediate_dim=self.intermediate_dim,
-            activation=self.activation,
-            norm_first=self.norm_first,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            kernel_initializer=serialize_initializer(self.kernel_initializer),
+        config.update(self._config_values())
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class TransformerEncoder(TransformerBlock):
+    """keras-hub's `TransformerEncoder`: one `TransformerBlock` with keras-hub's arguments and
+    defaults (ReLU, LayerNorm epsilon 1e-5, `normalize_first`, `bias_initializer`).
+
+    Example:
+    >>> encoder = TransformerEncoder(intermediate_dim=16, num_heads=2)
+    >>> tuple(encoder(ops.ones((2, 5, 8))).shape)
+    (2, 5, 8)
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        num_heads,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=1e-05,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        normalize_first=False,
+        **kwargs,
+    ):
+        if keras.initializers.get(bias_initializer).__class__ is not keras.initializers.Zeros:
+            raise ValueError(
+                f"TransformerEncoder supports bias_initializer='zeros' only, got "
+                f"{bias_initializer!r}."
+            )
+        super().__init__(
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            kernel_initializer=kernel_initializer,
+            norm_first=normalize_first,
+            **kwargs,
         )
-        if self.head_dim is not None:
-            config["head_dim"] = self.head_dim
+        self.bias_initializer = "zeros"
+        self.normalize_first = normalize_first
+
+    def _config_values(self):
+        config = super()._config_values()
+        config["normalize_first"] = config.pop("norm_first")
+        config["bias_initializer"] = self.bias_initializer
         return config
 
 
@@ -264,20 +367,27 @@ def sharing_plan(num_layers, num_groups, share):
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
-class TransformerEncoder(keras.layers.Layer):
+class TransformerStack(keras.layers.Layer):
     """A stack of `num_layers` transformer blocks, optionally sharing weights across layers.
 
     `share="none"` (BERT) gives every layer its own block. ALBERT's cross-layer sharing (Lan et al.
     2020, Table 4) shares "all" parameters, only the "attention" sublayers, or only the "ffn"
-    sublayers among the layers of a group; with `num_groups=1` every layer shares.
+    sublayers among the layers of a group; with `num_groups=1` every layer shares. With
+    `num_inner_repetitions=R` (keras-hub's ALBERT argument, HF's `inner_group_num`) a group holds R
+    distinct blocks and each of its layers runs all R in turn (share="all" only).
 
     Call returns the last hidden states, or `(last, all_hidden_states, all_attention_probs)` with
-    `return_all=True`.
+    `return_all=True` (one entry per block call).
 
     `heads_per_layer` (a list of L ints, default `num_heads` everywhere) gives each layer its own
     number of heads, all `hidden_dim // num_heads` wide: what `kb.analysis.prune_heads` leaves.
     Layers that share an attention sublayer must keep the same number. `head_mask` is an (L, N)
     tensor, or a list of L per-layer (N_i,) / (B, N_i) multipliers when the counts differ.
+
+    Example:
+    >>> stack = TransformerStack(2, 8, 2, 16)
+    >>> tuple(stack(ops.ones((1, 3, 8))).shape), len(stack.blocks)
+    ((1, 3, 8), 2)
     """
 
     def __init__(
@@ -295,9 +405,16 @@ class TransformerEncoder(keras.layers.Layer):
         num_groups=None,
         share="none",
         heads_per_layer=None,
+        num_inner_repetitions=1,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        _check_positive(num_inner_repetitions=num_inner_repetitions)
+        if num_inner_repetitions > 1 and share != "all":
+            raise ValueError(
+                f"num_inner_repetitions={num_inner_repetitions} needs share='all' (the blocks of "
+                f"a group are whole blocks), got share={share!r}."
+            )
         self.num_layers = num_layers
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
@@ -312,17 +429,19 @@ class TransformerEncoder(keras.layers.Layer):
         self.share = share
         self.heads_per_layer = None if heads_per_layer is None else [int(n) for n in
                                                                         heads_per_layer]
+        self.num_inner_repetitions = num_inner_repetitions
 
         block_args = dict(
-            hidden_dim=hidden_dim,
-            num_heads=num_heads,
             intermediate_dim=intermediate_dim,
-            activation=activation,
-            norm_first=norm_first,
-            layer_norm_epsilon=layer_norm_epsilon,
+            num_heads=num_heads,
             dropout=dropout,
-            attention_dropout=attention_dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
             kernel_initializer=self.kernel_initializer,
+            norm_first=norm_first,
+            attention_dropout=attention_dropout,
+            hidden_dim=hidden_dim,
+            **sublayer_kwargs(self),
         )
         attention_index, feedforward_index = sharing_plan(num_layers, self.num_groups, share)
         heads_of = _heads_of_attention(self.heads_per_layer, num_layers, num_heads, hidden_dim,
@@ -334,30 +453,44 @@ class TransformerEncoder(keras.layers.Layer):
                 return args
             return dict(args, num_heads=heads_of[index], head_dim=hidden_dim // num_heads)
 
+        repeats = num_inner_repetitions
         self.blocks = []
         if share == "all" or self.num_groups == num_layers:
-            # One block per distinct index; layer i calls block attention_index[i].
+            # R blocks per distinct group index; layer i calls the blocks of its group.
             unique = sorted(set(attention_index))
-            self.blocks = [TransformerBlock(name=f"block_{g}", **pruned(block_args, g))
-                           for g in unique]
+            self.blocks = [
+                TransformerBlock(
+                    name=f"block_{g}" if repeats == 1 else f"block_{g}_{r}",
+                    **pruned(block_args, g),
+                )
+                for g in unique
+                for r in range(repeats)
+            ]
             # The float formula can skip a group (L=22, G=22: layers 14 and 15 share group 14, as
             # in the original code), so index blocks by rank among the groups in use.
-            self._block_of_layer = [unique.index(g) for g in attention_index]
+            self._blocks_of_layer = [
+                [unique.index(g) * repeats + r for r in range(repeats)] for g in attention_index
+            ]
         else:
             # Partial sharing: L blocks over shared sublayer instances.
-            attn_args = dict(block_args)
-            del attn_args["intermediate_dim"], attn_args["activation"]
-            attn_args["attention_dropout"] = (
-                dropout if attention_dropout is None else attention_dropout
+            common = dict(
+                norm_first=norm_first, layer_norm_epsilon=layer_norm_epsilon, dropout=dropout,
+                kernel_initializer=self.kernel_initializer, **sublayer_kwargs(self),
             )
-            ffn_args = dict(block_args)
-            del ffn_args["num_heads"], ffn_args["attention_dropout"]
             attentions = {
-                i: AttentionSublayer(name=f"self_attention_{i}", **pruned(attn_args, i))
+                i: AttentionSublayer(
+                    name=f"self_attention_{i}",
+                    attention_dropout=dropout if attention_dropout is None else attention_dropout,
+                    **pruned(dict(hidden_dim=hidden_dim, num_heads=num_heads), i),
+                    **common,
+                )
                 for i in sorted(set(attention_index))
             }
             feedforwards = {
-                i: FeedForwardSublayer(name=f"feedforward_{i}", **ffn_args)
+                i: FeedForwardSublayer(
+                    hidden_dim, intermediate_dim, activation=activation,
+                    name=f"feedforward_{i}", **common,
+                )
                 for i in sorted(set(feedforward_index))
             }
             self.blocks = [
@@ -369,11 +502,15 @@ class TransformerEncoder(keras.layers.Layer):
                 )
                 for i in range(num_layers)
             ]
-            self._block_of_layer = list(range(num_layers))
+            self._blocks_of_layer = [[i] for i in range(num_layers)]
 
     def layer_block(self, i):
-        """The block that layer i runs."""
-        return self.blocks[self._block_of_layer[i]]
+        """The block that layer i runs (its first block when `num_inner_repetitions > 1`)."""
+        return self.blocks[self._blocks_of_layer[i][0]]
+
+    def layer_blocks(self, i):
+        """Every block that layer i runs, in order."""
+        return [self.blocks[k] for k in self._blocks_of_layer[i]]
 
     def build(self, input_shape):
         for block in self.blocks:
@@ -387,17 +524,18 @@ class TransformerEncoder(keras.layers.Layer):
         hidden_states, attention_probs = [x], []
         for i in range(self.num_layers):
             layer_head_mask = None if head_mask is None else head_mask[i]
-            x = self.layer_block(i)(
-                x,
-                padding_mask=padding_mask,
-                head_mask=layer_head_mask,
-                return_attention_scores=return_all,
-                training=training,
-            )
-            if return_all:
-                x, probs = x
-                hidden_states.append(x)
-                attention_probs.append(probs)
+            for block in self.layer_blocks(i):
+                x = block(
+                    x,
+                    padding_mask=padding_mask,
+                    head_mask=layer_head_mask,
+                    return_attention_scores=return_all,
+                    training=training,
+                )
+                if return_all:
+                    x, probs = x
+                    hidden_states.append(x)
+                    attention_probs.append(probs)
         if return_all:
             return x, hidden_states, attention_probs
         return x
@@ -420,6 +558,7 @@ class TransformerEncoder(keras.layers.Layer):
             kernel_initializer=serialize_initializer(self.kernel_initializer),
             num_groups=self.num_groups,
             share=self.share,
+            num_inner_repetitions=self.num_inner_repetitions,
         )
         if self.heads_per_layer is not None:
             config["heads_per_layer"] = self.heads_per_layer

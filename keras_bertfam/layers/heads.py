@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers.encoder import get_activation
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
+from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
 def gather_positions(sequence, positions):
@@ -15,66 +15,134 @@ def gather_positions(sequence, positions):
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class MaskedLMHead(keras.layers.Layer):
-    """BERT's MLM head: gather the masked positions, transform, project onto the tied embedding.
+    """The masked-LM head, with keras-hub's `MaskedLMHead` arguments and behaviour.
 
-    `logits = LN(act(W h[positions])) @ E^T + b`: the transform runs at the embedding width
-    (E = H for BERT; ALBERT's and ELECTRA's smaller E) so the output can be tied to the V x E token
-    table, which is the table of `token_embedding` (not copied). Gathering first makes the vocabulary
-    projection cost P x V instead of T x V.
+    Gather the states at `mask_positions`, transform (`LN(intermediate_activation(W h))`, at the
+    embedding width), project onto the vocabulary, add a bias, apply `activation`:
+    `activation(LN(act(W h[positions])) @ E^T + b)`. With `token_embedding` the projection is tied
+    to its V x E table (the table itself, not a copy), so the transform runs at E (= H for BERT;
+    ALBERT's and ELECTRA's smaller E); without it the head owns an (H, V) output kernel. Gathering
+    first makes the vocabulary projection cost P x V instead of T x V.
 
     Args:
-        token_embedding: the backbone's `keras.layers.Embedding` for token ids.
-        activation, layer_norm_epsilon, kernel_initializer: of the transform.
+        vocabulary_size: V; may be omitted when `token_embedding` is given (must then match it).
+        token_embedding: a `keras.layers.Embedding` (e.g. `backbone.token_embedding`) to tie to.
+        intermediate_activation: of the transform Dense (keras-hub's default "relu"; BERT's
+            heads use "gelu", see `kb.tasks.masked_lm_head`).
+        activation: of the output, e.g. "softmax" for probabilities; None returns logits.
+        layer_norm_epsilon, kernel_initializer, bias_initializer: as in keras-hub.
 
-    Call args: `sequence` (B, T, H) and `positions` (B, P) -> logits (B, P, V).
+    Call args: `inputs` (B, T, H) and `mask_positions` (B, P) int -> (B, P, V). With
+    `mask_positions=None` every position is predicted: (B, T, V).
+
+    Example:
+    >>> token_embedding = keras.layers.Embedding(100, 16)
+    >>> hidden_states = token_embedding(np.random.randint(100, size=(2, 10)))
+    >>> head = MaskedLMHead(vocabulary_size=100, token_embedding=token_embedding,
+    ...                     activation="softmax")
+    >>> preds = head(hidden_states, np.array([[1, 4], [0, 9]]))
+    >>> tuple(preds.shape)
+    (2, 2, 100)
     """
 
     def __init__(
         self,
-        token_embedding,
-        activation="gelu",
-        layer_norm_epsilon=1e-12,
+        vocabulary_size=None,
+        token_embedding=None,
+        intermediate_activation="relu",
+        activation=None,
+        layer_norm_epsilon=1e-05,
         kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if vocabulary_size is None and token_embedding is None:
+            raise ValueError(
+                "MaskedLMHead needs `vocabulary_size` or `token_embedding`; got neither."
+            )
+        if token_embedding is not None:
+            if not hasattr(token_embedding, "input_dim") or not hasattr(token_embedding,
+                                                                         "output_dim"):
+                raise ValueError(
+                    f"token_embedding must be a keras.layers.Embedding, got {token_embedding!r}."
+                )
+            if vocabulary_size is not None and vocabulary_size != token_embedding.input_dim:
+                raise ValueError(
+                    f"vocabulary_size={vocabulary_size} does not match the "
+                    f"token_embedding's input_dim={token_embedding.input_dim}."
+                )
+            vocabulary_size = token_embedding.input_dim
+        self.vocabulary_size = vocabulary_size
         self.token_embedding = token_embedding
+        self.intermediate_activation = intermediate_activation
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        vocabulary_size, embedding_dim = token_embedding.input_dim, token_embedding.output_dim
-        self.dense = keras.layers.Dense(
-            embedding_dim,
-            activation=get_activation(activation),
-            kernel_initializer=clone_initializer(self.kernel_initializer),
-            name="transform",
-        )
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self._output_activation = keras.activations.get(activation)
+        self.dense = None
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, name="layer_norm"
+            epsilon=layer_norm_epsilon, name="layer_norm", **sublayer_kwargs(self)
         )
-        self.vocabulary_size = vocabulary_size
 
-    def build(self, sequence_shape, positions_shape=None):
-        self.dense.build(sequence_shape)
-        self.layer_norm.build(tuple(sequence_shape[:-1]) + (self.dense.units,))
+    def build(self, inputs_shape, mask_positions_shape=None):
+        width = (self.token_embedding.output_dim if self.token_embedding is not None
+                 else inputs_shape[-1])
+        self.dense = keras.layers.Dense(
+            width,
+            activation=get_activation(self.intermediate_activation),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
+            name="transform",
+            **sublayer_kwargs(self),
+        )
+        self.dense.build((None, None, inputs_shape[-1]))
+        self.layer_norm.build((None, None, width))
+        if self.token_embedding is None:
+            self.kernel = self.add_weight(
+                name="output_kernel", shape=(width, self.vocabulary_size),
+                initializer=clone_initializer(self.kernel_initializer),
+            )
         self.bias = self.add_weight(
-            name="output_bias", shape=(self.vocabulary_size,), initializer="zeros"
+            name="output_bias", shape=(self.vocabulary_size,),
+            initializer=clone_initializer(self.bias_initializer),
         )
         self.built = True
 
-    def call(self, sequence, positions=None):
-        x = sequence if positions is None else gather_positions(sequence, positions)  # (B, P, H)
+    def call(self, inputs, mask_positions=None):
+        x = inputs if mask_positions is None else gather_positions(inputs, mask_positions)
         x = self.layer_norm(self.dense(x))  # (B, P, E)
-        table = ops.cast(self.token_embedding.embeddings, x.dtype)  # (V, E)
-        return ops.matmul(x, ops.transpose(table)) + ops.cast(self.bias, x.dtype)  # (B, P, V)
+        if self.token_embedding is not None:
+            table = ops.transpose(self.token_embedding.embeddings)  # (E, V)
+        else:
+            table = self.kernel  # (E, V)
+        logits = ops.matmul(x, ops.cast(table, x.dtype)) + ops.cast(self.bias, x.dtype)
+        if self._output_activation is not None:
+            logits = self._output_activation(logits)
+        return logits  # (B, P, V)
 
-    def compute_output_shape(self, sequence_shape, positions_shape=None):
-        length = sequence_shape[1] if positions_shape is None else positions_shape[1]
-        return (sequence_shape[0], length, self.vocabulary_size)
+    def compute_output_shape(self, inputs_shape, mask_positions_shape=None):
+        length = inputs_shape[1] if mask_positions_shape is None else mask_positions_shape[1]
+        return (inputs_shape[0], length, self.vocabulary_size)
 
     def get_config(self):
-        # The tied embedding is a reference into the backbone: the task that owns both rebuilds it.
-        raise NotImplementedError("MaskedLMHead is serialized by the task that owns it.")
+        if self.token_embedding is not None:
+            # The tied embedding is a reference into the backbone: the task that owns both
+            # rebuilds it.
+            raise NotImplementedError(
+                "A MaskedLMHead tied to a token_embedding is serialized by the task that owns it."
+            )
+        config = super().get_config()
+        config.update(
+            vocabulary_size=self.vocabulary_size,
+            intermediate_activation=self.intermediate_activation,
+            activation=self.activation,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            kernel_initializer=serialize_initializer(self.kernel_initializer),
+            bias_initializer=serialize_initializer(self.bias_initializer),
+        )
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")

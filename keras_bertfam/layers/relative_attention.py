@@ -26,7 +26,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers.encoder import FeedForwardSublayer
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
+from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
 # === Positions ===
@@ -189,7 +189,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     >>> layer = RelativeMultiHeadAttention(num_heads=2, hidden_dim=8)
     >>> x = ops.ones((1, 3, 8))
     >>> pos = sinusoid_positions(relative_positions(3, 3), 8)
-    >>> layer(x, positions=pos).shape
+    >>> tuple(layer(x, positions=pos).shape)
     (1, 3, 8)
     """
 
@@ -207,10 +207,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.shared_biases = biases is not None
         self.biases = biases or RelativeBiases(num_heads, self.head_dim, self.kernel_initializer,
-                                               name="biases")
+                                               name="biases", **sublayer_kwargs(self))
         self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
-                                                          name="layer_norm")
-        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout")
+                                                          name="layer_norm",
+                                                          **sublayer_kwargs(self))
+        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **sublayer_kwargs(self))
 
     def build(self, input_shape=None):
         shape = (self.hidden_dim, self.num_heads, self.head_dim)
@@ -382,7 +383,7 @@ class RelativeAttentionInputs(keras.layers.Layer):
         self.bi_data = bi_data
         self.clamp_len = clamp_len
         self.dropout = dropout
-        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout")
+        self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **sublayer_kwargs(self))
         self.built = True
 
     def call(self, token_ids, segment_ids=None, padding_mask=None, perm_mask=None, mem_len=0,
@@ -417,7 +418,8 @@ class XLNetFeedForward(FeedForwardSublayer):
 
     def __init__(self, hidden_dim, intermediate_dim, dropout=0.0, **kwargs):
         super().__init__(hidden_dim, intermediate_dim, dropout=dropout, **kwargs)
-        self.inner_dropout = keras.layers.Dropout(dropout, name="inner_dropout")
+        self.inner_dropout = keras.layers.Dropout(dropout, name="inner_dropout",
+                                                  **sublayer_kwargs(self))
 
     def call(self, x, training=False):
         def mlp(h):

@@ -7,11 +7,12 @@ position offset (RoBERTa), no segment table and no pooler (DistilBERT), a sharin
 import inspect
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.layers import TextEmbedding, TransformerEncoder
-from keras_bertfam.layers.utils import clone_initializer
+from keras_bertfam.layers import TextEmbedding, TransformerStack
+from keras_bertfam.layers.utils import _check_positive, clone_initializer
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 
@@ -33,6 +34,12 @@ class Backbone(keras.Model):
     # whose HF `*ForSequenceClassification` head has one, so that head converts.
     classifier_hidden_activation = None
 
+    def __init__(self, *args, dtype=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        # keras.Model's functional constructor drops `dtype`: set the policy the layers got.
+        if dtype is not None:
+            self.dtype_policy = keras.dtype_policies.get(dtype)
+
     def __setattr__(self, name, value):
         # torch.nn.Module refuses sublayers assigned before Model.__init__; the functional graph
         # tracks them anyway (keras-team/keras#18823).
@@ -41,10 +48,38 @@ class Backbone(keras.Model):
         except AttributeError:
             object.__setattr__(self, name, value)
 
+    # keras-hub's backbones take [CLS] (or `<s>`) from position 0 for the pooled output.
+    cls_token_index = 0
+
     @property
     def token_embedding(self):
         """The `keras.layers.Embedding` of token ids, for heads that tie their output to it."""
         return self.embeddings.token_embedding
+
+    def __call__(self, inputs, *args, **kwargs):
+        return super().__call__(self._complete_inputs(inputs), *args, **kwargs)
+
+    def _complete_inputs(self, inputs):
+        """keras-hub's inputs are enough: a missing `segment_ids` is all zeros and a missing
+        `padding_mask` all ones (no padding); a backbone input this family does not take (RoBERTa's
+        and DistilBERT's `segment_ids`) is dropped; Python lists become int32 arrays."""
+        if not isinstance(inputs, dict) or "token_ids" not in inputs:
+            return inputs
+        names = list(self.input) if isinstance(self.input, dict) else []
+        out = {}
+        for key, value in inputs.items():
+            if key in BACKBONE_INPUTS and key not in names:
+                continue
+            if isinstance(value, (list, tuple)):
+                value = np.asarray(value, dtype="int32")
+            out[key] = value
+        token_ids = out["token_ids"]
+        xp = np if isinstance(token_ids, np.ndarray) else ops
+        if "segment_ids" in names and "segment_ids" not in out:
+            out["segment_ids"] = xp.zeros_like(token_ids, dtype="int32")
+        if "padding_mask" in names and "padding_mask" not in out:
+            out["padding_mask"] = xp.ones_like(token_ids, dtype="int32")
+        return out
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
@@ -82,7 +117,8 @@ class EncoderBackbone(Backbone):
     """Embeddings -> transformer encoder -> optional tanh pooler over [CLS].
 
     Inputs: `{"token_ids", "segment_ids", "padding_mask"}` (no `segment_ids` when
-    `num_segments=0`), each (B, T) int. Outputs: `{"sequence_output": (B, T, H),
+    `num_segments=0` or the family has no segments, as RoBERTa), each (B, T) int; a missing
+    `segment_ids` is zeros and a missing `padding_mask` ones, as keras-hub's inputs allow. Outputs: `{"sequence_output": (B, T, H),
     "pooled_output": (B, H)}` (no `pooled_output` when `pooler=False`).
 
     Every family takes `heads_per_layer=[n_0, ..., n_{L-1}]` as a keyword: layer i keeps n_i heads
@@ -105,6 +141,7 @@ class EncoderBackbone(Backbone):
         position_offset=0,
         num_groups=None,
         share="none",
+        num_inner_repetitions=1,
         pooler=True,
         activation="gelu",
         layer_norm_epsilon=1e-12,
@@ -135,7 +172,7 @@ class EncoderBackbone(Backbone):
             dtype=dtype,
             name="embeddings",
         )
-        self.encoder = TransformerEncoder(
+        self.encoder = TransformerStack(
             num_layers,
             hidden_dim,
             num_heads,
@@ -148,6 +185,7 @@ class EncoderBackbone(Backbone):
             num_groups=num_groups,
             share=share,
             heads_per_layer=heads_per_layer,
+            num_inner_repetitions=num_inner_repetitions,
             dtype=dtype,
             name="encoder",
         )
@@ -168,7 +206,7 @@ class EncoderBackbone(Backbone):
             "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
             "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask"),
         }
-        if num_segments:
+        if num_segments and self.takes_segment_ids:
             inputs["segment_ids"] = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
         outputs = self._forward(inputs)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
@@ -187,11 +225,40 @@ class EncoderBackbone(Backbone):
         self.position_offset = position_offset
         self.num_groups = num_groups
         self.share = share
+        self.num_inner_repetitions = num_inner_repetitions
         self.pooler = pooler
         self.activation = activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_range = initializer_range
         self.heads_per_layer = self.encoder.heads_per_layer
+
+    takes_segment_ids = True  # RoBERTa: False (one token type, no `segment_ids` input)
+
+    # === keras-hub's attribute names ===
+    @property
+    def position_embedding(self):
+        return self.embeddings.position_embedding
+
+    @property
+    def segment_embedding(self):
+        return self.embeddings.segment_embedding
+
+    @property
+    def embeddings_layer_norm(self):
+        return self.embeddings.layer_norm
+
+    @property
+    def embeddings_dropout(self):
+        return self.embeddings.dropout_layer
+
+    @property
+    def transformer_layers(self):
+        """The block each layer runs, in order (shared blocks repeat)."""
+        return [block for i in range(self.num_layers) for block in self.encoder.layer_blocks(i)]
+
+    @property
+    def pooled_dense(self):
+        return self.pooler_dense
 
     def _forward(self, inputs, head_mask=None, return_all=False, training=None):
         x = self.embeddings(inputs["token_ids"], inputs.get("segment_ids"), training=training)
@@ -233,9 +300,3 @@ def _unique(variables):
             seen.add(id(v))
             out.append(v)
     return out
-
-
-def _check_positive(**values):
-    for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")

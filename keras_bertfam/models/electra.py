@@ -10,12 +10,15 @@ class ElectraBackbone(EncoderBackbone):
     E -> H projection when E != H (`embeddings_project`), post-LN blocks, no pooler.
     `activation` is HF's exact "gelu" by default; keras-hub's ELECTRA uses "gelu_approximate".
 
+    The positional order is keras-hub's (`hidden_dim`, `embedding_dim`, `intermediate_dim`);
+    the arguments after `dtype` are keyword-only.
+
     Both the discriminator and the generator of ELECTRA pretraining are `ElectraBackbone`s; after
     pretraining the discriminator is the model to fine-tune.
 
     Example:
     >>> backbone = ElectraBackbone(vocabulary_size=100, num_layers=2, num_heads=2, hidden_dim=16,
-    ...                            intermediate_dim=32, embedding_dim=8, max_sequence_length=8)
+    ...                            embedding_dim=8, intermediate_dim=32, max_sequence_length=8)
     >>> out = backbone({"token_ids": [[2, 5, 3]], "segment_ids": [[0, 0, 0]],
     ...                 "padding_mask": [[1, 1, 1]]})
     >>> tuple(out["sequence_output"].shape), "pooled_output" in out
@@ -33,17 +36,24 @@ class ElectraBackbone(EncoderBackbone):
         num_layers,
         num_heads,
         hidden_dim,
-        intermediate_dim,
         embedding_dim=None,
+        intermediate_dim=None,
         dropout=0.1,
         max_sequence_length=512,
         num_segments=2,
+        dtype=None,
+        *,
         activation="gelu",
         layer_norm_epsilon=1e-12,
         initializer_range=0.02,
-        dtype=None,
         **kwargs,
     ):
+        if intermediate_dim is None:
+            raise ValueError(
+                "ElectraBackbone needs intermediate_dim (keras-hub's positional order: "
+                "vocabulary_size, num_layers, num_heads, hidden_dim, embedding_dim, "
+                "intermediate_dim)."
+            )
         super().__init__(
             vocabulary_size,
             num_layers,

@@ -148,7 +148,8 @@ class LongformerBackbone(Backbone):
                 name="self_attention",
             )
             self.blocks.append(TransformerBlock(
-                hidden_dim, num_heads, intermediate_dim, layer_norm_epsilon=layer_norm_epsilon,
+                intermediate_dim, num_heads, hidden_dim=hidden_dim,
+                layer_norm_epsilon=layer_norm_epsilon,
                 dropout=dropout, kernel_initializer=initializer, attention=sublayer, dtype=dtype,
                 name=f"block_{i}",
             ))

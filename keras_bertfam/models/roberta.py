@@ -16,7 +16,8 @@ class RobertaBackbone(EncoderBackbone):
     Same architecture as BERT (post-LN, exact GELU, tanh pooler over `<s>` as HF's
     `RobertaModel`), with RoBERTa's differences: positions start at row `padding_idx + 1 = 2` of a
     `max_sequence_length + 2`-row table, the token-type table has a single row (RoBERTa has no
-    segments; `segment_ids`, if given, must be 0 and may be omitted), LayerNorm epsilon 1e-5.
+    segments: as keras-hub's, the inputs are `token_ids` and `padding_mask`; a `segment_ids` given
+is ignored), LayerNorm epsilon 1e-5.
 
     Inputs must be right-padded (HF derives positions from the non-pad tokens; for right padding
     the two agree on every real token).
@@ -24,13 +25,13 @@ class RobertaBackbone(EncoderBackbone):
     Example:
     >>> backbone = RobertaBackbone(vocabulary_size=100, num_layers=2, num_heads=2, hidden_dim=16,
     ...                            intermediate_dim=32, max_sequence_length=8)
-    >>> out = backbone({"token_ids": [[0, 5, 2]], "segment_ids": [[0, 0, 0]],
-    ...                 "padding_mask": [[1, 1, 1]]})
+    >>> out = backbone({"token_ids": [[0, 5, 2]], "padding_mask": [[1, 1, 1]]})
     >>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape)
     ((1, 3, 16), (1, 16))
     """
 
     family = "roberta"
+    takes_segment_ids = False
 
     def __init__(
         self,

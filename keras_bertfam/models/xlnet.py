@@ -168,7 +168,8 @@ class XLNetBackbone(Backbone):
             new = new[:, -self.mem_len:]
         return ops.stop_gradient(new)
 
-    def forward(self, inputs, mems=None, return_mems=False, return_all=False, training=None):
+    def forward(self, inputs, mems=None, return_mems=False, return_all=False, training=None,
+                **kwargs):
         """Both streams, memory, all states. See the class docstring.
 
         Returns a dict: `sequence_output` (B, T, H); `query_output` (B, P, H) when
@@ -176,6 +177,10 @@ class XLNetBackbone(Backbone):
         `return_all`: `hidden_states` (L+1 content-stream states), `query_states` (L+1 or None),
         `attention_probs` / `query_attention_probs` (L tensors (B, N, T, M+T)).
         """
+        if kwargs:
+            # On torch, `backbone(x)` reaches Keras' layer call through torch.nn.Module.forward
+            # (with Keras' `mask=`): hand it back to Keras.
+            return keras.Operation.__call__(self, inputs, training=training, **kwargs)
         token_ids = inputs["token_ids"]
         segment_ids = inputs.get("segment_ids")
         padding_mask = inputs.get("padding_mask")

@@ -139,8 +139,9 @@ def _encoder_weights(embeddings="", projection=None, layer="transformer_layer_{}
         out += _norm(emb.layer_norm, "embeddings_layer_norm")
         if emb.projection is not None:
             out += _pair(emb.projection, projection)
-        for g, block in enumerate(backbone.encoder.blocks):
-            out += _transformer_encoder(block, layer.format(g))
+        repeats = backbone.encoder.num_inner_repetitions
+        for k, block in enumerate(backbone.encoder.blocks):
+            out += _transformer_encoder(block, layer.format(k // repeats, k % repeats))
         if pooler and backbone.pooler_dense is not None:
             out += _pair(backbone.pooler_dense, pooler)
         return out
@@ -170,10 +171,6 @@ def _plain_config(config):  # RoBERTa, DistilBERT: exact GELU, our defaults
 def _albert_config(config):
     from keras_bertfam.layers.encoder import sharing_plan
 
-    if config.get("num_inner_repetitions", 1) != 1:
-        raise checkpoints.CheckpointError(
-            f"num_inner_repetitions={config['num_inner_repetitions']}: AlbertBackbone has one "
-            "transformer block per group, as every released ALBERT.")
     if config["embedding_dim"] == config["hidden_dim"]:
         raise checkpoints.CheckpointError(
             "embedding_dim == hidden_dim: keras-hub's ALBERT still projects E -> H there, "
@@ -185,7 +182,7 @@ def _albert_config(config):
             f"num_layers={layers}, num_groups={groups}: keras-hub's group order differs from "
             "AlbertBackbone's.")
     return dict(_take(config, *_SIZES, "max_sequence_length", "num_segments", "embedding_dim",
-                      "num_groups"), share="all", activation="gelu_approximate")
+                      "num_groups", "num_inner_repetitions"), share="all", activation="gelu_approximate")
 
 
 def _xlnet_config(config):
@@ -230,7 +227,7 @@ KERAS_HUB = {
                              "add_prefix_space": c.get("add_prefix_space", False)}),
     "AlbertBackbone": KerasHubFormat(
         "albert", _albert_config,
-        _encoder_weights(projection="embedding_projection", layer="group_{}_inner_layer_0",
+        _encoder_weights(projection="embedding_projection", layer="group_{}_inner_layer_{}",
                          pooler="pooled_dense"),
         tokenizer_files=("vocabulary.spm",),
         tokenizer=lambda c: {"kind": "sentencepiece", "lowercase": False, "keep_accents": True}),

@@ -47,7 +47,8 @@ def encoder_arguments(backbone_cls, config):
 
 def encoder_param_count(vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim,
                         embedding_dim=None, max_sequence_length=512, num_segments=2,
-                        position_offset=0, num_groups=None, share="none", pooler=True, **_):
+                        position_offset=0, num_groups=None, share="none", pooler=True,
+                        num_inner_repetitions=1, **_):
     H, I, E = hidden_dim, intermediate_dim, embedding_dim or hidden_dim
     embeddings = (vocabulary_size + max_sequence_length + position_offset + num_segments) * E
     embeddings += 2 * E  # LayerNorm
@@ -57,6 +58,7 @@ def encoder_param_count(vocabulary_size, num_layers, num_heads, hidden_dim, inte
     feedforward = (H * I + I) + (I * H + H) + 2 * H
     attention_ids, ffn_ids = sharing_plan(num_layers, num_groups or num_layers, share)
     encoder = len(set(attention_ids)) * attention + len(set(ffn_ids)) * feedforward
+    encoder *= num_inner_repetitions
     return embeddings + encoder + ((H * H + H) if pooler else 0)
 
 

@@ -20,7 +20,7 @@ class AlbertPretrainer(BertPretrainer):
     segments and `NgramMasker` n-gram masking (n <= 3, p(n) ∝ 1/n) over SentencePiece words.
 
     Example:
-    >>> backbone = kb.models.AlbertBackbone(1000, 2, 2, 32, 64, embedding_dim=16)  # doctest: +SKIP
+    >>> backbone = kb.models.AlbertBackbone(1000, 2, 2, 16, 32, 64)  # doctest: +SKIP
     >>> pre = AlbertPretrainer.default_preprocessor(tokenizer, backbone, sequence_length=64)  # doctest: +SKIP
     >>> AlbertPretrainer(backbone, preprocessor=pre).fit(documents)  # doctest: +SKIP
     """

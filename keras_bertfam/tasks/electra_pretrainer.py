@@ -8,13 +8,15 @@ import keras
 from keras import ops
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.layers import MaskedLMHead, ReplacedTokenHead
+from keras_bertfam.layers import ReplacedTokenHead
 from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
+    masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
+    task_initializer,
 )
 from keras_bertfam.tasks.task import Task
 
@@ -160,7 +162,7 @@ class ElectraPretrainer(Task):
     (`ElectraForMaskedLM`).
 
     Example:
-    >>> disc = kb.models.ElectraBackbone(100, 2, 2, 32, 64, embedding_dim=16)  # doctest: +SKIP
+    >>> disc = kb.models.ElectraBackbone(100, 2, 2, 32, 16, 64)  # doctest: +SKIP
     >>> model = kb.tasks.ElectraPretrainer(discriminator=disc)                  # doctest: +SKIP
     """
 
@@ -189,17 +191,11 @@ class ElectraPretrainer(Task):
         self.temperature = temperature
         self.preprocessor = preprocessor
         self.seed = seed
-        initializer = keras.initializers.TruncatedNormal(
-            stddev=getattr(discriminator, "initializer_range", 0.02))
+        initializer = task_initializer(discriminator)
 
         # === Layers ===
-        self.mlm_head = MaskedLMHead(
-            discriminator.token_embedding,
-            activation=getattr(generator, "activation", "gelu"),
-            layer_norm_epsilon=generator.layer_norm_epsilon,
-            kernel_initializer=initializer,
-            name="generator_head",
-        )
+        self.mlm_head = masked_lm_head(generator, token_embedding=discriminator.token_embedding,
+                                       name="generator_head")
         self.sampler = ReplacementSampler(temperature, seed=seed, name="sampler")
         self.rtd_head = ReplacedTokenHead(
             activation=getattr(discriminator, "activation", "gelu"),

@@ -25,6 +25,25 @@ def backbone_inputs(backbone, extra=(), task=None):
     return inputs, features
 
 
+def task_initializer(backbone):
+    """The initializer of a task's new heads: the backbone's `truncated_normal(initializer_range)`."""
+    return keras.initializers.TruncatedNormal(stddev=getattr(backbone, "initializer_range", 0.02))
+
+
+def masked_lm_head(backbone, token_embedding=None, name="mlm_head"):
+    """The MLM head every task builds on `backbone` (MaskedLM, the BERT / ALBERT / SpanBERT
+    pretrainers, ELECTRA's generator): tied to `token_embedding` (default the backbone's), the
+    backbone's activation, LayerNorm epsilon, initializer and dtype policy; returns logits."""
+    return MaskedLMHead(
+        token_embedding=token_embedding or backbone.token_embedding,
+        intermediate_activation=getattr(backbone, "activation", "gelu"),
+        layer_norm_epsilon=backbone.layer_norm_epsilon,
+        kernel_initializer=task_initializer(backbone),
+        dtype=backbone.dtype_policy,
+        name=name,
+    )
+
+
 def serving_mask_positions(features, mask_token_id):
     """For export: every position of the input, [MASK] tokens first (in order); weight 1 where the
     input holds [MASK]. -> model inputs with `mask_positions`, and `mask_weights` (B, T)."""
@@ -63,14 +82,7 @@ class MaskedLM(Task):
     def __init__(self, backbone, preprocessor=None, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.mlm_head = MaskedLMHead(
-            backbone.token_embedding,
-            activation=getattr(backbone, "activation", "gelu"),
-            layer_norm_epsilon=backbone.layer_norm_epsilon,
-            kernel_initializer=keras.initializers.TruncatedNormal(
-                stddev=getattr(backbone, "initializer_range", 0.02)),
-            name="mlm_head",
-        )
+        self.mlm_head = masked_lm_head(backbone)
         inputs, features = backbone_inputs(backbone, extra=("mask_positions",))
         sequence = backbone(features)["sequence_output"]
         logits = self.mlm_head(sequence, inputs["mask_positions"])

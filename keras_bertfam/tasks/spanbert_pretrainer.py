@@ -3,12 +3,14 @@
 import keras
 from keras import ops
 
-from keras_bertfam.layers import MaskedLMHead, SpanBoundaryHead, span_boundary_weights
+from keras_bertfam.layers import SpanBoundaryHead, span_boundary_weights
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
+    masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
+    task_initializer,
 )
 from keras_bertfam.tasks.task import Task
 
@@ -45,12 +47,10 @@ class SpanBertPretrainer(Task):
         self.preprocessor = preprocessor
         self.max_span_length = max_span_length
         self.position_embedding_dim = position_embedding_dim
-        initializer = keras.initializers.TruncatedNormal(
-            stddev=getattr(backbone, "initializer_range", 0.02))
         common = dict(activation=getattr(backbone, "activation", "gelu"),
                       layer_norm_epsilon=backbone.layer_norm_epsilon,
-                      kernel_initializer=initializer)
-        self.mlm_head = MaskedLMHead(backbone.token_embedding, name="mlm_head", **common)
+                      kernel_initializer=task_initializer(backbone))
+        self.mlm_head = masked_lm_head(backbone)
         self.sbo_head = SpanBoundaryHead(
             backbone.token_embedding, max_span_length=max_span_length,
             position_embedding_dim=position_embedding_dim, name="sbo_head", **common)

@@ -50,9 +50,6 @@ def albert_config_from_hf(cfg):
     act = cfg.get("hidden_act", "gelu_new")
     if act not in HF_ACTIVATIONS:
         raise checkpoints.CheckpointError(f"hidden_act={act!r} has no AlbertBackbone equivalent.")
-    if cfg.get("inner_group_num", 1) != 1:
-        raise checkpoints.CheckpointError(
-            f"inner_group_num={cfg['inner_group_num']}: only one block per group is supported.")
     embedding, hidden = cfg.get("embedding_size", 128), cfg["hidden_size"]
     if embedding == hidden:
         raise checkpoints.CheckpointError(
@@ -68,6 +65,7 @@ def albert_config_from_hf(cfg):
         intermediate_dim=cfg["intermediate_size"],
         embedding_dim=embedding,
         num_groups=groups,
+        num_inner_repetitions=cfg.get("inner_group_num", 1),
         share="all",
         dropout=cfg.get("hidden_dropout_prob", 0.0),
         max_sequence_length=cfg["max_position_embeddings"],
@@ -79,7 +77,7 @@ def albert_config_from_hf(cfg):
 
 
 def albert_backbone_map(backbone):
-    """Our AlbertBackbone <- HF AlbertModel names (one block per group, `albert_layers.0`)."""
+    """Our AlbertBackbone <- HF AlbertModel names (`albert_layers.r`: block r of a group)."""
     if backbone.share != "all":
         raise checkpoints.CheckpointError(
             f"HF ALBERT shares whole layers; share={backbone.share!r} has no HF counterpart.")
@@ -88,8 +86,9 @@ def albert_backbone_map(backbone):
     if emb.projection is not None:
         mapping += checkpoints.dense(emb.projection, "encoder.embedding_hidden_mapping_in")
     heads = backbone.num_heads
-    for g, block in enumerate(backbone.encoder.blocks):
-        p = f"encoder.albert_layer_groups.{g}.albert_layers.0"
+    repeats = backbone.num_inner_repetitions
+    for k, block in enumerate(backbone.encoder.blocks):
+        p = f"encoder.albert_layer_groups.{k // repeats}.albert_layers.{k % repeats}"
         attn, ffn = block.attention, block.feedforward
         mapping += (
             checkpoints.attention(attn.attention, [f"{p}.attention.query", f"{p}.attention.key",
@@ -116,7 +115,7 @@ def albert_config_to_hf(backbone):
     _check_groups(backbone.num_layers, groups, NotImplementedError)
     config = checkpoints.bert_config_to_hf(backbone, "albert", "AlbertModel")
     config.update(embedding_size=backbone.embedding_dim, num_hidden_groups=groups,
-                  inner_group_num=1, classifier_dropout_prob=backbone.dropout,
+                  inner_group_num=backbone.num_inner_repetitions, classifier_dropout_prob=backbone.dropout,
                   pad_token_id=0, bos_token_id=2, eos_token_id=3)
     return config
 
