@@ -506,7 +506,7 @@ def pretrain(args):
             raise CommandError(
                 f"{args.output} holds a checkpoint of an earlier keras-bertfam "
                 "(checkpoint.weights.h5, not a verified checkpoint directory); it cannot be "
-                "resumed safely. Use a new --output.")
+                "resumed safely. Delete it (`make clean` removes runs/) or use a new --output.")
         latest = run.latest(CHECKPOINT_FILES)
         state, step, where = None, 0, None
         if latest is not None:
