@@ -51,6 +51,9 @@ def main():
     parser.add_argument("--importance-sentences", type=int, default=512)
     parser.add_argument("--target", type=float, default=0.5)
     parser.add_argument("--step", type=float, default=0.1)
+    parser.add_argument("--train-sentences", type=int, default=0,
+                        help="fine-tune on only the first N training sentences (0: all)")
+    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
     start = time.time()
@@ -60,18 +63,21 @@ def main():
     if os.path.exists(os.path.join(args.finetuned, "keras_bertfam.json")):
         clf = kb.tasks.TextClassifier.from_preset(args.finetuned)
     else:
-        clf = finetune(texts, labels, train, seed=args.seed)
+        subset = train[: args.train_sentences] if args.train_sentences else train
+        clf = finetune(texts, labels, subset, epochs=args.epochs, seed=args.seed)
         clf.save_to_preset(args.finetuned)
+        print(f"fine-tuned on {len(subset)} sentences, {args.epochs} epochs "
+              f"({(time.time() - start) / 60:.1f} min)", flush=True)
     dev_data = (texts[dev], labels[dev])
     scoring = train[: args.importance_sentences]
     score_data = (texts[scoring], labels[scoring])
     base = accuracy(clf, *dev_data)
-    print(f"unpruned dev accuracy {base:.4f}")
+    print(f"unpruned dev accuracy {base:.4f}", flush=True)
 
     result = kb.analysis.head_importance(clf, score_data, accuracy_drop=False)
     kb.analysis.plot_heads(result.importance, os.path.join(args.output, "head_importance.png"),
                            title="MiniLM / Rotten Tomatoes: head importance (Michel et al.)")
-    print(f"head importance done ({(time.time() - start) / 60:.1f} min)")
+    print(f"head importance done ({(time.time() - start) / 60:.1f} min)", flush=True)
 
     curve = kb.analysis.iterative_pruning(
         clf, dev_data, target=args.target, step=args.step, importance_data=score_data,

@@ -89,9 +89,7 @@ def value_and_grad(fn, x):
     if backend == "torch":
         import torch
 
-        from keras.src.backend.torch.core import get_device
-
-        x = torch.tensor(np.asarray(x, "float32"), device=get_device(), requires_grad=True)
+        x = ops.convert_to_tensor(np.asarray(x, "float32")).detach().requires_grad_(True)
         value = fn(x)
         (grad,) = torch.autograd.grad(value, x)
         return float(value.detach().cpu()), grad.detach().cpu().numpy()
