@@ -16,6 +16,7 @@ ours / hf time, ours / full time, and ours' memory at 4,096 / 1,024 (linear: 4; 
 
 Usage: python bench/bench_longformer.py [--lengths 512 1024 2048 4096] [--reps 2]
            [--full-max 2048]      # full attention above 2,048 needs ~10+ GB at T=4096
+           [--num-layers 12]      # the base width with fewer layers, when the machine is loaded
 Not a test: numbers depend on the machine and its load.
 """
 import argparse
@@ -35,7 +36,7 @@ def _rss_kb():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def worker(model, length, reps, window):
+def worker(model, length, reps, window, num_layers=12):
     import resource
 
     import numpy as np
@@ -52,7 +53,7 @@ def worker(model, length, reps, window):
         import transformers
 
         config = transformers.LongformerConfig(
-            vocab_size=BASE["vocabulary_size"], hidden_size=768, num_hidden_layers=12,
+            vocab_size=BASE["vocabulary_size"], hidden_size=768, num_hidden_layers=num_layers,
             num_attention_heads=12, intermediate_size=3072, max_position_embeddings=4098,
             type_vocab_size=1, attention_window=window, hidden_dropout_prob=0.0,
             attention_probs_dropout_prob=0.0, pad_token_id=1)
@@ -69,10 +70,12 @@ def worker(model, length, reps, window):
         import keras_bertfam as kb
 
         if model == "ours":
-            net = kb.models.LongformerBackbone(**BASE, attention_window=window, dropout=0.0,
+            net = kb.models.LongformerBackbone(**dict(BASE, num_layers=num_layers),
+                                               attention_window=window, dropout=0.0,
                                                max_sequence_length=4096)
         else:
-            net = kb.models.RobertaBackbone(**BASE, dropout=0.0, max_sequence_length=4096)
+            net = kb.models.RobertaBackbone(**dict(BASE, num_layers=num_layers), dropout=0.0,
+                                            max_sequence_length=4096)
         inputs = {"token_ids": torch.tensor(ids, dtype=torch.int32),
                   "segment_ids": torch.zeros((1, length), dtype=torch.int32),
                   "padding_mask": torch.ones((1, length), dtype=torch.int32)}
@@ -104,10 +107,11 @@ def main():
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--full-max", type=int, default=2048)
+    parser.add_argument("--num-layers", type=int, default=12)  # fewer under heavy load
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "LENGTH"))
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker[0], int(args.worker[1]), args.reps, args.window)
+        return worker(args.worker[0], int(args.worker[1]), args.reps, args.window, args.num_layers)
     results = {}
     models = ["ours", "hf", "full"]
     for i, length in enumerate(args.lengths):
@@ -117,7 +121,8 @@ def main():
                 continue
             proc = subprocess.run(
                 [sys.executable, os.path.abspath(__file__), "--worker", model, str(length),
-                 "--reps", str(args.reps), "--window", str(args.window)],
+                 "--reps", str(args.reps), "--window", str(args.window),
+                 "--num-layers", str(args.num_layers)],
                 capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if proc.returncode or not lines:

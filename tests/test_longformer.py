@@ -235,6 +235,7 @@ def test_all_global_equals_full_attention_and_from_roberta(tmp_path):
     assert _max_diff(longformer(x)["sequence_output"], full, valid) > 1e-3
 
 
+@pytest.mark.multibackend
 def test_xla_compiled_equals_eager():
     """Traced with static shapes (the global slots are max_global_tokens), jit-compiled."""
     backbone = kb.models.LongformerBackbone(**dict(TINY, max_global_tokens=6))
