@@ -17,7 +17,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["keras_bertfam", "keras_bertfam.*"]),
     include_package_data=True,
-    package_data={"keras_bertfam.presets": ["*.json"]},
+    package_data={"keras_bertfam.presets": ["*.json"],
+                  "keras_bertfam": ["serving_registry/*.txt"]},
     install_requires=[
         "keras>=3.10",
         "keras-hub>=0.32",
