@@ -18,7 +18,8 @@ setup(
     packages=find_packages(include=["keras_bertfam", "keras_bertfam.*"]),
     py_modules=["keras_bertfam_cli"],  # the console script: see its docstring
     include_package_data=True,
-    package_data={"keras_bertfam.presets": ["*.json"]},
+    package_data={"keras_bertfam.presets": ["*.json"],
+                  "keras_bertfam": ["serving_registry/*.txt"]},
     install_requires=[
         "keras>=3.10",
         "keras-hub>=0.32",

@@ -30,6 +30,7 @@ weights) and running `keras-bertfam export --task dir --output out/1`, which loa
 TensorFlow. (Rebuilding the model under another backend inside one process is not possible: Keras
 fixes its backend at import.)
 """
+import functools
 import os
 import subprocess
 import sys
@@ -37,22 +38,42 @@ import tempfile
 
 import keras
 
-# The op types tf-text registers, by release (TF Serving links tf-text 2.12.1 in 2.12-2.19).
-TF_TEXT_2_12_OPS = frozenset("""
-CaseFoldUTF8 ConstrainedSequence FastBertNormalize FastWordpieceTokenizeWithOffsets
-FindSourceOffsets MaxSpanningTree NormalizeUTF8 NormalizeUTF8WithOffsetsMap PhraseTokenize
-RegexSplitWithOffsets RougeL SentenceFragments SentenceFragmentsV2 SentencepieceDetokenizeOp
-SentencepieceIdToStringOp SentencepieceOp SentencepieceStringToIdOp SentencepieceTokenizeOp
-SentencepieceTokenizeWithOffsetsOp SentencepieceVocabSizeOp SplitMergeTokenizeWithOffsets
-TFText>BoiseTagsToOffsets TFText>ByteSplitByOffsets TFText>ByteSplitWithOffsets
-TFText>FastSentencepieceDetokenize TFText>FastSentencepieceTokenize TFText>FastWordpieceDetokenize
-TFText>NgramsStringJoin TFText>OffsetsToBoiseTags TFText>PhraseDetokenize
-TFText>WhitespaceTokenizeWithOffsetsV2 TokenizerFromLogits UnicodeScriptTokenizeWithOffsets
-WhitespaceTokenizeWithOffsets WordpieceTokenizeWithOffsets
-""".split())
-TF_TEXT_2_20_OPS = TF_TEXT_2_12_OPS | {
-    "TFText>RoundRobinGenerateMasks", "TFText>RoundRobinTrim", "TFText>Utf8Binarize"}
+_REGISTRY = os.path.join(os.path.dirname(__file__), "serving_registry")
+
+
+def _read_list(name):
+    with open(os.path.join(_REGISTRY, name), encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip() and not line.startswith("#")]
+
+
+def _read_core_registry(version):
+    """`{op type: frozenset(attr names)}` of a TensorFlow release's core registry (shipped)."""
+    ops = {}
+    for line in _read_list(f"tf-{version}-core-ops.txt"):
+        op, _, attrs = line.partition(" ")
+        ops[op] = frozenset(a for a in attrs.strip().split(",") if a)
+    return ops
+
+
+# The op types tf-text registers, by release (TF Serving links tf-text 2.12.1 in 2.12-2.19 and
+# 2.20.0 from 2.20 on; 2.20 and 2.21 register the same 38), read from the lists shipped in
+# keras_bertfam/serving_registry/.
+TF_TEXT_2_12_OPS = frozenset(_read_list("tf-text-2.12.1-ops.txt"))
+TF_TEXT_2_20_OPS = frozenset(_read_list("tf-text-2.21.1-ops.txt"))
 TF_TEXT_OPS = {"2.12": TF_TEXT_2_12_OPS, "2.20": TF_TEXT_2_20_OPS, "2.21": TF_TEXT_2_20_OPS}
+# The core TensorFlow registries shipped (op types and their attr names). A server's core is at
+# least the TensorFlow its tf-text was built for: tf-text 2.12.x -> TF 2.12.1.
+CORE_REGISTRIES = ("2.12.1",)
+_TF_FOR_TF_TEXT = {"2.12": "2.12.1"}
+
+
+@functools.lru_cache(maxsize=None)
+def core_registry(version):
+    """`{op type: frozenset(attr names)}` of TensorFlow `version`'s core ops (shipped lists)."""
+    if version not in CORE_REGISTRIES:
+        raise ValueError(f"No core op list for TensorFlow {version!r}; shipped: "
+                         f"{', '.join(CORE_REGISTRIES)} (or tensorflow=None: the running one).")
+    return _read_core_registry(version)
 
 
 class UnsupportedOpsError(ValueError):
@@ -71,7 +92,8 @@ def _require_tensorflow():
 
 # === Export ===
 def export_saved_model(model, export_dir, include_preprocessing=True, sequence_length=None,
-                       tokenizer=None, preprocessor=None):
+                       tokenizer=None, preprocessor=None, target_tensorflow="2.12.1",
+                       dynamic_padding=False):
     """Writes a SavedModel of a task or backbone to `export_dir` (use a versioned `.../1`).
 
     Args:
@@ -85,6 +107,14 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             tasks that read special tokens (MLM: [MASK]).
         preprocessor: where to take the tokenizer and packing from (default: the task's own;
             useful to export a bare backbone with its task's preprocessing).
+        dynamic_padding: the string signature pads each request to its longest text (at most
+            `sequence_length`) instead of to `sequence_length`: per-position outputs then have
+            that many positions (the first ones of the fixed-length result; XLNet, padded on the
+            left, keeps the last ones). False: always `sequence_length`.
+        target_tensorflow: the oldest TensorFlow the SavedModel must load in (a shipped registry,
+            "2.12.1": TF Serving 2.12-2.19): node attrs that release does not define are removed
+            where they hold their default (`strip_unknown_attrs`), so the export passes
+            `audit_ops` strictly. None: written as the running TensorFlow writes it.
 
     Returns: the signature names.
     """
@@ -139,7 +169,8 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
     ids_shape = [None, None, None] if choices else [None, None]
     ids_spec = {n: tf.TensorSpec(ids_shape, tf.int32, name=n) for n in feature_names}
-    serve_ids = tf.function(outputs_of, input_signature=[ids_spec])
+    serve_ids = tf.function(lambda features: outputs_of(_checked_ids(features, backbone)),
+                            input_signature=[ids_spec])
 
     module = tf.Module()
     module.model_variables = [getattr(v, "value", v) for v in model.variables]
@@ -152,26 +183,32 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         config.update(sequence_length=sequence_length, return_dict=False)
         packer = SegmentPacker(**config)
 
+        side = getattr(model, "serving_padding_side", "right") if is_task else "right"
+
         def pack(segments):
             custom = model.serving_pack(segments, sequence_length, special) if is_task else None
             if custom is not None:
-                return {k: tf.cast(custom[k], tf.int32) for k in feature_names}
-            token_ids, segment_ids, padding_mask = packer(tuple(segments))
-            features = {"token_ids": token_ids, "segment_ids": segment_ids,
-                        "padding_mask": tf.cast(padding_mask, tf.int32)}
-            # A bare Longformer backbone: no global attention (zeros)
-            return {k: tf.cast(features.get(k, tf.zeros_like(token_ids)), tf.int32)
-                    for k in feature_names}
+                features = {k: tf.cast(custom[k], tf.int32) for k in feature_names}
+            else:
+                token_ids, segment_ids, padding_mask = packer(tuple(segments))
+                features = {"token_ids": token_ids, "segment_ids": segment_ids,
+                            "padding_mask": tf.cast(padding_mask, tf.int32)}
+                # A bare Longformer backbone: no global attention (zeros)
+                features = {k: tf.cast(features.get(k, tf.zeros_like(token_ids)), tf.int32)
+                            for k in feature_names}
+            return trim_padding(features, side) if dynamic_padding else features
 
         mask_token = getattr(tokenizer, "mask_token", None)
+        # a tokenizer whose training-time graph is not servable gives a stateless one (BPE)
+        run_tokenizer = getattr(tokenizer, "serving_tokenize", tokenizer)
 
         def tokenize(texts):
             # A literal mask token in the text (e.g. "[MASK]") becomes its id, as in HF's
             # tokenizers: split on it, tokenize the pieces, put the id back between them.
             if mask_token is None or special["mask"] is None:
-                return tokenizer(texts)
+                return run_tokenizer(texts)
             pieces = tf.strings.split(texts, sep=mask_token)  # [B, (P)]
-            tokens = tokenizer(pieces.flat_values)  # [N, (W)]
+            tokens = run_tokenizer(pieces.flat_values)  # [N, (W)]
             dtype = tokens.dtype
             is_last = tf.equal(tf.ragged.range(pieces.row_lengths()).flat_values,
                                tf.gather(pieces.row_lengths(), pieces.value_rowids()) - 1)
@@ -184,7 +221,9 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
         def serve_text(*texts):
             if is_task:
-                own = model.serving_strings(texts, tokenizer, sequence_length, outputs_of)
+                trimmed = ((lambda f: outputs_of(trim_padding(f, side))) if dynamic_padding
+                           else outputs_of)
+                own = model.serving_strings(texts, tokenizer, sequence_length, trimmed)
                 if own is not None:
                     return own
             if choices:  # prompt [B], choices [B, C] -> (B, C, T)
@@ -192,7 +231,7 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
                 num = tf.shape(options)[1]
                 repeated = tf.reshape(tf.repeat(prompt[:, None], num, axis=1), [-1])
                 features = pack([tokenize(repeated), tokenize(tf.reshape(options, [-1]))])
-                features = {k: tf.reshape(v, [-1, num, sequence_length])
+                features = {k: tf.reshape(v, [-1, num, tf.shape(v)[-1]])
                             for k, v in features.items()}
             else:
                 features = pack([tokenize(t) for t in texts])
@@ -205,16 +244,79 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         vocab = _vocabulary_file(tokenizer)
         if vocab is not None:
             module.vocabulary = tf.saved_model.Asset(vocab)
-        # SentencePiece (ALBERT, XLNet) captures a tf-text model resource: the SavedModel must
-        # track it, or saving fails with "references an 'untracked' resource".
-        sentence_piece = getattr(tokenizer, "_sentence_piece", None)
-        if sentence_piece is not None:
-            module.sentence_piece = sentence_piece
+        # Resources the tokenizer's graph reads (SentencePiece's model, BPE's tables): the
+        # SavedModel must track them, or saving fails with "references an 'untracked' resource".
+        if hasattr(tokenizer, "serving_resources"):
+            module.tokenizer_resources = list(tokenizer.serving_resources())
     else:
         signatures["serving_default"] = signatures["token_ids"]
     module.serve_token_ids = serve_ids
     tf.saved_model.save(module, export_dir, signatures=signatures)
+    if target_tensorflow is not None:
+        strip_unknown_attrs(export_dir, target_tensorflow)
     return sorted(signatures)
+
+
+def trim_padding(features, side="right"):
+    """Packed features of a batch -> the same, cut to the batch's longest row (its most real
+    positions by `padding_mask`): every non-string feature of rank >= 2 loses its last axis'
+    all-padding columns, at the end (`side="right"`) or at the start ("left": XLNet)."""
+    import tensorflow as tf
+
+    mask = features["padding_mask"]
+    full = tf.shape(mask)[-1]
+    longest = tf.reduce_max(tf.reduce_sum(tf.reshape(mask, [-1, full]), axis=-1))
+    length = tf.clip_by_value(longest, 1, full)  # an empty batch keeps one position
+    begin = full - length if side == "left" else 0
+    out = {}
+    for key, value in features.items():
+        if value.dtype == tf.string or value.shape.rank < 2:
+            out[key] = value
+        else:
+            out[key] = value[..., begin:begin + length]
+    return out
+
+
+def _checked_ids(features, backbone):
+    """The `token_ids` signature's inputs, checked in the graph: the same shape for every
+    feature, ids in [0, vocabulary_size), segment ids in [0, num_segments), a 0/1 padding mask,
+    and no more positions than the backbone's `max_sequence_length`. A violation fails the
+    request with an InvalidArgumentError naming the feature, the bound and the offending value."""
+    import tensorflow as tf
+
+    ids = features["token_ids"]
+    checks = []
+    for name, value in features.items():
+        checks.append(tf.debugging.assert_equal(
+            tf.shape(value), tf.shape(ids),
+            message=f"token_ids signature: {name} must have the shape of token_ids"))
+    vocabulary_size = getattr(backbone, "vocabulary_size", None)
+
+    def in_range(name, low, high):
+        value = features[name]
+        none = tf.equal(tf.size(value), 0)
+        low_value = tf.reduce_min(value)
+        high_value = tf.reduce_max(value)
+        ok = none | ((low_value >= low) & (high_value < high))
+        checks.append(tf.debugging.Assert(ok, [
+            f"token_ids signature: {name} must be in [{low}, {high}); got values from",
+            low_value, "to", high_value], name=f"check_{name}"))
+
+    if vocabulary_size:
+        in_range("token_ids", 0, int(vocabulary_size))
+    num_segments = getattr(backbone, "num_segments", None)
+    if "segment_ids" in features and num_segments:
+        in_range("segment_ids", 0, int(num_segments))
+    if "padding_mask" in features:
+        in_range("padding_mask", 0, 2)
+    max_length = getattr(backbone, "max_sequence_length", None)
+    if max_length:
+        length = tf.shape(ids)[-1]
+        checks.append(tf.debugging.Assert(length <= int(max_length), [
+            f"token_ids signature: at most {int(max_length)} positions (the backbone's "
+            "max_sequence_length); got", length], name="check_length"))
+    with tf.control_dependencies(checks):
+        return {k: tf.identity(v) for k, v in features.items()}
 
 
 def _vocabulary_file(tokenizer):
@@ -282,14 +384,89 @@ def core_tensorflow_ops():
     return _CORE_OPS
 
 
-def audit_ops(export_dir, tf_text="2.12.1", raise_on_error=True):
-    """Checks that every op of the SavedModel is core TensorFlow or in the target tf-text release.
+def _node_attrs(export_dir):
+    """Yields `(op type, attr names, where)` for every node of the SavedModel."""
+    proto = _read_saved_model(export_dir)
+    for meta in proto.meta_graphs:
+        graph = meta.graph_def
+        for node in graph.node:
+            yield node.op, list(node.attr), "<graph>"
+        for fn in graph.library.function:
+            for node in fn.node_def:
+                yield node.op, list(node.attr), fn.signature.name
+
+
+def _read_saved_model(export_dir):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    return proto
+
+
+# Attrs newer TensorFlow writes that only name things for debugging (no effect on the kernel).
+_INFORMATIONAL_ATTRS = frozenset({"debug_name"})
+
+
+def strip_unknown_attrs(export_dir, tensorflow="2.12.1"):
+    """Removes from every node the attrs TensorFlow `tensorflow`'s op definition lacks and that
+    either hold the running TensorFlow's default value or only name things for debugging
+    (`debug_name`, which TF 2.21 writes on every `VarHandleOp` and older model servers refuse:
+    tensorflow/serving#1757), so a server of that release reads the graph as written. Attrs starting with "_" are TensorFlow's own annotations
+    (not checked against op definitions) and stay. An attr the target lacks whose value is not
+    the default changes the op's meaning and is kept (the audit reports it).
+
+    Returns: `{op type: sorted attr names removed}`.
+    """
+    from tensorflow.python.framework import op_def_registry
+
+    target = core_registry(tensorflow)
+    proto = _read_saved_model(export_dir)
+    removed = {}
+
+    def strip(node):
+        known = target.get(node.op)
+        if known is None:
+            return
+        op_def = op_def_registry.get(node.op)
+        defaults = {a.name: a.default_value for a in op_def.attr
+                    if a.HasField("default_value")} if op_def is not None else {}
+        for name in list(node.attr):
+            if name.startswith("_") or name in known:
+                continue
+            if name in _INFORMATIONAL_ATTRS or (
+                    name in defaults and node.attr[name] == defaults[name]):
+                del node.attr[name]
+                removed.setdefault(node.op, set()).add(name)
+
+    for meta in proto.meta_graphs:
+        for node in meta.graph_def.node:
+            strip(node)
+        for fn in meta.graph_def.library.function:
+            for node in fn.node_def:
+                strip(node)
+    if removed:
+        with open(os.path.join(export_dir, "saved_model.pb"), "wb") as f:
+            f.write(proto.SerializeToString())
+    return {op: sorted(names) for op, names in sorted(removed.items())}
+
+
+def audit_ops(export_dir, tf_text="2.12.1", tensorflow="auto", raise_on_error=True):
+    """Checks the SavedModel against the target server's op registry: every op type must be a
+    core op of the target TensorFlow or an op of the target tf-text, and every attr of a core op
+    must be one the target's op definition has (an unknown attr is refused by older servers and
+    ignored, with a log line, by 2.12.1; attrs starting with "_" are annotations, not checked).
 
     Args:
         tf_text: the tf-text release the server links ("2.12.1": TF Serving 2.12-2.19; "2.20.0":
             2.20 on), or None for core TensorFlow only.
-    Returns: `{"ops": {op: "core" | "tf-text" | "UNSUPPORTED"}, "unsupported": {op: functions}}`.
-    Raises: `UnsupportedOpsError` naming each op outside the set and where it is used.
+        tensorflow: the target's core TensorFlow: a shipped registry ("2.12.1"), None for the
+            TensorFlow running the audit, or "auto": 2.12.1 for tf-text 2.12.x (what TF Serving
+            2.12 links), else the running one.
+    Returns: `{"ops": {op: "core" | "tf-text" | "UNSUPPORTED"}, "unsupported": {op: functions},
+        "unknown_attrs": {op: attr names}, "tensorflow": the core registry checked}`.
+    Raises: `UnsupportedOpsError` naming each op or attr outside the target and where it is used.
     """
     allowed_text = frozenset()
     if tf_text is not None:
@@ -297,9 +474,16 @@ def audit_ops(export_dir, tf_text="2.12.1", raise_on_error=True):
         if key not in TF_TEXT_OPS:
             raise ValueError(f"Unknown tf-text release {tf_text!r}; known: 2.12.x, 2.20.x, 2.21.x.")
         allowed_text = TF_TEXT_OPS[key]
-    core = core_tensorflow_ops()
+    if tensorflow == "auto":
+        tensorflow = _TF_FOR_TF_TEXT.get(".".join(str(tf_text).split(".")[:2])) if tf_text else None
+    if tensorflow is None:
+        core = dict.fromkeys(core_tensorflow_ops())  # attrs not checked: the running TF's own
+        target_name = "the running TensorFlow"
+    else:
+        core = core_registry(tensorflow)
+        target_name = f"TensorFlow {tensorflow}"
     used = list_ops(export_dir)
-    kinds, unsupported = {}, {}
+    kinds, unsupported, unknown_attrs = {}, {}, {}
     for op, where in used.items():
         if op in core:
             kinds[op] = "core"
@@ -308,11 +492,27 @@ def audit_ops(export_dir, tf_text="2.12.1", raise_on_error=True):
         else:
             kinds[op] = "UNSUPPORTED"
             unsupported[op] = where
-    if unsupported and raise_on_error:
-        lines = "\n".join(f"  {op} (in {', '.join(w[:3])})" for op, w in unsupported.items())
+    if tensorflow is not None:
+        attr_where = {}
+        for op, attrs, where in _node_attrs(export_dir):
+            known = core.get(op)
+            if known is None:
+                continue
+            for name in attrs:
+                if not name.startswith("_") and name not in known:
+                    unknown_attrs.setdefault(op, set()).add(name)
+                    attr_where.setdefault(op, set()).add(where)
+        unknown_attrs = {op: sorted(names) for op, names in sorted(unknown_attrs.items())}
+    if (unsupported or unknown_attrs) and raise_on_error:
+        lines = [f"  {op} (in {', '.join(w[:3])})" for op, w in unsupported.items()]
+        lines += [f"  {op} attr(s) {', '.join(names)} (in {', '.join(sorted(attr_where[op])[:3])})"
+                  for op, names in unknown_attrs.items()]
         raise UnsupportedOpsError(
-            f"{export_dir} uses {len(unsupported)} op(s) outside core TensorFlow + tf-text "
-            f"{tf_text}; a TF Serving build linking that tf-text fails with 'Op type not "
-            f"registered':\n{lines}"
+            f"{export_dir} uses {len(unsupported)} op(s) outside {target_name} core + tf-text "
+            f"{tf_text} (a server with that registry fails with 'Op type not registered') and "
+            f"{len(unknown_attrs)} op(s) with attrs that registry does not define (older servers "
+            "refuse them; kb.export.strip_unknown_attrs removes those at their default):\n"
+            + "\n".join(lines)
         )
-    return {"ops": kinds, "unsupported": unsupported}
+    return {"ops": kinds, "unsupported": unsupported, "unknown_attrs": unknown_attrs,
+            "tensorflow": tensorflow}

@@ -229,6 +229,7 @@ def test_every_export_passes_the_tf_text_2_12_audit(exports):
         assert text_ops <= kb.export.TF_TEXT_2_12_OPS
         assert text_ops & {"FastWordpieceTokenizeWithOffsets", "SentencepieceTokenizeOp"}
         assert not report["unsupported"], name
+        assert report["tensorflow"] == "2.12.1" and not report["unknown_attrs"], name
         assert os.path.exists(os.path.join(path, "assets", "vocab.txt"))
         assert os.listdir(os.path.join(path, "variables"))
 
@@ -243,7 +244,7 @@ def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps(jobs, default=lambda a: np.asarray(a).tolist()))
     proc = subprocess.run([sys.executable, "-c", FRESH, str(spec)], capture_output=True, text=True,
-                          timeout=170, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                          timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     for (name, path, inputs, ref), job in zip(done, jobs):
         got = np.load(job["out"], allow_pickle=True)
@@ -253,9 +254,32 @@ def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert
                 assert "ids__" + key not in got.files
                 np.testing.assert_array_equal(got[key], expected, err_msg=f"{name}:{key}")
                 continue
-            np.testing.assert_allclose(got[key], expected, atol=1e-5, err_msg=f"{name}:{key}")
             np.testing.assert_allclose(got["ids__" + key], expected, atol=1e-5,
                                        err_msg=f"{name}:token_ids:{key}")
+            assert_dynamic_padding_equal(name, key, got, ref)
+
+
+def assert_dynamic_padding_equal(name, key, got, ref):
+    """The string signature pads to the batch's longest row: its per-position outputs are the
+    fixed-length reference's first T positions (XLNet, padded on the left: its last T, and the
+    mask slots' positions index that shorter row)."""
+    value, expected = got[key], ref[key]
+    if name != "XLNetPretrainer":
+        expected = expected[tuple(slice(0, n) for n in value.shape)]
+        np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=f"{name}:{key}")
+        return
+    cut = SEQ - got["mask_weights"].shape[1]
+    slots = ref["mask_weights"] > 0  # (B, T): the mask slots come first
+    np.testing.assert_array_equal(got["mask_weights"].sum(1), ref["mask_weights"].sum(1))
+    if key == "mask_positions":
+        np.testing.assert_array_equal(value[slots[:, :value.shape[1]]] + cut, expected[slots])
+    elif key == "mask_weights":
+        pass
+    elif value.ndim >= 2 and value.shape[1] == SEQ - cut:  # per slot
+        np.testing.assert_allclose(value[slots[:, :value.shape[1]]], expected[slots], atol=1e-5,
+                                   err_msg=f"{name}:{key}")
+    else:
+        np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=f"{name}:{key}")
 
 
 def _ids_for(name, inputs, vocab_file, xlnet_spiece):
@@ -330,6 +354,92 @@ def test_audit_catches_keras_hub_round_robin_packer(tmp_path):
     # and core-only targets reject the tokenizer's tf-text ops too
     report = kb.export.audit_ops(path, tf_text=None, raise_on_error=False)
     assert "FastWordpieceTokenizeWithOffsets" in report["unsupported"]
+
+
+def test_audit_checks_the_target_tensorflow_not_the_running_one(tmp_path):
+    """SegmentMaxV2 is core in TF 2.21 (which runs the audit) but not in 2.12.1."""
+    module = tf.Module()
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32),
+                                  tf.TensorSpec([None], tf.int32)])
+    def serve(data, segments):
+        return tf.raw_ops.SegmentMaxV2(data=data, segment_ids=segments, num_segments=3)
+
+    path = str(tmp_path / "segment_max" / "1")
+    tf.saved_model.save(module, path, signatures={"serving_default": serve.get_concrete_function()})
+    with pytest.raises(kb.export.UnsupportedOpsError, match="SegmentMaxV2"):
+        kb.export.audit_ops(path, tf_text="2.12.1")
+    # the running TensorFlow's registry (the old behaviour) lets it through
+    assert not kb.export.audit_ops(path, tf_text="2.12.1", tensorflow=None)["unsupported"]
+    # the shipped lists are the registries they name
+    assert len(kb.export.core_registry("2.12.1")) == 1845
+    assert "SegmentMaxV2" not in kb.export.core_registry("2.12.1")
+    assert len(kb.export.TF_TEXT_2_12_OPS) == 35 and len(kb.export.TF_TEXT_2_20_OPS) == 38
+
+
+def test_audit_checks_attrs_and_export_strips_them(tmp_path):
+    """TF 2.21 writes `debug_name` on VarHandleOp; 2.12.1 does not define it."""
+    module = tf.Module()
+    module.scale = tf.Variable(2.0)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def serve(x):
+        return {"y": x * module.scale}
+
+    path = str(tmp_path / "variable" / "1")
+    tf.saved_model.save(module, path, signatures={"serving_default": serve.get_concrete_function()})
+    with pytest.raises(kb.export.UnsupportedOpsError, match="VarHandleOp attr.*debug_name"):
+        kb.export.audit_ops(path)
+    report = kb.export.audit_ops(path, raise_on_error=False)
+    assert report["unknown_attrs"] == {"VarHandleOp": ["debug_name"]}
+    assert kb.export.strip_unknown_attrs(path) == {"VarHandleOp": ["debug_name"]}
+    assert not kb.export.audit_ops(path)["unknown_attrs"]
+    got = tf.saved_model.load(path).signatures["serving_default"](tf.constant([1.5]))
+    np.testing.assert_allclose(got["y"].numpy(), [3.0])
+    # our exports are stripped by default, and keep the attrs when asked
+    task = kb.tasks.TextClassifier(backbone(), num_classes=2)
+    kb.export.export_saved_model(task, str(tmp_path / "a"), include_preprocessing=False)
+    assert not kb.export.audit_ops(str(tmp_path / "a"))["unknown_attrs"]
+    kb.export.export_saved_model(task, str(tmp_path / "b"), include_preprocessing=False,
+                                 target_tensorflow=None)
+    assert "VarHandleOp" in kb.export.audit_ops(str(tmp_path / "b"),
+                                                raise_on_error=False)["unknown_attrs"]
+
+
+def test_token_ids_signature_validates_its_input(tmp_path):
+    task = kb.tasks.TextClassifier(backbone(), num_classes=2)  # vocabulary 28, 32 positions
+    path = str(tmp_path / "ids" / "1")
+    kb.export.export_saved_model(task, path, include_preprocessing=False)
+    serve = tf.saved_model.load(path).signatures["token_ids"]
+
+    def call(ids, segments=None, mask=None):
+        ids = np.asarray(ids, np.int32)
+        return serve(token_ids=tf.constant(ids),
+                     segment_ids=tf.constant(np.zeros_like(ids) if segments is None else segments,
+                                             tf.int32),
+                     padding_mask=tf.constant(np.ones_like(ids) if mask is None else mask,
+                                              tf.int32))
+
+    good = [[2, 5, 6, 3], [2, 7, 3, 0]]
+    np.testing.assert_allclose(call(good)["logits"].numpy(),
+                               task.predict({"token_ids": np.array(good), "segment_ids":
+                                             np.zeros((2, 4)), "padding_mask": np.ones((2, 4))},
+                                            verbose=0), atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"token_ids must be in \[0, 28\); got values from\] \[-1\]"):
+        call([[2, -1, 3, 0]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"token_ids must be in \[0, 28\)"):
+        call([[2, 28, 3, 0]])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"at most 32 positions .*max_sequence_length.*600"):
+        call(np.full([1, 600], 5))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"segment_ids must be in \[0, 2\)"):
+        call(good, segments=np.full([2, 4], 2))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"padding_mask must be in \[0, 2\)"):
+        call(good, mask=np.full([2, 4], 3))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="segment_ids must have the shape"):
+        call(good, segments=np.zeros([2, 3]))
+    assert call(np.zeros([0, 4], np.int32))["logits"].shape == (0, 2)  # an empty batch
 
 
 def test_export_errors(tmp_path):

@@ -194,3 +194,121 @@ def test_roberta_masked_lm_fit_on_raw_text(bpe_dir):
     history = mlm.fit(texts, epochs=4, verbose=0)
     losses = history.history["mlm_loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+
+
+# === Export (byte-level BPE in the serving graph) ===
+BPE_TEXTS = ["Café naïve résumé, Zoë façade déjà-vu", "東京大学 日本語のテキスト 中文", "emoji 😀🎉 👍🏽 ok",
+             "", "  spaces\tand\nnewlines ", "<s> the </s> <mask> kept whole"]
+
+
+def test_bpe_serving_tokenize_equals_hf_roberta_tokenizer(bpe_dir):
+    """The export's stateless BPE (no MutableHashTable cache) gives HF's ids."""
+    import tensorflow as tf
+    import transformers
+
+    from keras_bertfam.preprocessing import corpus
+
+    vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
+    tok = kb.preprocessing.BytePairTokenizer(vocab, merges)
+    words = " ".join(t.decode() for t in corpus.default_corpus().skip(21000).take(60)
+                     .as_numpy_iterator()).split()[:5000]
+    assert len(words) == 5000
+    texts = BPE_TEXTS + [" ".join(words)]
+    serve = tf.function(tok.serving_tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    ours = serve(tf.constant(texts)).to_list()
+    hf = transformers.RobertaTokenizer(vocab, merges)
+    expected = [hf(t, add_special_tokens=False)["input_ids"] for t in texts]
+    for text, got, want in zip(texts, ours, expected):
+        assert got == want, text[:60]
+    assert ours[3] == [] and len(ours[-1]) > 5000
+    assert ours == tok(texts).to_list()  # and keras-hub's cached path's
+
+
+FRESH_BPE = r'''
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # registers the tf-text ops
+jobs = json.load(open(sys.argv[1]))
+for job in jobs:
+    model = tf.saved_model.load(job["dir"])
+    out = model.signatures["serving_default"](**{k: tf.constant(v) for k, v in job["inputs"].items()})
+    np.savez(job["out"], **{k: v.numpy() for k, v in out.items()})
+assert "keras_bertfam" not in sys.modules and "keras_hub" not in sys.modules
+print("ok")
+'''
+
+
+def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path):
+    """MaskedLM, TextClassifier, TokenClassifier and the bare backbone with its
+    preprocessor (`keras-bertfam pretrain --family roberta`'s export) save, pass the strict
+    TF 2.12.1 + tf-text 2.12.1 audit, and load in a fresh process (TensorFlow + tf-text only)
+    with the in-process outputs."""
+    import json
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    seq = 16
+    tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
+                                             os.path.join(bpe_dir, "merges.txt"))
+    special = {r: getattr(tok, f"{r}_token_id") for r in ("cls", "sep", "pad", "mask")}
+    packer = kb.preprocessing.SegmentPacker(seq, start_value=special["cls"],
+                                            end_value=special["sep"], pad_value=special["pad"])
+
+    def packed(*segments):
+        ids, segs, mask = packer(tuple(tok(s) for s in segments))
+        return {"token_ids": tf.cast(ids, tf.int32), "segment_ids": tf.cast(segs, tf.int32),
+                "padding_mask": tf.cast(mask, tf.int32)}
+
+    def reference(task, features):
+        inputs = task.serving_features(features, special)
+        return {k: keras.ops.convert_to_numpy(v)
+                for k, v in task.serving_outputs(inputs, task.serving_call(inputs)).items()}
+
+    def roberta():
+        return kb.models.RobertaBackbone(tok.vocabulary_size(), 2, 2, 16, 32,
+                                         max_sequence_length=32)
+
+    texts = BPE_TEXTS[:4]
+    masked = ["The <mask> was great", "東京 <mask>", "<mask>", ""]
+    mlm_pre = kb.preprocessing.MaskedLMPreprocessor(tok, seq)
+    mlm = kb.tasks.MaskedLM(roberta(), preprocessor=mlm_pre)
+    # "<mask>" in the text is the mask token (kept whole by the tokenizer)
+    clf = kb.tasks.TextClassifier(roberta(), num_classes=3,
+                                  preprocessor=ft.TextClassifierPreprocessor(tok, seq))
+    tagger = kb.tasks.TokenClassifier(roberta(), num_classes=4,
+                                      preprocessor=ft.TokenClassifierPreprocessor(tok, seq))
+    bb = roberta()
+    bb_ref = {k: keras.ops.convert_to_numpy(v) for k, v in bb(packed(texts)).items()}
+    bb_ref["padding_mask"] = packed(texts)["padding_mask"].numpy()
+    cases = [
+        ("masked_lm", mlm, None, {"text": masked}, reference(mlm, packed(masked))),
+        ("text_classifier", clf, None, {"text": texts},
+         {"logits": clf.predict(texts, verbose=0)}),
+        ("token_classifier", tagger, None, {"text": texts}, reference(tagger, packed(texts))),
+        ("backbone", bb, mlm_pre, {"text": texts}, bb_ref),
+    ]
+    assert reference(mlm, packed(masked))["mask_weights"].sum(1).tolist() == [1, 1, 1, 0]
+    jobs = []
+    for name, model, preprocessor, inputs, ref in cases:
+        path = str(tmp_path / name / "1")
+        kb.export.export_saved_model(model, path, preprocessor=preprocessor)
+        report = kb.export.audit_ops(path, tf_text="2.12.1")  # strict: ops and attrs
+        assert "MutableHashTableV2" not in report["ops"] and "HashTableV2" in report["ops"]
+        jobs.append({"dir": path, "inputs": inputs, "out": str(tmp_path / f"{name}.npz")})
+    spec = tmp_path / "jobs.json"
+    spec.write_text(json.dumps(jobs))
+    proc = subprocess.run([sys.executable, "-c", FRESH_BPE, str(spec)], capture_output=True,
+                          text=True, timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+    for (name, _, _, _, ref), job in zip(cases, jobs):
+        got = np.load(job["out"])
+        for key, expected in ref.items():
+            value = got[key]
+            # dynamic padding: per-position outputs cover the batch's longest row
+            expected = expected[tuple(slice(0, n) for n in value.shape)]
+            np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=f"{name}:{key}")

@@ -298,6 +298,47 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
         return super().tokenize(inputs)
 
+    # === Serving (kb.export): no mutable cache in the graph ===
+    def serving_resources(self):
+        """The lookup tables `serving_tokenize` reads (static hash tables: core TF ops), for the
+        SavedModel to track."""
+        self._maybe_initialized_tf()
+        return [self.byte2unicode, self.token_to_id_map, self.merge_ranks]
+
+    def serving_tokenize(self, inputs):
+        """The same ids as `tokenize`, in core TensorFlow ops with no state. keras-hub's path keeps
+        a `MutableHashTable` cache of merged words, which a SavedModel cannot serve (an untracked
+        resource; tracked, TF 2.12's loader cannot restore it). Here each request's distinct words
+        (`tf.unique`) go once through the same merge-rank loop, special tokens written in the text
+        (`<s>`, `<mask>`, ...) map straight to their ids, and nothing is written back."""
+        from keras_hub.src.tokenizers.byte_pair_tokenizer import split_strings_for_bpe
+
+        self._maybe_initialized_tf()
+        inputs = tf.convert_to_tensor(inputs)
+        if inputs.dtype != tf.string:
+            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
+        if self.add_prefix_space:
+            inputs = tf.strings.join([" ", inputs])
+        raw_tokens = split_strings_for_bpe(inputs, self.unsplittable_tokens)  # (B, (W))
+        words, index = tf.unique(raw_tokens.flat_values)  # (U,), (F,)
+        special = tf.zeros_like(words, dtype=tf.bool)
+        for token in self.unsplittable_tokens or ():
+            special |= tf.equal(words, token)
+        dtype = tf.as_dtype(self.compute_dtype)
+        # ordinary words: bytes -> GPT-2's printable symbols -> merges -> ids
+        ordinary = tf.boolean_mask(words, ~special)
+        symbols = self.byte2unicode.lookup(tf.strings.bytes_split(ordinary))
+        merged = tf.cast(self.token_to_id_map.lookup(self._bpe_merge_tf(symbols)), dtype)
+        # special tokens: one id each
+        specials = tf.cast(self.token_to_id_map.lookup(tf.boolean_mask(words, special)), dtype)
+        rows = tf.concat([merged, tf.RaggedTensor.from_tensor(specials[:, None])], axis=0)
+        num_ordinary = tf.shape(ordinary, out_type=tf.int64)[0]
+        special_64 = tf.cast(special, tf.int64)
+        order = tf.where(special, num_ordinary + tf.cumsum(special_64) - 1,
+                         tf.cumsum(1 - special_64) - 1)  # word u -> its row in `rows`
+        per_token = tf.gather(rows, tf.gather(order, index))  # (F, (P))
+        return tf.RaggedTensor.from_row_splits(per_token, raw_tokens.row_splits).merge_dims(1, 2)
+
     def get_config(self):
         config = super().get_config()
         config.pop("unsplittable_tokens", None)
@@ -457,6 +498,11 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         if self.proto is not None:
             self._set_proto_tf(self.proto)
             self.__dict__.pop("_eager_tokenize_by_rank", None)
+
+    def serving_resources(self):
+        """tf-text's SentencePiece model resource, for the SavedModel to track (untracked, saving
+        fails with "references an 'untracked' resource")."""
+        return [self._sentence_piece]
 
     def tokenize(self, inputs):
         self._check_vocabulary()

@@ -159,6 +159,8 @@ class Task(keras.Model):
     # === Serving (kb.export) ===
     # String inputs of the exported `serving_default` signature, one per packed segment.
     serving_inputs = ("text",)
+    # Where the packed rows' padding is ("left": XLNet): the export's dynamic padding cuts there.
+    serving_padding_side = "right"
 
     def serving_features(self, features, special_token_ids):
         """Packed `{token_ids, segment_ids, padding_mask}` -> this task's model inputs

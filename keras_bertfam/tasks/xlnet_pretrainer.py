@@ -136,6 +136,8 @@ class XLNetPretrainer(Task):
         memory = preprocessor.batch_size if (backbone.mem_len and preprocessor is not None) else None
         return cls(backbone=backbone, preprocessor=preprocessor, memory_batch_size=memory)
 
+    serving_padding_side = "left"  # xlnet_pack: `... A <sep> <cls>` ends the row
+
     def serving_pack(self, segments, sequence_length, special_token_ids):
         from keras_bertfam.preprocessing.permutation import xlnet_pack
 
