@@ -33,9 +33,25 @@ def _env():
 
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory):
+    """The scenarios' results, computed once per test run (under pytest-xdist, the first worker
+    computes them and the others wait and read them: the shared-fixture pattern of its docs)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return _run_scenarios(tmp_path_factory.mktemp("cli"))
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent / "cli-scenarios"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "done.json").exists():
+            results = _run_scenarios(shared)
+            (shared / "done.json").write_text(json.dumps(results))
+        return json.loads((shared / "done.json").read_text())
+
+
+def _run_scenarios(work):
     """Kills a run (os._exit, as kill -9) at the file boundary between renaming its step-4
     checkpoint into place and removing step-2, then runs tests/cli_scenarios.py."""
-    work = tmp_path_factory.mktemp("cli")
     killed = work / "killed"
     cmd = [sys.executable, "-m", "keras_bertfam_cli", *ARGS, "--output", str(killed)]
     env = dict(_env(), KERAS_BERTFAM_TEST_EXIT_AT_BOUNDARY=str(EXIT_BOUNDARY))
