@@ -167,6 +167,17 @@ def test_export_into_an_existing_version_says_what_to_do(scenarios, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+def test_export_heads_flag_serves_the_pretraining_heads(scenarios, tmp_path, capsys):
+    import tensorflow as tf
+
+    preset = os.path.join(scenarios["work"], "reference", "preset")
+    assert cli.main(["export", "--task", preset, "--output", str(tmp_path / "m"), "--heads",
+                     "--no-audit"]) == 0
+    assert "m/1 (pretraining heads" in capsys.readouterr().out
+    fn = tf.saved_model.load(str(tmp_path / "m" / "1")).signatures["serving_default"]
+    assert sorted(fn.structured_input_signature[1]) == ["text_a", "text_b"]
+
+
 def test_console_script_is_quiet(scenarios):
     presets = scenarios["presets"]
     assert presets["status"] == 0
