@@ -203,7 +203,11 @@ def _import_tensorflow(args):
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow as tf
+
+            # Device discovery (cuInit's error on a CPU machine) happens here too, while quiet:
+            # libraries loaded later (e.g. sentencepiece's absl) may lower the log level again.
+            tf.config.list_physical_devices()
         except BaseException:
             os.dup2(saved, 2)
             captured.seek(0)
