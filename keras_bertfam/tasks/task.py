@@ -361,8 +361,8 @@ def check_backbone_and_preprocessor(task):
     preprocessor = task.__dict__.get("preprocessor")
     tokenizer = getattr(preprocessor, "tokenizer", None)
     for backbone in backbones:
-        if tokenizer is not None and hasattr(tokenizer, "vocabulary_size"):
-            size = int(tokenizer.vocabulary_size())
+        size = _vocabulary_size(tokenizer)
+        if size is not None:
             if size > backbone.vocabulary_size:
                 raise ValueError(
                     f"The tokenizer's vocabulary has {size} tokens but {type(backbone).__name__}"
@@ -377,6 +377,17 @@ def check_backbone_and_preprocessor(task):
                 f"sequence_length={length} is longer than {type(backbone).__name__}'s "
                 f"max_sequence_length={limit} (its position table): expected sequence_length <= "
                 f"{limit}.")
+
+
+def _vocabulary_size(tokenizer):
+    """The tokenizer's vocabulary size; None before it has a vocabulary (a tokenizer restored
+    from a `.keras` file gets its assets after the task is built)."""
+    if tokenizer is None or not hasattr(tokenizer, "vocabulary_size"):
+        return None
+    try:
+        return int(tokenizer.vocabulary_size())
+    except (ValueError, AttributeError, TypeError):
+        return None
 
 
 def check_batch_size(batch_size):
