@@ -102,7 +102,8 @@ def hf(args):
     targs = TrainingArguments(
         output_dir="/tmp/bench_finetune_hf", num_train_epochs=args.epochs,
         per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=128,
-        learning_rate=args.learning_rate, warmup_ratio=0.1, weight_decay=0.01,
+        learning_rate=args.learning_rate, weight_decay=0.01,
+        warmup_steps=int(0.1 * -(-len(train) // args.batch_size) * args.epochs),
         lr_scheduler_type="linear", group_by_length=True, use_cpu=True, report_to=[],
         save_strategy="no", logging_strategy="no", seed=args.seed, disable_tqdm=True)
     trainer = Trainer(model=model, args=targs, train_dataset=rows(train),
