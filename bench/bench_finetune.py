@@ -9,7 +9,8 @@ weight decay 0.01, max length 64. Each peer runs in its own subprocess, one afte
   of similar lengths (`bucket_by_sequence_length`) padded to their longest sentence
   (`pad_to_batch_max=True`) -- the example's pipeline.
 * `hf`:        `AutoModelForSequenceClassification` from the same directory, `Trainer` with
-  `group_by_length=True` and `DataCollatorWithPadding` (HF's best practice), torch on CPU.
+  length-grouped batches (`train_sampling_strategy="group_by_length"`, transformers 5's
+  spelling of `group_by_length=True`) and `DataCollatorWithPadding` (HF's best practice).
 * `keras_hub`: `keras_hub.models.BertTextClassifier.from_preset(<the same HF directory>)`
   (keras-hub converts the transformers checkpoint), its preprocessor at length 64 (fixed padding,
   its default), its default compile but the protocol's AdamW schedule.
@@ -104,7 +105,8 @@ def hf(args):
         per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=128,
         learning_rate=args.learning_rate, weight_decay=0.01,
         warmup_steps=int(0.1 * -(-len(train) // args.batch_size) * args.epochs),
-        lr_scheduler_type="linear", group_by_length=True, use_cpu=True, report_to=[],
+        lr_scheduler_type="linear", train_sampling_strategy="group_by_length", use_cpu=True,
+        report_to=[],
         save_strategy="no", logging_strategy="no", seed=args.seed, disable_tqdm=True)
     trainer = Trainer(model=model, args=targs, train_dataset=rows(train),
                       data_collator=DataCollatorWithPadding(tokenizer))
