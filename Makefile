@@ -8,7 +8,7 @@ OUTPUT ?= runs/bert_tiny
 STEPS ?= 300
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup pretrain test test-tf test-jax test-torch bench clean
+.PHONY: setup pretrain test test-tf test-jax test-torch bench serving-check clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,23 @@ test-torch: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# Not part of `make test` (downloads ~600 MB once): every task and family exported here, loaded in
+# TensorFlow 2.12.1 + tf-text 2.12.1 (what TF Serving 2.12-2.19 links) with the TF1 session loader
+# and tf.saved_model.load, outputs compared with the exporting process's.
+VENV_TF212 ?= .venv-tf212
+SERVING_CHECK_DIR ?= runs/serving_check
+
+$(VENV_TF212)/.installed:
+	$(PYTHON) -m venv $(VENV_TF212)
+	$(VENV_TF212)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_TF212)/bin/python -m pip install --quiet tensorflow==2.12.1 tensorflow-text==2.12.1
+	touch $@
+
+serving-check: setup $(VENV_TF212)/.installed
+	rm -rf $(SERVING_CHECK_DIR)
+	KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2 PYTHONPATH=$(CURDIR) $(PY) tools/serving_check.py export $(SERVING_CHECK_DIR)
+	TF_CPP_MIN_LOG_LEVEL=2 $(VENV_TF212)/bin/python tools/serving_check.py load $(SERVING_CHECK_DIR)
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

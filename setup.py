@@ -43,6 +43,8 @@ setup(
             "tensorflow-datasets",
             "sentence-transformers",
             "matplotlib",
+            "onnxruntime",
+            "onnx",
         ],
         "analysis": ["matplotlib"],
     },

@@ -110,7 +110,7 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         dynamic_padding: the string signature pads each request to its longest text (at most
             `sequence_length`) instead of to `sequence_length`: per-position outputs then have
             that many positions (the first ones of the fixed-length result; XLNet, padded on the
-            left, keeps the last ones). False: always `sequence_length`.
+            left, keeps the last ones). False (default): always `sequence_length`.
         target_tensorflow: the oldest TensorFlow the SavedModel must load in (a shipped registry,
             "2.12.1": TF Serving 2.12-2.19): node attrs that release does not define are removed
             where they hold their default (`strip_unknown_attrs`), so the export passes
@@ -226,6 +226,7 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
                 own = model.serving_strings(texts, tokenizer, sequence_length, trimmed)
                 if own is not None:
                     return own
+            texts = [_clean_text(t, sequence_length) for t in texts]
             if choices:  # prompt [B], choices [B, C] -> (B, C, T)
                 prompt, options = texts
                 num = tf.shape(options)[1]
@@ -255,6 +256,22 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     if target_tensorflow is not None:
         strip_unknown_attrs(export_dir, target_tensorflow)
     return sorted(signatures)
+
+
+# Characters kept per text before tokenizing: sequence_length tokens never need more unless the
+# text is mostly whitespace (a WordPiece word over 100 characters is one [UNK]).
+CHARACTERS_PER_POSITION = 50
+
+
+def _clean_text(texts, sequence_length):
+    """Invalid UTF-8 bytes become U+FFFD (which BERT's normalization drops, as HF's), and each
+    text is cut to `CHARACTERS_PER_POSITION * sequence_length` characters before tokenizing, so a
+    1 MB request costs what a long review costs."""
+    import tensorflow as tf
+
+    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
+    return tf.strings.substr(texts, 0, CHARACTERS_PER_POSITION * sequence_length,
+                             unit="UTF8_CHAR")
 
 
 def trim_padding(features, side="right"):

@@ -442,6 +442,32 @@ def test_token_ids_signature_validates_its_input(tmp_path):
     assert call(np.zeros([0, 4], np.int32))["logits"].shape == (0, 2)  # an empty batch
 
 
+def test_string_signature_bad_input(tmp_path):
+    """Empty batch, empty strings, 1 MB strings (cut before tokenizing), invalid UTF-8; and the
+    request is padded to its longest text, not to sequence_length."""
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    tok = tokenizer()
+    clf = kb.tasks.TextClassifier(backbone(), num_classes=3,
+                                  preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
+    tagger = kb.tasks.TokenClassifier(backbone(), num_classes=4,
+                                      preprocessor=ft.TokenClassifierPreprocessor(tok, SEQ))
+    kb.export.export_saved_model(clf, str(tmp_path / "clf"))
+    kb.export.export_saved_model(tagger, str(tmp_path / "tag"), dynamic_padding=True)
+    serve = tf.saved_model.load(str(tmp_path / "clf")).signatures["serving_default"]
+    tag = tf.saved_model.load(str(tmp_path / "tag")).signatures["serving_default"]
+    assert serve(text=tf.constant([], tf.string))["logits"].shape == (0, 3)
+    texts = ["", "the film", "ada " * 250_000]  # the last one: 1 MB
+    got = serve(text=tf.constant(texts))["logits"].numpy()
+    np.testing.assert_allclose(got, clf.predict(texts, verbose=0), atol=1e-5)
+    bad = tf.constant([b"the \xff\xfe film", b"\xc3"])  # invalid UTF-8 -> U+FFFD, dropped
+    np.testing.assert_allclose(serve(text=bad)["logits"].numpy(),
+                               clf.predict(["the  film", ""], verbose=0), atol=1e-5)
+    # dynamic padding: "[CLS] the film [SEP]" -> 4 positions
+    assert tag(text=tf.constant(["the film", "a"]))["logits"].shape == (2, 4, 4)
+    assert tag(text=tf.constant(["a " * 100]))["logits"].shape == (1, SEQ, 4)
+
+
 def test_export_errors(tmp_path):
     task = kb.tasks.TextClassifier(backbone(), num_classes=2)
     with pytest.raises(ValueError, match="needs a tokenizer"):
