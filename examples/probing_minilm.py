@@ -19,7 +19,27 @@ same architecture randomly initialized (the control: what the probe learns from 
 Accuracy on the held-out pairs; "majority" is always answering the most frequent class.
 
 Run: `python examples/probing_minilm.py [--pairs 2000] [--output DIR]`.
-Measured: see the table at the end of this docstring (filled from a real run).
+
+Measured (TensorFlow, 2026-11-22, `--pairs 500 --token-pairs 160`: 125 held-out pairs for the
+order probe, ~1,700 held-out pieces for the repeat probe; 30.7 min wall on 2 CPU cores shared with
+7 other helpers' jobs, load average 20-27), held-out accuracy of the linear probe:
+
+    layer  MiniLM order  MiniLM repeat  random-init order  random-init repeat
+      0        0.528         0.818           0.552              0.821
+      1        0.504         0.848           0.560              0.791
+      2        0.472         0.897           0.496              0.819
+      3        0.552         0.894           0.536              0.791
+      4        0.480         0.879           0.528              0.804
+      5        0.488         0.835           0.568              0.818
+      6        0.456         0.824           0.528              0.810
+    majority: order 0.544, repeat 0.819
+
+Reading: sentence order is not linearly readable from mean-pooled MiniLM states (all layers within
+about 2 standard errors of chance, 0.045 on 125 pairs; the control is no better). Whether a piece
+repeats an earlier one is: MiniLM's middle layers (2-4) reach 0.88-0.90 against 0.82 for the
+majority class and 0.79-0.82 for the random-init control at every layer, and it fades again in the
+last layers; at layer 0 (embeddings, no context) both sit at the majority rate, as they must.
+Small samples: treat differences of 0.02-0.03 as noise.
 """
 import argparse
 import json
