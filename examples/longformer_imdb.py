@@ -55,10 +55,12 @@ class BlockLoss(keras.callbacks.Callback):
             print(f"    steps {n - self.block + 1:>4}-{n:<4} {self.key} {mean:.3f}", flush=True)
 
 
-def mlm_stage(backbone, tok, length, batch, steps, block, lr, docs):
+def mlm_stage(backbone, tok, length, batch, steps, block, lr, docs, head_weights=None):
     pre = kb.preprocessing.MaskedLMPreprocessor(tok, length, packing="full_sentences",
                                                 batch_size=batch, seed=1)
     task = kb.tasks.MaskedLM(backbone, preprocessor=pre)
+    if head_weights is not None:  # continue with the short stage's MLM head
+        task.mlm_head.set_weights(head_weights)
     task.compile(learning_rate=lr, warmup_steps=max(steps // 10, 1), total_steps=steps)
     curve = BlockLoss(block)
     start = time.time()
@@ -107,9 +109,8 @@ def main():
           "2 x 4096 tokens")
     longformer = kb.models.LongformerBackbone.from_roberta(
         roberta, max_sequence_length=4096, attention_window=args.window)
-    long_task = kb.tasks.MaskedLM(longformer)
-    long_task.mlm_head.set_weights(short.mlm_head.get_weights())
-    _, curve, secs = mlm_stage(longformer, tok, 4096, 2, args.long_steps, args.block, 3e-4, docs)
+    _, curve, secs = mlm_stage(longformer, tok, 4096, 2, args.long_steps, args.block, 3e-4, docs,
+                               head_weights=short.mlm_head.get_weights())
     print(f"   ({secs:.0f}s)")
     weights = longformer.get_weights()
 
