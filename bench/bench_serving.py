@@ -93,11 +93,11 @@ def engines(minilm, seq, workdir):
     onnx(["warm up"])
     out["ONNX Runtime"], memory["ONNX Runtime"] = onnx, rss_mb() - before
     sizes["ONNX Runtime"] = os.path.getsize(onnx_path) / 2**20
-    # same model: logits agree
+    # the same encoder; the 2-class heads are initialized separately (ours vs HF's), so logits
+    # agree within each pair: our two exports, and HF torch vs its ONNX export
     probe = ["A gripping film.", "Dull."]
-    ref = out["HF torch"](probe)
-    for name, fn in out.items():
-        assert np.allclose(fn(probe), ref, atol=1e-3), name
+    assert np.allclose(out["ours"](probe), out["ours (fixed pad)"](probe), atol=1e-4)
+    assert np.allclose(out["ONNX Runtime"](probe), out["HF torch"](probe), atol=1e-3)
     return out, sizes, memory
 
 
