@@ -80,7 +80,11 @@ def export(out):
         kb.export.audit_ops(path, tf_text="2.12.1")
         serve = tf.saved_model.load(path).signatures["serving_default"]
         got = serve(**{k: tf.constant(v) for k, v in inputs.items()})
-        np.savez(os.path.join(out, name + ".npz"), **{k: v.numpy() for k, v in got.items()})
+        # strings as fixed-width bytes, not pickled objects (numpy 2 pickles do not load in the
+        # TF 2.12 environment's numpy 1.x)
+        np.savez(os.path.join(out, name + ".npz"),
+                 **{k: v.numpy().astype("S") if v.dtype == tf.string else v.numpy()
+                    for k, v in got.items()})
         jobs.append({"name": name, "dir": path, "inputs": inputs,
                      "expected": os.path.join(out, name + ".npz")})
         print(f"exported {name}", flush=True)
@@ -101,6 +105,8 @@ def load(out):
         worst = 0.0
         for key in expected.files:
             want, have = expected[key], np.asarray(got[key])
+            if want.dtype.kind == "S":
+                have = have.astype("S")
             if want.shape != have.shape:
                 raise AssertionError(f"{key}: shape {have.shape}, expected {want.shape}")
             if want.dtype.kind in "fc":
