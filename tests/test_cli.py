@@ -21,6 +21,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from cli_scenarios import ARGS  # noqa: E402
 
+# One xdist worker runs this file (make test: --dist loadgroup), so the other is never left
+# waiting on the scenarios' lock while it could run other files.
+pytestmark = pytest.mark.xdist_group("cli")
+
 EXIT_BOUNDARY = 10  # step-2: 3 files, manifest, rename (5); step-4: 3 files, manifest, RENAME
 TF_LOG_MARKERS = ("I0000", "W0000", "E0000", "absl::InitializeLog", "cuInit", "cudart_stub",
                   "oneDNN", "TF-TRT")
