@@ -120,12 +120,15 @@ def base_model_keys(state_dict, prefixes):
     return set(state_dict)
 
 
-def check_all_used(mapping, base_keys, spec, what, source):
+def check_all_used(mapping, base_keys, spec, what, source, backbone=None):
     """Every base-model tensor of the checkpoint fills a variable of `mapping`, or is declared
     unused (HF's buffers, the family's `hf_unused`): a config with fewer layers than its
     checkpoint is an error naming the tensors it would drop."""
     used = {key for _, key, _ in mapping}
     declared = tuple(getattr(spec, "hf_unused", ()) or ())
+    unused_of = getattr(spec, "hf_unused_of", None)
+    if unused_of is not None and backbone is not None:
+        used = used | set(unused_of(backbone))
     left = sorted(k for k in base_keys if k not in used and not k.endswith(HF_BUFFERS)
                   and not k.startswith(declared))
     if left:

@@ -135,7 +135,8 @@ def convert_hf(model_dir, load_weights=True, family=None, warn_no_pooler=True, *
         checkpoints.assign(mapping, state, what=type(backbone).__name__, optional=pooler,
                            source=checkpoints.weights_file(model_dir))
         checkpoints.check_all_used(mapping, checkpoints.base_model_keys(raw, spec.hf_prefixes),
-                                   spec, what=type(backbone).__name__, source=model_dir)
+                                   spec, what=type(backbone).__name__, source=model_dir,
+                                   backbone=backbone)
         if warn_no_pooler:
             warn_if_no_pooler(model_dir, backbone, mapping, state)
     return backbone

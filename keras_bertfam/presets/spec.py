@@ -54,6 +54,8 @@ class FamilySpec:
     hf_task_companions: Optional[dict] = None
     count_params: Optional[Callable] = None
     hf_unused: tuple = ()
+    # backbone -> HF keys this configuration reads from layer 0 only (XLNet's untie_r=False)
+    hf_unused_of: Optional[Callable] = None
 
 
 @dataclasses.dataclass(frozen=True)

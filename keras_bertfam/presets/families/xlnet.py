@@ -63,6 +63,15 @@ def xlnet_backbone_map(backbone):
     return mapping
 
 
+def xlnet_shared_bias_copies(backbone):
+    """With `untie_r=False` the relative biases of layers 1.. are HF's copies of layer 0's, which
+    the backbone shares: read from layer 0, declared unused for the others."""
+    if backbone.untie_r:
+        return ()
+    return [f"layer.{i}.rel_attn.{name}" for i in range(1, backbone.num_layers)
+            for name in ("r_w_bias", "r_r_bias", "r_s_bias")]
+
+
 def xlnet_config_to_hf(backbone):
     """XLNetBackbone -> HF XLNetConfig dict (the reverse of `xlnet_config_from_hf`)."""
     if not backbone.untie_r:
@@ -140,6 +149,7 @@ def sentencepiece_from_hf(model_dir):
 
 
 FAMILY = FamilySpec(
+    hf_unused_of=xlnet_shared_bias_copies,
     name="xlnet",
     backbone_cls=XLNetBackbone,
     make_tokenizer=make_sentencepiece,
