@@ -199,7 +199,7 @@ def test_help_does_not_import_tensorflow():
             "except SystemExit as e:\n    assert e.code == 0\n"
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
-                            text=True, timeout=900)
+                            text=True, timeout=1800)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("[]"), result.stdout
     assert "--heads" in result.stdout and "serving_default" in result.stdout

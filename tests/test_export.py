@@ -244,7 +244,7 @@ def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps(jobs, default=lambda a: np.asarray(a).tolist()))
     proc = subprocess.run([sys.executable, "-c", FRESH, str(spec)], capture_output=True, text=True,
-                          timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                          timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     for (name, path, inputs, ref), job in zip(done, jobs):
         got = np.load(job["out"], allow_pickle=True)
@@ -324,7 +324,7 @@ def test_saved_model_cli_lists_signatures(exports):
     cli = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable),
                                                          "saved_model_cli")
     proc = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                          timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert "signature_def['serving_default']" in out and "signature_def['token_ids']" in out

@@ -303,7 +303,7 @@ def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path):
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps(jobs))
     proc = subprocess.run([sys.executable, "-c", FRESH_BPE, str(spec)], capture_output=True,
-                          text=True, timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                          text=True, timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     for (name, _, _, _, ref), job in zip(cases, jobs):
         got = np.load(job["out"])
