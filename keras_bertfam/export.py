@@ -321,7 +321,7 @@ def _checked_ids(features, backbone):
 
     if vocabulary_size:
         in_range("token_ids", 0, int(vocabulary_size))
-    num_segments = getattr(backbone, "num_segments", None)
+    num_segments = getattr(backbone, "segment_id_count", getattr(backbone, "num_segments", None))
     if "segment_ids" in features and num_segments:
         in_range("segment_ids", 0, int(num_segments))
     if "padding_mask" in features:

@@ -2,9 +2,12 @@
 
 `Backbone.from_preset`, `Task.from_preset`, `Tokenizer.from_preset` and their `save_to_preset`
 call the functions registered here; `keras_bertfam.presets` registers them when it is imported
-(which `import keras_bertfam` always does). So dependencies flow one way: presets imports models,
-tasks and preprocessing, and none of those imports presets (no models <-> presets import circle).
+(which `import keras_bertfam` does, and the first `call` does in the console script's lazy mode).
+So dependencies flow one way: presets imports models, tasks and preprocessing, and none of those
+imports presets (no models <-> presets import circle).
 """
+import importlib
+
 _FUNCTIONS = {}
 
 
@@ -15,6 +18,7 @@ def register(**functions):
 
 def call(name, *args, **kwargs):
     if name not in _FUNCTIONS:
-        raise RuntimeError(f"keras_bertfam.presets has not registered {name!r}: import "
-                           "keras_bertfam (or keras_bertfam.presets) before loading presets.")
+        # The console script imports the package lazily (keras_bertfam_cli.py): load the preset
+        # mechanism on first use; it registers its functions as it is imported.
+        importlib.import_module("keras_bertfam.presets")
     return _FUNCTIONS[name](*args, **kwargs)

@@ -298,7 +298,8 @@ for family, backbone_cls in backbones.items():
     keras.utils.set_random_seed(0)
     task_cls = getattr(kb.tasks, PRETRAINERS[family])
     with strategy.scope():
-        backbone = backbone_cls(**sizes)
+        extra = dict(embedding_dim=8) if family == "albert" else {}
+        backbone = backbone_cls(**sizes, **extra)
         preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
                                                      batch_size=8, seed=0)
         task = task_cls.pretraining_task(backbone, preprocessor)

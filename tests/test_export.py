@@ -32,6 +32,10 @@ def backbone():
     return kb.models.BertBackbone(len(VOCAB), 2, 2, 16, 32, max_sequence_length=32)
 
 
+def albert_backbone():
+    return kb.models.AlbertBackbone(len(VOCAB), 2, 2, 8, 16, 32, max_sequence_length=32)
+
+
 def packed(tok, *segments):
     packer = kb.preprocessing.SegmentPacker(SEQ, start_value=2, end_value=3, pad_value=0)
     ids, seg, mask = packer(tuple(segments))
@@ -117,8 +121,8 @@ def cases(tok, vocab_file, xlnet_spiece):
     mlm = kb.tasks.MaskedLM(backbone(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(tok, SEQ))
     out.append(("masked_lm", mlm, {"text": masked}, reference(mlm, packed(tok, with_mask(tok, masked)))))
 
-    for cls in (kb.tasks.BertPretrainer, kb.tasks.AlbertPretrainer):
-        task = cls(backbone(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(tok, SEQ))
+    for cls, make in ((kb.tasks.BertPretrainer, backbone), (kb.tasks.AlbertPretrainer, albert_backbone)):
+        task = cls(make(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(tok, SEQ))
         f = packed(tok, with_mask(tok, masked), tok(TEXT_B))
         out.append((cls.__name__, task, {"text_a": masked, "text_b": TEXT_B}, reference(task, f)))
 

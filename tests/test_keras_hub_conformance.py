@@ -433,7 +433,8 @@ def test_random_stages_round_trip_through_config_keras_files_and_presets(tmp_pat
     _check_stages(kb.preprocessing.SentencePairPreprocessor.from_config(
         preprocessor.get_config()), preprocessor)
 
-    backbone = kb.models.BertBackbone(**dict(TINY_BERT, vocabulary_size=len(WORDPIECE_VOCAB)))
+    backbone = kb.models.AlbertBackbone(**dict(TINY_BERT, vocabulary_size=len(WORDPIECE_VOCAB),
+                                               embedding_dim=8))
     task = kb.tasks.AlbertPretrainer(backbone, preprocessor=preprocessor)
     path = str(tmp_path / "pretrainer.keras")
     task.save(path)

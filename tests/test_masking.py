@@ -476,8 +476,9 @@ def test_shapes_dtypes_and_unbatched():
                       seed=0, mask_selection_length=12)
     x64 = tf.constant([[CLS, 5, 6, 7, SEP, PAD]], tf.int64)
     out = m(x64)
-    assert out["token_ids"].dtype == tf.int64 and out["token_ids"].shape == (1, 6)
-    assert out["mask_positions"].dtype == tf.int64 and out["mask_positions"].shape == (1, 12)
+    # Eagerly, keras-hub's dtypes: int32 ids whatever the input's integer dtype.
+    assert out["token_ids"].dtype == tf.int32 and out["token_ids"].shape == (1, 6)
+    assert out["mask_positions"].dtype == tf.int32 and out["mask_positions"].shape == (1, 12)
     assert out["mask_ids"].dtype == tf.int32 and out["mask_weights"].dtype == tf.float32
     single = m(tf.constant([CLS, 5, 6, 7, SEP]))
     assert single["token_ids"].shape == (5,) and single["mask_positions"].shape == (12,)
@@ -485,7 +486,6 @@ def test_shapes_dtypes_and_unbatched():
     assert graph["mask_positions"].shape == (1, 12)
 
 
-@pytest.mark.xfail(reason="known: eager masker outputs' dtypes differ from keras-hub's after the int64 mask_positions change; open in issue 12", strict=False)
 def test_keras_hub_format():
     keras_hub = importlib.import_module("keras_hub")
     ids = tf.constant([[CLS] + list(range(10, 40)) + [SEP, PAD, PAD]] * 4)
@@ -498,6 +498,21 @@ def test_keras_hub_format():
         for key in hub:
             assert ours[key].shape == hub[key].shape, key
             assert ours[key].dtype == hub[key].dtype, key
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_keras_hub_dtypes_eager_and_in_tf_data(dtype):
+    """keras-hub's generator gives int32 ids eagerly (its Python workflow) and, in tf.data, the
+    input's dtype with int64 positions: ours gives the same in both places."""
+    keras_hub = importlib.import_module("keras_hub")
+    ids = tf.constant([[CLS] + list(range(10, 40)) + [SEP, PAD, PAD]] * 4, dtype=dtype)
+    hub = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=V, mask_selection_rate=0.15, mask_token_id=MASK,
+        mask_selection_length=20, unselectable_token_ids=list(SPECIAL))
+    ours = M.TokenMasker(V, 0.15, MASK, 20, SPECIAL, seed=0)
+    ds = tf.data.Dataset.from_tensor_slices(ids).batch(2)
+    for got, want in ((ours(ids), hub(ids)), (ds.map(ours).element_spec, ds.map(hub).element_spec)):
+        assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in want.items()}
 
 
 # === Errors and config ===

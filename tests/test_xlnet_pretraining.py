@@ -157,6 +157,7 @@ def test_cli_pretrains_xlnet_from_an_hf_dir_and_saves_a_loadable_preset(xlnet_sp
     import sys
 
     from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+    from keras_bertfam.run_directory import RunDirectory
 
     tok = XLNetTokenizer(str(xlnet_spiece / "spiece.model"))
     hf_dir = tmp_path / "hf"
@@ -170,10 +171,11 @@ def test_cli_pretrains_xlnet_from_an_hf_dir_and_saves_a_loadable_preset(xlnet_sp
         cmd = [sys.executable, "-m", "keras_bertfam.cli", "pretrain", "--family", "xlnet",
                "--preset", source, "--steps", "4", "--checkpoint-every", "2", "--no-export",
                "--batch-size", "2", "--sequence-length", "24", "--output", str(out),
-               "--verbose", "0"]
+               "--quiet"]
         result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)  # hangs only
         assert result.returncode == 0, result.stderr[-3000:]
-        state = json.loads((out / "training_state.json").read_text())
+        _, where = RunDirectory(str(out)).latest(["training_state.json"])
+        state = json.loads(open(os.path.join(where, "training_state.json")).read())
         assert state["step"] == 4 and [h["step"] for h in state["history"]] == [2, 4]
         assert all(np.isfinite(h["plm_loss"]) for h in state["history"])
         loaded = XLNetPretrainer.from_preset(str(out / "preset"))  # our preset dir

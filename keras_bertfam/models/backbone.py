@@ -22,6 +22,37 @@ def bert_initializer(stddev=0.02):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
+def complete_inputs(model, inputs):
+    """A backbone's or task's dict of inputs, matched to its inputs by name.
+
+    keras-hub's inputs are enough: a missing `segment_ids` is all zeros and a missing
+    `padding_mask` all ones (no padding); a backbone input this family does not take (RoBERTa's
+    and DistilBERT's `segment_ids`) is dropped; Python lists become int32 arrays. Any other key
+    the model does not take is an error: Keras would otherwise match the dict to the inputs by
+    position, and a RoBERTa task given `segment_ids` would read them as its `token_ids`."""
+    if not isinstance(inputs, dict) or "token_ids" not in inputs:
+        return inputs
+    names = list(model.input) if isinstance(model.input, dict) else []
+    unknown = sorted(set(inputs) - set(names) - set(BACKBONE_INPUTS))
+    if names and unknown:
+        raise ValueError(f"{type(model).__name__} got input(s) {unknown} it does not take; its "
+                         f"inputs are {sorted(names)}.")
+    out = {}
+    for key, value in inputs.items():
+        if key in BACKBONE_INPUTS and key not in names:
+            continue
+        if isinstance(value, (list, tuple)):
+            value = np.asarray(value, dtype="int32")
+        out[key] = value
+    token_ids = out["token_ids"]
+    xp = np if isinstance(token_ids, np.ndarray) else ops
+    if "segment_ids" in names and "segment_ids" not in out:
+        out["segment_ids"] = xp.zeros_like(token_ids, dtype="int32")
+    if "padding_mask" in names and "padding_mask" not in out:
+        out["padding_mask"] = xp.ones_like(token_ids, dtype="int32")
+    return out
+
+
 class Backbone(keras.Model):
     """Base of every family's backbone: config round trip, presets, the tied token embedding.
 
@@ -57,29 +88,7 @@ class Backbone(keras.Model):
         return self.embeddings.token_embedding
 
     def __call__(self, inputs, *args, **kwargs):
-        return super().__call__(self._complete_inputs(inputs), *args, **kwargs)
-
-    def _complete_inputs(self, inputs):
-        """keras-hub's inputs are enough: a missing `segment_ids` is all zeros and a missing
-        `padding_mask` all ones (no padding); a backbone input this family does not take (RoBERTa's
-        and DistilBERT's `segment_ids`) is dropped; Python lists become int32 arrays."""
-        if not isinstance(inputs, dict) or "token_ids" not in inputs:
-            return inputs
-        names = list(self.input) if isinstance(self.input, dict) else []
-        out = {}
-        for key, value in inputs.items():
-            if key in BACKBONE_INPUTS and key not in names:
-                continue
-            if isinstance(value, (list, tuple)):
-                value = np.asarray(value, dtype="int32")
-            out[key] = value
-        token_ids = out["token_ids"]
-        xp = np if isinstance(token_ids, np.ndarray) else ops
-        if "segment_ids" in names and "segment_ids" not in out:
-            out["segment_ids"] = xp.zeros_like(token_ids, dtype="int32")
-        if "padding_mask" in names and "padding_mask" not in out:
-            out["padding_mask"] = xp.ones_like(token_ids, dtype="int32")
-        return out
+        return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}

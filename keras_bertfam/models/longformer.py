@@ -103,6 +103,8 @@ class LongformerBackbone(Backbone):
 
     family = "longformer"
     task_global_attention = staticmethod(global_attention_for_task)
+    # Segment ids are read (0: question, 1: context), not embedded: the export's check allows 0-1.
+    segment_id_count = 2
 
     def __init__(
         self,

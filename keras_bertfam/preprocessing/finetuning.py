@@ -10,6 +10,7 @@ QA answer that is not at its offset in the context, stops the pipeline with a me
 import keras
 import tensorflow as tf
 
+from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import SegmentPacker
 from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer
@@ -30,9 +31,7 @@ def as_segments(x):
 
 def preset_preprocessor(cls, preset, **kwargs):
     """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`."""
-    from keras_bertfam import presets
-
-    return cls(presets.load_tokenizer(preset), **kwargs)
+    return cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
 
 
 def _pack(x, y=None, sample_weight=None):
@@ -131,13 +130,15 @@ class FinetuningPreprocessor(keras.layers.Layer):
         return self._packer()
 
     def _packer(self):
-        # Made on first use: a tokenizer restored from a `.keras` file gets its vocabulary (and
-        # so its special token ids) after this layer is constructed.
+        # Made anew when the tokenizer's special ids change: a tokenizer restored from a `.keras`
+        # file gets its vocabulary (and so its special token ids) after this layer is
+        # constructed, and Keras' loader reads the `packer` property before that.
+        tok = self.tokenizer
+        ids = (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id)
         packer = getattr(self, "_segment_packer", None)
-        if packer is None:
-            tok = self.tokenizer
-            packer = SegmentPacker(self.sequence_length, start_value=tok.cls_token_id,
-                                   end_value=tok.sep_token_id, pad_value=tok.pad_token_id)
+        if packer is None or (packer.start_value, packer.end_value, packer.pad_value) != ids:
+            packer = SegmentPacker(self.sequence_length, start_value=ids[0], end_value=ids[1],
+                                   pad_value=ids[2])
             object.__setattr__(self, "_segment_packer", packer)
         return packer
 

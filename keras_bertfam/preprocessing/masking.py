@@ -384,9 +384,12 @@ class _Masker(SeededStage):
 
         `token_ids` may also be a Python list of ids, or of lists of ids (ragged rows).
 
-        Returns a dict with `token_ids` (same type, shape and dtype as the input, masked),
-        `mask_positions` [B, P] int64 (ascending, zero padded; keras-hub's dtype), `mask_ids` [B, P] int32 (original
-        ids, 0 at padding) and `mask_weights` [B, P] float32 (1.0 for real predictions).
+        Returns a dict with `token_ids` (same type and shape as the input, masked), `mask_positions`
+        [B, P] (ascending, zero padded), `mask_ids` [B, P] (original ids, 0 at padding) and
+        `mask_weights` [B, P] float32 (1.0 for real predictions). Dtypes are keras-hub's
+        `MaskedLMMaskGenerator`'s: called eagerly every id output is int32; traced (in `tf.data`
+        or a `tf.function`) `token_ids` and `mask_ids` keep the input's dtype and `mask_positions`
+        is int64.
         """
         if isinstance(token_ids, (list, tuple)):
             try:
@@ -423,15 +426,19 @@ class _Masker(SeededStage):
         positions, weights, unit_u, repl_seed = self._mask_dense(ids, valid, key)
         masked, mask_ids = self._replace(ids, positions, weights, unit_u, repl_seed)
 
-        masked = tf.cast(masked, in_dtype)
+        # keras-hub's dtypes: called eagerly (its Python workflow) every id output is int32; traced
+        # (tf.data, tf.function: its tf-text workflow) ids keep the input's dtype and positions are int64.
+        eager = tf.executing_eagerly()
+        id_dtype = tf.int32 if eager else in_dtype
+        masked = tf.cast(masked, id_dtype)
         if ragged:
             masked = tf.RaggedTensor.from_tensor(masked, lengths=lengths)
             if masked.row_splits.dtype != token_ids.row_splits.dtype:
                 masked = masked.with_row_splits_dtype(token_ids.row_splits.dtype)
         out = {
             "token_ids": masked,
-            "mask_positions": tf.cast(positions, tf.int64),
-            "mask_ids": mask_ids,
+            "mask_positions": tf.cast(positions, tf.int32 if eager else tf.int64),
+            "mask_ids": tf.cast(mask_ids, id_dtype),
             "mask_weights": weights,
         }
         if unbatched:

@@ -13,6 +13,7 @@ import tensorflow as tf
 from keras import ops, tree
 
 from keras_bertfam import preset_hooks
+from keras_bertfam.models.backbone import complete_inputs
 
 
 class Task(keras.Model):
@@ -35,6 +36,10 @@ class Task(keras.Model):
         # Subclasses set their backbone and preprocessor, then build the functional graph here.
         check_backbone_and_preprocessor(self)
         super().__init__(*args, **kwargs)
+
+    def __call__(self, inputs, *args, **kwargs):
+        # By name, as the backbone's (`complete_inputs`): fit, evaluate and predict call this too.
+        return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, **kwargs):
