@@ -327,6 +327,12 @@ def classifier_head_map(task, key="classifier"):
     return dense(task.head, key)
 
 
+def question_answerer_map(task, key="qa_outputs"):
+    """`*ForQuestionAnswering` (every BERT-layout family and Longformer): one Linear to (start,
+    end) logits, HF's `qa_outputs` -> our QuestionAnswerer `span_head`."""
+    return dense(task.span_head.dense, key)
+
+
 def text_classifier_map(task, key="classifier", hidden=None, activation=None):
     """`*ForSequenceClassification` -> TextClassifier: the Linear `key` into its `head` and, where
     HF's head has a hidden layer on the first-token state (`hidden`, then `activation`), that

@@ -36,13 +36,18 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
                              f"{task_name}.")
         _write_transformers(generator_path, generator, spec, "MaskedLM",
                             spec.hf_task_heads["MaskedLM"](model), None, tokenizer)
+    # HF's classes of the tasks that do not use the pooled output (*ForMaskedLM,
+    # *ForTokenClassification, *ForQuestionAnswering) have no pooler: it is not written for them.
+    pooler = not heads or getattr(model, "uses_pooled_output", True)
     return _write_transformers(path, backbone, spec, task_name if heads else None,
                                heads(model) if heads else [], getattr(model, "num_classes", None),
-                               tokenizer)
+                               tokenizer, pooler=pooler)
 
 
-def _write_transformers(path, backbone, spec, task_name, head_mapping, num_classes, tokenizer):
-    """One HF directory: `backbone` (with `head_mapping` for the HF class of `task_name`)."""
+def _write_transformers(path, backbone, spec, task_name, head_mapping, num_classes, tokenizer,
+                        pooler=True):
+    """One HF directory: `backbone` (with `head_mapping` for the HF class of `task_name`;
+    without its pooler when not `pooler`)."""
     import json
 
     from safetensors.numpy import save_file
@@ -61,7 +66,8 @@ def _write_transformers(path, backbone, spec, task_name, head_mapping, num_class
     # Backbone weights a head maps are written under the head's names only (our RoBERTa pooler is
     # RobertaForSequenceClassification's classifier.dense; its RobertaModel has no pooler).
     in_heads = {id(variable) for variable, _, _ in head_mapping}
-    mapping = [m for m in spec.weights_from_hf(backbone) if id(m[0]) not in in_heads]
+    mapping = [m for m in spec.weights_from_hf(backbone) if id(m[0]) not in in_heads
+               and (pooler or not m[1].startswith("pooler."))]
     state = {prefix + k: v for k, v in checkpoints.export_state_dict(mapping).items()}
     state.update(checkpoints.export_state_dict(head_mapping))
     os.makedirs(path, exist_ok=True)

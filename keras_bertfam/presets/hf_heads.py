@@ -75,7 +75,8 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     `{Bert,Albert,Roberta,DistilBert,Electra}ForSequenceClassification` into `TextClassifier`
     (RoBERTa's `classifier.dense` into the backbone's tanh pooler; DistilBERT's `pre_classifier`
     and ELECTRA's `classifier.dense` into the hidden layer TextClassifier has by default for those
-    families) and every BERT-layout family's `*ForTokenClassification` into `TokenClassifier`.
+    families), and every BERT-layout family's (and Longformer's) `*ForTokenClassification` into
+    `TokenClassifier` and `*ForQuestionAnswering` into `QuestionAnswerer`.
     A checkpoint without the head's weights, or of another family than the task's heads, is an
     error naming what was expected.
     """

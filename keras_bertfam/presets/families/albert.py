@@ -141,11 +141,13 @@ HF_TASK_HEADS = {
         task.pair_head.dense, "sop_classifier.classifier")),
     "TextClassifier": checkpoints.text_classifier_map,
     "TokenClassifier": checkpoints.classifier_head_map,
+    "QuestionAnswerer": checkpoints.question_answerer_map,
 }
 HF_TASK_ARCHITECTURES = {"MaskedLM": "AlbertForMaskedLM",
                          "AlbertPretrainer": "AlbertForPreTraining",
                          "TextClassifier": "AlbertForSequenceClassification",
-                         "TokenClassifier": "AlbertForTokenClassification"}
+                         "TokenClassifier": "AlbertForTokenClassification",
+                         "QuestionAnswerer": "AlbertForQuestionAnswering"}
 
 
 FAMILY = FamilySpec(

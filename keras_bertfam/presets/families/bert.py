@@ -55,10 +55,12 @@ def _pretrainer_heads(task):
 
 HF_TASK_HEADS = {"MaskedLM": _mlm_head, "BertPretrainer": _pretrainer_heads,
                  "TextClassifier": checkpoints.text_classifier_map,
-                 "TokenClassifier": checkpoints.classifier_head_map}
+                 "TokenClassifier": checkpoints.classifier_head_map,
+                 "QuestionAnswerer": checkpoints.question_answerer_map}
 HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertForPreTraining",
                          "TextClassifier": "BertForSequenceClassification",
-                         "TokenClassifier": "BertForTokenClassification"}
+                         "TokenClassifier": "BertForTokenClassification",
+                         "QuestionAnswerer": "BertForQuestionAnswering"}
 
 
 FAMILY = FamilySpec(

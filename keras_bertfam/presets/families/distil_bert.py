@@ -98,10 +98,12 @@ FAMILY = FamilySpec(
                    "TextClassifier": functools.partial(
                        checkpoints.text_classifier_map, hidden="pre_classifier",
                        activation=DistilBertBackbone.classifier_hidden_activation),
-                   "TokenClassifier": checkpoints.classifier_head_map},
+                   "TokenClassifier": checkpoints.classifier_head_map,
+                   "QuestionAnswerer": checkpoints.question_answerer_map},
     hf_task_architectures={"MaskedLM": "DistilBertForMaskedLM",
                            "TextClassifier": "DistilBertForSequenceClassification",
-                           "TokenClassifier": "DistilBertForTokenClassification"},
+                           "TokenClassifier": "DistilBertForTokenClassification",
+                           "QuestionAnswerer": "DistilBertForQuestionAnswering"},
 )
 
 PRESETS = [

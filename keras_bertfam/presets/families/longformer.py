@@ -61,11 +61,6 @@ def longformer_param_count(config):
     return embeddings + L * (attention + feedforward) + (H * H + H)
 
 
-def _question_answerer(task):
-    """`LongformerForQuestionAnswering`'s `qa_outputs` (start, end) -> our span head."""
-    return checkpoints.dense(task.span_head.dense, "qa_outputs")
-
-
 FAMILY = FamilySpec(
     name="longformer",
     backbone_cls=LongformerBackbone,
@@ -80,7 +75,7 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=roberta.byte_pair_to_hf,
     hf_task_heads={"MaskedLM": roberta._mlm_head, "TextClassifier": roberta._text_classifier,
                    "TokenClassifier": checkpoints.classifier_head_map,
-                   "QuestionAnswerer": _question_answerer},
+                   "QuestionAnswerer": checkpoints.question_answerer_map},
     hf_task_architectures={"MaskedLM": "LongformerForMaskedLM",
                            "TextClassifier": "LongformerForSequenceClassification",
                            "TokenClassifier": "LongformerForTokenClassification",

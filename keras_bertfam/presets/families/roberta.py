@@ -100,10 +100,12 @@ FAMILY = FamilySpec(
     config_to_hf=roberta_config_to_hf,
     tokenizer_to_hf=byte_pair_to_hf,
     hf_task_heads={"MaskedLM": _mlm_head, "TextClassifier": _text_classifier,
-                   "TokenClassifier": checkpoints.classifier_head_map},
+                   "TokenClassifier": checkpoints.classifier_head_map,
+                   "QuestionAnswerer": checkpoints.question_answerer_map},
     hf_task_architectures={"MaskedLM": "RobertaForMaskedLM",
                            "TextClassifier": "RobertaForSequenceClassification",
-                           "TokenClassifier": "RobertaForTokenClassification"},
+                           "TokenClassifier": "RobertaForTokenClassification",
+                           "QuestionAnswerer": "RobertaForQuestionAnswering"},
 )
 
 TOKENIZER = {"kind": "byte_pair", "vocabulary": "roberta_vocab", "merges": "roberta_merges"}
