@@ -312,3 +312,30 @@ def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path):
             # dynamic padding: per-position outputs cover the batch's longest row
             expected = expected[tuple(slice(0, n) for n in value.shape)]
             np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=f"{name}:{key}")
+
+
+def test_pairs_pack_as_hf_roberta_and_longformer_puts_global_attention_on_the_question(bpe_dir):
+    """RoBERTa's pairs are `<s> A </s></s> B </s>` (HF's RobertaTokenizer): the fine-tuning
+    preprocessors pack them so, and Longformer's QA global attention is HF's (every token before
+    the first `</s>`)."""
+    import torch
+    import transformers
+    from transformers.models.longformer import modeling_longformer
+
+    from keras_bertfam.models.longformer import global_attention_for_task
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
+    hf = transformers.RobertaTokenizer(vocab, merges)
+    tok = kb.preprocessing.BytePairTokenizer(vocab, merges)
+    questions = ["Who wrote the film?", "Was it good?"]
+    contexts = ["The film was written by Ada, and it was good.", "It was not very good at all."]
+    features = ft.TextClassifierPreprocessor(tok, 32)((questions, contexts))
+    for row, q, c in zip(features["token_ids"].numpy(), questions, contexts):
+        expected = hf(q, c)["input_ids"]
+        assert row.tolist() == expected + [tok.pad_token_id] * (32 - len(expected))
+
+    ours = global_attention_for_task(features, "QuestionAnswerer")
+    theirs = modeling_longformer._compute_global_attention_mask(
+        torch.tensor(features["token_ids"].numpy()), tok.sep_token_id).numpy()
+    np.testing.assert_array_equal(np.asarray(ours), theirs.astype("int32"))

@@ -20,8 +20,9 @@ def global_attention_for_task(features, task):
     """The global attention a task puts on its inputs (the paper's choices, HF's defaults).
 
     - "TextClassifier" (and "MultipleChoice"): the first token (`<s>`).
-    - "QuestionAnswerer": the question, `<s>` included: every token of the first segment but
-      its closing separator (HF's "tokens before the first `</s>`").
+    - "QuestionAnswerer": the question, `<s>` included: HF's "tokens before the first `</s>`",
+      the separator being the token that closes the first segment (one `[SEP]` or RoBERTa's
+      `</s></s>`).
     - anything else (MaskedLM, TokenClassifier): none.
     """
     padding = ops.cast(ops.cast(features["padding_mask"], "bool"), "int32")
@@ -29,10 +30,13 @@ def global_attention_for_task(features, task):
         first = ops.cast(ops.equal(ops.cumsum(ops.ones_like(padding), axis=1), 1), "int32")
         return padding * first
     if task == "QuestionAnswerer":
+        token_ids = ops.cast(features["token_ids"], "int32")
         first_segment = ops.cast(ops.equal(features["segment_ids"], 0), "int32") * padding
-        # Next position still in the first segment -> this one is not its closing separator.
+        # The last token of the first segment (its next position is not in it): a separator.
         nxt = ops.pad(first_segment[:, 1:], [[0, 0], [0, 1]])
-        return first_segment * nxt
+        sep = ops.sum(token_ids * first_segment * (1 - nxt), axis=1, keepdims=True)  # (B, 1)
+        seen = ops.cumsum(ops.cast(ops.equal(token_ids, sep), "int32"), axis=1)
+        return padding * ops.cast(ops.equal(seen, 0), "int32")
     return ops.zeros_like(padding)
 
 

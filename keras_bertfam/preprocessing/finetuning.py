@@ -133,14 +133,23 @@ class FinetuningPreprocessor(keras.layers.Layer):
         # Made anew when the tokenizer's special ids change: a tokenizer restored from a `.keras`
         # file gets its vocabulary (and so its special token ids) after this layer is
         # constructed, and Keras' loader reads the `packer` property before that.
+        # Between segments, one separator (BERT's [SEP]) or the tokenizer's `pair_separators`
+        # (RoBERTa's `</s></s>`).
         tok = self.tokenizer
-        ids = (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id)
+        sep = [tok.sep_token_id] * self.pair_separators
+        ids = (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, sep)
         packer = getattr(self, "_segment_packer", None)
-        if packer is None or (packer.start_value, packer.end_value, packer.pad_value) != ids:
+        if packer is None or (packer.start_value, packer.end_value, packer.pad_value,
+                              packer.sep_value) != ids:
             packer = SegmentPacker(self.sequence_length, start_value=ids[0], end_value=ids[1],
-                                   pad_value=ids[2])
+                                   pad_value=ids[2], sep_value=ids[3])
             object.__setattr__(self, "_segment_packer", packer)
         return packer
+
+    @property
+    def pair_separators(self):
+        """Separator tokens between two segments: 1 ([SEP]) or the tokenizer's (RoBERTa: 2)."""
+        return getattr(self.tokenizer, "pair_separators", 1)
 
     def _features(self, segments):
         token_ids, segment_ids, padding_mask = self._packer()(tuple(segments))
@@ -355,7 +364,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     def __init__(self, tokenizer, sequence_length=384, stride=128, max_question_length=64,
                  **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
-        budget = sequence_length - 3 - max_question_length
+        budget = sequence_length - self._specials() - max_question_length
         if budget < 1:
             raise ValueError(f"sequence_length={sequence_length} leaves no room for the context "
                              f"after a question of up to {max_question_length} tokens.")
@@ -370,6 +379,10 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
             return element[0], element[1] if len(element) > 1 else None, None
         return element[:2], None, None
 
+    def _specials(self):
+        """Special tokens of a window: [CLS] q [SEP] c [SEP], RoBERTa's <s> q </s></s> c </s>."""
+        return 2 + self.pair_separators
+
     def windows(self, question, context):
         question = tf.convert_to_tensor(question)
         context = tf.convert_to_tensor(context)
@@ -377,7 +390,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         c_ids, c_start, c_end = tokenize_with_offsets(self.tokenizer, context)  # [B, (C)]
         q_len = tf.cast(q_ids.row_lengths(), tf.int32)
         c_len = tf.cast(c_ids.row_lengths(), tf.int32)
-        budget = self.sequence_length - 3 - q_len  # [B] context tokens per window
+        budget = self.sequence_length - self._specials() - q_len  # [B] context tokens per window
         extra = tf.maximum(c_len - budget, 0)
         n_windows = 1 + (extra + self.stride - 1) // self.stride  # [B]
         window_example = tf.repeat(tf.range(tf.size(n_windows)), n_windows)  # [W]
@@ -395,7 +408,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         q_win = tf.gather(q_ids, window_example)
         features = self._features([q_win, win_ids])
         # character spans of each packed position; context tokens sit after [CLS] q [SEP]
-        lead = tf.gather(q_len, window_example) + 2  # [W]
+        lead = tf.gather(q_len, window_example) + 1 + self.pair_separators  # [W]
         positions = tf.RaggedTensor.from_row_lengths(
             tf.ragged.range(lead, lead + w_len).flat_values, tf.cast(w_len, tf.int64))
         shape = [tf.size(window_example), self.sequence_length]

@@ -247,6 +247,8 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
     """
 
     kind = "byte_pair"
+    # RoBERTa packs a pair as `<s> A </s></s> B </s>` (HF's `build_inputs_with_special_tokens`).
+    pair_separators = 2
 
     def __init__(
         self,
