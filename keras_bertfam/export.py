@@ -326,6 +326,14 @@ def _checked_ids(features, backbone):
         in_range("segment_ids", 0, int(num_segments))
     if "padding_mask" in features:
         in_range("padding_mask", 0, 2)
+    max_global = getattr(backbone, "max_global_tokens", None)
+    if "global_attention_mask" in features and max_global:  # Longformer
+        in_range("global_attention_mask", 0, 2)
+        count = tf.reduce_max(tf.reduce_sum(tf.cast(features["global_attention_mask"] > 0,
+                                                    tf.int32), axis=-1))
+        checks.append(tf.debugging.Assert(count <= int(max_global), [
+            f"token_ids signature: at most {int(max_global)} global tokens a row (the backbone's "
+            "max_global_tokens); got", count], name="check_global_tokens"))
     max_length = getattr(backbone, "max_sequence_length", None)
     if max_length:
         length = tf.shape(ids)[-1]

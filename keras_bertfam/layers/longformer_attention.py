@@ -100,8 +100,9 @@ class LongformerSelfAttention(keras.layers.Layer):
         hidden_dim: H.
         attention_window: the whole window w (positive, even): each token sees w/2 on each side.
         max_global_tokens: how many global tokens a row can have (a static size, so that the layer
-            compiles with XLA). In eager calls more raise an error; in a traced graph the first
-            `max_global_tokens` marked tokens of a row are global and the others local.
+            compiles with XLA). In eager calls more raise an error; in a traced graph (where
+            keras.ops has no assertion) such a row's outputs are NaN, never a silently truncated
+            answer: the loss turns NaN, and the export's `token_ids` signature refuses the input.
         attention_dropout: dropout on the attention probabilities.
         kernel_initializer: for the seven projections.
 
@@ -192,9 +193,12 @@ class LongformerSelfAttention(keras.layers.Layer):
         is_global = ops.greater(mask, LOCAL)
 
         num_global = self._num_global_slots(is_global, padded_length)
+        overflow = None
         if num_global:
-            # Only the first `num_global` marked tokens of a row are global (a static size).
+            # G static slots: a row marking more than G tokens (possible only when traced) is
+            # poisoned with NaN below rather than answered with some of its tokens left local.
             rank = ops.cumsum(ops.cast(is_global, "int32"), axis=1)  # (B, Tp)
+            overflow = ops.greater(rank[:, -1], num_global)  # (B,)
             is_global = ops.logical_and(is_global, rank <= num_global)
 
         q = self.query_dense(x_pad) * ops.cast(scale, x.dtype)  # (B, Tp, N, D)
@@ -266,6 +270,9 @@ class LongformerSelfAttention(keras.layers.Layer):
             context = ops.where(is_global[:, :, None, None], row_context, context)
 
         output = self.output_dense(context[:, :length])  # (B, T, H)
+        if overflow is not None:
+            output = ops.where(overflow[:, None, None], ops.cast(float("nan"), output.dtype),
+                               output)
         if not return_attention_scores:
             return output
         windows = _diagonals(local_probs, h)[:, :, :length]  # (B, N, T, w + 1)
