@@ -339,3 +339,136 @@ def test_pairs_pack_as_hf_roberta_and_longformer_puts_global_attention_on_the_qu
     theirs = modeling_longformer._compute_global_attention_mask(
         torch.tensor(features["token_ids"].numpy()), tok.sep_token_id).numpy()
     np.testing.assert_array_equal(np.asarray(ours), theirs.astype("int32"))
+
+
+# === Question answering on byte-level BPE: character offsets, fit, answer, export ===
+ODD_BPE_TEXTS = ["Hello  world", " leading space", "tabs\tand\nnewlines ", "x \t y", "x   ",
+                 "  ", "\n\n\nx\r\n", "a <mask> b", "a<mask>b", "a  <mask>", "<s>x</s>",
+                 "it's we'll I'd", "1,000,000.5", "👍🏽 ok", "e\u0301x Zoë", "a\u00a0b \u3000c",
+                 "x \u2009 y", "東京大学"]
+
+
+def test_bpe_offsets_equal_hf_roberta_fast_tokenizer(bpe_dir):
+    """`tokenize_with_offsets` on byte-level BPE: the tokenizer's ids, and HF
+    `RobertaTokenizerFast(trim_offsets=True)`'s offset mapping (what HF's QA pipelines read) on
+    real sentences and odd text: a leading space is not in a token's span, a token of spaces is
+    empty at its end, the byte pieces of one character (emoji, CJK, accents) span it whole,
+    special tokens written in the text are spans of their own."""
+    import tensorflow as tf
+    import transformers
+
+    from keras_bertfam.preprocessing import corpus
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
+    sentences = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
+    texts = BPE_TEXTS + ODD_BPE_TEXTS + sentences
+    assert len(sentences) > 3000
+    vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
+    tok = kb.preprocessing.BytePairTokenizer(vocab, merges)
+    hf = transformers.RobertaTokenizerFast(vocab, merges, trim_offsets=True)
+    ids, starts, ends = (t.to_list() for t in tokenize_with_offsets(tok, tf.constant(texts)))
+    assert ids == tok(texts).to_list()
+    for text, got_ids, got_starts, got_ends in zip(texts, ids, starts, ends):
+        want = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert got_ids == want["input_ids"], text
+        assert list(zip(got_starts, got_ends)) == [tuple(s) for s in want["offset_mapping"]], text
+    # add_prefix_space: the added space is not in the text (texts where HF adds it too)
+    tok = kb.preprocessing.BytePairTokenizer(vocab, merges, add_prefix_space=True)
+    hf = transformers.RobertaTokenizerFast(vocab, merges, trim_offsets=True, add_prefix_space=True)
+    texts = ["hello world", "😀 x", "Zoë"]
+    ids, starts, ends = (t.to_list() for t in tokenize_with_offsets(tok, tf.constant(texts)))
+    for text, got_ids, got_starts, got_ends in zip(texts, ids, starts, ends):
+        want = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert got_ids == want["input_ids"]
+        assert list(zip(got_starts, got_ends)) == [tuple(s) for s in want["offset_mapping"]], text
+
+
+_FILLER = " ".join(f"Zoë met Ada {j} times in Zürich, café {j}." for j in range(3))
+QA_BPE_CONTEXTS = [f"{_FILLER} The key is in 東京{i}, naïve 😀." for i in range(4)] + [
+    f"Ada found the key in Zürich ({_FILLER}).", f"The key? In the box.\tThat's all. {_FILLER}"]
+QA_BPE_ANSWERS = [f"東京{i}" for i in range(4)] + ["Zürich", "the box"]
+QA_BPE_QUESTIONS = ["Where is the key?"] * len(QA_BPE_CONTEXTS)
+
+
+@pytest.fixture(scope="module")
+def roberta_qa(bpe_dir):
+    """A tiny RobertaBackbone QuestionAnswerer on the trained BPE, fit 2 steps on raw text
+    (contexts of 9-10 windows: 58 windows, two batches of 32)."""
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    keras.utils.set_random_seed(0)
+    tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
+                                             os.path.join(bpe_dir, "merges.txt"))
+    qa = kb.tasks.QuestionAnswerer(
+        kb.models.RobertaBackbone(tok.vocabulary_size(), 1, 2, 16, 32, max_sequence_length=64),
+        preprocessor=ft.QuestionAnswererPreprocessor(tok, 32, stride=8, max_question_length=8))
+    qa.compile()
+    starts = [c.index(a) for c, a in zip(QA_BPE_CONTEXTS, QA_BPE_ANSWERS)]
+    losses = []
+    qa.fit((QA_BPE_QUESTIONS, QA_BPE_CONTEXTS), (starts, QA_BPE_ANSWERS), epochs=1, verbose=0,
+           callbacks=[keras.callbacks.LambdaCallback(
+               on_train_batch_end=lambda batch, logs: losses.append(logs["loss"]))])
+    return qa, losses
+
+
+def test_roberta_question_answerer_fits_and_answers_from_text(roberta_qa):
+    """RoBERTa QA on raw strings: windows of `<s> q </s></s> window </s>` whose labels are the
+    answer's tokens (decoding to the answer, at its character offsets) in the window holding it
+    and `<s>` elsewhere; `fit` runs; `answer()`'s text is the context at its offsets."""
+    import tensorflow as tf
+
+    qa, losses = roberta_qa
+    tok = qa.preprocessor.tokenizer
+    assert len(losses) == 2 and np.isfinite(losses).all()
+    starts = [c.index(a) for c, a in zip(QA_BPE_CONTEXTS, QA_BPE_ANSWERS)]
+    x, y = qa.preprocessor((tf.constant(QA_BPE_QUESTIONS), tf.constant(QA_BPE_CONTEXTS)),
+                           (tf.constant(starts), tf.constant(QA_BPE_ANSWERS)))
+    _, meta = qa.preprocessor.windows(tf.constant(QA_BPE_QUESTIONS),
+                                      tf.constant(QA_BPE_CONTEXTS))
+    example = meta["example_index"].numpy()
+    ids = x["token_ids"].numpy()
+    s, e = y["start_positions"].numpy(), y["end_positions"].numpy()
+    assert len(example) == 58 and (ids[:, 0] == tok.cls_token_id).all()
+    labeled = np.flatnonzero(s > 0)
+    # each answer is inside some window (overlapping windows may hold it more than once)
+    assert sorted(set(example[labeled])) == list(range(len(QA_BPE_CONTEXTS)))
+    for w in labeled:
+        b = example[w]
+        assert tok.detokenize(ids[w, s[w]:e[w] + 1]).strip() == QA_BPE_ANSWERS[b]
+        assert meta["token_start"][w, s[w]] == starts[b]
+        assert meta["token_end"][w, e[w]] == starts[b] + len(QA_BPE_ANSWERS[b])
+    first_window = np.searchsorted(example, example[labeled])
+    assert (labeled > first_window).sum() >= 4  # answers past each context's first window
+    assert (e[s == 0] == 0).all()
+    answers = qa.answer(QA_BPE_QUESTIONS, QA_BPE_CONTEXTS)
+    for context, a in zip(QA_BPE_CONTEXTS, answers):
+        assert 0 <= a["start"] < a["end"] and context[a["start"]:a["end"]] == a["text"]
+
+
+def test_roberta_question_answerer_exports_with_answers(roberta_qa, tmp_path):
+    """The SavedModel's string signature gives `answer()`'s answers (text and character
+    offsets, over all windows), passes the TF 2.12.1 + tf-text 2.12.1 audit with no mutable
+    table; its `token_ids` signature finds the context after the separators (RoBERTa's inputs
+    have no segment ids)."""
+    import tensorflow as tf
+
+    qa, _ = roberta_qa
+    tok = qa.preprocessor.tokenizer
+    contexts = QA_BPE_CONTEXTS + ["", "Short 東京 😀."]
+    questions = QA_BPE_QUESTIONS + ["Where?", "What is short?"]
+    path = str(tmp_path / "qa" / "1")
+    kb.export.export_saved_model(qa, path)
+    report = kb.export.audit_ops(path, tf_text="2.12.1")
+    assert not report["unsupported"] and "MutableHashTableV2" not in report["ops"]
+    got = tf.saved_model.load(path).signatures["serving_default"](
+        question=tf.constant(questions), context=tf.constant(contexts))
+    want = qa.answer(questions, contexts)
+    np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
+    np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
+    assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
+    assert want[-2]["start"] == -1 and want[-1]["start"] >= 0
+    features, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+    special = {"sep": tok.sep_token_id}
+    in_context = qa.serving_features(features, special)["in_context"]
+    np.testing.assert_array_equal(in_context, meta["token_start"].numpy() >= 0)

@@ -346,7 +346,8 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     """SQuAD-style span extraction: `(question [B], context [B])` -> windows of
-    `[CLS] question [SEP] context-window [SEP]`.
+    `[CLS] question [SEP] context-window [SEP]` (RoBERTa's `<s> question </s></s> window </s>`).
+    Character offsets come from `tokenize_with_offsets`: WordPiece and byte-level BPE tokenizers.
 
     Long contexts are cut into windows of at most `sequence_length` tokens whose starts are
     `stride` context tokens apart (BERT's `doc_stride`); questions are cut to
@@ -386,8 +387,13 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     def windows(self, question, context):
         question = tf.convert_to_tensor(question)
         context = tf.convert_to_tensor(context)
-        q_ids = self.tokenizer(question)[:, : self.max_question_length]  # [B, (Q)]
-        c_ids, c_start, c_end = tokenize_with_offsets(self.tokenizer, context)  # [B, (C)]
+        # Questions and contexts in one call of `tokenize_with_offsets`: the tokenizer's ids, with
+        # no state (an exported QuestionAnswerer's string signature runs this very graph; BPE's
+        # own path writes a cache) and one BPE merge loop for both.
+        ids, starts, ends = tokenize_with_offsets(self.tokenizer, tf.concat([question, context], 0))
+        count = tf.shape(question)[0]
+        q_ids = ids[:count][:, : self.max_question_length]  # [B, (Q)]
+        c_ids, c_start, c_end = ids[count:], starts[count:], ends[count:]  # [B, (C)]
         q_len = tf.cast(q_ids.row_lengths(), tf.int32)
         c_len = tf.cast(c_ids.row_lengths(), tf.int32)
         budget = self.sequence_length - self._specials() - q_len  # [B] context tokens per window

@@ -310,9 +310,21 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
     def serving_tokenize(self, inputs):
         """The same ids as `tokenize`, in core TensorFlow ops with no state. keras-hub's path keeps
         a `MutableHashTable` cache of merged words, which a SavedModel cannot serve (an untracked
-        resource; tracked, TF 2.12's loader cannot restore it). Here each request's distinct words
-        (`tf.unique`) go once through the same merge-rank loop, special tokens written in the text
-        (`<s>`, `<mask>`, ...) map straight to their ids, and nothing is written back."""
+        resource; tracked, TF 2.12's loader cannot restore it). Here the pieces come from
+        `split_and_merge` (stateless) and map to ids through the vocabulary table."""
+        words, pieces = self.split_and_merge(inputs)  # [B, (W)], [N, (P)]
+        ids = tf.cast(self.token_to_id_map.lookup(pieces.flat_values), self.compute_dtype)
+        return words.with_flat_values(pieces.with_flat_values(ids)).merge_dims(1, 2)
+
+    def split_and_merge(self, inputs):
+        """Strings [B] -> `(words [B, (W)], pieces [N, (P)])`: keras-hub's pre-split words (after
+        the prefix space when `add_prefix_space`) and the BPE pieces of each of the N words, as
+        GPT-2's printable symbols (one symbol per byte of the word). A special token written in
+        the text (`<s>`, `<mask>`, ...) is a word of its own and its one piece is itself.
+
+        Stateless (no cache written): each request's distinct words (`tf.unique`) go once through
+        keras-hub's merge-rank loop. `serving_tokenize` maps the pieces to ids;
+        `tokenize_with_offsets` also reads their lengths for character offsets."""
         from keras_hub.src.tokenizers.byte_pair_tokenizer import split_strings_for_bpe
 
         self._maybe_initialized_tf()
@@ -321,25 +333,22 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
         if self.add_prefix_space:
             inputs = tf.strings.join([" ", inputs])
-        raw_tokens = split_strings_for_bpe(inputs, self.unsplittable_tokens)  # (B, (W))
-        words, index = tf.unique(raw_tokens.flat_values)  # (U,), (F,)
-        special = tf.zeros_like(words, dtype=tf.bool)
+        words = split_strings_for_bpe(inputs, self.unsplittable_tokens)  # (B, (W))
+        distinct, index = tf.unique(words.flat_values)  # (U,), (N,)
+        special = tf.zeros_like(distinct, dtype=tf.bool)
         for token in self.unsplittable_tokens or ():
-            special |= tf.equal(words, token)
-        dtype = tf.as_dtype(self.compute_dtype)
-        # ordinary words: bytes -> GPT-2's printable symbols -> merges -> ids
-        ordinary = tf.boolean_mask(words, ~special)
-        symbols = self.byte2unicode.lookup(tf.strings.bytes_split(ordinary))
-        merged = tf.cast(self.token_to_id_map.lookup(self._bpe_merge_tf(symbols)), dtype)
-        # special tokens: one id each
-        specials = tf.cast(self.token_to_id_map.lookup(tf.boolean_mask(words, special)), dtype)
-        rows = tf.concat([merged, tf.RaggedTensor.from_tensor(specials[:, None])], axis=0)
+            special |= tf.equal(distinct, token)
+        # ordinary words: bytes -> GPT-2's printable symbols -> merges
+        ordinary = tf.boolean_mask(distinct, ~special)
+        merged = self._bpe_merge_tf(self.byte2unicode.lookup(tf.strings.bytes_split(ordinary)))
+        # special tokens: one piece each, themselves
+        specials = tf.RaggedTensor.from_tensor(tf.boolean_mask(distinct, special)[:, None])
+        rows = tf.concat([merged, specials], axis=0)
         num_ordinary = tf.shape(ordinary, out_type=tf.int64)[0]
         special_64 = tf.cast(special, tf.int64)
         order = tf.where(special, num_ordinary + tf.cumsum(special_64) - 1,
                          tf.cumsum(1 - special_64) - 1)  # word u -> its row in `rows`
-        per_token = tf.gather(rows, tf.gather(order, index))  # (F, (P))
-        return tf.RaggedTensor.from_row_splits(per_token, raw_tokens.row_splits).merge_dims(1, 2)
+        return words, tf.gather(rows, tf.gather(order, index))  # (N, (P))
 
     def get_config(self):
         config = super().get_config()

@@ -45,7 +45,9 @@ class QuestionAnswerer(Task):
     stride; windows that do not hold the answer point at `[CLS]`. Raw input:
     `x = (questions, contexts)`, `y = (answer_starts, answer_texts)` (character offsets, SQuAD's
     format). `answer(questions, contexts)` returns the best span of each example, over all its
-    windows, as text with its character offsets.
+    windows, as text with its character offsets. Any family whose tokenizer gives character
+    offsets (`tokenize_with_offsets`): WordPiece (BERT and its kin) and byte-level BPE (RoBERTa,
+    Longformer).
 
     Export (`kb.export.export_saved_model`): `question`, `context` strings -> `answer_text`,
     `answer_start`, `answer_end` (offsets in Unicode characters into the original context, as
@@ -86,11 +88,17 @@ class QuestionAnswerer(Task):
     serving_inputs = ("question", "context")
 
     def serving_features(self, features, special_token_ids):
-        # answers lie in the context's tokens: segment 1, not padding, not its closing [SEP]
+        """Answers lie in the context's tokens. From strings, those are the tokens with a
+        character span in the context (as `answer()`); from packed ids, the tokens after the first
+        separator that are neither separators nor padding (`[CLS] q [SEP] c [SEP]`, RoBERTa's
+        `<s> q </s></s> c </s>`: RoBERTa's inputs have no segment ids)."""
+        if "context_char_start" in features:
+            return dict(features, in_context=ops.greater_equal(features["context_char_start"], 0))
+        is_sep = ops.equal(features["token_ids"], special_token_ids["sep"])
+        after_sep = ops.cumsum(ops.cast(is_sep, "int32"), axis=1) > 0
         in_context = ops.logical_and(
-            ops.logical_and(ops.equal(features["segment_ids"], 1),
-                            ops.equal(features["padding_mask"], 1)),
-            ops.not_equal(features["token_ids"], special_token_ids["sep"]))
+            ops.logical_and(after_sep, ops.logical_not(is_sep)),
+            ops.equal(features["padding_mask"], 1))
         return dict(features, in_context=in_context)
 
     def serving_outputs(self, features, outputs, max_answer_length=30):
