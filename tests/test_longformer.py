@@ -374,8 +374,8 @@ def test_preset_param_counts_equal_hf(name, millions):
 
 
 # === Tasks on raw strings and their SavedModel export ===
-# Byte-level BPE (Longformer's own tokenizer) does not export yet (another change fixes it), so the
-# export path is tested with a WordPiece tokenizer: the Longformer part of the graph is the same.
+# The export path with a WordPiece tokenizer (the Longformer part of the graph does not depend on
+# it); byte-level BPE tokenization, offsets and QA export are tested in test_roberta.py.
 @pytest.fixture(scope="module")
 def longformer_exports(tmp_path_factory, bert_vocab):
     from keras_bertfam.preprocessing import finetuning as ft

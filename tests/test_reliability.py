@@ -312,3 +312,25 @@ def test_a_diverged_model_is_not_saved_as_a_preset(tmp_path):
     with pytest.raises(ValueError, match=r"variable '.*pooler.*kernel' holds NaN or inf"):
         backbone.save_to_preset(str(tmp_path / "nan"))
     assert not os.path.exists(str(tmp_path / "nan" / kb.presets.MANIFEST))
+
+
+def test_an_epoch_of_unknown_length_takes_one_optimizer_step_per_batch():
+    """Keras' TF trainer reads one batch past the end of a dataset of unknown length (our
+    preprocessors' datasets are); that step's data-independent ops (the iteration count,
+    AdamW's weight decay) must not run: the same weights as on the same data of known length."""
+    import keras
+
+    texts = tf.data.Dataset.from_tensor_slices(
+        (["good film", "bad film", "a film", "good"] * 2, [0, 1] * 4)).batch(4)
+    runs = []
+    for data in (texts, texts.filter(lambda x, y: True)):
+        assert data.cardinality().numpy() in (2, tf.data.UNKNOWN_CARDINALITY)
+        keras.utils.set_random_seed(0)
+        clf = kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=(
+            kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+        clf.compile(learning_rate=1e-3, warmup_steps=1, total_steps=100)
+        clf.fit(data, epochs=2, verbose=0)
+        runs.append((int(clf.optimizer.iterations.numpy()), clf.get_weights()))
+    assert runs[0][0] == runs[1][0] == 4
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_array_equal(a, b)

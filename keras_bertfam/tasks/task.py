@@ -154,7 +154,14 @@ class Task(keras.Model):
         def train_step(self, data):
             from keras_bertfam.distribute import per_worker_logs
 
-            return per_worker_logs(super().train_step(data), self.distribute_strategy)
+            # Every op of the step waits for the batch. Keras' TF trainer asks a dataset of
+            # unknown length for one batch past its end; the ops that do not read the data
+            # (the optimizer's iteration count, AdamW's weight decay) would otherwise run before
+            # the end-of-data error: one more optimizer step per epoch than batches.
+            batch = [t for t in tree.flatten(data) if isinstance(t, tf.Tensor)]
+            with tf.control_dependencies(batch[:1]):
+                logs = super().train_step(data)
+            return per_worker_logs(logs, self.distribute_strategy)
 
         def test_step(self, data):
             from keras_bertfam.distribute import per_worker_logs
