@@ -151,11 +151,13 @@ def test_mask_generator_docstring_dtypes_and_shapes():
     assert dense["token_ids"].shape == (5,) and dense["mask_positions"].shape == (5,)
     assert isinstance(ragged["token_ids"], tf.RaggedTensor)
     assert ragged["mask_positions"].shape == (2, 5)
-    for out in (dense, ragged):  # keras-hub's dtypes in tf.data
+    for out in (dense, ragged):  # keras-hub's dtypes eagerly (its Python workflow)
         assert out["token_ids"].dtype == tf.int32
-        assert out["mask_positions"].dtype == tf.int64
+        assert out["mask_positions"].dtype == tf.int32
         assert out["mask_ids"].dtype == tf.int32
         assert out["mask_weights"].dtype == tf.float32
+    traced = tf.data.Dataset.from_tensor_slices([[1, 2, 3, 4, 5]]).map(masker).element_spec
+    assert traced["mask_positions"].dtype == tf.int64  # in tf.data: its tf-text workflow's
     pad_id, cls_id, sep_id, mask_id = 0, 1, 2, 3
     batch = [[cls_id, 4, 5, 6, sep_id, 7, 8, sep_id, pad_id, pad_id],
              [cls_id, 4, 5, sep_id, 6, 7, 8, 9, sep_id, pad_id]]
