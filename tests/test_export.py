@@ -517,6 +517,19 @@ def test_qa_export_answers_are_character_offsets_into_the_original(exports):
     assert shifted >= 2
 
 
+def served_and_answered(qa, path, questions, contexts):
+    """Exports `qa` to `path`; its string signature's answers equal `qa.answer`'s.
+    -> (the signature's outputs, `answer()`'s answers)."""
+    kb.export.export_saved_model(qa, path)
+    got = tf.saved_model.load(path).signatures["serving_default"](
+        question=tf.constant(questions), context=tf.constant(contexts))
+    want = qa.answer(questions, contexts)
+    np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
+    np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
+    assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
+    return got, want
+
+
 def test_qa_export_reads_long_contexts_in_windows(tmp_path, bert_vocab):
     """Contexts of several windows: the string signature keeps each example's best span over
     its windows, as `answer()`, including answers past the first window."""
@@ -531,13 +544,7 @@ def test_qa_export_reads_long_contexts_in_windows(tmp_path, bert_vocab):
                 for i in range(12)] + ["", "Short one."]
     questions = ["Who met Zoë?"] * len(contexts)
     path = str(tmp_path / "qa" / "1")
-    kb.export.export_saved_model(qa, path)
-    got = tf.saved_model.load(path).signatures["serving_default"](
-        question=tf.constant(questions), context=tf.constant(contexts))
-    want = qa.answer(questions, contexts)
-    np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
-    np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
-    assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
+    got, want = served_and_answered(qa, path, questions, contexts)
     found = [i for i, a in enumerate(want) if a["start"] >= 0]
     np.testing.assert_allclose(got["span_score"].numpy()[found],
                                [want[i]["score"] for i in found], atol=1e-4)
