@@ -203,6 +203,16 @@ def test_help_does_not_import_tensorflow():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("[]"), result.stdout
     assert "--heads" in result.stdout and "serving_default" in result.stdout
+    # `python -m keras_bertfam.cli` likewise (every import listed by -X importtime).
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "keras_bertfam.cli",
+                             "export", "--help"], env=_env(), capture_output=True, text=True,
+                            timeout=1800)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--heads" in result.stdout
+    imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "keras_bertfam.cli" in imported or "keras_bertfam" in imported, result.stderr[-2000:]
+    assert not [m for m in imported if m.split(".")[0] in ("tensorflow", "keras", "jax", "torch")]
 
 
 # === Resume checks that need no training (this process, on copies of the runs) ===

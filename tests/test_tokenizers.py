@@ -64,8 +64,33 @@ def test_vocabulary_without_mask_token(tmp_path):
     path = os.path.join(tmp_path, "vocab.txt")
     with open(path, "w") as f:
         f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "film", "good"]))
-    with pytest.raises(ValueError, match=r"\[MASK\]"):
-        WordPieceTokenizer(vocabulary=path)
+    # As keras-hub's: a vocabulary without [MASK] tokenizes and fine-tunes; masking refuses it.
+    tokenizer = WordPieceTokenizer(vocabulary=path)
+    assert tokenizer.mask_token is None and tokenizer.mask_token_id is None
+    assert tokenizer(["good film"]).to_list() == [[5, 4]]
+    features = kb.preprocessing.TextClassifierPreprocessor(tokenizer, 8)(["good film"])
+    assert features["token_ids"].numpy().tolist() == [[2, 5, 4, 3, 0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="Masked-language-model pretraining needs a mask token"):
+        kb.preprocessing.MaskedLMPreprocessor(tokenizer)
+    # A token named explicitly must be there.
+    with pytest.raises(ValueError, match=r"\[MSK\]"):
+        WordPieceTokenizer(vocabulary=path, mask_token="[MSK]")
+    config = tokenizer.get_config()
+    assert config["mask_token"] is None and config["cls_token"] == "[CLS]"
+
+
+@pytest.mark.parametrize("lowercase,strip_accents", [(True, False), (False, True),
+                                                      (True, None), (False, None)])
+def test_strip_accents_equals_hf(bert_vocab, lowercase, strip_accents):
+    import transformers
+
+    hf = transformers.BertTokenizerFast(bert_vocab, do_lower_case=lowercase,
+                                        strip_accents=strip_accents)
+    ours = WordPieceTokenizer(vocabulary=bert_vocab, lowercase=lowercase,
+                              strip_accents=strip_accents)
+    texts = ODD_TEXTS + ["Crème Brûlée at the Café", "ÀÉÎÕÜ àéîõü"]
+    assert ours(texts).to_list() == hf(texts, add_special_tokens=False)["input_ids"]
+    assert WordPieceTokenizer.from_config(ours.get_config()).get_config() == ours.get_config()
 
 
 def test_missing_vocabulary_file():

@@ -15,6 +15,8 @@ from keras_bertfam.layers import TextEmbedding, TransformerStack
 from keras_bertfam.layers.utils import _check_positive, clone_initializer
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+# Inputs of the pretraining heads, which ride in the same dict as the backbone's.
+HEAD_INPUTS = ("mask_positions", "span_starts", "span_ends", "perm_mask", "target_mapping")
 
 
 def bert_initializer(stddev=0.02):
@@ -26,20 +28,24 @@ def complete_inputs(model, inputs):
     """A backbone's or task's dict of inputs, matched to its inputs by name.
 
     keras-hub's inputs are enough: a missing `segment_ids` is all zeros and a missing
-    `padding_mask` all ones (no padding); a backbone input this family does not take (RoBERTa's
-    and DistilBERT's `segment_ids`) is dropped; Python lists become int32 arrays. Any other key
-    the model does not take is an error: Keras would otherwise match the dict to the inputs by
-    position, and a RoBERTa task given `segment_ids` would read them as its `token_ids`."""
+    `padding_mask` all ones (no padding); Python lists become int32 arrays. A backbone or head
+    input the model does not take is dropped: RoBERTa's and DistilBERT's `segment_ids`, and the
+    `mask_positions` that keras.io's "Getting Started with KerasHub" passes to a backbone along
+    with its inputs. Any other key the model does not take (a typo) is an error: Keras would
+    otherwise match the dict to the inputs by position, and a RoBERTa task given `segment_ids`,
+    or keras-hub's own `BertBackbone` given the guide's `mask_positions`, reads the wrong
+    tensors with only a warning."""
     if not isinstance(inputs, dict) or "token_ids" not in inputs:
         return inputs
     names = list(model.input) if isinstance(model.input, dict) else []
-    unknown = sorted(set(inputs) - set(names) - set(BACKBONE_INPUTS))
+    known = set(names) | set(BACKBONE_INPUTS) | set(HEAD_INPUTS)
+    unknown = sorted(set(inputs) - known)
     if names and unknown:
         raise ValueError(f"{type(model).__name__} got input(s) {unknown} it does not take; its "
                          f"inputs are {sorted(names)}.")
     out = {}
     for key, value in inputs.items():
-        if key in BACKBONE_INPUTS and key not in names:
+        if names and key not in names:
             continue
         if isinstance(value, (list, tuple)):
             value = np.asarray(value, dtype="int32")
@@ -89,6 +95,10 @@ class Backbone(keras.Model):
 
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
+
+    def call(self, inputs, *args, **kwargs):
+        # JAX's fit / predict reach `call` through `stateless_call`, not `__call__`.
+        return super().call(complete_inputs(self, inputs), *args, **kwargs)
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}

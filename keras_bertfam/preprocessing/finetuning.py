@@ -13,7 +13,7 @@ import tensorflow as tf
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import SegmentPacker
-from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer
+from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer, require_special_tokens
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -152,6 +152,7 @@ class FinetuningPreprocessor(keras.layers.Layer):
         return getattr(self.tokenizer, "pair_separators", 1)
 
     def _features(self, segments):
+        require_special_tokens(self.tokenizer, ["cls", "sep", "pad"], type(self).__name__)
         token_ids, segment_ids, padding_mask = self._packer()(tuple(segments))
         return {"token_ids": tf.cast(token_ids, tf.int32),
                 "segment_ids": tf.cast(segment_ids, tf.int32),

@@ -23,6 +23,7 @@ from keras_bertfam.preprocessing.packing import (
     NextSentencePairer,
     SegmentPacker,
 )
+from keras_bertfam.preprocessing.tokenizers import require_special_tokens
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Instances made from one document come out together; BERT's create_pretraining_data and
@@ -33,7 +34,7 @@ DEFAULT_SHUFFLE_BUFFER = 1024
 def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None, **kwargs):
     """BERT's masking for this tokenizer: 15%, 80/10/10, at most ceil(0.15 · length) predictions
     (20 at length 128, as BERT's max_predictions_per_seq), never a special token."""
-    require_mask_token(tokenizer)
+    require_special_tokens(tokenizer, ["mask"], "Masked-language-model pretraining")
     return TokenMasker(
         vocabulary_size=tokenizer.vocabulary_size(),
         mask_selection_rate=mask_selection_rate,
@@ -52,16 +53,6 @@ def deserialize_stage(stage):
     if isinstance(stage, dict):
         return keras.saving.deserialize_keras_object(stage)
     return stage
-
-
-def require_mask_token(tokenizer, objective="Masked-language-model pretraining"):
-    """A clear error when the tokenizer's vocabulary has no mask token (a RoBERTa BPE
-    vocabulary may lack it: fine for fine-tuning and inference, not for masking)."""
-    if getattr(tokenizer, "mask_token_id", None) is None:
-        raise ValueError(
-            f"{objective} needs a mask token, and the vocabulary of this "
-            f"{type(tokenizer).__name__} has none. Add one (e.g. '<mask>') to the vocabulary, "
-            "or pass masker= with an explicit mask_token_id.")
 
 
 # Tokenizer kind -> how the word maskers find word starts (`masking.word_continuation_table`).
@@ -107,6 +98,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
         self.sequence_length = sequence_length
         self.batch_size = batch_size
         self.seed = seed
+        require_special_tokens(tokenizer, ["cls", "sep", "pad"], type(self).__name__)
         self.masker = deserialize_stage(masker) or default_masker(tokenizer, sequence_length,
                                                                   seed=seed)
         self.packer = SegmentPacker(

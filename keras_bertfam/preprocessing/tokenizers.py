@@ -22,7 +22,7 @@ _WHITESPACE = r"[\t\n\r\p{Zs}]"
 _DROP_CHARS = r"[\x{FFFD}\p{C}]"
 
 
-def bert_normalize(texts, lowercase):
+def bert_normalize(texts, lowercase, strip_accents=None):
     """HF BERT normalization in TF ops, so that ids match `BertTokenizer(Fast)` exactly.
 
     keras-hub's own `lowercase=True` path applies NFKC case folding, which changes characters HF
@@ -36,6 +36,7 @@ def bert_normalize(texts, lowercase):
         # ICU lowercases a word-final Σ to ς; HF lowercases per character (σ).
         texts = tf.strings.regex_replace(texts, "Σ", "σ")
         texts = tf.strings.lower(texts, encoding="utf-8")
+    if strip_accents or (strip_accents is None and lowercase):
         texts = tf_text.normalize_utf8(texts, "NFD")
         texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
     return texts
@@ -46,10 +47,16 @@ class _SpecialTokens:
 
     ROLES = ("cls", "sep", "pad", "mask", "unk")
 
-    def _declare_special_tokens(self, vocabulary, tokens):
-        """Registers `{role: token}` as keras-hub special tokens; names every missing one."""
+    def _declare_special_tokens(self, vocabulary, tokens, optional=()):
+        """Registers `{role: token}` as keras-hub special tokens; names every missing one.
+
+        A token of an `optional` role that the vocabulary lacks leaves the role unset (its
+        `*_token` and `*_token_id` are None), as keras-hub's tokenizers need no special tokens;
+        what needs the role refuses it then, naming it (`require_special_tokens`)."""
         if vocabulary is not None:
             vocab = set(read_vocabulary(vocabulary))
+            tokens = {role: None if role in optional and token not in vocab else token
+                      for role, token in tokens.items()}
             missing = [t for t in tokens.values() if t is not None and t not in vocab]
             if missing:
                 raise ValueError(
@@ -61,6 +68,12 @@ class _SpecialTokens:
         for role, token in tokens.items():
             if token is not None:
                 self._add_special_token(token, f"{role}_token")
+        return [role for role, token in tokens.items() if token is None]
+
+    def _unset_roles(self, roles):
+        for role in roles:
+            object.__setattr__(self, f"{role}_token", None)
+            object.__setattr__(self, f"{role}_token_id", None)
 
     def call(self, inputs, *args, training=None, **kwargs):
         inputs = tf.convert_to_tensor(inputs)
@@ -93,12 +106,33 @@ def read_vocabulary(vocabulary):
     return list(vocabulary)
 
 
+def require_special_tokens(tokenizer, roles, objective):
+    """A clear error when `objective` needs special tokens (`roles`: "cls", "sep", "pad",
+    "mask") the tokenizer's vocabulary does not have: keras-hub's custom vocabularies may lack
+    them, which is fine for tokenizing, not for packing or masking."""
+    # The token names the role; its id may still be unknown (a `.keras` file's tokenizer gets
+    # its vocabulary after the layers that hold it are built).
+    absent = [role for role in roles if getattr(tokenizer, f"{role}_token", None) is None
+              and getattr(tokenizer, f"{role}_token_id", None) is None]
+    if absent:
+        names = " and ".join(f"a {role} token" for role in absent)
+        example = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]"}
+        raise ValueError(
+            f"{objective} needs {names}, and the vocabulary of this "
+            f"{type(tokenizer).__name__} has none. Add "
+            f"{', '.join(repr(example[r]) for r in absent)} to the vocabulary, or name the "
+            f"vocabulary's own token{'s' if len(absent) > 1 else ''} with "
+            f"{', '.join(f'{r}_token=' for r in absent)} when building the tokenizer.")
+
+
 class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer):
     """BERT's WordPiece, giving exactly HF `BertTokenizer`'s ids.
 
     Args:
         vocabulary: a `vocab.txt` path or a list of tokens.
-        lowercase: lowercase and strip accents (uncased models).
+        lowercase: lowercase (uncased models).
+        strip_accents: drop accents (NFD, then the non-spacing marks); None (HF's default):
+            when `lowercase`.
         cls_token ... unk_token: the vocabulary's special tokens.
 
     Example:
@@ -113,6 +147,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         self,
         vocabulary=None,
         lowercase=False,
+        strip_accents=None,
         sequence_length=None,
         cls_token="[CLS]",
         sep_token="[SEP]",
@@ -122,10 +157,19 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         **kwargs,
     ):
         self.bert_lowercase = lowercase
+        self.bert_strip_accents = strip_accents
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
-        self._declare_special_tokens(vocabulary, tokens)
-        kwargs.pop("strip_accents", None)
+        # keras-hub's WordPieceTokenizer needs no special tokens (its guides train vocabularies
+        # with "[START]" / "[END]"): a default token the vocabulary lacks leaves its role unset.
+        defaults = dict(cls="[CLS]", sep="[SEP]", pad="[PAD]", mask="[MASK]")
+        unset = self._declare_special_tokens(
+            vocabulary, tokens, optional=[r for r, t in defaults.items() if tokens[r] == t])
+        self._unset_roles(unset)
         kwargs.pop("_allow_python_workflow", None)
+        if kwargs.get("oov_token", unk_token) != unk_token:
+            raise ValueError(f"oov_token={kwargs['oov_token']!r} differs from "
+                             f"unk_token={unk_token!r}; they name the same token.")
+        kwargs.pop("oov_token", None)
         super().__init__(
             vocabulary=vocabulary,
             sequence_length=sequence_length,
@@ -137,7 +181,8 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         )
 
     def tokenize(self, inputs):
-        return super().tokenize(bert_normalize(tf.convert_to_tensor(inputs), self.bert_lowercase))
+        return super().tokenize(bert_normalize(tf.convert_to_tensor(inputs), self.bert_lowercase,
+                                               self.bert_strip_accents))
 
     def get_config(self):
         config = super().get_config()
@@ -145,6 +190,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
                     "special_tokens", "special_tokens_in_strings"):
             config.pop(key, None)
         config["lowercase"] = self.bert_lowercase
+        config["strip_accents"] = self.bert_strip_accents
         config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
         return config
 
@@ -168,6 +214,7 @@ def train_word_piece_vocabulary(
     lowercase=True,
     output_file=None,
     reserved_tokens=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+    strip_accents=None,
 ):
     """Learns a WordPiece vocabulary from a `tf.data.Dataset` of strings (or a list of strings).
 
@@ -175,12 +222,14 @@ def train_word_piece_vocabulary(
     tokens come first, in order, so `[PAD]` is id 0 as in BERT. Returns the token list (and
     writes it, one token a line, to `output_file` when given). A corpus too small for
     `vocabulary_size` gives fewer tokens, with a warning naming the size reached.
+    `strip_accents` as `WordPieceTokenizer`'s (None: when `lowercase`).
     """
     if isinstance(documents, (list, tuple)):
         documents = tf.data.Dataset.from_tensor_slices(list(documents))
     if not isinstance(documents, tf.data.Dataset):
         raise TypeError("documents must be a tf.data.Dataset of strings or a list of strings.")
-    normalized = documents.batch(256).map(lambda t: bert_normalize(t, lowercase)).unbatch()
+    normalized = documents.batch(256).map(
+        lambda t: bert_normalize(t, lowercase, strip_accents)).unbatch()
     vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
         normalized,
         vocabulary_size,
@@ -268,20 +317,12 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         if merges is not None:
             merges = _read_bpe_merges(merges)
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
-        absent = []
-        if vocabulary is not None:
-            # Byte-level BPE never produces an unknown token, and only masked-LM pretraining
-            # needs the mask token: a vocabulary without them (keras-hub's RoBERTa examples)
-            # tokenizes, fine-tunes and predicts; `mask_token_id` is then None, and the MLM
-            # preprocessors refuse it naming the token.
-            absent = [r for r in ("unk", "mask") if tokens[r] is not None
-                      and tokens[r] not in vocabulary]
-            for role in absent:
-                tokens[role] = None
-        self._declare_special_tokens(None if vocabulary is None else list(vocabulary), tokens)
-        for role in absent:
-            object.__setattr__(self, f"{role}_token", None)
-            object.__setattr__(self, f"{role}_token_id", None)
+        # Byte-level BPE never produces an unknown token, and only masked-LM pretraining needs
+        # the mask token: a vocabulary without them (keras-hub's RoBERTa examples) tokenizes,
+        # fine-tunes and predicts; the MLM preprocessors refuse it, naming the token.
+        unset = self._declare_special_tokens(None if vocabulary is None else list(vocabulary),
+                                             tokens, optional=("unk", "mask"))
+        self._unset_roles(unset)
         kwargs.pop("_allow_python_workflow", None)
         kwargs.pop("unsplittable_tokens", None)
         super().__init__(

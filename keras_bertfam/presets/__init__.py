@@ -17,6 +17,7 @@ Modules: `registry` (families and names), `loaders`, `hf_heads` (`convert_task`,
 `integrity` (checksums, finiteness), `params` (parameter counts).
 """
 import json
+import math
 import os
 
 from keras_bertfam import preset_hooks
@@ -190,6 +191,7 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         tokenizer = loader.load_tokenizer()
         args = dict(saved.get("preprocessor", {}))
         args.update(_pop_preprocessor_args(cls, kwargs))
+        _follow_sequence_length(args, saved.get("preprocessor", {}))
         args.update({k: kwargs[k] for k in getattr(cls, "preprocessor_shared_args", ())
                      if k in kwargs})
         preprocessor = cls.default_preprocessor(tokenizer, backbone, **args)
@@ -214,6 +216,22 @@ def check_task_family(cls, loader):
             f"{loader.preset!r} is a {spec.name!r} preset; {cls.__name__} needs a backbone of the "
             f"{' or '.join(repr(f) for f in families)} family "
             f"({', '.join(FAMILIES[f].backbone_cls.__name__ for f in families if f in FAMILIES)}).")
+
+
+def _follow_sequence_length(args, saved):
+    """A saved masker whose `mask_selection_length` was the default for the saved length
+    (`ceil(rate · sequence_length)`) follows a new `sequence_length`; one set otherwise, or a
+    masker passed in, is kept."""
+    masker, old, new = args.get("masker"), saved.get("sequence_length"), args.get(
+        "sequence_length")
+    if not isinstance(masker, dict) or masker is not saved.get("masker") or not (
+            isinstance(old, int) and isinstance(new, int)) or old == new:
+        return
+    config = masker.get("config", {})
+    rate, length = config.get("mask_selection_rate"), config.get("mask_selection_length")
+    if isinstance(rate, (int, float)) and length == max(1, math.ceil(old * rate)):
+        config = dict(config, mask_selection_length=max(1, math.ceil(new * rate)))
+        args["masker"] = dict(masker, config=config)
 
 
 def _pop_preprocessor_args(cls, kwargs):

@@ -41,6 +41,10 @@ class Task(keras.Model):
         # By name, as the backbone's (`complete_inputs`): fit, evaluate and predict call this too.
         return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
 
+    def call(self, inputs, *args, **kwargs):
+        # JAX's fit / predict reach `call` through `stateless_call`, not `__call__`.
+        return super().call(complete_inputs(self, inputs), *args, **kwargs)
+
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, **kwargs):
         """The preprocessor `from_preset` attaches (None: the task takes model inputs)."""
