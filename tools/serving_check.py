@@ -62,7 +62,7 @@ def export(out):
     sp_path = os.path.join(out, "albert_spiece.model")
     kb.preprocessing.tokenizers.train_sentencepiece_model(docs, 400, output_file=sp_path)
     sp_tok = kb.preprocessing.SentencePieceTokenizer(sp_path)
-    albert = kb.models.AlbertBackbone(sp_tok.vocabulary_size(), 2, 2, 16, 32, embedding_dim=8,
+    albert = kb.models.AlbertBackbone(sp_tok.vocabulary_size(), 2, 2, 8, 16, 32,
                                       max_sequence_length=32)
     models.append(("albert+AlbertPretrainer", kb.tasks.AlbertPretrainer(
         albert, preprocessor=kb.preprocessing.MaskedLMPreprocessor(sp_tok, 16)),
