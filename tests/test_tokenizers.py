@@ -77,6 +77,8 @@ def test_vocabulary_without_mask_token(tmp_path):
         WordPieceTokenizer(vocabulary=path, mask_token="[MSK]")
     config = tokenizer.get_config()
     assert config["mask_token"] is None and config["cls_token"] == "[CLS]"
+    with pytest.raises(ValueError, match=r"oov_token='<oov>' differs from unk_token='\[UNK\]'"):
+        WordPieceTokenizer(vocabulary=path, oov_token="<oov>")
 
 
 @pytest.mark.parametrize("lowercase,strip_accents", [(True, False), (False, True),

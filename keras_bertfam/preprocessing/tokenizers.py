@@ -48,7 +48,8 @@ class _SpecialTokens:
     ROLES = ("cls", "sep", "pad", "mask", "unk")
 
     def _declare_special_tokens(self, vocabulary, tokens, optional=()):
-        """Registers `{role: token}` as keras-hub special tokens; names every missing one.
+        """Registers `{role: token}` as keras-hub special tokens; names every missing one. A role
+        without a token has `*_token` and `*_token_id` None.
 
         A token of an `optional` role that the vocabulary lacks leaves the role unset (its
         `*_token` and `*_token_id` are None), as keras-hub's tokenizers need no special tokens;
@@ -68,12 +69,9 @@ class _SpecialTokens:
         for role, token in tokens.items():
             if token is not None:
                 self._add_special_token(token, f"{role}_token")
-        return [role for role, token in tokens.items() if token is None]
-
-    def _unset_roles(self, roles):
-        for role in roles:
-            object.__setattr__(self, f"{role}_token", None)
-            object.__setattr__(self, f"{role}_token_id", None)
+            else:
+                object.__setattr__(self, f"{role}_token", None)
+                object.__setattr__(self, f"{role}_token_id", None)
 
     def call(self, inputs, *args, training=None, **kwargs):
         inputs = tf.convert_to_tensor(inputs)
@@ -162,9 +160,8 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         # keras-hub's WordPieceTokenizer needs no special tokens (its guides train vocabularies
         # with "[START]" / "[END]"): a default token the vocabulary lacks leaves its role unset.
         defaults = dict(cls="[CLS]", sep="[SEP]", pad="[PAD]", mask="[MASK]")
-        unset = self._declare_special_tokens(
+        self._declare_special_tokens(
             vocabulary, tokens, optional=[r for r, t in defaults.items() if tokens[r] == t])
-        self._unset_roles(unset)
         kwargs.pop("_allow_python_workflow", None)
         if kwargs.get("oov_token", unk_token) != unk_token:
             raise ValueError(f"oov_token={kwargs['oov_token']!r} differs from "
@@ -320,9 +317,8 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         # Byte-level BPE never produces an unknown token, and only masked-LM pretraining needs
         # the mask token: a vocabulary without them (keras-hub's RoBERTa examples) tokenizes,
         # fine-tunes and predicts; the MLM preprocessors refuse it, naming the token.
-        unset = self._declare_special_tokens(None if vocabulary is None else list(vocabulary),
-                                             tokens, optional=("unk", "mask"))
-        self._unset_roles(unset)
+        self._declare_special_tokens(None if vocabulary is None else list(vocabulary), tokens,
+                                     optional=("unk", "mask"))
         kwargs.pop("_allow_python_workflow", None)
         kwargs.pop("unsplittable_tokens", None)
         super().__init__(
