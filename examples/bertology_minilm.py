@@ -35,7 +35,6 @@ protocol's training alone took 47 min per epoch under that load):
   machine at load 20+; 30% of the heads is ~5% of MiniLM's FLOPs at these lengths, as the
   feed-forward layers and embeddings are untouched). Whole run 43.0 min.
 """
-"""
 import argparse
 import json
 import os
