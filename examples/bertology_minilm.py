@@ -17,23 +17,24 @@ heads = 72 heads; 2 epochs on 7,677 sentences; the same seeded 853-sentence dev 
 Run: `python examples/bertology_minilm.py [--finetuned DIR] [--output DIR]` (trains and saves the
 classifier to --finetuned when the directory has none).
 
-Measured so far (TensorFlow, 2026-11-22, on 2 CPU cores shared with 7 other helpers' jobs, load
-average 20-27, so every step ran ~10x slower than idle), with the shortened fine-tune
-`--train-sentences 2400 --epochs 1 --importance-sentences 256 --target 0.4 --step 0.15` (the full
-protocol's training alone took 47 min per epoch under that load):
-- fine-tune: 80 steps, 24.9 min; unpruned dev accuracy 0.7714 (853 sentences; the full 2-epoch
-  protocol reaches 0.82, see finetune_minilm_rotten_tomatoes.py);
-- head importance on 256 training sentences: done at 32.3 min (`head_importance.png`: a few heads
-  per layer dominate, e.g. layer 2 head 1 (0.76), layer 3 head 9 (0.80), layer 1 head 7 (0.69));
-- pruning curve (dev accuracy, masked heads re-scored each step, `pruning_curve.csv/png`):
-  0 heads 0.7714; 11 (15.3%) 0.7773; 22 (30.6%) 0.7667 (-0.47 point, within 1 point);
-  29 (40.3%) 0.7585 (-1.29 points). The example picks the 22-head step.
-- structurally pruned (22 heads removed): dev accuracy 0.7667 (same as masked; unpruned 0.7714);
-  backbone parameters 21,629,760 vs 22,713,216 (-1,083,456 = 22 x 49,248); SavedModel 86.4 MB vs
-  90.5 MB; serving throughput (batch 32, 12 interleaved rounds) 17.8 vs 18.5 sentences/s, 0.96x:
-  NO measured speedup under this load (medians 1.80 s vs 1.73 s per batch, inside the noise of a
-  machine at load 20+; 30% of the heads is ~5% of MiniLM's FLOPs at these lengths, as the
-  feed-forward layers and embeddings are untouched). Whole run 43.0 min.
+Measured with the full protocol (TensorFlow, `python examples/bertology_minilm.py`, 2 CPU cores
+with nothing else running, 2026-11-23; 20.3 min wall in all, this machine ran the fine-tune ~2x
+slower than on 2026-11-22):
+- fine-tune: 2 epochs x 245 steps (304 s and 265 s), 9.7 min; unpruned dev accuracy 0.8300
+  (853 sentences);
+- head importance on 512 training sentences: done at 11.3 min (`head_importance.png`);
+- pruning curve (dev accuracy; the masked heads' importances re-scored at each step,
+  `pruning_curve.csv/png`): 0 heads 0.8300; 7 (9.7%) 0.8324; 14 (19.4%) 0.8183; 21 (29.2%) 0.8312;
+  28 (38.9%) 0.8218 (-0.82 point); 35 (48.6%) 0.8159; 36 (50%) 0.8171. The example picks the
+  28-head step (the most pruned within 1 point with >= 30% removed): layer 0 loses 1 head, layer
+  5 eight, layers 1-4 four or five each.
+- structurally pruned (28 heads removed): dev accuracy 0.8218, as masked; backbone parameters
+  21,334,272 vs 22,713,216 (-1,378,944 = 28 x 49,248); SavedModel 85.2 MB vs 90.5 MB; serving
+  throughput (string-in `serving_default`, batch 32, dev sentences, 12 interleaved rounds):
+  91.0 vs 74.9 sentences/s, 1.22x (medians 352 ms vs 427 ms per batch). 39% of the heads is 13%
+  of the encoder's matmul FLOPs at these lengths (1.38M of its 10.6M weights; the feed-forward
+  layers are untouched), i.e. ~1.15x expected from FLOPs alone.
+An earlier run under heavy load (load 20-27, shortened fine-tune) measured no speedup: noise.
 """
 import argparse
 import json
