@@ -6,8 +6,8 @@
 - `export_to_transformers`: ours -> HF directory -> `transformers.AutoModel` gives the same hidden
   states (<= 1e-4), converts back to the same weights and config, and HF's `AutoTokenizer` reads
   the tokenizer files with the same ids as ours; task heads export under HF's architectures.
-- Bad input: a head checkpoint of another family, a checkpoint without the head, shapes that do
-  not match the config, models HF cannot represent.
+- Bad input: a head checkpoint of another family, a checkpoint without the head, head tensors no
+  head of the family reads, shapes that do not match the config, models HF cannot represent.
 
 HF models are random-initialized from tiny configs and saved to tmp (nothing is downloaded);
 their biases and LayerNorms are perturbed so that a wrong mapping cannot hide behind 0 and 1.
@@ -23,7 +23,7 @@ import pytest
 
 import keras_bertfam as kb
 from conftest import to_numpy
-from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets import checkpoints, hf_heads
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -572,6 +572,80 @@ def test_checkpoint_without_the_head(tmp_path, electra_dirs):
         kb.presets.convert_task(gen_dir, kb.tasks.ElectraPretrainer, preprocessor=None)
 
 
+def _bert_config(**overrides):
+    return transformers.BertConfig(**dict(dict(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=37, max_position_embeddings=32), **overrides))
+
+
+def test_head_tensor_no_head_has_a_place_for(tmp_path):
+    """A tensor outside the base model that no head of the family reads (a classifier with a
+    layer more than HF's) fails `convert_task`, naming it; `from_preset` warns and loads the
+    rest."""
+    from safetensors.numpy import load_file, save_file
+
+    path = _save(transformers.BertForSequenceClassification(_bert_config(num_labels=3)), tmp_path)
+    weights = os.path.join(path, "model.safetensors")
+    state = load_file(weights)
+    state["classifier.extra.weight"] = np.ones((3, 3), "float32")
+    save_file(state, weights, metadata={"format": "pt"})
+    with pytest.raises(checkpoints.CheckpointError,
+                       match=r"model\.safetensors' holds 1 tensor\(s\) outside the base model "
+                             r"that no bert head has a place for, e\.g\. "
+                             r"\['classifier\.extra\.weight'\]; TextClassifier loads its heads "
+                             r"from BertForSequenceClassification: "
+                             r"\['classifier\.bias', 'classifier\.weight'\]"):
+        kb.presets.convert_task(path, kb.tasks.TextClassifier, preprocessor=None)
+    with pytest.warns(UserWarning, match=r"\['classifier\.extra\.weight'\].*they are not loaded"):
+        clf = kb.tasks.TextClassifier.from_preset(path, num_classes=3, preprocessor=None)
+    np.testing.assert_array_equal(to_numpy(clf.head.bias), state["classifier.bias"])
+
+
+def test_another_tasks_head_is_dropped_with_a_warning(tmp_path):
+    """BertForPreTraining into MaskedLM: its NSP head is another task's head of the family,
+    dropped with a warning naming it (HF's "Some weights ... were not used"); `from_preset`,
+    which loads whatever heads a checkpoint has, says nothing."""
+    path = _save(transformers.BertForPreTraining(_bert_config()), tmp_path)
+    hf = transformers.BertForPreTraining.from_pretrained(path)
+    with pytest.warns(UserWarning, match=r"not used: \['cls\.seq_relationship\.bias', "
+                                         r"'cls\.seq_relationship\.weight'\]"):
+        mlm = kb.presets.convert_task(path, kb.tasks.MaskedLM, preprocessor=None)
+    x = _inputs()
+    ref = _at_positions(_hf(hf, x).prediction_logits)
+    assert _max_diff(mlm(dict(x, mask_positions=POSITIONS)), ref) <= 1e-4
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kb.tasks.MaskedLM.from_preset(path, preprocessor=None)
+    assert not [str(w.message) for w in caught if "seq_relationship" in str(w.message)]
+
+
+HF_CONFIGS = dict(
+    QA_CONFIGS, spanbert=QA_CONFIGS["bert"],
+    xlnet=("XLNet", lambda: transformers.XLNetConfig(vocab_size=VOCAB, d_model=16, n_layer=1,
+                                                     n_head=2, d_inner=32)),
+    longformer=("Longformer", lambda: transformers.LongformerConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=34, attention_window=4, pad_token_id=1,
+        type_vocab_size=1)))
+
+
+@pytest.mark.parametrize("family", sorted(kb.presets.FAMILIES))
+def test_every_hf_head_tensor_is_known(family):
+    """Each of the family's HF head models, with the tied decoders a `.bin` checkpoint saves: every
+    tensor outside the base model is read by a head of the family or declared unused
+    (`hf_head_unused`, each of which some head model has)."""
+    spec = kb.presets.FAMILIES[family]
+    known = hf_heads.known_head_keys(spec)
+    seen = set()
+    for architecture in spec.hf_task_architectures.values():
+        state = getattr(transformers, architecture)(HF_CONFIGS[family][1]()).state_dict()
+        keys = {k for k in checkpoints.head_keys(state, spec.hf_prefixes)
+                if not k.endswith(checkpoints.HF_BUFFERS)}
+        assert keys and keys <= known, (architecture, sorted(keys - known))
+        seen |= keys
+    assert set(spec.hf_head_unused) <= seen
+
+
 def test_legacy_layer_norm_names(tmp_path):
     """google-bert/bert-base-uncased's weights still name LayerNorms `gamma` / `beta`."""
     from safetensors.numpy import load_file, save_file
@@ -617,3 +691,24 @@ def test_export_refuses_what_hf_cannot_represent(tmp_path):
     with pytest.raises(NotImplementedError, match="untie_r=False"):
         kb.presets.export_to_transformers(xlnet, str(tmp_path / "xlnet"))
     assert not os.listdir(tmp_path)  # nothing half-written
+
+
+def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
+    """A task the family has no HF head for and an ElectraPretrainer without `generator_path`
+    export with a warning naming what is left out; a weight no weight map writes is an error."""
+    backbone = kb.models.BertBackbone(vocabulary_size=VOCAB, **SMALL)
+    with pytest.warns(UserWarning, match=r"2 weight\(s\) of the MultipleChoice are not exported "
+                                         r"\(the 'bert' family has no HF head for MultipleChoice"):
+        kb.presets.export_to_transformers(kb.tasks.MultipleChoice(backbone), str(tmp_path / "mc"))
+    _reloaded_without_missing_keys(str(tmp_path / "mc"), "BertModel")
+    electra = kb.tasks.ElectraPretrainer(discriminator=kb.models.ElectraBackbone(
+        vocabulary_size=VOCAB, **SMALL, embedding_dim=8))
+    with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"):
+        kb.presets.export_to_transformers(electra, str(tmp_path / "electra"))
+    monkeypatch.setitem(kb.presets.FAMILIES["bert"].hf_task_heads, "TextClassifier",
+                        lambda task: checkpoints.dense(task.head, "classifier")[:1])
+    with pytest.raises(NotImplementedError, match=r"would drop 1 weight\(s\) of the "
+                                                  r"TextClassifier .*e\.g\. \['[^']*bias'\]"):
+        kb.presets.export_to_transformers(kb.tasks.TextClassifier(backbone, num_classes=2),
+                                          str(tmp_path / "clf"))
+    assert not os.path.exists(tmp_path / "clf")

@@ -120,6 +120,14 @@ def base_model_keys(state_dict, prefixes):
     return set(state_dict)
 
 
+def head_keys(state_dict, prefixes):
+    """The keys outside the checkpoint's base model (see `base_model_keys`): its task heads."""
+    for prefix in prefixes:
+        if any(k.startswith(prefix) for k in state_dict):
+            return {k for k in state_dict if not k.startswith(prefix)}
+    return set()
+
+
 def check_all_used(mapping, base_keys, spec, what, source, backbone=None):
     """Every base-model tensor of the checkpoint fills a variable of `mapping`, or is declared
     unused (HF's buffers, the family's `hf_unused`): a config with fewer layers than its

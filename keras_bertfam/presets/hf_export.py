@@ -1,6 +1,7 @@
 """Export to HF transformers: a backbone or task as an HF-format directory (`config.json`,
 `model.safetensors`, the tokenizer's files), the families' HF weight maps read in reverse."""
 import os
+import warnings
 
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.registry import family_of_class
@@ -18,6 +19,10 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
     its head (`ElectraForPreTraining`) to `path` and, given `generator_path`, its generator with
     its MLM head (`ElectraForMaskedLM`, the embeddings the two share in both) there: the pair
     `ElectraPretrainer.from_preset(path, generator_preset=generator_path)` loads back.
+    Every weight of `model` is written or declared not exported: the pooler where the task's HF
+    class has none, and, with a warning, the head of a task without HF heads and an
+    ElectraPretrainer's generator without `generator_path`. Any other is an error (nothing is
+    written).
     """
     backbone = getattr(model, "backbone", model)
     spec = family_of_class(type(backbone))
@@ -25,34 +30,77 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
         raise NotImplementedError(
             f"export_to_transformers does not know {type(backbone).__name__}'s HF format "
             "(its family gives no config_to_hf).")
+    config = spec.config_to_hf(backbone)
     task_name = type(model).__name__
     heads = (spec.hf_task_heads or {}).get(task_name) if model is not backbone else None
     if tokenizer is None:
         tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
-    if generator_path is not None:
-        generator = getattr(model, "generator", None)
-        if task_name != "ElectraPretrainer" or generator is None:
-            raise ValueError(f"generator_path is for an ElectraPretrainer's generator; got a "
-                             f"{task_name}.")
-        _write_transformers(generator_path, generator, spec, "MaskedLM",
-                            spec.hf_task_heads["MaskedLM"](model), None, tokenizer)
+    generator = getattr(model, "generator", None)
+    if generator_path is not None and (task_name != "ElectraPretrainer" or generator is None):
+        raise ValueError(f"generator_path is for an ElectraPretrainer's generator; got a "
+                         f"{task_name}.")
+    head_mapping = heads(model) if heads else []
+    mapping = _backbone_mapping(backbone, spec, head_mapping)
     # HF's classes of the tasks that do not use the pooled output (*ForMaskedLM,
     # *ForTokenClassification, *ForQuestionAnswering) have no pooler: it is not written for them.
     pooler = not heads or getattr(model, "uses_pooled_output", True)
-    return _write_transformers(path, backbone, spec, task_name if heads else None,
-                               heads(model) if heads else [], getattr(model, "num_classes", None),
-                               tokenizer, pooler=pooler)
+    written = [m for m in mapping if pooler or not m[1].startswith("pooler.")]
+    no_pooler = {id(m[0]) for m in mapping} - {id(m[0]) for m in written}
+    generator_heads = generator_mapping = []
+    if heads and generator is not None:  # an ElectraForMaskedLM at generator_path
+        generator_heads = spec.hf_task_heads["MaskedLM"](model)
+        generator_mapping = _backbone_mapping(generator, spec, generator_heads)
+    if model is not backbone and not heads:
+        in_backbone = {id(w) for w in backbone.weights}
+        declared = [w for w in model.weights if id(w) not in in_backbone]
+        why = f"the {spec.name!r} family has no HF head for {task_name}"
+    else:
+        declared = [m[0] for m in generator_mapping + generator_heads]
+        why = "its generator goes to generator_path"
+    exported = written + head_mapping
+    if generator_path is not None:
+        exported, declared = exported + generator_mapping + generator_heads, []
+    _check_all_written(model, spec, exported, no_pooler, declared, why)
+    if generator_path is not None:
+        _write_transformers(generator_path, spec.config_to_hf(generator), spec, "MaskedLM",
+                            generator_mapping, generator_heads, None, tokenizer)
+    return _write_transformers(path, config, spec, task_name if heads else None, written,
+                               head_mapping, getattr(model, "num_classes", None), tokenizer)
 
 
-def _write_transformers(path, backbone, spec, task_name, head_mapping, num_classes, tokenizer,
-                        pooler=True):
-    """One HF directory: `backbone` (with `head_mapping` for the HF class of `task_name`;
-    without its pooler when not `pooler`)."""
+def _backbone_mapping(backbone, spec, head_mapping):
+    """The backbone's HF weight map without the weights a head maps: those are written under the
+    head's names only (our RoBERTa pooler is RobertaForSequenceClassification's classifier.dense;
+    its RobertaModel has no pooler)."""
+    in_heads = {id(variable) for variable, _, _ in head_mapping}
+    return [m for m in spec.weights_from_hf(backbone) if id(m[0]) not in in_heads]
+
+
+def _check_all_written(model, spec, written, no_pooler, declared, why):
+    """Every weight of `model` is in `written`, in `no_pooler` (silently) or in `declared`, not
+    exported with a warning giving `why`. Any other is an error."""
+    name = type(model).__name__
+    done = {id(variable) for variable, _, _ in written} | no_pooler
+    left = [w for w in model.weights if id(w) not in done and "float" in str(w.dtype)]
+    declared = {id(w) for w in declared}
+    undeclared = [w.path for w in left if id(w) not in declared]
+    if undeclared:
+        raise NotImplementedError(
+            f"export_to_transformers would drop {len(undeclared)} weight(s) of the {name} that no "
+            f"HF weight map of the {spec.name!r} family writes, e.g. {undeclared[:4]}.")
+    if left:
+        warnings.warn(f"{len(left)} weight(s) of the {name} are not exported ({why}), e.g. "
+                      f"{[w.path for w in left[:4]]}.", stacklevel=3)
+
+
+def _write_transformers(path, config, spec, task_name, mapping, head_mapping, num_classes,
+                        tokenizer):
+    """One HF directory: the backbone's `config` and `mapping`, with `head_mapping` for the HF
+    class of `task_name`."""
     import json
 
     from safetensors.numpy import save_file
 
-    config = spec.config_to_hf(backbone)
     prefix = ""
     if task_name is not None:
         prefix = spec.hf_prefixes[0] if spec.hf_prefixes else ""
@@ -63,11 +111,6 @@ def _write_transformers(path, backbone, spec, task_name, head_mapping, num_class
             config["label2id"] = {f"LABEL_{i}": i for i in range(num_classes)}
             if num_classes == 1:
                 config["problem_type"] = "regression"
-    # Backbone weights a head maps are written under the head's names only (our RoBERTa pooler is
-    # RobertaForSequenceClassification's classifier.dense; its RobertaModel has no pooler).
-    in_heads = {id(variable) for variable, _, _ in head_mapping}
-    mapping = [m for m in spec.weights_from_hf(backbone) if id(m[0]) not in in_heads
-               and (pooler or not m[1].startswith("pooler."))]
     state = {prefix + k: v for k, v in checkpoints.export_state_dict(mapping).items()}
     state.update(checkpoints.export_state_dict(head_mapping))
     os.makedirs(path, exist_ok=True)

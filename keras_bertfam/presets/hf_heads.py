@@ -18,7 +18,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
     the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
     classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
     when `preset` has no pooler weights and its heads do not fill the backbone's pooler either
-    (see `convert_hf`). `task.from_preset` calls this; `convert_task` is the strict form."""
+    (see `convert_hf`). Head tensors no head of the family knows warn. `task.from_preset` calls
+    this; `convert_task` is the strict form."""
     spec = family_of_class(type(task.backbone))
     if spec is None:
         return
@@ -36,8 +37,12 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         model_dir = get_loader(source, download).hf_model_dir(download)
         if model_dir is None:
             continue
-        state = checkpoints.strip_prefix(checkpoints.load_state_dict(model_dir), spec.hf_prefixes)
+        raw = checkpoints.load_state_dict(model_dir)
+        state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
         loaded = _load_heads(task, source_heads, state, model_dir, architecture)
+        _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
+                         f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
+                         strict=False)
         if check_pooler:
             warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
                               state, loaded)
@@ -78,7 +83,10 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     families), and every BERT-layout family's (and Longformer's) `*ForTokenClassification` into
     `TokenClassifier` and `*ForQuestionAnswering` into `QuestionAnswerer`.
     A checkpoint without the head's weights, or of another family than the task's heads, is an
-    error naming what was expected.
+    error naming what was expected. Every tensor outside the checkpoint's base model must fill the
+    task's heads, be declared unused (`hf_head_unused`) or be another task's head of the family,
+    dropped with a warning (`BertForPreTraining`'s NSP head converted into `MaskedLM`): any other
+    is an error.
     """
     loader = get_loader(path)
     if type(loader) is not HFDirLoader:
@@ -143,8 +151,61 @@ def _assign_heads(mapping, where, spec, name, expected):
     cfg = checkpoints.read_hf_config(where)
     hint = (f"{where!r} is a {', '.join(cfg.get('architectures') or ['headless'])} checkpoint; "
             f"{expected}.")
-    state = checkpoints.strip_prefix(checkpoints.load_state_dict(where), spec.hf_prefixes)
-    checkpoints.assign(mapping, state, what=f"{name} head", hint=hint,
-                       source=checkpoints.weights_file(where))
+    raw = checkpoints.load_state_dict(where)
+    source = checkpoints.weights_file(where)
+    checkpoints.assign(mapping, checkpoints.strip_prefix(raw, spec.hf_prefixes),
+                       what=f"{name} head", hint=hint, source=source)
+    _check_heads_used(mapping, raw, spec, source, expected)
+
+
+class _AnyTask:
+    """Stands for any task, layer and variable: a family's head mapping called on it lists its HF
+    keys with no model built (equal to anything, for `text_classifier_map`'s activation check)."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def known_head_keys(spec):
+    """Every HF task-head tensor the family knows: the keys of each task's heads (companions'
+    too) and its declared `hf_head_unused`."""
+    heads = list((spec.hf_task_heads or {}).values()) + [
+        companion_heads for companions in (spec.hf_task_companions or {}).values()
+        for _, companion_heads, _ in companions.values()]
+    return {key for h in heads for _, key, _ in h(_AnyTask())} | set(spec.hf_head_unused)
+
+
+def _check_heads_used(mapping, raw, spec, source, expected, strict=True):
+    """Every tensor of the checkpoint `raw` outside its base model fills `mapping` (the task's
+    heads), is declared unused or is another task's head of the family: dropped, with a warning
+    when `strict` (HF's "Some weights of the model checkpoint were not used"). Any other (a head
+    with more layers than HF's) is an error, a warning when not `strict`."""
+    used = {key for _, key, _ in mapping}
+    left = sorted(k for k in checkpoints.head_keys(raw, spec.hf_prefixes)
+                  if k not in used and not k.endswith(checkpoints.HF_BUFFERS))
+    if not left:
+        return
+    known = known_head_keys(spec)
+    unknown = [k for k in left if k not in known]
+    if unknown:
+        message = (f"{source!r} holds {len(unknown)} tensor(s) outside the base model that no "
+                   f"{spec.name} head has a place for, e.g. {unknown[:4]}; {expected}"
+                   + (f": {sorted(used)}" if used else ""))
+        if strict:
+            raise checkpoints.CheckpointError(message + ". A head with more or other layers "
+                                              "than HF's does not convert.")
+        warnings.warn(message + "; they are not loaded.", stacklevel=4)
+    dropped = [k for k in left if k in known and k not in spec.hf_head_unused]
+    if strict and dropped:
+        warnings.warn(f"Some weights of {source!r} were not used: {dropped}, another task's head "
+                      f"of the {spec.name} family ({expected}).", stacklevel=4)
 
 

@@ -36,6 +36,10 @@ class FamilySpec:
         count_params: `(config) -> int` where the backbone is not an EncoderBackbone.
         hf_unused: key prefixes of the HF base model that have no counterpart here (declared
             unused; every other tensor of a checkpoint must be used).
+        hf_head_unused: keys of HF task-head tensors no `hf_task_heads` mapping reads, declared
+            unused: the MLM decoder weights HF ties to the word embeddings (and decoder biases
+            tied to the head's `bias`), which `.bin` checkpoints save. Every other head tensor must
+            be read by the task's heads or belong to another task's (`convert_task`).
     """
 
     name: str
@@ -54,6 +58,7 @@ class FamilySpec:
     hf_task_companions: Optional[dict] = None
     count_params: Optional[Callable] = None
     hf_unused: tuple = ()
+    hf_head_unused: tuple = ()
     # backbone -> HF keys this configuration reads from layer 0 only (XLNet's untie_r=False)
     hf_unused_of: Optional[Callable] = None
 

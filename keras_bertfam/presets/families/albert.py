@@ -164,6 +164,8 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=sentencepiece_to_hf,
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
+    # the MLM decoder, tied to the word embeddings and `predictions.bias` (HF's _tied_weights_keys)
+    hf_head_unused=("predictions.decoder.weight", "predictions.decoder.bias"),
 )
 
 TOKENIZER = {"kind": "sentencepiece", "proto": "albert_spiece", "lowercase": True}

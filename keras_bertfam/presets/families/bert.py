@@ -61,6 +61,8 @@ HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertF
                          "TextClassifier": "BertForSequenceClassification",
                          "TokenClassifier": "BertForTokenClassification",
                          "QuestionAnswerer": "BertForQuestionAnswering"}
+# The MLM decoder, tied to the word embeddings and `cls.predictions.bias` (HF's _tied_weights_keys).
+HF_HEAD_UNUSED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 
 FAMILY = FamilySpec(
@@ -77,6 +79,7 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=wordpiece_to_hf,
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
+    hf_head_unused=HF_HEAD_UNUSED,
 )
 
 UNCASED = {"kind": "wordpiece", "vocabulary": "bert_uncased", "lowercase": True}

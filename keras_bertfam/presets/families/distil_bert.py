@@ -104,6 +104,7 @@ FAMILY = FamilySpec(
                            "TextClassifier": "DistilBertForSequenceClassification",
                            "TokenClassifier": "DistilBertForTokenClassification",
                            "QuestionAnswerer": "DistilBertForQuestionAnswering"},
+    hf_head_unused=("vocab_projector.weight",),  # tied to the word embeddings
 )
 
 PRESETS = [

@@ -80,6 +80,7 @@ FAMILY = FamilySpec(
                            "TextClassifier": "LongformerForSequenceClassification",
                            "TokenClassifier": "LongformerForTokenClassification",
                            "QuestionAnswerer": "LongformerForQuestionAnswering"},
+    hf_head_unused=roberta.HF_HEAD_UNUSED,
     count_params=longformer_param_count,
 )
 

@@ -80,6 +80,10 @@ def _mlm_head(task):
                                     "lm_head.bias")
 
 
+# The MLM decoder, tied to the word embeddings and `lm_head.bias` (HF's _tied_weights_keys).
+HF_HEAD_UNUSED = ("lm_head.decoder.weight", "lm_head.decoder.bias")
+
+
 def _text_classifier(task):
     """`RobertaForSequenceClassification`'s `classifier`: its dense + tanh on `<s>` is our
     backbone's pooler (its RobertaModel has none), `out_proj` our head."""
@@ -106,6 +110,7 @@ FAMILY = FamilySpec(
                            "TextClassifier": "RobertaForSequenceClassification",
                            "TokenClassifier": "RobertaForTokenClassification",
                            "QuestionAnswerer": "RobertaForQuestionAnswering"},
+    hf_head_unused=HF_HEAD_UNUSED,
 )
 
 TOKENIZER = {"kind": "byte_pair", "vocabulary": "roberta_vocab", "merges": "roberta_merges"}

@@ -163,6 +163,7 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=functools.partial(albert.sentencepiece_to_hf, tokenizer_class="XLNetTokenizer"),
     hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias)},
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel"},
+    hf_head_unused=("lm_loss.weight",),  # tied to the word embedding
 )
 
 CASED = {"kind": "sentencepiece", "vocabulary": "xlnet_cased", "lowercase": False}
