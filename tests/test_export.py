@@ -270,6 +270,12 @@ def assert_dynamic_padding_equal(name, key, got, ref):
     value, expected = got[key], ref[key]
     if name != "XLNetPretrainer":
         expected = expected[tuple(slice(0, n) for n in value.shape)]
+        if key.startswith("sbo_top"):
+            # a slot of no [MASK] (weight 0) at the row's last position reads its right boundary
+            # past the end: the padded reference reads a [PAD] there, the trimmed row nothing
+            real = got["sbo_weights"] > 0
+            assert real.any(), name
+            value, expected = value[real], expected[real]
         np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=f"{name}:{key}")
         return
     cut = SEQ - got["mask_weights"].shape[1]
