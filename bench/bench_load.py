@@ -13,10 +13,10 @@ Prints the median load time of each and the ratio checked / unchecked (target: <
 Usage: python bench/bench_load.py [--rounds 3] [--dir /tmp/bench_load]
 Not a test: numbers depend on the machine and its load.
 
-Measured (TensorFlow backend, 2 CPU cores shared with ~8 other jobs, load average ~28; round
-times of one configuration varied 44-93 s, so the ratios are not conclusive):
-    ours checked 76.9 s / unchecked 65.0 s = 1.18x; hf checked 82.7 s / unchecked 65.8 s = 1.26x;
-    sha256 of the 438 MB weights alone 3.9 s. See BUILD.md ("Loading: integrity checks").
+Measured idle (TensorFlow backend, 2 CPU cores, nothing else running, 3 rounds, 2026-11-23):
+    ours checked 4.25 s / unchecked 4.57 s = 0.93x; hf checked 4.54 s / unchecked 4.13 s = 1.10x;
+    sha256 of the 438 MB weights alone 0.35 s (hashed in a thread while the backbone is built).
+See BUILD.md ("Loading: integrity checks").
 """
 import argparse
 import json

@@ -8,6 +8,10 @@ behaviour) for comparison. Target: under 30 s for 100 MB.
 
 Usage: python bench/bench_long_line.py [--mb 100] [--uncut-mb 0.25]
 Not a test: numbers depend on the machine and its load.
+
+Measured idle (2 CPU cores, 2026-11-23): 100 MB line, cut: 14.2 s to the first batch (target
+< 30 s); 0.25 MB line: 5.8 s cut, 4.9 s uncut (at that size the cut saves nothing; a 1 MB line
+took 235 s uncut when issue 13 was filed).
 """
 import argparse
 import os

@@ -267,12 +267,14 @@ CHARACTERS_PER_POSITION = 50
 def _clean_text(texts, sequence_length):
     """Invalid UTF-8 bytes become U+FFFD (which BERT's normalization drops, as HF's), and each
     text is cut to `CHARACTERS_PER_POSITION * sequence_length` characters before tokenizing, so a
-    1 MB request costs what a long review costs."""
+    1 MB request costs what a long review costs. The bytes are cut first (4 per character, UTF-8's
+    most): a character split there lies past the characters kept."""
     import tensorflow as tf
 
+    characters = CHARACTERS_PER_POSITION * sequence_length
+    texts = tf.strings.substr(texts, 0, 4 * characters)
     texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
-    return tf.strings.substr(texts, 0, CHARACTERS_PER_POSITION * sequence_length,
-                             unit="UTF8_CHAR")
+    return tf.strings.substr(texts, 0, characters, unit="UTF8_CHAR")
 
 
 def trim_padding(features, side="right"):

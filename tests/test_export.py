@@ -452,6 +452,16 @@ def test_token_ids_signature_validates_its_input(tmp_path):
     assert call(np.zeros([0, 4], np.int32))["logits"].shape == (0, 2)  # an empty batch
 
 
+def test_requests_are_cut_to_whole_characters():
+    """The string signature keeps CHARACTERS_PER_POSITION characters per position of each text,
+    whole, whatever their UTF-8 widths (bytes are cut first, at 4 per character)."""
+    from keras_bertfam.export import CHARACTERS_PER_POSITION, _clean_text
+
+    texts = ["\U0001F600" * 100, "a" + "\U0001F600" * 100, "ü" * 200, "é\U0001F600a" * 50, "short"]
+    got = _clean_text(tf.constant(texts), sequence_length=1).numpy()
+    assert [g.decode() for g in got] == [t[:CHARACTERS_PER_POSITION] for t in texts]
+
+
 def test_string_signature_bad_input(tmp_path):
     """Empty batch, empty strings, 1 MB strings (cut before tokenizing), invalid UTF-8; and the
     request is padded to its longest text, not to sequence_length."""
@@ -467,7 +477,8 @@ def test_string_signature_bad_input(tmp_path):
     serve = tf.saved_model.load(str(tmp_path / "clf")).signatures["serving_default"]
     tag = tf.saved_model.load(str(tmp_path / "tag")).signatures["serving_default"]
     assert serve(text=tf.constant([], tf.string))["logits"].shape == (0, 3)
-    texts = ["", "the film", "ada " * 250_000]  # the last one: 1 MB
+    # a 1 MB text; and multi-byte characters past the cut (2 and 4 bytes each, + a space)
+    texts = ["", "the film", "ada " * 250_000, "ü " * 3000, "\U0001F600 " * 3000]
     got = serve(text=tf.constant(texts))["logits"].numpy()
     np.testing.assert_allclose(got, clf.predict(texts, verbose=0), atol=1e-5)
     bad = tf.constant([b"the \xff\xfe film", b"\xc3"])  # invalid UTF-8 -> U+FFFD, dropped
