@@ -65,12 +65,17 @@ def _legacy_layer_norm_key(key):
     return key
 
 
+def _base_prefix(state_dict, prefixes):
+    """The first of `prefixes` the checkpoint's keys use, or None (a base model saved alone)."""
+    return next((p for p in prefixes if any(k.startswith(p) for k in state_dict)), None)
+
+
 def strip_prefix(state_dict, prefixes):
     """Drops the first of `prefixes` that the keys carry ("bert.", "roberta.", ...)."""
-    for prefix in prefixes:
-        if any(k.startswith(prefix) for k in state_dict):
-            return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state_dict.items()}
-    return state_dict
+    prefix = _base_prefix(state_dict, prefixes)
+    if prefix is None:
+        return state_dict
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state_dict.items()}
 
 
 def assign(mapping, state_dict, what="model", optional=(), hint=None, source="the checkpoint"):
@@ -114,18 +119,16 @@ def base_model_keys(state_dict, prefixes):
     """The keys of the checkpoint's base model (HF's `BertModel` inside `BertForX`), without the
     prefix: those carrying the first of `prefixes` the checkpoint uses, or all keys when it uses
     none (a base model saved alone). The rest are task heads."""
-    for prefix in prefixes:
-        if any(k.startswith(prefix) for k in state_dict):
-            return {k[len(prefix):] for k in state_dict if k.startswith(prefix)}
-    return set(state_dict)
+    prefix = _base_prefix(state_dict, prefixes)
+    if prefix is None:
+        return set(state_dict)
+    return {k[len(prefix):] for k in state_dict if k.startswith(prefix)}
 
 
 def head_keys(state_dict, prefixes):
     """The keys outside the checkpoint's base model (see `base_model_keys`): its task heads."""
-    for prefix in prefixes:
-        if any(k.startswith(prefix) for k in state_dict):
-            return {k for k in state_dict if not k.startswith(prefix)}
-    return set()
+    prefix = _base_prefix(state_dict, prefixes)
+    return set() if prefix is None else {k for k in state_dict if not k.startswith(prefix)}
 
 
 def check_all_used(mapping, base_keys, spec, what, source, backbone=None):
