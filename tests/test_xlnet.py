@@ -266,7 +266,7 @@ def test_plm_loss_falls_on_a_fixed_batch(memory):
     backbone = XLNetBackbone(50, 2, 2, 16, 32, dropout=0.0, mem_len=8 if memory else None,
                              reuse_len=8 if memory else None)
     task = XLNetPretrainer(backbone, memory_batch_size=4 if memory else None)
-    task.compile(learning_rate=1e-2, jit_compile=False)
+    task.compile(learning_rate=1e-2)
     history = task.fit(x, y, sample_weight=w, batch_size=4, epochs=10, verbose=0)
     losses = history.history["plm_loss"]
     assert losses[-1] < 0.7 * losses[0]
