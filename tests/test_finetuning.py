@@ -101,7 +101,9 @@ def test_text_classifier_regression(tiny_preset):
     texts = ["a cat sat", "a dog ran", "the end", "stocks fell"]
     scores = np.array([0.5, 4.0, 2.5, 1.0], "float32")
     before = reg.evaluate((texts, texts), scores, return_dict=True, verbose=0)["mse"]
-    reg.fit((texts, texts), scores, batch_size=4, epochs=15, verbose=0)
+    # 15 steps as one epoch of the data repeated: every epoch of a raw-text fit builds a new
+    # tf.data iterator, ~1 s of function instantiation on 2 cores, which dominated these tests.
+    reg.fit((texts * 15, texts * 15), np.tile(scores, 15), batch_size=4, verbose=0)
     after = reg.evaluate((texts, texts), scores, return_dict=True, verbose=0)["mse"]
     assert reg.predict((texts, texts), verbose=0).shape == (4, 1)
     assert after < before
@@ -186,7 +188,7 @@ def test_token_classifier_fit_predict_save(tiny_preset, tmp_path):
     tagger.compile(learning_rate=1e-3)
     sentences = ["John lives in Paris", "Snuffleupagus visits Zürich"]
     labels = [[1, 0, 0, 2], [1, 0, 2]]
-    tagger.fit(sentences, labels, epochs=20, verbose=0)
+    tagger.fit(sentences * 20, labels * 20, batch_size=2, verbose=0)  # 20 steps, one epoch
     assert tagger.predict(sentences, verbose=0).shape == (2, 16, 3)
     assert tagger.predict_words(sentences) == labels  # memorized
     path = str(tmp_path / "tagger.keras")
@@ -237,7 +239,8 @@ def test_question_answerer_fit_and_answer(tiny_preset, tmp_path):
                                                max_question_length=16)
     qa.compile(learning_rate=3e-3)
     start = CONTEXT.index(ANSWER)
-    qa.fit(([QUESTION], [CONTEXT]), ([start], [ANSWER]), epochs=30, verbose=0)
+    qa.fit(([QUESTION] * 30, [CONTEXT] * 30), ([start] * 30, [ANSWER] * 30), batch_size=1,
+           verbose=0)  # 30 steps, one epoch
     best = qa.answer([QUESTION], [CONTEXT])[0]
     assert CONTEXT[best["start"]:best["end"]] == best["text"]
     assert best["text"] == ANSWER  # memorized one example
@@ -273,7 +276,7 @@ def test_multiple_choice_fit_predict_save(tiny_preset, tmp_path):
     contexts = ["The cat", "A man opens the door"]
     choices = [["sat on the mat", "flew to Mars", "is a number"],
                ["and walks in", "of the sea", "seven"]]
-    mc.fit((contexts, choices), [0, 0], epochs=10, verbose=0)
+    mc.fit((contexts * 10, choices * 10), [0, 0] * 10, batch_size=2, verbose=0)  # 10 steps
     logits = mc.predict((contexts, choices), verbose=0)
     assert logits.shape == (2, 3)
     path = str(tmp_path / "mc.keras")
