@@ -593,7 +593,6 @@ def _pretrain(args, run, state, step, where, products):
         _say(args, f"Checkpoint: step {step} saved to {state_path_of[step]}")
         return state_path_of[step]
 
-    task._build_optimizer()  # before the first trace (keras.Model.fit is called directly)
     try:
         if step < args.steps:
             _say(args, "Building the training graph… (the first step takes a while)")

@@ -176,7 +176,7 @@ def test_labels_are_exactly_the_replaced_positions():
 def test_loss_falls():
     disc = kb.models.ElectraBackbone(**dict(TINY, dropout=0.0))
     model = ElectraPretrainer(discriminator=disc, seed=1)
-    model.compile(learning_rate=3e-3, )
+    model.compile(learning_rate=3e-3)
     x, y, w = batch(b=8)
     history = model.fit(x, y, sample_weight=w, batch_size=8, epochs=12, verbose=0).history
     assert history["loss"][-1] < 0.8 * history["loss"][0]

@@ -294,7 +294,6 @@ class Task(keras.Model):
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
-        self._build_optimizer()
         if validation_data is not None and getattr(self, "preprocessor", None) is not None:
             validation_data = self._prepare(validation_data, training=False)[0] if isinstance(
                 validation_data, tf.data.Dataset) else self._prepare(*validation_data,
@@ -302,19 +301,21 @@ class Task(keras.Model):
         return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                            validation_data=validation_data, **kwargs)
 
-    def _build_optimizer(self):
-        """Create the optimizer's slots before the train function is traced.
+    def make_train_function(self, force=False):
+        """Creates the optimizer's slots before the train step is traced: every path into
+        training (`fit`, `train_on_batch`, the CLI's direct `keras.Model.fit`) comes here first.
 
-        Without a distribution strategy, Keras on TensorFlow defers this to the first trace, where
-        each slot's initializer becomes a `tf.cond` and the step is traced twice: a tiny model's
-        first `fit` step took 23 s instead of 8. Under a strategy, and on JAX and torch, Keras
-        builds it before tracing itself.
+        Without a distribution strategy, Keras on TensorFlow defers the slots to the first trace,
+        where each slot's initializer becomes a `tf.cond` and the step is traced twice: a tiny
+        model's first `fit` step took 23 s instead of 8. Under a strategy, and on JAX and torch,
+        Keras builds them before tracing itself.
         """
-        if keras.backend.backend() != "tensorflow" or getattr(self, "_distribute_strategy", None):
-            return
-        if (self.optimizer is not None and not self.optimizer.built and self.built
+        if (keras.backend.backend() == "tensorflow"
+                and not getattr(self, "_distribute_strategy", None)
+                and self.optimizer is not None and not self.optimizer.built and self.built
                 and all(layer.built for layer in self._flatten_layers())):
             self.optimizer.build(self.trainable_variables)
+        return super().make_train_function(force=force)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if not self.compiled:
