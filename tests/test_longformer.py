@@ -235,6 +235,25 @@ def test_all_global_equals_full_attention_and_from_roberta(tmp_path):
     assert _max_diff(longformer(x)["sequence_output"], full, valid) > 1e-3
 
 
+def test_from_roberta_reads_a_preset_dir_and_refuses_fewer_positions(tmp_path):
+    """`from_roberta(preset_or_dir)`: a saved RoBERTa preset dir gives the same Longformer as the
+    backbone object; a max_sequence_length under RoBERTa's positions is refused."""
+    keras.utils.set_random_seed(0)
+    roberta = kb.models.RobertaBackbone(120, 2, 2, 16, 32, max_sequence_length=20)
+    roberta.save_to_preset(str(tmp_path / "roberta"))
+    from_object = kb.models.LongformerBackbone.from_roberta(roberta, max_sequence_length=64,
+                                                            attention_window=4)
+    from_dir = kb.models.LongformerBackbone.from_roberta(str(tmp_path / "roberta"),
+                                                         max_sequence_length=64,
+                                                         attention_window=4)
+    x = _inputs(18)
+    np.testing.assert_allclose(to_numpy(from_dir(x)["sequence_output"]),
+                               to_numpy(from_object(x)["sequence_output"]), atol=1e-6)
+    with pytest.raises(ValueError, match="max_sequence_length=16 is shorter than the RoBERTa"):
+        kb.models.LongformerBackbone.from_roberta(roberta, max_sequence_length=16,
+                                                  attention_window=4)
+
+
 @pytest.mark.multibackend
 def test_xla_compiled_equals_eager():
     """Traced with static shapes (the global slots are max_global_tokens), jit-compiled."""
