@@ -72,6 +72,7 @@ __all__ = [
 
 _MASK_TOKEN_NAMES = ("[MASK]", "<mask>", "[mask]", "<MASK>")
 _INT32_MAX = 2**31 - 1
+_GREEDY_FIRST_CANDIDATES = 32  # candidates per row in the greedy selection's first rounds
 
 
 # === Vocabulary helpers ===
@@ -612,12 +613,13 @@ def _greedy_round(rows, tri, max_n, overlaps):
     key, budget, order, rank, tok_m, allowed_m = rows
     W = tf.shape(key)[1]
     is_cand = key < _INT32_MAX
-    order_flat = _flat_index(order, W)
-    rank_flat = _flat_index(rank, W)
+    order_flat = _flat_index(order, W)  # order: (B, K), the first K words visited
+    rank_flat = _flat_index(rank, tf.shape(order)[1] + 1)  # rank: (B, W), K if not among them
 
     def cum_before(x):
         """sum of x over the candidates visited before each word's candidate -> (B, W)."""
-        return _gather_flat(_cumsum(_gather_flat(x, order_flat), tri=tri), rank_flat)
+        in_order = _cumsum(_gather_flat(x, order_flat), tri=tri)  # (B, K)
+        return _gather_flat(tf.pad(in_order, [[0, 0], [0, 1]]), rank_flat)
 
     def fit(r):
         """The longest allowed n with pieces <= r (B, 1), as `ge` (ge[d] = n > d, (B, W) each:
@@ -743,18 +745,17 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
     base = ctok[:, :-1]
     tok_m = [_shift_left(ctok, m, 0)[:, :W] - base for m in range(1, max_n + 1)]
     allowed_m = [cand_n >= m for m in range(1, max_n + 1)]
-    # Visiting order: order[b, i] = word visited i-th; rank[b, w] = its inverse.
-    order = tf.argsort(key, axis=1)
-    rank = tf.reshape(
-        tf.math.unsorted_segment_sum(
-            tf.reshape(tf.broadcast_to(tf.range(W)[tf.newaxis, :], [B, W]), [-1]),
-            tf.reshape(order + tf.range(B)[:, tf.newaxis] * W, [-1]),
-            num_segments=B * W,
-        ),
-        [B, W],
-    )
-    tri = _triangular(W, exclusive=True)
-    rows = (key, budget, order, rank, tok_m, allowed_m)
+    def visiting_order(key, k):
+        """order[b, i] = word visited i-th (i < k); rank[b, w] = its inverse (k if w is
+        visited later than the k-th)."""
+        neg, order = tf.math.top_k(-key, k=k)  # ascending keys: one partial sort
+        n = tf.shape(key)[0]
+        rank = k + tf.reshape(tf.math.unsorted_segment_sum(
+            tf.reshape(tf.broadcast_to(tf.range(k)[tf.newaxis, :] - k, [n, k]), [-1]),
+            tf.reshape(order + tf.range(n)[:, tf.newaxis] * W, [-1]),
+            num_segments=n * W), [-1, W])
+        return order, rank, -neg[:, -1]
+
     state = (
         tf.zeros([B, W], tf.bool),  # covered words
         tf.zeros([B, W], tf.int32),  # n-gram length each word's candidate got
@@ -762,16 +763,31 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
         tf.zeros([B], tf.int32),  # cursor: the smallest key not yet decided
         tf.zeros([B], tf.bool),  # done
     )
-    # Nearly every row finishes in two rounds (the first stops at the first problem, the second
-    # finds none); about one in ten needs more. A round's time grows with its rows, so only the
-    # unfinished rows go on, gathered into a smaller batch.
-    body = _greedy_round(rows, tri, max_n, overlaps)
-    state = body(*body(*state))
+    # The budget is nearly always spent within the first few dozen words visited, so the first
+    # two rounds (all rows) see only the first K candidates of each row (a partial sort):
+    # candidates after them count as absent. Nearly every row finishes in these two rounds (the
+    # first stops at the first problem, the second finds none); about one in ten needs more,
+    # and a row that finished its K candidates with budget left still has the others to visit.
+    # A round's time grows with its rows, so only those rows go on, gathered into a smaller
+    # batch, with their full visiting order.
+    K = tf.minimum(W, _GREEDY_FIRST_CANDIDATES)
+    order, rank, kth = visiting_order(key, K)
+    first_k = tf.where(rank < K, key, _INT32_MAX)
+    body = _greedy_round((first_k, budget, order, rank, tok_m, allowed_m),
+                         _triangular(K, exclusive=True), max_n, overlaps)
+    covered, chosen, used, cursor, done = body(*body(*state))
+    more = done & (used < budget) & tf.reduce_any(
+        (key > kth[:, tf.newaxis]) & (key < _INT32_MAX), axis=1)
+    cursor = tf.where(more, kth + 1, cursor)
+    state = (covered, chosen, used, cursor, done & ~more)
     left = tf.where(~state[4])[:, 0]
-    sub_rows = tf.nest.map_structure(lambda t: tf.gather(t, left), rows)
+    sub_key, sub_budget = tf.gather(key, left), tf.gather(budget, left)
+    sub_order, sub_rank, _ = visiting_order(sub_key, W)
+    sub_rows = (sub_key, sub_budget, sub_order, sub_rank,
+                [tf.gather(t, left) for t in tok_m], [tf.gather(t, left) for t in allowed_m])
     sub_state = tf.while_loop(
         lambda c, n, u, k, d: ~tf.reduce_all(d),
-        _greedy_round(sub_rows, tri, max_n, overlaps),
+        _greedy_round(sub_rows, _triangular(W, exclusive=True), max_n, overlaps),
         tuple(tf.gather(t, left) for t in state),
     )
     index = left[:, tf.newaxis]
@@ -966,6 +982,7 @@ class SpanMasker(_Masker):
 
     _default_rounding = "ceil"
     _per_span = True
+    _anchor_proposals = 8  # anchor draws per span before the exact (cumulative-sum) draw
 
     def __init__(self, *args, geometric_p=0.2, max_span_length=10,
                  random_token_distribution=None, return_span_boundaries=False, **kwargs):
@@ -1022,34 +1039,59 @@ class SpanMasker(_Masker):
         W = tf.shape(ids)[1]
         K = 2 * self.mask_selection_length  # rounds at most (each span masks >= 1 piece)
         Lmax = self.max_span_length
+        R = self._anchor_proposals
         lengths = _sample_categorical(seed_len, self.span_length_probabilities, [B, K])
         lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
-        anchor_u = tf.random.stateless_uniform([B, K], seed_anchor, dtype=tf.float32)
         w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
         m_range = tf.range(Lmax + 1)[tf.newaxis, :]  # (1, Lmax + 1)
         k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
         ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, W + 1 + Lmax)
-        tri = _triangular(W)
         row_offset = tf.range(B)[:, tf.newaxis] * (W + 1 + Lmax)  # rows of ctok_pad, flat
         ctok_flat = tf.reshape(ctok_pad, [-1])
+        w_offset = tf.range(B)[:, tf.newaxis] * W  # rows of next_cov, flat
 
-        def body(k, next_cov, unit_w, used, done, realized, drawn):
+        def exact_anchor(next_cov, L, u):
+            """The j-th free placement, j = floor(u * count): one cumulative sum over the row.
+            Returns (anchor (B, 1), count > 0 (B,))."""
+            place = w_range + L <= next_cov
+            count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
+            j = tf.cast(u * tf.cast(count, tf.float32), tf.int32)
+            j = tf.minimum(j, count - 1)[:, tf.newaxis]
+            rank = _cumsum(place)  # 1-based rank of each placement
+            anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]
+            return anchor, count > 0
+
+        def body(k, next_cov, unit_w, used, done, *tracked):
             # next_cov[w]: first masked word >= w (num_words if none): L free words fit at w
             # iff w + L <= next_cov[w] -- elementwise, no scan over the row.
             L = lengths[:, k][:, tf.newaxis]  # (B, 1)
-            place = w_range + L <= next_cov
-            count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
-            j = tf.cast(anchor_u[:, k] * tf.cast(count, tf.float32), tf.int32)
-            j = tf.minimum(j, count - 1)[:, tf.newaxis]
-            rank = _cumsum(place, tri=tri)  # 1-based rank of each placement
-            anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]  # (B, 1)
+            # The anchor, uniform among the free placements: R proposals uniform among all
+            # num_words - L + 1 placements, the first free one wins (uniform among the free
+            # ones). Rows where none is free (rare: masking covers ~15%) take the exact draw.
+            u = tf.random.stateless_uniform(
+                [B, R + 1], tf.random.experimental.stateless_fold_in(seed_anchor, k))
+            n_all = num_words[:, tf.newaxis] - L + 1  # (B, 1), >= 1 for rows with words
+            prop = tf.minimum(tf.cast(u[:, 1:] * tf.cast(n_all, tf.float32), tf.int32),
+                              n_all - 1)  # (B, R)
+            prop = tf.maximum(prop, 0)
+            free = prop + L <= tf.gather(tf.reshape(next_cov, [-1]), prop + w_offset)
+            first = tf.argmax(tf.cast(free, tf.int32), axis=1, output_type=tf.int32)
+            anchor = tf.gather(tf.reshape(prop, [-1]), tf.range(B) * R + first)[:, tf.newaxis]
+            found = tf.reduce_any(free, axis=1)
+            need = ~done & ~found
+            anchor, found = tf.cond(
+                tf.reduce_any(need),
+                lambda: tuple(tf.where(c, a, b) for c, a, b in zip(
+                    (need[:, tf.newaxis], need), exact_anchor(next_cov, L, u[:, 0]),
+                    (anchor, found))),
+                lambda: (anchor, found))
             # Cut to the whole words that fit the remaining budget.
             pieces = tf.gather(ctok_flat, anchor + m_range + row_offset)  # (B, Lmax + 1)
             pieces = pieces[:, 1:] - pieces[:, :1]  # pieces of the first m words, m = 1..Lmax
             fits = (m_range[:, 1:] <= L) & (pieces <= (budget - used)[:, tf.newaxis])
             m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=1)
             taken = tf.reduce_max(tf.where(fits, pieces, 0), axis=1)
-            active = ~done & (count > 0)
+            active = ~done & found
             placed = active & (m > 0)
             m = tf.where(placed, m, 0)[:, tf.newaxis]
             span = (w_range >= anchor) & (w_range < anchor + m)
@@ -1063,9 +1105,10 @@ class SpanMasker(_Masker):
             used = used + tf.where(placed, taken, 0)
             done = done | (active & (m[:, 0] == 0)) | (used >= budget)
             if track:
-                realized = tf.where(k_range == k, m, realized)
-                drawn = tf.where((k_range == k) & (m > 0), L, drawn)
-            return k + 1, next_cov, unit_w, used, done, realized, drawn
+                realized, drawn = tracked
+                tracked = (tf.where(k_range == k, m, realized),
+                           tf.where((k_range == k) & (m > 0), L, drawn))
+            return (k + 1, next_cov, unit_w, used, done) + tuple(tracked)
 
         init = (
             tf.constant(0),
@@ -1073,12 +1116,11 @@ class SpanMasker(_Masker):
             tf.zeros([B, W], tf.int32),
             tf.zeros([B], tf.int32),
             (budget <= 0) | (num_words == 0),
-            tf.zeros([B, K], tf.int32),
-            tf.zeros([B, K], tf.int32),
+        ) + ((tf.zeros([B, K], tf.int32), tf.zeros([B, K], tf.int32)) if track else ())
+        _, next_cov, unit_w, _, _, *tracked = tf.while_loop(
+            lambda k, c, u, s, d, *t: (k < K) & ~tf.reduce_all(d), body, init
         )
-        _, next_cov, unit_w, _, _, realized, drawn = tf.while_loop(
-            lambda k, c, u, s, d, r, l: (k < K) & ~tf.reduce_all(d), body, init
-        )
+        realized, drawn = tracked if track else (tf.zeros([B, K], tf.int32),) * 2
         covered = tf.equal(next_cov, w_range) & (w_range < num_words[:, tf.newaxis])
         return word, covered, unit_w, drawn, realized
 
@@ -1237,27 +1279,37 @@ class _LexiconMasker(WholeWordMasker):
         for row, e in enumerate(entries[i] for i in order):
             padded[row, : len(e)] = e
             lengths[row] = len(e)
-        is_first = np.zeros([V], bool)
-        is_first[[e[0] for e in entries]] = True
+        # Live-start table, one code per id: 1 = a one-token entry, 2 = begins a longer entry,
+        # 4 = is the second token of some entry (see `_match_lengths`).
+        start_code = np.zeros([V], np.int32)
+        for e in entries:
+            start_code[e[0]] |= 1 if len(e) == 1 else 2
+            if len(e) > 1:
+                start_code[e[1]] |= 4
         self._hash_weights = tf.constant(R[np.newaxis], tf.int64)  # (1, L)
         self._entry_hashes = tf.constant(
             np.append(hashes[order], np.iinfo(np.int64).max)[np.newaxis], tf.int64)  # (1, E+1)
         self._entry_ids = tf.constant(padded)  # (E + 1, L), -1 after the entry; last row: none
         self._entry_lengths = tf.constant(lengths)
-        self._is_first = tf.constant(is_first)
+        self._start_code = tf.constant(start_code)
 
     def _match_lengths(self, ids, selectable, start):
         """Length in tokens of the longest lexicon match starting at each token (0 if none);
         a match starts at a word start, ends at a word end and holds selectable tokens only.
 
-        One pass: only the positions whose token begins some entry (a `[V]` table) look up
-        their windows of 1..L tokens, all lengths at once (hash, sorted search, id check)."""
-        B = tf.shape(ids)[0]
+        One pass: only the positions whose token begins some entry and whose next token can
+        continue one (a `[V]` table) look up their windows of 1..L tokens, all lengths at once
+        (hash, sorted search); the ids are checked at the hash hits only."""
         T = tf.shape(ids)[1]
         L = self.max_unit_length
+        band = tf.bitwise.bitwise_and
         # A word ends at t when t + 1 does not continue it.
         word_end = selectable & ~_shift_left(selectable & ~start, 1, False)
-        alive = start & tf.gather(self._is_first, ids)
+        # Live starts, a superset of the match starts: a word start whose id is a one-token
+        # entry, or begins a longer entry with an id that is some entry's second one next.
+        sc = tf.gather(self._start_code, ids)
+        alive = start & ((band(sc, 1) > 0) | (
+            (band(sc, 2) > 0) & (band(_shift_left(sc, 1, 0), 4) > 0)))
         where = tf.cast(tf.where(alive), tf.int32)  # (K, 2) rows, columns of live starts
         l_range = tf.range(L)[tf.newaxis, :]
         cols = where[:, 1:] + l_range  # (K, L)
@@ -1266,21 +1318,27 @@ class _LexiconMasker(WholeWordMasker):
         # One gather for ids, selectability and word ends: id * 4 + 2 * selectable + end.
         code = ids * 4 + tf.cast(selectable, tf.int32) * 2 + tf.cast(word_end, tf.int32)
         code = tf.where(inside, tf.gather(tf.reshape(code, [-1]), at), 0)
-        window = code // 4  # (K, L)
-        ok = tf.cast(code // 2 % 2, tf.int32)
-        sel_prefix = tf.equal(_cumsum(1 - ok, tri=_triangular(L)), 0)  # all selectable so far
-        hashes = tf.cumsum(tf.cast(window, tf.int64) * self._hash_weights, axis=1)
+        window = tf.bitwise.right_shift(code, 2)  # (K, L)
+        not_ok = 1 - tf.bitwise.right_shift(band(code, 2), 1)
+        sel_prefix = tf.equal(_cumsum(not_ok, tri=_triangular(L)), 0)  # all selectable so far
+        terms = tf.unstack(tf.cast(window, tf.int64) * self._hash_weights, axis=1)  # L x (K,)
+        hashes = [terms[0]]
+        for term in terms[1:]:  # the hash of each prefix (tf.cumsum on int64 is slow on CPU)
+            hashes.append(hashes[-1] + term)
+        hashes = tf.stack(hashes, axis=1)  # (K, L)
         K = tf.shape(where)[0]
         slot = tf.searchsorted(self._entry_hashes, tf.reshape(hashes, [1, -1]), side="left")
         slot = tf.reshape(slot, [K, L])
-        hit = tf.equal(tf.gather(self._entry_hashes[0], slot), hashes)
-        slot = tf.where(hit, slot, tf.shape(self._entry_ids)[0] - 1)
         n = l_range + 1
+        hit = (tf.equal(tf.gather(self._entry_hashes[0], slot), hashes)
+               & tf.equal(tf.gather(self._entry_lengths, slot), n) & sel_prefix
+               & (band(code, 1) > 0))
+        # The id check, at the hits only (H of them: the matches, and rare hash collisions).
+        kl = tf.cast(tf.where(hit), tf.int32)  # (H, 2): window, length - 1
         same = tf.reduce_all(
-            tf.equal(tf.gather(self._entry_ids, slot), window[:, tf.newaxis, :])
-            | (tf.range(L)[tf.newaxis, tf.newaxis, :] >= n[:, :, tf.newaxis]), axis=2)
-        match = (hit & same & tf.equal(tf.gather(self._entry_lengths, slot), n) & sel_prefix
-                 & tf.equal(code % 2, 1))
+            tf.equal(tf.gather(self._entry_ids, tf.gather_nd(slot, kl)),
+                     tf.gather(window, kl[:, 0])) | (l_range > kl[:, 1:]), axis=1)  # (H,)
+        match = tf.scatter_nd(kl, tf.cast(same, tf.int32), [K, L]) > 0
         best_k = tf.reduce_max(tf.where(match, n, 0), axis=1)
         return tf.scatter_nd(where, best_k, tf.shape(ids))
 
