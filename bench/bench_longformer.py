@@ -17,6 +17,7 @@ ours / hf time, ours / full time, and ours' memory at 4,096 / 1,024 (linear: 4; 
 
 Usage: python bench/bench_longformer.py [--lengths 512 1024 2048 4096] [--reps 2]
            [--full-max 2048]      # full attention above 2,048 needs ~10+ GB at T=4096
+           [--max-rss-gb 16 --min-free-gb 2.5]  # a worker is killed past these (shared machine)
            [--num-layers 12]      # the base width with fewer layers, when the machine is loaded
 Not a test: numbers depend on the machine and its load.
 """
@@ -109,6 +110,40 @@ def worker(model, length, reps, window, num_layers=12):
                       "peak_mb": (peak - base_rss) / 1024}))
 
 
+def _meminfo_gb(key):
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 2**20
+
+
+def _run_guarded(cmd, max_rss_gb, min_free_gb):
+    """Runs a worker; kills it if its RSS passes max_rss_gb or the machine's MemAvailable drops
+    under min_free_gb (the machine is shared: an out-of-memory kill could hit someone else's
+    process). Returns (CompletedProcess, None or the reason it was stopped)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
+                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        killed, peak = None, 0.0
+        while child.poll() is None:
+            try:
+                with open(f"/proc/{child.pid}/status") as f:
+                    rss = next(int(line.split()[1]) for line in f
+                               if line.startswith("VmRSS:")) / 2**20
+            except (OSError, StopIteration):
+                rss = 0.0
+            peak = max(peak, rss)
+            if rss > max_rss_gb or _meminfo_gb("MemAvailable") < min_free_gb:
+                child.kill()
+                killed = (f"RSS {rss:.1f} GB (limit {max_rss_gb} GB), MemAvailable "
+                          f"{_meminfo_gb('MemAvailable'):.1f} GB (floor {min_free_gb} GB)")
+            time.sleep(0.1)
+        child.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, child.returncode, out.read(), err.read()), killed
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096])
@@ -116,6 +151,8 @@ def main():
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--full-max", type=int, default=2048)
     parser.add_argument("--num-layers", type=int, default=12)  # fewer under heavy load
+    parser.add_argument("--max-rss-gb", type=float, default=16.0)  # a worker's RSS cap
+    parser.add_argument("--min-free-gb", type=float, default=2.5)  # the machine's MemAvailable floor
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "LENGTH"))
     args = parser.parse_args()
     if args.worker:
@@ -127,12 +164,14 @@ def main():
         for model in order:
             if model == "full" and length > args.full_max:
                 continue
-            proc = subprocess.run(
+            proc, killed = _run_guarded(
                 [sys.executable, os.path.abspath(__file__), "--worker", model, str(length),
                  "--reps", str(args.reps), "--window", str(args.window),
-                 "--num-layers", str(args.num_layers)],
-                capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                 "--num-layers", str(args.num_layers)], args.max_rss_gb, args.min_free_gb)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if killed:
+                print(f"{model:>4} T={length:>4}: stopped, {killed}", flush=True)
+                continue
             if proc.returncode or not lines:
                 print(f"{model} T={length} failed: {proc.stderr[-800:]}", flush=True)
                 continue
