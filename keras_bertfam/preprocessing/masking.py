@@ -972,7 +972,9 @@ class SpanMasker(_Masker):
     cover whole words, and a span keeps its drawn length while the anchor is redrawn among the
     free placements, so realized span lengths follow the clipped geometric exactly (except the
     budget-cut final span). Spans are processed one per round for all rows at once
-    (`tf.while_loop`), each exactly as in the sequential procedure.
+    (`tf.while_loop`, compiled with XLA), each exactly as in the sequential procedure: the
+    anchor is the first free one of a few uniform proposals (rejection sampling: uniform among
+    the free placements), with the exact cumulative-sum draw for rows where none is free.
 
     Example:
     >>> masker = SpanMasker(vocabulary_size=100, mask_token_id=3, seed=1,
@@ -987,6 +989,9 @@ class SpanMasker(_Masker):
     def __init__(self, *args, geometric_p=0.2, max_span_length=10,
                  random_token_distribution=None, return_span_boundaries=False, **kwargs):
         super().__init__(*args, **kwargs)
+        # The span rounds are a loop of many small elementwise ops on fixed shapes: XLA fuses
+        # them (about 2x faster on CPU, measured). Compiled once per input shape.
+        self._span_loop = tf.function(self._span_rounds, jit_compile=True)
         self.return_span_boundaries = bool(return_span_boundaries)
         if not 0.0 < float(geometric_p) <= 1.0:
             raise ValueError(f"geometric_p must be in (0, 1]; got {geometric_p}")
@@ -1035,13 +1040,21 @@ class SpanMasker(_Masker):
         `track`)."""
         seed_len, seed_anchor = _split_seeds(seed, 2)
         word, num_words, ctok = self._words(ids, selectable)
-        B = tf.shape(ids)[0]
-        W = tf.shape(ids)[1]
         K = 2 * self.mask_selection_length  # rounds at most (each span masks >= 1 piece)
+        lengths = _sample_categorical(seed_len, self.span_length_probabilities,
+                                      [tf.shape(ids)[0], K])
+        lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
+        covered, unit_w, drawn, realized = self._span_loop(
+            lengths, num_words, ctok, budget, seed_anchor, track)
+        return word, covered, unit_w, drawn, realized
+
+    def _span_rounds(self, lengths, num_words, ctok, budget, seed_anchor, track):
+        """The span rounds of `_spans` (static shapes: compiled with XLA, see `__init__`)."""
+        B = tf.shape(ctok)[0]
+        W = tf.shape(ctok)[1] - 1
+        K = 2 * self.mask_selection_length
         Lmax = self.max_span_length
         R = self._anchor_proposals
-        lengths = _sample_categorical(seed_len, self.span_length_probabilities, [B, K])
-        lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
         w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
         m_range = tf.range(Lmax + 1)[tf.newaxis, :]  # (1, Lmax + 1)
         k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
@@ -1122,7 +1135,7 @@ class SpanMasker(_Masker):
         )
         realized, drawn = tracked if track else (tf.zeros([B, K], tf.int32),) * 2
         covered = tf.equal(next_cov, w_range) & (w_range < num_words[:, tf.newaxis])
-        return word, covered, unit_w, drawn, realized
+        return covered, unit_w, drawn, realized
 
     def get_config(self):
         config = super().get_config()
