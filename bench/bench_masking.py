@@ -9,6 +9,7 @@ plain Python loop over the same pre-built torch batches; its whole-word variant 
 mappings, which we precompute with HF's fast BERT tokenizer on the same texts.
 
 Usage: python bench/bench_masking.py [--batches 200] [--repeats 5] [--docs 8192]
+       [--only ours,keras_hub,hf] [--baseline old_masking.py]
 Not a test: numbers depend on the machine and its load.
 """
 import argparse
@@ -84,18 +85,34 @@ def lexicons_of(texts, vocab):
     return {"phrases": ids(phrases), "entities": ids(names)}
 
 
-def tf_pipelines(array, vocab, only, lexicons=None):
-    """name -> tf.data dataset, for our maskers and/or keras-hub's generator."""
+def load_baseline(path):
+    """Another version of masking.py (e.g. `git show REV:keras_bertfam/preprocessing/masking.py
+    > /tmp/old_masking.py`), imported as its own module, to time it in the same run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_masking", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tf_pipelines(array, vocab, only, lexicons=None, baseline=None):
+    """name -> tf.data dataset, for our maskers and/or keras-hub's generator (and the maskers
+    of a `baseline` masking module, named "... (baseline)")."""
     pipes = {}
     if "ours" in only:
         common = dict(mask_selection_length=20, unselectable_token_ids=(PAD, CLS, SEP), seed=0)
-        for cls in (M.TokenMasker, M.WholeWordMasker, M.NgramMasker, M.SpanMasker):
-            masker = cls(vocabulary=vocab, **common)
-            pipes[cls.__name__] = tf_pipeline(array, masker.map_dataset)
-        if lexicons:
-            for cls, arg in ((M.PhraseMasker, "phrases"), (M.EntityMasker, "entities")):
-                masker = cls(vocabulary=vocab, **{arg: lexicons[arg]}, **common)
-                pipes[cls.__name__] = tf_pipeline(array, masker.map_dataset)
+        for module, tag in ((M, ""), (baseline, " (baseline)")):
+            if module is None:
+                continue
+            for name in ("TokenMasker", "WholeWordMasker", "NgramMasker", "SpanMasker"):
+                masker = getattr(module, name)(vocabulary=vocab, **common)
+                pipes[name + tag] = tf_pipeline(array, masker.map_dataset)
+            if lexicons:
+                for name, arg in (("PhraseMasker", "phrases"), ("EntityMasker", "entities")):
+                    masker = getattr(module, name)(vocabulary=vocab, **{arg: lexicons[arg]},
+                                                   **common)
+                    pipes[name + tag] = tf_pipeline(array, masker.map_dataset)
     if "keras_hub" in only:
         import keras_hub
 
@@ -108,13 +125,13 @@ def tf_pipelines(array, vocab, only, lexicons=None):
     return pipes
 
 
-def bench_tf(array, vocab, batches, repeats, only, lexicons=None):
+def bench_tf(array, vocab, batches, repeats, only, lexicons=None, baseline=None):
     """Round-robin over the pipelines, `repeats` times: on a shared machine the load drifts
     during a run, so each repeat times every pipeline back to back and we report medians
     (throughput, and ratio to keras-hub within the same repeat). Only one iterator lives at a
     time: an idle one would keep prefetching in the background and steal the timed one's CPU.
     """
-    pipes = tf_pipelines(array, vocab, only, lexicons)
+    pipes = tf_pipelines(array, vocab, only, lexicons, baseline)
     rates = {name: [] for name in pipes}
     per = max(1, batches // repeats)
     for _ in range(repeats):
@@ -195,6 +212,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=5,
                         help="round-robin repeats of the tf.data pipelines (timed batches split)")
     parser.add_argument("--only", default=None, help="comma list: ours,keras_hub,hf")
+    parser.add_argument("--baseline", default=None,
+                        help="another masking.py to time in the same round-robin (before/after "
+                             "ratios from one run), e.g. a previous commit's via git show")
     args = parser.parse_args()
     only = set((args.only or "ours,keras_hub,hf").split(","))
 
@@ -209,7 +229,8 @@ def main():
     ratios = {}
     if only & {"ours", "keras_hub"}:
         lexicons = lexicons_of(texts, vocab) if "ours" in only else None
-        rates = bench_tf(array, vocab, args.batches, args.repeats, only, lexicons)
+        baseline = load_baseline(args.baseline) if args.baseline else None
+        rates = bench_tf(array, vocab, args.batches, args.repeats, only, lexicons, baseline)
         results.update({name: float(np.median(r)) for name, r in rates.items()})
         if KH in rates:
             base = np.array(rates[KH])

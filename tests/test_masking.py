@@ -217,6 +217,16 @@ def test_greedy_selection_equals_sequential_original(cls, kw):
             np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
 
 
+@pytest.mark.parametrize("first", [1, 3])
+def test_greedy_selection_continues_past_the_first_candidates(first, monkeypatch):
+    """The first two rounds see only each row's first visited candidates; rows with budget
+    left continue with their full order. With very few first candidates nearly every row takes
+    that path: the result must still equal the sequential loop's."""
+    monkeypatch.setattr(M, "_GREEDY_FIRST_CANDIDATES", first)
+    test_greedy_selection_equals_sequential_original(M.NgramMasker, {})
+    test_greedy_selection_equals_sequential_original(M.WholeWordMasker, {})
+
+
 @pytest.mark.parametrize("cls", [M.WholeWordMasker, M.NgramMasker, M.SpanMasker])
 def test_whole_words_are_masked_whole(cls):
     rng = np.random.default_rng(8)
