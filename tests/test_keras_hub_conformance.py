@@ -111,6 +111,36 @@ def test_preprocessor_docstring_direct_calls(cls):
         assert mask_weights.dtype == tf.float32
 
 
+def test_sequence_length_set_after_a_call_takes_effect_as_keras_hubs_setter(bert_vocab):
+    """keras-hub's `preprocessor.sequence_length = n` moves its packer; ours follows too (it
+    used to keep packing to the first length, silently). A pretraining preprocessor, whose
+    packing and masking were built for its length, refuses the change; a task checks the new
+    length against its backbone's position table at the next fit / predict."""
+    ours = kb.preprocessing.TextClassifierPreprocessor.from_preset(PRESET, sequence_length=32)
+    theirs = keras_hub.models.BertTextClassifierPreprocessor(
+        keras_hub.models.BertTokenizer(vocabulary=bert_vocab, lowercase=True), sequence_length=32)
+    assert ours(FEATURES)["token_ids"].shape == (2, 32)
+    ours.sequence_length, theirs.sequence_length = 8, 8
+    np.testing.assert_array_equal(to_numpy(ours(FEATURES)["token_ids"]),
+                                  to_numpy(theirs(FEATURES)["token_ids"]))
+    assert ours.packer.sequence_length == 8 and ours.get_config()["sequence_length"] == 8
+    with pytest.raises(ValueError, match="int >= 4, got 2"):
+        ours.sequence_length = 2
+    qa = kb.preprocessing.QuestionAnswererPreprocessor.from_preset(PRESET, sequence_length=96)
+    with pytest.raises(ValueError, match="sequence_length=64 leaves no room"):
+        qa.sequence_length = 64  # 64 question tokens + 3 special tokens
+    mlm = kb.preprocessing.MaskedLMPreprocessor.from_preset(PRESET, sequence_length=32)
+    with pytest.raises(ValueError, match="fixed at construction .32; got 16"):
+        mlm.sequence_length = 16
+    mlm.sequence_length = 32  # unchanged: fine
+    clf = kb.tasks.TextClassifier(kb.models.BertBackbone(vocabulary_size=30522, **TINY),
+                                  preprocessor=ours, num_classes=2)
+    ours.sequence_length = 256
+    with pytest.raises(ValueError, match="sequence_length=256 is longer than BertBackbone's "
+                                         "max_sequence_length=128"):
+        clf.predict(FEATURES, verbose=0)
+
+
 def test_text_classifier_preprocessor_docstring_custom_vocabulary_and_tf_data():
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
     preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer)

@@ -113,11 +113,24 @@ class FinetuningPreprocessor(keras.layers.Layer):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
-        if not isinstance(sequence_length, int) or sequence_length < 4:
-            raise ValueError(f"sequence_length must be an int >= 4, got {sequence_length!r}.")
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
         self.built = True
+
+    @property
+    def sequence_length(self):
+        return self._sequence_length
+
+    @sequence_length.setter
+    def sequence_length(self, value):
+        """Settable after construction, as keras-hub's: the next call packs to the new length."""
+        if not isinstance(value, int) or isinstance(value, bool) or value < 4:
+            raise ValueError(f"sequence_length must be an int >= 4, got {value!r}.")
+        self._check_sequence_length(value)
+        self._sequence_length = value
+
+    def _check_sequence_length(self, value):
+        """Subclasses' own bound on `sequence_length` (checked at construction and when set)."""
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
@@ -130,9 +143,10 @@ class FinetuningPreprocessor(keras.layers.Layer):
         return self._packer()
 
     def _packer(self):
-        # Made anew when the tokenizer's special ids change: a tokenizer restored from a `.keras`
-        # file gets its vocabulary (and so its special token ids) after this layer is
-        # constructed, and Keras' loader reads the `packer` property before that.
+        # Made anew when the tokenizer's special ids change (a tokenizer restored from a `.keras`
+        # file gets its vocabulary, and so its special token ids, after this layer is
+        # constructed, and Keras' loader reads the `packer` property before that) or when
+        # `sequence_length` is set.
         # Between segments, one separator (BERT's [SEP]) or the tokenizer's `pair_separators`
         # (RoBERTa's `</s></s>`).
         tok = self.tokenizer
@@ -140,7 +154,8 @@ class FinetuningPreprocessor(keras.layers.Layer):
         ids = (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, sep)
         packer = getattr(self, "_segment_packer", None)
         if packer is None or (packer.start_value, packer.end_value, packer.pad_value,
-                              packer.sep_value) != ids:
+                              packer.sep_value) != ids or \
+                packer.sequence_length != self.sequence_length:
             packer = SegmentPacker(self.sequence_length, start_value=ids[0], end_value=ids[1],
                                    pad_value=ids[2], sep_value=ids[3])
             object.__setattr__(self, "_segment_packer", packer)
@@ -365,15 +380,16 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
 
     def __init__(self, tokenizer, sequence_length=384, stride=128, max_question_length=64,
                  **kwargs):
+        self.max_question_length = max_question_length  # sequence_length's check reads it
         super().__init__(tokenizer, sequence_length, **kwargs)
-        budget = sequence_length - self._specials() - max_question_length
-        if budget < 1:
-            raise ValueError(f"sequence_length={sequence_length} leaves no room for the context "
-                             f"after a question of up to {max_question_length} tokens.")
         if not 0 < stride:
             raise ValueError(f"stride must be positive, got {stride}.")
         self.stride = stride
-        self.max_question_length = max_question_length
+
+    def _check_sequence_length(self, value):
+        if value - self._specials() - self.max_question_length < 1:
+            raise ValueError(f"sequence_length={value} leaves no room for the context "
+                             f"after a question of up to {self.max_question_length} tokens.")
 
     def _split(self, element):
         element = tuple(element)

@@ -114,6 +114,21 @@ class PretrainingPreprocessor(keras.layers.Layer):
         """This preprocessor on a preset's tokenizer (keras-hub's `Preprocessor.from_preset`)."""
         return preset_preprocessor(cls, preset, **kwargs)
 
+    @property
+    def sequence_length(self):
+        return self._sequence_length
+
+    @sequence_length.setter
+    def sequence_length(self, value):
+        # Fixed at construction: the packer, pairer and the masker's default number of
+        # predictions were all built for it (keras-hub's setter moves only the packer).
+        if getattr(self, "_sequence_length", value) != value:
+            raise ValueError(
+                f"{type(self).__name__}.sequence_length is fixed at construction "
+                f"({self._sequence_length}; got {value!r}): its packing and masking were built "
+                "for it. Make a new preprocessor with sequence_length= instead.")
+        self._sequence_length = value
+
     def _mask(self, token_ids, segment_ids, padding_mask, seed=None):
         masked = self.masker(token_ids, seed=seed)
         x = {

@@ -262,6 +262,7 @@ class Task(keras.Model):
             # which Keras' data adapters take.
             return _arrays(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
+        check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
         if not isinstance(x, tf.data.Dataset):
             data = x if y is None else (x, y) if sample_weight is None else (x, y, sample_weight)
             x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
