@@ -496,6 +496,29 @@ def test_shapes_dtypes_and_unbatched():
     assert graph["mask_positions"].shape == (1, 12)
 
 
+@pytest.mark.parametrize("cls", [M.TokenMasker, M.WholeWordMasker, M.NgramMasker, M.SpanMasker])
+def test_every_masker_on_one_sequence_and_unbatched(cls):
+    """A batch of one, eagerly (a static batch dimension of 1 in the masker's traced loops; the
+    span rounds once failed there) and an unbatched sequence."""
+    m = cls(vocabulary=VOCAB, unselectable_token_ids=SPECIAL, seed=3, mask_selection_length=4,
+            mask_selection_rate=0.5)
+    row = [CLS, 5, 6, 7, 8, 9, SEP, PAD]
+
+    def check(out, rows):
+        weights = out["mask_weights"].reshape(rows, 4)
+        positions = out["mask_positions"].reshape(rows, 4)
+        assert (weights.sum(1) >= 1).all()  # every row masks something (whole units: <= 4)
+        assert set(positions[weights > 0].tolist()) <= {1, 2, 3, 4, 5}  # only selectable ones
+
+    one = np_out(m(tf.constant([row]), seed=1))
+    assert one["mask_positions"].shape == (1, 4)
+    check(one, 1)
+    check(np_out(m(tf.constant([row] * 3), seed=1)), 3)
+    single = np_out(m(tf.constant(row), seed=1))
+    assert single["mask_positions"].shape == (4,)
+    check(single, 1)
+
+
 def test_keras_hub_format():
     keras_hub = importlib.import_module("keras_hub")
     ids = tf.constant([[CLS] + list(range(10, 40)) + [SEP, PAD, PAD]] * 4)

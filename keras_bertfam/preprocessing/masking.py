@@ -1130,8 +1130,13 @@ class SpanMasker(_Masker):
             tf.zeros([B], tf.int32),
             (budget <= 0) | (num_words == 0),
         ) + ((tf.zeros([B, K], tf.int32), tf.zeros([B, K], tf.int32)) if track else ())
+        # The batch dimension may be static in a trace (an eager call on a concrete batch) and
+        # come out of a round unknown (the anchor's gather and cond): let it vary.
+        invariants = tuple(tf.TensorShape([None] * min(t.shape.rank, 1) + t.shape[1:].as_list())
+                           for t in init)
         _, next_cov, unit_w, _, _, *tracked = tf.while_loop(
-            lambda k, c, u, s, d, *t: (k < K) & ~tf.reduce_all(d), body, init
+            lambda k, c, u, s, d, *t: (k < K) & ~tf.reduce_all(d), body, init,
+            shape_invariants=invariants,
         )
         realized, drawn = tracked if track else (tf.zeros([B, K], tf.int32),) * 2
         covered = tf.equal(next_cov, w_range) & (w_range < num_words[:, tf.newaxis])
