@@ -495,3 +495,99 @@ def test_text_classifier_fits_raw_strings_with_global_cls(bert_vocab):
     history = clf.fit(["a great film", "dull and bad", "great", "bad"], [1, 0, 1, 0],
                       batch_size=2, epochs=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
+
+
+# === from_bert: BERT (and the real MiniLM) -> Longformer ===
+def _bert_inputs(length, vocab=120, padded=True, seed=0):
+    """[CLS]=2 first, BERT's single-segment inputs; rows 1 and 2 right-padded when `padded`."""
+    rng = np.random.RandomState(seed)
+    ids = rng.randint(5, vocab, (3, length)).astype("int32")
+    ids[:, 0] = 2
+    mask = np.ones_like(ids)
+    if padded:
+        mask[1, length // 2:] = 0
+        mask[2, 3:] = 0
+        ids[mask == 0] = 0
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask}
+
+
+def _assert_longformer_equals_bert(bert, longformer, x, global_cls):
+    expected = to_numpy(bert(x)["sequence_output"])
+    glob = np.zeros_like(x["token_ids"])
+    glob[:, 0] = int(global_cls)
+    got = longformer(dict(x, global_attention_mask=glob))["sequence_output"]
+    assert _max_diff(got, expected, x["padding_mask"]) <= 1e-4
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("padded", [True, False])
+def test_from_bert_with_a_covering_window_equals_bert(padded):
+    """A window covering the input (w >= 2T: every token sees every other) makes the converted
+    Longformer compute BERT's last hidden states, with or without padding, with or without
+    global attention on [CLS] (its global projections are the local ones)."""
+    bert = kb.models.BertBackbone(120, 2, 2, 16, 32, max_sequence_length=20)
+    longformer = kb.models.LongformerBackbone.from_bert(bert, max_sequence_length=64,
+                                                        attention_window=36)
+    assert longformer.layer_norm_epsilon == bert.layer_norm_epsilon == 1e-12
+    table = to_numpy(longformer.embeddings.position_embedding.embeddings)
+    learned = to_numpy(bert.embeddings.position_embedding.embeddings)
+    np.testing.assert_array_equal(table[2:22], learned)  # from ROBERTA_POSITION_OFFSET on
+    np.testing.assert_array_equal(table[22:42], learned)  # copied again
+    np.testing.assert_array_equal(to_numpy(longformer.embeddings.segment_embedding.embeddings),
+                                  to_numpy(bert.embeddings.segment_embedding.embeddings)[:1])
+    attn = longformer.blocks[1].attention.attention
+    np.testing.assert_array_equal(to_numpy(attn.query_global_dense.kernel),
+                                  to_numpy(attn.query_dense.kernel))
+    x = _bert_inputs(18, padded=padded)
+    for global_cls in (False, True):
+        _assert_longformer_equals_bert(bert, longformer, x, global_cls)
+    # a narrow window is not full attention
+    narrow = kb.models.LongformerBackbone.from_bert(bert, max_sequence_length=64,
+                                                    attention_window=4)
+    expected = to_numpy(bert(x)["sequence_output"])
+    got = narrow(dict(x, global_attention_mask=np.zeros_like(x["token_ids"])))
+    assert _max_diff(got["sequence_output"], expected, x["padding_mask"]) > 1e-3
+
+
+def test_from_bert_real_minilm_equals_minilm(minilm_dir):
+    """The real MiniLM (L6/H384, preset `all_minilm_l6_v2`) converted at 4,096 positions: the
+    same last hidden states as MiniLM on 40-token inputs under a covering window."""
+    minilm = kb.models.BertBackbone.from_preset("all_minilm_l6_v2")
+    longformer = kb.models.LongformerBackbone.from_bert(minilm, max_sequence_length=4096,
+                                                        attention_window=80)
+    assert longformer.max_sequence_length == 4096 and longformer.num_layers == 6
+    for padded in (True, False):
+        x = _bert_inputs(40, vocab=30522, padded=padded, seed=1)
+        _assert_longformer_equals_bert(minilm, longformer, x, global_cls=True)
+
+
+def test_from_bert_refuses_other_sources_and_fewer_positions(tmp_path):
+    """from_bert takes a BERT (object, preset name or dir); a RoBERTa (object or preset), an
+    activation the Longformer lacks, or a max_sequence_length under BERT's positions is refused,
+    naming the value; from_roberta refuses a BERT object likewise."""
+    bert = kb.models.BertBackbone(120, 2, 2, 16, 32, max_sequence_length=20)
+    bert.save_to_preset(str(tmp_path / "bert"))
+    from_dir = kb.models.LongformerBackbone.from_bert(str(tmp_path / "bert"),
+                                                      max_sequence_length=64, attention_window=4)
+    from_object = kb.models.LongformerBackbone.from_bert(bert, max_sequence_length=64,
+                                                         attention_window=4)
+    x = dict(_bert_inputs(18), global_attention_mask=np.zeros((3, 18), "int32"))
+    np.testing.assert_allclose(to_numpy(from_dir(x)["sequence_output"]),
+                               to_numpy(from_object(x)["sequence_output"]), atol=1e-6)
+    roberta = kb.models.RobertaBackbone(120, 2, 2, 16, 32, max_sequence_length=20)
+    with pytest.raises(ValueError, match="from_bert takes a BertBackbone .* got a "
+                                         "RobertaBackbone \\(family 'roberta'\\)"):
+        kb.models.LongformerBackbone.from_bert(roberta)
+    with pytest.raises(ValueError, match="from_roberta takes a RobertaBackbone .* got a "
+                                         "BertBackbone"):
+        kb.models.LongformerBackbone.from_roberta(bert)
+    with pytest.raises(ValueError, match="'roberta_base_en' is a 'roberta' preset"):
+        kb.models.LongformerBackbone.from_bert("roberta_base_en")
+    with pytest.raises(ValueError, match="max_sequence_length=16 is shorter than the BERT "
+                                         "checkpoint's 20 positions"):
+        kb.models.LongformerBackbone.from_bert(bert, max_sequence_length=16, attention_window=4)
+    approximate = kb.models.BertBackbone(120, 2, 2, 16, 32, max_sequence_length=20,
+                                         activation="gelu_approximate")
+    with pytest.raises(ValueError, match="from_bert cannot convert this BertBackbone: it has "
+                                         "activation='gelu_approximate'"):
+        kb.models.LongformerBackbone.from_bert(approximate, attention_window=4)

@@ -225,7 +225,7 @@ class LongformerBackbone(Backbone):
         """Distinct parameters."""
         return int(sum(int(ops.size(w)) for w in _unique(self.weights)))
 
-    # === From RoBERTa ===
+    # === From RoBERTa / BERT ===
     @classmethod
     def from_roberta(cls, preset_or_dir, max_sequence_length=4096, attention_window=512,
                      **kwargs):
@@ -233,45 +233,125 @@ class LongformerBackbone(Backbone):
         the learned positions copied repeatedly up to `max_sequence_length`, every other weight
         as RoBERTa's, and each layer's global query / key / value projections initialized from
         its local ones. `preset_or_dir`: a RoBERTa preset name, preset dir or HF dir (or a
-        `RobertaBackbone`). Continue with MLM pretraining on long documents (`MaskedLM`)."""
+        `RobertaBackbone`). Continue with MLM pretraining on long documents (`MaskedLM`).
+
+        Example:
+        >>> from keras_bertfam.models.roberta import RobertaBackbone
+        >>> roberta = RobertaBackbone(100, 2, 2, 16, 32, max_sequence_length=8)
+        >>> longformer = LongformerBackbone.from_roberta(roberta, max_sequence_length=64,
+        ...                                              attention_window=4)
+        >>> longformer.max_sequence_length, longformer.layer_norm_epsilon
+        (64, 1e-05)
+        """
         from keras_bertfam.models.roberta import RobertaBackbone
 
-        roberta = (preset_or_dir if isinstance(preset_or_dir, RobertaBackbone)
-                   else RobertaBackbone.from_preset(preset_or_dir))
-        if max_sequence_length < roberta.max_sequence_length:
+        return cls._from_encoder(RobertaBackbone, "RoBERTa", preset_or_dir, max_sequence_length,
+                                 attention_window, **kwargs)
+
+    @classmethod
+    def from_bert(cls, preset_or_dir, max_sequence_length=4096, attention_window=512, **kwargs):
+        """A Longformer initialized from a BERT checkpoint, `from_roberta`'s recipe for BERT.
+
+        BERT's learned positions (rows 0..P-1 of its table) are copied repeatedly into the rows
+        the Longformer reads (from row 2, `ROBERTA_POSITION_OFFSET`, up to
+        `max_sequence_length`); BERT's segment-0 type embedding becomes the Longformer's one
+        token-type row (every token adds it, as every single-segment BERT input does), so
+        single-segment inputs embed exactly as in BERT; BERT's `layer_norm_epsilon` (1e-12) is
+        kept; global projections start as the local ones. Within a window covering the whole
+        input (w >= 2T) the Longformer computes BERT's hidden states on single-segment inputs.
+        The vocabulary stays BERT's (WordPiece, `[CLS]` first: the token global attention goes
+        to for classification). `preset_or_dir`: a BERT preset name (e.g. the real MiniLM,
+        `"all_minilm_l6_v2"`), preset dir or HF dir, or a `BertBackbone`.
+
+        Example:
+        >>> from keras_bertfam.models.bert import BertBackbone
+        >>> bert = BertBackbone(100, 2, 2, 16, 32, max_sequence_length=8)
+        >>> longformer = LongformerBackbone.from_bert(bert, max_sequence_length=64,
+        ...                                           attention_window=4)
+        >>> longformer.max_sequence_length, longformer.layer_norm_epsilon
+        (64, 1e-12)
+        """
+        from keras_bertfam.models.bert import BertBackbone
+
+        return cls._from_encoder(BertBackbone, "BERT", preset_or_dir, max_sequence_length,
+                                 attention_window, **kwargs)
+
+    @classmethod
+    def _from_encoder(cls, source_cls, source_name, preset_or_dir, max_sequence_length,
+                      attention_window, **kwargs):
+        """`from_roberta` / `from_bert`: load the source, check it converts, copy it."""
+        method = f"from_{source_name.lower()}"
+        if isinstance(preset_or_dir, Backbone):
+            if not isinstance(preset_or_dir, source_cls):
+                raise ValueError(
+                    f"LongformerBackbone.{method} takes a {source_cls.__name__} (or its preset "
+                    f"name or dir), got a {type(preset_or_dir).__name__} (family "
+                    f"{preset_or_dir.family!r}).")
+            source = preset_or_dir
+        else:
+            source = source_cls.from_preset(preset_or_dir)  # names the family of a wrong preset
+        if max_sequence_length < source.max_sequence_length:
             raise ValueError(
-                f"max_sequence_length={max_sequence_length} is shorter than the RoBERTa "
-                f"checkpoint's {roberta.max_sequence_length} positions.")
+                f"max_sequence_length={max_sequence_length} is shorter than the "
+                f"{source_name} checkpoint's {source.max_sequence_length} positions.")
+        _check_convertible(source, method)
         longformer = cls(
-            vocabulary_size=roberta.vocabulary_size, num_layers=roberta.num_layers,
-            num_heads=roberta.num_heads, hidden_dim=roberta.hidden_dim,
-            intermediate_dim=roberta.intermediate_dim, attention_window=attention_window,
-            dropout=roberta.dropout, max_sequence_length=max_sequence_length,
-            layer_norm_epsilon=roberta.layer_norm_epsilon,
-            initializer_range=roberta.initializer_range, **kwargs)
-        copy_from_roberta(roberta, longformer)
+            vocabulary_size=source.vocabulary_size, num_layers=source.num_layers,
+            num_heads=source.num_heads, hidden_dim=source.hidden_dim,
+            intermediate_dim=source.intermediate_dim, attention_window=attention_window,
+            dropout=source.dropout, max_sequence_length=max_sequence_length,
+            layer_norm_epsilon=source.layer_norm_epsilon,
+            initializer_range=source.initializer_range, **kwargs)
+        copy_encoder_weights(source, longformer)
         return longformer
 
 
-def copy_from_roberta(roberta, longformer):
-    """RoBERTa's weights into a Longformer of the same sizes (see `from_roberta`)."""
+def _check_convertible(source, method):
+    """What a Longformer cannot hold: another activation, pruned heads, shared layers, an
+    embedding projection."""
+    problems = []
+    if source.activation != "gelu":
+        problems.append(f"activation={source.activation!r} (the Longformer's is 'gelu')")
+    if any(n != source.num_heads for n in source.heads_per_layer or []):
+        problems.append(f"pruned heads (heads_per_layer={list(source.heads_per_layer)})")
+    if getattr(source, "num_groups", None) not in (None, source.num_layers):
+        problems.append(f"shared layers (num_groups={source.num_groups})")
+    if getattr(source, "embedding_dim", source.hidden_dim) != source.hidden_dim:
+        problems.append(f"an embedding projection (embedding_dim={source.embedding_dim}, "
+                        f"hidden_dim={source.hidden_dim})")
+    if problems:
+        raise ValueError(f"LongformerBackbone.{method} cannot convert this "
+                         f"{type(source).__name__}: it has {'; '.join(problems)}.")
+
+
+def copy_encoder_weights(source, longformer):
+    """A BERT or RoBERTa backbone's weights into a Longformer of the same sizes (see
+    `from_roberta`, `from_bert`): the source's positions (from its `position_offset`) tiled
+    from row `ROBERTA_POSITION_OFFSET` on, its segment-0 type row as the one type row, each
+    layer's global projections from its local ones."""
     import numpy as np
 
-    src, dst = roberta.embeddings, longformer.embeddings
-    for a, b in ((src.token_embedding, dst.token_embedding),
-                 (src.segment_embedding, dst.segment_embedding), (src.layer_norm, dst.layer_norm)):
+    src, dst = source.embeddings, longformer.embeddings
+    for a, b in ((src.token_embedding, dst.token_embedding), (src.layer_norm, dst.layer_norm)):
         for wa, wb in zip(a.weights, b.weights):
             wb.assign(wa)
-    offset = ROBERTA_POSITION_OFFSET
+    # The one token type every Longformer input adds: the source's segment 0 (zeros without
+    # segment embeddings), so single-segment inputs embed as in the source.
+    type_row = (ops.convert_to_numpy(src.segment_embedding.embeddings)[:1]
+                if src.segment_embedding is not None
+                else np.zeros((1, source.hidden_dim), "float32"))
+    dst.segment_embedding.embeddings.assign(type_row)
     table = ops.convert_to_numpy(src.position_embedding.embeddings)
-    learned = table[offset:]  # RoBERTa's max_sequence_length learned positions
-    new = np.array(ops.convert_to_numpy(dst.position_embedding.embeddings))
-    new[:offset] = table[:offset]
+    learned = table[source.position_offset:]  # the source's max_sequence_length positions
+    new = np.zeros_like(ops.convert_to_numpy(dst.position_embedding.embeddings))
+    offset = ROBERTA_POSITION_OFFSET
+    if source.position_offset == offset:
+        new[:offset] = table[:offset]  # never read; RoBERTa's padding rows, kept for export
     rows = new.shape[0] - offset
     new[offset:] = np.concatenate([learned] * (-(-rows // len(learned))))[:rows]
     dst.position_embedding.embeddings.assign(new)
     for i in range(longformer.num_layers):
-        ours, theirs = longformer.blocks[i], roberta.encoder.layer_block(i)
+        ours, theirs = longformer.blocks[i], source.encoder.layer_block(i)
         ours_attn, theirs_attn = ours.attention.attention, theirs.attention.attention
         for name in ("query_dense", "key_dense", "value_dense", "output_dense"):
             for wa, wb in zip(getattr(theirs_attn, name).weights, getattr(ours_attn, name).weights):
@@ -285,8 +365,9 @@ def copy_from_roberta(roberta, longformer):
                      (theirs.feedforward, ours.feedforward)):
             for wa, wb in zip(a.weights, b.weights):
                 wb.assign(wa)
-    for wa, wb in zip(roberta.pooler_dense.weights, longformer.pooler_dense.weights):
-        wb.assign(wa)
+    if source.pooler_dense is not None:
+        for wa, wb in zip(source.pooler_dense.weights, longformer.pooler_dense.weights):
+            wb.assign(wa)
 
 
 def _layer_windows(attention_window, num_layers):
