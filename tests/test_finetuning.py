@@ -384,3 +384,77 @@ def test_qa_padding_never_wins():
     x["padding_mask"][:, 5:] = 0
     out = qa.predict(x, verbose=0)
     assert (out["start_logits"][:, 5:] < -1e8).all() and (out["end_logits"][:, 5:] < -1e8).all()
+
+
+# === In-memory inputs: predict / evaluate without a tf.data pipeline ===
+def _dataset_route(task, examples, batch_size):
+    """What `predict` / `evaluate` did before (and still do for a tf.data.Dataset)."""
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices(examples)
+    ragged = any(isinstance(s, tf.RaggedTensorSpec) for s in tf.nest.flatten(ds.element_spec))
+    return ds.ragged_batch(batch_size) if ragged else ds.batch(batch_size)
+
+
+def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset):
+    """A task's predict / evaluate on in-memory raw inputs preprocess in one traced call (kept
+    across calls) instead of building a pipeline per call; same numbers as the dataset route, for
+    every fine-tuning task, also when chunks are cut to different lengths (pad_to_batch_max)."""
+    import tensorflow as tf
+
+    texts = ["great film", "dull", "fine I guess, but a bit long and slow", "superb", "meh"]
+    start = CONTEXT.index(ANSWER)
+    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
+    clf.preprocessor.pad_to_batch_max = True
+    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
+    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
+                                               max_question_length=16)
+    mc = kb.tasks.MultipleChoice.from_preset(tiny_preset, sequence_length=16)
+    cases = [
+        (clf, texts, [2, 0, 1, 2, 0]),
+        (clf, (texts, ["a", "b", "c", "d", "e"]), [2, 0, 1, 2, 0]),
+        (tagger, ["John lives in Paris", "Snuffleupagus visits Zürich"],
+         [[1, 0, 0, 2], [1, 0, 2]]),
+        (qa, ([QUESTION, "Who?"], [CONTEXT, "Zoë lives here."]), ([start, 0], [ANSWER, "Zoë"])),
+        (mc, (["The cat", "A man opens the door"],
+              [["sat on the mat", "flew to Mars"], ["and walks in", "of the sea"]]), [0, 1]),
+    ]
+    for task, x, y in cases:
+        task.compile()
+        name = type(task).__name__
+        examples = task._raw_examples(x, y, None)
+        # The preprocessor's arrays equal its dataset's, chunk by chunk or at once.
+        whole = task.preprocessor.call_in_memory(examples)
+        ones = task.preprocessor.call_in_memory(examples, chunk_size=1)
+        batches = list(task.preprocessor.prepare(_dataset_route(task, examples, 64)))
+        assert len(batches) == 1, name
+        for a, b, c in zip(tf.nest.flatten(whole), tf.nest.flatten(ones),
+                           tf.nest.flatten(batches[0])):
+            np.testing.assert_array_equal(a, c, err_msg=name)
+            if name != "TextClassifier":  # chunks of one are cut shorter there, then padded
+                np.testing.assert_array_equal(b, c, err_msg=name)
+        # predict and evaluate: the same numbers as through a dataset cut in batches of 2
+        ds = _dataset_route(task, task._raw_examples(x, None, None), 2)
+        tree = keras.tree
+        for got, want in zip(tree.flatten(task.predict(x, batch_size=2, verbose=0)),
+                             tree.flatten(task.predict(ds, verbose=0))):
+            np.testing.assert_allclose(got, want, atol=1e-5, err_msg=name)
+        got = task.evaluate(x, y, batch_size=2, return_dict=True, verbose=0)
+        want = task.evaluate(_dataset_route(task, examples, 2), return_dict=True, verbose=0)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], atol=1e-5, err_msg=f"{name} {k}")
+
+    # Traced once for repeated calls; traced anew when a setting changes (never stale).
+    tagger.predict(["a b"], verbose=0)
+    traced = tagger.preprocessor._traced_call(1)
+    count = traced.experimental_get_tracing_count()
+    tagger.predict(["c d e", "f"], verbose=0)
+    tagger.predict(["g"] * 3, verbose=0)
+    assert traced.experimental_get_tracing_count() <= count + 1  # one shape relaxation at most
+    assert tagger.predict(["a b"], verbose=0).shape == (1, 16, 3)
+    tagger.preprocessor.sequence_length = 12
+    assert tagger.predict(["a b"], verbose=0).shape == (1, 12, 3)
+    assert tagger.preprocessor._traced_call(1) is not traced
+    # Labels are still checked on this path.
+    with pytest.raises(ValueError, match=r"Invalid label 3"):
+        clf.evaluate(texts[:2], [0, 3], verbose=0)

@@ -239,6 +239,7 @@ def test_predict_and_fit_inputs_that_cannot_be_a_batch(classifier):
         with pytest.raises(ValueError, match=rf"batch_size must be a positive int.*{bad!r}"):
             classifier.fit(["good"], [1], batch_size=bad)
     assert classifier.predict(["good film"], batch_size=np.int64(1)).shape == (1, 2)
+    classifier.fit(["good film"], [1], batch_size=np.int64(1), verbose=0)  # torch refused int64
 
 
 def test_mask_selection_rate_types_and_zero_are_consistent():

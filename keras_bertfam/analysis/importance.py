@@ -39,7 +39,8 @@ def _batches(task, data, batch_size):
         raise TypeError("The data must be a tf.data.Dataset of (x, y) batches or a tuple (x, y).")
     x, y, sw, _ = task._prepare(x, y, None, batch_size, training=False)
     if not isinstance(x, tf.data.Dataset):
-        x = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+        x = tf.data.Dataset.from_tensor_slices((x, y) if sw is None else (x, y, sw)).batch(
+            batch_size)
     out = []
     for element in x.as_numpy_iterator():
         if not isinstance(element, tuple) or len(element) < 2:

@@ -2,8 +2,10 @@
 
 Like the pretraining preprocessors, each is a Keras layer over TensorFlow tensors that a task maps
 over its dataset (`task.fit(strings, labels)` calls `preprocessor.prepare(dataset)`); everything
-is vectorized over the batch. Labels are checked in the graph: a label outside `num_classes`, or a
-QA answer that is not at its offset in the context, stops the pipeline with a message naming it.
+is vectorized over the batch. A task's `predict` / `evaluate` on in-memory inputs (lists, arrays)
+call `preprocessor.call_in_memory(examples)` instead: the same traced call, no pipeline. Labels
+are checked in the graph: a label outside `num_classes`, or a QA answer that is not at its offset
+in the context, stops the pipeline with a message naming it.
 (Labels given as arrays or lists are checked before that, in Python, by the task's `fit` /
 `evaluate`: `kb.tasks.classifier.check_label_values`.)
 """
@@ -38,6 +40,45 @@ def _pack(x, y=None, sample_weight=None):
     if y is None:
         return x
     return (x, y) if sample_weight is None else (x, y, sample_weight)
+
+
+def _tensors(examples):
+    """Tuples and dicts stay structure; anything else (a list, an array) becomes one tensor, as
+    `tf.data.Dataset.from_tensor_slices` reads its argument."""
+    if isinstance(examples, tuple):
+        return tuple(_tensors(e) for e in examples)
+    if isinstance(examples, dict):
+        return {k: _tensors(v) for k, v in examples.items()}
+    if isinstance(examples, (tf.Tensor, tf.RaggedTensor)):
+        return examples
+    return tf.convert_to_tensor(examples)
+
+
+def _concatenate(parts, pad_values):
+    """Chunks of the same structure -> one, along the batch axis; arrays whose later axes differ
+    (`pad_to_batch_max`) are padded at the end of axis 1 (`pad_values[name]`, else 0)."""
+    import numpy as np
+
+    def join(arrays, name):
+        longest = max(a.shape[1] if a.ndim > 1 else 0 for a in arrays)
+        arrays = [np.pad(a, [(0, 0), (0, longest - a.shape[1])] + [(0, 0)] * (a.ndim - 2),
+                         constant_values=pad_values.get(name, 0)) if a.ndim > 1 else a
+                  for a in arrays]
+        return np.concatenate(arrays, axis=0)
+
+    def walk(items, name=None):
+        if isinstance(items[0], dict):
+            return {k: walk([i[k] for i in items], k) for k in items[0]}
+        if isinstance(items[0], tuple):
+            return tuple(walk([i[n] for i in items]) for n in range(len(items[0])))
+        return items[0] if len(items) == 1 else join(items, name)
+
+    return walk(parts)
+
+
+def _arity(ds):
+    """How many parts a dataset element has (the arguments its map function receives)."""
+    return len(ds.element_spec) if isinstance(ds.element_spec, tuple) else 1
 
 
 def _is_string(spec):
@@ -173,16 +214,48 @@ class FinetuningPreprocessor(keras.layers.Layer):
                 "segment_ids": tf.cast(segment_ids, tf.int32),
                 "padding_mask": tf.cast(padding_mask, tf.int32)}
 
-    def _dataset(self, ds, batch_size=32):
-        if not isinstance(ds, tf.data.Dataset):
-            ds = tf.data.Dataset.from_tensor_slices(ds)
-        return ds
-
     def prepare(self, ds, training=True):
         """A dataset of batched raw examples -> a dataset of model inputs (and labels)."""
-        ds = self._dataset(ds)
-        return ds.map(lambda *e: self.call(*self._split(e)),
-                      num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+        return ds.map(self._traced_call(_arity(ds)), num_parallel_calls=AUTOTUNE).prefetch(
+            AUTOTUNE)
+
+    def call_in_memory(self, examples, chunk_size=4096):
+        """In-memory raw examples, as `tf.data.Dataset.from_tensor_slices` takes them (x, or a
+        tuple `(x, y)` / `(x, y, sample_weight)`), -> the model inputs (and labels) as NumPy
+        arrays, without a `tf.data` pipeline: one traced call per `chunk_size` examples.
+
+        A task's `predict` / `evaluate` on in-memory inputs comes here. Building a pipeline costs
+        seconds at every call (its map function is traced, its iterator instantiated: ~3 s for
+        two strings on 2 cores), this a few milliseconds once traced. The trace is kept until a
+        setting changes (`sequence_length`, the tokenizer's special ids, ...). Chunks that
+        `pad_to_batch_max` cut to different lengths are padded to the longest.
+        """
+        examples = _tensors(examples)
+        element = examples if isinstance(examples, tuple) else (examples,)
+        first = tf.nest.flatten(element)[0]
+        count = int(first.nrows()) if isinstance(first, tf.RaggedTensor) else int(first.shape[0])
+        call = self._traced_call(len(element))
+        parts = [tf.nest.map_structure(lambda t: t.numpy(), call(*tf.nest.map_structure(
+            lambda t: t[start:start + chunk_size], element))) for start in range(0, count,
+                                                                              chunk_size)]
+        return _concatenate(parts, pad_values={"token_ids": self.tokenizer.pad_token_id})
+
+    def _traced_call(self, arity):
+        """`self.call` on a dataset element of `arity` parts as one `tf.function`, traced once for
+        the current settings (a setting changed since: traced anew, nothing stale is called)."""
+        tok = self.tokenizer
+        settings = tuple(sorted((k, v) for k, v in vars(self).items()
+                                if isinstance(v, (bool, int, float, str, type(None)))))
+        key = (id(tok), tok.cls_token_id, tok.sep_token_id, tok.pad_token_id,
+               tok.vocabulary_size(), settings)
+        cached = self.__dict__.get("_traced")
+        if cached is None or cached[0] != key:
+            cached = (key, {})
+            object.__setattr__(self, "_traced", cached)
+        if arity not in cached[1]:  # one function per arity: TF cannot relax across arities
+            cached[1][arity] = tf.function(lambda *e: self.call(*self._split(e)),
+                                           reduce_retracing=True)
+        return cached[1][arity]
 
     def _split(self, element):
         """A dataset element -> (x, y, sample_weight); x a string tensor or a tuple of them."""
@@ -260,9 +333,6 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_classes = num_classes
 
-    def _dataset(self, ds, batch_size=32):
-        return ds
-
     def word_pieces(self, x):
         """-> (pieces [B, (T)], word index of each piece [B, (T)], is first piece [B, (T)],
         words [B, (W)])."""
@@ -308,11 +378,7 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
             weights = weights * tf.cast(sample_weight, tf.float32)[:, None]
         return features, labels, weights
 
-    def prepare(self, ds, training=True):
-        return ds.map(lambda *e: self.call(*self._split_words(e)),
-                      num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
-
-    def _split_words(self, element):
+    def _split(self, element):
         element = tuple(element)
         return element + (None,) * (3 - len(element))
 
@@ -485,8 +551,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         return features, {"start_positions": start, "end_positions": end}
 
     def prepare(self, ds, training=True):
-        ds = self._dataset(ds)
-        windows = ds.map(lambda *e: self.call(*self._split(e)), num_parallel_calls=AUTOTUNE)
+        windows = ds.map(self._traced_call(_arity(ds)), num_parallel_calls=AUTOTUNE)
         return windows.unbatch().batch(32).prefetch(AUTOTUNE)
 
     def get_config(self):

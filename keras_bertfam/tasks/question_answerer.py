@@ -159,16 +159,10 @@ class QuestionAnswerer(Task):
                 ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32"))
         return (losses[0] + losses[1]) / 2.0, metrics
 
-    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
-        import tensorflow as tf
-
-        if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
-            if y is not None:
-                check_answers(x[1], *y)
-            data = (tuple(x),) if y is None else (tuple(x), tuple(y))
-            x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
-            return self.preprocessor.prepare(x, training=training), None, None, None
-        return super()._prepare(x, y, sample_weight, batch_size, training)
+    def _raw_examples(self, x, y, sample_weight):
+        if y is not None:
+            check_answers(x[1], *y)
+        return (tuple(x),) if y is None else (tuple(x), tuple(y))
 
     def answer(self, questions, contexts, max_answer_length=30, batch_size=32):
         """Best answer span per example: `[{"text", "start", "end", "score"}]` (character offsets

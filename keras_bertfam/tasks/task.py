@@ -255,7 +255,7 @@ class Task(keras.Model):
 
     # === Raw inputs through the preprocessor ===
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
-        check_batch_size(batch_size)
+        batch_size = check_batch_size(batch_size)
         preprocessor = getattr(self, "preprocessor", None)
         if preprocessor is None:
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
@@ -263,13 +263,28 @@ class Task(keras.Model):
             return _arrays(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
-        if not isinstance(x, tf.data.Dataset):
-            data = x if y is None else (x, y) if sample_weight is None else (x, y, sample_weight)
-            x = tf.data.Dataset.from_tensor_slices(data).batch(batch_size or 32)
-        elif y is not None:
-            raise ValueError("With a tf.data.Dataset, pass labels inside the dataset, not as y=.")
+        if isinstance(x, tf.data.Dataset):
+            if y is not None:
+                raise ValueError(
+                    "With a tf.data.Dataset, pass labels inside the dataset, not as y=.")
+        else:
+            examples = self._raw_examples(x, y, sample_weight)
+            if not training and hasattr(preprocessor, "call_in_memory"):
+                # predict / evaluate: arrays in milliseconds, not a pipeline built per call.
+                x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
+                    preprocessor.call_in_memory(examples))
+                names = self.input.keys() if isinstance(self.input, dict) else x.keys()
+                return {k: v for k, v in x.items() if k in names}, y, sample_weight, batch_size
+            x = tf.data.Dataset.from_tensor_slices(examples)
+            ragged = any(isinstance(s, tf.RaggedTensorSpec)
+                         for s in tf.nest.flatten(x.element_spec))
+            x = x.ragged_batch(batch_size or 32) if ragged else x.batch(batch_size or 32)
         prepared = preprocessor.prepare(x, training=training)
         return self._drop_unused_features(prepared), None, None, None
+
+    def _raw_examples(self, x, y, sample_weight):
+        """In-memory raw inputs -> what `tf.data.Dataset.from_tensor_slices` takes."""
+        return x if y is None else (x, y) if sample_weight is None else (x, y, sample_weight)
 
     def _drop_unused_features(self, ds):
         """Removes features the model does not take (a DistilBERT backbone has no segment_ids;
@@ -296,9 +311,10 @@ class Task(keras.Model):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
         if validation_data is not None and getattr(self, "preprocessor", None) is not None:
-            validation_data = self._prepare(validation_data, training=False)[0] if isinstance(
-                validation_data, tf.data.Dataset) else self._prepare(*validation_data,
-                                                                      training=False)[0]
+            data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
+                tuple(validation_data)
+            vx, vy, vw, _ = self._prepare(*data, training=False)
+            validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
         return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                            validation_data=validation_data, **kwargs)
 
@@ -424,12 +440,15 @@ def _vocabulary_size(tokenizer):
 
 
 def check_batch_size(batch_size):
+    """A positive int (a NumPy integer becomes an int: torch's sampler refuses np.int64) or
+    None."""
     if batch_size is None:
-        return
+        return None
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
             batch_size < 1):
         raise ValueError(f"batch_size must be a positive int (or None for 32), got "
                          f"{batch_size!r}.")
+    return int(batch_size)
 
 
 def check_raw_inputs(x, task_name):

@@ -74,18 +74,18 @@ class TokenClassifier(Task):
         return loss, {"accuracy": _mean(correct, w)}
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+        check_label_values(y, self.num_classes, what="token label", allow_negative=True)
+        return super()._prepare(x, y, sample_weight, batch_size, training)
+
+    def _raw_examples(self, x, y, sample_weight):
         import tensorflow as tf
 
-        check_label_values(y, self.num_classes, what="token label", allow_negative=True)
-        if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
-            words = x if isinstance(x, tf.RaggedTensor) else (
-                tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x))
-            data = (words,) if y is None else (words, tf.ragged.constant(y, dtype=tf.int32))
-            ds = tf.data.Dataset.from_tensor_slices(data)
-            ds = ds.ragged_batch(batch_size or 32) if isinstance(words, tf.RaggedTensor) or \
-                y is not None else ds.batch(batch_size or 32)
-            return self.preprocessor.prepare(ds, training=training), None, None, None
-        return super()._prepare(x, y, sample_weight, batch_size, training)
+        words = x if isinstance(x, tf.RaggedTensor) else (
+            tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x))
+        if y is None:
+            return (words,)
+        y = y if isinstance(y, tf.RaggedTensor) else tf.ragged.constant(y, dtype=tf.int32)
+        return (words, y) if sample_weight is None else (words, y, sample_weight)
 
     def predict_words(self, x, batch_size=None):
         """One label per word: the argmax at each word's first piece (words cut by truncation
