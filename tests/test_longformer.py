@@ -188,21 +188,160 @@ def test_task_global_attention():
 
 
 # === Attention: banded, all-global = full, from_roberta ===
-def test_attention_is_banded_no_full_matrix():
-    """No tensor of the traced graph holds a (T, T) pair of axes: memory is O(T·(w + G))."""
-    import tensorflow as tf
+def _layer_inputs(length, window, global_tokens, seed=0):
+    """(4, T, 16) activations and the merged (4, T) mask: row 0 full with global tokens at 0 and
+    5, row 1 right-padded (global at 0), row 2 two real tokens (later windows all padding), row 3
+    only padding."""
+    rng = np.random.RandomState(seed)
+    x = rng.normal(size=(4, length, 16)).astype("float32")
+    mask = np.ones((4, length), "int32")
+    mask[1, length // 2:] = 0
+    mask[2, 2:] = 0
+    mask[3] = 0
+    if global_tokens:
+        mask[0, [0, 5]] = mask[1, 0] = 2
+    return x, mask
 
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("inspects a TensorFlow graph")
+
+def _output_and_grads(layer, x, mask, **kwargs):
+    """The layer's output and the gradients of sum(output * c) (a fixed random c) with respect
+    to x and every weight, on the current backend."""
+    weights = layer.trainable_variables
+    cotangent = np.random.RandomState(1).normal(size=x.shape).astype("float32")
+    backend = keras.backend.backend()
+
+    def output(x, values=None):
+        if values is None:
+            out = layer(x, padding_mask=mask, **kwargs)
+        else:
+            out, _ = layer.stateless_call(values, [], x, padding_mask=mask, **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = output(x)
+            loss = tf.reduce_sum(out * cotangent)
+        grads = tape.gradient(loss, [x] + weights)
+    elif backend == "jax":
+        import jax
+
+        def loss(x, values):
+            return (output(x, values) * cotangent).sum()
+
+        values = [w.value for w in weights]
+        # jit-compiled (eager JAX dispatches op by op, slowly): G static slots
+        out = jax.jit(output)(x, values)
+        gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, values)
+        grads = [gx] + list(gw)
+    else:
+        import torch
+
+        x = torch.tensor(x, requires_grad=True)
+        for w in weights:
+            w.value.grad = None
+        out = output(x)
+        (out * torch.tensor(cotangent)).sum().backward()
+        grads = [x.grad] + [w.value.grad for w in weights]
+    # with no global token, the global projections' gradients are None on TF and torch
+    return to_numpy(out), [np.zeros(w.shape) if g is None else to_numpy(g)
+                           for w, g in zip([x] + weights, grads)]
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("length,window", [(12, 6), (13, 6), (10, 8)])
+@pytest.mark.parametrize("global_tokens", [False, True])
+def test_fused_attention_equals_explicit(length, window, global_tokens, monkeypatch):
+    """The fused path (dot_product_attention, taken when nothing needs the probabilities) and
+    the explicit one (taken for dropout, head_mask, scores) agree in outputs and gradients, with
+    and without global tokens, T a multiple of w/2 or not, padding queries (an all-padding row
+    too): never NaN."""
+    keras.utils.set_random_seed(0)
+    layer = LongformerSelfAttention(num_heads=2, hidden_dim=16, attention_window=window)
+    x, mask = _layer_inputs(length, window, global_tokens)
+    layer(x, padding_mask=mask)
+    ran = []
+    for path in ("_window_fused", "_window_explicit"):
+        original = getattr(LongformerSelfAttention, path)
+        monkeypatch.setattr(LongformerSelfAttention, path,
+                            lambda self, *a, _f=original, _p=path: ran.append(_p) or _f(self, *a))
+    fused, fused_grads = _output_and_grads(layer, x, mask)
+    assert set(ran) == {"_window_fused"}
+    explicit, explicit_grads = _output_and_grads(layer, x, mask, head_mask=np.ones(2, "float32"))
+    scored, _ = _output_and_grads(layer, x, mask, return_attention_scores=True)
+    assert "_window_explicit" in ran
+    # x and every kernel and bias but the keys' (softmax ignores a shift shared by a row)
+    assert sum(np.abs(g).max() > 1e-4 for g in fused_grads) == 8 + 5 * global_tokens
+    assert np.isfinite(fused).all() and all(np.isfinite(g).all() for g in fused_grads)
+    np.testing.assert_allclose(fused, explicit, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(scored, explicit, atol=1e-5, rtol=0)
+    for got, expected in zip(fused_grads, explicit_grads):
+        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    # padding queries: the output bias alone, as HF's zeroed rows
+    bias = to_numpy(layer.output_dense.bias)
+    np.testing.assert_allclose(fused[3], np.broadcast_to(bias, fused[3].shape), atol=1e-6)
+
+
+def _shapes_of_every_tensor(layer, x, mask, **kwargs):
+    """The shapes of every intermediate tensor of one call: a TF graph's op outputs, a jaxpr's
+    variables (sub-jaxprs too) or the inputs of every op torch ran."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        graph = tf.function(lambda x, m: layer(x, padding_mask=m, **kwargs)).get_concrete_function(
+            tf.constant(x), tf.constant(mask)).graph
+        return [tuple(t.shape) for op in graph.get_operations() for t in op.outputs
+                if t.shape.rank is not None]
+    if backend == "jax":
+        import jax
+
+        values = [w.value for w in layer.trainable_variables]
+        jaxpr = jax.make_jaxpr(lambda x, m: layer.stateless_call(
+            values, [], x, padding_mask=m, **kwargs)[0])(x, mask)
+        shapes = []
+
+        def walk(jaxpr):
+            for eqn in jaxpr.eqns:
+                shapes.extend(tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape"))
+                for param in eqn.params.values():
+                    for sub in param if isinstance(param, (list, tuple)) else [param]:
+                        inner = getattr(sub, "jaxpr", sub)
+                        if hasattr(inner, "eqns"):
+                            walk(inner)
+
+        walk(jaxpr.jaxpr)
+        return shapes
+    import torch
+    from torch.profiler import profile
+
+    x = torch.tensor(x, requires_grad=True)
+    with profile(record_shapes=True) as prof:
+        out = layer(x, padding_mask=torch.tensor(mask), **kwargs)
+        (out[0] if isinstance(out, tuple) else out).sum().backward()
+    names = {event.name for event in prof.events()}
+    if not kwargs:  # the fused path ran torch's SDPA
+        assert "aten::scaled_dot_product_attention" in names
+    return [tuple(s) for event in prof.events() for s in event.input_shapes if s]
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("explicit", [False, True])
+def test_attention_is_banded_no_full_matrix(explicit):
+    """No tensor of one call (the fused path and the explicit one; on torch, forward and
+    backward) holds a (T, T) pair of axes: memory is O(T·(w + G))."""
     length = 96
     layer = LongformerSelfAttention(num_heads=2, hidden_dim=16, attention_window=8,
                                     max_global_tokens=4)  # traced: G = 4 static slots
-    x = tf.zeros((1, length, 16))
-    mask = tf.concat([tf.fill((1, 1), 2), tf.ones((1, length - 1), tf.int32)], axis=1)
-    graph = tf.function(lambda x, m: layer(x, padding_mask=m)).get_concrete_function(
-        x, mask).graph
-    shapes = [tuple(t.shape) for op in graph.get_operations() for t in op.outputs
-              if t.shape.rank is not None]
+    x = np.zeros((1, length, 16), "float32")
+    mask = np.ones((1, length), "int32")
+    mask[0, 0] = 2
+    kwargs = {"head_mask": np.ones(2, "float32")} if explicit else {}
+    layer.build(x.shape)
+    shapes = _shapes_of_every_tensor(layer, x, mask, **kwargs)
     assert shapes
     assert not [s for s in shapes if list(s).count(length) >= 2]
     biggest = max(int(np.prod([d or 1 for d in s])) for s in shapes)

@@ -13,6 +13,16 @@ blocks b-1, b and b+1, so each block scores h queries against 3h keys:
     scores    (B, N, T/h, h, 3h)        band: query r sees key c iff r <= c <= r + 2h
 
 Memory and time are O(T·w) (1.5·T·w scores; HF's overlapping chunks compute 2·T·w).
+
+Two paths compute this, with the same numbers (tested to 1e-5 with their gradients):
+- fused, whenever nothing needs the probabilities (no attention dropout in this call, no
+  head_mask, no scores returned): one `keras.ops.dot_product_attention` over the blocks (the
+  B·T/h blocks are its batch: h queries against [G global keys | 3h neighbour keys] with a boolean
+  mask), and one for the global tokens' own rows. On torch that is SDPA's fused CPU kernel, on
+  JAX `jax.nn.dot_product_attention`, on TF Keras' own; its inputs are the blocks, so it is
+  O(T·w) whatever the kernel.
+- explicit, op by op (einsum, where, softmax, einsum): it alone can drop probabilities, scale
+  heads (`head_mask`) and return them (the analysis tools use both).
 """
 import math
 
@@ -175,7 +185,6 @@ class LongformerSelfAttention(keras.layers.Layer):
              training=False):
         h = self.attention_window // 2
         n, d = self.num_heads, self.head_dim
-        scale = 1.0 / math.sqrt(d)
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         if padding_mask is None:
             padding_mask = ops.ones((batch, length), "int32")
@@ -192,33 +201,16 @@ class LongformerSelfAttention(keras.layers.Layer):
         valid = ops.greater(mask, PADDING)
         is_global = ops.greater(mask, LOCAL)
 
-        num_global = self._num_global_slots(is_global, padded_length)
-        overflow = None
+        num_global, exact = self._num_global_slots(is_global, padded_length)
+        overflow = global_idx = slot_ok = None
         if num_global:
-            # G static slots: a row marking more than G tokens (possible only when traced) is
-            # poisoned with NaN below rather than answered with some of its tokens left local.
             rank = ops.cumsum(ops.cast(is_global, "int32"), axis=1)  # (B, Tp)
-            overflow = ops.greater(rank[:, -1], num_global)  # (B,)
-            is_global = ops.logical_and(is_global, rank <= num_global)
-
-        q = self.query_dense(x_pad) * ops.cast(scale, x.dtype)  # (B, Tp, N, D)
-        k = self.key_dense(x_pad)
-        v = self.value_dense(x_pad)
-
-        # --- Sliding window, by blocks of h queries against 3h keys ---
-        q_blocks = ops.reshape(q, (batch, -1, h, n, d))  # (B, Tp/h, h, N, D)
-        k_blocks = _blocks_with_neighbours(k, h)  # (B, Tp/h, 3h, N, D)
-        v_blocks = _blocks_with_neighbours(v, h)
-        # Global keys leave the window: every query reaches them through the global columns.
-        key_ok = ops.logical_and(valid, ops.logical_not(is_global)) if num_global else valid
-        key_ok = _blocks_with_neighbours(key_ok, h)  # (B, Tp/h, 3h)
-        band = ops.convert_to_tensor(_band(h))  # (h, 3h)
-        local_ok = ops.logical_and(band[None, None, None], key_ok[:, None, :, None, :])
-        scores = ops.einsum("bcqnd,bcknd->bncqk", q_blocks, k_blocks)  # (B, N, Tp/h, h, 3h)
-        scores = ops.where(local_ok, scores, ops.cast(NEG_INF, scores.dtype))
-
-        if num_global:
-            # Every query against the global tokens' (local-projection) keys.
+            if not exact:
+                # G static slots: a row marking more than G tokens (possible only when traced)
+                # is poisoned with NaN below rather than answered with some of its tokens left
+                # local. (Eagerly G is the exact count: such a row raised an error.)
+                overflow = ops.greater(rank[:, -1], num_global)  # (B,)
+                is_global = ops.logical_and(is_global, rank <= num_global)
             t_idx = ops.arange(padded_length, dtype="int32")[None, :]  # (1, Tp)
             keys = ops.where(is_global, t_idx, t_idx + padded_length)  # global tokens sort first
             # G spare keys after all tokens keep G columns when Tp < G (a traced, unknown T).
@@ -228,45 +220,39 @@ class LongformerSelfAttention(keras.layers.Layer):
             global_idx = ops.minimum(order, padded_length - 1)  # (B, G)
             slot_ok = ops.arange(num_global, dtype="int32")[None, :] < ops.sum(
                 ops.cast(is_global, "int32"), axis=1, keepdims=True)  # (B, G)
-            k_global = ops.take_along_axis(k, global_idx[:, :, None, None], axis=1)  # (B, G, N, D)
-            v_global = ops.take_along_axis(v, global_idx[:, :, None, None], axis=1)
-            g_scores = ops.einsum("bcqnd,bgnd->bncqg", q_blocks, k_global)  # (B, N, Tp/h, h, G)
-            g_scores = ops.where(slot_ok[:, None, None, None, :], g_scores,
-                                 ops.cast(NEG_INF, g_scores.dtype))
-            scores = ops.concatenate([g_scores, scores], axis=-1)
 
-        probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
-        # Padding queries attend nowhere (HF zeroes their rows).
-        query_ok = ops.reshape(valid, (batch, 1, -1, h, 1))
-        probs = ops.where(query_ok, probs, ops.zeros_like(probs))
-        probs = self.dropout_layer(probs, training=training)
-        probs = self._apply_head_mask(probs, head_mask)
-        if num_global:
-            g_probs, local_probs = probs[..., :num_global], probs[..., num_global:]
+        # The fused path (one dot_product_attention per part: torch's SDPA, jax.nn's, Keras' own
+        # on TF) gives the same numbers as the explicit one, which alone can drop probabilities,
+        # mask heads or return them.
+        dropout_active = bool(training) and self.attention_dropout > 0
+        fused = not (dropout_active or head_mask is not None or return_attention_scores)
+        q = self.query_dense(x_pad)  # (B, Tp, N, D)
+        k = self.key_dense(x_pad)
+        v = self.value_dense(x_pad)
+        # Global keys leave the window: every query reaches them through the global columns.
+        key_ok = ops.logical_and(valid, ops.logical_not(is_global)) if num_global else valid
+        if fused:
+            context, probs = self._window_fused(q, k, v, global_idx, num_global, valid,
+                                                key_ok, slot_ok), None  # (B, Tp, N, D)
         else:
-            local_probs = probs
-        context = ops.einsum("bncqk,bcknd->bcqnd", local_probs, v_blocks)  # (B, Tp/h, h, N, D)
-        if num_global:
-            context = context + ops.einsum("bncqg,bgnd->bcqnd", g_probs, v_global)
-        context = ops.reshape(context, (batch, -1, n, d))  # (B, Tp, N, D)
+            context, probs = self._window_explicit(q, k, v, global_idx, num_global, valid,
+                                                   key_ok, slot_ok, head_mask, training)
 
         # --- Global tokens' own rows: their global query against every token ---
         if num_global:
             x_global = ops.take_along_axis(x_pad, global_idx[:, :, None], axis=1)  # (B, G, H)
-            q_g = self.query_global_dense(x_global) * ops.cast(scale, x.dtype)  # (B, G, N, D)
-            k_g = self.key_global_dense(x_pad)  # (B, Tp, N, D)
-            v_g = self.value_global_dense(x_pad)
-            row_scores = ops.einsum("bgnd,btnd->bngt", q_g, k_g)  # (B, N, G, Tp)
-            row_scores = ops.where(valid[:, None, None, :], row_scores,
-                                   ops.cast(NEG_INF, row_scores.dtype))
-            row_probs = ops.cast(ops.softmax(ops.cast(row_scores, "float32"), axis=-1), x.dtype)
-            row_probs = self.dropout_layer(row_probs, training=training)
-            row_probs = self._apply_head_mask(row_probs, head_mask)
-            row_context = ops.einsum("bngt,btnd->bgnd", row_probs, v_g)  # (B, G, N, D)
-            # Token t's row is slot rank(t) - 1 of the global tokens.
-            slot = ops.clip(ops.cumsum(ops.cast(is_global, "int32"), axis=1) - 1, 0,
-                            num_global - 1)  # (B, Tp)
-            row_context = ops.take_along_axis(row_context, slot[:, :, None, None], axis=1)
+            q_g = self.query_global_dense(x_global)  # (B, G, N, D)
+            if fused:
+                row_context = self._global_rows_fused(q_g, num_global, x_pad, valid)
+            else:
+                row_context = self._global_rows_explicit(q_g, x_pad, valid, head_mask, training)
+            # Token t's row is slot rank(t) - 1 of the global tokens: a row of the flattened
+            # (B·G, N, D) rows (an index per token, not per element).
+            slot = ops.clip(rank - 1, 0, num_global - 1)  # (B, Tp)
+            slot = ops.arange(batch, dtype="int32")[:, None] * num_global + slot
+            row_context = ops.take(ops.reshape(row_context, (-1, n, d)),
+                                   ops.reshape(slot, (-1,)), axis=0)
+            row_context = ops.reshape(row_context, (batch, -1, n, d))  # (B, Tp, N, D)
             context = ops.where(is_global[:, :, None, None], row_context, context)
 
         output = self.output_dense(context[:, :length])  # (B, T, H)
@@ -275,26 +261,166 @@ class LongformerSelfAttention(keras.layers.Layer):
                                output)
         if not return_attention_scores:
             return output
+        if num_global:
+            g_probs, local_probs = probs[..., :num_global], probs[..., num_global:]
+        else:
+            local_probs = probs
         windows = _diagonals(local_probs, h)[:, :, :length]  # (B, N, T, w + 1)
         if num_global:
             g_cols = ops.reshape(g_probs, (batch, n, -1, num_global))[:, :, :length]
             windows = ops.concatenate([g_cols, windows], axis=-1)
         return output, windows
 
+    def _window_explicit(self, q, k, v, global_idx, num_global, valid, key_ok, slot_ok,
+                         head_mask, training):
+        """The sliding window (+ the global key columns) op by op: scores, mask, softmax,
+        dropout, head mask, context. Returns the (B, Tp, N, D) context and the
+        (B, N, Tp/h, h, G + 3h) probabilities."""
+        h = self.attention_window // 2
+        n, d = self.num_heads, self.head_dim
+        batch = ops.shape(q)[0]
+        q = q * ops.cast(1.0 / math.sqrt(d), q.dtype)
+        q_blocks = ops.reshape(q, (batch, -1, h, n, d))  # (B, Tp/h, h, N, D)
+        k_blocks = _blocks_with_neighbours(k, h)  # (B, Tp/h, 3h, N, D)
+        v_blocks = _blocks_with_neighbours(v, h)
+        key_ok = _blocks_with_neighbours(key_ok, h)  # (B, Tp/h, 3h)
+        band = ops.convert_to_tensor(_band(h))  # (h, 3h)
+        local_ok = ops.logical_and(band[None, None, None], key_ok[:, None, :, None, :])
+        scores = ops.einsum("bcqnd,bcknd->bncqk", q_blocks, k_blocks)  # (B, N, Tp/h, h, 3h)
+        scores = ops.where(local_ok, scores, ops.cast(NEG_INF, scores.dtype))
+        if num_global:
+            # Every query against the global tokens' (local-projection) keys.
+            k_global = ops.take_along_axis(k, global_idx[:, :, None, None], axis=1)  # (B, G, N, D)
+            v_global = ops.take_along_axis(v, global_idx[:, :, None, None], axis=1)
+            g_scores = ops.einsum("bcqnd,bgnd->bncqg", q_blocks, k_global)  # (B, N, Tp/h, h, G)
+            g_scores = ops.where(slot_ok[:, None, None, None, :], g_scores,
+                                 ops.cast(NEG_INF, g_scores.dtype))
+            scores = ops.concatenate([g_scores, scores], axis=-1)
+
+        probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), q.dtype)
+        # Padding queries attend nowhere (HF zeroes their rows).
+        query_ok = ops.reshape(valid, (batch, 1, -1, h, 1))
+        probs = ops.where(query_ok, probs, ops.zeros_like(probs))
+        probs = self.dropout_layer(probs, training=training)
+        probs = self._apply_head_mask(probs, head_mask)
+        local_probs = probs[..., num_global:] if num_global else probs
+        context = ops.einsum("bncqk,bcknd->bcqnd", local_probs, v_blocks)  # (B, Tp/h, h, N, D)
+        if num_global:
+            context = context + ops.einsum("bncqg,bgnd->bcqnd", probs[..., :num_global],
+                                           v_global)
+        return ops.reshape(context, (batch, -1, n, d)), probs  # (B, Tp, N, D)
+
+    def _window_fused(self, q, k, v, global_idx, num_global, valid, key_ok, slot_ok):
+        """The same window as one `dot_product_attention` over the blocks: the B·Tp/h blocks
+        are its batch, each with h queries against [G global keys | 3h neighbour keys] and a
+        boolean (h, G + 3h) mask (keys past either end are masked: their probability is exactly
+        0). A padding query sees itself (never an
+        all-masked row, so no NaN on any backend) and its context is zeroed, as the explicit
+        path's."""
+        h = self.attention_window // 2
+        n, d = self.num_heads, self.head_dim
+        batch, padded_length = ops.shape(q)[0], ops.shape(q)[1]
+        blocks = padded_length // h
+        # Block c's neighbour keys are positions (c - 1)·h .. (c + 2)·h - 1.
+        position = (ops.arange(blocks, dtype="int32")[:, None] * h - h
+                    + ops.arange(3 * h, dtype="int32")[None, :])  # (Tp/h, 3h)
+        inside = ops.logical_and(position >= 0, position < padded_length)
+        position = ops.clip(position, 0, padded_length - 1)
+        key_ok = ops.logical_and(
+            ops.take(ops.cast(key_ok, "int32"), position, axis=1) > 0, inside)  # (B, Tp/h, 3h)
+        band = ops.convert_to_tensor(_band(h))  # (h, 3h)
+        itself = ops.convert_to_tensor(np.eye(h, 3 * h, h, dtype=bool))  # (h, 3h): c == r + h
+        query_pad = ops.reshape(ops.logical_not(valid), (batch, -1, h, 1))  # (B, Tp/h, h, 1)
+        allowed = ops.logical_or(ops.logical_and(band[None, None], key_ok[:, :, None, :]),
+                                 ops.logical_and(itself[None, None], query_pad))  # (B, Tp/h, h, 3h)
+        # Keys and values of block c: its G global keys, then blocks c - 1, c, c + 1 (rolled:
+        # block 0's previous and the last block's next wrap around, outside and masked), built
+        # head-major so that torch's SDPA gets them contiguous (Keras' transpose is then a view).
+        width = num_global + 3 * h
+
+        def neighbourhoods(x):  # (B, Tp, N, D) -> (B·Tp/h, G + 3h, N, D)
+            x_blocks = ops.transpose(ops.reshape(x, (batch, blocks, h, n, d)),
+                                     (0, 1, 3, 2, 4))  # (B, Tp/h, N, h, D)
+            parts = [ops.roll(x_blocks, 1, axis=1), x_blocks, ops.roll(x_blocks, -1, axis=1)]
+            if num_global:
+                x_global = ops.take_along_axis(x, global_idx[:, :, None, None], axis=1)
+                x_global = ops.transpose(x_global, (0, 2, 1, 3))[:, None]  # (B, 1, N, G, D)
+                parts.insert(0, ops.broadcast_to(x_global, (batch, blocks, n, num_global, d)))
+            x_blocks = ops.concatenate(parts, axis=3)  # (B, Tp/h, N, G + 3h, D)
+            return ops.transpose(ops.reshape(x_blocks, (-1, n, width, d)), (0, 2, 1, 3))
+
+        if num_global:
+            slots = ops.broadcast_to(slot_ok[:, None, None, :], (batch, blocks, h, num_global))
+            allowed = ops.concatenate([slots, allowed], axis=-1)  # (B, Tp/h, h, G + 3h)
+        k_blocks, v_blocks = neighbourhoods(k), neighbourhoods(v)
+        context = ops.dot_product_attention(
+            ops.reshape(q, (-1, h, n, d)),  # (B·Tp/h, h, N, D)
+            k_blocks,  # (B·Tp/h, G + 3h, N, D)
+            v_blocks,
+            mask=ops.reshape(allowed, (-1, 1, h, width)),
+            scale=1.0 / math.sqrt(d),
+            flash_attention=False,  # Keras' TPU flash path reads one mask for the whole batch
+        )  # (B·Tp/h, h, N, D)
+        context = ops.reshape(context, (batch, -1, n, d))  # (B, Tp, N, D)
+        # Padding queries attend nowhere (HF zeroes their rows).
+        return ops.where(valid[:, :, None, None], context, ops.zeros_like(context))
+
+    def _global_rows_explicit(self, q_g, x_pad, valid, head_mask, training):
+        """(B, G, N, D) global queries against every token's global key, op by op."""
+        k_g = self.key_global_dense(x_pad)  # (B, Tp, N, D)
+        v_g = self.value_global_dense(x_pad)
+        q_g = q_g * ops.cast(1.0 / math.sqrt(self.head_dim), q_g.dtype)
+        row_scores = ops.einsum("bgnd,btnd->bngt", q_g, k_g)  # (B, N, G, Tp)
+        row_scores = ops.where(valid[:, None, None, :], row_scores,
+                               ops.cast(NEG_INF, row_scores.dtype))
+        row_probs = ops.cast(ops.softmax(ops.cast(row_scores, "float32"), axis=-1), q_g.dtype)
+        row_probs = self.dropout_layer(row_probs, training=training)
+        row_probs = self._apply_head_mask(row_probs, head_mask)
+        return ops.einsum("bngt,btnd->bgnd", row_probs, v_g)  # (B, G, N, D)
+
+    def _global_rows_fused(self, q_g, num_global, x_pad, valid):
+        """The same rows through `dot_product_attention`. A row of only padding has no global
+        token, so its (unused) slots' rows are fully masked: every backend fills masked scores
+        with a finite large negative (uniform, never NaN).
+
+        With few global tokens (G·N < H) the global keys and values of all Tp tokens (two
+        H x H projections, 1/7 of a layer's dense FLOPs) are not computed: the key projection
+        moves to the G queries, q·(x·Wk + bk) = (q·Wkᵀ)·x + q·bk, the last term shared by a
+        row and so ignored by its softmax; the value projection is applied after the
+        probabilities (they sum to 1): Σ p·(x·Wv + bv) = (Σ p·x)·Wv + bv. The (G·N, Tp) scores
+        are small, computed op by op (a kernel call of width H with one head is slower)."""
+        n, d = self.num_heads, self.head_dim
+        key, value = self.key_global_dense, self.value_global_dense
+        scale = 1.0 / math.sqrt(d)
+        if (num_global * n >= self.hidden_dim or key.quantization_mode is not None
+                or value.quantization_mode is not None):
+            return ops.dot_product_attention(
+                q_g, key(x_pad), value(x_pad), mask=valid[:, None, None, :], scale=scale,
+                flash_attention=False)  # (B, G, N, D)
+        q_x = ops.einsum("bgnd,hnd->bgnh", q_g, ops.cast(key.kernel, q_g.dtype))  # (B, G, N, H)
+        scores = ops.einsum("bgnh,bth->bgnt", q_x, x_pad) * ops.cast(scale, q_x.dtype)
+        scores = ops.where(valid[:, None, None, :], scores,
+                           ops.cast(NEG_INF, scores.dtype))  # (B, G, N, Tp)
+        probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), q_x.dtype)
+        mixed = ops.einsum("bgnt,bth->bgnh", probs, x_pad)  # (B, G, N, H)
+        return ops.einsum("bgnh,hnd->bgnd", mixed, ops.cast(value.kernel, mixed.dtype)) + ops.cast(
+            value.bias, mixed.dtype)  # (B, G, N, D)
+
     def _num_global_slots(self, is_global, padded_length):
-        """G, the static number of global slots: 0 when an eager mask has no global token, the
-        exact maximum count in eager calls, else min(max_global_tokens, padded length)."""
+        """(G, exact): G the static number of global slots: the exact maximum count in eager
+        calls (0 when there is no global token; exact=True), else min(max_global_tokens, padded
+        length)."""
         count = _concrete_int(ops.max(ops.sum(ops.cast(is_global, "int32"), axis=1)))
         if count is not None:
             if count > self.max_global_tokens:
                 raise ValueError(
                     f"A row has {count} global tokens; {self.name} takes at most "
                     f"max_global_tokens={self.max_global_tokens}.")
-            return count
+            return count, True
         static_length = padded_length if isinstance(padded_length, int) else None
         if static_length is None:
-            return self.max_global_tokens
-        return min(self.max_global_tokens, static_length)
+            return self.max_global_tokens, False
+        return min(self.max_global_tokens, static_length), False
 
     def _apply_head_mask(self, probs, head_mask):
         if head_mask is None:
