@@ -19,6 +19,8 @@ Usage: python bench/bench_longformer.py [--lengths 512 1024 2048 4096] [--reps 2
            [--full-max 4096]      # full attention only up to this length
            [--max-rss-gb 16 --min-free-gb 2.5]  # a worker is killed past these (shared machine)
            [--num-layers 12]      # the base width with fewer layers, when the machine is loaded
+           [--interleaved]        # ours and full in one process, steps alternated: ratios that
+                                  # hold under load (times only; --reps steps each, median)
 Not a test: numbers depend on the machine and its load.
 """
 import argparse
@@ -110,6 +112,52 @@ def worker(model, length, reps, window, num_layers=12):
                       "peak_mb": (peak - base_rss) / 1024}))
 
 
+def interleaved(lengths, reps, window, num_layers):
+    """ours and full attention built in one process, their steps alternated (ours, full, full,
+    ours, ...): both see the same machine load, so their ratio holds under a shared machine's
+    load where the per-process table's does not. Times only (the process holds both models)."""
+    import numpy as np
+    import torch
+
+    os.environ["KERAS_BACKEND"] = "torch"
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    import keras_bertfam as kb
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    config = dict(BASE, num_layers=num_layers)
+    nets = {"ours": kb.models.LongformerBackbone(**config, attention_window=window, dropout=0.0,
+                                                 max_sequence_length=4096),
+            "full": kb.models.RobertaBackbone(**config, dropout=0.0, max_sequence_length=4096)}
+    for length in lengths:
+        ids = np.random.default_rng(0).integers(3, BASE["vocabulary_size"], (1, length))
+        ids[0, 0] = 0
+        global_mask = np.zeros_like(ids)
+        global_mask[0, 0] = 1
+        inputs = {"token_ids": torch.tensor(ids, dtype=torch.int32),
+                  "segment_ids": torch.zeros((1, length), dtype=torch.int32),
+                  "padding_mask": torch.ones((1, length), dtype=torch.int32),
+                  "global_attention_mask": torch.tensor(global_mask, dtype=torch.int32)}
+
+        def step(net):
+            for v in net.trainable_variables:
+                v.value.grad = None
+            feed = {k: v for k, v in inputs.items() if k in net.input}
+            start = time.perf_counter()
+            net(feed, training=True)["sequence_output"].sum().backward()
+            return time.perf_counter() - start
+
+        times = {"ours": [], "full": []}
+        step(nets["ours"]), step(nets["full"])  # warm-up
+        for i in range(reps):
+            for model in ("ours", "full") if i % 2 == 0 else ("full", "ours"):
+                times[model].append(step(nets[model]))
+        ours, full = (float(np.median(times[m])) for m in ("ours", "full"))
+        print(f"{length:>4} ours {ours:7.2f} s  full {full:7.2f} s  ours/full {ours / full:5.2f}x  "
+              f"(steps: ours {[round(t, 2) for t in times['ours']]}, "
+              f"full {[round(t, 2) for t in times['full']]})", flush=True)
+
+
 def _meminfo_gb(key):
     with open("/proc/meminfo") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 2**20
@@ -156,7 +204,11 @@ def main():
     parser.add_argument("--max-rss-gb", type=float, default=16.0)  # a worker's RSS cap
     parser.add_argument("--min-free-gb", type=float, default=2.5)  # the machine's MemAvailable floor
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "LENGTH"))
+    parser.add_argument("--interleaved", action="store_true",
+                        help="ours and full in one process, steps alternated (times only)")
     args = parser.parse_args()
+    if args.interleaved:
+        return interleaved(args.lengths, max(args.reps, 1), args.window, args.num_layers)
     if args.worker:
         return worker(args.worker[0], int(args.worker[1]), args.reps, args.window, args.num_layers)
     results = {}
