@@ -458,3 +458,21 @@ def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset):
     # Labels are still checked on this path.
     with pytest.raises(ValueError, match=r"Invalid label 3"):
         clf.evaluate(texts[:2], [0, 3], verbose=0)
+
+
+def test_token_classifier_sample_weight_is_used(tiny_preset):
+    """A TokenClassifier's per-example sample_weight multiplies its label weights (it used to be
+    dropped silently on in-memory inputs)."""
+    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
+    tagger.compile()
+    sentences, labels = ["John lives in Paris", "Snuffleupagus visits Zürich"], [[1, 0, 0, 2],
+                                                                                [1, 0, 2]]
+    both = tagger.evaluate(sentences, labels, return_dict=True, verbose=0)["loss"]
+    first = tagger.evaluate(sentences[:1], labels[:1], return_dict=True, verbose=0)["loss"]
+    weighted = tagger.evaluate(sentences, labels, sample_weight=np.array([1.0, 0.0]),
+                               return_dict=True, verbose=0)["loss"]
+    assert not np.isclose(both, first)
+    np.testing.assert_allclose(weighted, first, rtol=1e-5)
+    x, y, w = tagger.preprocessor.call_in_memory(
+        tagger._raw_examples(sentences, labels, np.array([1.0, 0.0], "float32")))
+    assert w[1].sum() == 0 and w[0].sum() == 4
