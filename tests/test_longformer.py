@@ -536,6 +536,8 @@ def test_preset_param_counts_equal_hf(name, millions):
 # it); byte-level BPE tokenization, offsets and QA export are tested in test_roberta.py.
 @pytest.fixture(scope="module")
 def longformer_exports(tmp_path_factory, bert_vocab):
+    if keras.backend.backend() != "tensorflow":  # before building: export refuses other backends
+        pytest.skip("SavedModel export runs on TensorFlow")
     from keras_bertfam.preprocessing import finetuning as ft
     from tests import test_export as te
 
@@ -596,8 +598,6 @@ def test_longformer_task_exports_pass_audit_and_fresh_process(longformer_exports
 
     from tests import test_export as te
 
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("SavedModel export runs on TensorFlow")
     jobs = []
     for name, path, inputs, ref in longformer_exports:
         report = kb.export.audit_ops(path, tf_text="2.12.1")
