@@ -127,7 +127,7 @@ class LongformerSelfAttention(keras.layers.Layer):
 
     Example:
     >>> layer = LongformerSelfAttention(num_heads=2, hidden_dim=8, attention_window=4)
-    >>> layer(ops.ones((1, 10, 8)), padding_mask=ops.ones((1, 10), "int32")).shape
+    >>> tuple(layer(ops.ones((1, 10, 8)), padding_mask=ops.ones((1, 10), "int32")).shape)
     (1, 10, 8)
     """
 
