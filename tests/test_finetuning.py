@@ -389,11 +389,9 @@ def test_qa_padding_never_wins():
 # === In-memory inputs: predict / evaluate without a tf.data pipeline ===
 def _dataset_route(task, examples, batch_size):
     """What `predict` / `evaluate` did before (and still do for a tf.data.Dataset)."""
-    import tensorflow as tf
+    from keras_bertfam.tasks.task import batched_examples
 
-    ds = tf.data.Dataset.from_tensor_slices(examples)
-    ragged = any(isinstance(s, tf.RaggedTensorSpec) for s in tf.nest.flatten(ds.element_spec))
-    return ds.ragged_batch(batch_size) if ragged else ds.batch(batch_size)
+    return batched_examples(examples, batch_size)
 
 
 def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset):

@@ -275,10 +275,7 @@ class Task(keras.Model):
                     preprocessor.call_in_memory(examples))
                 names = self.input.keys() if isinstance(self.input, dict) else x.keys()
                 return {k: v for k, v in x.items() if k in names}, y, sample_weight, batch_size
-            x = tf.data.Dataset.from_tensor_slices(examples)
-            ragged = any(isinstance(s, tf.RaggedTensorSpec)
-                         for s in tf.nest.flatten(x.element_spec))
-            x = x.ragged_batch(batch_size or 32) if ragged else x.batch(batch_size or 32)
+            x = batched_examples(examples, batch_size or 32)
         prepared = preprocessor.prepare(x, training=training)
         return self._drop_unused_features(prepared), None, None, None
 
@@ -437,6 +434,13 @@ def _vocabulary_size(tokenizer):
         return int(tokenizer.vocabulary_size())
     except (ValueError, AttributeError, TypeError):
         return None
+
+
+def batched_examples(examples, batch_size):
+    """In-memory raw examples -> a dataset of batches of `batch_size` (ragged where they are)."""
+    ds = tf.data.Dataset.from_tensor_slices(examples)
+    ragged = any(isinstance(s, tf.RaggedTensorSpec) for s in tf.nest.flatten(ds.element_spec))
+    return ds.ragged_batch(batch_size) if ragged else ds.batch(batch_size)
 
 
 def check_batch_size(batch_size):

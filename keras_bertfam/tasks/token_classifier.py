@@ -80,8 +80,7 @@ class TokenClassifier(Task):
     def _raw_examples(self, x, y, sample_weight):
         import tensorflow as tf
 
-        words = x if isinstance(x, tf.RaggedTensor) else (
-            tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x))
+        words = _words(x)
         if y is None:
             return (words,)
         y = y if isinstance(y, tf.RaggedTensor) else tf.ragged.constant(y, dtype=tf.int32)
@@ -94,8 +93,7 @@ class TokenClassifier(Task):
         import tensorflow as tf
 
         logits = self.predict(x, batch_size=batch_size, verbose=0)
-        words = x if isinstance(x, tf.RaggedTensor) else (
-            tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x))
+        words = _words(x)
         _, word_index, first, words = self.preprocessor.word_pieces(words)
         out = []
         budget = self.preprocessor.sequence_length - 2
@@ -106,3 +104,13 @@ class TokenClassifier(Task):
             labels[idx[flags]] = best[flags]
             out.append(labels.tolist())
         return out
+
+
+def _words(x):
+    """Sentences ([B] strings) or pre-split words (a list of word lists, a RaggedTensor) as a
+    tensor the preprocessor takes."""
+    import tensorflow as tf
+
+    if isinstance(x, tf.RaggedTensor):
+        return x
+    return tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x)
