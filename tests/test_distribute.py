@@ -88,31 +88,37 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras, keras_bertfam as kb
 x, y = make_data(batch=8)
 ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # one global batch of 8
-
-single = make_task(kb, keras)
-single.compile(optimizer=keras.optimizers.SGD(0.5))
-initial = weights_of(single)
-h1 = single.fit(ds, epochs=1, verbose=0).history
-
 strategy = kb.distribute.get_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
-with strategy.scope():
-    dist = make_task(kb, keras)
-    dist.set_weights(initial)
-    dist.compile(optimizer=keras.optimizers.SGD(0.5))
-h2 = dist.fit(ds, epochs=1, verbose=0).history
-diff = max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), weights_of(dist)))
-moved = max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), initial))
-print(json.dumps({"replicas": strategy.num_replicas_in_sync, "diff": diff, "moved": moved,
-                  "loss1": h1["loss"][0], "loss2": h2["loss"][0]}))
+optimizers = {  # AdamW: our fused kernel's update inside strategy.extended.update
+    "sgd": lambda: keras.optimizers.SGD(0.5),
+    "adamw": lambda: kb.tasks.AdamW(1e-2, weight_decay=0.01, global_clipnorm=1.0)}
+result = {"replicas": strategy.num_replicas_in_sync}
+for name, make_optimizer in optimizers.items():
+    single = make_task(kb, keras)
+    single.compile(optimizer=make_optimizer())
+    initial = weights_of(single)
+    h1 = single.fit(ds, epochs=1, verbose=0).history
+    with strategy.scope():
+        dist = make_task(kb, keras)
+        dist.set_weights(initial)
+        dist.compile(optimizer=make_optimizer())
+    h2 = dist.fit(ds, epochs=1, verbose=0).history
+    result[name] = {
+        "diff": max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single),
+                                                               weights_of(dist))),
+        "moved": max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), initial)),
+        "loss1": h1["loss"][0], "loss2": h2["loss"][0]}
+print(json.dumps(result))
 '''
 
 
 def test_mirrored_step_equals_single_device_step():
-    out = _result(_wait([_run(MIRRORED)])[0])
-    assert out["replicas"] == 2
-    assert out["moved"] > 1e-3  # the step did change the weights
-    assert out["diff"] <= 1e-5, out
-    assert abs(out["loss1"] - out["loss2"]) <= 1e-5, out
+    result = _result(_wait([_run(MIRRORED)])[0])
+    assert result["replicas"] == 2
+    for out in (result["sgd"], result["adamw"]):
+        assert out["moved"] > 1e-3  # the step did change the weights
+        assert out["diff"] <= 1e-5, result
+        assert abs(out["loss1"] - out["loss2"]) <= 1e-5, result
 
 
 MULTI_WORKER = COMMON + r'''

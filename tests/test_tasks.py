@@ -112,3 +112,52 @@ def test_pretrainer_rejects_labelled_data(bert_vocab):
     pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16)
     with pytest.raises(ValueError, match="raw strings"):
         pre.prepare(tf.data.Dataset.from_tensor_slices((["a"], [1])))
+
+
+def test_adamw_is_keras_adamw_with_repeated_sparse_rows_summed():
+    """`kb.tasks.AdamW` (the tasks' default) takes Keras' AdamW arguments and gives its update on
+    every backend; on TensorFlow it runs the fused `ResourceApplyAdam` kernel and squares an
+    embedding's summed gradient, not each occurrence's slice (Keras' TF AdamW, unclipped, gave
+    v = (1 - β2)(g₁² + g₂²) for a token seen twice; JAX and torch have dense gradients)."""
+    def train(cls, **clip):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 8),
+                                  keras.layers.LayerNormalization(),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
+        optimizer = cls(learning_rate=kb.tasks.WarmupLinearDecay(1e-2, 2, 10), weight_decay=0.01,
+                        beta_2=0.999, epsilon=1e-6, **clip)
+        optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        model.compile(optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        rng = np.random.default_rng(0)
+        model.fit(rng.integers(0, 50, (64, 5)), rng.integers(0, 3, (64,)), batch_size=8,
+                  epochs=2, verbose=0, shuffle=False)
+        return [to_numpy(v) for v in model.weights + optimizer.variables]
+
+    # Clipped, Keras densifies the embedding gradient itself: the two agree on every backend.
+    expected = train(keras.optimizers.AdamW, global_clipnorm=1.0)
+    got = train(kb.tasks.AdamW, global_clipnorm=1.0)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+
+    # Token 1 twice: dL/dw = 2, so after one step v = (1 - β2) · 2².
+    embedding = keras.layers.Embedding(4, 1, embeddings_initializer="zeros")
+    embedding.build((None,))
+    optimizer = kb.tasks.AdamW(learning_rate=1.0, weight_decay=0.0)
+    optimizer.build(embedding.trainable_variables)
+    if keras.backend.backend() == "tensorflow":
+        def gradients():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(embedding(tf.constant([1, 1])))
+            return tape.gradient(loss, embedding.trainable_variables)
+
+        assert isinstance(gradients()[0], tf.IndexedSlices)
+        step = tf.function(lambda: optimizer.apply(gradients(), embedding.trainable_variables))
+        step()
+        kernels = {op.type for op in step.get_concrete_function().graph.get_operations()}
+        assert "ResourceApplyAdam" in kernels  # the fused kernel, not Keras' element-wise ops
+    else:
+        optimizer.apply([np.array([[0.0], [2.0], [0.0], [0.0]], "float32")],
+                        embedding.trainable_variables)
+    np.testing.assert_allclose(to_numpy(optimizer._velocities[0])[:, 0],
+                               [0.0, 0.001 * 4.0, 0.0, 0.0], rtol=1e-4)

@@ -9,6 +9,7 @@ from keras_bertfam.tasks.multiple_choice import MultipleChoice
 from keras_bertfam.tasks.question_answerer import QuestionAnswerer
 from keras_bertfam.tasks.sentence_encoder import SentenceEncoder
 from keras_bertfam.tasks.spanbert_pretrainer import SpanBertPretrainer
-from keras_bertfam.tasks.task import Task, WarmupLinearDecay
+from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
+from keras_bertfam.tasks.task import Task
 from keras_bertfam.tasks.token_classifier import TokenClassifier
 from keras_bertfam.tasks.xlnet_pretrainer import XLNetPretrainer

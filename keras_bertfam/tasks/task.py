@@ -14,6 +14,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
+from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 
 
 class Task(keras.Model):
@@ -227,7 +228,7 @@ class Task(keras.Model):
             if total_steps is None:
                 ratio = self.default_warmup_ratio if warmup_ratio is None else warmup_ratio
                 self._auto_schedule = (schedule, ratio if warmup_steps is None else None)
-            optimizer = keras.optimizers.AdamW(
+            optimizer = AdamW(
                 learning_rate=schedule,
                 weight_decay=weight_decay,
                 beta_2=0.999,
@@ -511,29 +512,3 @@ def _scale_for_replicas(loss):
         return loss
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     return loss if replicas == 1 else loss * ops.cast(1.0 / replicas, loss.dtype)
-
-
-@keras.saving.register_keras_serializable(package="keras_bertfam")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup to `peak` over `warmup_steps`, then linear decay to 0 at `total_steps`
-    (constant after warmup when `total_steps` is None): BERT's schedule."""
-
-    def __init__(self, peak, warmup_steps=0, total_steps=None):
-        self.peak = peak
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-
-    def __call__(self, step):
-        step = ops.cast(step, "float32")
-        lr = ops.convert_to_tensor(self.peak, "float32")
-        if self.total_steps:
-            remaining = ops.maximum(self.total_steps - step, 0.0)
-            lr = lr * remaining / max(self.total_steps - self.warmup_steps, 1)
-        if self.warmup_steps:
-            warm = self.peak * (step + 1.0) / self.warmup_steps
-            lr = ops.where(step < self.warmup_steps, warm, lr)
-        return lr
-
-    def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps,
-                "total_steps": self.total_steps}

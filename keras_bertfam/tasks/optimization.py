@@ -1,0 +1,104 @@
+"""BERT's optimization: linear warmup then linear decay, and AdamW with a fused TensorFlow step."""
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to `peak` over `warmup_steps`, then linear decay to 0 at `total_steps`
+    (constant after warmup when `total_steps` is None): BERT's schedule."""
+
+    def __init__(self, peak, warmup_steps=0, total_steps=None):
+        self.peak = peak
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        lr = ops.convert_to_tensor(self.peak, "float32")
+        if self.total_steps:
+            remaining = ops.maximum(self.total_steps - step, 0.0)
+            lr = lr * remaining / max(self.total_steps - self.warmup_steps, 1)
+        if self.warmup_steps:
+            warm = self.peak * (step + 1.0) / self.warmup_steps
+            lr = ops.where(step < self.warmup_steps, warm, lr)
+        return lr
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps,
+                "total_steps": self.total_steps}
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class AdamW(keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW`, the same arguments and update, fused and correct on TensorFlow.
+
+    On TensorFlow, Keras' AdamW differs from its own JAX and torch results in two cases, and is
+    slow on CPU; this subclass fixes all three (elsewhere it is exactly Keras'):
+
+    * **Repeated rows of a sparse gradient.** An embedding's gradient arrives as
+      `tf.IndexedSlices` with one slice per occurrence; Keras squares the slices before summing
+      them, so a token seen twice in a batch gets `v += (1 - β2)(g₁² + g₂²)` instead of
+      `(1 - β2)(g₁ + g₂)²` (every batch repeats [CLS], [SEP] and common words). The gradient is
+      made dense first, as JAX and torch have it.
+    * **Clipping under `tf.distribute`.** Keras clips each replica's partial gradient before
+      the replicas' gradients are summed, so `global_clipnorm=1.0` on two replicas is a
+      different step from one device. Here clipping follows the all-reduce.
+    * **Speed.** Keras' update is four element-wise ops per variable, each a pass over the
+      weights and moments (and a temporary); on 2 CPU cores that was 0.10 s of a 0.46 s MiniLM
+      fine-tuning step (the 30,522-row embedding's moments move every step).
+      `ResourceApplyAdam` computes the same `m += (g - m)(1 - β1)`, `v += (g² - v)(1 - β2)`,
+      `w -= lr·√(1 - β2ᵗ)/(1 - β1ᵗ)·m/(√v + ε)` in one kernel. Weight decay stays Keras'.
+
+    JAX fuses the element-wise chain under `jit` and torch runs Keras' `_foreach` AdamW, with
+    dense gradients and one global clip; there this class is `keras.optimizers.AdamW`.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if keras.backend.backend() != "tensorflow":
+            return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
+        gradient = tf.convert_to_tensor(gradient)  # IndexedSlices: duplicates summed
+        if self.amsgrad or callable(self.beta_1) or callable(self.beta_2):
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        step = ops.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index].value, self._velocities[index].value
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle, m=m.handle, v=v.handle,
+            beta1_power=ops.power(ops.cast(self.beta_1, dtype), step),
+            beta2_power=ops.power(ops.cast(self.beta_2, dtype), step),
+            lr=ops.cast(learning_rate, dtype), beta1=ops.cast(self.beta_1, dtype),
+            beta2=ops.cast(self.beta_2, dtype), epsilon=ops.cast(self.epsilon, dtype),
+            grad=ops.cast(gradient, dtype))
+
+    # Clipping after the all-reduce (TensorFlow with more than one replica).
+    def _clip_gradients(self, grads):
+        if _replicas() > 1:
+            return grads  # clipped in _backend_update_step, once summed over replicas
+        return super()._clip_gradients(grads)
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if _replicas() <= 1:
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        import tensorflow as tf
+
+        variables = [v.value if isinstance(v, keras.Variable) else v
+                     for v in trainable_variables]
+        reduced = self._all_reduce_sum_gradients(list(zip(grads, variables)))
+        clipped = super()._clip_gradients([g for g, _ in reduced])
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            self._distributed_tf_update_step, self._distribution_strategy,
+            list(zip(clipped, variables)), learning_rate)
+
+
+def _replicas():
+    """Replicas of the surrounding `tf.distribute` replica context (1 outside one, or not TF)."""
+    if keras.backend.backend() != "tensorflow":
+        return 1
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    return context.num_replicas_in_sync if context is not None else 1
