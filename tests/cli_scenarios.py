@@ -128,8 +128,9 @@ def main(work, killed):
     results["boundaries"] = per_boundary
 
     # 3. A full resume of the killed run (kill -9 between the rename of step-4 and the removal of
-    #    step-2); 4. resumes from the snapshot taken after the second file of step-4.
-    status, stdout, stderr = call([*ARGS, "--output", killed])
+    #    step-2); 4. resumes from the snapshot taken after the second file of step-4. (No export:
+    #    a resumed run's export is the continued run's, 6.)
+    status, stdout, stderr = call([*ARGS, "--output", killed, "--no-export"])
     results["killed_resume"] = {"status": status, "stdout": stdout, "stderr": stderr,
                                 "differences": differences(final_arrays(killed), reference),
                                 "state": state(killed)}
