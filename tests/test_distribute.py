@@ -293,7 +293,7 @@ from keras_bertfam.cli import PRETRAINERS
 tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=sys.argv[1], lowercase=True)
 texts = [f"Film {i} was good. I liked the actors a lot. The ending was sad. I would see it again."
          for i in range(64)]
-sizes = dict(vocabulary_size=tokenizer.vocabulary_size(), num_layers=2, num_heads=2,
+sizes = dict(vocabulary_size=tokenizer.vocabulary_size(), num_layers=1, num_heads=2,
              hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
 backbones = {"bert": kb.models.BertBackbone, "roberta": kb.models.RobertaBackbone,
              "albert": kb.models.AlbertBackbone, "distil_bert": kb.models.DistilBertBackbone,
@@ -304,8 +304,10 @@ for family, backbone_cls in backbones.items():
     keras.utils.set_random_seed(0)
     task_cls = getattr(kb.tasks, PRETRAINERS[family])
     with strategy.scope():
-        extra = dict(embedding_dim=8) if family == "albert" else {}
-        backbone = backbone_cls(**sizes, **extra)
+        # one layer (each layer's trace costs ~1 s per family here); ALBERT two, so its one
+        # shared block is called twice per replica step
+        extra = dict(embedding_dim=8, num_layers=2) if family == "albert" else {}
+        backbone = backbone_cls(**{**sizes, **extra})
         preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
                                                      batch_size=8, seed=0)
         task = task_cls.pretraining_task(backbone, preprocessor)
