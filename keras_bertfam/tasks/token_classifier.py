@@ -73,9 +73,9 @@ class TokenClassifier(Task):
         loss = _mean(ce, w)
         return loss, {"accuracy": _mean(correct, w)}
 
-    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True):
+    def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         check_label_values(y, self.num_classes, what="token label", allow_negative=True)
-        return super()._prepare(x, y, sample_weight, batch_size, training)
+        return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
 
     def _raw_examples(self, x, y, sample_weight):
         import tensorflow as tf
