@@ -5,9 +5,10 @@ The protocol of `examples/finetune_minilm_rotten_tomatoes.py`: the real MiniLM
 10% held out as dev; 2 epochs, batch 32, peak lr 5e-5, 10% linear warmup then linear decay,
 weight decay 0.01, max length 64. Each peer runs in its own subprocess, one after the other:
 
-* `ours`:      `kb.tasks.TextClassifier.from_preset("all_minilm_l6_v2")` on raw strings, batches
-  of similar lengths (`bucket_by_sequence_length`) padded to their longest sentence
-  (`pad_to_batch_max=True`) -- the example's pipeline.
+* `ours`:      the example's `finetune()`: `kb.tasks.TextClassifier.from_preset("all_minilm_l6_v2",
+  group_by_length=True)` fit on the in-memory strings (shuffled every epoch, grouped by length
+  50 batches at a time and padded to each batch's longest, as HF's `group_by_length`), the
+  default `compile()` (`kb.tasks.AdamW`).
 * `hf`:        `AutoModelForSequenceClassification` from the same directory, `Trainer` with
   length-grouped batches (`train_sampling_strategy="group_by_length"`, transformers 5's
   spelling of `group_by_length=True`) and `DataCollatorWithPadding` (HF's best practice).
@@ -62,26 +63,14 @@ def model_dir():
 
 def ours(args):
     import numpy as np
-    import tensorflow as tf
 
-    import keras_bertfam as kb
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from finetune_minilm_rotten_tomatoes import finetune  # the example's own protocol
 
     texts, labels, train, dev = split(args)
-    clf = kb.tasks.TextClassifier.from_preset(
-        "all_minilm_l6_v2", num_classes=2, sequence_length=args.sequence_length,
-        pad_to_batch_max=True)
-    clf.compile(learning_rate=args.learning_rate)
-    words = lambda text, label: tf.size(tf.strings.split(text))  # noqa: E731
-    boundaries = [8, 12, 16, 20, 24, 28, 34, 42]
-    train_ds = (tf.data.Dataset.from_tensor_slices((texts[train].astype(str), labels[train]))
-                .shuffle(len(train), seed=args.seed)
-                .bucket_by_sequence_length(words, boundaries,
-                                           [args.batch_size] * (len(boundaries) + 1))
-                .shuffle(64, seed=args.seed))
-    steps = sum(1 for _ in train_ds)
-    clf.fit(train_ds.repeat(), epochs=args.epochs, steps_per_epoch=steps, verbose=0)
-    logits = clf.predict(tf.data.Dataset.from_tensor_slices(texts[dev].astype(str)).batch(128),
-                         verbose=0)
+    clf = finetune(texts, labels, train, args.epochs, args.batch_size, args.sequence_length,
+                   args.learning_rate, args.seed, verbose=0)
+    logits = clf.predict(texts[dev], batch_size=128, verbose=0)
     return float(np.mean(np.argmax(logits, -1) == labels[dev]))
 
 
