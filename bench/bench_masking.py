@@ -224,7 +224,7 @@ def main():
     nonpad = (array != PAD).sum(1)
     print(f"{len(array)} sequences of {SEQ} (mean non-pad length {nonpad.mean():.1f}), "
           f"batch {BATCH}, {args.batches} timed batches, tf {tf.__version__}, "
-          f"{os.cpu_count()} cpus")
+          f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}")
     results = {}
     ratios = {}
     if only & {"ours", "keras_hub"}:
@@ -240,7 +240,8 @@ def main():
 
     base_hf = results.get("HF torch_mask_tokens")
     print()
-    print("x keras-hub: median over the repeats of (rate / keras-hub's rate in the same repeat)")
+    print("x keras-hub: median over the repeats of (rate / keras-hub's rate in the same repeat); "
+          f"load average at the end {os.getloadavg()[0]:.1f}")
     print(f"{'masker':34s} {'seq/s':>10s} {'x keras-hub':>12s} {'x HF torch':>11s}")
     for name, r in results.items():
         kh = f"{ratios[name]:12.2f}" if name in ratios else f"{'-':>12s}"
