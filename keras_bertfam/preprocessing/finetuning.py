@@ -316,7 +316,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         if len(segments) > 2:
             raise ValueError(f"TextClassifier takes one or two segments, got {len(segments)}.")
         features = self._features([self.tokenizer(s) for s in segments])
-        if self.pad_to_batch_max or self.group_by_length:
+        if self.dynamic_padding:
             features = _cut_to_longest(features)
         if y is not None:
             if self.num_classes and self.num_classes > 1:
@@ -326,6 +326,11 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
             else:  # no task attached: the labels as given (integer labels stay integer)
                 y = tf.convert_to_tensor(y)
         return _pack(features, y, sample_weight)
+
+    @property
+    def dynamic_padding(self):
+        """Whether a batch is cut to its longest example (`group_by_length` implies it)."""
+        return self.pad_to_batch_max or self.group_by_length
 
     def prepare(self, ds, training=True):
         if not (training and self.group_by_length):

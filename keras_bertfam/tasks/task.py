@@ -354,8 +354,7 @@ class Task(keras.Model):
             x = x.map(lambda *data: data[0])
         elif (isinstance(x, dict) and "padding_mask" in x and set(kwargs) <= {"verbose"}
               and keras.backend.backend() != "jax"  # JAX would compile once per length
-              and any(getattr(self.preprocessor, name, False)
-                      for name in ("pad_to_batch_max", "group_by_length"))):
+              and getattr(self.preprocessor, "dynamic_padding", False)):
             return self._predict_by_length(x, batch_size or 32, kwargs.get("verbose", "auto"))
         return super().predict(x=x, batch_size=batch_size, **kwargs)
 
