@@ -11,6 +11,7 @@ import pytest
 
 import keras_bertfam as kb
 from conftest import to_numpy
+from keras_bertfam.tasks.task import one_iterator
 
 TINY = dict(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
             max_sequence_length=128)
@@ -545,13 +546,42 @@ def test_fit_shuffles_in_memory_examples_every_epoch(tiny_preset):
     labels = np.arange(40) % 2
     clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
 
-    def orders(shuffle):
-        ds = clf._prepare(texts, labels, batch_size=40, shuffle=shuffle)[0]
-        return [tuple(map(tuple, x["token_ids"].numpy())) for _ in range(2) for x, _ in ds]
+    def orders(shuffle):  # two epochs, read as fit reads them: one iterator, repeated
+        ds, kw = one_iterator(clf._prepare(texts, labels, batch_size=40, shuffle=shuffle)[0], {})
+        assert kw == {"steps_per_epoch": 1}
+        return [tuple(map(tuple, x["token_ids"].numpy())) for x, _ in ds.take(2)]
 
     shuffled, kept = orders(True), orders(False)
     assert kept[0] == kept[1] and sorted(shuffled[0]) == sorted(kept[0])
     assert shuffled[0] != kept[0] and shuffled[0] != shuffled[1]  # a new order each epoch
+    assert sorted(shuffled[1]) == sorted(kept[0])
+
+
+def test_fit_and_validation_open_one_iterator_each(tiny_preset, monkeypatch):
+    """Keras opens a new iterator over a finite dataset every epoch and one more after the last,
+    never read; each instantiates the tokenizing graph again. Ours: one for the fit's training
+    data and one per validation run, every epoch still reading every batch."""
+    import tensorflow as tf
+
+    texts = [f"review number {i}" for i in range(40)]
+    labels = np.arange(40) % 2
+    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
+    opened = []
+    iterate = tf.data.Dataset.__iter__
+    monkeypatch.setattr(tf.data.Dataset, "__iter__",
+                        lambda ds: opened.append(ds) or iterate(ds))
+    batches = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.append(batch))
+    seen = []
+    validation = tf.data.Dataset.from_tensor_slices((texts[:12], labels[:12])).batch(4)
+    history = clf.fit(texts, labels, batch_size=8, epochs=3, verbose=0, callbacks=[batches],
+                      validation_data=validation)
+    assert seen == [0, 1, 2, 3, 4] * 3 and len(history.history["val_loss"]) == 3
+    assert int(clf.optimizer.iterations.numpy()) == 15
+    assert len(opened) == 1 + 3  # Keras alone: 12
+    opened.clear()
+    clf.evaluate(tf.data.Dataset.from_tensor_slices((texts, labels)).batch(8), verbose=0)
+    assert len(opened) == 1  # Keras alone: 2
 
 
 @pytest.mark.multibackend

@@ -312,10 +312,13 @@ class Task(keras.Model):
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
+        if getattr(self, "preprocessor", None) is not None:
+            x, kwargs = one_iterator(x, kwargs)
         if validation_data is not None and getattr(self, "preprocessor", None) is not None:
             data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                 tuple(validation_data)
             vx, vy, vw, _ = self._prepare(*data, training=False)
+            vx, kwargs = one_iterator(vx, kwargs, "validation_steps")
             validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
         return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                            validation_data=validation_data, **kwargs)
@@ -345,13 +348,15 @@ class Task(keras.Model):
                                     sample_weight=sample_weight, **kwargs)
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
+        if getattr(self, "preprocessor", None) is not None:
+            x, kwargs = one_iterator(x, kwargs, "steps")
         return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                                 **kwargs)
 
     def predict(self, x=None, batch_size=None, **kwargs):
         x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
         if isinstance(x, tf.data.Dataset):
-            x = x.map(lambda *data: data[0])
+            x, kwargs = one_iterator(x.map(lambda *data: data[0]), kwargs, "steps")
         elif (isinstance(x, dict) and "padding_mask" in x and set(kwargs) <= {"verbose"}
               and keras.backend.backend() != "jax"  # JAX would compile once per length
               and getattr(self.preprocessor, "dynamic_padding", False)):
@@ -473,6 +478,22 @@ def batched_examples(examples, batch_size, shuffle=False):
         ds = ds.shuffle(int(ds.cardinality()), reshuffle_each_iteration=True)
     ragged = any(isinstance(s, tf.RaggedTensorSpec) for s in tf.nest.flatten(ds.element_spec))
     return ds.ragged_batch(batch_size) if ragged else ds.batch(batch_size)
+
+
+def one_iterator(ds, kwargs, steps="steps_per_epoch"):
+    """A preprocessed dataset of known length n, repeated, with `steps=n` in Keras' `kwargs`
+    (`steps_per_epoch` of fit, `validation_steps`, `steps` of evaluate / predict): Keras then
+    opens one iterator per fit (per evaluation) and reads n batches from it. Given the finite
+    dataset it opens a new iterator every epoch and one more at the end that is never read:
+    each instantiates the preprocessing graph again (0.3-1 s for a tokenizing pipeline) and
+    refills the shuffle and length-grouping buffers. The batches are the same (each repetition
+    of a shuffled dataset reshuffles, as each new iterator did)."""
+    if not isinstance(ds, tf.data.Dataset) or kwargs.get(steps) is not None:
+        return ds, kwargs
+    n = int(ds.cardinality())
+    if n <= 0:  # unknown (a corpus stream) or infinite: Keras opens one iterator per epoch
+        return ds, kwargs
+    return ds.repeat(), dict(kwargs, **{steps: n})
 
 
 def check_batch_size(batch_size):
