@@ -254,8 +254,9 @@ class FinetuningPreprocessor(keras.layers.Layer):
             cached = (key, {})
             object.__setattr__(self, "_traced", cached)
         if arity not in cached[1]:  # one function per arity: TF cannot relax across arities
+            # No AutoGraph: plain TF ops (converting them re-parsed ours and tf-text's source).
             cached[1][arity] = tf.function(lambda *e: self.call(*self._split(e)),
-                                           reduce_retracing=True)
+                                           reduce_retracing=True, autograph=False)
         return cached[1][arity]
 
     def _split(self, element):

@@ -85,7 +85,9 @@ class _SpecialTokens:
             rank = inputs.shape.rank
             if rank not in functions:
                 spec = tf.TensorSpec([None] * rank, inputs.dtype)
-                functions[rank] = tf.function(self.tokenize, input_signature=[spec])
+                # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
+                functions[rank] = tf.function(self.tokenize, input_signature=[spec],
+                                              autograph=False)
             return functions[rank](inputs)
         return self.tokenize(inputs)
 
