@@ -11,7 +11,7 @@ import pytest
 
 import keras_bertfam as kb
 from conftest import to_numpy
-from keras_bertfam.tasks.task import one_iterator
+from keras_bertfam.tasks.task import batched_examples, one_iterator
 
 TINY = dict(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
             max_sequence_length=128)
@@ -499,10 +499,11 @@ def test_group_by_length_batches_similar_lengths_and_keeps_every_example(tiny_pr
              .as_numpy_iterator()]
     rng = np.random.default_rng(0)
     labels, weights = rng.integers(0, 2, len(texts)), rng.random(len(texts)).astype("float32")
-    plain = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=64,
-                                                pad_to_batch_max=True).preprocessor
-    grouped = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=64,
-                                                  group_by_length=True).preprocessor
+    exact = dict(num_classes=2, sequence_length=64, pad_to_multiple_of=1)  # no rounding (JAX)
+    plain = kb.tasks.TextClassifier.from_preset(tiny_preset, pad_to_batch_max=True,
+                                                **exact).preprocessor
+    grouped = kb.tasks.TextClassifier.from_preset(tiny_preset, group_by_length=True,
+                                                  **exact).preprocessor
     grouped.group_by_length_batches = 10  # 26 batches of 8: three megabatches, the last short
     for x in (texts, (texts, texts[::-1])):  # single sentences and pairs
         ds = tf.data.Dataset.from_tensor_slices((x, labels, weights)).batch(8)
@@ -606,3 +607,42 @@ def test_predict_with_dynamic_padding_batches_by_length_in_the_callers_order(tin
     assert [w[0] for w in widths] == [8] * 5 + [5]
     assert [w[1] for w in widths] == sorted((w[1] for w in widths), reverse=True)
     assert widths[-1][1] < widths[0][1]  # the short sentences' batches are cut short
+
+
+@pytest.mark.multibackend
+def test_pad_to_multiple_of_rounds_the_dynamic_width(tiny_preset):
+    """HF's `pad_to_multiple_of`: dynamic widths rounded up to a multiple (at most
+    `sequence_length`), by default 8 on JAX (each new width compiles the step again) and 1 on
+    the others; the extra columns are padding, so the logits are the same."""
+    texts = [("a long sentence " * (i % 9)) + f"number {i}" for i in range(45)]
+    labels = np.arange(45) % 3
+
+    def task(**kwargs):
+        return kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=30,
+                                                   **kwargs)
+
+    exact, rounded = task(pad_to_batch_max=True, pad_to_multiple_of=1), \
+        task(pad_to_batch_max=True, pad_to_multiple_of=8)
+    rounded.set_weights(exact.get_weights())
+    for training in (False, True):
+        for pre, multiple in ((exact.preprocessor, 1), (rounded.preprocessor, 8)):
+            ds = pre.prepare(batched_examples((texts, labels), 8), training=training)
+            for x, _ in ds:
+                longest = int(np.max(np.sum(to_numpy(x["padding_mask"]), axis=1)))
+                expected = longest if multiple == 1 else min(-(-longest // 8) * 8, 30)
+                assert x["token_ids"].shape[1] == expected
+    grouped = task(group_by_length=True, pad_to_multiple_of=8).preprocessor
+    widths = [x["token_ids"].shape[1] for x, _ in
+              grouped.prepare(batched_examples((texts, labels), 8), training=True)]
+    assert set(widths) <= {8, 16, 24, 30} and len(set(widths)) > 1
+    np.testing.assert_allclose(rounded.predict(texts, batch_size=8, verbose=0),
+                               exact.predict(texts, batch_size=8, verbose=0), atol=1e-5)
+    auto = task(pad_to_batch_max=True).preprocessor
+    assert auto.pad_to_multiple_of == "auto"
+    assert auto.width_multiple == (8 if keras.backend.backend() == "jax" else 1)
+    assert auto.get_config()["pad_to_multiple_of"] == "auto"
+    assert rounded.preprocessor.get_config()["pad_to_multiple_of"] == 8
+    for bad in (0, True, 2.5, "8"):
+        with pytest.raises(ValueError, match=rf"pad_to_multiple_of must be a positive int or "
+                                             rf"'auto', got {bad!r}"):
+            task(pad_to_multiple_of=bad)

@@ -40,7 +40,8 @@ class TextClassifier(Task):
     >>> clf.fit(["great film", "dull"], [1, 0], epochs=1)  # doctest: +SKIP
     """
 
-    preprocessor_args = ("sequence_length", "pad_to_batch_max", "group_by_length")
+    preprocessor_args = ("sequence_length", "pad_to_batch_max", "group_by_length",
+                         "pad_to_multiple_of")
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
 
@@ -75,12 +76,14 @@ class TextClassifier(Task):
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, num_classes=None,
-                             pad_to_batch_max=False, group_by_length=False, **kwargs):
+                             pad_to_batch_max=False, group_by_length=False,
+                             pad_to_multiple_of="auto", **kwargs):
         from keras_bertfam.preprocessing.finetuning import TextClassifierPreprocessor
 
         return TextClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes,
                                           pad_to_batch_max=pad_to_batch_max,
-                                          group_by_length=group_by_length)
+                                          group_by_length=group_by_length,
+                                          pad_to_multiple_of=pad_to_multiple_of)
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         if self.num_classes > 1:
