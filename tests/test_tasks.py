@@ -161,3 +161,39 @@ def test_adamw_is_keras_adamw_with_repeated_sparse_rows_summed():
                         embedding.trainable_variables)
     np.testing.assert_allclose(to_numpy(optimizer._velocities[0])[:, 0],
                                [0.0, 0.001 * 4.0, 0.0, 0.0], rtol=1e-4)
+
+
+@pytest.mark.multibackend
+def test_compile_warns_that_keras_adam_is_wrong_on_tensorflow():
+    """A Keras Adam / AdamW given to a task's compile on TensorFlow gets a warning naming the
+    problem and kb.tasks.AdamW; ours, and every optimizer on JAX / torch, compile silently. The
+    problem itself is asserted: the day Keras sums a repeated token's slices, this fails and the
+    warning goes."""
+    import warnings
+
+    backbone = kb.models.BertBackbone(vocabulary_size=100, num_layers=1, num_heads=2,
+                                      hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
+    task = kb.tasks.TextClassifier(backbone, num_classes=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        task.compile()
+        task.compile(optimizer=kb.tasks.AdamW(1e-3))
+        task.compile(optimizer=keras.optimizers.SGD(1e-3))
+        if keras.backend.backend() != "tensorflow":
+            task.compile(optimizer=keras.optimizers.AdamW(1e-3))
+            return
+    for cls in (keras.optimizers.Adam, keras.optimizers.AdamW):
+        with pytest.warns(UserWarning, match=rf"keras.*\.{cls.__name__} on TensorFlow updates "
+                                             r"the second moment .* kb.tasks.AdamW takes"):
+            task.compile(optimizer=cls(1e-3))
+    # What the warning is about: token 1 twice, dL/dw = 1 + 1 = 2; Keras' v = (1 - β2)(1² + 1²).
+    embedding = keras.layers.Embedding(4, 1, embeddings_initializer="zeros")
+    embedding.build((None,))
+    optimizer = keras.optimizers.AdamW(learning_rate=1.0, weight_decay=0.0)
+    optimizer.build(embedding.trainable_variables)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(embedding(tf.constant([1, 1])))
+    optimizer.apply(tape.gradient(loss, embedding.trainable_variables),
+                    embedding.trainable_variables)
+    np.testing.assert_allclose(to_numpy(optimizer._velocities[0])[:, 0],
+                               [0.0, 0.001 * 2.0, 0.0, 0.0], rtol=1e-4)

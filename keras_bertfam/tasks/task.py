@@ -6,6 +6,7 @@ strings (lists, arrays or a `tf.data.Dataset`) and map the preprocessor in `tf.d
 they take the model's own inputs (keras-hub's preprocessed format for pretraining tasks).
 """
 import inspect
+import warnings
 
 import keras
 import numpy as np
@@ -236,6 +237,16 @@ class Task(keras.Model):
                 global_clipnorm=1.0,
             )
             optimizer.exclude_from_weight_decay(var_names=["layer_norm", "bias", "gamma", "beta"])
+        elif (keras.backend.backend() == "tensorflow"
+              and isinstance(optimizer, keras.optimizers.Adam) and not isinstance(optimizer, AdamW)):
+            warnings.warn(
+                f"{type(optimizer).__module__}.{type(optimizer).__name__} on TensorFlow updates "
+                f"the second moment of a token seen k times in a batch with the sum of its k "
+                f"squared gradient slices instead of the square of their sum (unless clipping "
+                f"makes the gradient dense first), and clips each replica's gradient before the "
+                f"all-reduce under tf.distribute: a different step from JAX, torch and one "
+                f"device. kb.tasks.AdamW takes the same arguments and has neither problem "
+                f"(compile's default).", stacklevel=2)
         super().compile(optimizer=optimizer, **kwargs)
 
     def _fill_schedule(self, dataset, epochs, steps_per_epoch):
