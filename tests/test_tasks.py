@@ -133,12 +133,28 @@ def test_adamw_is_keras_adamw_with_repeated_sparse_rows_summed():
                   epochs=2, verbose=0, shuffle=False)
         return [to_numpy(v) for v in model.weights + optimizer.variables]
 
-    # Clipped, Keras densifies the embedding gradient itself: the two agree on every backend.
-    expected = train(keras.optimizers.AdamW, global_clipnorm=1.0)
+    class DenseAdamW(keras.optimizers.AdamW):
+        """Keras' AdamW given dense gradients, as JAX and torch have them: its reference update
+        (on TF, Keras would clip by the norm of the unsummed slices; see below)."""
+
+        def _clip_gradients(self, grads):
+            if keras.backend.backend() == "tensorflow":
+                grads = [tf.convert_to_tensor(g) for g in grads]
+            return super()._clip_gradients(grads)
+
+    expected = train(DenseAdamW, global_clipnorm=1.0)
     got = train(kb.tasks.AdamW, global_clipnorm=1.0)
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, atol=2e-6)
+    if keras.backend.backend() == "tensorflow":
+        # Token 1 twice, slices 3 and 4: the gradient is [0, 7, 0, 0], clipped to norm 1.
+        slices = tf.IndexedSlices(tf.constant([[3.0], [4.0]]), tf.constant([1, 1]),
+                                  tf.constant([4, 1]))
+        for cls, second in ((kb.tasks.AdamW, 1.0), (keras.optimizers.AdamW, 1.4)):
+            (clipped,) = cls(1e-3, global_clipnorm=1.0)._clip_gradients([slices])
+            np.testing.assert_allclose(to_numpy(tf.convert_to_tensor(clipped))[:, 0],
+                                       [0.0, second, 0.0, 0.0], rtol=1e-6)  # Keras: norm 5
 
     # Token 1 twice: dL/dw = 2, so after one step v = (1 - β2) · 2².
     embedding = keras.layers.Embedding(4, 1, embeddings_initializer="zeros")

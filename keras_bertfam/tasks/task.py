@@ -242,10 +242,11 @@ class Task(keras.Model):
             warnings.warn(
                 f"{type(optimizer).__module__}.{type(optimizer).__name__} on TensorFlow updates "
                 f"the second moment of a token seen k times in a batch with the sum of its k "
-                f"squared gradient slices instead of the square of their sum (unless clipping "
-                f"makes the gradient dense first), and clips each replica's gradient before the "
-                f"all-reduce under tf.distribute: a different step from JAX, torch and one "
-                f"device. kb.tasks.AdamW takes the same arguments and has neither problem "
+                f"squared gradient slices instead of the square of their sum (without clipping), "
+                f"clips by a global norm taken over those unsummed slices (with "
+                f"global_clipnorm), and clips each replica's gradient before the all-reduce "
+                f"under tf.distribute: a different step from JAX, torch and one device. "
+                f"kb.tasks.AdamW takes the same arguments and has none of these problems "
                 f"(compile's default).", stacklevel=2)
         super().compile(optimizer=optimizer, **kwargs)
 
