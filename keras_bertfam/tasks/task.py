@@ -324,8 +324,7 @@ class Task(keras.Model):
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
-        if getattr(self, "preprocessor", None) is not None:
-            x, kwargs = one_iterator(x, kwargs)
+        x, kwargs = one_iterator(x, kwargs)
         if validation_data is not None and getattr(self, "preprocessor", None) is not None:
             data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                 tuple(validation_data)
@@ -360,8 +359,7 @@ class Task(keras.Model):
                                     sample_weight=sample_weight, **kwargs)
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
-        if getattr(self, "preprocessor", None) is not None:
-            x, kwargs = one_iterator(x, kwargs, "steps")
+        x, kwargs = one_iterator(x, kwargs, "steps")
         return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                                 **kwargs)
 
@@ -493,13 +491,13 @@ def batched_examples(examples, batch_size, shuffle=False):
 
 
 def one_iterator(ds, kwargs, steps="steps_per_epoch"):
-    """A preprocessed dataset of known length n, repeated, with `steps=n` in Keras' `kwargs`
-    (`steps_per_epoch` of fit, `validation_steps`, `steps` of evaluate / predict): Keras then
-    opens one iterator per fit (per evaluation) and reads n batches from it. Given the finite
-    dataset it opens a new iterator every epoch and one more at the end that is never read:
-    each instantiates the preprocessing graph again (0.3-1 s for a tokenizing pipeline) and
-    refills the shuffle and length-grouping buffers. The batches are the same (each repetition
-    of a shuffled dataset reshuffles, as each new iterator did)."""
+    """A dataset of known length n (as our preprocessors make), repeated, with `steps=n` in
+    Keras' `kwargs` (`steps_per_epoch` of fit, `validation_steps`, `steps` of evaluate and
+    predict): Keras then opens one iterator per fit (per evaluation) and reads n batches from
+    it. Given the finite dataset it opens a new iterator every epoch and one more at the end
+    that is never read: each instantiates the preprocessing graph again (0.3-1 s for a
+    tokenizing pipeline) and refills the shuffle and length-grouping buffers. The batches are
+    the same (each repetition of a shuffled dataset reshuffles, as each new iterator did)."""
     if not isinstance(ds, tf.data.Dataset) or kwargs.get(steps) is not None:
         return ds, kwargs
     n = int(ds.cardinality())
