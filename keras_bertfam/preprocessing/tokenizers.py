@@ -47,6 +47,14 @@ class _SpecialTokens:
 
     ROLES = ("cls", "sep", "pad", "mask", "unk")
 
+    def __setattr__(self, name, value):
+        # A vocabulary is data, not state: Keras' tracker (and TensorFlow's) would wrap its list
+        # or dict (and BPE's merges) and visit every one of its 30k-250k strings each time a
+        # tokenizer is built or loaded.
+        if name in ("vocabulary", "merges", "_token_to_id_map", "_id_to_token_map"):
+            return object.__setattr__(self, name, value)
+        return super().__setattr__(name, value)
+
     def _declare_special_tokens(self, vocabulary, tokens, optional=()):
         """Registers `{role: token}` as keras-hub special tokens; names every missing one. A role
         without a token has `*_token` and `*_token_id` None.
