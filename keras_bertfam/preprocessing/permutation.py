@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
+from keras_bertfam.preprocessing.packing import keep_first
 from keras_bertfam.preprocessing.seeding import SeededStage
 from keras_bertfam.preprocessing.preprocessors import AUTOTUNE, PretrainingPreprocessor
 
@@ -327,16 +328,13 @@ def xlnet_pack(segment_a, segment_b=None, sequence_length=128, sep_token_id=4, c
     budget = sequence_length - specials
     if segment_b is None:
         keep_a = tf.minimum(a.row_lengths(), budget)
-        a = tf.ragged.boolean_mask(a, tf.ragged.range(a.row_lengths()) < keep_a[:, None])
+        a = keep_first(a, keep_a)
         pieces = [a, _col(a, sep_token_id), _col(a, cls_token_id)]
         segs = [a * 0, _col(a, 0), _col(a, 2)]
     else:
         b = tf.cast(segment_b, tf.int32)
         keep_a, keep_b = longest_first_lengths(a.row_lengths(), b.row_lengths(), budget)
-        a = tf.ragged.boolean_mask(a, tf.ragged.range(a.row_lengths()) < tf.cast(
-            keep_a, tf.int64)[:, None])
-        b = tf.ragged.boolean_mask(b, tf.ragged.range(b.row_lengths()) < tf.cast(
-            keep_b, tf.int64)[:, None])
+        a, b = keep_first(a, keep_a), keep_first(b, keep_b)
         pieces = [a, _col(a, sep_token_id), b, _col(a, sep_token_id), _col(a, cls_token_id)]
         segs = [a * 0, _col(a, 0), b * 0 + 1, _col(a, 1), _col(a, 2)]
     ids = tf.concat(pieces, axis=1)
