@@ -63,19 +63,32 @@ class AdamW(keras.optimizers.AdamW):
         import tensorflow as tf
 
         gradient = tf.convert_to_tensor(gradient)  # IndexedSlices: duplicates summed
-        if self.amsgrad or callable(self.beta_1) or callable(self.beta_2):
+        if not self._fusable():
             return super().update_step(gradient, variable, learning_rate)
-        dtype = variable.dtype
-        step = ops.cast(self.iterations + 1, dtype)
+        scalars = self._adam_scalars(variable.dtype, learning_rate)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index].value, self._velocities[index].value
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=m.handle, v=v.handle,
-            beta1_power=ops.power(ops.cast(self.beta_1, dtype), step),
-            beta2_power=ops.power(ops.cast(self.beta_2, dtype), step),
-            lr=ops.cast(learning_rate, dtype), beta1=ops.cast(self.beta_1, dtype),
-            beta2=ops.cast(self.beta_2, dtype), epsilon=ops.cast(self.epsilon, dtype),
-            grad=ops.cast(gradient, dtype))
+        tf.raw_ops.ResourceApplyAdam(var=variable.handle, m=m.handle, v=v.handle,
+                                     grad=ops.cast(gradient, variable.dtype), **scalars)
+
+    def _fusable(self):
+        return not (self.amsgrad or callable(self.beta_1) or callable(self.beta_2))
+
+    def _adam_scalars(self, dtype, learning_rate):
+        """ResourceApplyAdam's scalar arguments in `dtype`; computed once a step on one device
+        (`_backend_update_step` keeps them for the step), else once a variable."""
+        kept = self.__dict__.get("_step_scalars")
+        if kept is not None and dtype in kept:
+            return kept[dtype]
+        step = ops.cast(self.iterations + 1, dtype)
+        cast = lambda x: ops.cast(x, dtype)  # noqa: E731
+        scalars = dict(beta1_power=ops.power(cast(self.beta_1), step),
+                       beta2_power=ops.power(cast(self.beta_2), step),
+                       lr=cast(learning_rate), beta1=cast(self.beta_1),
+                       beta2=cast(self.beta_2), epsilon=cast(self.epsilon))
+        if kept is not None:
+            kept[dtype] = scalars
+        return scalars
 
     # Clipping after the all-reduce (TensorFlow with more than one replica), on summed slices.
     def _clip_gradients(self, grads):
@@ -83,7 +96,35 @@ class AdamW(keras.optimizers.AdamW):
             return grads  # clipped in _backend_update_step, once summed over replicas
         return super()._clip_gradients(_summed_slices(grads))
 
+    def _apply_weight_decay(self, variables):
+        if self.weight_decay is None or not _single_device():
+            return super()._apply_weight_decay(variables)
+        # Keras' `variable * wd * lr`, with the learning rate (a schedule: ~10 ops) computed
+        # once a step instead of once a variable.
+        rate = {}
+        for variable in variables:
+            if self._use_weight_decay(variable):
+                variable = variable.value if isinstance(variable, keras.Variable) else variable
+                if variable.dtype not in rate:
+                    rate[variable.dtype] = (ops.cast(self.weight_decay, variable.dtype),
+                                            ops.cast(self.learning_rate, variable.dtype))
+                wd, lr = rate[variable.dtype]
+                variable.assign_sub(variable * wd * lr)
+
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if _single_device():
+            # No tf.distribute strategy: one kernel a variable, the step's scalars computed once
+            # (Keras' path through `strategy.extended.update` built ~15 ops a variable, most of
+            # a small task's train-step trace; the same kernel and arguments, so the same
+            # numbers).
+            object.__setattr__(self, "_step_scalars", {})
+            try:
+                for grad, variable in zip(grads, trainable_variables):
+                    self.update_step(grad, variable.value if isinstance(variable, keras.Variable)
+                                     else variable, learning_rate)
+            finally:
+                object.__setattr__(self, "_step_scalars", None)
+            return
         if _replicas() <= 1:
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
         import tensorflow as tf
@@ -123,3 +164,12 @@ def _replicas():
 
     context = tf.distribute.get_replica_context()
     return context.num_replicas_in_sync if context is not None else 1
+
+
+def _single_device():
+    """TensorFlow outside any `tf.distribute` strategy (the default one)."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return not tf.distribute.has_strategy()
