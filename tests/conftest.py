@@ -25,7 +25,7 @@ def pytest_configure(config):
 def _seed():
     keras.utils.set_random_seed(1234)
     yield
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)
 
 
 @pytest.fixture(scope="session")
