@@ -127,3 +127,31 @@ def test_train_vocabulary_from_corpus(tmp_path):
     assert tok.unk_token_id not in ids
     assert 1000 < tok.vocabulary_size() <= 2000
     assert np.all(np.array(ids) < tok.vocabulary_size())
+
+
+@pytest.mark.parametrize("lowercase,sequence_length", [(True, None), (False, 12)])
+def test_wordpiece_graph_skips_ragged_validation_with_keras_hub_ids(bert_vocab, lowercase,
+                                                                    sequence_length):
+    """Our WordPiece split builds its words without tf-text's validated RaggedTensors (their 12
+    assert `tf.cond`s were most of a tokenizer's trace, 479 -> 133 graph ops), and gives the ids
+    of keras-hub's `_tokenize_tf` on the same normalized text: batches, a single string, CJK,
+    punctuation runs, empty strings."""
+    import keras_hub
+
+    from keras_bertfam.preprocessing.tokenizers import bert_normalize
+
+    tok = WordPieceTokenizer(bert_vocab, lowercase=lowercase, sequence_length=sequence_length)
+    texts = ["Café au lait in Zürich, naïve résumé!", "東京大学 (1984) x\tz\ny", "", "  ",
+             "中文字符和English混合。", "👍🏽 emoji!!!...", "don't [MASK] it"]
+    keras_hubs = tf.function(lambda t: keras_hub.tokenizers.WordPieceTokenizer._tokenize_tf(
+        tok, bert_normalize(t, lowercase, None)))
+    for inputs in (tf.constant(texts), tf.constant(texts[0])):
+        got, want = tok(inputs), keras_hubs(inputs)
+        as_list = lambda t: t.to_list() if isinstance(t, tf.RaggedTensor) else t.numpy().tolist()  # noqa: E731
+        assert as_list(got) == as_list(want)
+    graph = tf.function(tok.tokenize).get_concrete_function(
+        tf.TensorSpec([None], tf.string)).graph
+    asserts = [op for op in graph.get_operations() if op.type == "Assert"]
+    inner = [op for f in graph._functions.values() for op in f.graph.get_operations()
+             if op.type == "Assert"]
+    assert len(asserts) + len(inner) <= 3  # keras-hub's path: 12

@@ -12,6 +12,9 @@ import warnings
 import keras_hub
 import tensorflow as tf
 import tensorflow_text as tf_text
+from keras_hub.src.tokenizers import word_piece_tokenizer as _hub_wordpiece
+from keras_hub.src.utils import tensor_utils
+from tensorflow_text.python.ops import regex_split_ops
 
 from keras_bertfam import preset_hooks
 
@@ -190,6 +193,36 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
     def tokenize(self, inputs):
         return super().tokenize(bert_normalize(tf.convert_to_tensor(inputs), self.bert_lowercase,
                                                self.bert_strip_accents))
+
+    @tensor_utils.preprocessing_function
+    def _tokenize_tf(self, inputs):
+        """keras-hub's `_tokenize_tf` (split on whitespace and punctuation, CJK characters as
+        words, then WordPiece) with the same ops, but tf-text's split is not followed by
+        validated `RaggedTensor`s: their asserts (12 `tf.cond`s) were most of a tokenizer's
+        graph-building time, and their row splits come from the split kernel itself."""
+        inputs = tf.convert_to_tensor(inputs) if not isinstance(inputs, tf.RaggedTensor) \
+            else inputs
+        if (not self.split or self.lowercase or self.strip_accents or inputs.shape.rank not in (0, 1)
+                or self._special_tokens_for_splitting() or isinstance(inputs, tf.RaggedTensor)):
+            return super()._tokenize_tf(inputs)  # cases this library never builds: keras-hub's
+        self._maybe_initialized_tf()
+        text = inputs[None] if inputs.shape.rank == 0 else inputs
+        if self.split_on_cjk:
+            text = tf.strings.regex_replace(text, _hub_wordpiece.CJK_REGEX, r" \0 ")
+            split = _hub_wordpiece.WHITESPACE_PUNCTUATION_AND_CJK_REGEX
+            keep = _hub_wordpiece.PUNCTUATION_AND_CJK_REGEX
+        else:
+            split = _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX
+            keep = _hub_wordpiece.PUNCTUATION_REGEX
+        words, _, _, splits = regex_split_ops.gen_regex_split_ops.regex_split_with_offsets(
+            text, f"({split})".encode(), f"({keep})".encode())
+        words = tf.RaggedTensor.from_row_splits(words, splits, validate=False)
+        tokens = self._fast_word_piece.tokenize(words).merge_dims(-2, -1)
+        if self.sequence_length:
+            tokens = tokens.to_tensor(shape=[tokens.shape[0], self.sequence_length])
+        if inputs.shape.rank == 0:
+            tokens = tf.squeeze(tokens, 0)
+        return tokens
 
     def get_config(self):
         config = super().get_config()
