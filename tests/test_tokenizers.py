@@ -149,9 +149,30 @@ def test_wordpiece_graph_skips_ragged_validation_with_keras_hub_ids(bert_vocab, 
         got, want = tok(inputs), keras_hubs(inputs)
         as_list = lambda t: t.to_list() if isinstance(t, tf.RaggedTensor) else t.numpy().tolist()  # noqa: E731
         assert as_list(got) == as_list(want)
-    graph = tf.function(tok.tokenize).get_concrete_function(
-        tf.TensorSpec([None], tf.string)).graph
-    asserts = [op for op in graph.get_operations() if op.type == "Assert"]
-    inner = [op for f in graph._functions.values() for op in f.graph.get_operations()
-             if op.type == "Assert"]
-    assert len(asserts) + len(inner) <= 3  # keras-hub's path: 12
+    assert _asserts(tf.function(tok.tokenize)) <= 3  # keras-hub's path: 12
+
+
+def test_bpe_split_equals_keras_hubs_without_its_validation_graph():
+    """The serving BPE path's word split (`_split_for_bpe`, built on our unvalidated
+    `regex_split`) gives keras-hub's `split_strings_for_bpe` words, special tokens kept whole,
+    with none of tf-text's validation asserts (keras-hub's: one per validated RaggedTensor)."""
+    from keras_hub.src.tokenizers.byte_pair_tokenizer import split_strings_for_bpe
+
+    from keras_bertfam.preprocessing.tokenizers import _split_for_bpe
+
+    texts = tf.constant(["Café au lait, naïve!", "東京 (1984) x\tz\ny", "", "  ",
+                         "<s> hello <mask> there</s>", " leading  and trailing  ",
+                         "don't I'll we've 12345 ६ ६६", "a\u00a0b\u3000c \u2009 d"])
+    for special in (["<s>", "</s>", "<pad>", "<unk>", "<mask>"], None):
+        ours = tf.function(lambda t: _split_for_bpe(t, special))
+        theirs = tf.function(lambda t: split_strings_for_bpe(t, special))
+        assert ours(texts).to_list() == theirs(texts).to_list()
+        assert _asserts(ours) == 0 < _asserts(theirs)
+
+
+def _asserts(function):
+    """Assert ops in `function`'s graph for a [None] string input, with its nested functions."""
+    graph = function.get_concrete_function(tf.TensorSpec([None], tf.string)).graph
+    ops = list(graph.get_operations())
+    ops += [op for f in graph._functions.values() for op in f.graph.get_operations()]
+    return sum(op.type == "Assert" for op in ops)

@@ -7,6 +7,7 @@ special tokens by role (`cls_token_id`, `sep_token_id`, `pad_token_id`, `mask_to
 """
 import json
 import os
+import re
 import warnings
 
 import keras_hub
@@ -136,6 +137,47 @@ def require_special_tokens(tokenizer, roles, objective):
             f"{', '.join(f'{r}_token=' for r in absent)} when building the tokenizer.")
 
 
+def regex_split(text, delimiter, keep):
+    """`tf_text.regex_split` (the same kernel and words) for [N] or ragged [N, (W)] strings,
+    without validating the row splits the kernel itself made: tf-text's validated
+    `RaggedTensor`s build 12 assert `tf.cond`s a call, most of a tokenizer's trace."""
+    if isinstance(text, tf.RaggedTensor):
+        return text.with_flat_values(regex_split(text.flat_values, delimiter, keep))
+    if text.shape.rank != 1:
+        return tf_text.regex_split(text, delimiter, keep)
+    words, _, _, splits = regex_split_ops.gen_regex_split_ops.regex_split_with_offsets(
+        text, f"({delimiter})".encode(), f"({keep})".encode())
+    return tf.RaggedTensor.from_row_splits(words, splits, validate=False)
+
+
+def _split_for_bpe(inputs, unsplittable_tokens):
+    """keras-hub's `split_strings_for_bpe` ([B] strings -> [B, (W)] GPT-2 words, special tokens
+    kept whole) built with `regex_split`: the same words, a third of the graph."""
+    from keras_hub.src.tokenizers import byte_pair_tokenizer as hub
+
+    mark = "\u096c"  # "६", keras-hub's stand-in for GPT-2's lookahead
+    inputs = tf.strings.regex_replace(inputs, rf"( )([^\s{hub.SPECIAL_WHITESPACES}])",
+                                      mark + r"\1\2")
+    inputs = tf.strings.regex_replace(inputs, rf"(\s{hub.SPECIAL_WHITESPACES})$", r"\1" + mark)
+    alts = hub.create_alts_for_unsplittable_tokens(unsplittable_tokens or [])
+    for token, alt in zip(unsplittable_tokens or [], alts):
+        inputs = regex_split(inputs, re.escape(token), re.escape(token))
+        inputs = tf.strings.regex_replace(inputs, re.escape(token), alt)
+    words = regex_split(inputs, hub.SPLIT_PATTERN_1, hub.SPLIT_PATTERN_1)
+    words = regex_split(words, hub.SPLIT_PATTERN_2, hub.SPLIT_PATTERN_2)
+    for token, alt in zip(unsplittable_tokens or [], alts):
+        words = tf.strings.regex_replace(words, re.escape(alt), token)
+    while words.shape.rank > 2:  # merge_dims(1, 2), unvalidated
+        words = tf.RaggedTensor.from_row_splits(
+            words.values.values, tf.gather(words.values.row_splits, words.row_splits),
+            validate=False)
+    keep = tf.not_equal(words.values, mark)
+    lengths = tf.math.unsorted_segment_sum(tf.cast(keep, tf.int64), words.value_rowids(),
+                                           words.nrows())
+    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(words.values, keep), lengths,
+                                            validate=False)
+
+
 class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer):
     """BERT's WordPiece, giving exactly HF `BertTokenizer`'s ids.
 
@@ -214,10 +256,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         else:
             split = _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX
             keep = _hub_wordpiece.PUNCTUATION_REGEX
-        words, _, _, splits = regex_split_ops.gen_regex_split_ops.regex_split_with_offsets(
-            text, f"({split})".encode(), f"({keep})".encode())
-        words = tf.RaggedTensor.from_row_splits(words, splits, validate=False)
-        tokens = self._fast_word_piece.tokenize(words).merge_dims(-2, -1)
+        tokens = self._fast_word_piece.tokenize(regex_split(text, split, keep)).merge_dims(-2, -1)
         if self.sequence_length:
             tokens = tokens.to_tensor(shape=[tokens.shape[0], self.sequence_length])
         if inputs.shape.rank == 0:
@@ -405,15 +444,13 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         Stateless (no cache written): each request's distinct words (`tf.unique`) go once through
         keras-hub's merge-rank loop. `serving_tokenize` maps the pieces to ids;
         `tokenize_with_offsets` also reads their lengths for character offsets."""
-        from keras_hub.src.tokenizers.byte_pair_tokenizer import split_strings_for_bpe
-
         self._maybe_initialized_tf()
         inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string:
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
         if self.add_prefix_space:
             inputs = tf.strings.join([" ", inputs])
-        words = split_strings_for_bpe(inputs, self.unsplittable_tokens)  # (B, (W))
+        words = _split_for_bpe(inputs, self.unsplittable_tokens)  # (B, (W))
         distinct, index = tf.unique(words.flat_values)  # (U,), (N,)
         special = tf.zeros_like(distinct, dtype=tf.bool)
         for token in self.unsplittable_tokens or ():
