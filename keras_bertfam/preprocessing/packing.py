@@ -18,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.seeding import SeededStage
+from keras_bertfam.preprocessing.tokenizers import merge_rows
 
 # === Helpers ===
 
@@ -90,9 +91,7 @@ def _sub_seed(seed, step, k):
 
 def _stack_steps(ta, width):
     """TensorArray of [width] vectors -> [width * steps] in row-major (row, step) order."""
-    stacked = tf.cond(
-        ta.size() > 0, ta.stack, lambda: tf.zeros(tf.stack([0, width]), ta.dtype)
-    )  # (steps, width)
+    stacked = tf.reshape(ta.concat(), tf.stack([-1, tf.maximum(width, 1)]))  # (steps, width)
     return tf.reshape(tf.transpose(stacked, [1, 0]), [-1])
 
 
@@ -101,7 +100,8 @@ def _gather_segments(tokens, rows, starts, ends):
     base = tf.gather(tokens.row_splits, rows)
     offsets = tf.cast(base, tf.int64)
     idx = tf.ragged.range(offsets + tf.cast(starts, tf.int64), offsets + tf.cast(ends, tf.int64))
-    return tf.RaggedTensor.from_row_splits(tf.gather(tokens.values, idx.values), idx.row_splits)
+    return tf.RaggedTensor.from_row_splits(tf.gather(tokens.values, idx.values), idx.row_splits,
+                                           validate=False)
 
 
 # === Trimming (core TF ops only) ===
@@ -519,7 +519,7 @@ def _pair_instances(documents, seed, objective, sequence_length, short_seq_prob,
     out = {k: tf.boolean_mask(v, emit) for k, v in stacked.items()}
     a_doc = tf.boolean_mask(doc, emit)
     target_out = tf.gather(target, a_doc)
-    tokens = documents.merge_dims(1, 2)  # (B, (L)) each document's tokens
+    tokens = merge_rows(documents)  # (B, (L)) each document's tokens
     segment_a = _gather_segments(tokens, a_doc, out["a0"], out["a1"])
     segment_b = _gather_segments(tokens, out["b_doc"], out["b0"], out["b1"])
     labels = out["label"]
@@ -830,7 +830,7 @@ class DocumentPacker(_TFLayer):
         unit_lens = tf.RaggedTensor.from_row_lengths(
             piece_lens.flat_values, tf.cast(units_per_doc, tf.int64)
         )
-        tokens = documents.merge_dims(1, 2)  # (B, (L))
+        tokens = merge_rows(documents)  # (B, (L))
         if self.mode == "doc_sentences":
             row, t0, t1 = _greedy_blocks(unit_lens.to_tensor(0), units_per_doc, cap)
             blocks = _gather_segments(tokens, row, t0, t1)

@@ -137,6 +137,14 @@ def require_special_tokens(tokenizer, roles, objective):
             f"{', '.join(f'{r}_token=' for r in absent)} when building the tokenizer.")
 
 
+def merge_rows(rt):
+    """Ragged [B, (W), (P), ...] -> [B, (W·P), ...]: `rt.merge_dims(1, 2)` without validating the
+    row splits again (3 assert `tf.cond`s a merge, all valid by construction)."""
+    return tf.RaggedTensor.from_row_splits(rt.values.values,
+                                           tf.gather(rt.values.row_splits, rt.row_splits),
+                                           validate=False)
+
+
 def regex_split(text, delimiter, keep):
     """`tf_text.regex_split` (the same kernel and words) for [N] or ragged [N, (W)] strings,
     without validating the row splits the kernel itself made: tf-text's validated
@@ -167,10 +175,8 @@ def _split_for_bpe(inputs, unsplittable_tokens):
     words = regex_split(words, hub.SPLIT_PATTERN_2, hub.SPLIT_PATTERN_2)
     for token, alt in zip(unsplittable_tokens or [], alts):
         words = tf.strings.regex_replace(words, re.escape(alt), token)
-    while words.shape.rank > 2:  # merge_dims(1, 2), unvalidated
-        words = tf.RaggedTensor.from_row_splits(
-            words.values.values, tf.gather(words.values.row_splits, words.row_splits),
-            validate=False)
+    while words.shape.rank > 2:
+        words = merge_rows(words)
     keep = tf.not_equal(words.values, mark)
     lengths = tf.math.unsorted_segment_sum(tf.cast(keep, tf.int64), words.value_rowids(),
                                            words.nrows())
@@ -256,7 +262,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         else:
             split = _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX
             keep = _hub_wordpiece.PUNCTUATION_REGEX
-        tokens = self._fast_word_piece.tokenize(regex_split(text, split, keep)).merge_dims(-2, -1)
+        tokens = merge_rows(self._fast_word_piece.tokenize(regex_split(text, split, keep)))
         if self.sequence_length:
             tokens = tokens.to_tensor(shape=[tokens.shape[0], self.sequence_length])
         if inputs.shape.rank == 0:
@@ -433,7 +439,7 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         `split_and_merge` (stateless) and map to ids through the vocabulary table."""
         words, pieces = self.split_and_merge(inputs)  # [B, (W)], [N, (P)]
         ids = tf.cast(self.token_to_id_map.lookup(pieces.flat_values), self.compute_dtype)
-        return words.with_flat_values(pieces.with_flat_values(ids)).merge_dims(1, 2)
+        return merge_rows(words.with_flat_values(pieces.with_flat_values(ids)))
 
     def split_and_merge(self, inputs):
         """Strings [B] -> `(words [B, (W)], pieces [N, (P)])`: keras-hub's pre-split words (after
