@@ -16,7 +16,8 @@ import tensorflow as tf
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import SegmentPacker
-from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer, require_special_tokens
+from keras_bertfam.preprocessing.tokenizers import (WordPieceTokenizer, merge_rows,
+                                                    require_special_tokens)
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -432,8 +433,7 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         word_index = by_word.with_flat_values(
             tf.cast(tf.gather(local, pieces.value_rowids()), tf.int32))
         first = by_word.with_flat_values(_first_flags(pieces))
-        return (by_word.merge_dims(1, 2), word_index.merge_dims(1, 2), first.merge_dims(1, 2),
-                words)
+        return merge_rows(by_word), merge_rows(word_index), merge_rows(first), words
 
     def call(self, x, y=None, sample_weight=None):
         pieces, word_index, first, words = self.word_pieces(x)

@@ -42,7 +42,7 @@ it are off too.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_bertfam.preprocessing.tokenizers import bert_normalize
+from keras_bertfam.preprocessing.tokenizers import bert_normalize, merge_rows
 
 _WHITESPACE = r"[\t\n\r\p{Zs}]"
 _PUNCTUATION = r"[!-/]|[:-@]|[\[-`]|[{-~]|[\p{P}]"
@@ -68,7 +68,7 @@ def _strings(texts):
 def _per_text(words, pieces, starts, ends):
     """The pieces [N, (P)] of the N words of texts [B, (W)] and their M flat offsets ->
     (ids, starts, ends), each [B, (T)]."""
-    token_ids = words.with_flat_values(pieces).merge_dims(1, 2)
+    token_ids = merge_rows(words.with_flat_values(pieces))
     return token_ids, token_ids.with_flat_values(starts), token_ids.with_flat_values(ends)
 
 
