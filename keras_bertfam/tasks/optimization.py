@@ -51,7 +51,9 @@ class AdamW(keras.optimizers.AdamW):
       weights and moments (and a temporary); on 2 CPU cores that was 0.10 s of a 0.46 s MiniLM
       fine-tuning step (the 30,522-row embedding's moments move every step).
       `ResourceApplyAdam` computes the same `m += (g - m)(1 - β1)`, `v += (g² - v)(1 - β2)`,
-      `w -= lr·√(1 - β2ᵗ)/(1 - β1ᵗ)·m/(√v + ε)` in one kernel. Weight decay stays Keras'.
+      `w -= lr·√(1 - β2ᵗ)/(1 - β1ᵗ)·m/(√v + ε)` in one kernel. Weight decay is Keras'
+      `w -= w·wd·lr`. On one device the step's scalars (β powers, the scheduled rate) are built
+      once a step, not once a variable as Keras' `strategy.extended.update` path did.
 
     JAX fuses the element-wise chain under `jit` and torch runs Keras' `_foreach` AdamW, with
     dense gradients and one global clip; there this class is `keras.optimizers.AdamW`.
