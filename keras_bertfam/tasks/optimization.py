@@ -60,37 +60,30 @@ class AdamW(keras.optimizers.AdamW):
     """
 
     def update_step(self, gradient, variable, learning_rate):
+        self._update(gradient, variable, learning_rate, {})
+
+    def _update(self, gradient, variable, learning_rate, scalars):
+        """`update_step`; `scalars` holds ResourceApplyAdam's scalar arguments by dtype, filled
+        as needed (one device: shared by all of a step's variables)."""
         if keras.backend.backend() != "tensorflow":
             return super().update_step(gradient, variable, learning_rate)
         import tensorflow as tf
 
         gradient = tf.convert_to_tensor(gradient)  # IndexedSlices: duplicates summed
-        if not self._fusable():
+        if self.amsgrad or callable(self.beta_1) or callable(self.beta_2):
             return super().update_step(gradient, variable, learning_rate)
-        scalars = self._adam_scalars(variable.dtype, learning_rate)
+        dtype = variable.dtype
+        if dtype not in scalars:
+            step = ops.cast(self.iterations + 1, dtype)
+            cast = lambda x: ops.cast(x, dtype)  # noqa: E731
+            scalars[dtype] = dict(beta1_power=ops.power(cast(self.beta_1), step),
+                                  beta2_power=ops.power(cast(self.beta_2), step),
+                                  lr=cast(learning_rate), beta1=cast(self.beta_1),
+                                  beta2=cast(self.beta_2), epsilon=cast(self.epsilon))
         index = self._get_variable_index(variable)
         m, v = self._momentums[index].value, self._velocities[index].value
         tf.raw_ops.ResourceApplyAdam(var=variable.handle, m=m.handle, v=v.handle,
-                                     grad=ops.cast(gradient, variable.dtype), **scalars)
-
-    def _fusable(self):
-        return not (self.amsgrad or callable(self.beta_1) or callable(self.beta_2))
-
-    def _adam_scalars(self, dtype, learning_rate):
-        """ResourceApplyAdam's scalar arguments in `dtype`; computed once a step on one device
-        (`_backend_update_step` keeps them for the step), else once a variable."""
-        kept = self.__dict__.get("_step_scalars")
-        if kept is not None and dtype in kept:
-            return kept[dtype]
-        step = ops.cast(self.iterations + 1, dtype)
-        cast = lambda x: ops.cast(x, dtype)  # noqa: E731
-        scalars = dict(beta1_power=ops.power(cast(self.beta_1), step),
-                       beta2_power=ops.power(cast(self.beta_2), step),
-                       lr=cast(learning_rate), beta1=cast(self.beta_1),
-                       beta2=cast(self.beta_2), epsilon=cast(self.epsilon))
-        if kept is not None:
-            kept[dtype] = scalars
-        return scalars
+                                     grad=ops.cast(gradient, dtype), **scalars[dtype])
 
     # Clipping after the all-reduce (TensorFlow with more than one replica), on summed slices.
     def _clip_gradients(self, grads):
@@ -119,13 +112,10 @@ class AdamW(keras.optimizers.AdamW):
             # (Keras' path through `strategy.extended.update` built ~15 ops a variable, most of
             # a small task's train-step trace; the same kernel and arguments, so the same
             # numbers).
-            object.__setattr__(self, "_step_scalars", {})
-            try:
-                for grad, variable in zip(grads, trainable_variables):
-                    self.update_step(grad, variable.value if isinstance(variable, keras.Variable)
-                                     else variable, learning_rate)
-            finally:
-                object.__setattr__(self, "_step_scalars", None)
+            scalars = {}
+            for grad, variable in zip(grads, trainable_variables):
+                self._update(grad, variable.value if isinstance(variable, keras.Variable)
+                             else variable, learning_rate, scalars)
             return
         if _replicas() <= 1:
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
