@@ -33,18 +33,18 @@ test: setup
 	@status=0; for b in tf jax torch; do $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; exit $$status
 
 test-tf: setup
-	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile -p no:warnings --durations=15
+	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:warnings --durations=15
 
 # JAX: XLA's CPU optimizations off and one compilation cache shared by both workers for the run
 # (tiny models: compiling dominates, and many tests compile the same step); 305 s -> 247 s on a
 # third of the suite. Outputs stay within the parity bounds (the same tests pass).
 test-jax: setup
 	cache=$$(mktemp -d); JAX_DISABLE_MOST_OPTIMIZATIONS=1 JAX_COMPILATION_CACHE_DIR=$$cache \
-	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile -p no:warnings --durations=15; \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:warnings --durations=15; \
 	status=$$?; rm -rf $$cache; exit $$status
 
 test-torch: setup
-	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile -p no:warnings --durations=15
+	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:warnings --durations=15
 
 bench: setup
 	$(PY) bench/run_all.py

@@ -21,6 +21,28 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: trains or exports; still run by CI")
 
 
+# The files that take longest, longest first, per backend run (test-time seconds of a full run
+# on 2 idle cores, 2026-11-24). `make test` passes `--no-loadscope-reorder`, so pytest-xdist hands
+# out whole files (`--dist loadfile`) in this order: a long file started last would leave the other
+# worker idle at the end (xdist's default order is by number of tests, which put the 8 tests of
+# test_distribute, 154 s, near the end). Unlisted files follow in their collection order.
+LONGEST_FIRST = {
+    "tensorflow": ["test_distribute", "test_finetuning", "test_keras_hub_conformance",
+                   "test_roberta", "test_cli", "test_export", "test_longformer", "test_readme",
+                   "test_xlnet_pretraining", "test_albert", "test_keras_hub_presets",
+                   "test_analysis", "test_keras_hub_conformance_models"],
+    "keras.ops": ["test_keras_hub_conformance", "test_keras_hub_conformance_models",
+                  "test_longformer", "test_finetuning", "test_xlnet", "test_tasks",
+                  "test_electra", "test_albert", "test_docstrings", "test_analysis"],
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    backend = "tensorflow" if keras.backend.backend() == "tensorflow" else "keras.ops"
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST[backend])}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: unlisted keep order
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     keras.utils.set_random_seed(1234)
