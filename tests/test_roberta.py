@@ -159,6 +159,37 @@ def test_bpe_ids_equal_hf_roberta_tokenizer(bpe_dir):
     assert not mismatches, mismatches[:3]
 
 
+def test_bpe_tokenize_merges_each_distinct_word_once_in_a_small_graph(bpe_dir, monkeypatch):
+    """The cached `tokenize` (tf.data's path): only a batch's distinct unseen words go through
+    keras-hub's merge loop (keras-hub merged every occurrence), the cache serves them after, and
+    its graph is small (keras-hub's pre-split alone built 2,081 ops). The ids are HF's
+    (test_bpe_ids_equal_hf_roberta_tokenizer)."""
+    import tensorflow as tf
+
+    tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
+                                             os.path.join(bpe_dir, "merges.txt"))
+    merged = tf.Variable(0)
+    original = kb.preprocessing.BytePairTokenizer._bpe_merge_and_update_cache_tf
+
+    def counting(self, words):
+        merged.assign_add(tf.size(words))
+        return original(self, words)
+
+    monkeypatch.setattr(kb.preprocessing.BytePairTokenizer, "_bpe_merge_and_update_cache_tf",
+                        counting)
+    tokenize = tf.function(tok.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    graph = tokenize.get_concrete_function().graph
+    assert len(graph.get_operations()) < 600, len(graph.get_operations())
+    texts = ["the the the cat <mask>", "the cat", ""]
+    words = [w for w in tok.split_and_merge(texts)[0].flat_values.numpy().tolist()
+             if w != b"<mask>"]
+    assert len(words) == 7 and len(set(words)) == 4  # "the", " the", " cat", " "
+    ids = tokenize(tf.constant(texts)).to_list()
+    assert int(merged.numpy()) == 4
+    assert tokenize(tf.constant(texts)).to_list() == ids and int(merged.numpy()) == 4  # cached
+    assert ids[1] == ids[0][:1] + ids[0][3:4] and ids[0][-1] == tok.mask_token_id and not ids[2]
+
+
 def test_bpe_tokenizer_from_hf_dir_and_preset(bpe_dir, tmp_path):
     import shutil
 
