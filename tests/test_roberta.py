@@ -117,12 +117,27 @@ def test_config_round_trip_and_saving(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def bpe_dir(tmp_path_factory):
+def imdb():
+    """The default corpus' first 21,060 documents (bytes), read once: reading up to a document
+    cleans every one before it (3 s to reach the 20,000th)."""
     from keras_bertfam.preprocessing import corpus
 
+    return list(corpus.default_corpus().take(21060).as_numpy_iterator())
+
+
+@pytest.fixture(scope="module")
+def imdb_sentences(imdb):
+    """The sentences of documents 20,000-20,249 (held out from the BPE training documents)."""
+    from keras_bertfam.preprocessing import corpus
+
+    docs = np.array(imdb[20000:20250])
+    return [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(tmp_path_factory, imdb):
     out = str(tmp_path_factory.mktemp("bpe"))
-    kb.preprocessing.train_byte_pair_vocabulary(corpus.default_corpus().take(1500), 3000,
-                                                output_dir=out)
+    kb.preprocessing.train_byte_pair_vocabulary(imdb[:1500], 3000, output_dir=out)
     return out
 
 
@@ -141,14 +156,10 @@ def test_trained_bpe_vocabulary(bpe_dir):
         kb.preprocessing.BytePairTokenizer({"a": 0, "b": 1}, [])
 
 
-def test_bpe_ids_equal_hf_roberta_tokenizer(bpe_dir):
+def test_bpe_ids_equal_hf_roberta_tokenizer(bpe_dir, imdb_sentences):
     import transformers
 
-    from keras_bertfam.preprocessing import corpus
-
-    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
-    sentences = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
-    sentences += ["Hello  world", " leading space", "tabs\tand\nnewlines ", "café naïve 😀",
+    sentences = imdb_sentences + ["Hello  world", " leading space", "tabs\tand\nnewlines ", "café naïve 😀",
                   "it's we'll I'd", "1,000,000.5", "<s> special </s> <mask>"]
     assert len(sentences) > 2000
     vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
@@ -157,6 +168,37 @@ def test_bpe_ids_equal_hf_roberta_tokenizer(bpe_dir):
     expected = [hf(s, add_special_tokens=False)["input_ids"] for s in sentences]
     mismatches = [s for s, a, b in zip(sentences, ours, expected) if a != b]
     assert not mismatches, mismatches[:3]
+
+
+def test_bpe_tokenize_merges_each_distinct_word_once_in_a_small_graph(bpe_dir, monkeypatch):
+    """The cached `tokenize` (tf.data's path): only a batch's distinct unseen words go through
+    keras-hub's merge loop (keras-hub merged every occurrence), the cache serves them after, and
+    its graph is small (keras-hub's pre-split alone built 2,081 ops). The ids are HF's
+    (test_bpe_ids_equal_hf_roberta_tokenizer)."""
+    import tensorflow as tf
+
+    tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
+                                             os.path.join(bpe_dir, "merges.txt"))
+    merged = tf.Variable(0)
+    original = kb.preprocessing.BytePairTokenizer._bpe_merge_and_update_cache_tf
+
+    def counting(self, words):
+        merged.assign_add(tf.size(words))
+        return original(self, words)
+
+    monkeypatch.setattr(kb.preprocessing.BytePairTokenizer, "_bpe_merge_and_update_cache_tf",
+                        counting)
+    tokenize = tf.function(tok.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    graph = tokenize.get_concrete_function().graph
+    assert len(graph.get_operations()) < 600, len(graph.get_operations())
+    texts = ["the the the cat <mask>", "the cat", ""]
+    words = [w for w in tok.split_and_merge(texts)[0].flat_values.numpy().tolist()
+             if w != b"<mask>"]
+    assert len(words) == 7 and len(set(words)) == 4  # "the", " the", " cat", " "
+    ids = tokenize(tf.constant(texts)).to_list()
+    assert int(merged.numpy()) == 4
+    assert tokenize(tf.constant(texts)).to_list() == ids and int(merged.numpy()) == 4  # cached
+    assert ids[1] == ids[0][:1] + ids[0][3:4] and ids[0][-1] == tok.mask_token_id and not ids[2]
 
 
 def test_bpe_tokenizer_from_hf_dir_and_preset(bpe_dir, tmp_path):
@@ -177,9 +219,7 @@ def test_bpe_tokenizer_from_hf_dir_and_preset(bpe_dir, tmp_path):
     assert again(text).to_list() == tok(text).to_list()
 
 
-def test_roberta_masked_lm_fit_on_raw_text(bpe_dir):
-    from keras_bertfam.preprocessing import corpus
-
+def test_roberta_masked_lm_fit_on_raw_text(bpe_dir, imdb):
     tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
                                              os.path.join(bpe_dir, "merges.txt"))
     backbone = kb.models.RobertaBackbone(tok.vocabulary_size(), 2, 2, 32, 64,
@@ -188,7 +228,7 @@ def test_roberta_masked_lm_fit_on_raw_text(bpe_dir):
                                                          batch_size=16, seed=1)
     mlm = kb.tasks.MaskedLM(backbone, preprocessor=preprocessor)
     mlm.compile(learning_rate=2e-3)
-    texts = [t.decode() for t in corpus.default_corpus().take(16).as_numpy_iterator()]
+    texts = [t.decode() for t in imdb[:16]]
     x, y, w = next(iter(preprocessor.prepare(texts)))
     assert x["token_ids"].shape[1] == 64 and int(x["token_ids"][0, 0]) == tok.cls_token_id
     history = mlm.fit(texts, epochs=4, verbose=0)
@@ -201,17 +241,14 @@ BPE_TEXTS = ["Café naïve résumé, Zoë façade déjà-vu", "東京大学 日�
              "", "  spaces\tand\nnewlines ", "<s> the </s> <mask> kept whole"]
 
 
-def test_bpe_serving_tokenize_equals_hf_roberta_tokenizer(bpe_dir):
+def test_bpe_serving_tokenize_equals_hf_roberta_tokenizer(bpe_dir, imdb):
     """The export's stateless BPE (no MutableHashTable cache) gives HF's ids."""
     import tensorflow as tf
     import transformers
 
-    from keras_bertfam.preprocessing import corpus
-
     vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
     tok = kb.preprocessing.BytePairTokenizer(vocab, merges)
-    words = " ".join(t.decode() for t in corpus.default_corpus().skip(21000).take(60)
-                     .as_numpy_iterator()).split()[:5000]
+    words = " ".join(t.decode() for t in imdb[21000:21060]).split()[:5000]
     assert len(words) == 5000
     texts = BPE_TEXTS + [" ".join(words)]
     serve = tf.function(tok.serving_tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
@@ -348,7 +385,7 @@ ODD_BPE_TEXTS = ["Hello  world", " leading space", "tabs\tand\nnewlines ", "x \t
                  "x \u2009 y", "東京大学"]
 
 
-def test_bpe_offsets_equal_hf_roberta_fast_tokenizer(bpe_dir):
+def test_bpe_offsets_equal_hf_roberta_fast_tokenizer(bpe_dir, imdb_sentences):
     """`tokenize_with_offsets` on byte-level BPE: the tokenizer's ids, and HF
     `RobertaTokenizerFast(trim_offsets=True)`'s offset mapping (what HF's QA pipelines read) on
     real sentences and odd text: a leading space is not in a token's span, a token of spaces is
@@ -357,11 +394,9 @@ def test_bpe_offsets_equal_hf_roberta_fast_tokenizer(bpe_dir):
     import tensorflow as tf
     import transformers
 
-    from keras_bertfam.preprocessing import corpus
     from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 
-    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
-    sentences = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
+    sentences = imdb_sentences
     texts = BPE_TEXTS + ODD_BPE_TEXTS + sentences
     assert len(sentences) > 3000
     vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
