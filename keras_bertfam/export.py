@@ -175,7 +175,10 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
     module = tf.Module()
     module.model_variables = [getattr(v, "value", v) for v in model.variables]
-    signatures = {"token_ids": serve_ids.get_concrete_function()}
+    # The tf.function itself, not a concrete function traced here: saving traces the functions it
+    # tracks again under its save context, so a concrete function from outside would be a second
+    # copy of the token_ids graph (twice the tracing, and twice the graph in the SavedModel).
+    signatures = {"token_ids": serve_ids}
     if include_preprocessing:
         base = getattr(preprocessor, "packer", None)
         config = base.get_config() if isinstance(base, SegmentPacker) else dict(
