@@ -190,21 +190,24 @@ FRESH = r'''
 import contextlib, io, json, sys, traceback
 import numpy as np
 import tensorflow as tf
-spec = json.load(open(sys.argv[1]))
-# saved_model_cli, as its console script runs it (`sys.exit(main())`), before tf-text is imported
-from tensorflow.python.tools import saved_model_cli
-sys.argv = ["saved_model_cli", "show", "--dir", spec["cli_dir"], "--all"]
-stdout, code = io.StringIO(), None
-with contextlib.redirect_stdout(stdout):
-    try:
-        saved_model_cli.main()
-    except SystemExit as exit:
-        code = exit.code
-    except Exception:
-        code = traceback.format_exc()
-json.dump({"code": code, "stdout": stdout.getvalue()}, open(spec["cli_out"], "w"))
+spec = json.load(open(sys.argv[1]))  # a list of jobs, or {"jobs", "cli_dir", "cli_out"}
+jobs = spec["jobs"] if isinstance(spec, dict) else spec
+if isinstance(spec, dict) and spec.get("cli_dir"):
+    # saved_model_cli as its console script runs it (`sys.exit(main())`), before tf-text is
+    # imported
+    from tensorflow.python.tools import saved_model_cli
+    sys.argv = ["saved_model_cli", "show", "--dir", spec["cli_dir"], "--all"]
+    stdout, code = io.StringIO(), None
+    with contextlib.redirect_stdout(stdout):
+        try:
+            saved_model_cli.main()
+        except SystemExit as exit:
+            code = exit.code
+        except Exception:
+            code = traceback.format_exc()
+    json.dump({"code": code, "stdout": stdout.getvalue()}, open(spec["cli_out"], "w"))
 import tensorflow_text  # registers the tf-text ops the tokenizer uses
-for job in spec["jobs"]:
+for job in jobs:
     model = tf.saved_model.load(job["dir"])
     inputs = {k: tf.constant(v) for k, v in job["inputs"].items()}
     out = model.signatures["serving_default"](**inputs)
