@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import keras
 import numpy as np
@@ -226,18 +227,23 @@ print("ok")
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory, bert_vocab, xlnet_spiece):
     root = tmp_path_factory.mktemp("exports")
+    scratch = tmp_path_factory.mktemp("tempdir")  # the exports' temporary files, looked at below
     tok = tokenizer()
     done, models = [], {}
-    for name, model, inputs, ref in cases(tok, bert_vocab, xlnet_spiece):
-        path = str(root / name / "1")
-        # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
-        own = name in ("question_answerer", "XLNetPretrainer")
-        signatures = kb.export.export_saved_model(model, path, sequence_length=None if own else SEQ,
-                                                  tokenizer=None if own else tok)
-        assert signatures == ["serving_default", "token_ids"]
-        done.append((name, path, inputs, ref))
-        models[name] = model
-    return root, done, models
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(scratch))
+        for name, model, inputs, ref in cases(tok, bert_vocab, xlnet_spiece):
+            path = str(root / name / "1")
+            # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
+            own = name in ("question_answerer", "XLNetPretrainer")
+            signatures = kb.export.export_saved_model(model, path,
+                                                      sequence_length=None if own else SEQ,
+                                                      tokenizer=None if own else tok)
+            assert signatures == ["serving_default", "token_ids"]
+            done.append((name, path, inputs, ref))
+            models[name] = model
+    left = sorted(n for n in os.listdir(scratch) if n.startswith("kb_export_"))
+    return root, done, models, left
 
 
 def test_every_export_passes_the_tf_text_2_12_audit(exports):
@@ -272,6 +278,15 @@ def fresh(exports, tmp_path_factory, bert_vocab, xlnet_spiece):
                           timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     cli = json.loads(cli_out.read_text()) if cli_out.exists() else None
     return jobs, proc, cli
+
+
+def test_exports_leave_no_temporary_files(exports):
+    """An in-memory vocabulary (every export here but QA's, whose is a file) is written to a
+    temporary dir for the export's assets/ and removed once saved: each such export left a
+    kb_export_* dir behind."""
+    assert exports[3] == []
+    for _, path, _, _ in exports[1]:
+        assert os.path.exists(os.path.join(path, "assets", "vocab.txt")), path
 
 
 def test_fresh_tensorflow_process_gives_the_same_outputs(exports, fresh):
@@ -513,7 +528,7 @@ def test_string_signature_bad_input(exports):
     """Empty batch, empty strings, 1 MB strings (cut before tokenizing), invalid UTF-8; and the
     request is padded to its longest text, not to sequence_length. The module's classifier and
     tagger exports (their preprocessor's tokenizer and length, dynamic padding: the defaults)."""
-    _, done, models = exports
+    _, done, models, _ = exports
     paths = dict((n, p) for n, p, _, _ in done)
     clf = models["text_classifier"]
     serve = tf.saved_model.load(paths["text_classifier"]).signatures["serving_default"]
