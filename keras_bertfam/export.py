@@ -32,6 +32,7 @@ fixes its backend at import.)
 """
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -175,7 +176,10 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
     module = tf.Module()
     module.model_variables = [getattr(v, "value", v) for v in model.variables]
-    signatures = {"token_ids": serve_ids.get_concrete_function()}
+    # The tf.function itself, not a concrete function traced here: saving traces the functions it
+    # tracks again under its save context, so a concrete function from outside would be a second
+    # copy of the token_ids graph (twice the tracing, and twice the graph in the SavedModel).
+    signatures = {"token_ids": serve_ids}
     if include_preprocessing:
         base = getattr(preprocessor, "packer", None)
         config = base.get_config() if isinstance(base, SegmentPacker) else dict(
@@ -243,7 +247,7 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
                                tf.string, name=n) for n in text_inputs]
         signatures["serving_default"] = tf.function(
             serve_text, input_signature=specs).get_concrete_function()
-        vocab = _vocabulary_file(tokenizer)
+        vocab, scratch = _vocabulary_file(tokenizer)
         if vocab is not None:
             module.vocabulary = tf.saved_model.Asset(vocab)
         # Resources the tokenizer's graph reads (SentencePiece's model, BPE's tables): the
@@ -252,8 +256,13 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             module.tokenizer_resources = list(tokenizer.serving_resources())
     else:
         signatures["serving_default"] = signatures["token_ids"]
+        scratch = None
     module.serve_token_ids = serve_ids
-    tf.saved_model.save(module, export_dir, signatures=signatures)
+    try:
+        tf.saved_model.save(module, export_dir, signatures=signatures)
+    finally:
+        if scratch is not None:  # the vocabulary is in the export's assets/ now
+            shutil.rmtree(scratch, ignore_errors=True)
     if target_tensorflow is not None:
         strip_unknown_attrs(export_dir, target_tensorflow)
     return sorted(signatures)
@@ -348,17 +357,18 @@ def _checked_ids(features, backbone):
 
 
 def _vocabulary_file(tokenizer):
-    """The tokenizer's files written to a temporary dir (copied into the export's assets/)."""
+    """The tokenizer's vocabulary file (copied into the export's assets/), written to a new
+    temporary dir unless it is a file already. -> (path or None, the dir written or None)."""
     vocabulary = getattr(tokenizer, "vocabulary", None)
     if isinstance(vocabulary, str) and os.path.exists(vocabulary):
-        return vocabulary
+        return vocabulary, None
     if hasattr(tokenizer, "get_vocabulary"):
         folder = tempfile.mkdtemp(prefix="kb_export_")
         path = os.path.join(folder, "vocab.txt")
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(tokenizer.get_vocabulary()) + "\n")
-        return path
-    return None
+        return path, folder
+    return None, None
 
 
 # === Op audit ===

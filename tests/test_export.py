@@ -4,9 +4,9 @@ the audit catches keras-hub's round-robin packer; saved_model_cli lists the sign
 pretrainers' signatures compute (ELECTRA, SpanBERT, XLNet) is checked in process on every backend."""
 import json
 import os
-import shutil
 import subprocess
 import sys
+import tempfile
 
 import keras
 import numpy as np
@@ -188,11 +188,26 @@ def cases(tok, vocab_file, xlnet_spiece):
 
 
 FRESH = r'''
-import json, sys
+import contextlib, io, json, sys, traceback
 import numpy as np
 import tensorflow as tf
+spec = json.load(open(sys.argv[1]))  # a list of jobs, or {"jobs", "cli_dir", "cli_out"}
+jobs = spec["jobs"] if isinstance(spec, dict) else spec
+if isinstance(spec, dict) and spec.get("cli_dir"):
+    # saved_model_cli as its console script runs it (`sys.exit(main())`), before tf-text is
+    # imported
+    from tensorflow.python.tools import saved_model_cli
+    sys.argv = ["saved_model_cli", "show", "--dir", spec["cli_dir"], "--all"]
+    stdout, code = io.StringIO(), None
+    with contextlib.redirect_stdout(stdout):
+        try:
+            saved_model_cli.main()
+        except SystemExit as exit:
+            code = exit.code
+        except Exception:
+            code = traceback.format_exc()
+    json.dump({"code": code, "stdout": stdout.getvalue()}, open(spec["cli_out"], "w"))
 import tensorflow_text  # registers the tf-text ops the tokenizer uses
-jobs = json.load(open(sys.argv[1]))
 for job in jobs:
     model = tf.saved_model.load(job["dir"])
     inputs = {k: tf.constant(v) for k, v in job["inputs"].items()}
@@ -212,21 +227,27 @@ print("ok")
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory, bert_vocab, xlnet_spiece):
     root = tmp_path_factory.mktemp("exports")
+    scratch = tmp_path_factory.mktemp("tempdir")  # the exports' temporary files, looked at below
     tok = tokenizer()
-    done = []
-    for name, model, inputs, ref in cases(tok, bert_vocab, xlnet_spiece):
-        path = str(root / name / "1")
-        # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
-        own = name in ("question_answerer", "XLNetPretrainer")
-        signatures = kb.export.export_saved_model(model, path, sequence_length=None if own else SEQ,
-                                                  tokenizer=None if own else tok)
-        assert signatures == ["serving_default", "token_ids"]
-        done.append((name, path, inputs, ref))
-    return root, done
+    done, models = [], {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(scratch))
+        for name, model, inputs, ref in cases(tok, bert_vocab, xlnet_spiece):
+            path = str(root / name / "1")
+            # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
+            own = name in ("question_answerer", "XLNetPretrainer")
+            signatures = kb.export.export_saved_model(model, path,
+                                                      sequence_length=None if own else SEQ,
+                                                      tokenizer=None if own else tok)
+            assert signatures == ["serving_default", "token_ids"]
+            done.append((name, path, inputs, ref))
+            models[name] = model
+    left = sorted(n for n in os.listdir(scratch) if n.startswith("kb_export_"))
+    return root, done, models, left
 
 
 def test_every_export_passes_the_tf_text_2_12_audit(exports):
-    _, done = exports
+    done = exports[1]
     for name, path, _, _ in done:
         report = kb.export.audit_ops(path, tf_text="2.12.1")
         text_ops = {op for op, kind in report["ops"].items() if kind == "tf-text"}
@@ -238,17 +259,39 @@ def test_every_export_passes_the_tf_text_2_12_audit(exports):
         assert os.listdir(os.path.join(path, "variables"))
 
 
-def test_fresh_tensorflow_process_gives_the_same_outputs(exports, tmp_path, bert_vocab,
-                                                        xlnet_spiece):
-    _, done = exports
+@pytest.fixture(scope="module")
+def fresh(exports, tmp_path_factory, bert_vocab, xlnet_spiece):
+    """One fresh TensorFlow process for every export (and for saved_model_cli, run first, before
+    tf-text is imported). -> (jobs, the process, saved_model_cli's {"code", "stdout"})."""
+    done = exports[1]
+    tmp = tmp_path_factory.mktemp("fresh")
     jobs = []
     for name, path, inputs, ref in done:
         ids = {k: v for k, v in _ids_for(name, inputs, bert_vocab, xlnet_spiece).items()}
-        jobs.append({"dir": path, "inputs": inputs, "ids": ids, "out": str(tmp_path / f"{name}.npz")})
-    spec = tmp_path / "jobs.json"
-    spec.write_text(json.dumps(jobs, default=lambda a: np.asarray(a).tolist()))
+        jobs.append({"dir": path, "inputs": inputs, "ids": ids, "out": str(tmp / f"{name}.npz")})
+    spec = tmp / "jobs.json"
+    cli_out = tmp / "saved_model_cli.json"
+    spec.write_text(json.dumps({"jobs": jobs, "cli_out": str(cli_out),
+                                "cli_dir": dict((n, p) for n, p, _, _ in done)["BertPretrainer"]},
+                               default=lambda a: np.asarray(a).tolist()))
     proc = subprocess.run([sys.executable, "-c", FRESH, str(spec)], capture_output=True, text=True,
                           timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    cli = json.loads(cli_out.read_text()) if cli_out.exists() else None
+    return jobs, proc, cli
+
+
+def test_exports_leave_no_temporary_files(exports):
+    """An in-memory vocabulary (every export here but QA's, whose is a file) is written to a
+    temporary dir for the export's assets/ and removed once saved: each such export left a
+    kb_export_* dir behind."""
+    assert exports[3] == []
+    for _, path, _, _ in exports[1]:
+        assert os.path.exists(os.path.join(path, "assets", "vocab.txt")), path
+
+
+def test_fresh_tensorflow_process_gives_the_same_outputs(exports, fresh):
+    done = exports[1]
+    jobs, proc, _ = fresh
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     for (name, path, inputs, ref), job in zip(done, jobs):
         got = np.load(job["out"], allow_pickle=True)
@@ -317,7 +360,7 @@ def _ids_for(name, inputs, vocab_file, xlnet_spiece):
 
 
 def test_mlm_export_reads_mask_tokens_in_text(exports, tmp_path):
-    _, done = exports
+    done = exports[1]
     ref = dict((n, r) for n, _, _, r in done)["masked_lm"]
     # "[CLS] the [MASK] ..." -> slot 0 is position 2; "[CLS] a [MASK] plot [MASK]" -> 2 and 4
     np.testing.assert_array_equal(ref["mask_weights"].sum(1), [1, 2, 1])
@@ -328,15 +371,11 @@ def test_mlm_export_reads_mask_tokens_in_text(exports, tmp_path):
         np.testing.assert_array_equal(refs[name]["mask_weights"].sum(1), [1, 2, 1], err_msg=name)
 
 
-def test_saved_model_cli_lists_signatures(exports):
-    _, done = exports
-    path = dict((n, p) for n, p, _, _ in done)["BertPretrainer"]
-    cli = shutil.which("saved_model_cli") or os.path.join(os.path.dirname(sys.executable),
-                                                         "saved_model_cli")
-    proc = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True, text=True,
-                          timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout
+def test_saved_model_cli_lists_signatures(fresh):
+    """`saved_model_cli show --dir <BertPretrainer export> --all`, run in the fresh process."""
+    _, proc, cli = fresh
+    assert cli is not None and cli["code"] in (0, None), (cli, proc.stderr[-2000:])
+    out = cli["stdout"]
     assert "signature_def['serving_default']" in out and "signature_def['token_ids']" in out
     for name in ("text_a", "text_b", "mlm_top_ids", "nsp_probabilities", "token_ids"):
         assert f"['{name}']" in out, name
@@ -387,7 +426,7 @@ def test_audit_checks_the_target_tensorflow_not_the_running_one(tmp_path):
     assert len(kb.export.TF_TEXT_2_12_OPS) == 35 and len(kb.export.TF_TEXT_2_20_OPS) == 38
 
 
-def test_audit_checks_attrs_and_export_strips_them(tmp_path):
+def test_audit_checks_attrs_and_export_strips_them(tmp_path, ids_export):
     """TF 2.21 writes `debug_name` on VarHandleOp; 2.12.1 does not define it."""
     module = tf.Module()
     module.scale = tf.Variable(2.0)
@@ -407,19 +446,27 @@ def test_audit_checks_attrs_and_export_strips_them(tmp_path):
     got = tf.saved_model.load(path).signatures["serving_default"](tf.constant([1.5]))
     np.testing.assert_allclose(got["y"].numpy(), [3.0])
     # our exports are stripped by default, and keep the attrs when asked
-    task = kb.tasks.TextClassifier(backbone(), num_classes=2)
-    kb.export.export_saved_model(task, str(tmp_path / "a"), include_preprocessing=False)
-    assert not kb.export.audit_ops(str(tmp_path / "a"))["unknown_attrs"]
+    task, stripped, _ = ids_export
+    assert not kb.export.audit_ops(stripped)["unknown_attrs"]
     kb.export.export_saved_model(task, str(tmp_path / "b"), include_preprocessing=False,
                                  target_tensorflow=None)
     assert "VarHandleOp" in kb.export.audit_ops(str(tmp_path / "b"),
                                                 raise_on_error=False)["unknown_attrs"]
 
 
-def test_token_ids_signature_validates_its_input(tmp_path):
-    task = kb.tasks.TextClassifier(backbone(), num_classes=2)  # vocabulary 28, 32 positions
-    path = str(tmp_path / "ids" / "1")
-    kb.export.export_saved_model(task, path, include_preprocessing=False)
+@pytest.fixture(scope="module")
+def ids_export(tmp_path_factory):
+    """A TextClassifier (vocabulary 28, 32 positions) exported without preprocessing, with the
+    defaults (stripped for TF 2.12.1). -> (task, path, the signature names export returned)."""
+    keras.utils.set_random_seed(2)
+    task = kb.tasks.TextClassifier(backbone(), num_classes=2)
+    path = str(tmp_path_factory.mktemp("ids") / "1")
+    names = kb.export.export_saved_model(task, path, include_preprocessing=False)
+    return task, path, names
+
+
+def test_token_ids_signature_validates_its_input(ids_export):
+    task, path, _ = ids_export  # vocabulary 28, 32 positions
     serve = tf.saved_model.load(path).signatures["token_ids"]
 
     def call(ids, segments=None, mask=None):
@@ -452,6 +499,21 @@ def test_token_ids_signature_validates_its_input(tmp_path):
     assert call(np.zeros([0, 4], np.int32))["logits"].shape == (0, 2)  # an empty batch
 
 
+def test_each_signature_graph_is_saved_once(exports, ids_export):
+    """The model's graph is in the SavedModel once per signature function: serving_default's
+    (strings) and token_ids' (ids only: one, both signatures name it). A token_ids function
+    traced before saving was traced again by the save, a second copy of the model's graph
+    (+24% saved_model.pb, an extra trace per export, a slower load)."""
+    def with_the_model(path):
+        library = kb.export._read_saved_model(path).meta_graphs[0].graph_def.library.function
+        return [f.signature.name for f in library
+                if any(node.op in ("MatMul", "Einsum", "BatchMatMulV2") for node in f.node_def)]
+
+    path = dict((n, p) for n, p, _, _ in exports[1])["text_classifier"]
+    assert len(with_the_model(path)) == 2, with_the_model(path)
+    assert len(with_the_model(ids_export[1])) == 1, with_the_model(ids_export[1])
+
+
 def test_requests_are_cut_to_whole_characters():
     """The string signature keeps CHARACTERS_PER_POSITION characters per position of each text,
     whole, whatever their UTF-8 widths (bytes are cut first, at 4 per character)."""
@@ -462,20 +524,15 @@ def test_requests_are_cut_to_whole_characters():
     assert [g.decode() for g in got] == [t[:CHARACTERS_PER_POSITION] for t in texts]
 
 
-def test_string_signature_bad_input(tmp_path):
+def test_string_signature_bad_input(exports):
     """Empty batch, empty strings, 1 MB strings (cut before tokenizing), invalid UTF-8; and the
-    request is padded to its longest text, not to sequence_length."""
-    from keras_bertfam.preprocessing import finetuning as ft
-
-    tok = tokenizer()
-    clf = kb.tasks.TextClassifier(backbone(), num_classes=3,
-                                  preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
-    tagger = kb.tasks.TokenClassifier(backbone(), num_classes=4,
-                                      preprocessor=ft.TokenClassifierPreprocessor(tok, SEQ))
-    kb.export.export_saved_model(clf, str(tmp_path / "clf"))
-    kb.export.export_saved_model(tagger, str(tmp_path / "tag"), dynamic_padding=True)
-    serve = tf.saved_model.load(str(tmp_path / "clf")).signatures["serving_default"]
-    tag = tf.saved_model.load(str(tmp_path / "tag")).signatures["serving_default"]
+    request is padded to its longest text, not to sequence_length. The module's classifier and
+    tagger exports (their preprocessor's tokenizer and length, dynamic padding: the defaults)."""
+    _, done, models, _ = exports
+    paths = dict((n, p) for n, p, _, _ in done)
+    clf = models["text_classifier"]
+    serve = tf.saved_model.load(paths["text_classifier"]).signatures["serving_default"]
+    tag = tf.saved_model.load(paths["token_classifier"]).signatures["serving_default"]
     assert serve(text=tf.constant([], tf.string))["logits"].shape == (0, 3)
     # a 1 MB text; and multi-byte characters past the cut (2 and 4 bytes each, + a space)
     texts = ["", "the film", "ada " * 250_000, "ü " * 3000, "\U0001F600 " * 3000]
@@ -489,18 +546,17 @@ def test_string_signature_bad_input(tmp_path):
     assert tag(text=tf.constant(["a " * 100]))["logits"].shape == (1, SEQ, 4)
 
 
-def test_export_errors(tmp_path):
-    task = kb.tasks.TextClassifier(backbone(), num_classes=2)
+def test_export_errors(tmp_path, ids_export):
+    task, exported, names = ids_export
     with pytest.raises(ValueError, match="needs a tokenizer"):
         kb.export.export_saved_model(task, str(tmp_path / "a"))
     with pytest.raises(ValueError, match="max_sequence_length"):
         kb.export.export_saved_model(task, str(tmp_path / "b"), tokenizer=tokenizer(),
                                      sequence_length=64)
     # ids only: serving_default is the token_ids signature
-    names = kb.export.export_saved_model(task, str(tmp_path / "c"), include_preprocessing=False)
     assert names == ["serving_default", "token_ids"]
     with pytest.raises(FileExistsError):
-        kb.export.export_saved_model(task, str(tmp_path / "c"), include_preprocessing=False)
+        kb.export.export_saved_model(task, exported, include_preprocessing=False)
 
 
 def test_cli_export_from_preset_dir(tmp_path):
@@ -521,7 +577,7 @@ def test_cli_export_from_preset_dir(tmp_path):
 
 # === What the new signatures mean (in process, cheap) ===
 def test_qa_export_answers_are_character_offsets_into_the_original(exports):
-    _, done = exports
+    done = exports[1]
     ref = dict((n, r) for n, _, _, r in done)["question_answerer"]
     starts, ends, texts = ref["answer_start"], ref["answer_end"], ref["answer_text"]
     shifted = 0
