@@ -19,13 +19,16 @@ import keras_bertfam as kb
 TIMEOUT = 1800
 
 # Tiny BertPretrainer, dropout 0, preprocessed inputs (fixed masks): training is deterministic.
+# One layer where the step's equality across devices / workers / processes is the point (each
+# layer costs a trace per replica); two for mixed precision, whose rounding compounds per layer.
 COMMON = r'''
 import os, sys, json
 import numpy as np
 
-def make_task(kb, keras):
+def make_task(kb, keras, num_layers=1):
     keras.utils.set_random_seed(0)
-    backbone = kb.models.BertBackbone(64, 2, 2, 16, 32, max_sequence_length=16, dropout=0.0)
+    backbone = kb.models.BertBackbone(64, num_layers, 2, 16, 32, max_sequence_length=16,
+                                      dropout=0.0)
     return kb.tasks.BertPretrainer(backbone)
 
 def make_data(batch=8, length=16, steps=1):
@@ -329,7 +332,7 @@ def float32_reference():
     """make_task's float32 weights and outputs on make_data(batch=4): both policies' reference."""
     exec(COMMON, scope := {"keras": keras})
     x, y = scope["make_data"](batch=4)
-    reference = scope["make_task"](kb, keras)
+    reference = scope["make_task"](kb, keras, num_layers=2)
     outputs = {k: keras.ops.convert_to_numpy(v)
                for k, v in reference.predict(x, verbose=0).items()}
     return scope, x, y, reference.get_weights(), outputs
@@ -340,7 +343,7 @@ def test_mixed_precision_train_step(policy, float32_reference):
     scope, x, y, reference_weights, reference = float32_reference
     try:
         keras.mixed_precision.set_global_policy(policy)
-        task = scope["make_task"](kb, keras)
+        task = scope["make_task"](kb, keras, num_layers=2)
         task.set_weights(reference_weights)
         out = task.predict(x, verbose=0)
         assert task.backbone.compute_dtype == policy.split("_")[1]
