@@ -119,7 +119,22 @@ def step_equality():
             "loss1": h1["loss"][0], "loss2": h2["loss"][0]}
         if name == "sgd":
             out["single_3_steps"] = single_three_steps(single, initial)
+            out["dataset_starts"] = dataset_starts_per_fit(dist, ds)
     return out
+
+
+def dataset_starts_per_fit(task, ds):
+    # How many times fit() under the strategy starts a dataset: once, for the epoch (Keras
+    # started it a first time to pull a batch to build the model with, built or not).
+    starts, batches = [], list(ds.as_numpy_iterator())
+
+    def generate():
+        starts.append(1)
+        yield from batches
+
+    task.fit(tf.data.Dataset.from_generator(generate, output_signature=ds.element_spec),
+             epochs=1, verbose=0)
+    return len(starts)
 
 
 def single_three_steps(single, initial):
@@ -202,6 +217,12 @@ def test_mirrored_step_equals_single_device_step(mirrored):
         assert out["moved"] > 1e-3  # the step did change the weights
         assert out["diff"] <= 1e-5, result
         assert abs(out["loss1"] - out["loss2"]) <= 1e-5, result
+
+
+def test_fit_under_a_strategy_starts_the_dataset_once(mirrored):
+    """A built task needs no batch to build before fit (only the optimizer's slots, which Task
+    builds without one): the dataset, a raw-text pipeline included, is started once."""
+    assert _part(mirrored, "step_equality")["dataset_starts"] == 1
 
 
 MULTI_WORKER = COMMON + r'''
