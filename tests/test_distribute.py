@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -20,13 +19,16 @@ import keras_bertfam as kb
 TIMEOUT = 1800
 
 # Tiny BertPretrainer, dropout 0, preprocessed inputs (fixed masks): training is deterministic.
+# One layer where the step's equality across devices / workers / processes is the point (each
+# layer costs a trace per replica); two for mixed precision, whose rounding compounds per layer.
 COMMON = r'''
 import os, sys, json
 import numpy as np
 
-def make_task(kb, keras):
+def make_task(kb, keras, num_layers=1):
     keras.utils.set_random_seed(0)
-    backbone = kb.models.BertBackbone(64, 2, 2, 16, 32, max_sequence_length=16, dropout=0.0)
+    backbone = kb.models.BertBackbone(64, num_layers, 2, 16, 32, max_sequence_length=16,
+                                      dropout=0.0)
     return kb.tasks.BertPretrainer(backbone)
 
 def make_data(batch=8, length=16, steps=1):
@@ -46,10 +48,10 @@ def weights_of(task):
 '''
 
 
-def _run(script, env=None, timeout=TIMEOUT):
+def _run(script, env=None, args=()):
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    return subprocess.Popen([sys.executable, "-c", script], env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait(procs, timeout=TIMEOUT):
@@ -82,85 +84,194 @@ def _result(out):
 
 MIRRORED = COMMON + r'''
 os.environ["KERAS_BACKEND"] = "tensorflow"
+import traceback
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras, keras_bertfam as kb
-x, y = make_data(batch=8)
-ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # one global batch of 8
+from keras_bertfam.cli import PRETRAINERS
+vocab, single_out = sys.argv[1], sys.argv[2]
 strategy = kb.distribute.get_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
-optimizers = {  # AdamW: our fused kernel's update inside strategy.extended.update
-    "sgd": lambda: keras.optimizers.SGD(0.5),
-    "adamw": lambda: kb.tasks.AdamW(1e-2, weight_decay=0.01, global_clipnorm=1.0)}
 result = {"replicas": strategy.num_replicas_in_sync}
-for name, make_optimizer in optimizers.items():
-    single = make_task(kb, keras)
-    single.compile(optimizer=make_optimizer())
-    initial = weights_of(single)
-    h1 = single.fit(ds, epochs=1, verbose=0).history
-    with strategy.scope():
-        dist = make_task(kb, keras)
-        dist.set_weights(initial)
-        dist.compile(optimizer=make_optimizer())
-    h2 = dist.fit(ds, epochs=1, verbose=0).history
-    result[name] = {
-        "diff": max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single),
-                                                               weights_of(dist))),
-        "moved": max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), initial)),
-        "loss1": h1["loss"][0], "loss2": h2["loss"][0]}
+
+
+def guarded(run, *args):
+    try:
+        return run(*args)
+    except Exception:
+        return {"error": traceback.format_exc()}
+
+
+def step_equality():
+    x, y = make_data(batch=8)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # one global batch of 8
+    optimizers = {  # AdamW: our fused kernel's update inside strategy.extended.update
+        "sgd": lambda: keras.optimizers.SGD(0.5),
+        "adamw": lambda: kb.tasks.AdamW(1e-2, weight_decay=0.01, global_clipnorm=1.0)}
+    out = {}
+    for name, make_optimizer in optimizers.items():
+        single = make_task(kb, keras)
+        single.compile(optimizer=make_optimizer())
+        initial = weights_of(single)
+        h1 = single.fit(ds, epochs=1, verbose=0).history
+        with strategy.scope():
+            dist = make_task(kb, keras)
+            dist.set_weights(initial)
+            dist.compile(optimizer=make_optimizer())
+        h2 = dist.fit(ds, epochs=1, verbose=0).history
+        out[name] = {
+            "diff": max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single),
+                                                                   weights_of(dist))),
+            "moved": max(float(np.abs(a - b).max()) for a, b in zip(weights_of(single), initial)),
+            "loss1": h1["loss"][0], "loss2": h2["loss"][0]}
+        if name == "sgd":  # two other tests' results, from these two tasks
+            out["single_3_steps"] = guarded(single_three_steps, single, initial)
+            out["dataset_starts"] = guarded(
+                lambda: {"starts": dataset_starts_per_fit(dist, ds)})
+    return out
+
+
+def dataset_starts_per_fit(task, ds):
+    # How many times fit() under the strategy starts a dataset: once, for the epoch (Keras
+    # started it a first time to pull a batch to build the model with, built or not).
+    starts, batches = [], list(ds.as_numpy_iterator())
+
+    def generate():
+        starts.append(1)
+        yield from batches
+
+    task.fit(tf.data.Dataset.from_generator(generate, output_signature=ds.element_spec),
+             epochs=1, verbose=0)
+    return len(starts)
+
+
+def single_three_steps(single, initial):
+    # test_multi_worker_fit_two_processes' reference: the multi-worker script's 3 global batches
+    # of 8 on one device (the default strategy), SGD(0.5) from make_task's weights. The SGD task
+    # above, back at its initial weights: the same compiled step, not a second trace.
+    default = kb.distribute.get_strategy("default")
+    assert not tf.distribute.has_strategy() and tf.distribute.get_strategy() is default
+    x, y = make_data(batch=8, steps=3)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # 3 global batches of 8
+    single.set_weights(initial)
+    history = single.fit(ds, epochs=1, verbose=0).history
+    np.savez(single_out, *weights_of(single))
+    return {"replicas": default.num_replicas_in_sync,
+            "history": {k: float(v[-1]) for k, v in history.items()}}
+
+
+def every_pretrainer():
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
+    texts = [f"Film {i} was good. I liked the actors a lot. The ending was sad. I would see it "
+             "again." for i in range(64)]
+    sizes = dict(vocabulary_size=tokenizer.vocabulary_size(), num_layers=1, num_heads=2,
+                 hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
+    backbones = {"bert": kb.models.BertBackbone, "roberta": kb.models.RobertaBackbone,
+                 "albert": kb.models.AlbertBackbone, "distil_bert": kb.models.DistilBertBackbone,
+                 "electra": kb.models.ElectraBackbone, "spanbert": kb.models.SpanBertBackbone}
+    out = {}
+    for family, backbone_cls in backbones.items():
+        keras.utils.set_random_seed(0)
+        task_cls = getattr(kb.tasks, PRETRAINERS[family])
+        with strategy.scope():
+            # one layer (each layer's trace costs ~1 s per family here); ALBERT two, so its one
+            # shared block is called twice per replica step
+            extra = dict(embedding_dim=8, num_layers=2) if family == "albert" else {}
+            backbone = backbone_cls(**{**sizes, **extra})
+            preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
+                                                         batch_size=8, seed=0)
+            task = task_cls.pretraining_task(backbone, preprocessor)
+            task.compile(learning_rate=1e-3)
+        before = [keras.ops.convert_to_numpy(w) for w in task.trainable_weights]
+        history = task.fit(tf.data.Dataset.from_tensor_slices(texts).batch(16), epochs=1,
+                           steps_per_epoch=2, verbose=0).history
+        moved = max(float(np.abs(keras.ops.convert_to_numpy(w) - b).max())
+                    for w, b in zip(task.trainable_weights, before))
+        out[family] = dict({k: float(v[-1]) for k, v in history.items() if k.endswith("loss")},
+                           moved=moved)
+    return out
+
+
+# Each part's failure is its own test's (the others still report theirs).
+result["step_equality"] = guarded(step_equality)
+result["every_pretrainer"] = guarded(every_pretrainer)
 print(json.dumps(result))
 '''
 
 
-def test_mirrored_step_equals_single_device_step():
-    result = _result(_wait([_run(MIRRORED)])[0])
-    assert result["replicas"] == 2
+@pytest.fixture(scope="module")
+def mirrored(bert_vocab, tmp_path_factory):
+    """One MirroredStrategy process (2 logical CPUs) for every mirrored case, and the one-device
+    reference of the multi-worker test (saved to `single_3_steps.npz`)."""
+    single_out = str(tmp_path_factory.mktemp("mirrored") / "single_3_steps.npz")
+    result = _result(_wait([_run(MIRRORED, args=(bert_vocab, single_out))])[0])
+    result["single_3_steps_npz"] = single_out
+    return result
+
+
+def _part(result, name):
+    part = result[name]
+    assert "error" not in part, part.get("error")
+    return part
+
+
+def test_mirrored_step_equals_single_device_step(mirrored):
+    assert mirrored["replicas"] == 2
+    result = _part(mirrored, "step_equality")
     for out in (result["sgd"], result["adamw"]):
         assert out["moved"] > 1e-3  # the step did change the weights
         assert out["diff"] <= 1e-5, result
         assert abs(out["loss1"] - out["loss2"]) <= 1e-5, result
 
 
+def test_fit_under_a_strategy_starts_the_dataset_once(mirrored):
+    """A built task needs no batch to build before fit (only the optimizer's slots, which Task
+    builds without one): the dataset, a raw-text pipeline included, is started once."""
+    assert _part(_part(mirrored, "step_equality"), "dataset_starts")["starts"] == 1
+
+
 MULTI_WORKER = COMMON + r'''
 os.environ["KERAS_BACKEND"] = "tensorflow"
-index, ports = int(sys.argv[1]), sys.argv[2].split(",")
-if len(ports) > 1:
-    os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-        "task": {"type": "worker", "index": index}})
+index, ports, weights_out = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3]
+os.environ["TF_CONFIG"] = json.dumps({
+    "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+    "task": {"type": "worker", "index": index}})
 import tensorflow as tf
 import keras, keras_bertfam as kb
-strategy = kb.distribute.get_strategy("multi_worker" if len(ports) > 1 else "default")
+strategy = kb.distribute.get_strategy("multi_worker")
 x, y = make_data(batch=8, steps=3)
 ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # 3 global batches of 8
 with strategy.scope():
     task = make_task(kb, keras)
     task.compile(optimizer=keras.optimizers.SGD(0.5))
 history = task.fit(ds, epochs=1, verbose=0).history
-np.savez(sys.argv[3], *weights_of(task))
+np.savez(weights_out, *weights_of(task))
 print(json.dumps({"replicas": strategy.num_replicas_in_sync,
                   "history": {k: float(v[-1]) for k, v in history.items()}}))
 '''
 
 
-def test_multi_worker_fit_two_processes(tmp_path):
+def test_multi_worker_fit_two_processes(tmp_path, mirrored):
     ports = ",".join(map(str, _free_ports(2)))
-    script = MULTI_WORKER.replace("sys.argv[1]", "ARG1").replace("sys.argv[2]", "ARG2")
-    procs = []
-    for i, (arg_ports, name) in enumerate([(ports, "w0"), (ports, "w1"), ("0", "single")]):
-        s = script.replace("ARG1", repr(str(i))).replace("ARG2", repr(arg_ports))
-        s = s.replace("sys.argv[3]", repr(str(tmp_path / f"{name}.npz")))
-        procs.append(_run(s))
-    outs = [_result(o) for o in _wait(procs)]
+    procs = [_run(MULTI_WORKER, args=(i, ports, tmp_path / f"w{i}.npz")) for i in range(2)]
+    # the one-device reference: 3 steps in the mirrored process, on the default strategy
+    outs = [_result(o) for o in _wait(procs)] + [
+        _part(_part(mirrored, "step_equality"), "single_3_steps")]
     assert [o["replicas"] for o in outs] == [2, 2, 1]
     assert np.isfinite(outs[0]["history"]["loss"]) and outs[0]["history"] == outs[1]["history"]
-    w0, w1, single = (np.load(tmp_path / f"{n}.npz") for n in ("w0", "w1", "single"))
+    w0, w1 = (np.load(tmp_path / f"w{i}.npz") for i in range(2))
+    single = np.load(mirrored["single_3_steps_npz"])
     for key in w0.files:
         np.testing.assert_array_equal(w0[key], w1[key])  # identical weights on both workers
         # and the same 3 steps as one device on the same global batches
         np.testing.assert_allclose(w0[key], single[key], atol=1e-5)
     assert abs(outs[0]["history"]["loss"] - outs[2]["history"]["loss"]) < 1e-5
 
+
+# JAX on CPU, XLA's optimizations off as `make test-jax` runs the JAX tests: compiling a tiny
+# model's steps dominates these processes (the two-host-devices one: 21.5 -> 14.8 s CPU), and
+# each comparison here is between steps compiled under the same flags.
+JAX_ENV = {"JAX_PLATFORMS": "cpu", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
 
 JAX_DP = COMMON + r'''
 os.environ["KERAS_BACKEND"] = "jax"
@@ -171,6 +282,8 @@ single = make_task(kb, keras)
 single.compile(optimizer=keras.optimizers.SGD(0.5))
 initial = weights_of(single)
 single.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+# the two-process test's reference too: two steps on one device, the full global batches
+np.savez(sys.argv[1], *weights_of(single))
 
 strategy = kb.distribute.get_strategy("jax_data_parallel")
 with strategy.scope():
@@ -186,9 +299,17 @@ print(json.dumps({"devices": len(jax.devices()), "diff": diff, "moved": moved,
 '''
 
 
-def test_jax_data_parallel_two_host_devices():
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    out = _result(_wait([_run(JAX_DP, env=env)])[0])
+@pytest.fixture(scope="module")
+def jax_two_devices(tmp_path_factory):
+    """The JAX process with 2 host devices: DataParallel against one device, whose weights after
+    the same two steps (single.npz) are also the two-process test's reference."""
+    single_out = tmp_path_factory.mktemp("jax") / "single.npz"
+    env = dict(JAX_ENV, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    return _result(_wait([_run(JAX_DP, env=env, args=(single_out,))])[0]), single_out
+
+
+def test_jax_data_parallel_two_host_devices(jax_two_devices):
+    out = jax_two_devices[0]
     assert out["devices"] == 2 and out["sharding_devices"] == 2  # weights replicated on both
     assert out["moved"] > 1e-3
     assert out["diff"] <= 1e-5, out
@@ -196,10 +317,11 @@ def test_jax_data_parallel_two_host_devices():
 
 JAX_MULTI_PROCESS = COMMON + r'''
 os.environ["KERAS_BACKEND"] = "jax"
+address, index, weights_out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 import keras, keras_bertfam as kb
 import jax
 strategy = kb.distribute.get_strategy(
-    "jax_data_parallel", job_addresses=ADDRESS, num_processes=2, process_id=INDEX)
+    "jax_data_parallel", job_addresses=address, num_processes=2, process_id=index)
 import tensorflow as tf
 x, y = make_data(batch=8, steps=2)
 # Every process reads the same global batches of 8; DataParallel shards them per process.
@@ -208,61 +330,53 @@ with strategy.scope():
     task = make_task(kb, keras)
     task.compile(optimizer=keras.optimizers.SGD(0.5))
 task.fit(ds, epochs=1, verbose=0)
-np.savez(OUT, *[np.asarray(jax.device_get(w.value.addressable_data(0))) for w in task.weights])
+np.savez(weights_out,
+         *[np.asarray(jax.device_get(w.value.addressable_data(0))) for w in task.weights])
 print(json.dumps({"processes": jax.process_count(), "devices": len(jax.devices())}))
 '''
 
 
-def test_jax_data_parallel_two_processes(tmp_path):
-    port = _free_ports(1)[0]
-    procs = []
-    for i in range(2):
-        s = (JAX_MULTI_PROCESS.replace("ADDRESS", repr(f"127.0.0.1:{port}"))
-             .replace("INDEX", str(i)).replace("OUT", repr(str(tmp_path / f"p{i}.npz"))))
-        procs.append(_run(s, env={"JAX_PLATFORMS": "cpu"}))
+def test_jax_data_parallel_two_processes(tmp_path, jax_two_devices):
+    address = f"127.0.0.1:{_free_ports(1)[0]}"
+    procs = [_run(JAX_MULTI_PROCESS, env=JAX_ENV,
+                  args=(address, i, tmp_path / f"p{i}.npz")) for i in range(2)]
     outs = [_result(o) for o in _wait(procs)]
     assert all(o == {"processes": 2, "devices": 2} for o in outs)
     p0, p1 = np.load(tmp_path / "p0.npz"), np.load(tmp_path / "p1.npz")
     for key in p0.files:
         np.testing.assert_array_equal(p0[key], p1[key])
-    # the same two steps as one process on the full global batches
-    single = SINGLE_JAX.replace("OUT", repr(str(tmp_path / "single.npz")))
-    _wait([_run(single, env={"JAX_PLATFORMS": "cpu"})])
-    ref = np.load(tmp_path / "single.npz")
+    # the same two steps as one process on the full global batches (a one-device model in the
+    # two-host-devices process: the same script the single-process reference ran)
+    ref = np.load(jax_two_devices[1])
     for key in p0.files:
         np.testing.assert_allclose(p0[key], ref[key], atol=1e-5)
 
 
-SINGLE_JAX = COMMON + r'''
-os.environ["KERAS_BACKEND"] = "jax"
-import keras, keras_bertfam as kb
-x, y = make_data(batch=8, steps=2)
-task = make_task(kb, keras)
-task.compile(optimizer=keras.optimizers.SGD(0.5))
-task.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
-np.savez(OUT, *weights_of(task))
-print("{}")
-'''
-
-
 # === Mixed precision (in process, TensorFlow backend) ===
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-def test_mixed_precision_train_step(policy):
+@pytest.fixture(scope="module")
+def float32_reference():
+    """make_task's float32 weights and outputs on make_data(batch=4): both policies' reference."""
     exec(COMMON, scope := {"keras": keras})
     x, y = scope["make_data"](batch=4)
-    reference = scope["make_task"](kb, keras)
-    expected = keras.ops.convert_to_numpy(reference.predict(x, verbose=0)["pair_logits"])
+    reference = scope["make_task"](kb, keras, num_layers=2)
+    outputs = {k: keras.ops.convert_to_numpy(v)
+               for k, v in reference.predict(x, verbose=0).items()}
+    return scope, x, y, reference.get_weights(), outputs
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_train_step(policy, float32_reference):
+    scope, x, y, reference_weights, reference = float32_reference
     try:
         keras.mixed_precision.set_global_policy(policy)
-        task = scope["make_task"](kb, keras)
-        task.set_weights(reference.get_weights())
+        task = scope["make_task"](kb, keras, num_layers=2)
+        task.set_weights(reference_weights)
         out = task.predict(x, verbose=0)
         assert task.backbone.compute_dtype == policy.split("_")[1]
         assert all(w.dtype == "float32" for w in task.weights)  # float32 master weights
-        np.testing.assert_allclose(out["pair_logits"], expected, atol=0.05)
+        np.testing.assert_allclose(out["pair_logits"], reference["pair_logits"], atol=0.05)
         mlm = keras.ops.convert_to_numpy(out["mlm_logits"]).astype("float32")
-        ref_mlm = reference.predict(x, verbose=0)["mlm_logits"]
-        assert np.abs(mlm - ref_mlm).max() < 0.1
+        assert np.abs(mlm - reference["mlm_logits"]).max() < 0.1
         task.compile(learning_rate=1e-3)
         loss, aux = task.losses_and_metrics(y, task(x, training=True), None)
         assert loss.dtype == "float32" and all(v.dtype == "float32" for v in aux.values())
@@ -281,57 +395,13 @@ def test_get_strategy_names():
         kb.distribute.get_strategy("jax_data_parallel")
 
 
-MIRRORED_EVERY_PRETRAINER = r'''
-import json, os, sys
-os.environ["KERAS_BACKEND"] = "tensorflow"
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import keras, keras_bertfam as kb
-from keras_bertfam.cli import PRETRAINERS
-tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=sys.argv[1], lowercase=True)
-texts = [f"Film {i} was good. I liked the actors a lot. The ending was sad. I would see it again."
-         for i in range(64)]
-sizes = dict(vocabulary_size=tokenizer.vocabulary_size(), num_layers=1, num_heads=2,
-             hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
-backbones = {"bert": kb.models.BertBackbone, "roberta": kb.models.RobertaBackbone,
-             "albert": kb.models.AlbertBackbone, "distil_bert": kb.models.DistilBertBackbone,
-             "electra": kb.models.ElectraBackbone, "spanbert": kb.models.SpanBertBackbone}
-strategy = kb.distribute.get_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
-out = {}
-for family, backbone_cls in backbones.items():
-    keras.utils.set_random_seed(0)
-    task_cls = getattr(kb.tasks, PRETRAINERS[family])
-    with strategy.scope():
-        # one layer (each layer's trace costs ~1 s per family here); ALBERT two, so its one
-        # shared block is called twice per replica step
-        extra = dict(embedding_dim=8, num_layers=2) if family == "albert" else {}
-        backbone = backbone_cls(**{**sizes, **extra})
-        preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
-                                                     batch_size=8, seed=0)
-        task = task_cls.pretraining_task(backbone, preprocessor)
-        task.compile(learning_rate=1e-3)
-    before = [keras.ops.convert_to_numpy(w) for w in task.trainable_weights]
-    history = task.fit(tf.data.Dataset.from_tensor_slices(texts).batch(16), epochs=1,
-                       steps_per_epoch=2, verbose=0).history
-    moved = max(float(np.abs(keras.ops.convert_to_numpy(w) - b).max())
-                for w, b in zip(task.trainable_weights, before))
-    out[family] = dict({k: float(v[-1]) for k, v in history.items() if k.endswith("loss")},
-                       moved=moved)
-print(json.dumps({"replicas": strategy.num_replicas_in_sync, "tasks": out}))
-'''
-
-
-def test_every_pretrainer_fits_raw_text_under_mirrored(bert_vocab):
+def test_every_pretrainer_fits_raw_text_under_mirrored(mirrored):
     """Each family's pretraining task (the CLI's choice), raw strings through its preprocessor,
     two steps on 2 logical CPUs: finite losses, every loss term live, weights moved."""
-    script = MIRRORED_EVERY_PRETRAINER.replace("sys.argv[1]", repr(bert_vocab))
-    out = _result(_wait([_run(script)])[0])
-    assert out["replicas"] == 2
-    assert set(out["tasks"]) == {"bert", "roberta", "albert", "distil_bert", "electra",
-                                 "spanbert"}
-    for family, result in out["tasks"].items():
+    assert mirrored["replicas"] == 2
+    tasks = _part(mirrored, "every_pretrainer")
+    assert set(tasks) == {"bert", "roberta", "albert", "distil_bert", "electra", "spanbert"}
+    for family, result in tasks.items():
         losses = {k: v for k, v in result.items() if k.endswith("loss")}
         assert all(np.isfinite(v) and v > 0 for v in losses.values()), (family, result)
         assert result["moved"] > 1e-4, (family, result)

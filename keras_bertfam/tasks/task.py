@@ -148,6 +148,16 @@ class Task(keras.Model):
             # distributed batch, which fails under MultiWorkerMirroredStrategy.
             if self._distribute_strategy is None:
                 return
+            if not self._needs_symbolic_build():
+                # Only the optimizer's slots are missing, and they need no batch. Keras pulls one
+                # anyway, from an iterator of its own: a raw-text pipeline (tokenizer, masker)
+                # started twice per fit / evaluate, and a symbolic forward pass traced for
+                # nothing (the preprocessor's tokenizer is the one layer never "built").
+                with self.distribute_strategy.scope():
+                    if self.optimizer is not None and not self.optimizer.built:
+                        self.optimizer.build(self.trainable_variables)
+                    self._post_build()
+                return
             from keras_bertfam.distribute import first_replica_batch
 
             if iterator is not None:
@@ -156,6 +166,18 @@ class Task(keras.Model):
                     break
             with self.distribute_strategy.scope():
                 self._symbolic_build(data_batch=data_batch)
+
+        def _needs_symbolic_build(self):
+            """Whether Keras' symbolic build has anything but the optimizer to build: a model
+            layer (the preprocessor's aside: the model never calls them) or compiled metrics or
+            losses not built yet."""
+            preprocessor = getattr(self, "preprocessor", None)
+            skip = set() if preprocessor is None else {
+                id(layer) for layer in preprocessor._flatten_layers()}
+            if not all(layer.built for layer in self._flatten_layers() if id(layer) not in skip):
+                return True
+            return any(c is not None and not c.built
+                       for c in (self._compile_metrics, self._compile_loss))
 
         def train_step(self, data):
             from keras_bertfam.distribute import per_worker_logs
