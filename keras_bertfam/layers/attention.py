@@ -30,6 +30,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         padding_mask: (B, T), true/1 for real tokens; or a full (B, T, T) attention mask.
         head_mask: optional (N,) or (B, N): multiplies each head's probabilities.
         return_attention_scores: also return the (B, N, T, T) probabilities.
+        query_rows: a Python slice of positions: queries (and outputs) only at those rows,
+            keys and values still from every position; the output is (B, Tq, H) and equals
+            those rows of the full output (the [CLS]-only last layer of a classifier).
 
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=2, hidden_dim=8)
@@ -114,17 +117,21 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         head_mask=None,
         return_attention_scores=False,
         training=False,
+        query_rows=None,
     ):
+        xq = x if query_rows is None else x[:, query_rows, :]  # (B, Tq, H)
         if self.num_heads == 0:
-            output = ops.zeros_like(x) + ops.cast(self.output_bias, x.dtype)  # (B, T, H)
+            output = ops.zeros_like(xq) + ops.cast(self.output_bias, x.dtype)  # (B, Tq, H)
             if not return_attention_scores:
                 return output
-            t = ops.shape(x)[1]
-            return output, ops.zeros((ops.shape(x)[0], 0, t, t), dtype=x.dtype)
-        q = self.query_dense(x)  # (B, T, N, Hd)
-        k = self.key_dense(x)
+            shape = (ops.shape(x)[0], 0, ops.shape(xq)[1], ops.shape(x)[1])
+            return output, ops.zeros(shape, dtype=x.dtype)
+        q = self.query_dense(xq)  # (B, Tq, N, Hd)
+        k = self.key_dense(x)  # (B, S, N, Hd)
         v = self.value_dense(x)
-        mask = attention_mask(padding_mask)  # (B, 1, 1|T, T) bool, or None
+        mask = attention_mask(padding_mask)  # (B, 1, 1|T, S) bool, or None
+        if query_rows is not None and padding_mask is not None and len(padding_mask.shape) == 3:
+            mask = mask[:, :, query_rows, :]  # (B, 1, Tq, S)
         explicit = (
             return_attention_scores
             or head_mask is not None
@@ -137,12 +144,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if not explicit:
             context = ops.dot_product_attention(
                 q, k, v, mask=mask, scale=1.0 / math.sqrt(self.head_dim)
-            )  # (B, T, N, Hd)
+            )  # (B, Tq, N, Hd)
             return self.output_dense(context)
 
         # Scale q (B, T, N, Hd) rather than the larger scores (B, N, T, S).
         q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
-        scores = ops.einsum("btnh,bsnh->bnts", q, k)  # (B, N, T, S)
+        scores = ops.einsum("btnh,bsnh->bnts", q, k)  # (B, N, Tq, S)
         if mask is not None:
             scores = ops.where(mask, scores, ops.cast(_large_negative(scores.dtype), scores.dtype))
         probs = ops.softmax(scores, axis=-1)
@@ -151,7 +158,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             head_mask = ops.cast(head_mask, probs.dtype)
             head_mask = ops.reshape(head_mask, (-1, self.num_heads, 1, 1))  # (1|B, N, 1, 1)
             probs = probs * head_mask
-        context = ops.einsum("bnts,bsnh->btnh", probs, v)  # (B, T, N, Hd)
+        context = ops.einsum("bnts,bsnh->btnh", probs, v)  # (B, Tq, N, Hd)
         output = self.output_dense(context)
         return (output, probs) if return_attention_scores else output
 

@@ -4,6 +4,11 @@ A block is two residual sublayers, self-attention and feed-forward, each followe
 BERT) or preceded by (pre-LN, `norm_first=True`) a LayerNorm. The sublayers are layers of their own
 so that ALBERT's sharing ablation can share one without the other: the encoder passes the same
 sublayer instance to several blocks, and Keras then tracks its weights once.
+
+A block can compute its output at a subset of positions only (`query_rows`, a Python slice): the
+queries, residuals, LayerNorms and feed-forward run on those rows, the keys and values on every
+position, and the rows equal those of the full output. A classifier that reads only [CLS] runs
+its last layer that way (`TransformerStack(..., last_layer_rows=...)`).
 """
 import keras
 from keras import ops
@@ -33,7 +38,10 @@ def get_activation(activation):
 
 
 class _Residual(keras.layers.Layer):
-    """`x + dropout(f(x))` with a LayerNorm after (post-LN) or before f (pre-LN)."""
+    """`x + dropout(f(x))` with a LayerNorm after (post-LN) or before f (pre-LN).
+
+    With `query_rows`, f maps the (normalized) full x to those rows only, and the residual adds
+    those rows of x."""
 
     def __init__(self, norm_first, layer_norm_epsilon, dropout, **kwargs):
         super().__init__(**kwargs)
@@ -43,17 +51,21 @@ class _Residual(keras.layers.Layer):
         )
         self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **sublayer_kwargs(self))
 
-    def residual(self, x, f, training):
+    def residual(self, x, f, training, query_rows=None):
+        skip = x if query_rows is None else x[:, query_rows, :]  # (B, Tq, H)
         if self.norm_first:
-            return x + self.dropout_layer(f(self.layer_norm(x)), training=training)
-        return self.layer_norm(x + self.dropout_layer(f(x), training=training))
+            return skip + self.dropout_layer(f(self.layer_norm(x)), training=training)
+        return self.layer_norm(skip + self.dropout_layer(f(x), training=training))
 
 
 class AttentionSublayer(_Residual):
     """Residual self-attention: `LN(x + dropout(attention(x)))`.
 
     `attention_layer`: an attention layer instance to use instead of a `MultiHeadSelfAttention`
-    (Longformer's sliding-window attention); it takes the same call arguments.
+    (Longformer's sliding-window attention); it takes the same call arguments (`query_rows` only
+    if it is ever given one).
+
+    `query_rows` (call): a Python slice; the output is those rows only, (B, Tq, H).
     """
 
     def __init__(
@@ -86,8 +98,11 @@ class AttentionSublayer(_Residual):
         self.built = True
 
     def call(self, x, padding_mask=None, head_mask=None, return_attention_scores=False,
-             training=False):
+             training=False, query_rows=None):
         scores = []
+        # Only a subset of rows is asked of the attention layer: Longformer's, which has no
+        # query-subset path, is never asked.
+        rows = {} if query_rows is None else {"query_rows": query_rows}
 
         def attend(h):
             out = self.attention(
@@ -96,13 +111,14 @@ class AttentionSublayer(_Residual):
                 head_mask=head_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
+                **rows,
             )
             if return_attention_scores:
                 out, probs = out
                 scores.append(probs)
             return out
 
-        y = self.residual(x, attend, training)
+        y = self.residual(x, attend, training, query_rows)
         return (y, scores[0]) if return_attention_scores else y
 
 
@@ -164,7 +180,10 @@ class TransformerBlock(keras.layers.Layer):
 
     Call args: `x` (B, T, H); `padding_mask` (B, T) true/1 for real tokens (or a full (B, T, S)
     mask); `attention_mask` (B, T, S), combined with `padding_mask`; `head_mask`;
-    `return_attention_scores` to also return the (B, N, T, S) probabilities.
+    `return_attention_scores` to also return the (B, N, T, S) probabilities; `query_rows` (a
+    Python slice of positions) to compute the output at those rows only, (B, Tq, H): queries,
+    residuals, LayerNorms and feed-forward on those rows, keys and values on all of x; the rows
+    equal those of the full output (in training, dropout draws masks of the smaller shape).
 
     Example:
     >>> block = TransformerBlock(intermediate_dim=16, num_heads=2)
@@ -251,7 +270,7 @@ class TransformerBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, x, padding_mask=None, attention_mask=None, head_mask=None,
-             return_attention_scores=False, training=False):
+             return_attention_scores=False, training=False, query_rows=None):
         if attention_mask is not None:
             mask = ops.cast(attention_mask, "bool")  # (B, T, S)
             if padding_mask is not None:
@@ -263,6 +282,7 @@ class TransformerBlock(keras.layers.Layer):
             head_mask=head_mask,
             return_attention_scores=return_attention_scores,
             training=training,
+            query_rows=query_rows,
         )
         if return_attention_scores:
             x, probs = x
@@ -377,7 +397,10 @@ class TransformerStack(keras.layers.Layer):
     distinct blocks and each of its layers runs all R in turn (share="all" only).
 
     Call returns the last hidden states, or `(last, all_hidden_states, all_attention_probs)` with
-    `return_all=True` (one entry per block call).
+    `return_all=True` (one entry per block call). With `last_layer_rows` (a Python slice of
+    positions) the last block call computes only those rows (`TransformerBlock`'s
+    `query_rows`) and the stack returns (B, Tq, H): exactly those rows of the full output, for a
+    task that reads only them (a classifier's [CLS]).
 
     `heads_per_layer` (a list of L ints, default `num_heads` everywhere) gives each layer its own
     number of heads, all `hidden_dim // num_heads` wide: what `kb.analysis.prune_heads` leaves.
@@ -517,25 +540,30 @@ class TransformerStack(keras.layers.Layer):
             block.build(input_shape)
         self.built = True
 
-    def call(self, x, padding_mask=None, head_mask=None, return_all=False, training=False):
+    def call(self, x, padding_mask=None, head_mask=None, return_all=False, training=False,
+             last_layer_rows=None):
+        if return_all and last_layer_rows is not None:
+            raise ValueError("return_all=True returns every layer's full states; it takes no "
+                             f"last_layer_rows (got {last_layer_rows}).")
         if head_mask is None:
             # Set by `kb.analysis` around a task's call, to differentiate with respect to it.
             head_mask = getattr(self, "head_mask_override", None)
         hidden_states, attention_probs = [x], []
-        for i in range(self.num_layers):
+        calls = [(i, block) for i in range(self.num_layers) for block in self.layer_blocks(i)]
+        for n, (i, block) in enumerate(calls):
             layer_head_mask = None if head_mask is None else head_mask[i]
-            for block in self.layer_blocks(i):
-                x = block(
-                    x,
-                    padding_mask=padding_mask,
-                    head_mask=layer_head_mask,
-                    return_attention_scores=return_all,
-                    training=training,
-                )
-                if return_all:
-                    x, probs = x
-                    hidden_states.append(x)
-                    attention_probs.append(probs)
+            x = block(
+                x,
+                padding_mask=padding_mask,
+                head_mask=layer_head_mask,
+                return_attention_scores=return_all,
+                training=training,
+                query_rows=last_layer_rows if n == len(calls) - 1 else None,
+            )
+            if return_all:
+                x, probs = x
+                hidden_states.append(x)
+                attention_probs.append(probs)
         if return_all:
             return x, hidden_states, attention_probs
         return x

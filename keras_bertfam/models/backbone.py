@@ -87,6 +87,10 @@ class Backbone(keras.Model):
 
     # keras-hub's backbones take [CLS] (or `<s>`) from position 0 for the pooled output.
     cls_token_index = 0
+    # Whether `backbone(inputs, cls_only=True)` runs (see `call`): a family whose output at
+    # [CLS] can be computed alone in the last layer. XLNet (its summary is the last token, its
+    # attention relative) and Longformer (global attention) keep the full path.
+    supports_cls_only = False
 
     @property
     def token_embedding(self):
@@ -96,9 +100,38 @@ class Backbone(keras.Model):
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
 
-    def call(self, inputs, *args, **kwargs):
+    def call(self, inputs, *args, cls_only=False, **kwargs):
+        """The functional graph; with `cls_only=True` (a family with `supports_cls_only`),
+        `_forward(..., cls_only=True)`: the last layer computes only the [CLS] row, and
+        `sequence_output` is that row, (B, 1, H); `pooled_output` is unchanged.
+
+        A task that reads only [CLS] calls `backbone(features, cls_only=True)`: Keras records
+        the keyword in the task graph's node, so the backbone stays one layer of the task (the
+        same weight paths) and every call of the task graph (fit, predict, JAX's
+        `stateless_call`, export) replays it.
+        """
         # JAX's fit / predict reach `call` through `stateless_call`, not `__call__`.
-        return super().call(complete_inputs(self, inputs), *args, **kwargs)
+        inputs = complete_inputs(self, inputs)
+        if not cls_only:
+            return super().call(inputs, *args, **kwargs)
+        self._check_cls_only()
+        inputs = {name: ops.convert_to_tensor(inputs[name], "int32") for name in self.input}
+        return self._forward(inputs, training=kwargs.get("training"), cls_only=True)
+
+    def compute_output_spec(self, inputs, *args, cls_only=False, **kwargs):
+        spec = super().compute_output_spec(inputs, *args, **kwargs)
+        if not cls_only:
+            return spec
+        self._check_cls_only()
+        sequence = spec["sequence_output"]  # (B, T, H) -> (B, 1, H)
+        rows = (sequence.shape[0], 1, sequence.shape[2])
+        return dict(spec, sequence_output=keras.KerasTensor(rows, dtype=sequence.dtype))
+
+    def _check_cls_only(self):
+        if not self.supports_cls_only:
+            raise ValueError(
+                f"{type(self).__name__} has no [CLS]-only path (supports_cls_only=False): call "
+                f"it without cls_only=True.")
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
@@ -139,6 +172,11 @@ class EncoderBackbone(Backbone):
     `num_segments=0` or the family has no segments, as RoBERTa), each (B, T) int; a missing
     `segment_ids` is zeros and a missing `padding_mask` ones, as keras-hub's inputs allow. Outputs: `{"sequence_output": (B, T, H),
     "pooled_output": (B, H)}` (no `pooled_output` when `pooler=False`).
+
+    `backbone(inputs, cls_only=True)` computes the last layer at [CLS] only (its queries,
+    attention output, LayerNorms and feed-forward; keys and values from every position):
+    `sequence_output` is then the [CLS] row (B, 1, H), and it and `pooled_output` equal the
+    full path's. `TextClassifier` and `MultipleChoice` run this way.
 
     Every family takes `heads_per_layer=[n_0, ..., n_{L-1}]` as a keyword: layer i keeps n_i heads
     of width `hidden_dim // num_heads` (a structurally pruned model, `kb.analysis.prune_heads`;
@@ -252,6 +290,7 @@ class EncoderBackbone(Backbone):
         self.heads_per_layer = self.encoder.heads_per_layer
 
     takes_segment_ids = True  # RoBERTa: False (one token type, no `segment_ids` input)
+    supports_cls_only = True
 
     # === keras-hub's attribute names ===
     @property
@@ -279,7 +318,8 @@ class EncoderBackbone(Backbone):
     def pooled_dense(self):
         return self.pooler_dense
 
-    def _forward(self, inputs, head_mask=None, return_all=False, training=None):
+    def _forward(self, inputs, head_mask=None, return_all=False, training=None, cls_only=False):
+        cls = self.cls_token_index
         x = self.embeddings(inputs["token_ids"], inputs.get("segment_ids"), training=training)
         x = self.encoder(
             x,
@@ -287,13 +327,14 @@ class EncoderBackbone(Backbone):
             head_mask=head_mask,
             return_all=return_all,
             training=training,
-        )
+            last_layer_rows=slice(cls, cls + 1) if cls_only else None,
+        )  # (B, T, H), or the [CLS] row (B, 1, H) with cls_only
         outputs = {}
         if return_all:
             x, outputs["hidden_states"], outputs["attention_probs"] = x
         outputs["sequence_output"] = x
         if self.pooler_dense is not None:
-            outputs["pooled_output"] = self.pooler_dense(x[:, 0, :])
+            outputs["pooled_output"] = self.pooler_dense(x[:, 0 if cls_only else cls, :])
         return outputs
 
     def inspect(self, inputs, head_mask=None):

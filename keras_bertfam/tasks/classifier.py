@@ -15,6 +15,16 @@ def pooled(backbone, outputs):
     return outputs["sequence_output"][:, 0, :]
 
 
+def cls_outputs(backbone, features, cls_only=True):
+    """`backbone(features)` for a task that reads only [CLS] (through `pooled`): with
+    `cls_only` and a family that `supports_cls_only`, `backbone(features, cls_only=True)`, whose
+    last layer computes the [CLS] row alone (same outputs at [CLS]); else the full backbone
+    (Longformer, XLNet)."""
+    if cls_only and backbone.supports_cls_only:
+        return backbone(features, cls_only=True)
+    return backbone(features)
+
+
 def head_initializer(backbone):
     return keras.initializers.TruncatedNormal(stddev=getattr(backbone, "initializer_range", 0.02))
 
@@ -35,6 +45,17 @@ class TextClassifier(Task):
     Raw strings work in `fit` / `evaluate` / `predict` with the attached preprocessor
     (`TextClassifierPreprocessor`): `x` is a list of strings or a tuple of two lists (pairs).
 
+    `cls_only=True` (the default) runs the backbone's last transformer layer at [CLS] only, where
+    the family allows it (`backbone.supports_cls_only`: the `EncoderBackbone` families;
+    Longformer and XLNet run in full): its queries, attention output, LayerNorms and
+    feed-forward for that one row, keys and values from every position. The logits and
+    gradients are those of the full path (to float rounding). On the 6-layer MiniLM
+    (`all_minilm_l6_v2`, batch 32 x 31 tokens) that is 13.5% fewer encoder matmul FLOPs, and a
+    train step used 10% less CPU time (predict 13%; TensorFlow on a shared 2-core CPU, medians
+    of interleaved rounds). In training, dropout in that layer draws masks of the smaller shape,
+    so the random draws (not their distribution) differ from those of `cls_only=False`, which
+    runs the whole last layer. The weights and their saved paths are the same either way.
+
     Example:
     >>> clf = kb.tasks.TextClassifier.from_preset("bert_tiny_en_uncased", num_classes=2)  # doctest: +SKIP
     >>> clf.fit(["great film", "dull"], [1, 0], epochs=1)  # doctest: +SKIP
@@ -46,7 +67,7 @@ class TextClassifier(Task):
     default_learning_rate = 5e-5
 
     def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,
-                 hidden_activation="auto", **kwargs):
+                 hidden_activation="auto", cls_only=True, **kwargs):
         if not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
         if hidden_activation == "auto":
@@ -56,6 +77,7 @@ class TextClassifier(Task):
         self.preprocessor = share_num_classes(preprocessor, num_classes)
         self.dropout = dropout
         self.hidden_activation = hidden_activation
+        self.cls_only = cls_only
         self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
         # Built only with an activation: the other families keep their weights' names.
         self.hidden_dense = self.hidden_dropout = None
@@ -67,7 +89,7 @@ class TextClassifier(Task):
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
                                        name="logits")
         inputs, features = backbone_inputs(backbone, task="TextClassifier")
-        x = self.dropout_layer(pooled(backbone, backbone(features)))
+        x = self.dropout_layer(pooled(backbone, cls_outputs(backbone, features, cls_only)))
         if self.hidden_dense is not None:
             x = self.hidden_dropout(self.hidden_dense(x))
         logits = self.head(x)

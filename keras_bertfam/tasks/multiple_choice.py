@@ -6,6 +6,7 @@ from keras_bertfam.tasks.classifier import (
     _mean,
     check_label_values,
     class_outputs,
+    cls_outputs,
     head_initializer,
     pooled,
 )
@@ -42,15 +43,19 @@ class MultipleChoice(Task):
 
     Inputs: the backbone's inputs with a choices axis, (B, C, T). Output: (B, C) logits. Raw input:
     `x = (contexts [B], choices [B][C])`, `y` the index of the right choice.
+
+    `cls_only=True` (the default): the backbone's last layer runs at [CLS] only, as in
+    `TextClassifier` (same scores; in training, other dropout draws in that layer).
     """
 
     preprocessor_args = ("sequence_length",)
     default_learning_rate = 5e-5
 
-    def __init__(self, backbone, preprocessor=None, dropout=0.1, **kwargs):
+    def __init__(self, backbone, preprocessor=None, dropout=0.1, cls_only=True, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.dropout = dropout
+        self.cls_only = cls_only
         self.fold = FoldChoices(name="fold_choices")
         self.unfold = UnfoldChoices(name="unfold_choices")
         self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
@@ -59,7 +64,8 @@ class MultipleChoice(Task):
         inputs = {name: keras.Input(shape=(None, None), dtype="int32", name=name)
                   for name in backbone.input}
         features = {name: self.fold(value) for name, value in inputs.items()}  # (B*C, T)
-        scores = self.head(self.dropout_layer(pooled(backbone, backbone(features))))  # (B*C, 1)
+        outputs = cls_outputs(backbone, features, cls_only)
+        scores = self.head(self.dropout_layer(pooled(backbone, outputs)))  # (B*C, 1)
         logits = self.unfold(scores, inputs["token_ids"])  # (B, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["accuracy"])

@@ -1,0 +1,240 @@
+"""The [CLS]-only last layer (`backbone(x, cls_only=True)`, TextClassifier / MultipleChoice's
+default): the same logits and gradients as the full path on every EncoderBackbone family and
+every backend, fewer rows computed, the same weights and saved paths, the full path kept for
+XLNet and Longformer."""
+import h5py
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_bertfam as kb
+from keras_bertfam.layers import TransformerBlock
+from tests.conftest import to_numpy
+
+pytestmark = pytest.mark.multibackend
+
+SIZES = dict(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+             max_sequence_length=32, dropout=0.0)
+FAMILIES = {
+    "bert": lambda: kb.models.BertBackbone(**SIZES),
+    "bert_pruned": lambda: kb.models.BertBackbone(**SIZES, heads_per_layer=[1, 2]),
+    "bert_last_layer_no_heads": lambda: kb.models.BertBackbone(**SIZES, heads_per_layer=[2, 0]),
+    "roberta": lambda: kb.models.RobertaBackbone(**SIZES),
+    "albert_shared_repeated": lambda: kb.models.AlbertBackbone(
+        **SIZES, embedding_dim=8, num_groups=1, num_inner_repetitions=2),
+    "albert_share_attention": lambda: kb.models.AlbertBackbone(
+        **SIZES, embedding_dim=8, num_groups=1, share="attention"),
+    "distil_bert": lambda: kb.models.DistilBertBackbone(**SIZES),
+    "electra": lambda: kb.models.ElectraBackbone(**SIZES, embedding_dim=8),
+    "spanbert": lambda: kb.models.SpanBertBackbone(**SIZES),
+}
+
+
+def _inputs(batch=4, length=9, seed=0):
+    """Mixed padding, sentence pairs (segments 0 then 1)."""
+    rng = np.random.RandomState(seed)
+    lengths = np.array([length, 6, 3, 8, 5, 7][:batch])
+    padding = (np.arange(length)[None] < lengths[:, None]).astype("int32")
+    segments = ((np.arange(length)[None] >= lengths[:, None] // 2) * padding).astype("int32")
+    token_ids = rng.randint(5, 300, (batch, length)).astype("int32") * padding
+    return {"token_ids": token_ids, "segment_ids": segments, "padding_mask": padding}
+
+
+def _for(model, x):
+    return {k: v for k, v in x.items() if k in model.input}
+
+
+def _fast_and_full(make_backbone, num_classes=3):
+    backbone = make_backbone()
+    fast = kb.tasks.TextClassifier(backbone, num_classes=num_classes, dropout=0.0)
+    full = kb.tasks.TextClassifier(backbone, num_classes=num_classes, dropout=0.0,
+                                   cls_only=False)
+    full.set_weights(fast.get_weights())  # the heads' (the backbone is shared)
+    return fast, full
+
+
+def _loss_and_grads(task, x, y):
+    """Cross-entropy of the logits and its gradients w.r.t. the trainable variables, in
+    inference mode (no dropout); JAX through `stateless_call`, as its fit does."""
+    backend = keras.backend.backend()
+    variables = task.trainable_variables
+    x = {k: ops.convert_to_tensor(v) for k, v in _for(task, x).items()}
+
+    def loss_of(logits):
+        return ops.mean(ops.sparse_categorical_crossentropy(y, logits, from_logits=True))
+
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            logits = task(x, training=False)
+            loss = loss_of(logits)
+        grads = tape.gradient(loss, variables)
+    elif backend == "jax":
+        import jax
+
+        def f(values):
+            logits, _ = task.stateless_call(values, task.non_trainable_variables, x,
+                                            training=False)
+            return loss_of(logits), logits
+
+        (loss, logits), grads = jax.jit(jax.value_and_grad(f, has_aux=True))(
+            [v.value for v in variables])
+    else:
+        for v in variables:
+            v.value.grad = None
+        logits = task(x, training=False)
+        loss = loss_of(logits)
+        loss.backward()
+        grads = [v.value.grad for v in variables]
+    return to_numpy(logits), [np.zeros(v.shape) if g is None else to_numpy(g)
+                              for v, g in zip(variables, grads)]
+
+
+def _rows_seen(task, x):
+    """The rows per example each feed-forward call of the backbone computes, in call order."""
+    seen, patched = [], []
+    for block in task.backbone.encoder.blocks:
+        dense = block.feedforward.intermediate_dense
+        if dense in patched:  # a feed-forward sublayer shared by several blocks
+            continue
+        patched.append(dense)
+
+        def recorded(inputs, *args, _call=dense.call, **kwargs):
+            seen.append(int(inputs.shape[1]))
+            return _call(inputs, *args, **kwargs)
+
+        dense.call = recorded
+    try:
+        task(_for(task, x), training=False)
+    finally:
+        for dense in patched:
+            del dense.call
+    return seen
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_cls_only_classifier_equals_the_full_path(family):
+    """Logits and every trainable weight's gradient equal the full path's (1e-5), with padding
+    and pairs (JAX: compiled, through `stateless_call`); the last block call computes one row
+    per example (every other call, and the full path, all 9)."""
+    fast, full = _fast_and_full(FAMILIES[family])
+    x = _inputs()
+    rows = _rows_seen(full, x)
+    assert rows == [9] * len(rows) and _rows_seen(fast, x) == [9] * (len(rows) - 1) + [1]
+    y = np.array([0, 2, 1, 2])
+    logits_fast, grads_fast = _loss_and_grads(fast, x, y)
+    logits_full, grads_full = _loss_and_grads(full, x, y)
+    np.testing.assert_allclose(logits_fast, logits_full, atol=1e-5, rtol=1e-5)
+    assert [v.path for v in fast.trainable_variables] == [v.path for v in
+                                                          full.trainable_variables]
+    for v, a, b in zip(fast.trainable_variables, grads_fast, grads_full):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=v.path)
+    assert any(np.abs(g).max() > 0 for g in grads_fast[:-2])  # the backbone is trained
+
+
+def test_backbone_cls_only_outputs_and_spec():
+    """`backbone(x, cls_only=True)`: the [CLS] row (B, 1, H) and the same pooled output, eager
+    and symbolic; the functional (full) call unchanged."""
+    backbone = FAMILIES["bert"]()
+    x = _inputs()
+    full, fast = backbone(x), backbone(x, cls_only=True)
+    assert tuple(fast["sequence_output"].shape) == (4, 1, 16)
+    np.testing.assert_allclose(to_numpy(fast["sequence_output"]),
+                               to_numpy(full["sequence_output"])[:, :1], atol=1e-5)
+    np.testing.assert_allclose(to_numpy(fast["pooled_output"]), to_numpy(full["pooled_output"]),
+                               atol=1e-5)
+    inputs = {k: keras.Input((None,), dtype="int32", name=k) for k in backbone.input}
+    spec = backbone(inputs, cls_only=True)
+    assert tuple(spec["sequence_output"].shape) == (None, 1, 16)
+    assert tuple(spec["pooled_output"].shape) == (None, 16)
+    assert tuple(backbone(inputs)["sequence_output"].shape) == (None, None, 16)
+    fast = kb.tasks.TextClassifier(backbone, num_classes=3, dropout=0.0)
+    full = kb.tasks.TextClassifier(backbone, num_classes=3, dropout=0.0, cls_only=False)
+    full.set_weights(fast.get_weights())
+    np.testing.assert_allclose(fast.predict(_for(fast, x), verbose=0),  # compiled
+                               full.predict(_for(full, x), verbose=0), atol=1e-5, rtol=1e-5)
+
+
+def test_xlnet_and_longformer_keep_the_full_path():
+    """The capability is per family: XLNet (summary from the last token, relative attention)
+    and Longformer (global attention) have no [CLS]-only path; their classifiers run in full."""
+    assert all(cls.supports_cls_only for cls in (
+        kb.models.BertBackbone, kb.models.RobertaBackbone, kb.models.AlbertBackbone,
+        kb.models.DistilBertBackbone, kb.models.ElectraBackbone, kb.models.SpanBertBackbone))
+    assert not kb.models.XLNetBackbone.supports_cls_only
+    assert not kb.models.LongformerBackbone.supports_cls_only
+    longformer = kb.models.LongformerBackbone(
+        vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32,
+        attention_window=4, max_sequence_length=32)
+    x = {"token_ids": np.array([[0, 5, 6, 7, 8, 2]]), "segment_ids": np.zeros((1, 6), "int32"),
+         "padding_mask": np.ones((1, 6), "int32"),
+         "global_attention_mask": np.array([[1, 0, 0, 0, 0, 0]])}
+    with pytest.raises(ValueError, match="LongformerBackbone has no \\[CLS\\]-only path"):
+        longformer(x, cls_only=True)
+    clf = kb.tasks.TextClassifier(longformer, num_classes=2)  # cls_only=True: not applicable
+    assert clf.predict({k: v for k, v in x.items() if k in clf.input}, verbose=0).shape == (1, 2)
+
+
+def test_multiple_choice_cls_only_equals_the_full_path():
+    backbone = FAMILIES["electra"]()
+    fast = kb.tasks.MultipleChoice(backbone, dropout=0.0)
+    full = kb.tasks.MultipleChoice(backbone, dropout=0.0, cls_only=False)
+    full.set_weights(fast.get_weights())
+    x = {k: v.reshape(2, 2, -1) for k, v in _inputs().items()}  # (B=2, C=2, T)
+    assert _rows_seen(fast, x) == [9, 1] and _rows_seen(full, x) == [9, 9]
+    np.testing.assert_allclose(to_numpy(fast(x, training=False)),
+                               to_numpy(full(x, training=False)), atol=1e-5, rtol=1e-5)
+
+
+def test_cls_only_keeps_weights_paths_config_and_trains(tmp_path):
+    """The weights file of the fast task has the keys of the full one (the graph of the code
+    before the fast path); the task config round-trips `cls_only`; `fit` trains with dropout."""
+    fast, full = _fast_and_full(FAMILIES["albert_shared_repeated"])
+
+    def keys(task, name):
+        path = str(tmp_path / f"{name}.weights.h5")
+        task.save_weights(path)
+        found = []
+        with h5py.File(path, "r") as f:
+            f.visit(found.append)
+        return found
+
+    assert keys(fast, "fast") == keys(full, "full")
+    for task, expected in ((fast, True), (full, False)):
+        config = task.get_config()
+        assert config["cls_only"] is expected
+        again = kb.tasks.TextClassifier.from_config(config)
+        assert again.cls_only is expected
+        again.load_weights(str(tmp_path / "fast.weights.h5"))
+        np.testing.assert_allclose(to_numpy(again(_for(again, _inputs()), training=False)),
+                                   to_numpy(fast(_for(fast, _inputs()), training=False)),
+                                   atol=1e-5)
+    clf = kb.tasks.TextClassifier(kb.models.BertBackbone(**dict(SIZES, dropout=0.1)),
+                                  num_classes=3)
+    clf.compile(learning_rate=1e-3)
+    history = clf.fit(_for(clf, _inputs()), np.array([0, 2, 1, 2]), epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_block_query_rows_equal_those_rows_of_the_full_output(norm_first):
+    """Post-LN and pre-LN blocks, a (B, T, S) attention mask and a head mask: the `query_rows`
+    output is those rows of the full output."""
+    block = TransformerBlock(intermediate_dim=16, num_heads=2, norm_first=norm_first)
+    rng = np.random.RandomState(0)
+    x = ops.convert_to_tensor(rng.randn(2, 6, 8).astype("float32"))
+    padding = np.array([[1] * 6, [1] * 4 + [0] * 2], "int32")
+    causal = np.tril(np.ones((6, 6), "int32"))[None].repeat(2, 0)
+    for kwargs in ({}, {"attention_mask": causal}, {"head_mask": np.array([1.0, 0.0])}):
+        full = to_numpy(block(x, padding_mask=padding, **kwargs))
+        rows = to_numpy(block(x, padding_mask=padding, query_rows=slice(2, 4), **kwargs))
+        np.testing.assert_allclose(rows, full[:, 2:4], atol=1e-5, err_msg=str(kwargs))
+
+
+def test_stack_return_all_takes_no_last_layer_rows():
+    backbone = FAMILIES["bert"]()
+    x = backbone.embeddings(ops.convert_to_tensor(_inputs()["token_ids"]))
+    with pytest.raises(ValueError, match="takes no last_layer_rows"):
+        backbone.encoder(x, return_all=True, last_layer_rows=slice(0, 1))
