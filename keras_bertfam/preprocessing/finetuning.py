@@ -56,6 +56,15 @@ def _tensors(examples):
     return tf.convert_to_tensor(examples)
 
 
+def _any_batch_size(t):
+    """The spec of a batch of examples with its batch size unknown."""
+    spec = tf.type_spec_from_value(t)
+    shape = tf.TensorShape([None]).concatenate(spec.shape[1:])
+    if isinstance(spec, tf.RaggedTensorSpec):
+        return tf.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
+    return tf.TensorSpec(shape, spec.dtype)
+
+
 def _concatenate(parts, pad_values):
     """Chunks of the same structure -> one, along the batch axis; arrays whose later axes differ
     (`pad_to_batch_max`) are padded at the end of axis 1 (`pad_values[name]`, else 0)."""
@@ -218,8 +227,16 @@ class FinetuningPreprocessor(keras.layers.Layer):
 
     def prepare(self, ds, training=True):
         """A dataset of batched raw examples -> a dataset of model inputs (and labels)."""
-        return ds.map(self._traced_call(_arity(ds)), num_parallel_calls=AUTOTUNE).prefetch(
-            AUTOTUNE)
+        return ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+    def _map_function(self, ds):
+        """`_traced_call` for `ds.map`, traced for the dataset's element spec here rather than
+        by `tf.data`: the same trace as `call_in_memory`'s on examples of that spec (a `fit` on
+        in-memory examples and then an `evaluate` or `predict` on them trace the tokenizing graph
+        once, not once each: `tf.data`'s own trace is not reused outside its pipeline)."""
+        spec = ds.element_spec if isinstance(ds.element_spec, tuple) else (ds.element_spec,)
+        traced = self._traced_call(len(spec)).get_concrete_function(*spec)
+        return lambda *element: traced(*element)
 
     def call_in_memory(self, examples, chunk_size=4096):
         """In-memory raw examples, as `tf.data.Dataset.from_tensor_slices` takes them (x, or a
@@ -229,14 +246,17 @@ class FinetuningPreprocessor(keras.layers.Layer):
         A task's `predict` / `evaluate` on in-memory inputs comes here. Building a pipeline costs
         seconds at every call (its map function is traced, its iterator instantiated: ~3 s for
         two strings on 2 cores), this a few milliseconds once traced. The trace is kept until a
-        setting changes (`sequence_length`, the tokenizer's special ids, ...). Chunks that
-        `pad_to_batch_max` cut to different lengths are padded to the longest.
+        setting changes (`sequence_length`, the tokenizer's special ids, ...), and serves every
+        number of examples: it is traced for any batch size, as the dataset route's, not for the
+        first call's (a call with another count traced the tokenizing graph again, 1-2 s).
+        Chunks that `pad_to_batch_max` cut to different lengths are padded to the longest.
         """
         examples = _tensors(examples)
         element = examples if isinstance(examples, tuple) else (examples,)
         first = tf.nest.flatten(element)[0]
         count = int(first.nrows()) if isinstance(first, tf.RaggedTensor) else int(first.shape[0])
         call = self._traced_call(len(element))
+        call.get_concrete_function(*tf.nest.map_structure(_any_batch_size, element))
         parts = [tf.nest.map_structure(lambda t: t.numpy(), call(*tf.nest.map_structure(
             lambda t: t[start:start + chunk_size], element))) for start in range(0, count,
                                                                               chunk_size)]
@@ -640,7 +660,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         return features, {"start_positions": start, "end_positions": end}
 
     def prepare(self, ds, training=True):
-        windows = ds.map(self._traced_call(_arity(ds)), num_parallel_calls=AUTOTUNE)
+        windows = ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE)
         return windows.unbatch().batch(32).prefetch(AUTOTUNE)
 
     def get_config(self):

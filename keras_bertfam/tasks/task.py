@@ -196,6 +196,30 @@ class Task(keras.Model):
 
             return per_worker_logs(super().test_step(data), self.distribute_strategy)
 
+        def make_predict_function(self, force=False):
+            """Keras calls its predict function on each batch's tensors, so its first trace is
+            for the first batch's size, and a batch of another size (a predict's last, partial
+            batch; a later predict with another `batch_size`) traces it again. Ours is traced
+            for any batch size at its first call: once per predict, however its batches are cut.
+            """
+            if self.predict_function is not None and not force:
+                return self.predict_function
+            super().make_predict_function(force=force)
+            function = self.predict_function
+            if self._distribute_strategy is not None or not hasattr(function,
+                                                                     "get_concrete_function"):
+                return function
+            traced = []
+
+            def predict_function(data):
+                if not traced:
+                    function.get_concrete_function(tree.map_structure(_any_batch_size, data))
+                    traced.append(True)
+                return function(data)
+
+            self.predict_function = predict_function
+            return predict_function
+
     # === Serving (kb.export) ===
     # String inputs of the exported `serving_default` signature, one per packed segment.
     serving_inputs = ("text",)
@@ -364,11 +388,19 @@ class Task(keras.Model):
         where each slot's initializer becomes a `tf.cond` and the step is traced twice: a tiny
         model's first `fit` step took 23 s instead of 8. Under a strategy, and on JAX and torch,
         Keras builds them before tracing itself.
+
+        The preprocessor's layers do not count: they run in `tf.data`, never in the step, and
+        may never be built (the QuestionAnswerer's tokenizer is only used through
+        `tokenize_with_offsets`, which left its first `fit` tracing the step twice).
         """
+        preprocessor = getattr(self, "preprocessor", None)
+        outside = {id(layer) for layer in preprocessor._flatten_layers()} if isinstance(
+            preprocessor, keras.layers.Layer) else set()
         if (keras.backend.backend() == "tensorflow"
                 and not getattr(self, "_distribute_strategy", None)
                 and self.optimizer is not None and not self.optimizer.built and self.built
-                and all(layer.built for layer in self._flatten_layers())):
+                and all(layer.built for layer in self._flatten_layers()
+                        if id(layer) not in outside)):
             self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force=force)
 
@@ -586,6 +618,15 @@ def _arrays(data):
     if isinstance(data, tuple):
         return tuple(_arrays(v) for v in data)
     return data
+
+
+def _any_batch_size(x):
+    """The spec of a batch (a tensor or an array) with its batch size unknown."""
+    spec = tf.type_spec_from_value(x)
+    shape = tf.TensorShape([None]).concatenate(spec.shape[1:])
+    if isinstance(spec, tf.RaggedTensorSpec):
+        return tf.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
+    return tf.TensorSpec(shape, spec.dtype)
 
 
 def _scale_for_replicas(loss):
