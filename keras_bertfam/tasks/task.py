@@ -171,10 +171,7 @@ class Task(keras.Model):
             """Whether Keras' symbolic build has anything but the optimizer to build: a model
             layer (the preprocessor's aside: the model never calls them) or compiled metrics or
             losses not built yet."""
-            preprocessor = getattr(self, "preprocessor", None)
-            skip = set() if preprocessor is None else {
-                id(layer) for layer in preprocessor._flatten_layers()}
-            if not all(layer.built for layer in self._flatten_layers() if id(layer) not in skip):
+            if not _model_layers_built(self):
                 return True
             return any(c is not None and not c.built
                        for c in (self._compile_metrics, self._compile_loss))
@@ -393,14 +390,10 @@ class Task(keras.Model):
         may never be built (the QuestionAnswerer's tokenizer is only used through
         `tokenize_with_offsets`, which left its first `fit` tracing the step twice).
         """
-        preprocessor = getattr(self, "preprocessor", None)
-        outside = {id(layer) for layer in preprocessor._flatten_layers()} if isinstance(
-            preprocessor, keras.layers.Layer) else set()
         if (keras.backend.backend() == "tensorflow"
                 and not getattr(self, "_distribute_strategy", None)
                 and self.optimizer is not None and not self.optimizer.built and self.built
-                and all(layer.built for layer in self._flatten_layers()
-                        if id(layer) not in outside)):
+                and _model_layers_built(self)):
             self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force=force)
 
@@ -618,6 +611,16 @@ def _arrays(data):
     if isinstance(data, tuple):
         return tuple(_arrays(v) for v in data)
     return data
+
+
+def _model_layers_built(task):
+    """Whether every layer of the task is built, the preprocessor's aside: they run in
+    `tf.data`, never in the model's steps, and a tokenizer used only through
+    `tokenize_with_offsets` (the QuestionAnswerer's) is never "built"."""
+    preprocessor = getattr(task, "preprocessor", None)
+    outside = {id(layer) for layer in preprocessor._flatten_layers()} if isinstance(
+        preprocessor, keras.layers.Layer) else set()
+    return all(layer.built for layer in task._flatten_layers() if id(layer) not in outside)
 
 
 def _any_batch_size(x):
