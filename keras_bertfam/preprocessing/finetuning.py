@@ -56,8 +56,9 @@ def _tensors(examples):
     return tf.convert_to_tensor(examples)
 
 
-def _any_batch_size(t):
-    """The spec of a batch of examples with its batch size unknown."""
+def any_batch_size(t):
+    """The spec of a batch (a tensor, a ragged tensor or an array) with its batch size unknown:
+    one trace of a function for every batch size."""
     spec = tf.type_spec_from_value(t)
     shape = tf.TensorShape([None]).concatenate(spec.shape[1:])
     if isinstance(spec, tf.RaggedTensorSpec):
@@ -256,7 +257,7 @@ class FinetuningPreprocessor(keras.layers.Layer):
         first = tf.nest.flatten(element)[0]
         count = int(first.nrows()) if isinstance(first, tf.RaggedTensor) else int(first.shape[0])
         call = self._traced_call(len(element))
-        call.get_concrete_function(*tf.nest.map_structure(_any_batch_size, element))
+        call.get_concrete_function(*tf.nest.map_structure(any_batch_size, element))
         parts = [tf.nest.map_structure(lambda t: t.numpy(), call(*tf.nest.map_structure(
             lambda t: t[start:start + chunk_size], element))) for start in range(0, count,
                                                                               chunk_size)]

@@ -15,6 +15,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
+from keras_bertfam.preprocessing.finetuning import any_batch_size
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 
 
@@ -210,7 +211,7 @@ class Task(keras.Model):
 
             def predict_function(data):
                 if not traced:
-                    function.get_concrete_function(tree.map_structure(_any_batch_size, data))
+                    function.get_concrete_function(tree.map_structure(any_batch_size, data))
                     traced.append(True)
                 return function(data)
 
@@ -621,15 +622,6 @@ def _model_layers_built(task):
     outside = {id(layer) for layer in preprocessor._flatten_layers()} if isinstance(
         preprocessor, keras.layers.Layer) else set()
     return all(layer.built for layer in task._flatten_layers() if id(layer) not in outside)
-
-
-def _any_batch_size(x):
-    """The spec of a batch (a tensor or an array) with its batch size unknown."""
-    spec = tf.type_spec_from_value(x)
-    shape = tf.TensorShape([None]).concatenate(spec.shape[1:])
-    if isinstance(spec, tf.RaggedTensorSpec):
-        return tf.RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank, spec.row_splits_dtype)
-    return tf.TensorSpec(shape, spec.dtype)
 
 
 def _scale_for_replicas(loss):
