@@ -8,21 +8,18 @@ from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
 
-def pooled(backbone, outputs):
-    """The pooled (tanh) [CLS] state where the family has a pooler, else the [CLS] state."""
+def pooled(backbone, features, cls_only=True):
+    """The backbone's pooled (tanh) [CLS] state where the family has a pooler, else its [CLS]
+    state. With `cls_only` and a family that `supports_cls_only`, the backbone runs as
+    `backbone(features, cls_only=True)`: its last layer computes the [CLS] row alone (the same
+    state); Longformer and XLNet run in full."""
+    if cls_only and backbone.supports_cls_only:
+        outputs = backbone(features, cls_only=True)
+    else:
+        outputs = backbone(features)
     if "pooled_output" in outputs:
         return outputs["pooled_output"]
     return outputs["sequence_output"][:, 0, :]
-
-
-def cls_outputs(backbone, features, cls_only=True):
-    """`backbone(features)` for a task that reads only [CLS] (through `pooled`): with
-    `cls_only` and a family that `supports_cls_only`, `backbone(features, cls_only=True)`, whose
-    last layer computes the [CLS] row alone (same outputs at [CLS]); else the full backbone
-    (Longformer, XLNet)."""
-    if cls_only and backbone.supports_cls_only:
-        return backbone(features, cls_only=True)
-    return backbone(features)
 
 
 def head_initializer(backbone):
@@ -89,7 +86,7 @@ class TextClassifier(Task):
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
                                        name="logits")
         inputs, features = backbone_inputs(backbone, task="TextClassifier")
-        x = self.dropout_layer(pooled(backbone, cls_outputs(backbone, features, cls_only)))
+        x = self.dropout_layer(pooled(backbone, features, cls_only))
         if self.hidden_dense is not None:
             x = self.hidden_dropout(self.hidden_dense(x))
         logits = self.head(x)

@@ -6,7 +6,6 @@ from keras_bertfam.tasks.classifier import (
     _mean,
     check_label_values,
     class_outputs,
-    cls_outputs,
     head_initializer,
     pooled,
 )
@@ -64,8 +63,7 @@ class MultipleChoice(Task):
         inputs = {name: keras.Input(shape=(None, None), dtype="int32", name=name)
                   for name in backbone.input}
         features = {name: self.fold(value) for name, value in inputs.items()}  # (B*C, T)
-        outputs = cls_outputs(backbone, features, cls_only)
-        scores = self.head(self.dropout_layer(pooled(backbone, outputs)))  # (B*C, 1)
+        scores = self.head(self.dropout_layer(pooled(backbone, features, cls_only)))  # (B*C, 1)
         logits = self.unfold(scores, inputs["token_ids"])  # (B, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["accuracy"])
