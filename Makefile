@@ -29,22 +29,26 @@ pretrain: setup
 # Each test file runs on one xdist worker (--dist loadfile): a module fixture (every task exported,
 # the CLI's kill/resume scenarios, ...) is built once, not once per worker that gets one of its tests.
 # Every backend runs even when an earlier one fails; the exit status reports any failure.
+# --max-worker-restart=0: a worker that crashes (a segfault in a native library) fails the run at
+# once and names its test. pytest-xdist 3.8.0 under --dist loadfile deadlocks after replacing a
+# crashed worker (it re-queues the dead worker's finished files as empty work units: xdist #1378),
+# which once held CI until its 90-minute limit.
 test: setup
 	@status=0; for b in tf jax torch; do $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; exit $$status
 
 test-tf: setup
-	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:warnings --durations=15
+	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
 
 # JAX: XLA's CPU optimizations off and one compilation cache shared by both workers for the run
 # (tiny models: compiling dominates, and many tests compile the same step); 305 s -> 247 s on a
 # third of the suite. Outputs stay within the parity bounds (the same tests pass).
 test-jax: setup
 	cache=$$(mktemp -d); JAX_DISABLE_MOST_OPTIMIZATIONS=1 JAX_COMPILATION_CACHE_DIR=$$cache \
-	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:warnings --durations=15; \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15; \
 	status=$$?; rm -rf $$cache; exit $$status
 
 test-torch: setup
-	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:warnings --durations=15
+	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
 
 bench: setup
 	$(PY) bench/run_all.py
