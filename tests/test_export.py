@@ -608,7 +608,9 @@ def test_qa_export_reads_long_contexts_in_windows(tmp_path, bert_vocab):
     its windows, as `answer()`, including answers past the first window."""
     from keras_bertfam.preprocessing import finetuning as ft
 
-    keras.utils.set_random_seed(3)
+    # A seed whose random model answers some examples in their first window and some past it
+    # (checked below): the equality covers both.
+    keras.utils.set_random_seed(9)
     real = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
     qa = kb.tasks.QuestionAnswerer(
         kb.models.BertBackbone(real.vocabulary_size(), 1, 2, 16, 32, max_sequence_length=64),
@@ -626,7 +628,8 @@ def test_qa_export_reads_long_contexts_in_windows(tmp_path, bert_vocab):
     first_end = meta["token_end"].numpy()[np.searchsorted(meta["example_index"].numpy(),
                                                           np.arange(len(contexts)))].max(1)
     assert (windows[:12] >= 3).all()
-    assert sum(want[i]["start"] >= first_end[i] for i in range(12)) >= 2  # past the first window
+    past = sum(want[i]["start"] >= first_end[i] for i in range(12))
+    assert 2 <= past <= 10  # past the first window, and within it
     assert not kb.export.audit_ops(path)["unsupported"]
 
 

@@ -112,3 +112,51 @@ def test_mlm_head_gathers_then_projects_on_tied_table():
     h = to_numpy(head.layer_norm(head.dense(gathered)))
     expected = h @ to_numpy(emb.embeddings).T + to_numpy(head.bias)
     np.testing.assert_allclose(logits, expected, atol=1e-5)
+
+
+# === Weight initialization: BERT's truncated normal, drawn on the host ===
+def test_truncated_normal_has_keras_distribution_and_the_same_draw_on_every_backend():
+    """kb's `TruncatedNormal` (every backbone's and head's kernels): Keras' distribution (a
+    normal cut at 2σ: std 0.8796σ), the same values at every call for an integer seed, and the
+    same values on TensorFlow, JAX and torch (the draw is NumPy's: the first values below are
+    this test's on every backend)."""
+    from keras_bertfam.layers.utils import TruncatedNormal
+
+    draw = to_numpy(TruncatedNormal(stddev=0.02, seed=7)((400, 300)))
+    assert draw.dtype == np.float32 and draw.shape == (400, 300)
+    assert np.abs(draw).max() <= 0.04 and np.abs(draw).max() > 0.039
+    assert abs(draw.mean()) < 1e-4
+    np.testing.assert_allclose(draw.std(), 0.8796 * 0.02, rtol=0.01)
+    theirs = to_numpy(keras.initializers.TruncatedNormal(stddev=0.02, seed=7)((400, 300)))
+    np.testing.assert_allclose(draw.std(), theirs.std(), rtol=0.01)
+    np.testing.assert_array_equal(draw, to_numpy(TruncatedNormal(stddev=0.02, seed=7)((400, 300))))
+    np.testing.assert_allclose(draw[0, :3], [0.0304394, -0.0228821, 0.0230032], atol=1e-6)
+
+    mean = to_numpy(TruncatedNormal(mean=1.0, stddev=0.5, seed=1)((1000,), dtype="bfloat16"))
+    assert str(mean.dtype) == "bfloat16"
+    assert 0.0 <= mean.astype("float32").min() and mean.astype("float32").max() <= 2.0
+    # A SeedGenerator seed: Keras' own draw (a new one at every call).
+    seeded = TruncatedNormal(stddev=0.02, seed=keras.random.SeedGenerator(3))
+    assert not np.array_equal(to_numpy(seeded((5, 5))), to_numpy(seeded((5, 5))))
+
+
+def test_set_random_seed_fixes_a_backbones_initial_weights():
+    """Unseeded initializers take their seeds from Python's `random`: after
+    `keras.utils.set_random_seed` the same weights, and no two kernels alike."""
+    import keras_bertfam as kb
+    from keras_bertfam.layers.utils import TruncatedNormal
+
+    config = dict(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+                  intermediate_dim=16, max_sequence_length=12)
+    built = []
+    for _ in range(2):
+        keras.utils.set_random_seed(3)
+        built.append({w.path: to_numpy(w) for w in kb.models.BertBackbone(**config).weights})
+    for path, value in built[0].items():
+        np.testing.assert_array_equal(value, built[1][path], err_msg=path)
+    drawn = [v for p, v in built[0].items() if "kernel" in p or "embeddings" in p]
+    assert len(drawn) >= 9 and len({v.tobytes() for v in drawn}) == len(drawn)
+    assert isinstance(TruncatedNormal.from_config(TruncatedNormal(stddev=0.1).get_config()),
+                      TruncatedNormal)
+    assert isinstance(keras.initializers.deserialize(keras.initializers.serialize(
+        TruncatedNormal(stddev=0.1))), TruncatedNormal)

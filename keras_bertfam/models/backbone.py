@@ -12,7 +12,7 @@ from keras import ops
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding, TransformerStack
-from keras_bertfam.layers.utils import _check_positive, clone_initializer
+from keras_bertfam.layers.utils import TruncatedNormal, _check_positive, clone_initializer
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Inputs of the pretraining heads, which ride in the same dict as the backbone's.
@@ -21,7 +21,12 @@ HEAD_INPUTS = ("mask_positions", "span_starts", "span_ends", "perm_mask", "targe
 
 def bert_initializer(stddev=0.02):
     """BERT's `truncated_normal(0.02)` (`initializer_range` in HF configs)."""
-    return keras.initializers.TruncatedNormal(stddev=stddev)
+    return TruncatedNormal(stddev=stddev)
+
+
+def head_initializer(backbone):
+    """A task's new heads: the backbone's `truncated_normal(initializer_range)`."""
+    return bert_initializer(getattr(backbone, "initializer_range", 0.02))
 
 
 def complete_inputs(model, inputs):

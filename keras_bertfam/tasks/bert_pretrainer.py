@@ -3,13 +3,13 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers import PairHead
+from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.tasks.losses import mean_sparse_ce, mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
-    task_initializer,
 )
 from keras_bertfam.tasks.task import Task
 
@@ -33,7 +33,7 @@ class BertPretrainer(Task):
             raise ValueError(f"{type(backbone).__name__} has no pooler; the pair head needs one.")
         self.backbone = backbone
         self.preprocessor = preprocessor
-        initializer = task_initializer(backbone)
+        initializer = head_initializer(backbone)
         self.mlm_head = masked_lm_head(backbone)
         self.pair_head = PairHead(kernel_initializer=initializer, name=f"{self.pair_task}_head")
         inputs, features = backbone_inputs(backbone, extra=("mask_positions",))

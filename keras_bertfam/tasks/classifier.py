@@ -3,6 +3,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.finetuning import NOT_AN_INTEGER, NOT_FINITE
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
@@ -20,10 +21,6 @@ def pooled(backbone, features, cls_only=True):
     if "pooled_output" in outputs:
         return outputs["pooled_output"]
     return outputs["sequence_output"][:, 0, :]
-
-
-def head_initializer(backbone):
-    return keras.initializers.TruncatedNormal(stddev=getattr(backbone, "initializer_range", 0.02))
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")

@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers import ReplacedTokenHead
+from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
@@ -16,7 +17,6 @@ from keras_bertfam.tasks.masked_lm import (
     masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
-    task_initializer,
 )
 from keras_bertfam.tasks.task import Task
 
@@ -191,7 +191,7 @@ class ElectraPretrainer(Task):
         self.temperature = temperature
         self.preprocessor = preprocessor
         self.seed = seed
-        initializer = task_initializer(discriminator)
+        initializer = head_initializer(discriminator)
 
         # === Layers ===
         self.mlm_head = masked_lm_head(generator, token_embedding=discriminator.token_embedding,

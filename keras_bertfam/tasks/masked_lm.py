@@ -3,6 +3,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead
+from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.tasks.losses import weighted_sparse_ce
 from keras_bertfam.tasks.task import Task
 
@@ -25,11 +26,6 @@ def backbone_inputs(backbone, extra=(), task=None):
     return inputs, features
 
 
-def task_initializer(backbone):
-    """The initializer of a task's new heads: the backbone's `truncated_normal(initializer_range)`."""
-    return keras.initializers.TruncatedNormal(stddev=getattr(backbone, "initializer_range", 0.02))
-
-
 def masked_lm_head(backbone, token_embedding=None, name="mlm_head"):
     """The MLM head every task builds on `backbone` (MaskedLM, the BERT / ALBERT / SpanBERT
     pretrainers, ELECTRA's generator): tied to `token_embedding` (default the backbone's), the
@@ -38,7 +34,7 @@ def masked_lm_head(backbone, token_embedding=None, name="mlm_head"):
         token_embedding=token_embedding or backbone.token_embedding,
         intermediate_activation=getattr(backbone, "activation", "gelu"),
         layer_norm_epsilon=backbone.layer_norm_epsilon,
-        kernel_initializer=task_initializer(backbone),
+        kernel_initializer=head_initializer(backbone),
         dtype=backbone.dtype_policy,
         name=name,
     )

@@ -2,11 +2,11 @@
 import keras
 from keras import ops
 
+from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.tasks.classifier import (
     _mean,
     check_label_values,
     class_outputs,
-    head_initializer,
     pooled,
 )
 from keras_bertfam.tasks.task import Task

@@ -3,7 +3,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_bertfam.tasks.classifier import head_initializer
+from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 

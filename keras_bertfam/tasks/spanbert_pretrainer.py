@@ -4,13 +4,13 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers import SpanBoundaryHead, span_boundary_weights
+from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
-    task_initializer,
 )
 from keras_bertfam.tasks.task import Task
 
@@ -49,7 +49,7 @@ class SpanBertPretrainer(Task):
         self.position_embedding_dim = position_embedding_dim
         common = dict(activation=getattr(backbone, "activation", "gelu"),
                       layer_norm_epsilon=backbone.layer_norm_epsilon,
-                      kernel_initializer=task_initializer(backbone))
+                      kernel_initializer=head_initializer(backbone))
         self.mlm_head = masked_lm_head(backbone)
         self.sbo_head = SpanBoundaryHead(
             backbone.token_embedding, max_span_length=max_span_length,
