@@ -13,6 +13,7 @@ from keras_bertfam.layers import (
     gather_positions,
     sharing_plan,
 )
+from keras_bertfam.layers.utils import TruncatedNormal
 from tests.conftest import to_numpy
 
 pytestmark = pytest.mark.multibackend
@@ -120,8 +121,6 @@ def test_truncated_normal_has_keras_distribution_and_the_same_draw_on_every_back
     normal cut at 2σ: std 0.8796σ), the same values at every call for an integer seed, and the
     same values on TensorFlow, JAX and torch (the draw is NumPy's: the first values below are
     this test's on every backend)."""
-    from keras_bertfam.layers.utils import TruncatedNormal
-
     draw = to_numpy(TruncatedNormal(stddev=0.02, seed=7)((400, 300)))
     assert draw.dtype == np.float32 and draw.shape == (400, 300)
     assert np.abs(draw).max() <= 0.04 and np.abs(draw).max() > 0.039
@@ -144,7 +143,6 @@ def test_set_random_seed_fixes_a_backbones_initial_weights():
     """Unseeded initializers take their seeds from Python's `random`: after
     `keras.utils.set_random_seed` the same weights, and no two kernels alike."""
     import keras_bertfam as kb
-    from keras_bertfam.layers.utils import TruncatedNormal
 
     config = dict(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
                   intermediate_dim=16, max_sequence_length=12)
