@@ -92,29 +92,32 @@ def test_analytic_count_equals_built_model(options):
     assert backbone.num_params() == encoder_param_count(**config)
 
 
+@pytest.mark.parametrize("options", [dict(), dict(untie_r=False), dict(num_heads=4, num_layers=1)])
+def test_xlnet_analytic_count_equals_built_model(options):
+    """XLNet is not an EncoderBackbone: its FamilySpec counts (tied and shared relative biases;
+    one layer, four heads)."""
+    from keras_bertfam.presets.families.xlnet import xlnet_param_count
+
+    config = dict(dict(vocabulary_size=50, num_layers=3, num_heads=2, hidden_dim=16,
+                       intermediate_dim=24), **options)
+    assert kb.models.XLNetBackbone(**config).num_params() == xlnet_param_count(config)
+
+
 def test_every_registered_preset_count():
-    """Each preset's registered count equals its config's (analytic for encoder families, cross-
-    checked against built models above and below); the small ones are also built."""
+    """Each preset's registered count equals its config's, computed without building anything
+    (analytic per family, cross-checked against built models above and below); the small ones
+    are also built."""
     for name, preset in kb.presets.PRESETS.items():
         assert kb.presets.count_params(name) == preset.params, name
     small = [p for p in kb.presets.PRESETS.values() if p.params < 12_000_000]
     assert small
-    # families without an analytic count extrapolate from 1 and 2 layers: check it at 3
-    from keras_bertfam.presets.params import _built_count, layered_count
-    from keras_bertfam.models.backbone import EncoderBackbone
-
-    for spec in kb.presets.FAMILIES.values():
-        if issubclass(spec.backbone_cls, EncoderBackbone) or spec.count_params is not None:
-            continue
-        preset = min((p for p in kb.presets.PRESETS.values() if p.family == spec.name),
-                     key=lambda p: p.params)
-        config = dict(preset.config, num_layers=3)
-        assert layered_count(spec.backbone_cls, config) == _built_count(spec.backbone_cls, config)
     for preset in small:
         spec = kb.presets.FAMILIES[preset.family]
         built = spec.backbone_cls(**preset.config)
         assert built.num_params() == preset.params, preset.name
         keras.backend.clear_session()
+    with pytest.raises(TypeError, match="XLNetBackbone is not an EncoderBackbone"):
+        count_params(kb.models.XLNetBackbone, kb.presets.get("xlnet_base_en").config)
 
 
 def test_family_arguments_are_read_without_building():

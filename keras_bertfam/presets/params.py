@@ -67,27 +67,6 @@ def count_params(backbone_cls, config, family=None):
     if family is not None and getattr(family, "count_params", None) is not None:
         return family.count_params(config)
     if not issubclass(backbone_cls, EncoderBackbone):
-        return layered_count(backbone_cls, config)
+        raise TypeError(f"{backbone_cls.__name__} is not an EncoderBackbone: its FamilySpec "
+                        "needs a count_params(config).")
     return encoder_param_count(**encoder_arguments(backbone_cls, config))
-
-
-def _built_count(backbone_cls, config):
-    import keras
-
-    backbone = backbone_cls(**config)
-    count = backbone.num_params() if hasattr(backbone, "num_params") else backbone.count_params()
-    del backbone
-    keras.backend.clear_session()
-    return count
-
-
-def layered_count(backbone_cls, config):
-    """For backbones without an analytic count: build 1- and 2-layer copies of the config and
-    extrapolate linearly in `num_layers` (exact when the layers are alike and unshared, which
-    `tests/test_presets.py` checks against a built 3-layer model)."""
-    layers = config["num_layers"]
-    if layers <= 2:
-        return _built_count(backbone_cls, config)
-    one = _built_count(backbone_cls, dict(config, num_layers=1))
-    two = _built_count(backbone_cls, dict(config, num_layers=2))
-    return one + (layers - 1) * (two - one)

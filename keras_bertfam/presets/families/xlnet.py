@@ -148,6 +148,18 @@ def sentencepiece_from_hf(model_dir):
                           keep_accents=cfg.get("keep_accents", False))
 
 
+def xlnet_param_count(config):
+    """Parameters of `XLNetBackbone(**config)`, without building it: the word table and the
+    query stream's start vector; per layer q, k, v, o, r ([H, N, Dh] each, N * Dh = H), the
+    segment embedding ([2, N, Dh]), the three relative biases ([N, Dh] each; once for the model
+    when `untie_r=False`), the attention's LayerNorm and the feed-forward block."""
+    H, I, L = config["hidden_dim"], config["intermediate_dim"], config["num_layers"]
+    attention = 5 * H * H + 2 * H + 2 * H
+    feedforward = (H * I + I) + (I * H + H) + 2 * H
+    biases = 3 * H * (L if config.get("untie_r", True) else 1)
+    return config["vocabulary_size"] * H + H + L * (attention + feedforward) + biases
+
+
 FAMILY = FamilySpec(
     hf_unused_of=xlnet_shared_bias_copies,
     name="xlnet",
@@ -164,6 +176,7 @@ FAMILY = FamilySpec(
     hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias)},
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel"},
     hf_head_unused=("lm_loss.weight",),  # tied to the word embedding
+    count_params=xlnet_param_count,
 )
 
 CASED = {"kind": "sentencepiece", "vocabulary": "xlnet_cased", "lowercase": False}
