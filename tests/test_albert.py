@@ -83,7 +83,8 @@ TABLE_4 = {768: {"all": 31, "attention": 83, "ffn": 57, "none": 108},
            128: {"all": 12, "attention": 64, "ffn": 38, "none": 89}}
 
 
-@pytest.mark.multibackend
+# The count tests build full-size models on TensorFlow only: a count is the layers' weight shapes,
+# the same on every backend (the small-model parity and sharing tests run on all three).
 @pytest.mark.parametrize("embedding_dim", [768, 128])
 def test_table_4_sharing_ablation_counts(embedding_dim, zero_init):
     pooler = 768 * 768 + 768
@@ -131,7 +132,6 @@ SIZE_TABLE = {"albert_base_en_uncased": (12, 768, 3072),
               "albert_extra_extra_large_en_uncased": (235, 4096, 16384)}
 
 
-@pytest.mark.multibackend
 def test_size_table_counts(zero_init):
     for name, (printed, hidden, intermediate) in SIZE_TABLE.items():
         preset = kb.presets.get(name)
