@@ -5,6 +5,7 @@ no extra framework. When a preprocessor is attached, `fit` / `evaluate` / `predi
 strings (lists, arrays or a `tf.data.Dataset`) and map the preprocessor in `tf.data`; without one
 they take the model's own inputs (keras-hub's preprocessed format for pretraining tasks).
 """
+import contextlib
 import inspect
 import warnings
 
@@ -295,20 +296,34 @@ class Task(keras.Model):
         super().compile(optimizer=optimizer, **kwargs)
 
     def _fill_schedule(self, dataset, epochs, steps_per_epoch):
-        """Sets an auto schedule's total (and warmup) steps from the first fit's length."""
+        """Sets an auto schedule's total (and warmup) steps from the first fit's length; returns
+        what `_unfill_schedule` needs to undo it (None when nothing was set)."""
         auto = getattr(self, "_auto_schedule", None)
         if not auto:
-            return
+            return None
         steps = steps_per_epoch
         if steps is None and isinstance(dataset, tf.data.Dataset):
             n = int(dataset.cardinality())
             steps = n if n > 0 else None
-        if steps:
-            schedule, ratio = auto
-            schedule.total_steps = int(steps * epochs)
-            if ratio is not None:
-                schedule.warmup_steps = int(ratio * schedule.total_steps)
-            self._auto_schedule = None
+        if not steps:
+            return None
+        schedule, ratio = auto
+        undo = (auto, schedule.warmup_steps)
+        schedule.total_steps = int(steps * epochs)
+        if ratio is not None:
+            schedule.warmup_steps = int(ratio * schedule.total_steps)
+        self._auto_schedule = None
+        return undo
+
+    def _unfill_schedule(self, undo):
+        """A fit that failed before its first optimizer step did not decide the schedule: the
+        next fit fills it from its own length, and its train step is traced anew (the schedule's
+        steps are constants of the trace)."""
+        auto, warmup_steps = undo
+        schedule, _ = auto
+        schedule.total_steps, schedule.warmup_steps = None, warmup_steps
+        self._auto_schedule = auto
+        self.train_function = None
 
     # === Raw inputs through the preprocessor ===
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True,
@@ -367,16 +382,21 @@ class Task(keras.Model):
                                                         shuffle=shuffle)
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
-        self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
-        x, kwargs = one_iterator(x, kwargs)
-        if validation_data is not None and getattr(self, "preprocessor", None) is not None:
-            data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
-                tuple(validation_data)
-            vx, vy, vw, _ = self._prepare(*data, training=False)
-            vx, kwargs = one_iterator(vx, kwargs, "validation_steps")
-            validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
-        return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
-                           validation_data=validation_data, **kwargs)
+        filled = self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
+        try:
+            x, kwargs = one_iterator(x, kwargs)
+            if validation_data is not None and getattr(self, "preprocessor", None) is not None:
+                data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
+                    tuple(validation_data)
+                vx, vy, vw, _ = self._prepare(*data, training=False)
+                vx, kwargs = one_iterator(vx, kwargs, "validation_steps")
+                validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
+            return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
+                               validation_data=validation_data, **kwargs)
+        except BaseException:
+            if filled and int(keras.ops.convert_to_numpy(self.optimizer.iterations)) == 0:
+                self._unfill_schedule(filled)
+            raise
 
     def make_train_function(self, force=False):
         """Creates the optimizer's slots before the train step is traced: every path into
@@ -408,8 +428,9 @@ class Task(keras.Model):
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
         x, kwargs = one_iterator(x, kwargs, "steps")
-        return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
-                                **kwargs)
+        with self._variables_restored_on_error():
+            return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
+                                    **kwargs)
 
     def predict(self, x=None, batch_size=None, **kwargs):
         x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
@@ -419,7 +440,8 @@ class Task(keras.Model):
               and keras.backend.backend() != "jax"  # JAX would compile once per length
               and getattr(self.preprocessor, "dynamic_padding", False)):
             return self._predict_by_length(x, batch_size or 32, kwargs.get("verbose", "auto"))
-        return super().predict(x=x, batch_size=batch_size, **kwargs)
+        with self._variables_restored_on_error():
+            return super().predict(x=x, batch_size=batch_size, **kwargs)
 
     def _predict_by_length(self, x, batch_size, verbose):
         """In-memory inputs with dynamic padding: batches of similar lengths, each cut to its
@@ -440,6 +462,34 @@ class Task(keras.Model):
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
         return tree.map_structure(lambda *parts: np.concatenate(parts)[inverse], *outputs)
+
+    # === JAX: the variables survive a failed fit / evaluate / predict ===
+    def _get_jax_state(self, **kwargs):
+        """Keras' JAX loops take the variables' values out of the model (purging the variables)
+        before their first step and put them back after the steps: `fit` in a `finally` from
+        the last completed step's state, `evaluate` and `predict` only when the loop ends. An
+        error at a first batch (a bad label in the pipeline), or anywhere in `evaluate` /
+        `predict`, left every variable empty ("'NoneType' object is not callable" at any later
+        use of the model). The values taken are kept where Keras' `jax_state_sync` restores
+        from, until a completed step replaces them."""
+        state = super()._get_jax_state(**kwargs)
+        if kwargs.get("purge_model_variables"):
+            parts = [name for name in ("trainable_variables", "non_trainable_variables",
+                                       "optimizer_variables", "metrics_variables")
+                     if kwargs.get(name)]
+            self._jax_state = dict(zip(parts, state))
+        return state
+
+    @contextlib.contextmanager
+    def _variables_restored_on_error(self):
+        """`evaluate` / `predict`: on an error, the variables get their values back (JAX)."""
+        try:
+            yield
+        except BaseException:
+            if keras.backend.backend() == "jax":
+                self.jax_state_sync()
+                self._jax_state = None
+            raise
 
     # === Config ===
     def get_config(self):
