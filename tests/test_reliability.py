@@ -318,7 +318,11 @@ def test_a_diverged_model_is_not_saved_as_a_preset(tmp_path):
 def test_an_epoch_of_unknown_length_takes_one_optimizer_step_per_batch():
     """Keras' TF trainer reads one batch past the end of a dataset of unknown length (our
     preprocessors' datasets are); that step's data-independent ops (the iteration count,
-    AdamW's weight decay) must not run: the same weights as on the same data of known length."""
+    AdamW's weight decay) must not run: the same weights as on the same data of known length.
+    Such an epoch is one pass by design: no "Your input ran out of data" warning (Keras' own,
+    kept for a `steps_per_epoch` the data cannot fill)."""
+    import warnings
+
     import keras
 
     texts = tf.data.Dataset.from_tensor_slices(
@@ -330,11 +334,16 @@ def test_an_epoch_of_unknown_length_takes_one_optimizer_step_per_batch():
         clf = kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=(
             kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=8)))
         clf.compile(learning_rate=1e-3, warmup_steps=1, total_steps=100)
-        clf.fit(data, epochs=2, verbose=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            clf.fit(data, epochs=2, verbose=0)
+        assert not [w for w in caught if "ran out of data" in str(w.message)]
         runs.append((int(clf.optimizer.iterations.numpy()), clf.get_weights()))
     assert runs[0][0] == runs[1][0] == 4
     for a, b in zip(runs[0][1], runs[1][1]):
         np.testing.assert_array_equal(a, b)
+    with pytest.warns(UserWarning, match="ran out of data"):
+        clf.fit(data, steps_per_epoch=3, epochs=1, verbose=0)
 
 
 @pytest.mark.multibackend

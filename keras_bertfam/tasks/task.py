@@ -391,8 +391,14 @@ class Task(keras.Model):
                 vx, vy, vw, _ = self._prepare(*data, training=False)
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps")
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
-            return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
-                               validation_data=validation_data, **kwargs)
+            with warnings.catch_warnings():
+                if isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
+                    # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
+                    # end by running out of data and warns that training was cut short.
+                    warnings.filterwarnings("ignore", message="Your input ran out of data")
+                return super().fit(x=x, y=y, batch_size=batch_size,
+                                   sample_weight=sample_weight,
+                                   validation_data=validation_data, **kwargs)
         except BaseException:
             if filled and int(keras.ops.convert_to_numpy(self.optimizer.iterations)) == 0:
                 self._unfill_schedule(filled)
