@@ -68,15 +68,22 @@ def hf_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def parity_models(hf_dir):
+    """Ours converted from `hf_dir` and HF's model read from it, once for the parity cases (each
+    only calls them)."""
+    import transformers
+
+    return (kb.models.LongformerBackbone.from_preset(hf_dir),
+            transformers.LongformerModel.from_pretrained(hf_dir).eval())
+
+
 @pytest.mark.multibackend
 @pytest.mark.parametrize("length", [16, 13, 24, 7])  # multiples of the windows and not
 @pytest.mark.parametrize("global_tokens", [False, True])
-def test_parity_with_random_hf_longformer(hf_dir, length, global_tokens):
-    import transformers
-
-    ours = kb.models.LongformerBackbone.from_preset(hf_dir)
+def test_parity_with_random_hf_longformer(parity_models, length, global_tokens):
+    ours, hf = parity_models
     assert ours.layer_windows == [4, 8] and ours.max_sequence_length == 64
-    hf = transformers.LongformerModel.from_pretrained(hf_dir).eval()
     x = _inputs(length, global_tokens=global_tokens)
     import torch
 
