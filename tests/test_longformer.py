@@ -68,15 +68,22 @@ def hf_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def parity_models(hf_dir):
+    """Ours converted from `hf_dir` and HF's model read from it, once for the parity cases (each
+    only calls them)."""
+    import transformers
+
+    return (kb.models.LongformerBackbone.from_preset(hf_dir),
+            transformers.LongformerModel.from_pretrained(hf_dir).eval())
+
+
 @pytest.mark.multibackend
 @pytest.mark.parametrize("length", [16, 13, 24, 7])  # multiples of the windows and not
 @pytest.mark.parametrize("global_tokens", [False, True])
-def test_parity_with_random_hf_longformer(hf_dir, length, global_tokens):
-    import transformers
-
-    ours = kb.models.LongformerBackbone.from_preset(hf_dir)
+def test_parity_with_random_hf_longformer(parity_models, length, global_tokens):
+    ours, hf = parity_models
     assert ours.layer_windows == [4, 8] and ours.max_sequence_length == 64
-    hf = transformers.LongformerModel.from_pretrained(hf_dir).eval()
     x = _inputs(length, global_tokens=global_tokens)
     import torch
 
@@ -204,61 +211,78 @@ def _layer_inputs(length, window, global_tokens, seed=0):
     return x, mask
 
 
-def _output_and_grads(layer, x, mask, with_grads=True, **kwargs):
-    """The layer's output and the gradients of sum(output * c) (a fixed random c) with respect
-    to x and every weight, on the current backend (with_grads=False: the output alone)."""
+def _outputs_and_grads(layer, x, mask, calls, ran):
+    """For each `(kwargs, with_grads)` of `calls`, the layer's output and the gradients of
+    sum(output * c) (a fixed random c) with respect to x and every weight, on the current backend
+    (with_grads=False: the output alone, gradients None), and a copy of `ran` after that call.
+    JAX: every call in one jit-compiled function (eager JAX dispatches op by op, slowly; a
+    function per call compiled the forward pass once per call)."""
     weights = layer.trainable_variables
     cotangent = np.random.RandomState(1).normal(size=x.shape).astype("float32")
     backend = keras.backend.backend()
 
-    def output(x, values=None):
+    def output(x, kwargs, values=None):
         if values is None:
             out = layer(x, padding_mask=mask, **kwargs)
         else:
             out, _ = layer.stateless_call(values, [], x, padding_mask=mask, **kwargs)
         return out[0] if isinstance(out, tuple) else out
 
-    if not with_grads:
-        if backend == "jax":
-            import jax
+    def one_call(x, kwargs, with_grads):
+        if not with_grads:
+            return output(x, kwargs), None
+        if backend == "tensorflow":
+            import tensorflow as tf
 
-            return to_numpy(jax.jit(output)(x, [w.value for w in weights])), None
-        return to_numpy(output(x)), None
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        x = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            out = output(x)
-            loss = tf.reduce_sum(out * cotangent)
-        grads = tape.gradient(loss, [x] + weights)
-    elif backend == "jax":
-        import jax
-
-        def loss(x, values):
-            out = output(x, values)
-            return (out * cotangent).sum(), out
-
-        values = [w.value for w in weights]
-        # jit-compiled (eager JAX dispatches op by op, slowly): G static slots. The output and
-        # the gradients from one compiled function (a second one for the output alone compiled
-        # the forward pass twice).
-        (_, out), (gx, gw) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(
-            x, values)
-        grads = [gx] + list(gw)
-    else:
+            x = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                out = output(x, kwargs)
+                loss = tf.reduce_sum(out * cotangent)
+            return out, tape.gradient(loss, [x] + weights)
         import torch
 
         x = torch.tensor(x, requires_grad=True)
         for w in weights:
             w.value.grad = None
-        out = output(x)
+        out = output(x, kwargs)
         (out * torch.tensor(cotangent)).sum().backward()
-        grads = [x.grad] + [w.value.grad for w in weights]
+        return out, [x.grad] + [w.value.grad for w in weights]
+
+    if backend == "jax":
+        import jax
+
+        snapshots = []  # `ran` after each call, as the function is traced
+
+        def every_call(x, values):
+            done = []
+            for kwargs, with_grads in calls:
+                if not with_grads:
+                    done.append((output(x, kwargs, values), None))
+                    snapshots.append(list(ran))
+                    continue
+
+                def loss(x, values, kwargs=kwargs):
+                    out = output(x, kwargs, values)
+                    return (out * cotangent).sum(), out
+
+                (_, out), (gx, gw) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
+                    x, values)
+                done.append((out, [gx] + list(gw)))
+                snapshots.append(list(ran))
+            return done
+
+        results = [(out, grads, seen) for (out, grads), seen in
+                   zip(jax.jit(every_call)(x, [w.value for w in weights]), snapshots)]
+    else:
+        results = []
+        for kwargs, with_grads in calls:
+            out, grads = one_call(x, kwargs, with_grads)
+            results.append((out, grads, list(ran)))
     # with no global token, the global projections' gradients are None on TF and torch
-    return to_numpy(out), [np.zeros(w.shape) if g is None else to_numpy(g)
-                           for w, g in zip([x] + weights, grads)]
+    return [(to_numpy(out), None if grads is None else
+             [np.zeros(w.shape) if g is None else to_numpy(g) for w, g in zip([x] + weights, grads)],
+             seen) for out, grads, seen in results]
 
 
 @pytest.mark.multibackend
@@ -280,12 +304,12 @@ def test_fused_attention_equals_explicit(length, window, global_tokens, monkeypa
         original = getattr(LongformerSelfAttention, path)
         monkeypatch.setattr(LongformerSelfAttention, path,
                             lambda self, *a, _f=original, _p=path: ran.append(_p) or _f(self, *a))
-    fused, fused_grads = _output_and_grads(layer, x, mask)
-    assert set(ran) == {"_window_fused"}
-    explicit, explicit_grads = _output_and_grads(layer, x, mask, head_mask=np.ones(2, "float32"))
-    scored, _ = _output_and_grads(layer, x, mask, with_grads=False,
-                                  return_attention_scores=True)
-    assert "_window_explicit" in ran
+    (fused, fused_grads, ran_fused), (explicit, explicit_grads, _), (scored, _, ran_all) = \
+        _outputs_and_grads(layer, x, mask, [({}, True),
+                                            ({"head_mask": np.ones(2, "float32")}, True),
+                                            ({"return_attention_scores": True}, False)], ran)
+    assert set(ran_fused) == {"_window_fused"}
+    assert "_window_explicit" in ran_all
     # x and every kernel and bias but the keys' (softmax ignores a shift shared by a row)
     assert sum(np.abs(g).max() > 1e-4 for g in fused_grads) == 8 + 5 * global_tokens
     assert np.isfinite(fused).all() and all(np.isfinite(g).all() for g in fused_grads)
