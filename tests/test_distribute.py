@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
+from tests.conftest import without_unused_imports
 
 # Only catches hangs: an order of magnitude above the idle time, so a busy machine does not fail
 # working code (idle, the slowest script here takes under 2 minutes).
@@ -48,16 +49,11 @@ def weights_of(task):
 '''
 
 
-# Keras imports scikit-learn, pandas and matplotlib when they are installed (its scikit-learn
-# wrappers, pandas inputs, image plots) and TensorFlow imports JAX (tf.lite); each import is
-# guarded (a missing package is fine). No script here uses them: each process starts ~1.5 s of
-# CPU sooner without them (the TensorFlow-only scripts also drop JAX).
-UNUSED = ("sklearn", "pandas", "matplotlib")
-
-
-def _run(script, env=None, args=(), unused=UNUSED):
+def _run(script, env=None, args=(), unused=()):
+    """`script` in a new Python process, without the packages no script here uses
+    (`without_unused_imports`; `unused`: more of them, "jax" for the TensorFlow-only ones)."""
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    script = f"import sys\nsys.modules.update(dict.fromkeys({tuple(unused)!r}))\n" + script
+    script = without_unused_imports(*unused) + script
     return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=full_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -213,7 +209,7 @@ def mirrored(bert_vocab, tmp_path_factory):
     reference of the multi-worker test (saved to `single_3_steps.npz`)."""
     single_out = str(tmp_path_factory.mktemp("mirrored") / "single_3_steps.npz")
     result = _result(_wait([_run(MIRRORED, args=(bert_vocab, single_out),
-                                 unused=UNUSED + ("jax",))])[0])
+                                 unused=("jax",))])[0])
     result["single_3_steps_npz"] = single_out
     return result
 
@@ -263,7 +259,7 @@ print(json.dumps({"replicas": strategy.num_replicas_in_sync,
 def test_multi_worker_fit_two_processes(tmp_path, mirrored):
     ports = ",".join(map(str, _free_ports(2)))
     procs = [_run(MULTI_WORKER, args=(i, ports, tmp_path / f"w{i}.npz"),
-                  unused=UNUSED + ("jax",)) for i in range(2)]
+                  unused=("jax",)) for i in range(2)]
     # the one-device reference: 3 steps in the mirrored process, on the default strategy
     outs = [_result(o) for o in _wait(procs)] + [
         _part(_part(mirrored, "step_equality"), "single_3_steps")]

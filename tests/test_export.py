@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import keras_bertfam as kb
+from tests.conftest import without_unused_imports
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + (
     "the a film was great dull bad good movie story actor plot who wrote it ada , . ! ? "
@@ -187,13 +188,9 @@ def cases(tok, vocab_file, xlnet_spiece):
     return out
 
 
-# A serving client's process: TensorFlow and tf-text only. tf-text imports Keras, which imports
-# scikit-learn, pandas and matplotlib when they are installed, and TensorFlow imports JAX (tf.lite);
-# every one of those imports is guarded and nothing here uses them: they are left out (~1.5 s of
-# CPU).
-FRESH = r'''
-import sys
-sys.modules.update(dict.fromkeys(("sklearn", "pandas", "matplotlib", "jax")))
+# A serving client's process: TensorFlow and tf-text only (tf-text imports Keras: what Keras and
+# TensorFlow would import besides is left out).
+FRESH = without_unused_imports("jax") + r'''
 import contextlib, io, json, traceback
 import numpy as np
 import tensorflow as tf
