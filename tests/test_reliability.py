@@ -242,6 +242,31 @@ def test_predict_and_fit_inputs_that_cannot_be_a_batch(classifier):
     classifier.fit(["good film"], [1], batch_size=np.int64(1), verbose=0)  # torch refused int64
 
 
+@pytest.mark.multibackend
+def test_text_for_a_task_without_a_preprocessor_says_what_to_build():
+    """keras-hub's `TextClassifier(backbone, num_classes, preprocessor=None)` then `fit` on
+    strings: Keras' own error was "Invalid dtype: str384"."""
+    task = kb.tasks.TextClassifier(_backbone(), num_classes=2)
+    texts = ["good film", "bad film"]
+    expected = r"TextClassifier has no preprocessor, so it takes token ids .*got text \({}\)"
+    for x, what in ((texts, "a list of 2 strings"),
+                    (np.array(texts), r"ndarray of strings with shape \(2,\)"),
+                    (np.array(texts, object), r"ndarray of strings with shape \(2,\)"),
+                    ({"token_ids": tf.constant(texts)},
+                     r"EagerTensor of strings with shape \(2,\)"),
+                    (tf.data.Dataset.from_tensor_slices((texts, [0, 1])).batch(2),
+                     r"TensorSpec of strings with shape \(None,\)")):
+        for call in (lambda: task.fit(x, [0, 1] if not isinstance(x, tf.data.Dataset) else None,
+                                      verbose=0),
+                     lambda: task.predict(x, verbose=0)):
+            with pytest.raises(ValueError, match=expected.format(what)) as error:
+                call()
+            assert "default_preprocessor(tokenizer, backbone)" in str(error.value)
+    ids = {"token_ids": np.array([[2, 31, 3, 0]]), "segment_ids": np.zeros((1, 4), "int32"),
+           "padding_mask": np.array([[1, 1, 1, 0]])}
+    assert task.predict(ids, verbose=0).shape == (1, 2)  # token ids still pass
+
+
 def test_mask_selection_rate_types_and_zero_are_consistent():
     from keras_bertfam.preprocessing import (
         NgramMasker,

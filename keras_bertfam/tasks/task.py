@@ -331,6 +331,7 @@ class Task(keras.Model):
         batch_size = check_batch_size(batch_size)
         preprocessor = getattr(self, "preprocessor", None)
         if preprocessor is None:
+            check_model_inputs(x, type(self).__name__)
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
             # which Keras' data adapters take.
             return _arrays(x), _arrays(y), _arrays(sample_weight), batch_size
@@ -648,6 +649,44 @@ def check_raw_inputs(x, task_name):
                 f"{task_name} has a preprocessor, so it takes raw text; got an array of "
                 f"{dtype} with shape {tuple(getattr(part, 'shape', ()))}. Pass strings, or "
                 "build the task with preprocessor=None to feed token ids.")
+
+
+def check_model_inputs(x, task_name):
+    """Inputs for a task without a preprocessor: token ids, not text (Keras' own error for an
+    array of strings is "Invalid dtype: str384")."""
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        x = spec[0] if isinstance(spec, tuple) else spec
+    parts = list(x.values()) if isinstance(x, dict) else list(x) if isinstance(x, tuple) else [x]
+    for part in parts:
+        if _is_text(part):
+            raise ValueError(
+                f"{task_name} has no preprocessor, so it takes token ids (a dict of `token_ids`, "
+                f"`padding_mask`, ...); got text ({_describe(part)}). Build the task with "
+                f"preprocessor={task_name}.default_preprocessor(tokenizer, backbone), or load "
+                f"it with {task_name}.from_preset(...), which attaches one.")
+
+
+def _is_text(part):
+    if isinstance(part, (str, bytes)):
+        return True
+    if isinstance(part, list):
+        return _is_text(next(iter(tree.flatten(part)), None))
+    dtype = getattr(part, "dtype", None)
+    if isinstance(dtype, tf.dtypes.DType):
+        return dtype == tf.string
+    if not isinstance(part, np.ndarray):
+        return False
+    return part.dtype.kind in "US" or (part.dtype.kind == "O" and part.size > 0 and isinstance(
+        part.flat[0], (str, bytes)))
+
+
+def _describe(part):
+    if isinstance(part, (str, bytes)):
+        return f"a single string {part[:40]!r}"
+    if isinstance(part, list):
+        return f"a list of {len(part)} strings"
+    return f"{type(part).__name__} of strings with shape {tuple(part.shape)}"
 
 
 def _is_numeric(dtype):
