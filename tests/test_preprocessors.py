@@ -125,6 +125,32 @@ def test_instances_are_shuffled_across_documents(tokenizer, kind):
     assert not np.array_equal(first_batch_documents(1024, seed=1)[1], rows)
 
 
+@pytest.mark.parametrize("kind", ["pairs", "blocks"])
+def test_training_batches_are_full_unless_an_epoch_has_only_one(tokenizer, kind):
+    """An epoch's last partial training batch is dropped: pairs and blocks are redrawn every
+    epoch, so its size changed every epoch and JAX compiled the train step again for each. An
+    epoch with fewer instances than a batch keeps that one batch; evaluation keeps every one."""
+    docs = kb.preprocessing.read_corpus().take(12)
+
+    def sizes(batch_size, training):
+        if kind == "pairs":
+            pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, 32, batch_size=batch_size,
+                                                            seed=2)
+        else:
+            pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 32, batch_size=batch_size,
+                                                        seed=2, packing="full_sentences")
+        ds = pre.prepare(docs, training=training)
+        return [[int(x["token_ids"].shape[0]) for x, *_ in ds] for _ in range(2)]
+
+    evaluation = sizes(8, training=False)[0]
+    assert evaluation[-1] < 8  # the instances do not fill whole batches
+    for epoch in sizes(8, training=True):
+        assert len(epoch) >= 3 and set(epoch) == {8}
+        assert abs(len(epoch) - len(evaluation)) <= 1 + len(evaluation) // 5  # pairs vary
+    (one,), (again,) = sizes(4096, training=True)
+    assert 0 < one < 4096 and 0 < again < 4096
+
+
 def test_word_maskers_of_the_default_preprocessors_use_the_tokenizers_words(tokenizer):
     """ALBERT's n-grams and SpanBERT's spans are whole words of the tokenizer in use (its kind
     decides how word starts look): with a WordPiece vocabulary, ALBERT must still mask ~15% and

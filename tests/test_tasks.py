@@ -79,8 +79,8 @@ def test_bert_pretrainer_reports_both_losses():
 
 def test_pretrainers_fit_on_raw_text(bert_vocab):
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
-    # Documents for 6 (MLM blocks) and 8 (NSP pairs) full batches of 8 an epoch: a last partial
-    # batch compiles the train step again on JAX (48 documents made 55 NSP batches, the last 6).
+    # Documents for 6 (MLM blocks) and 8 (NSP pairs) batches of 8 an epoch (48 documents made
+    # 55 NSP batches); an epoch's last partial batch is dropped in training (test_preprocessors).
     corpus = kb.preprocessing.read_corpus()
     for task_cls, documents in ((kb.tasks.MaskedLM, 48), (kb.tasks.BertPretrainer, 8)):
         docs = corpus.take(documents)

@@ -159,6 +159,24 @@ class PretrainingPreprocessor(keras.layers.Layer):
         return instances.shuffle(self.shuffle_buffer, seed=self.seed,
                                  reshuffle_each_iteration=True)
 
+    def _batched_instances(self, instances, training):
+        """Instances -> batches of `batch_size`, shuffled in training. In training an epoch's
+        last partial batch is dropped unless it is the epoch's only batch (BERT's pretraining
+        input drops it too): pairs and blocks are drawn anew each epoch, so the last batch's
+        size changes every epoch, and each new size compiles the train step again on JAX and
+        TPUs. Nothing is lost for good: the next epoch reshuffles and redraws."""
+        batches = self._shuffled(instances, training).batch(self.batch_size)
+        if not training:
+            return batches
+        size = self.batch_size
+
+        def keep(index, batch):
+            first = tf.nest.flatten(batch)[0]
+            rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+            return (index == 0) | (tf.cast(rows, tf.int64) == size)
+
+        return batches.enumerate().filter(keep).map(lambda index, batch: batch)
+
     def _batched_strings(self, ds):
         if not isinstance(ds, tf.data.Dataset):
             if hasattr(ds, "__len__") and len(ds) == 0:
@@ -203,7 +221,8 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
     tail is dropped). `packing="full_sentences"` / `"doc_sentences"`: each string is a document;
     its sentences fill blocks of `sequence_length` (RoBERTa's FULL-/DOC-SENTENCES; nothing is cut,
     long sentences are split), shuffled in a buffer of `shuffle_buffer` blocks (training; 0: keep
-    the document order) and rebatched to `batch_size`.
+    the document order) and rebatched to `batch_size` (in training, an epoch's last partial
+    batch is dropped unless it is the epoch's only one).
 
     Returns `(x, mask_ids, mask_weights)` with x = {token_ids, segment_ids, padding_mask,
     mask_positions}: keras-hub's format. A new mask is drawn every time an example is seen.
@@ -242,7 +261,7 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
             return self._seeded_map(ds, self, salt=1).prefetch(AUTOTUNE)
         blocks = ds.map(lambda t: self.document_packer(self._documents(t)),
                         num_parallel_calls=AUTOTUNE)
-        blocks = self._shuffled(blocks.unbatch(), training).batch(self.batch_size)
+        blocks = self._batched_instances(blocks.unbatch(), training)
         return self._seeded_map(blocks, self._pack_blocks, salt=1).prefetch(AUTOTUNE)
 
     def get_config(self):
@@ -258,7 +277,8 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
     `SentenceOrderPairer`) makes `[CLS] A [SEP] B [SEP]` instances (BERT's
     create_instances_from_document), which are shuffled in a buffer of `shuffle_buffer` instances
     (training; BERT shuffles all instances of its input; 0 keeps a document's pairs together),
-    rebatched to `batch_size`, packed and masked.
+    rebatched to `batch_size` (in training, an epoch's last partial batch is dropped unless it
+    is the epoch's only one), packed and masked.
 
     Returns `(x, {"mask_ids", "mask_weights", "pair_labels"})`.
     """
@@ -286,7 +306,7 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
         pairs = self._seeded_map(ds, self.instances, salt=2).unbatch()
-        pairs = self._shuffled(pairs, training).batch(self.batch_size)
+        pairs = self._batched_instances(pairs, training)
         return self._seeded_map(pairs, self, salt=1).prefetch(AUTOTUNE)
 
     def get_config(self):
