@@ -242,6 +242,40 @@ def test_predict_and_fit_inputs_that_cannot_be_a_batch(classifier):
     classifier.fit(["good film"], [1], batch_size=np.int64(1), verbose=0)  # torch refused int64
 
 
+def test_a_first_script_s_wrong_inputs_are_named(classifier):
+    """What a user's first script gets wrong, each answered with its value and the fix (these
+    were "None values not supported", "Dimensions 3 and 2 are not compatible", an IndexError, a
+    SegmentPacker rank error, "Can't convert Python sequence with mixed types" and a graph
+    error in SparseSoftmaxCrossEntropyWithLogits)."""
+    texts = ["good film", "bad film"]
+    cases = [
+        (lambda: classifier.fit(texts, ["pos", "neg"]),
+         r"Invalid label 'pos' \(flat index 0 of the labels\): expected an integer class id "
+         r"from 0 to 1 \(num_classes=2\). Map text labels to ids first"),
+        (lambda: classifier.fit(texts + ["fine"], [0, 1]),
+         "TextClassifier got 3 examples in x but 2 in y: one label per example"),
+        (lambda: classifier.fit(texts, [0, 1], sample_weight=[1.0]),
+         "TextClassifier got 2 examples in x but 1 in sample_weight"),
+        (lambda: classifier.fit((texts, ["a"]), [0, 1]),
+         "columns of different lengths: column 0 has 2 examples, column 1 has 1"),
+        (lambda: classifier.predict(("good film", "bad film")),
+         r"reads a tuple as columns .*got a tuple of strings \('good film', 'bad film'\)"),
+        (lambda: classifier.predict([["good film", "bad film"]]),
+         r"takes a list of texts, or a tuple of two lists for text pairs; got a list of lists"),
+        (lambda: classifier.predict(["good film", None]),
+         r"list of texts whose item 1 is None \(NoneType\): expected a string"),
+        (lambda: classifier.predict(["good film", 3]),
+         r"list of texts whose item 1 is 3 \(int\): expected a string"),
+        (lambda: classifier.fit(texts, [[1, 0], [0, 1]]),
+         r"one class id per example.*got labels of shape \(2, 2\), one-hot.*np.argmax"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # the forms that stay valid: pairs as a tuple of lists, labels of shape (N, 1)
+    classifier.fit((texts, texts), np.array([[0], [1]]), epochs=1, verbose=0)
+
+
 @pytest.mark.multibackend
 def test_text_for_a_task_without_a_preprocessor_says_what_to_build():
     """keras-hub's `TextClassifier(backbone, num_classes, preprocessor=None)` then `fit` on

@@ -104,8 +104,19 @@ class TextClassifier(Task):
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         if self.num_classes > 1:
             check_label_values(y, self.num_classes)
+            shape = _shape(y)
+            if len(shape) == 2 and shape[1] == self.num_classes:
+                raise ValueError(
+                    f"TextClassifier takes one class id per example, labels of shape (N,); got "
+                    f"labels of shape {shape}, one-hot or probabilities (num_classes="
+                    f"{self.num_classes}). Pass np.argmax(y, axis=-1).")
         else:
             check_finite_target_values(y)
+        if isinstance(x, list) and x and isinstance(x[0], (list, tuple)):
+            raise ValueError(
+                f"TextClassifier takes a list of texts, or a tuple of two lists for text pairs; "
+                f"got a list of {type(x[0]).__name__}s (the first: {x[0]!r:.60}). For pairs "
+                f"pass (first_texts, second_texts).")
         return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
 
     def serving_outputs(self, features, outputs):
@@ -145,6 +156,15 @@ def check_label_values(labels, num_classes, what="label", allow_negative=False,
     if labels is None or isinstance(labels, dict) or type(labels).__name__.endswith("Dataset"):
         return
     flat = _flat_values(labels)
+    if flat.size and flat.dtype.kind in "USO":
+        text = [i for i, v in enumerate(flat) if isinstance(v, (str, bytes, np.str_, np.bytes_))]
+        if text:
+            value = flat[text[0]].item() if hasattr(flat[text[0]], "item") else flat[text[0]]
+            raise ValueError(
+                f"Invalid {what} {value!r} (flat index {text[0]} of the labels): "
+                f"expected an integer class id from 0 to {num_classes - 1} ({count}="
+                f"{num_classes}). Map text labels to ids first, e.g. "
+                f"{{name: i for i, name in enumerate(sorted(set(labels)))}}.")
     if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
         return
     if np.issubdtype(flat.dtype, np.floating):
@@ -176,6 +196,16 @@ def check_finite_target_values(targets):
     bad = ~np.isfinite(flat.astype("float64"))
     if bad.any():
         raise ValueError(NOT_FINITE.format(flat[int(np.argmax(bad))]))
+
+
+def _shape(values):
+    """The shape of labels given as an array or (nested) lists; () for anything else or ragged."""
+    if not isinstance(values, (list, np.ndarray)):
+        return ()
+    try:
+        return np.shape(values)
+    except ValueError:  # ragged lists
+        return ()
 
 
 def _flat_values(labels):

@@ -336,6 +336,7 @@ class Task(keras.Model):
             # which Keras' data adapters take.
             return _arrays(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
+        check_example_counts(x, y, sample_weight, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
         if isinstance(x, tf.data.Dataset):
             if y is not None:
@@ -637,8 +638,14 @@ def check_raw_inputs(x, task_name):
         return
     parts = x if isinstance(x, tuple) else (x,)
     for part in parts:
+        if isinstance(part, (str, bytes)):
+            raise ValueError(
+                f"{task_name} reads a tuple as columns (e.g. (first_texts, second_texts)), each "
+                f"a batch; got a tuple of strings {x!r:.80}. For a batch of texts pass a list.")
         if isinstance(part, (tuple, dict)):
             continue
+        if isinstance(part, list):
+            _check_text_items(part, task_name)
         if hasattr(part, "__len__") and len(part) == 0:
             raise ValueError(
                 f"{task_name} got an empty input (0 examples, {type(part).__name__}): expected at "
@@ -649,6 +656,49 @@ def check_raw_inputs(x, task_name):
                 f"{task_name} has a preprocessor, so it takes raw text; got an array of "
                 f"{dtype} with shape {tuple(getattr(part, 'shape', ()))}. Pass strings, or "
                 "build the task with preprocessor=None to feed token ids.")
+
+
+def _check_text_items(texts, task_name):
+    """A list of texts where some items are not: None, numbers (a missing value in a column)."""
+    if not any(isinstance(t, (str, bytes)) for t in texts[:1000]):
+        return  # lists of lists (words, choices) or of numbers: checked elsewhere
+    for i, t in enumerate(texts):
+        if not isinstance(t, (str, bytes, list, tuple, np.ndarray)):
+            raise ValueError(
+                f"{task_name} got a list of texts whose item {i} is {t!r} "
+                f"({type(t).__name__}): expected a string. Drop or fill missing texts first.")
+
+
+def _num_examples(x):
+    """How many examples raw inputs hold, where that is plain: a list or array of texts, or a
+    tuple of such columns (the first column's); None otherwise."""
+    if isinstance(x, tuple):
+        return _num_examples(x[0]) if x else None
+    if isinstance(x, np.ndarray) and x.ndim >= 1:
+        return len(x)
+    if isinstance(x, list) and x and isinstance(x[0], (str, bytes)):
+        return len(x)
+    return None
+
+
+def check_example_counts(x, y, sample_weight, task_name):
+    """Columns, labels and sample weights of in-memory inputs hold the same number of examples
+    (TensorFlow's message was "Dimensions 3 and 2 are not compatible")."""
+    n = _num_examples(x)
+    if n is None:
+        return
+    if isinstance(x, tuple):
+        for i, part in enumerate(x[1:], 1):
+            if isinstance(part, (list, np.ndarray)) and len(part) != n:
+                raise ValueError(
+                    f"{task_name} got columns of different lengths: column 0 has {n} examples, "
+                    f"column {i} has {len(part)}.")
+    for name, values in (("y", y), ("sample_weight", sample_weight)):
+        counted = isinstance(values, list) or (isinstance(values, np.ndarray) and values.ndim)
+        if counted and len(values) != n:
+            raise ValueError(
+                f"{task_name} got {n} examples in x but {len(values)} in {name}: one "
+                f"{'label' if name == 'y' else 'weight'} per example.")
 
 
 def check_model_inputs(x, task_name):
