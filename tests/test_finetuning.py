@@ -306,6 +306,12 @@ def test_question_answerer_answer_not_in_context(qa):
     with pytest.raises(tf.errors.InvalidArgumentError, match="answer is not in its context"):
         qa.fit(ds, verbose=0)
 
+    # `answer`'s own inputs (a ConcatOp and a GatherV2 error before)
+    with pytest.raises(ValueError, match="got a single string as questions: 'Who"):
+        qa.answer("Who?", CONTEXT)
+    with pytest.raises(ValueError, match="answer got 2 questions and 1 contexts"):
+        qa.answer([QUESTION, "Who?"], [CONTEXT])
+
 
 # === MultipleChoice ===
 CHOICES = (["The cat", "A man opens the door"],
@@ -322,6 +328,14 @@ def mc(tiny_preset):
     contexts, choices = CHOICES
     mc.fit((contexts * 10, choices * 10), [0, 0] * 10, batch_size=2, verbose=0)  # 10 steps
     return mc
+
+
+def test_multiple_choice_needs_as_many_choices_in_every_example(mc):
+    """("Can't convert non-rectangular Python sequence to Tensor" before.)"""
+    contexts, choices = CHOICES
+    with pytest.raises(ValueError, match="the same number of choices in every example: example 0 "
+                                         "has 3, example 1 has 2"):
+        mc.fit((contexts, [choices[0], choices[1][:2]]), [0, 1], verbose=0)
 
 
 def test_multiple_choice_fit_predict_save(mc, tmp_path):

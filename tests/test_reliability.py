@@ -253,7 +253,7 @@ def test_a_first_script_s_wrong_inputs_are_named(classifier):
          r"Invalid label 'pos' \(flat index 0 of the labels\): expected an integer class id "
          r"from 0 to 1 \(num_classes=2\). Map text labels to ids first"),
         (lambda: classifier.fit(texts + ["fine"], [0, 1]),
-         "TextClassifier got 3 examples in x but 2 in y: one label per example"),
+         "TextClassifier got 3 examples in x but 2 in y: y needs one entry per example"),
         (lambda: classifier.fit(texts, [0, 1], sample_weight=[1.0]),
          "TextClassifier got 2 examples in x but 1 in sample_weight"),
         (lambda: classifier.fit((texts, ["a"]), [0, 1]),

@@ -105,6 +105,16 @@ def test_non_string_input(tokenizer):
         tokenizer(tf.constant([1, 2, 3]))
 
 
+def test_detokenize_refuses_ids_outside_the_vocabulary(tokenizer):
+    """keras-hub's WordPiece detokenized id 99999999 as '##'."""
+    assert tokenizer.detokenize(tf.ragged.constant([[2023], [2003, 102]])) == ["this", "is [SEP]"]
+    size = tokenizer.vocabulary_size()
+    for bad, value in (([[99999999]], 99999999), ([[1, -3]], -3), (np.array([size]), size)):
+        with pytest.raises(ValueError, match=rf"Token id {value} is outside the vocabulary: "
+                                             rf"WordPieceTokenizer has ids 0 to {size - 1}"):
+            tokenizer.detokenize(bad)
+
+
 def test_non_utf8_bytes_are_replaced_by_the_corpus_reader(tmp_path, tokenizer):
     path = os.path.join(tmp_path, "bad.txt")
     with open(path, "wb") as f:

@@ -103,6 +103,24 @@ class _SpecialTokens:
             return functions[rank](inputs)
         return self.tokenize(inputs)
 
+    def detokenize(self, inputs):
+        """keras-hub's, refusing ids outside the vocabulary when called eagerly (keras-hub's
+        WordPiece turned id 99999999 into '##'). In a graph the ids come from a model's output
+        over this vocabulary."""
+        if tf.executing_eagerly():
+            ids = inputs
+            if not isinstance(ids, (tf.Tensor, tf.RaggedTensor)):
+                ids = tf.ragged.constant(ids) if isinstance(ids, (list, tuple)) else \
+                    tf.convert_to_tensor(ids)
+            flat = (ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids).numpy().ravel()
+            size = self.vocabulary_size()
+            bad = (flat < 0) | (flat >= size)
+            if bad.any():
+                raise ValueError(
+                    f"Token id {flat[bad.argmax()].item()} is outside the vocabulary: "
+                    f"{type(self).__name__} has ids 0 to {size - 1}.")
+        return super().detokenize(inputs)
+
     @classmethod
     def from_preset(cls, preset, **kwargs):
         return preset_hooks.call("load_tokenizer", preset, **kwargs)

@@ -1,5 +1,6 @@
 """Fine-tuning: multiple choice (SWAG, RACE): one score per (context, choice), softmax over choices."""
 import keras
+import numpy as np
 from keras import ops
 
 from keras_bertfam.models.backbone import head_initializer
@@ -83,7 +84,14 @@ class MultipleChoice(Task):
         if y is not None and isinstance(x, dict):  # model inputs (B, C, T)
             check_label_values(y, int(x["token_ids"].shape[1]), what="choice label",
                                count="number of choices")
-        elif y is not None and isinstance(x, (tuple, list)) and len(x) == 2 and len(x[1]):
+        if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[1], list) and x[1]:
+            counts = [len(c) if isinstance(c, (list, tuple, np.ndarray)) else None for c in x[1]]
+            if len(set(counts)) > 1:
+                i = next(i for i, c in enumerate(counts) if c != counts[0])
+                raise ValueError(
+                    f"MultipleChoice needs the same number of choices in every example: example "
+                    f"0 has {counts[0]}, example {i} has {counts[i]}.")
+        if y is not None and isinstance(x, (tuple, list)) and len(x) == 2 and len(x[1]):
             check_label_values(y, len(x[1][0]), what="choice label",
                                count="number of choices")  # (contexts, choices)
         return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)

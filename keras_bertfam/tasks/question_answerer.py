@@ -169,6 +169,13 @@ class QuestionAnswerer(Task):
         into the context, `context[start:end] == text`)."""
         import tensorflow as tf
 
+        for name, texts in (("questions", questions), ("contexts", contexts)):
+            if isinstance(texts, (str, bytes)):
+                raise ValueError(f"answer takes lists of questions and contexts; got a single "
+                                 f"string as {name}: {texts[:40]!r}. Pass [{texts[:20]!r}].")
+        if len(questions) != len(contexts):
+            raise ValueError(f"answer got {len(questions)} questions and {len(contexts)} "
+                             "contexts: one context per question.")
         features, meta = self.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
         out = super(Task, self).predict(features, batch_size=batch_size, verbose=0)
         starts, ends = out["start_logits"], out["end_logits"]

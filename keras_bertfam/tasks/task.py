@@ -697,8 +697,8 @@ def check_example_counts(x, y, sample_weight, task_name):
         counted = isinstance(values, list) or (isinstance(values, np.ndarray) and values.ndim)
         if counted and len(values) != n:
             raise ValueError(
-                f"{task_name} got {n} examples in x but {len(values)} in {name}: one "
-                f"{'label' if name == 'y' else 'weight'} per example.")
+                f"{task_name} got {n} example{'s' * (n != 1)} in x but {len(values)} in "
+                f"{name}: {name} needs one entry per example.")
 
 
 def check_model_inputs(x, task_name):
