@@ -607,99 +607,58 @@ class _Masker(SeededStage):
         return cls(**config)
 
 
-def _greedy_round(rows, tri, max_n, overlaps):
-    """One round of `_greedy_select` over the rows `(key, budget, order, rank, tok_m,
-    allowed_m)`, as a `body(covered, chosen, used, cursor, done)` for `tf.while_loop`."""
-    key, budget, order, rank, tok_m, allowed_m = rows
-    W = tf.shape(key)[1]
-    is_cand = key < _INT32_MAX
-    order_flat = _flat_index(order, W)  # order: (B, K), the first K words visited
-    rank_flat = _flat_index(rank, tf.shape(order)[1] + 1)  # rank: (B, W), K if not among them
+def _greedy_walk(order, valid, cand_n, tok, budget, max_n, overlaps):
+    """The sequential loop itself, over each row's candidates in visiting order (all rows at
+    once, one candidate per step). XLA-compiled (`_greedy_walk_xla`): the steps are a few tiny
+    fused kernels each, where TF's executor would pay its per-op cost on every op.
 
-    def cum_before(x):
-        """sum of x over the candidates visited before each word's candidate -> (B, W)."""
-        in_order = _cumsum(_gather_flat(x, order_flat), tri=tri)  # (B, K)
-        return _gather_flat(tf.pad(in_order, [[0, 0], [0, 1]]), rank_flat)
+    order, valid, cand_n: [B, K] -- the word of the i-th visited candidate, whether it is one
+    (False from some i on), its n-gram length; tok: [B, K, max_n] the pieces of its m-grams
+    (m = 1..max_n); budget [B]. Returns the n-gram length each visited candidate got, [B, K]
+    (0 when skipped), and the pieces used [B]. The loop stops once every row has spent its
+    budget or run out of candidates.
+    """
+    B = tf.shape(order)[0]
+    K = tf.shape(order)[1]
+    # [K, B]: step i reads one leading row.
+    wT, vT, nT = tf.transpose(order), tf.transpose(valid), tf.transpose(cand_n)
+    tT = [tf.transpose(tok[:, :, m]) for m in range(max_n)]
+    none = tf.zeros([K, B], tf.int32)
+    count = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)  # valid is a prefix of each row
 
-    def fit(r):
-        """The longest allowed n with pieces <= r (B, 1), as `ge` (ge[d] = n > d, (B, W) each:
-        the fitting m form a prefix, as pieces grow with m) and its pieces t (B, W)."""
-        ge = [allowed_m[0] & (tok_m[0] <= r)]
-        t = tf.where(ge[0], tok_m[0], 0)
-        for m in range(1, max_n):
-            ge.append(allowed_m[m] & (tok_m[m] <= r))
-            t = tf.where(ge[m], tok_m[m], t)
-        return ge, t
+    def live(i, used, chosen, lo, hi):
+        return tf.reduce_any((i < count) & (used < budget))
 
-    def length(ge):
-        return tf.add_n([tf.cast(g, tf.int32) for g in ge])
-
-    def window_any(x, ge):
-        """any(x[w + d] for d < n[w]) -> (B, W)."""
-        out = x & ge[0]
-        for d in range(1, max_n):
-            out = out | (_shift_left(x, d, False) & ge[d])
-        return out
-
-    def cover(flag, ge):
-        """Words covered by the n-grams of the flagged candidates -> (B, W)."""
-        out = flag
-        for d in range(1, max_n):
-            out = out | _shift_right(flag & ge[d], d, False)
-        return out
-
-    def overlaps_earlier(flag, ge):
-        """Candidates whose n-gram overlaps the n-gram of an earlier (in visiting order)
-        flagged candidate -> (B, W)."""
-        # claim[w]: smallest key of a flagged n-gram covering word w.
-        kflag = tf.where(flag, key, _INT32_MAX)
-        claim = kflag
-        for d in range(1, max_n):
-            claim = tf.minimum(
-                claim, _shift_right(tf.where(ge[d], kflag, _INT32_MAX), d, _INT32_MAX)
-            )
-        earlier = claim < key  # d = 0 (own word)
-        for d in range(1, max_n):
-            earlier = earlier | ((_shift_left(claim, d, _INT32_MAX) < key) & ge[d])
-        return earlier
-
-    def body(covered, chosen, used, cursor, done):
-        r = (budget - used)[:, tf.newaxis]  # (B, 1)
-        ge1, t1 = fit(r)
-        active = is_cand & (key >= cursor[:, tf.newaxis]) & ~done[:, tf.newaxis]
-        has = active & ge1[0]
-        tent = has & ~window_any(covered, ge1) if overlaps else has
+    def step(i, used, chosen, lo, hi):
+        r = budget - used
+        n = tf.zeros([B], tf.int32)  # the longest fitting n-gram: pieces grow with m
+        t = tf.zeros([B], tf.int32)
+        for m in range(max_n):
+            fits = (nT[i] > m) & (tT[m][i] <= r)
+            n = tf.where(fits, m + 1, n)
+            t = tf.where(fits, tT[m][i], t)
+        take = vT[i] & (n > 0)
+        w = wT[i]
+        if overlaps:  # against the words [lo, hi) of every n-gram taken so far
+            take &= ~tf.reduce_any((lo < (w + n)[tf.newaxis]) & (w[tf.newaxis] < hi), axis=0)
+        at = [[i]]
+        chosen = tf.tensor_scatter_nd_update(chosen, at, tf.where(take, n, 0)[tf.newaxis])
         if overlaps:
-            # A tentative n-gram overlapping an earlier *clean* one (no earlier tentative overlap)
-            # is certainly skipped if it comes before f: that clean one is then committed first.
-            # Only the remaining overlaps (chains) are problems.
-            earlier = overlaps_earlier(tent, ge1)
-            skipped = tent & overlaps_earlier(tent & ~earlier, ge1)
-            tent_left = tent & ~skipped
-            problem = tent & earlier & ~skipped
-        else:
-            tent_left = tent
-        cum = cum_before(tf.where(tent_left, t1, 0))
-        problem_budget = has & (t1 > r - cum)
-        problem = problem_budget | problem if overlaps else problem_budget
-        f = tf.reduce_min(tf.where(problem, key, _INT32_MAX), axis=1)  # (B,)
-        f2 = f[:, tf.newaxis]
-        commit = tent_left & (key < f2)
-        covered = covered | cover(commit, ge1)
-        chosen = tf.where(commit, length(ge1), chosen)
-        used = used + tf.reduce_sum(tf.where(commit, t1, 0), axis=1)
-        # Candidate f, decided exactly with the updated state.
-        ge2, t2 = fit((budget - used)[:, tf.newaxis])
-        acc = (key == f2) & is_cand & ge2[0]
-        if overlaps:
-            acc = acc & ~window_any(covered, ge2)
-        covered = covered | cover(acc, ge2)
-        chosen = tf.where(acc, length(ge2), chosen)
-        used = used + tf.reduce_sum(tf.where(acc, t2, 0), axis=1)
-        finished = f == _INT32_MAX
-        return covered, chosen, used, tf.where(finished, f, f + 1), done | finished
+            lo = tf.tensor_scatter_nd_update(lo, at, tf.where(take, w, _INT32_MAX)[tf.newaxis])
+            hi = tf.tensor_scatter_nd_update(hi, at, tf.where(take, w + n, -1)[tf.newaxis])
+        return i + 1, used + tf.where(take, t, 0), chosen, lo, hi
 
-    return body
+    state = (tf.constant(0), tf.zeros_like(budget), none, none + _INT32_MAX, none - 1)
+    if overlaps is False:  # lo / hi are not read: keep them out of the loop's carried state
+        state = state[:3] + (tf.zeros([0, 0], tf.int32),) * 2
+    any_shape = tf.TensorShape([None, None])
+    _, used, chosen, _, _ = tf.while_loop(
+        live, step, state,
+        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None])) + (any_shape,) * 3)
+    return tf.transpose(chosen), used
+
+
+_greedy_walk_xla = tf.function(_greedy_walk, jit_compile=True, autograph=False)
 
 
 def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
@@ -714,85 +673,59 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
             if any word of c.word .. c.word+n-1 is covered: continue       # no overlap
             cover them; used += pieces(c.word, n)
 
-    Here every *round* handles all rows at once. Each round assumes the remaining budget `r` at
-    its start for every remaining candidate, computes their tentative decisions in parallel, and
-    finds the first candidate f (in visiting order) whose decision could differ from the
-    sequential one: its n-gram would no longer fit once the earlier tentative picks are counted,
-    or it overlaps an earlier tentative pick of the same round. Every candidate before f
-    provably gets the sequential decision (the longest fitting n only shrinks when r does, and
-    coverage only grows), so they are committed; f is then decided exactly with the updated
-    state, and the next round starts after f. The loop ends when no row has such a candidate:
-    the result equals the sequential walk's, candidate for candidate. An overlap is not a problem
-    when the earlier n-gram it overlaps is itself clean (no earlier tentative overlap): if both
-    come before f, that one is committed first, so this one is certainly skipped (and its pieces
-    are left out of the running budget). On BERT-length rows (whole words or ALBERT n-grams)
-    about 90% of rows finish in 2 rounds and nearly all the rest in 3.
+    We run that very loop, for all rows at once, in *visiting-order space*: one partial sort
+    gives each row's first K visited candidates (K = `_GREEDY_FIRST_CANDIDATES`), their n-gram
+    lengths and pieces are gathered into [B, K], and `_greedy_walk` (one XLA function) steps
+    through them, candidate i of every row at step i, checking overlaps against the [lo, hi)
+    word intervals taken so far. The budget is nearly always spent within the first K
+    candidates (BERT-length rows: 21 at most for whole words, 19 for ALBERT n-grams on the
+    benchmark), so the walk ends after ~20 steps. A row that visited its K candidates with budget
+    left and more candidates to visit is walked again over its full order, on a sub-batch of
+    such rows (`tf.cond`: no cost when there are none); same decisions, as the walk is
+    deterministic.
 
-    State is kept in *word order*; the visiting order is given by distinct int keys, so "earlier
-    in the visiting order" is a key comparison; the running budget is a cumulative sum in
-    visiting order (one argsort per call, two gathers per round).
-
-    Args: key [B, W] (INT32_MAX for non-words), cand_n [B, W] (n-gram length, already clipped to
-    the words left), ctok [B, W + 1] (see `_Masker._words`), budget [B], max_n (static), and
-    `overlaps` (False lets the caller skip the overlap checks: whole words cannot overlap).
-    Returns covered words [B, W] bool and the n-gram length each word's candidate got [B, W]
-    (0 when skipped).
+    Args: key [B, W] (distinct visiting-order keys, INT32_MAX for non-words), cand_n [B, W]
+    (n-gram length, already clipped to the words left), ctok [B, W + 1] (see
+    `_Masker._words`), budget [B], max_n (static), and `overlaps` (False lets the caller skip
+    the overlap checks: whole words cannot overlap). Returns covered words [B, W] bool and the
+    n-gram length each word's candidate got [B, W] (0 when skipped).
     """
     B = tf.shape(key)[0]
     W = tf.shape(key)[1]
-    # Per n-gram length m = 1..N, as Python lists of (B, W) tensors: TF's reductions over a
-    # tiny trailing axis are slow on CPU, so the (static, <= 3) m axis is unrolled.
-    base = ctok[:, :-1]
-    tok_m = [_shift_left(ctok, m, 0)[:, :W] - base for m in range(1, max_n + 1)]
-    allowed_m = [cand_n >= m for m in range(1, max_n + 1)]
-    def visiting_order(key, k):
-        """order[b, i] = word visited i-th (i < k); rank[b, w] = its inverse (k if w is
-        visited later than the k-th)."""
-        neg, order = tf.math.top_k(-key, k=k)  # ascending keys: one partial sort
-        n = tf.shape(key)[0]
-        rank = k + tf.reshape(tf.math.unsorted_segment_sum(
-            tf.reshape(tf.broadcast_to(tf.range(k)[tf.newaxis, :] - k, [n, k]), [-1]),
-            tf.reshape(order + tf.range(n)[:, tf.newaxis] * W, [-1]),
-            num_segments=n * W), [-1, W])
-        return order, rank, -neg[:, -1]
 
-    state = (
-        tf.zeros([B, W], tf.bool),  # covered words
-        tf.zeros([B, W], tf.int32),  # n-gram length each word's candidate got
-        tf.zeros([B], tf.int32),  # pieces used
-        tf.zeros([B], tf.int32),  # cursor: the smallest key not yet decided
-        tf.zeros([B], tf.bool),  # done
-    )
-    # The budget is nearly always spent within the first few dozen words visited, so the first
-    # two rounds (all rows) see only the first K candidates of each row (a partial sort):
-    # candidates after them count as absent. Nearly every row finishes in these two rounds (the
-    # first stops at the first problem, the second finds none); about one in ten needs more,
-    # and a row that finished its K candidates with budget left still has the others to visit.
-    # A round's time grows with its rows, so only those rows go on, gathered into a smaller
-    # batch, with their full visiting order.
+    def walk(key, cand_n, ctok, budget, k):
+        """chosen n-gram lengths in word space [b, W] of the rows given, over their first k
+        visited candidates; and the largest of those k keys [b]."""
+        b = tf.shape(key)[0]
+        neg, order = tf.math.top_k(-key, k=k)  # ascending keys: one partial sort
+        valid = neg > -_INT32_MAX
+        flat = _flat_index(order, W)
+        flat_c = _flat_index(order, W + 1)
+        base = _gather_flat(ctok, flat_c)
+        end = flat_c - order + W  # ctok[w + m] is ctok[W] (the total) past the end
+        tok = tf.stack([_gather_flat(ctok, tf.minimum(flat_c + m, end)) - base
+                        for m in range(1, max_n + 1)], axis=2)
+        chosen, used = _greedy_walk_xla(order, valid, _gather_flat(cand_n, flat), tok, budget,
+                                        max_n=max_n, overlaps=overlaps)
+        seg = tf.reshape(tf.where(valid, flat, b * W), [-1])
+        chosen = tf.math.unsorted_segment_sum(tf.reshape(chosen, [-1]), seg, b * W + 1)
+        return tf.reshape(chosen[: b * W], [b, W]), used, -neg[:, -1]
+
     K = tf.minimum(W, _GREEDY_FIRST_CANDIDATES)
-    order, rank, kth = visiting_order(key, K)
-    first_k = tf.where(rank < K, key, _INT32_MAX)
-    body = _greedy_round((first_k, budget, order, rank, tok_m, allowed_m),
-                         _triangular(K, exclusive=True), max_n, overlaps)
-    covered, chosen, used, cursor, done = body(*body(*state))
-    more = done & (used < budget) & tf.reduce_any(
-        (key > kth[:, tf.newaxis]) & (key < _INT32_MAX), axis=1)
-    cursor = tf.where(more, kth + 1, cursor)
-    state = (covered, chosen, used, cursor, done & ~more)
-    left = tf.where(~state[4])[:, 0]
-    sub_key, sub_budget = tf.gather(key, left), tf.gather(budget, left)
-    sub_order, sub_rank, _ = visiting_order(sub_key, W)
-    sub_rows = (sub_key, sub_budget, sub_order, sub_rank,
-                [tf.gather(t, left) for t in tok_m], [tf.gather(t, left) for t in allowed_m])
-    sub_state = tf.while_loop(
-        lambda c, n, u, k, d: ~tf.reduce_all(d),
-        _greedy_round(sub_rows, _triangular(W, exclusive=True), max_n, overlaps),
-        tuple(tf.gather(t, left) for t in state),
-    )
-    index = left[:, tf.newaxis]
-    covered = tf.tensor_scatter_nd_update(state[0], index, sub_state[0])
-    chosen = tf.tensor_scatter_nd_update(state[1], index, sub_state[1])
+    chosen, used, kth = walk(key, cand_n, ctok, budget, K)
+    more = (used < budget) & tf.reduce_any((key > kth[:, tf.newaxis]) & (key < _INT32_MAX),
+                                           axis=1)
+
+    def rest():  # the rows with budget left and candidates past their first K: full order
+        left = tf.where(more)[:, 0]
+        sub, _, _ = walk(tf.gather(key, left), tf.gather(cand_n, left), tf.gather(ctok, left),
+                      tf.gather(budget, left), W)
+        return tf.tensor_scatter_nd_update(chosen, left[:, tf.newaxis], sub)
+
+    chosen = tf.cond(tf.reduce_any(more), rest, lambda: chosen)
+    covered = chosen > 0
+    for d in range(1, max_n):
+        covered = covered | _shift_right(chosen > d, d, False)
     return covered, chosen
 
 
