@@ -187,14 +187,16 @@ def _shift_left(x, d, fill):
         return x
     # A pad with static paddings: no batch-size-dependent fill tensor to build (inside a loop
     # body that is several kernels per shift and per round).
-    return tf.pad(x[:, d:], [[0, 0], [0, d]], constant_values=tf.cast(fill, x.dtype))
+    # Pad, then slice: the width stays x's even when d exceeds it.
+    return tf.pad(x, [[0, 0], [0, d]], constant_values=tf.cast(fill, x.dtype))[:, d:]
 
 
 def _shift_right(x, d, fill):
     """out[:, w] = x[:, w - d] (fill before the start). d is a Python int >= 0."""
     if d == 0:
         return x
-    return tf.pad(x[:, :-d], [[0, 0], [d, 0]], constant_values=tf.cast(fill, x.dtype))
+    width = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
+    return tf.pad(x, [[0, 0], [d, 0]], constant_values=tf.cast(fill, x.dtype))[:, :width]
 
 
 def _compact(flags, values, width, fill=0):
@@ -609,7 +611,7 @@ class _Masker(SeededStage):
 
 def _greedy_walk(order, valid, cand_n, tok, budget, max_n, overlaps):
     """The sequential loop itself, over each row's candidates in visiting order (all rows at
-    once, one candidate per step). XLA-compiled (`_greedy_walk_xla`): the steps are a few tiny
+    once, one candidate per step). Runs inside XLA (`_greedy_first_xla`, `_greedy_words_xla`): the steps are a few tiny
     fused kernels each, where TF's executor would pay its per-op cost on every op.
 
     order, valid, cand_n: [B, K] -- the word of the i-th visited candidate, whether it is one
@@ -658,7 +660,46 @@ def _greedy_walk(order, valid, cand_n, tok, budget, max_n, overlaps):
     return tf.transpose(chosen), used
 
 
-_greedy_walk_xla = tf.function(_greedy_walk, jit_compile=True, autograph=False)
+def _greedy_words(key, order, cand_n, ctok, budget, max_n, overlaps):
+    """`_greedy_walk` over the candidates `order` [B, K] (the first K visited words of each
+    row, K >= 1 when W >= 1), in word space: gathers their n-gram lengths and pieces, walks
+    them, and scatters the result back. Returns chosen [B, W] (see `_greedy_select`) and `more`
+    [B]: rows with budget left and candidates after their K-th."""
+    B = tf.shape(key)[0]
+    W = tf.shape(key)[1]
+    key_o = tf.gather(key, order, batch_dims=1)
+    valid = key_o < _INT32_MAX
+    # Pieces of the m-gram at word w: ctok[w + m] - ctok[w], with ctok[W] (the total) past W.
+    ends = tf.concat([ctok[:, 1:], tf.repeat(ctok[:, -1:], max_n, axis=1)], axis=1)
+    base = tf.gather(ctok, order, batch_dims=1)
+    tok = tf.stack([tf.gather(ends, order + (m - 1), batch_dims=1) - base
+                    for m in range(1, max_n + 1)], axis=2)
+    chosen_o, used = _greedy_walk(order, valid, tf.gather(cand_n, order, batch_dims=1), tok,
+                                  budget, max_n, overlaps)
+    rows = tf.broadcast_to(tf.range(B)[:, tf.newaxis], tf.shape(order))
+    index = tf.stack([rows, tf.where(valid, order, W)], axis=2)  # non-words: a dummy column
+    chosen = tf.scatter_nd(index, chosen_o, tf.stack([B, W + 1]))[:, :W]
+    kth = tf.reduce_max(key_o, axis=1)  # INT32_MAX when the row has fewer than K candidates
+    more = (used < budget) & tf.reduce_any(
+        (key > kth[:, tf.newaxis]) & (key < _INT32_MAX), axis=1)
+    return chosen, more
+
+
+def _greedy_first(key, cand_n, ctok, budget, first, max_n, overlaps):
+    """`_greedy_words` over each row's first `first` visited candidates, for W <= 128, all in
+    one XLA function. The partial sort is XLA's float32 TopK (a CPU runtime routine, several
+    times faster than TF's int32 `top_k` and XLA's int32 sort) of the 24 random (and priority)
+    bits of the key, `key >> 7`, which float32 holds exactly; its ties go to the lower index,
+    and for W <= 128 the 7 low bits of the key are the position itself, so that is the key's
+    own order."""
+    W = tf.shape(key)[1]
+    rank = tf.cast((1 << 24) - 1 - tf.bitwise.right_shift(key, 7), tf.float32)  # non-words: 0
+    _, order = tf.math.top_k(rank, k=tf.minimum(W, first))
+    return _greedy_words(key, order, cand_n, ctok, budget, max_n, overlaps)
+
+
+_greedy_first_xla = tf.function(_greedy_first, jit_compile=True, autograph=False)
+_greedy_words_xla = tf.function(_greedy_words, jit_compile=True, autograph=False)
 
 
 def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
@@ -673,16 +714,17 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
             if any word of c.word .. c.word+n-1 is covered: continue       # no overlap
             cover them; used += pieces(c.word, n)
 
-    We run that very loop, for all rows at once, in *visiting-order space*: one partial sort
+    We run that very loop, for all rows at once, in *visiting-order space*: a partial sort
     gives each row's first K visited candidates (K = `_GREEDY_FIRST_CANDIDATES`), their n-gram
-    lengths and pieces are gathered into [B, K], and `_greedy_walk` (one XLA function) steps
-    through them, candidate i of every row at step i, checking overlaps against the [lo, hi)
-    word intervals taken so far. The budget is nearly always spent within the first K
-    candidates (BERT-length rows: 21 at most for whole words, 19 for ALBERT n-grams on the
-    benchmark), so the walk ends after ~20 steps. A row that visited its K candidates with budget
-    left and more candidates to visit is walked again over its full order, on a sub-batch of
-    such rows (`tf.cond`: no cost when there are none); same decisions, as the walk is
-    deterministic.
+    lengths and pieces are gathered into [B, K], and `_greedy_walk` steps through them,
+    candidate i of every row at step i, checking overlaps against the [lo, hi) word intervals
+    taken so far; all of it is one XLA function (`_greedy_first`; rows wider than 128 words
+    take TF's exact int32 `top_k` and `_greedy_words`). The budget is nearly always spent within
+    the first K candidates (BERT-length rows: 21 at most for whole words, 19 for ALBERT n-grams
+    on the benchmark), so the walk ends after ~20 steps. A row that visited its K candidates
+    with budget left and more candidates to visit is walked again over its full order, on a
+    sub-batch of such rows (`tf.cond`: no cost when there are none); same decisions, as the
+    walk is deterministic.
 
     Args: key [B, W] (distinct visiting-order keys, INT32_MAX for non-words), cand_n [B, W]
     (n-gram length, already clipped to the words left), ctok [B, W + 1] (see
@@ -690,36 +732,23 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
     the overlap checks: whole words cannot overlap). Returns covered words [B, W] bool and the
     n-gram length each word's candidate got [B, W] (0 when skipped).
     """
-    B = tf.shape(key)[0]
     W = tf.shape(key)[1]
+    first = _GREEDY_FIRST_CANDIDATES
+    static = dict(max_n=max_n, overlaps=overlaps)
 
-    def walk(key, cand_n, ctok, budget, k):
-        """chosen n-gram lengths in word space [b, W] of the rows given, over their first k
-        visited candidates; and the largest of those k keys [b]."""
-        b = tf.shape(key)[0]
-        neg, order = tf.math.top_k(-key, k=k)  # ascending keys: one partial sort
-        valid = neg > -_INT32_MAX
-        flat = _flat_index(order, W)
-        flat_c = _flat_index(order, W + 1)
-        base = _gather_flat(ctok, flat_c)
-        end = flat_c - order + W  # ctok[w + m] is ctok[W] (the total) past the end
-        tok = tf.stack([_gather_flat(ctok, tf.minimum(flat_c + m, end)) - base
-                        for m in range(1, max_n + 1)], axis=2)
-        chosen, used = _greedy_walk_xla(order, valid, _gather_flat(cand_n, flat), tok, budget,
-                                        max_n=max_n, overlaps=overlaps)
-        seg = tf.reshape(tf.where(valid, flat, b * W), [-1])
-        chosen = tf.math.unsorted_segment_sum(tf.reshape(chosen, [-1]), seg, b * W + 1)
-        return tf.reshape(chosen[: b * W], [b, W]), used, -neg[:, -1]
+    def exact(key, cand_n, ctok, budget, k):  # any width: TF's int32 top_k
+        _, order = tf.math.top_k(-key, k=k)  # ascending keys (distinct)
+        return _greedy_words_xla(key, order, cand_n, ctok, budget, **static)
 
-    K = tf.minimum(W, _GREEDY_FIRST_CANDIDATES)
-    chosen, used, kth = walk(key, cand_n, ctok, budget, K)
-    more = (used < budget) & tf.reduce_any((key > kth[:, tf.newaxis]) & (key < _INT32_MAX),
-                                           axis=1)
+    chosen, more = tf.cond(
+        W <= 128,
+        lambda: _greedy_first_xla(key, cand_n, ctok, budget, first=first, **static),
+        lambda: exact(key, cand_n, ctok, budget, tf.minimum(W, first)))
 
     def rest():  # the rows with budget left and candidates past their first K: full order
         left = tf.where(more)[:, 0]
-        sub, _, _ = walk(tf.gather(key, left), tf.gather(cand_n, left), tf.gather(ctok, left),
-                      tf.gather(budget, left), W)
+        sub, _ = exact(tf.gather(key, left), tf.gather(cand_n, left), tf.gather(ctok, left),
+                       tf.gather(budget, left), W)
         return tf.tensor_scatter_nd_update(chosen, left[:, tf.newaxis], sub)
 
     chosen = tf.cond(tf.reduce_any(more), rest, lambda: chosen)
