@@ -111,6 +111,30 @@ def test_matcher_equals_sequential_leftmost_longest(cls):
     assert total > 100  # the lexicon really occurs, with overlaps resolved
 
 
+@pytest.mark.parametrize("T", [1, 2, 48])
+def test_matcher_chains_and_edge_rows(T):
+    """Leftmost-longest where every match starts inside an earlier one (chains of nested
+    entries: the resolution's rounds), next to rows with no match at all, a batch of one and
+    lengths 1 and 2, against the sequential scan."""
+    if T > 2:
+        data = rows(np.random.default_rng(T), 12, T, cont=0.0)  # every piece starts a word
+        data[:, 1:-1:2] = 5  # a chain: 5 6 5 6 ... matched by (5 6) and (6 5)
+        data[:, 2:-1:2] = 6
+        data[0, 1:-1] = 7  # a row with no match
+    else:
+        data = np.array([[7, 7], [5, 6], [9, 5], [6, 5]])[:, :T]
+    lexicon = [[5, 6], [6, 5], [5, 6, 5], [9]]
+    m = M.PhraseMasker(vocabulary=VOCAB, unselectable_token_ids=SPECIAL, seed=1, phrases=lexicon)
+    for batch in (data, data[1:2]):
+        found = m.find_units(tf.constant(batch)).numpy()
+        for b in range(len(batch)):
+            ref = reference_units(batch[b].tolist(), lexicon)
+            got = {int(t): int(found[b, t]) for t in np.nonzero(found[b])[0]}
+            assert got == ref, (T, b)
+        out = m(tf.constant(batch))
+        assert out["mask_positions"].shape == (len(batch), 20)
+
+
 def test_units_are_masked_whole_at_bert_rate_and_phrases_first():
     rng = np.random.default_rng(2)
     data = rows(rng, 400, 64)

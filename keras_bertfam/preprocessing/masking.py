@@ -1203,6 +1203,62 @@ def _lexicon_ids(entries, tokenizer, arg):
     return out
 
 
+def _inside(flags_list, lengths):
+    """For each [B, T] flag set: tokens strictly inside (after the first token of) the
+    flagged matches of `lengths` -- a count of the matches open at t, one cumulative sum."""
+    B = tf.shape(lengths)[0]
+    T = tf.shape(lengths)[1]
+    t = tf.range(T)[tf.newaxis, :]
+    rows = []
+    ends = []
+    for flags in flags_list:
+        end = t + lengths  # first token after the match
+        seg = tf.where(flags & (end < T), tf.range(B)[:, tf.newaxis] * T + end, B * T)
+        closed = tf.math.unsorted_segment_sum(
+            tf.ones_like(seg), seg, B * T + 1)
+        rows.append(tf.cast(flags, tf.int32))
+        ends.append(tf.reshape(closed[: B * T], [B, T]))
+    counts = _cumsum(tf.concat(rows + ends, axis=0))
+    k = len(flags_list)
+    out = []
+    for i in range(k):
+        opened = counts[i * B:(i + 1) * B] - rows[i]  # matches started before t
+        closed = counts[(k + i) * B:(k + i + 1) * B]  # matches ended at or before t
+        out.append(opened - closed > 0)
+    return out
+
+
+
+def _leftmost_longest(lengths):
+    """The lexicon matches kept by a leftmost-longest scan, from `lengths` [B, T] (the longest
+    match starting at each token, 0 if none): the accepted match starts [B, T] and the tokens
+    strictly inside an accepted match [B, T]. One XLA function (the rounds are small ops).
+
+    A candidate is accepted when no earlier live candidate covers it, rejected when an accepted
+    one does; each round decides at least the first undecided candidate of every row. The
+    first round (nothing accepted yet) needs one count."""
+    cand = lengths > 0
+    (covered,) = _inside([cand], lengths)
+    accepted = cand & ~covered
+    undecided = cand & covered
+
+    def body(accepted, undecided):
+        in_acc, in_live = _inside([accepted, accepted | undecided], lengths)
+        undecided = undecided & ~in_acc
+        accept_now = undecided & ~in_live
+        return accepted | accept_now, undecided & ~accept_now
+
+    def chains():  # some match starts inside another: rounds until all are decided
+        acc, _ = tf.while_loop(lambda a, u: tf.reduce_any(u), body, (accepted, undecided))
+        return acc, _inside([acc], lengths)[0]
+
+    # Often no match starts inside another: all are accepted and `covered` is final.
+    return tf.cond(tf.reduce_any(undecided), chains, lambda: (accepted, covered))
+
+
+_leftmost_longest_xla = tf.function(_leftmost_longest, jit_compile=True, autograph=False)
+
+
 class _LexiconMasker(WholeWordMasker):
     """Whole-unit masking where a unit is a lexicon match (phrase, entity) or a plain word.
 
@@ -1322,30 +1378,6 @@ class _LexiconMasker(WholeWordMasker):
         best_k = tf.reduce_max(tf.where(match, n, 0), axis=1)
         return tf.scatter_nd(where, best_k, tf.shape(ids))
 
-    def _inside(self, flags_list, lengths):
-        """For each [B, T] flag set: tokens strictly inside (after the first token of) the
-        flagged matches of `lengths` -- a count of the matches open at t, one cumulative sum."""
-        B = tf.shape(lengths)[0]
-        T = tf.shape(lengths)[1]
-        t = tf.range(T)[tf.newaxis, :]
-        rows = []
-        ends = []
-        for flags in flags_list:
-            end = t + lengths  # first token after the match
-            seg = tf.where(flags & (end < T), tf.range(B)[:, tf.newaxis] * T + end, B * T)
-            closed = tf.math.unsorted_segment_sum(
-                tf.ones_like(seg), seg, B * T + 1)
-            rows.append(tf.cast(flags, tf.int32))
-            ends.append(tf.reshape(closed[: B * T], [B, T]))
-        counts = _cumsum(tf.concat(rows + ends, axis=0))
-        k = len(flags_list)
-        out = []
-        for i in range(k):
-            opened = counts[i * B:(i + 1) * B] - rows[i]  # matches started before t
-            closed = counts[(k + i) * B:(k + i + 1) * B]  # matches ended at or before t
-            out.append(opened - closed > 0)
-        return out
-
     def _units(self, ids, selectable):
         """Unit starts [B, T] (plain word starts not inside an accepted match) and the accepted
         match starts [B, T] (leftmost-longest, non-overlapping)."""
@@ -1355,25 +1387,7 @@ class _LexiconMasker(WholeWordMasker):
         if self.max_unit_length == 1:
             return start, cand
 
-        # Leftmost-longest: a candidate is accepted when no earlier live candidate covers it,
-        # rejected when an accepted one does; each round decides at least the first undecided
-        # candidate of every row. The first round (nothing accepted yet) needs one count.
-        (covered,) = self._inside([cand], lengths)
-        accepted = cand & ~covered
-        undecided = cand & covered
-
-        def body(accepted, undecided):
-            in_acc, in_live = self._inside([accepted, accepted | undecided], lengths)
-            undecided = undecided & ~in_acc
-            accept_now = undecided & ~in_live
-            return accepted | accept_now, undecided & ~accept_now
-
-        def chains():  # some match starts inside another: rounds until all are decided
-            acc, _ = tf.while_loop(lambda a, u: tf.reduce_any(u), body, (accepted, undecided))
-            return acc, self._inside([acc], lengths)[0]
-
-        # Usually no match starts inside another: all are accepted and `covered` is final.
-        accepted, in_acc = tf.cond(tf.reduce_any(undecided), chains, lambda: (accepted, covered))
+        accepted, in_acc = _leftmost_longest_xla(lengths)
         return start & ~in_acc, accepted
 
     def _select(self, ids, selectable, budget, seed):
