@@ -235,17 +235,22 @@ def _random_order_keys(seed, valid, priority=None):
     row -- are broken by position). Invalid entries get INT32_MAX. With `priority` ([B, N] bool)
     the prioritized entries come first (each group in uniformly random order; 23 random bits).
     """
+    bits = _order_bits(seed, tf.shape(valid), priority is not None)
+    return _order_keys(bits, valid, priority)
+
+
+def _order_bits(seed, shape, priority):
+    """The random draw of `_random_order_keys` (23 bits with a priority, else 24)."""
+    return tf.random.stateless_uniform(
+        shape, seed, minval=0, maxval=(1 << (23 if priority else 24)) - 1, dtype=tf.int32)
+
+
+def _order_keys(bits, valid, priority=None):
+    """`_random_order_keys` from its random draw (no random op: XLA functions take it)."""
     N = tf.shape(valid)[1]
-    if priority is None:
-        bits = tf.random.stateless_uniform(
-            tf.shape(valid), seed, minval=0, maxval=(1 << 24) - 1, dtype=tf.int32
-        )
-        key = bits * 128 + tf.range(N) % 128
-    else:
-        bits = tf.random.stateless_uniform(
-            tf.shape(valid), seed, minval=0, maxval=(1 << 23) - 1, dtype=tf.int32
-        )
-        key = bits * 128 + tf.range(N) % 128 + tf.where(priority, 0, 1 << 30)
+    key = bits * 128 + tf.range(N) % 128
+    if priority is not None:
+        key = key + tf.where(priority, 0, 1 << 30)
     return tf.where(valid, key, _INT32_MAX)
 
 
@@ -1328,6 +1333,8 @@ class _LexiconMasker(WholeWordMasker):
         self._entry_ids = tf.constant(padded)  # (E + 1, L), -1 after the entry; last row: none
         self._entry_lengths = tf.constant(lengths)
         self._start_code = tf.constant(start_code)
+        self._unit_words_xla = tf.function(self._unit_words, jit_compile=True,
+                                           autograph=False)
 
     def _match_lengths(self, ids, selectable, start):
         """Length in tokens of the longest lexicon match starting at each token (0 if none);
@@ -1392,7 +1399,24 @@ class _LexiconMasker(WholeWordMasker):
 
     def _select(self, ids, selectable, budget, seed):
         seed_order, _ = _split_seeds(seed, 2)
-        start, matched = self._units(ids, selectable)
+        start = self._word_starts(ids, selectable)
+        lengths = self._match_lengths(ids, selectable, start)
+        bits = _order_bits(seed_order, tf.shape(ids), self.prefer_units)
+        word, ctok, key = self._unit_words_xla(ids, selectable, start, lengths, bits)
+        covered, _ = _greedy_select(key, tf.ones_like(key), ctok, budget, max_n=1,
+                                    overlaps=False)
+        return self._tokens_from_words(word, covered)
+
+    def _unit_words(self, ids, selectable, start, lengths, bits):
+        """From the word starts and the longest match at each token: the units as "words" of
+        `WholeWordMasker` (word [B, T], ctok [B, T + 1], see `_words`) and their visiting-order
+        keys (lexicon matches first with `prefer_units`). One XLA function
+        (`_unit_words_xla`): the leftmost-longest rounds and the word structure are small ops."""
+        if self.max_unit_length > 1:
+            matched, in_acc = _leftmost_longest(lengths)
+            start = start & ~in_acc
+        else:
+            matched = lengths > 0
         word, num_words, ctok = self._words(ids, selectable, start=start)
         T = tf.shape(ids)[1]
         is_word = tf.range(T)[tf.newaxis, :] < num_words[:, tf.newaxis]
@@ -1402,10 +1426,7 @@ class _LexiconMasker(WholeWordMasker):
             seg = tf.where(matched, tf.range(B)[:, tf.newaxis] * T + word, B * T)
             priority = tf.math.unsorted_segment_sum(tf.ones_like(seg), seg, B * T + 1)
             priority = tf.reshape(priority[: B * T], [B, T]) > 0
-        key = _random_order_keys(seed_order, is_word, priority)
-        covered, _ = _greedy_select(key, tf.ones_like(key), ctok, budget, max_n=1,
-                                    overlaps=False)
-        return self._tokens_from_words(word, covered)
+        return word, ctok, _order_keys(bits, is_word, priority)
 
     def find_units(self, token_ids):
         """The lexicon matches the masker would use: `[B, T]` int32, the match length in tokens
