@@ -220,9 +220,13 @@ def _compact(flags, values, width, fill=0):
 
 def _sample_categorical(seed, probs, shape):
     """Values 1..len(probs) drawn with `probs`: inverse CDF with elementwise compares."""
+    return _categorical_from(tf.random.stateless_uniform(shape, seed, dtype=tf.float32), probs)
+
+
+def _categorical_from(u, probs):
+    """`_sample_categorical` from its uniform draw `u` (no random op: XLA functions take it)."""
     cdf = np.cumsum(probs) / np.sum(probs)
-    u = tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
-    n = tf.ones(shape, tf.int32)
+    n = tf.ones_like(u, tf.int32)
     for c in cdf[:-1]:
         n += tf.cast(u >= c, tf.int32)
     return n
@@ -851,7 +855,16 @@ class WholeWordMasker(_Masker):
 
     _max_ngram = 1
 
-    def _ngram_lengths(self, seed, shape):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._word_units_xla = tf.function(self._word_units, jit_compile=True, autograph=False)
+
+    def _ngram_draw(self, seed, shape):
+        """The random draw of the n-gram lengths (None: every length is 1)."""
+        return None
+
+    def _ngram_lengths(self, u, shape):
+        """The n-gram lengths [B, W] from `_ngram_draw`'s draw."""
         return tf.ones(shape, tf.int32)
 
     def _select(self, ids, selectable, budget, seed):
@@ -860,17 +873,26 @@ class WholeWordMasker(_Masker):
 
     def _ngram_select(self, ids, selectable, budget, seed):
         seed_order, seed_n = _split_seeds(seed, 2)
-        word, num_words, ctok = self._words(ids, selectable)
         shape = tf.shape(ids)
-        w_range = tf.range(shape[1])[tf.newaxis, :]
-        is_word = w_range < num_words[:, tf.newaxis]
-        key = _random_order_keys(seed_order, is_word)  # random visiting order of the words
-        cand_n = self._ngram_lengths(seed_n, shape)
-        cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - w_range)  # slice semantics at the end
+        bits = _order_bits(seed_order, shape, False)
+        word, ctok, key, cand_n = self._word_units_xla(
+            ids, selectable, bits, self._ngram_draw(seed_n, shape))
         covered, chosen_n = _greedy_select(
             key, cand_n, ctok, budget, max_n=self._max_ngram, overlaps=self._max_ngram > 1
         )
         return covered, word, chosen_n, key, cand_n
+
+    def _word_units(self, ids, selectable, bits, u):
+        """The words (word [B, T], ctok [B, T + 1], see `_words`), their visiting-order keys
+        and n-gram lengths, from the random draws `bits` and `u`. One XLA function
+        (`_word_units_xla`): a few dozen small ops."""
+        word, num_words, ctok = self._words(ids, selectable)
+        shape = tf.shape(ids)
+        w_range = tf.range(shape[1])[tf.newaxis, :]
+        key = _order_keys(bits, w_range < num_words[:, tf.newaxis])  # random visiting order
+        cand_n = self._ngram_lengths(u, shape)
+        cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - w_range)  # slice semantics at the end
+        return word, ctok, key, cand_n
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -907,8 +929,11 @@ class NgramMasker(WholeWordMasker):
         p /= p.sum()
         self.ngram_probabilities = p if self.favor_shorter_ngram else p[::-1].copy()
 
-    def _ngram_lengths(self, seed, shape):
-        return _sample_categorical(seed, self.ngram_probabilities, shape)
+    def _ngram_draw(self, seed, shape):
+        return tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
+
+    def _ngram_lengths(self, u, shape):
+        return _categorical_from(u, self.ngram_probabilities)
 
     def get_config(self):
         config = super().get_config()
