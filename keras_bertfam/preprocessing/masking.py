@@ -14,8 +14,11 @@ A strategy only says how it forms candidates:
 
 All code is TensorFlow ops, vectorized over the batch (no per-example or per-token Python, no
 `tf.py_function`), so the maskers run inside `tf.data` whatever the Keras backend is. The only
-loops are `tf.while_loop`s over *rounds* of the greedy selection; every round handles all rows at
-once (see `_greedy_select` and `SpanMasker`).
+loops are `tf.while_loop`s whose every step handles all rows at once: the greedy selection's walk
+over the visited candidates (see `_greedy_select`), SpanMasker's span rounds and the lexicon
+maskers' leftmost-longest rounds. Those loops and the small ops around them run as XLA functions
+(`jit_compile=True`, compiled once per input shape): TF's executor pays a per-op cost that
+dominates ops on [128, 128] tensors; the random draws stay TF ops.
 
 Seeding (all maskers)
 ---------------------
@@ -72,7 +75,7 @@ __all__ = [
 
 _MASK_TOKEN_NAMES = ("[MASK]", "<mask>", "[mask]", "<MASK>")
 _INT32_MAX = 2**31 - 1
-_GREEDY_FIRST_CANDIDATES = 32  # candidates per row in the greedy selection's first rounds
+_GREEDY_FIRST_CANDIDATES = 32  # candidates per row in the greedy selection's first walk
 
 
 # === Vocabulary helpers ===
@@ -620,8 +623,9 @@ class _Masker(SeededStage):
 
 def _greedy_walk(order, valid, cand_n, tok, budget, max_n, overlaps):
     """The sequential loop itself, over each row's candidates in visiting order (all rows at
-    once, one candidate per step). Runs inside XLA (`_greedy_first_xla`, `_greedy_words_xla`): the steps are a few tiny
-    fused kernels each, where TF's executor would pay its per-op cost on every op.
+    once, one candidate per step). Runs inside XLA (`_greedy_first_xla`, `_greedy_words_xla`):
+    a step is a few tiny fused kernels, where TF's executor would pay its per-op cost on every
+    op.
 
     order, valid, cand_n: [B, K] -- the word of the i-th visited candidate, whether it is one
     (False from some i on), its n-gram length; tok: [B, K, max_n] the pieces of its m-grams
@@ -844,7 +848,7 @@ class WholeWordMasker(_Masker):
     decided per piece.
 
     Exactness: the selection equals the original sequential loop for the same visiting order,
-    word for word (`_greedy_select` runs it in rounds of parallel steps).
+    word for word (`_greedy_select` runs that loop for all rows at once).
 
     Example:
     >>> vocab = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "un", "##believ", "##able", "film"]
