@@ -862,6 +862,8 @@ class WholeWordMasker(_Masker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._word_units_xla = tf.function(self._word_units, jit_compile=True, autograph=False)
+        self._word_positions_xla = tf.function(self._word_positions, jit_compile=True,
+                                               autograph=False)
 
     def _ngram_draw(self, seed, shape):
         """The random draw of the n-gram lengths (None: every length is 1)."""
@@ -872,8 +874,23 @@ class WholeWordMasker(_Masker):
         return tf.ones(shape, tf.int32)
 
     def _select(self, ids, selectable, budget, seed):
+        return self._tokens_from_words(*self._covered_words(ids, selectable, budget, seed))
+
+    def _covered_words(self, ids, selectable, budget, seed):
+        """word [B, T] (see `_words`) and the covered words [B, W]."""
         covered, word, _, _, _ = self._ngram_select(ids, selectable, budget, seed)
-        return self._tokens_from_words(word, covered)
+        return word, covered
+
+    def _select_positions(self, ids, selectable, budget, seed):
+        word, covered = self._covered_words(ids, selectable, budget, seed)
+        positions, weights = self._word_positions_xla(word, covered)
+        P = self.mask_selection_length
+        return tf.ensure_shape(positions, [None, P]), tf.ensure_shape(weights, [None, P]), None
+
+    def _word_positions(self, word, covered):
+        """The ascending positions of the covered words' tokens and their weights (`_positions`
+        of `_tokens_from_words`), as one XLA function (`_word_positions_xla`)."""
+        return self._positions(self._tokens_from_words(word, covered)[0])
 
     def _ngram_select(self, ids, selectable, budget, seed):
         seed_order, seed_n = _split_seeds(seed, 2)
@@ -1426,7 +1443,7 @@ class _LexiconMasker(WholeWordMasker):
         accepted, in_acc = _leftmost_longest_xla(lengths)
         return start & ~in_acc, accepted
 
-    def _select(self, ids, selectable, budget, seed):
+    def _covered_words(self, ids, selectable, budget, seed):
         seed_order, _ = _split_seeds(seed, 2)
         start = self._word_starts(ids, selectable)
         lengths = self._match_lengths(ids, selectable, start)
@@ -1434,7 +1451,7 @@ class _LexiconMasker(WholeWordMasker):
         word, ctok, key = self._unit_words_xla(ids, selectable, start, lengths, bits)
         covered, _ = _greedy_select(key, tf.ones_like(key), ctok, budget, max_n=1,
                                     overlaps=False)
-        return self._tokens_from_words(word, covered)
+        return word, covered
 
     def _unit_words(self, ids, selectable, start, lengths, bits):
         """From the word starts and the longest match at each token: the units as "words" of
