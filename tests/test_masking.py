@@ -264,6 +264,30 @@ def test_greedy_select_at_any_width_with_tied_random_bits(W, max_n):
             np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
 
 
+def test_greedy_full_walk_keeps_the_batch_shape(monkeypatch):
+    """Rows that need their full visiting order are walked with the whole batch: one shape for
+    XLA (which compiles per shape) however many such rows there are."""
+    monkeypatch.setattr(M, "_GREEDY_FIRST_CANDIDATES", 2)
+    rng = np.random.default_rng(11)
+    before = M._greedy_words_xla.experimental_get_tracing_count()
+    for n in (1, 2, 3):  # rows 0..n-1 have every piece as budget: they walk past 2 candidates
+        key = np.where(np.arange(40) < 30, rng.integers(0, 1 << 24, (8, 40)) * 128
+                       + np.arange(40), I32)  # 30 words
+        pieces = np.where(np.arange(40) < 30, rng.integers(1, 4, (8, 40)), 0)
+        ctok = np.concatenate([np.zeros([8, 1], int), np.cumsum(pieces, axis=1)], axis=1)
+        cand_n = np.ones([8, 40], int)
+        budget = np.where(np.arange(8) < n, ctok[:, -1], 0)
+        covered, chosen = M._greedy_select(
+            tf.constant(key, tf.int32), tf.constant(cand_n, tf.int32),
+            tf.constant(ctok, tf.int32), tf.constant(budget, tf.int32), max_n=1, overlaps=False)
+        for b in range(8):
+            ref_cov, ref_chosen = reference_greedy(key[b], cand_n[b], ctok[b], budget[b])
+            np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
+            np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
+        assert covered[: n].numpy().sum() == n * 30
+    assert M._greedy_words_xla.experimental_get_tracing_count() - before <= 1
+
+
 @pytest.mark.parametrize("T", [1, 2, 160])
 @pytest.mark.parametrize("cls", [M.WholeWordMasker, M.NgramMasker])
 def test_greedy_maskers_equal_sequential_original_at_other_widths(cls, T):

@@ -735,9 +735,9 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
     take TF's exact int32 `top_k` and `_greedy_words`). The budget is nearly always spent within
     the first K candidates (BERT-length rows: 21 at most for whole words, 19 for ALBERT n-grams
     on the benchmark), so the walk ends after ~20 steps. A row that visited its K candidates
-    with budget left and more candidates to visit is walked again over its full order, on a
-    sub-batch of such rows (`tf.cond`: no cost when there are none); same decisions, as the
-    walk is deterministic.
+    with budget left and more candidates to visit is walked again over its full order (the
+    whole batch then, under `tf.cond`: no cost when there is none, and one XLA shape); same
+    decisions, as the walk is deterministic. None on the benchmark's batches.
 
     Args: key [B, W] (distinct visiting-order keys, INT32_MAX for non-words), cand_n [B, W]
     (n-gram length, already clipped to the words left), ctok [B, W + 1] (see
@@ -758,11 +758,11 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
         lambda: _greedy_first_xla(key, cand_n, ctok, budget, first=first, **static),
         lambda: exact(key, cand_n, ctok, budget, tf.minimum(W, first)))
 
-    def rest():  # the rows with budget left and candidates past their first K: full order
-        left = tf.where(more)[:, 0]
-        sub, _ = exact(tf.gather(key, left), tf.gather(cand_n, left), tf.gather(ctok, left),
-                       tf.gather(budget, left), W)
-        return tf.tensor_scatter_nd_update(chosen, left[:, tf.newaxis], sub)
+    def rest():  # some row has budget left and candidates past its first K: full order
+        # On the whole batch, not a sub-batch of those rows: XLA compiles per shape, and a
+        # sub-batch would have a new one for every number of such rows. Same decisions for
+        # the other rows (the walk is deterministic).
+        return exact(key, cand_n, ctok, budget, W)[0]
 
     chosen = tf.cond(tf.reduce_any(more), rest, lambda: chosen)
     covered = chosen > 0
