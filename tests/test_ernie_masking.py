@@ -313,3 +313,15 @@ def test_schedule_and_phrase_masker_in_a_pretraining_preprocessor():
     positions = x["mask_positions"].numpy()
     assert positions[:, :2].tolist() == [[1, 2], [1, 2]]  # the entity, whole, first
     assert mask_ids.numpy()[:, :2].tolist() == [[5, 6], [5, 6]]
+
+
+def test_pair_slot_is_the_same_in_numpy_and_tensorflow():
+    """The live-start pair table is built with NumPy and read with TF ops: the slots must agree
+    for any ids (large vocabularies too: no int32 overflow), or true matches would be missed."""
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, 1 << 20, size=2000)
+    second = rng.integers(0, 1 << 20, size=2000)
+    want = [M._pair_slot(np.int64(a), np.int64(b)) for a, b in zip(first, second)]
+    got = M._pair_slot(tf.constant(first, tf.int32), tf.constant(second, tf.int32)).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert 0 <= got.min() and got.max() < 1 << 16
