@@ -261,6 +261,112 @@ def _order_keys(bits, valid, priority=None):
     return tf.where(valid, key, _INT32_MAX)
 
 
+def _positions_of(selected, P):
+    """[B, T] bool -> ascending positions [B, P] int32 (zero padded), weights [B, P]."""
+    T = tf.shape(selected)[1]
+    t = tf.broadcast_to(tf.range(T)[tf.newaxis, :], tf.shape(selected))
+    positions, count = _compact(selected, t, P)
+    weights = tf.range(P)[tf.newaxis, :] < count[:, tf.newaxis]
+    positions = tf.ensure_shape(positions, [None, P])
+    weights = tf.ensure_shape(tf.cast(weights, tf.float32), [None, P])
+    return positions, weights
+
+
+def _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id, mask_token_rate,
+                random_token_rate):
+    """`_Masker._replace` after its random draw: 80/10/10 at the positions. One XLA function
+    (`_replace_xla`; its gather and scatter are small: faster than TF's ops, measured on the
+    benchmark's batches). Module level, with the settings as Python arguments, so that maskers
+    with the same settings share its compilations."""
+    B = tf.shape(ids)[0]
+    T = tf.shape(ids)[1]
+    real = weights > 0
+    mask_ids = tf.where(real, _take(ids, positions), 0)
+    new = tf.where(
+        unit_u < mask_token_rate,
+        mask_token_id,
+        tf.where(unit_u < mask_token_rate + random_token_rate, random_ids, mask_ids),
+    )
+    # Scatter into [B, T + 1]; padding entries go to the dummy last column.
+    cols = tf.where(real, positions, T)
+    rows = tf.broadcast_to(tf.range(B)[:, tf.newaxis], tf.shape(positions))
+    index = tf.stack([rows, cols], axis=-1)  # (B, P, 2)
+    padded = tf.pad(ids, [[0, 0], [0, 1]])
+    masked = tf.tensor_scatter_nd_update(padded, index, new)[:, :T]
+    return masked, mask_ids
+
+
+_replace_xla = tf.function(_replace_at, jit_compile=True, autograph=False)
+
+
+def _word_starts_of(ids, selectable, continuation):
+    """[B, T] bool: selectable tokens that start a word (`continuation`: the [V] table of
+    `word_continuation_table`, or None: every token is a word)."""
+    if continuation is None:
+        return selectable
+    cont = tf.gather(continuation, ids)
+    prev_sel = _shift_right(selectable, 1, False)
+    return selectable & ~(cont & prev_sel)
+
+
+def _words_of(ids, selectable, start):
+    """Word structure of each row, in *word space* (words numbered 0.. in order), from the
+    word starts `start` [B, T]. Returns `word` [B, T] (word index of each token, -1 if
+    unselectable), `num_words` [B] and `ctok` [B, T + 1]: pieces before word w, so that the
+    pieces of words w..w+n-1 are ctok[w+n] - ctok[w] (ctok[w] = total for w >= num_words).
+    """
+    B = tf.shape(ids)[0]
+    T = tf.shape(ids)[1]
+    both = _cumsum(tf.concat([start, selectable], axis=0))  # (2B, T)
+    word = tf.where(selectable, both[:B] - 1, -1)
+    sel_before = both[B:] - 1  # selectable tokens before t (t selectable)
+    num_words = both[:B, -1]
+    total = both[B:, -1]
+    # ctok[w] for w < num_words: the selectable count before word w's start token.
+    seg = tf.where(start, tf.range(B)[:, tf.newaxis] * (T + 1) + word, B * (T + 1))
+    ctok = tf.math.unsorted_segment_sum(
+        tf.reshape(tf.where(start, sel_before, 0), [-1]),
+        tf.reshape(seg, [-1]),
+        num_segments=B * (T + 1) + 1,
+    )[: B * (T + 1)]
+    ctok = tf.reshape(ctok, [B, T + 1])
+    w_range = tf.range(T + 1)[tf.newaxis, :]
+    ctok = tf.where(w_range < num_words[:, tf.newaxis], ctok, total[:, tf.newaxis])
+    return word, num_words, ctok
+
+
+def _tokens_of_words(word, covered_w):
+    """Word-level selection [B, W] -> token-level selection [B, T]."""
+    return (word >= 0) & _take(covered_w, tf.maximum(word, 0))
+
+
+def _word_positions(word, covered, P):
+    """The ascending positions of the covered words' tokens and their weights, as one XLA
+    function (`_word_positions_xla`)."""
+    return _positions_of(_tokens_of_words(word, covered), P)
+
+
+_word_positions_xla = tf.function(_word_positions, jit_compile=True, autograph=False)
+
+
+def _word_units(ids, selectable, bits, u, continuation, probabilities):
+    """WholeWord/Ngram's words (word [B, T], ctok [B, T + 1], see `_words_of`), their
+    visiting-order keys and n-gram lengths (`probabilities` a tuple, or None: all 1), from the
+    random draws `bits` and `u`. One XLA function (`_word_units_xla`): a few dozen small ops."""
+    word, num_words, ctok = _words_of(ids, selectable,
+                                      _word_starts_of(ids, selectable, continuation))
+    shape = tf.shape(ids)
+    w_range = tf.range(shape[1])[tf.newaxis, :]
+    key = _order_keys(bits, w_range < num_words[:, tf.newaxis])  # random visiting order
+    cand_n = (tf.ones(shape, tf.int32) if probabilities is None
+              else _categorical_from(u, probabilities))
+    cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - w_range)  # slice semantics at the end
+    return word, ctok, key, cand_n
+
+
+_word_units_xla = tf.function(_word_units, jit_compile=True, autograph=False)
+
+
 # === The engine ===
 
 
@@ -388,7 +494,6 @@ class _Masker(SeededStage):
             self._continuation = tf.constant(word_continuation_table(tokens, word_style), tf.bool)
         else:
             self._continuation = None
-        self._replace_xla = tf.function(self._replace_at, jit_compile=True, autograph=False)
 
     # Seeding: `SeededStage` (`_call_key`, `map_dataset`), the scheme of the module docstring.
 
@@ -509,14 +614,7 @@ class _Masker(SeededStage):
 
     def _positions(self, selected):
         """[B, T] bool -> ascending positions [B, P] int32 (zero padded), weights [B, P]."""
-        P = self.mask_selection_length
-        T = tf.shape(selected)[1]
-        t = tf.broadcast_to(tf.range(T)[tf.newaxis, :], tf.shape(selected))
-        positions, count = _compact(selected, t, P)
-        weights = tf.range(P)[tf.newaxis, :] < count[:, tf.newaxis]
-        positions = tf.ensure_shape(positions, [None, P])
-        weights = tf.ensure_shape(tf.cast(weights, tf.float32), [None, P])
-        return positions, weights
+        return _positions_of(selected, self.mask_selection_length)
 
     def _random_tokens(self, seed, shape):
         if self._random_pool is None:  # original BERT: the whole vocabulary, specials included
@@ -530,67 +628,24 @@ class _Masker(SeededStage):
     def _replace(self, ids, positions, weights, unit_u, seed):
         """80/10/10 at the gathered positions. Returns (masked ids [B, T], mask_ids [B, P])."""
         random_ids = self._random_tokens(seed, tf.shape(positions))
-        return self._replace_xla(ids, positions, weights, unit_u, random_ids)
-
-    def _replace_at(self, ids, positions, weights, unit_u, random_ids):
-        """`_replace` after its random draw: one XLA function (`_replace_xla`; its gather and
-        scatter are small: faster than TF's ops, measured on the benchmark's batches)."""
-        B = tf.shape(ids)[0]
-        T = tf.shape(ids)[1]
-        P = self.mask_selection_length
-        real = weights > 0
-        mask_ids = tf.where(real, _take(ids, positions), 0)
-        new = tf.where(
-            unit_u < self.mask_token_rate,
-            self.mask_token_id,
-            tf.where(unit_u < self.mask_token_rate + self.random_token_rate, random_ids, mask_ids),
-        )
-        # Scatter into [B, T + 1]; padding entries go to the dummy last column.
-        cols = tf.where(real, positions, T)
-        rows = tf.broadcast_to(tf.range(B)[:, tf.newaxis], [B, P])
-        index = tf.stack([rows, cols], axis=-1)  # (B, P, 2)
-        padded = tf.pad(ids, [[0, 0], [0, 1]])
-        masked = tf.tensor_scatter_nd_update(padded, index, new)[:, :T]
-        return masked, mask_ids
+        return _replace_xla(ids, positions, weights, unit_u, random_ids,
+                            mask_token_id=self.mask_token_id,
+                            mask_token_rate=self.mask_token_rate,
+                            random_token_rate=self.random_token_rate)
 
     # --- words ---
 
     def _word_starts(self, ids, selectable):
         """[B, T] bool: selectable tokens that start a word."""
-        if self._continuation is None:
-            return selectable
-        cont = tf.gather(self._continuation, ids)
-        prev_sel = _shift_right(selectable, 1, False)
-        return selectable & ~(cont & prev_sel)
+        return _word_starts_of(ids, selectable, self._continuation)
 
     def _words(self, ids, selectable, start=None):
-        """Word structure of each row, in *word space* (words numbered 0.. in order).
-
-        `start` ([B, T] bool) overrides the word starts of `_word_starts` (units of several
-        words, e.g. `PhraseMasker`'s phrases, are then "words"). Returns `word` [B, T] (word index of each token, -1 if unselectable), `num_words` [B]
-        and `ctok` [B, T + 1]: pieces before word w, so that the pieces of words w..w+n-1 are
-        ctok[w+n] - ctok[w] (ctok[w] = total for w >= num_words).
-        """
-        B = tf.shape(ids)[0]
-        T = tf.shape(ids)[1]
+        """Word structure of each row (`_words_of`); `start` ([B, T] bool) overrides the word
+        starts of `_word_starts` (units of several words, e.g. `PhraseMasker`'s phrases, are
+        then "words")."""
         if start is None:
             start = self._word_starts(ids, selectable)
-        both = _cumsum(tf.concat([start, selectable], axis=0))  # (2B, T)
-        word = tf.where(selectable, both[:B] - 1, -1)
-        sel_before = both[B:] - 1  # selectable tokens before t (t selectable)
-        num_words = both[:B, -1]
-        total = both[B:, -1]
-        # ctok[w] for w < num_words: the selectable count before word w's start token.
-        seg = tf.where(start, tf.range(B)[:, tf.newaxis] * (T + 1) + word, B * (T + 1))
-        ctok = tf.math.unsorted_segment_sum(
-            tf.reshape(tf.where(start, sel_before, 0), [-1]),
-            tf.reshape(seg, [-1]),
-            num_segments=B * (T + 1) + 1,
-        )[: B * (T + 1)]
-        ctok = tf.reshape(ctok, [B, T + 1])
-        w_range = tf.range(T + 1)[tf.newaxis, :]
-        ctok = tf.where(w_range < num_words[:, tf.newaxis], ctok, total[:, tf.newaxis])
-        return word, num_words, ctok
+        return _words_of(ids, selectable, start)
 
     def _tokens_from_words(self, word, covered_w, unit_w=None):
         """Word-level selection [B, W] -> token-level selection (and unit ids) [B, T]."""
@@ -865,19 +920,11 @@ class WholeWordMasker(_Masker):
 
     _max_ngram = 1
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._word_units_xla = tf.function(self._word_units, jit_compile=True, autograph=False)
-        self._word_positions_xla = tf.function(self._word_positions, jit_compile=True,
-                                               autograph=False)
+    _ngram_probabilities = None  # a tuple: p(n) for n = 1.. (None: every length is 1)
 
     def _ngram_draw(self, seed, shape):
         """The random draw of the n-gram lengths (None: every length is 1)."""
         return None
-
-    def _ngram_lengths(self, u, shape):
-        """The n-gram lengths [B, W] from `_ngram_draw`'s draw."""
-        return tf.ones(shape, tf.int32)
 
     def _select(self, ids, selectable, budget, seed):
         return self._tokens_from_words(*self._covered_words(ids, selectable, budget, seed))
@@ -889,37 +936,21 @@ class WholeWordMasker(_Masker):
 
     def _select_positions(self, ids, selectable, budget, seed):
         word, covered = self._covered_words(ids, selectable, budget, seed)
-        positions, weights = self._word_positions_xla(word, covered)
         P = self.mask_selection_length
+        positions, weights = _word_positions_xla(word, covered, P=P)
         return tf.ensure_shape(positions, [None, P]), tf.ensure_shape(weights, [None, P]), None
-
-    def _word_positions(self, word, covered):
-        """The ascending positions of the covered words' tokens and their weights (`_positions`
-        of `_tokens_from_words`), as one XLA function (`_word_positions_xla`)."""
-        return self._positions(self._tokens_from_words(word, covered)[0])
 
     def _ngram_select(self, ids, selectable, budget, seed):
         seed_order, seed_n = _split_seeds(seed, 2)
         shape = tf.shape(ids)
         bits = _order_bits(seed_order, shape, False)
-        word, ctok, key, cand_n = self._word_units_xla(
-            ids, selectable, bits, self._ngram_draw(seed_n, shape))
+        word, ctok, key, cand_n = _word_units_xla(
+            ids, selectable, bits, self._ngram_draw(seed_n, shape),
+            self._continuation, probabilities=self._ngram_probabilities)
         covered, chosen_n = _greedy_select(
             key, cand_n, ctok, budget, max_n=self._max_ngram, overlaps=self._max_ngram > 1
         )
         return covered, word, chosen_n, key, cand_n
-
-    def _word_units(self, ids, selectable, bits, u):
-        """The words (word [B, T], ctok [B, T + 1], see `_words`), their visiting-order keys
-        and n-gram lengths, from the random draws `bits` and `u`. One XLA function
-        (`_word_units_xla`): a few dozen small ops."""
-        word, num_words, ctok = self._words(ids, selectable)
-        shape = tf.shape(ids)
-        w_range = tf.range(shape[1])[tf.newaxis, :]
-        key = _order_keys(bits, w_range < num_words[:, tf.newaxis])  # random visiting order
-        cand_n = self._ngram_lengths(u, shape)
-        cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - w_range)  # slice semantics at the end
-        return word, ctok, key, cand_n
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -955,12 +986,11 @@ class NgramMasker(WholeWordMasker):
         p = 1.0 / np.arange(1, self.max_ngram + 1)
         p /= p.sum()
         self.ngram_probabilities = p if self.favor_shorter_ngram else p[::-1].copy()
+        self._ngram_probabilities = tuple(float(x) for x in self.ngram_probabilities)
 
     def _ngram_draw(self, seed, shape):
         return tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
 
-    def _ngram_lengths(self, u, shape):
-        return _categorical_from(u, self.ngram_probabilities)
 
     def get_config(self):
         config = super().get_config()
@@ -1316,6 +1346,32 @@ def _leftmost_longest(lengths):
 _leftmost_longest_xla = tf.function(_leftmost_longest, jit_compile=True, autograph=False)
 
 
+def _unit_words(ids, selectable, start, lengths, bits, nested, prefer_units):
+    """The lexicon maskers' units, from the word starts and the longest match at each token
+    (`nested`: matches can overlap, i.e. entries are longer than one token): the units as the
+    "words" of `WholeWordMasker` (word [B, T], ctok [B, T + 1], see `_words_of`) and their
+    visiting-order keys (lexicon matches first with `prefer_units`). One XLA function
+    (`_unit_words_xla`): the leftmost-longest rounds and the word structure are small ops."""
+    if nested:
+        matched, in_acc = _leftmost_longest(lengths)
+        start = start & ~in_acc
+    else:
+        matched = lengths > 0
+    word, num_words, ctok = _words_of(ids, selectable, start)
+    T = tf.shape(ids)[1]
+    is_word = tf.range(T)[tf.newaxis, :] < num_words[:, tf.newaxis]
+    priority = None
+    if prefer_units:  # the word-space flag of each unit: is it a lexicon match?
+        B = tf.shape(ids)[0]
+        seg = tf.where(matched, tf.range(B)[:, tf.newaxis] * T + word, B * T)
+        priority = tf.math.unsorted_segment_sum(tf.ones_like(seg), seg, B * T + 1)
+        priority = tf.reshape(priority[: B * T], [B, T]) > 0
+    return word, ctok, _order_keys(bits, is_word, priority)
+
+
+_unit_words_xla = tf.function(_unit_words, jit_compile=True, autograph=False)
+
+
 def _pair_slot(first, second):
     """Slot in [0, 2**16) of an id pair (NumPy or TF ints; no int32 overflow for any ids)."""
     band = np.bitwise_and if isinstance(first, np.integer) else tf.bitwise.bitwise_and
@@ -1394,8 +1450,6 @@ class _LexiconMasker(WholeWordMasker):
         self._entry_lengths = tf.constant(lengths)
         self._start_code = tf.constant(start_code)
         self._pairs = tf.constant(pairs)
-        self._unit_words_xla = tf.function(self._unit_words, jit_compile=True,
-                                           autograph=False)
 
     def _match_lengths(self, ids, selectable, start):
         """Length in tokens of the longest lexicon match starting at each token (0 if none);
@@ -1466,31 +1520,12 @@ class _LexiconMasker(WholeWordMasker):
         start = self._word_starts(ids, selectable)
         lengths = self._match_lengths(ids, selectable, start)
         bits = _order_bits(seed_order, tf.shape(ids), self.prefer_units)
-        word, ctok, key = self._unit_words_xla(ids, selectable, start, lengths, bits)
+        word, ctok, key = _unit_words_xla(ids, selectable, start, lengths, bits,
+                                          nested=self.max_unit_length > 1,
+                                          prefer_units=self.prefer_units)
         covered, _ = _greedy_select(key, tf.ones_like(key), ctok, budget, max_n=1,
                                     overlaps=False)
         return word, covered
-
-    def _unit_words(self, ids, selectable, start, lengths, bits):
-        """From the word starts and the longest match at each token: the units as "words" of
-        `WholeWordMasker` (word [B, T], ctok [B, T + 1], see `_words`) and their visiting-order
-        keys (lexicon matches first with `prefer_units`). One XLA function
-        (`_unit_words_xla`): the leftmost-longest rounds and the word structure are small ops."""
-        if self.max_unit_length > 1:
-            matched, in_acc = _leftmost_longest(lengths)
-            start = start & ~in_acc
-        else:
-            matched = lengths > 0
-        word, num_words, ctok = self._words(ids, selectable, start=start)
-        T = tf.shape(ids)[1]
-        is_word = tf.range(T)[tf.newaxis, :] < num_words[:, tf.newaxis]
-        priority = None
-        if self.prefer_units:  # the word-space flag of each unit: is it a lexicon match?
-            B = tf.shape(ids)[0]
-            seg = tf.where(matched, tf.range(B)[:, tf.newaxis] * T + word, B * T)
-            priority = tf.math.unsorted_segment_sum(tf.ones_like(seg), seg, B * T + 1)
-            priority = tf.reshape(priority[: B * T], [B, T]) > 0
-        return word, ctok, _order_keys(bits, is_word, priority)
 
     def find_units(self, token_ids):
         """The lexicon matches the masker would use: `[B, T]` int32, the match length in tokens
