@@ -111,6 +111,30 @@ def test_matcher_equals_sequential_leftmost_longest(cls):
     assert total > 100  # the lexicon really occurs, with overlaps resolved
 
 
+@pytest.mark.parametrize("T", [1, 2, 48])
+def test_matcher_chains_and_edge_rows(T):
+    """Leftmost-longest where every match starts inside an earlier one (chains of nested
+    entries: the resolution's rounds), next to rows with no match at all, a batch of one and
+    lengths 1 and 2, against the sequential scan."""
+    if T > 2:
+        data = rows(np.random.default_rng(T), 12, T, cont=0.0)  # every piece starts a word
+        data[:, 1:-1:2] = 5  # a chain: 5 6 5 6 ... matched by (5 6) and (6 5)
+        data[:, 2:-1:2] = 6
+        data[0, 1:-1] = 7  # a row with no match
+    else:
+        data = np.array([[7, 7], [5, 6], [9, 5], [6, 5]])[:, :T]
+    lexicon = [[5, 6], [6, 5], [5, 6, 5], [9]]
+    m = M.PhraseMasker(vocabulary=VOCAB, unselectable_token_ids=SPECIAL, seed=1, phrases=lexicon)
+    for batch in (data, data[1:2]):
+        found = m.find_units(tf.constant(batch)).numpy()
+        for b in range(len(batch)):
+            ref = reference_units(batch[b].tolist(), lexicon)
+            got = {int(t): int(found[b, t]) for t in np.nonzero(found[b])[0]}
+            assert got == ref, (T, b)
+        out = m(tf.constant(batch))
+        assert out["mask_positions"].shape == (len(batch), 20)
+
+
 def test_units_are_masked_whole_at_bert_rate_and_phrases_first():
     rng = np.random.default_rng(2)
     data = rows(rng, 400, 64)
@@ -289,3 +313,15 @@ def test_schedule_and_phrase_masker_in_a_pretraining_preprocessor():
     positions = x["mask_positions"].numpy()
     assert positions[:, :2].tolist() == [[1, 2], [1, 2]]  # the entity, whole, first
     assert mask_ids.numpy()[:, :2].tolist() == [[5, 6], [5, 6]]
+
+
+def test_pair_slot_is_the_same_in_numpy_and_tensorflow():
+    """The live-start pair table is built with NumPy and read with TF ops: the slots must agree
+    for any ids (large vocabularies too: no int32 overflow), or true matches would be missed."""
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, 1 << 20, size=2000)
+    second = rng.integers(0, 1 << 20, size=2000)
+    want = [M._pair_slot(np.int64(a), np.int64(b)) for a, b in zip(first, second)]
+    got = M._pair_slot(tf.constant(first, tf.int32), tf.constant(second, tf.int32)).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert 0 <= got.min() and got.max() < 1 << 16

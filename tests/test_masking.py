@@ -227,6 +227,88 @@ def test_greedy_selection_continues_past_the_first_candidates(first, monkeypatch
     test_greedy_selection_equals_sequential_original(M.WholeWordMasker, {})
 
 
+def greedy_case(rng, B, W, max_n, ties, big_budget=False):
+    """Inputs of `_greedy_select` as the maskers build them: words 0..num_words-1 with 1-3
+    pieces, keys with 24 random bits (few distinct values with `ties`) then the column % 128,
+    INT32_MAX after the words; budgets 0..20 (or every piece: rows walk all their words)."""
+    num_words = rng.integers(0, W + 1, size=B)
+    num_words[:2] = [0, W][:B]
+    bits = rng.integers(0, 3 if ties else (1 << 24) - 1, size=(B, W))
+    key = np.where(np.arange(W) < num_words[:, None], bits * 128 + np.arange(W) % 128, I32)
+    pieces = np.where(np.arange(W) < num_words[:, None], rng.integers(1, 4, size=(B, W)), 0)
+    ctok = np.concatenate([np.zeros([B, 1], int), np.cumsum(pieces, axis=1)], axis=1)
+    cand_n = np.minimum(rng.integers(1, max_n + 1, size=(B, W)),
+                        num_words[:, None] - np.arange(W))
+    budget = ctok[:, -1] if big_budget else rng.integers(0, 21, size=B)
+    return key, cand_n, ctok, budget
+
+
+@pytest.mark.parametrize("W", [1, 7, 128, 129, 200])
+@pytest.mark.parametrize("max_n", [1, 3])
+def test_greedy_select_at_any_width_with_tied_random_bits(W, max_n):
+    """The walk's partial sort: XLA's float32 TopK of the 24 random bits up to 128 words (ties
+    go to the lower index: the key's own order there), TF's int32 top_k beyond. With 3 distinct
+    random values a row is all ties; keys of wider rows tie completely (the column % 128). Also
+    rows with no words, budget 0, every piece as budget (the walk past the first candidates),
+    a batch of one."""
+    rng = np.random.default_rng(W * 10 + max_n)
+    for ties, big, B in ((True, False, 24), (False, False, 24), (True, True, 16), (False, True, 1)):
+        key, cand_n, ctok, budget = greedy_case(rng, B, W, max_n, ties, big)
+        covered, chosen = M._greedy_select(
+            tf.constant(key, tf.int32), tf.constant(cand_n, tf.int32),
+            tf.constant(ctok, tf.int32), tf.constant(budget, tf.int32),
+            max_n=max_n, overlaps=max_n > 1)
+        for b in range(B):
+            ref_cov, ref_chosen = reference_greedy(key[b], cand_n[b], ctok[b], budget[b])
+            np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
+            np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
+
+
+def test_greedy_full_walk_keeps_the_batch_shape(monkeypatch):
+    """Rows that need their full visiting order are walked with the whole batch: one shape for
+    XLA (which compiles per shape) however many such rows there are."""
+    monkeypatch.setattr(M, "_GREEDY_FIRST_CANDIDATES", 2)
+    rng = np.random.default_rng(11)
+    before = M._greedy_words_xla.experimental_get_tracing_count()
+    for n in (1, 2, 3):  # rows 0..n-1 have every piece as budget: they walk past 2 candidates
+        key = np.where(np.arange(40) < 30, rng.integers(0, 1 << 24, (8, 40)) * 128
+                       + np.arange(40), I32)  # 30 words
+        pieces = np.where(np.arange(40) < 30, rng.integers(1, 4, (8, 40)), 0)
+        ctok = np.concatenate([np.zeros([8, 1], int), np.cumsum(pieces, axis=1)], axis=1)
+        cand_n = np.ones([8, 40], int)
+        budget = np.where(np.arange(8) < n, ctok[:, -1], 0)
+        covered, chosen = M._greedy_select(
+            tf.constant(key, tf.int32), tf.constant(cand_n, tf.int32),
+            tf.constant(ctok, tf.int32), tf.constant(budget, tf.int32), max_n=1, overlaps=False)
+        for b in range(8):
+            ref_cov, ref_chosen = reference_greedy(key[b], cand_n[b], ctok[b], budget[b])
+            np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
+            np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
+        assert covered[: n].numpy().sum() == n * 30
+    assert M._greedy_words_xla.experimental_get_tracing_count() - before <= 1
+
+
+@pytest.mark.parametrize("T", [1, 2, 160])
+@pytest.mark.parametrize("cls", [M.WholeWordMasker, M.NgramMasker])
+def test_greedy_maskers_equal_sequential_original_at_other_widths(cls, T):
+    """Length 1 and 2 (one word or none), and rows wider than 128 words (TF's top_k path)."""
+    rng = np.random.default_rng(T)
+    ids, _ = batch(rng, 16, T, min_len=1, sep_at=T // 3 if T > 2 else None)
+    m = cls(vocabulary=VOCAB, unselectable_token_ids=SPECIAL, seed=2,
+            mask_selection_rate=0.3, mask_selection_length=60)
+    valid = ids != PAD
+    sel = m._selectable(ids, valid)
+    budget = m._budget(valid, sel, tf.constant([1, 0]))
+    covered, word, chosen, key, cand_n = m._ngram_select(ids, sel, budget, tf.constant([1, 1]))
+    _, _, ctok = m._words(ids, sel)
+    for b in range(ids.shape[0]):
+        ref_cov, ref_chosen = reference_greedy(
+            key[b].numpy(), cand_n[b].numpy(), ctok[b].numpy(), budget[b].numpy())
+        np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
+        np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
+    check_common(ids, m(ids))
+
+
 @pytest.mark.parametrize("cls", [M.WholeWordMasker, M.NgramMasker, M.SpanMasker])
 def test_whole_words_are_masked_whole(cls):
     rng = np.random.default_rng(8)
