@@ -36,23 +36,29 @@ pretrain: setup
 test: setup
 	@status=0; for b in tf jax torch; do $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; exit $$status
 
-test-tf: setup
-	KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
+# The tests compile many tiny XLA programs: JAX's steps, and on every backend the maskers' XLA
+# functions in tf.data (one per setting and shape). XLA's older CPU fusion code generator and its
+# optimizations off compile them 2-3.5x faster: a tiny JAX train step 1.1-2.2 s instead of
+# 3.9-6.4 s (the JAX run 480 -> 282 s wall, 582 -> 406 s CPU, back to back under load 3.5-4);
+# test_masking on TensorFlow 105 -> 47 s CPU. Outputs stay within the parity bounds and masks
+# equal the sequential references (the same tests pass). Users' programs compile as XLA defaults.
+TEST_XLA_FLAGS := --xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0 \
+	--xla_llvm_disable_expensive_passes=true
 
-# JAX: XLA's CPU optimizations off and one compilation cache shared by both workers for the run
-# (tiny models: compiling dominates, and many tests compile the same step); 305 s -> 247 s on a
-# third of the suite. XLA's older CPU fusion code generator (--xla_cpu_use_fusion_emitters=false)
-# compiles a tiny train step 2.5-3.5x faster: the JAX run 480 -> 282 s wall,
-# 582 -> 406 s CPU (back to back, both under load 3.5-4).
-# Outputs stay within the parity bounds (the same tests pass).
+test-tf: setup
+	XLA_FLAGS="$$XLA_FLAGS $(TEST_XLA_FLAGS)" KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
+
+# JAX: also JAX's own switch for XLA's CPU optimizations, and one compilation cache shared by
+# both workers for the run (many tests compile the same step); 305 s -> 247 s on a third of the
+# suite.
 test-jax: setup
 	cache=$$(mktemp -d); JAX_DISABLE_MOST_OPTIMIZATIONS=1 JAX_COMPILATION_CACHE_DIR=$$cache \
-	XLA_FLAGS="$$XLA_FLAGS --xla_cpu_use_fusion_emitters=false" \
+	XLA_FLAGS="$$XLA_FLAGS $(TEST_XLA_FLAGS)" \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15; \
 	status=$$?; rm -rf $$cache; exit $$status
 
 test-torch: setup
-	KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
+	XLA_FLAGS="$$XLA_FLAGS $(TEST_XLA_FLAGS)" KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
 
 bench: setup
 	$(PY) bench/run_all.py
