@@ -720,8 +720,10 @@ def check_model_inputs(x, task_name):
 def _is_text(part):
     if isinstance(part, (str, bytes)):
         return True
-    if isinstance(part, list):
-        return _is_text(next(iter(tree.flatten(part)), None))
+    if isinstance(part, list):  # its first leaf (a long list of id lists is not flattened)
+        while isinstance(part, list) and part:
+            part = part[0]
+        return isinstance(part, (str, bytes))
     dtype = getattr(part, "dtype", None)
     if isinstance(dtype, tf.dtypes.DType):
         return dtype == tf.string
