@@ -1315,7 +1315,6 @@ def _inside(flags_list, lengths):
     return out
 
 
-
 def _leftmost_longest(lengths):
     """The lexicon matches kept by a leftmost-longest scan, from `lengths` [B, T] (the longest
     match starting at each token, 0 if none): the accepted match starts [B, T] and the tokens
@@ -1503,18 +1502,6 @@ class _LexiconMasker(WholeWordMasker):
         best_k = tf.reduce_max(tf.where(match, n, 0), axis=1)
         return tf.scatter_nd(where, best_k, tf.shape(ids))
 
-    def _units(self, ids, selectable):
-        """Unit starts [B, T] (plain word starts not inside an accepted match) and the accepted
-        match starts [B, T] (leftmost-longest, non-overlapping)."""
-        start = self._word_starts(ids, selectable)
-        lengths = self._match_lengths(ids, selectable, start)
-        cand = lengths > 0
-        if self.max_unit_length == 1:
-            return start, cand
-
-        accepted, in_acc = _leftmost_longest_xla(lengths)
-        return start & ~in_acc, accepted
-
     def _covered_words(self, ids, selectable, budget, seed):
         seed_order, _ = _split_seeds(seed, 2)
         start = self._word_starts(ids, selectable)
@@ -1536,8 +1523,9 @@ class _LexiconMasker(WholeWordMasker):
         selectable = self._selectable(ids, valid)
         start = self._word_starts(ids, selectable)
         lengths = self._match_lengths(ids, selectable, start)
-        _, accepted = self._units(ids, selectable)
-        return tf.where(accepted, lengths, 0)
+        if self.max_unit_length > 1:  # leftmost-longest, non-overlapping
+            lengths = tf.where(_leftmost_longest_xla(lengths)[0], lengths, 0)
+        return lengths
 
     def get_config(self):
         config = super().get_config()

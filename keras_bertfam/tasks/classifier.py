@@ -157,11 +157,11 @@ def check_label_values(labels, num_classes, what="label", allow_negative=False,
         return
     flat = _flat_values(labels)
     if flat.size and flat.dtype.kind in "USO":
-        text = [i for i, v in enumerate(flat) if isinstance(v, (str, bytes, np.str_, np.bytes_))]
-        if text:
-            value = flat[text[0]].item() if hasattr(flat[text[0]], "item") else flat[text[0]]
+        i = next((i for i, v in enumerate(flat) if isinstance(v, (str, bytes))), None)
+        if i is not None:  # NumPy's str_ / bytes_ are str / bytes: item() gives the plain value
+            value = flat[i].item() if hasattr(flat[i], "item") else flat[i]
             raise ValueError(
-                f"Invalid {what} {value!r} (flat index {text[0]} of the labels): "
+                f"Invalid {what} {value!r} (flat index {i} of the labels): "
                 f"expected an integer class id from 0 to {num_classes - 1} ({count}="
                 f"{num_classes}). Map text labels to ids first, e.g. "
                 f"{{name: i for i, name in enumerate(sorted(set(labels)))}}.")

@@ -84,16 +84,18 @@ class MultipleChoice(Task):
         if y is not None and isinstance(x, dict):  # model inputs (B, C, T)
             check_label_values(y, int(x["token_ids"].shape[1]), what="choice label",
                                count="number of choices")
-        if isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[1], list) and x[1]:
-            counts = [len(c) if isinstance(c, (list, tuple, np.ndarray)) else None for c in x[1]]
-            if len(set(counts)) > 1:
-                i = next(i for i, c in enumerate(counts) if c != counts[0])
-                raise ValueError(
-                    f"MultipleChoice needs the same number of choices in every example: example "
-                    f"0 has {counts[0]}, example {i} has {counts[i]}.")
-        if y is not None and isinstance(x, (tuple, list)) and len(x) == 2 and len(x[1]):
-            check_label_values(y, len(x[1][0]), what="choice label",
-                               count="number of choices")  # (contexts, choices)
+        elif isinstance(x, (tuple, list)) and len(x) == 2 and len(x[1]):  # (contexts, choices)
+            if isinstance(x[1], list):
+                counts = [len(c) if isinstance(c, (list, tuple, np.ndarray)) else None
+                          for c in x[1]]
+                if len(set(counts)) > 1:
+                    i = next(i for i, c in enumerate(counts) if c != counts[0])
+                    raise ValueError(
+                        f"MultipleChoice needs the same number of choices in every example: "
+                        f"example 0 has {counts[0]}, example {i} has {counts[i]}.")
+            if y is not None:
+                check_label_values(y, len(x[1][0]), what="choice label",
+                                   count="number of choices")
         return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
