@@ -33,6 +33,8 @@ pretrain: setup
 # once and names its test. pytest-xdist 3.8.0 under --dist loadfile deadlocks after replacing a
 # crashed worker (it re-queues the dead worker's finished files as empty work units: xdist #1378),
 # which once held CI until its 90-minute limit.
+PYTEST = $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
+
 test: setup
 	@status=0; cache=$$(mktemp -d); for b in tf jax torch; do TF_XLA_CACHE=$$cache $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; rm -rf $$cache; exit $$status
 
@@ -54,7 +56,7 @@ TF_XLA_ENV = xla_cache=$${TF_XLA_CACHE:-$$(mktemp -d)}; \
 TF_XLA_CLEAN = [ -n "$$TF_XLA_CACHE" ] || rm -rf $$xla_cache
 
 test-tf: setup
-	$(TF_XLA_ENV) KERAS_BACKEND=tensorflow $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15; \
+	$(TF_XLA_ENV) KERAS_BACKEND=tensorflow $(PYTEST); \
 	status=$$?; $(TF_XLA_CLEAN); exit $$status
 
 # JAX: also JAX's own switch for XLA's CPU optimizations, and one compilation cache shared by
@@ -62,11 +64,11 @@ test-tf: setup
 # suite.
 test-jax: setup
 	$(TF_XLA_ENV) cache=$$(mktemp -d); JAX_DISABLE_MOST_OPTIMIZATIONS=1 JAX_COMPILATION_CACHE_DIR=$$cache \
-	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 KERAS_BACKEND=jax $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15; \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 KERAS_BACKEND=jax $(PYTEST) -m multibackend; \
 	status=$$?; rm -rf $$cache; $(TF_XLA_CLEAN); exit $$status
 
 test-torch: setup
-	$(TF_XLA_ENV) KERAS_BACKEND=torch $(PY) -m pytest tests -q -m multibackend -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15; \
+	$(TF_XLA_ENV) KERAS_BACKEND=torch $(PYTEST) -m multibackend; \
 	status=$$?; $(TF_XLA_CLEAN); exit $$status
 
 bench: setup
