@@ -127,7 +127,8 @@ def cases(tok, vocab_file, xlnet_spiece):
     for cls, make in ((kb.tasks.BertPretrainer, backbone), (kb.tasks.AlbertPretrainer, albert_backbone)):
         task = cls(make(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(tok, SEQ))
         f = packed(tok, with_mask(tok, masked), tok(TEXT_B))
-        out.append((cls.__name__, task, {"text_a": masked, "text_b": TEXT_B}, reference(task, f), f))
+        out.append((cls.__name__, task, {"text_a": masked, "text_b": TEXT_B}, reference(task, f),
+                    f))
 
     from keras_bertfam.preprocessing import finetuning as ft
 
