@@ -108,7 +108,8 @@ QA_CONTEXTS = ["Zoë Brontë, the café owner, lives in Zürich near the lake.",
 
 
 def cases(tok, vocab_file, xlnet_spiece):
-    """(name, model, serving inputs, in-process reference outputs)."""
+    """(name, model, serving inputs, in-process reference outputs, the packed features the
+    reference was computed from: what the token_ids signature gets)."""
     keras.utils.set_random_seed(1)
     xlnet_tok = kb.preprocessing.tokenizers.XLNetTokenizer(xlnet_spiece)
     out = []
@@ -116,28 +117,31 @@ def cases(tok, vocab_file, xlnet_spiece):
     f = packed(tok, tok(TEXT_A))
     ref = {k: keras.ops.convert_to_numpy(v) for k, v in bb(f).items()}
     ref["padding_mask"] = f["padding_mask"]
-    out.append(("backbone", bb, {"text": TEXT_A}, ref))
+    out.append(("backbone", bb, {"text": TEXT_A}, ref, f))
 
     masked = ["the [MASK] was great", "a [MASK] plot [MASK]", "[MASK]"]
     mlm = kb.tasks.MaskedLM(backbone(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(tok, SEQ))
-    out.append(("masked_lm", mlm, {"text": masked}, reference(mlm, packed(tok, with_mask(tok, masked)))))
+    f = packed(tok, with_mask(tok, masked))
+    out.append(("masked_lm", mlm, {"text": masked}, reference(mlm, f), f))
 
     for cls, make in ((kb.tasks.BertPretrainer, backbone), (kb.tasks.AlbertPretrainer, albert_backbone)):
         task = cls(make(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(tok, SEQ))
         f = packed(tok, with_mask(tok, masked), tok(TEXT_B))
-        out.append((cls.__name__, task, {"text_a": masked, "text_b": TEXT_B}, reference(task, f)))
+        out.append((cls.__name__, task, {"text_a": masked, "text_b": TEXT_B}, reference(task, f),
+                    f))
 
     from keras_bertfam.preprocessing import finetuning as ft
 
     clf = kb.tasks.TextClassifier(backbone(), num_classes=3,
                                   preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
-    ref = reference(clf, packed(tok, tok(TEXT_A)))
+    text_a = packed(tok, tok(TEXT_A))  # the classifiers' and the sentence encoder's features
+    ref = reference(clf, text_a)
     np.testing.assert_allclose(ref["logits"], clf.predict(TEXT_A, verbose=0), atol=1e-6)
-    out.append(("text_classifier", clf, {"text": TEXT_A}, ref))
+    out.append(("text_classifier", clf, {"text": TEXT_A}, ref, text_a))
 
     tagger = kb.tasks.TokenClassifier(backbone(), num_classes=4,
                                       preprocessor=ft.TokenClassifierPreprocessor(tok, SEQ))
-    out.append(("token_classifier", tagger, {"text": TEXT_A}, reference(tagger, packed(tok, tok(TEXT_A)))))
+    out.append(("token_classifier", tagger, {"text": TEXT_A}, reference(tagger, text_a), text_a))
 
     real = kb.preprocessing.WordPieceTokenizer(vocab_file, lowercase=True)
     qa = kb.tasks.QuestionAnswerer(
@@ -146,45 +150,48 @@ def cases(tok, vocab_file, xlnet_spiece):
     f = qa.preprocessor._features([real(QA_QUESTIONS), real(QA_CONTEXTS)])
     special = {"cls": real.cls_token_id, "sep": real.sep_token_id, "pad": real.pad_token_id,
                "mask": real.mask_token_id}
-    ref = reference(qa, {k: v.numpy() for k, v in f.items()}, special)
+    f = {k: v.numpy() for k, v in f.items()}
+    ref = reference(qa, f, special)
     answers = qa.answer(QA_QUESTIONS, QA_CONTEXTS)  # in-process: offsets into the original
     ref.update(answer_start=np.array([a["start"] for a in answers], np.int32),
                answer_end=np.array([a["end"] for a in answers], np.int32),
                answer_text=np.array([a["text"].encode() for a in answers], object))
-    out.append(("question_answerer", qa, {"question": QA_QUESTIONS, "context": QA_CONTEXTS}, ref))
+    out.append(("question_answerer", qa, {"question": QA_QUESTIONS, "context": QA_CONTEXTS}, ref,
+                f))
 
     mc = kb.tasks.MultipleChoice(backbone(), preprocessor=ft.MultipleChoicePreprocessor(tok, SEQ))
     choices = [[b, a] for a, b in zip(TEXT_A, TEXT_B)]
     flat = packed(tok, tok([t for t in TEXT_A for _ in range(2)]),
                   tok([c for row in choices for c in row]))
-    out.append(("multiple_choice", mc, {"prompt": TEXT_A, "choices": choices},
-                reference(mc, {k: v.reshape(3, 2, SEQ) for k, v in flat.items()})))
+    f = {k: v.reshape(3, 2, SEQ) for k, v in flat.items()}
+    out.append(("multiple_choice", mc, {"prompt": TEXT_A, "choices": choices}, reference(mc, f), f))
 
     enc = kb.tasks.SentenceEncoder(backbone(), preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
-    out.append(("sentence_encoder", enc, {"text": TEXT_A}, reference(enc, packed(tok, tok(TEXT_A)))))
+    out.append(("sentence_encoder", enc, {"text": TEXT_A}, reference(enc, text_a), text_a))
 
     mlm_pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ)
     f = packed(tok, with_mask(tok, masked))
     disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 8, 32,
                                      max_sequence_length=32)
     electra = kb.tasks.ElectraPretrainer(discriminator=disc, preprocessor=mlm_pre)
-    out.append(("ElectraPretrainer", electra, {"text": masked}, reference(electra, f)))
+    out.append(("ElectraPretrainer", electra, {"text": masked}, reference(electra, f), f))
     spanbert = kb.tasks.SpanBertPretrainer(
         kb.models.SpanBertBackbone(len(VOCAB), 2, 2, 16, 32, max_sequence_length=32),
         position_embedding_dim=8, preprocessor=mlm_pre)
-    out.append(("SpanBertPretrainer", spanbert, {"text": masked}, reference(spanbert, f)))
+    out.append(("SpanBertPretrainer", spanbert, {"text": masked}, reference(spanbert, f), f))
     teacher = kb.tasks.MaskedLM(backbone())
     student = kb.tasks.student_from_teacher(teacher.backbone, layers=(1,))
     distiller = kb.tasks.Distiller(teacher, student, preprocessor=mlm_pre)
-    out.append(("Distiller", distiller, {"text": masked}, reference(distiller.student, f)))
+    out.append(("Distiller", distiller, {"text": masked}, reference(distiller.student, f), f))
     from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
 
     xlnet = kb.tasks.XLNetPretrainer(
         kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32),
         preprocessor=XLNetPreprocessor(xlnet_tok, SEQ, batch_size=2))
     sp_masked = [t.replace("[MASK]", "<mask>").capitalize() for t in masked]
+    f = xlnet_packed(xlnet_tok, sp_masked)
     out.append(("XLNetPretrainer", xlnet, {"text": sp_masked},
-                reference(xlnet, xlnet_packed(xlnet_tok, sp_masked), special_ids(xlnet_tok))))
+                reference(xlnet, f, special_ids(xlnet_tok)), f))
     return out
 
 
@@ -232,10 +239,10 @@ def exports(tmp_path_factory, bert_vocab, xlnet_spiece):
     root = tmp_path_factory.mktemp("exports")
     scratch = tmp_path_factory.mktemp("tempdir")  # the exports' temporary files, looked at below
     tok = tokenizer()
-    done, models = [], {}
+    done, models, features = [], {}, {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tempfile, "tempdir", str(scratch))
-        for name, model, inputs, ref in cases(tok, bert_vocab, xlnet_spiece):
+        for name, model, inputs, ref, ids in cases(tok, bert_vocab, xlnet_spiece):
             path = str(root / name / "1")
             # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
             own = name in ("question_answerer", "XLNetPretrainer")
@@ -245,8 +252,9 @@ def exports(tmp_path_factory, bert_vocab, xlnet_spiece):
             assert signatures == ["serving_default", "token_ids"]
             done.append((name, path, inputs, ref))
             models[name] = model
+            features[name] = ids
     left = sorted(n for n in os.listdir(scratch) if n.startswith("kb_export_"))
-    return root, done, models, left
+    return root, done, models, left, features
 
 
 def test_every_export_passes_the_tf_text_2_12_audit(exports):
@@ -263,14 +271,15 @@ def test_every_export_passes_the_tf_text_2_12_audit(exports):
 
 
 @pytest.fixture(scope="module")
-def fresh(exports, tmp_path_factory, bert_vocab, xlnet_spiece):
+def fresh(exports, tmp_path_factory):
     """One fresh TensorFlow process for every export (and for saved_model_cli, run first, before
     tf-text is imported). -> (jobs, the process, saved_model_cli's {"code", "stdout"})."""
-    done = exports[1]
+    done, features = exports[1], exports[4]
     tmp = tmp_path_factory.mktemp("fresh")
     jobs = []
     for name, path, inputs, ref in done:
-        ids = {k: v for k, v in _ids_for(name, inputs, bert_vocab, xlnet_spiece).items()}
+        # the token_ids signature gets the packed features the reference was computed from
+        ids = features[name]
         jobs.append({"dir": path, "inputs": inputs, "ids": ids, "out": str(tmp / f"{name}.npz")})
     spec = tmp / "jobs.json"
     cli_out = tmp / "saved_model_cli.json"
@@ -339,7 +348,8 @@ def assert_dynamic_padding_equal(name, key, got, ref):
 
 
 def _ids_for(name, inputs, vocab_file, xlnet_spiece):
-    """Packed ids the token_ids signature gets: the same features as the reference."""
+    """Packed ids the token_ids signature gets: the same features as the reference (for
+    test_longformer's exports; this module's keep the features `cases` computed)."""
     tok = tokenizer()
     if name == "backbone" or name in ("text_classifier", "token_classifier", "sentence_encoder"):
         return packed(tok, tok(inputs["text"]))
@@ -503,17 +513,18 @@ def test_token_ids_signature_validates_its_input(ids_export):
 
 
 def test_each_signature_graph_is_saved_once(exports, ids_export):
-    """The model's graph is in the SavedModel once per signature function: serving_default's
-    (strings) and token_ids' (ids only: one, both signatures name it). A token_ids function
-    traced before saving was traced again by the save, a second copy of the model's graph
-    (+24% saved_model.pb, an extra trace per export, a slower load)."""
+    """The model's graph is in the SavedModel once: the string signature calls the token_ids
+    function (with preprocessing, and ids only: both signatures name it). A token_ids function
+    traced before saving was traced again by the save, and a string signature that traced the
+    model itself held a second copy (each +20-24% saved_model.pb, an extra trace per export, a
+    slower load)."""
     def with_the_model(path):
         library = kb.export._read_saved_model(path).meta_graphs[0].graph_def.library.function
         return [f.signature.name for f in library
                 if any(node.op in ("MatMul", "Einsum", "BatchMatMulV2") for node in f.node_def)]
 
     path = dict((n, p) for n, p, _, _ in exports[1])["text_classifier"]
-    assert len(with_the_model(path)) == 2, with_the_model(path)
+    assert len(with_the_model(path)) == 1, with_the_model(path)
     assert len(with_the_model(ids_export[1])) == 1, with_the_model(ids_export[1])
 
 
@@ -531,7 +542,7 @@ def test_string_signature_bad_input(exports):
     """Empty batch, empty strings, 1 MB strings (cut before tokenizing), invalid UTF-8; and the
     request is padded to its longest text, not to sequence_length. The module's classifier and
     tagger exports (their preprocessor's tokenizer and length, dynamic padding: the defaults)."""
-    _, done, models, _ = exports
+    _, done, models, _, _ = exports
     paths = dict((n, p) for n, p, _, _ in done)
     clf = models["text_classifier"]
     serve = tf.saved_model.load(paths["text_classifier"]).signatures["serving_default"]

@@ -8,7 +8,7 @@ import pytest
 
 import keras_bertfam as kb
 from keras_bertfam.models import backbone as backbone_module
-from tests.conftest import to_numpy
+from tests.conftest import to_numpy, without_unused_imports
 
 TINY = dict(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
             max_sequence_length=30)
@@ -262,7 +262,9 @@ def test_bpe_serving_tokenize_equals_hf_roberta_tokenizer(bpe_dir, imdb):
     assert ours == tok(texts).to_list()  # and keras-hub's cached path's
 
 
-FRESH_BPE = r'''
+# A serving client's process (TensorFlow + tf-text only), started without the packages it does
+# not use (conftest.without_unused_imports)
+FRESH_BPE = without_unused_imports("jax") + r'''
 import json, sys
 import numpy as np
 import tensorflow as tf
@@ -321,16 +323,18 @@ def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path):
     tagger = kb.tasks.TokenClassifier(roberta(), num_classes=4,
                                       preprocessor=ft.TokenClassifierPreprocessor(tok, seq))
     bb = roberta()
-    bb_ref = {k: keras.ops.convert_to_numpy(v) for k, v in bb(packed(texts)).items()}
-    bb_ref["padding_mask"] = packed(texts)["padding_mask"].numpy()
+    text_features, masked_features = packed(texts), packed(masked)  # tokenized once (eager BPE)
+    bb_ref = {k: keras.ops.convert_to_numpy(v) for k, v in bb(text_features).items()}
+    bb_ref["padding_mask"] = text_features["padding_mask"].numpy()
+    mlm_ref = reference(mlm, masked_features)
     cases = [
-        ("masked_lm", mlm, None, {"text": masked}, reference(mlm, packed(masked))),
+        ("masked_lm", mlm, None, {"text": masked}, mlm_ref),
         ("text_classifier", clf, None, {"text": texts},
          {"logits": clf.predict(texts, verbose=0)}),
-        ("token_classifier", tagger, None, {"text": texts}, reference(tagger, packed(texts))),
+        ("token_classifier", tagger, None, {"text": texts}, reference(tagger, text_features)),
         ("backbone", bb, mlm_pre, {"text": texts}, bb_ref),
     ]
-    assert reference(mlm, packed(masked))["mask_weights"].sum(1).tolist() == [1, 1, 1, 0]
+    assert mlm_ref["mask_weights"].sum(1).tolist() == [1, 1, 1, 0]
     jobs = []
     for name, model, preprocessor, inputs, ref in cases:
         path = str(tmp_path / name / "1")
