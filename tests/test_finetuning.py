@@ -20,7 +20,9 @@ import keras_bertfam as kb
 from conftest import to_numpy
 from keras_bertfam.tasks.task import batched_examples, one_iterator
 
-TINY = dict(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
+# One layer: the depth is not what these tests check (each layer is traced / compiled again in
+# every train, predict and evaluate step; the layer stack is covered by the backbone tests).
+TINY = dict(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64,
             max_sequence_length=128)
 
 
@@ -122,7 +124,7 @@ def test_backbone_without_segments_gets_no_segment_ids(bert_vocab):
     fed them (Keras would warn at every step that the input structure is not the expected one)."""
     import warnings
 
-    backbone = kb.models.DistilBertBackbone(**dict(TINY, num_layers=1))
+    backbone = kb.models.DistilBertBackbone(**TINY)
     tokenizer = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
     clf = kb.tasks.TextClassifier(
         backbone, num_classes=2,
@@ -376,7 +378,7 @@ def model_input_tasks():
     check), fitted and predicted once on model inputs: `(cases, mc, histories, outputs,
     mc_outputs)`."""
     keras.utils.set_random_seed(1234)
-    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000, num_layers=1))
+    backbone = kb.models.BertBackbone(**dict(TINY, vocabulary_size=3000))
     x = _inputs(batch=4)
     cases = [
         (kb.tasks.TextClassifier(backbone, num_classes=3), np.array([0, 1, 2, 1]), (4, 3)),
@@ -419,7 +421,7 @@ def test_text_classifier_hidden_layer_per_family(family, default):
     other families keep the one Dense on the pooled output; an explicit `hidden_activation`
     overrides either way, and the config round-trips."""
     backbone = kb.presets.FAMILIES[family].backbone_cls(
-        **dict(TINY, vocabulary_size=3000, num_layers=1))
+        **dict(TINY, vocabulary_size=3000))
     x = {k: v for k, v in _inputs(batch=4).items() if k in backbone.input}
     for given, expected in (("auto", default), (None, None), ("tanh", "tanh")):
         clf = kb.tasks.TextClassifier(backbone, num_classes=3, hidden_activation=given)
