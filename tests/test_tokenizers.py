@@ -105,6 +105,27 @@ def test_non_string_input(tokenizer):
         tokenizer(tf.constant([1, 2, 3]))
 
 
+
+def test_python_lists_and_ragged_batches_as_keras_hub_takes_them(tokenizer, bert_vocab):
+    """Words of sentences (rows of different lengths: a list of lists or a RaggedTensor) get one
+    more ragged dimension, as keras-hub's tokenizer gives (ours raised "Can't convert
+    non-rectangular Python sequence" and "RaggedTensor has no len()"); a missing text is named by
+    its index (was "Can't convert Python sequence with mixed types")."""
+    import keras_hub
+
+    theirs = keras_hub.tokenizers.WordPieceTokenizer(bert_vocab, lowercase=True)
+    words = [["A good", "film"], ["dull"]]
+    for x in (words, tf.ragged.constant(words)):
+        assert tokenizer(x).to_list() == theirs(x)  # keras-hub: Python lists, eagerly
+    ds = tf.data.Dataset.from_tensor_slices(["a good film", "dull"]).batch(2).map(
+        tf.strings.split).map(tokenizer)
+    assert next(iter(ds)).to_list() == [[[1037], [2204], [2143]], [[10634]]]
+    assert tokenizer([]).shape[0] == 0
+    for bad, where, what in ((["a", None], "1", "None"), ([["a"], ["b", 3]], r"\[1\]\[1\]", "3"),
+                             (np.array(["a", None], object), "1", "None")):
+        with pytest.raises(ValueError, match=rf"item {where} is {what} \(\w+\): expected a string"):
+            tokenizer(bad)
+
 def test_detokenize_refuses_ids_outside_the_vocabulary(tokenizer):
     """keras-hub's WordPiece detokenized id 99999999 as '##'."""
     assert tokenizer.detokenize(tf.ragged.constant([[2023], [2003, 102]])) == ["this", "is [SEP]"]

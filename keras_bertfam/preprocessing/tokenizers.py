@@ -11,6 +11,7 @@ import re
 import warnings
 
 import keras_hub
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from keras_hub.src.tokenizers import word_piece_tokenizer as _hub_wordpiece
@@ -86,6 +87,11 @@ class _SpecialTokens:
                 object.__setattr__(self, f"{role}_token_id", None)
 
     def call(self, inputs, *args, training=None, **kwargs):
+        if isinstance(inputs, (list, tuple, np.ndarray)):
+            inputs = python_texts_to_tensor(inputs, type(self).__name__)
+        if isinstance(inputs, tf.RaggedTensor):
+            # as keras-hub's: words of sentences (a ragged batch) -> one more ragged dimension
+            return inputs.with_flat_values(self(inputs.flat_values))
         inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string:
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
@@ -124,6 +130,36 @@ class _SpecialTokens:
     @classmethod
     def from_preset(cls, preset, **kwargs):
         return preset_hooks.call("load_tokenizer", preset, **kwargs)
+
+
+def check_text_items(texts, who):
+    """Every leaf of (nested) Python lists of texts is a string: names the first that is not
+    (None or a number: a missing value in a column) by its index."""
+    def walk(items, where):
+        for i, t in enumerate(items):
+            if isinstance(t, (list, tuple, np.ndarray)) and not (
+                    isinstance(t, np.ndarray) and t.ndim == 0):
+                walk(t, where + [i])
+            elif not isinstance(t, (str, bytes, np.str_, np.bytes_)):
+                index = str(i) if not where else "".join(f"[{j}]" for j in where + [i])
+                raise ValueError(
+                    f"{who} got a list of texts whose item {index} is {t!r} "
+                    f"({type(t).__name__}): expected a string. Drop or fill missing texts first.")
+    walk(texts, [])
+
+
+def python_texts_to_tensor(texts, who):
+    """Python lists (or an object array) of texts -> a string tensor; rows of different lengths
+    (words of sentences) -> a RaggedTensor, as keras-hub's tokenizers take them."""
+    if isinstance(texts, np.ndarray) and texts.dtype != object:
+        return tf.convert_to_tensor(texts)
+    if len(texts) == 0:
+        return tf.constant([], tf.string)
+    check_text_items(texts, who)
+    try:
+        return tf.convert_to_tensor(texts)
+    except ValueError:  # non-rectangular
+        return tf.ragged.constant(texts, dtype=tf.string)
 
 
 def read_vocabulary(vocabulary):

@@ -17,6 +17,7 @@ from keras import ops, tree
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
 from keras_bertfam.preprocessing.finetuning import any_batch_size
+from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 
 
@@ -660,13 +661,8 @@ def check_raw_inputs(x, task_name):
 
 def _check_text_items(texts, task_name):
     """A list of texts where some items are not: None, numbers (a missing value in a column)."""
-    if not any(isinstance(t, (str, bytes)) for t in texts[:1000]):
-        return  # lists of lists (words, choices) or of numbers: checked elsewhere
-    for i, t in enumerate(texts):
-        if not isinstance(t, (str, bytes, list, tuple, np.ndarray)):
-            raise ValueError(
-                f"{task_name} got a list of texts whose item {i} is {t!r} "
-                f"({type(t).__name__}): expected a string. Drop or fill missing texts first.")
+    if any(isinstance(t, (str, bytes)) for t in texts[:1000]):
+        check_text_items(texts, task_name)  # not lists of lists (words, choices): checked later
 
 
 def _num_examples(x):
