@@ -228,8 +228,15 @@ def test_token_classifier_fit_predict_save(tagger, tmp_path):
         (tf.ragged.constant([["a", "b"]]), tf.ragged.constant([[0, 5]]))).ragged_batch(1)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Invalid token label: got\] \[5\]"):
         tagger.fit(ds, verbose=0)
-    with pytest.raises(Exception, match="Each word needs one label"):
-        tagger.fit(["a b c"], [[0, 1]], verbose=0)
+    with pytest.raises(ValueError, match=r"Each word needs one label: example 1 has 3 word\(s\) "
+                                         r"but 2 label\(s\)"):
+        tagger.fit(["a b", "a b c"], [[0, 1], [0, 1]], verbose=0)
+    with pytest.raises(ValueError, match="example 0 has 1 word"):
+        tagger.fit([["a"]], [[0, 1]], verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices(
+        (tf.ragged.constant([["a", "b", "c"]]), tf.ragged.constant([[0, 1]]))).ragged_batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Each word needs one label"):
+        tagger.fit(ds, verbose=0)  # in the graph
 
 
 # === QuestionAnswerer ===

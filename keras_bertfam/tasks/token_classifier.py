@@ -84,6 +84,7 @@ class TokenClassifier(Task):
         if y is None:
             return (words,)
         y = y if isinstance(y, tf.RaggedTensor) else tf.ragged.constant(y, dtype=tf.int32)
+        _check_one_label_per_word(words, y)
         return (words, y) if sample_weight is None else (words, y, sample_weight)
 
     def predict_words(self, x, batch_size=None):
@@ -114,3 +115,22 @@ def _words(x):
     if isinstance(x, tf.RaggedTensor):
         return x
     return tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x)
+
+
+def _check_one_label_per_word(words, y):
+    """In-memory examples: each row of labels as long as its words (whitespace-split sentences or
+    given word lists), named before training (in a dataset the preprocessor's in-graph check says
+    the same)."""
+    import numpy as np
+    import tensorflow as tf
+
+    if y.ragged_rank != 1:
+        return  # checked in the graph
+    n_words = (words if isinstance(words, tf.RaggedTensor) else tf.strings.split(words)).row_lengths()
+    n_words, n_labels = n_words.numpy(), y.row_lengths().numpy()
+    if len(n_words) == len(n_labels) and (n_words != n_labels).any():
+        i = int(np.argmax(n_words != n_labels))
+        raise ValueError(
+            f"Each word needs one label: example {i} has {n_words[i]} word(s) but "
+            f"{n_labels[i]} label(s). Sentences are split on whitespace; pass lists of words to "
+            "split them yourself.")
