@@ -238,6 +238,11 @@ def test_predict_and_fit_inputs_that_cannot_be_a_batch(classifier):
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match=rf"batch_size must be a positive int.*{bad!r}"):
             classifier.fit(["good"], [1], batch_size=bad)
+    # Keras trained nothing, silently, for epochs=0 or -1
+    for name, bad in (("epochs", 0), ("epochs", -1), ("epochs", 2.5), ("epochs", True),
+                      ("steps_per_epoch", 0), ("initial_epoch", -1)):
+        with pytest.raises(ValueError, match=rf"{name} must be an int >= [01], got {bad!r}"):
+            classifier.fit(["good"], [1], **{name: bad})
     assert classifier.predict(["good film"], batch_size=np.int64(1)).shape == (1, 2)
     classifier.fit(["good film"], [1], batch_size=np.int64(1), verbose=0)  # torch refused int64
 

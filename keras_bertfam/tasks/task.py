@@ -377,6 +377,8 @@ class Task(keras.Model):
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
             **kwargs):
+        for name in ("epochs", "initial_epoch", "steps_per_epoch"):
+            _check_count(kwargs.get(name), name, minimum=0 if name == "initial_epoch" else 1)
         if not self.compiled:
             self.compile()  # the task's defaults, as keras-hub tasks come compiled
         # In-memory examples are shuffled every epoch (`shuffle=True`, Keras' default for arrays).
@@ -623,6 +625,15 @@ def check_batch_size(batch_size):
         raise ValueError(f"batch_size must be a positive int (or None for 32), got "
                          f"{batch_size!r}.")
     return int(batch_size)
+
+
+def _check_count(value, name, minimum):
+    """fit's epochs (>= 1; Keras trained nothing for 0 or -1, silently, and raised "'float'
+    object cannot be interpreted as an integer" for 2.5), initial_epoch, steps_per_epoch."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
 
 
 def check_raw_inputs(x, task_name):
