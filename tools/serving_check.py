@@ -37,8 +37,8 @@ def export(out):
     train_xlnet_sentencepiece_model(lines * 3, 60, output_file=spiece)
     # BERT (every task), ELECTRA, SpanBERT, Distiller and XLNet pretrainers: the test cases
     models = [("bert+" + name, model, inputs, name in ("question_answerer", "XLNetPretrainer"))
-              for name, model, inputs, _ in te.cases(te.tokenizer(), os.path.join(minilm, "vocab.txt"),
-                                                     spiece)]
+              for name, model, inputs, *_ in te.cases(te.tokenizer(),
+                                                      os.path.join(minilm, "vocab.txt"), spiece)]
     # MiniLM (real weights) classifier
     clf = kb.tasks.TextClassifier.from_preset(minilm, num_classes=2, sequence_length=64)
     models.append(("minilm+text_classifier", clf,
