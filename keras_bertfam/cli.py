@@ -346,15 +346,15 @@ def _build_task(args, kb, tokenizer):
     return task
 
 
-def _batches(args, kb, task, chunk, skip):
+def _batches(args, task, chunk, skip, corpus):
     """The batches of chunk `chunk` from its `skip`-th on: the documents, their pairing and
     masking are a function of (seed, chunk) only, so a resumed run repeats the interrupted chunk
     exactly. (No global reseeding here: every random draw of the data takes an explicit seed,
     dropout's state is in the checkpoint, and keras.utils.set_random_seed would drop tf-text's
-    SentencePiece resource.)"""
+    SentencePiece resource.) `corpus`: the documents in their order, read_corpus's dataset (read
+    once a run: every chunk iterates it anew)."""
     task.preprocessor.seed = args.seed + chunk
-    docs = kb.preprocessing.read_corpus(args.corpus)
-    docs = docs.shuffle(4096, seed=args.seed + chunk).repeat()
+    docs = corpus.shuffle(4096, seed=args.seed + chunk).repeat()
     batches = task._prepare(docs)[0]
     return batches.skip(skip) if skip else batches
 
@@ -571,6 +571,7 @@ def _pretrain(args, run, state, step, where, products):
     control = _make_control(args, step, args.steps, start)
     previous = _install_signal_handlers(control)
     state_path_of = {}
+    corpus = None
 
     def save(step, metrics):
         bad = _non_finite(task)
@@ -600,7 +601,9 @@ def _pretrain(args, run, state, step, where, products):
             chunk = step // args.checkpoint_every
             offset = step - chunk * args.checkpoint_every
             steps = min(args.checkpoint_every, args.steps - chunk * args.checkpoint_every) - offset
-            batches = _batches(args, kb, task, chunk, offset)
+            if corpus is None:
+                corpus = kb.preprocessing.read_corpus(args.corpus)
+            batches = _batches(args, task, chunk, offset, corpus)
             before = step
             keras.Model.fit(task, batches, epochs=chunk + 1, initial_epoch=chunk,
                             steps_per_epoch=steps, verbose=2 if args.verbose else 0,

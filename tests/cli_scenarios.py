@@ -7,6 +7,11 @@ WORKDIR receives every run's output directory; KILLED_DIR is the output of a run
 killed (os._exit, as kill -9) at a file boundary of a checkpoint write, resumed here.
 The first call goes through the console script (keras_bertfam_cli), so that TensorFlow is imported
 the way `keras-bertfam` imports it: the test checks this process's stderr for log lines.
+
+The runs read a small corpus (tests/cli_corpus.txt, 24 documents) instead of the default one: each
+checkpoint chunk starts a new data stream, and filling its 4,096-document shuffle buffer from the
+25,000 IMDB reviews cost ~0.8 s of CPU a chunk (11 chunks here and in the killed run); what these
+scenarios check does not depend on the text.
 """
 import contextlib
 import io
@@ -15,9 +20,10 @@ import os
 import shutil
 import sys
 
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_corpus.txt")
 ARGS = ["pretrain", "--family", "bert", "--preset", "bert_tiny_en_uncased", "--steps", "6",
         "--checkpoint-every", "2", "--batch-size", "2", "--sequence-length", "16",
-        "--deterministic", "--seed", "7"]
+        "--deterministic", "--seed", "7", "--corpus", CORPUS]
 
 
 def call(argv, env=None):
@@ -94,6 +100,8 @@ def main(work, killed):
 
     # 1. The uninterrupted reference, snapshotting the directory at every file boundary of the
     #    step-4 checkpoint write (the on-disk state a kill -9 right there leaves).
+    #    (Byte copies, not hard links: a link would follow a file later changed in place, the
+    #    very defect a snapshot must show.)
     snapshots = []
 
     def snapshot(n, step, label):
@@ -120,7 +128,10 @@ def main(work, killed):
         with run_directory.RunDirectory(copy) as run:
             step, where = run.latest(["model.weights.h5", "rng_state.npz",
                                       "training_state.json"])
-            sums = {n: run_directory.sha256(os.path.join(where, n))
+            # latest() has verified every file against its manifest's sha256: those sums
+            with open(os.path.join(where, run_directory.MANIFEST)) as f:
+                files = json.load(f)["files"]
+            sums = {n: files[n]["sha256"]
                     for n in ("model.weights.h5", "rng_state.npz", "training_state.json")}
             left = [t for t in temporaries(copy)]
         per_boundary.append({"label": snap["label"], "step": step, "sha256": sums,
@@ -129,7 +140,10 @@ def main(work, killed):
 
     # 3. A full resume of the killed run (kill -9 between the rename of step-4 and the removal of
     #    step-2); 4. resumes from the snapshot taken after the second file of step-4. (No export:
-    #    a resumed run's export is the continued run's, 6.)
+    #    a resumed run's export is the continued run's, 6.) The NaN run (5) starts from a copy of
+    #    the killed run's directory (a real copy: a resume rewrites the .lock in place).
+    nan_dir = out("nan")
+    shutil.copytree(killed, nan_dir)
     status, stdout, stderr = call([*ARGS, "--output", killed, "--no-export"])
     results["killed_resume"] = {"status": status, "stdout": stdout, "stderr": stderr,
                                 "differences": differences(final_arrays(killed), reference),
@@ -142,14 +156,13 @@ def main(work, killed):
     results["sigterm"] = {"status": status, "stdout": stdout, "stderr": stderr,
                           "state": state(signalled), "temporaries": temporaries(signalled),
                           "entries": sorted(os.listdir(signalled))}
-    nan_dir = out("nan")
-    shutil.copytree(signalled, nan_dir)
     status, stdout, stderr = call([*ARGS, "--output", signalled, "--no-export"])
     results["sigterm_resume"] = {"status": status, "stdout": stdout, "stderr": stderr,
                                  "differences": differences(final_arrays(signalled), reference),
                                  "state": state(signalled)}
 
-    # 5. NaN: from step 3, poisoned weights after step 5 -> a NaN loss at step 6; step-4 stays.
+    # 5. NaN: from step 4 (the killed run's), poisoned weights after step 5 -> a NaN loss at step
+    #    6; step-4 stays.
     status, stdout, stderr = call([*ARGS, "--output", nan_dir, "--no-export"],
                                   env={"KERAS_BERTFAM_TEST_NAN_AT_STEP": "5"})
     results["nan"] = {"status": status, "stdout": stdout, "stderr": stderr,
@@ -190,9 +203,20 @@ def main(work, killed):
     results["signature_values_equal"] = all(
         np.array_equal(values["1"][k], values["2"][k]) for k in values["1"])
 
+    # 8. `keras-bertfam export --heads` of the reference preset: its pretraining heads served.
+    status, stdout, stderr = call(["export", "--task", out("reference/preset"), "--output",
+                                   out("m"), "--heads", "--no-audit"])
+    fn = tf.saved_model.load(out("m/1")).signatures["serving_default"] if status == 0 else None
+    results["heads"] = {"status": status, "stdout": stdout, "stderr": stderr,
+                        "inputs": fn and sorted(fn.structured_input_signature[1])}
+
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
 
 
 if __name__ == "__main__":
+    # Keras imports scikit-learn, pandas and matplotlib when they are installed, TensorFlow JAX;
+    # the CLI uses none of them (~2.5 s of CPU less). The killed run (test_cli) imports them all,
+    # as a user's shell does, and its stderr is checked too.
+    sys.modules.update(dict.fromkeys(("sklearn", "pandas", "matplotlib", "jax")))
     main(sys.argv[1], sys.argv[2])
