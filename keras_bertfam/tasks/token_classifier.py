@@ -126,8 +126,8 @@ def _check_one_label_per_word(words, y):
 
     if y.ragged_rank != 1:
         return  # checked in the graph
-    n_words = (words if isinstance(words, tf.RaggedTensor) else tf.strings.split(words)).row_lengths()
-    n_words, n_labels = n_words.numpy(), y.row_lengths().numpy()
+    split = words if isinstance(words, tf.RaggedTensor) else tf.strings.split(words)
+    n_words, n_labels = split.row_lengths().numpy(), y.row_lengths().numpy()
     if len(n_words) == len(n_labels) and (n_words != n_labels).any():
         i = int(np.argmax(n_words != n_labels))
         raise ValueError(
