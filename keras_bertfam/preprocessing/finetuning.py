@@ -444,10 +444,15 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_classes = num_classes
 
+    @staticmethod
+    def words_of(x):
+        """Sentences [B] (split on whitespace) or word lists [B, (W)] -> words [B, (W)]."""
+        return x if isinstance(x, tf.RaggedTensor) else tf.strings.split(x)
+
     def word_pieces(self, x):
         """-> (pieces [B, (T)], word index of each piece [B, (T)], is first piece [B, (T)],
         words [B, (W)])."""
-        words = x if isinstance(x, tf.RaggedTensor) else tf.strings.split(x)  # [B, (W)]
+        words = self.words_of(x)
         pieces = self.tokenizer(words.flat_values)  # [N, (P)]
         by_word = words.with_flat_values(pieces)  # [B, (W), (P)]
         local = tf.ragged.range(words.row_lengths()).flat_values  # [N] index of the word in its row

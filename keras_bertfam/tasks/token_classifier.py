@@ -84,7 +84,7 @@ class TokenClassifier(Task):
         if y is None:
             return (words,)
         y = y if isinstance(y, tf.RaggedTensor) else tf.ragged.constant(y, dtype=tf.int32)
-        _check_one_label_per_word(words, y)
+        _check_one_label_per_word(self.preprocessor.words_of(words), y)
         return (words, y) if sample_weight is None else (words, y, sample_weight)
 
     def predict_words(self, x, batch_size=None):
@@ -118,16 +118,14 @@ def _words(x):
 
 
 def _check_one_label_per_word(words, y):
-    """In-memory examples: each row of labels as long as its words (whitespace-split sentences or
-    given word lists), named before training (in a dataset the preprocessor's in-graph check says
-    the same)."""
+    """In-memory examples: each row of labels ([B, (W)]) as long as its words ([B, (W)], as the
+    preprocessor splits them), named before training (in a dataset the preprocessor's in-graph
+    check says the same)."""
     import numpy as np
-    import tensorflow as tf
 
     if y.ragged_rank != 1:
         return  # checked in the graph
-    split = words if isinstance(words, tf.RaggedTensor) else tf.strings.split(words)
-    n_words, n_labels = split.row_lengths().numpy(), y.row_lengths().numpy()
+    n_words, n_labels = words.row_lengths().numpy(), y.row_lengths().numpy()
     if len(n_words) == len(n_labels) and (n_words != n_labels).any():
         i = int(np.argmax(n_words != n_labels))
         raise ValueError(
