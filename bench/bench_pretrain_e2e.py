@@ -8,7 +8,9 @@ batch size, and includes tokenization, packing/pairing and masking in its step:
 * `ours_nsp`:  `kb.tasks.BertPretrainer` (MLM + NSP) with `SentencePairPreprocessor`, `fit` on
   the strings (TensorFlow backend; preprocessing in `tf.data`).
 * `ours_mlm`:  `kb.tasks.MaskedLM` with `MaskedLMPreprocessor(packing="full_sentences")`
-  (RoBERTa's objective and packing: dynamic masking, blocks full of text).
+  (RoBERTa's objective and packing: dynamic masking, blocks of whole sentences).
+* `ours_blocks`: the same with `packing="token_blocks"` (the token stream cut into full blocks:
+  fairseq's break mode "none", HF `run_mlm.py`'s grouped texts).
 * `keras_hub`: `BertMaskedLMPreprocessor` + `BertMaskedLM.fit` on the same strings.
 * `hf`:        the fast tokenizer + `DataCollatorForLanguageModeling` (tokenizing in the
   collator, so tokenization is in the step as for the others) + `Trainer` (torch, CPU), with
@@ -44,7 +46,7 @@ CONFIGS = {
     "mini": dict(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
     "base": dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072),
 }
-PEERS = ("ours_nsp", "ours_mlm", "keras_hub", "hf")
+PEERS = ("ours_nsp", "ours_mlm", "ours_blocks", "keras_hub", "hf")
 TAG = "RESULT_JSON "
 
 
@@ -101,7 +103,8 @@ def keras_peer(peer, cfg, args):
             pre = kb.preprocessing.SentencePairPreprocessor(tok, SEQ, batch_size=B, seed=0)
             task = kb.tasks.BertPretrainer(backbone, preprocessor=pre)
         else:
-            pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ, packing="full_sentences",
+            packing = "token_blocks" if peer == "ours_blocks" else "full_sentences"
+            pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ, packing=packing,
                                                         batch_size=B, seed=0)
             task = kb.tasks.MaskedLM(backbone, preprocessor=pre)
         task.compile(jit_compile=args.jit_compile)
@@ -278,13 +281,13 @@ def main():
             r = json.loads(lines[-1][len(TAG):])
             r["wall"] = time.perf_counter() - start
             results[(config, peer)] = r
-            print(f"{config:5s} {peer:10s} {r['tokens_per_step'] / r['step']:9.0f} tok/s  "
+            print(f"{config:5s} {peer:11s} {r['tokens_per_step'] / r['step']:9.0f} tok/s  "
                   f"step {r['step'] * 1000:7.0f} ms  model-only {r['model_step'] * 1000:7.0f} ms  "
                   f"pipeline {r['pipe_rate']:6.1f} batch/s  peak {r['peak_rss']:6.0f} MB "
                   f"(imports {r['base_rss']:.0f})  [{r['wall']:.0f} s]", flush=True)
     print()
     print("real tokens/s, input stall = 1 - model-only step / end-to-end step, peak RSS")
-    print(f"{'config':6s} {'peer':10s} {'tok/s':>8s} {'x keras-hub':>11s} {'x HF':>6s} "
+    print(f"{'config':6s} {'peer':11s} {'tok/s':>8s} {'x keras-hub':>11s} {'x HF':>6s} "
           f"{'stall':>6s} {'peak MB':>8s}")
     for (config, peer), r in results.items():
         rate = r["tokens_per_step"] / r["step"]
@@ -293,7 +296,7 @@ def main():
         x_kh = rate / (kh["tokens_per_step"] / kh["step"]) if kh else float("nan")
         x_hf = rate / (hf["tokens_per_step"] / hf["step"]) if hf else float("nan")
         stall = max(0.0, 1.0 - r["model_step"] / r["step"])
-        print(f"{config:6s} {peer:10s} {rate:8.0f} {x_kh:11.2f} {x_hf:6.2f} {stall:6.1%} "
+        print(f"{config:6s} {peer:11s} {rate:8.0f} {x_kh:11.2f} {x_hf:6.2f} {stall:6.1%} "
               f"{r['peak_rss']:8.0f}")
 
 

@@ -467,7 +467,7 @@ def _units(doc, capacity):
     return out
 
 
-@pytest.mark.parametrize("mode", ["full_sentences", "doc_sentences"])
+@pytest.mark.parametrize("mode", ["full_sentences", "doc_sentences", "token_blocks"])
 def test_document_packer_matches_reference(mode):
     rng = np.random.default_rng(3)
     docs = [
@@ -479,6 +479,14 @@ def test_document_packer_matches_reference(mode):
     cap = 10
     if mode == "doc_sentences":
         want = [b for doc in docs for b in _greedy_reference(_units(doc, cap), cap)]
+    elif mode == "token_blocks":  # fairseq's break mode "none": the token stream cut every cap
+        stream = []
+        for doc in docs:
+            tokens = [t for sentence in doc for t in sentence]
+            if tokens:
+                stream += (["SEP"] if stream else []) + tokens
+        want = [stream[i:i + cap] for i in range(0, len(stream), cap)]
+        assert want and all(len(b) == cap for b in want[:-1])
     else:
         stream = []
         for doc in docs:
@@ -527,6 +535,13 @@ def test_document_packer_on_real_corpus(imdb_batches):
                 assert used + sizes[i] > cap
         assert i == len(units)
         assert sum(len(b) for b in blocks) >= sum(len(_flat(d)) for d in docs)
+        # Token blocks: the same stream, every block full but the last, nothing lost or added.
+        tokens = packing.DocumentPacker(SEQ, "token_blocks", 101, 102, 102)(batch)
+        blocks = [b[1:-1] for b in _rows(tokens)]
+        assert all(len(b) == cap for b in blocks[:-1]) and 0 < len(blocks[-1]) <= cap
+        stream = [t for b in blocks for t in b]
+        nonempty = [_flat(d) for d in docs if len(_flat(d))]
+        assert stream == [t for k, d in enumerate(nonempty) for t in ([102] if k else []) + d]
 
 
 def test_document_packer_dense_and_errors():
@@ -536,8 +551,12 @@ def test_document_packer_dense_and_errors():
     assert out["padding_mask"].numpy().sum() == 15
     empty = packing.DocumentPacker(8, "full_sentences", 0, 2, 3)(tf.ragged.constant([[], [[]]], tf.int32, ragged_rank=2))
     assert empty.nrows() == 0
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match="mode.*token_blocks.*'sentences'"):
         packing.DocumentPacker(8, "sentences")
+    for mode in packing.DocumentPacker.MODES:
+        empty = packing.DocumentPacker(8, mode, 0, 2, 3, pad_value=1)(
+            tf.ragged.constant([[], [[]]], tf.int32, ragged_rank=2))
+        assert empty["token_ids"].shape == (0, 8)
     with pytest.raises(ValueError, match="no room"):
         packing.DocumentPacker(2, start_value=0, end_value=2)
 

@@ -179,3 +179,25 @@ def test_word_maskers_of_the_default_preprocessors_use_the_tokenizers_words(toke
             np.testing.assert_array_equal(masked[1:][inside], masked[:-1][inside])
             checked += int(inside.sum())
     assert checked > 100
+
+
+def test_masked_lm_token_blocks_fill_every_row(tokenizer):
+    """`packing="token_blocks"` (fairseq's break mode "none", HF run_mlm's grouped texts): the
+    documents' tokens in full blocks, so the only padding is each batch of documents' last block;
+    FULL-SENTENCES on the same documents pads wherever the next sentence does not fit."""
+    docs = kb.preprocessing.read_corpus().take(64)
+
+    def rows(packing):
+        pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 64, batch_size=8, seed=1,
+                                                    packing=packing)
+        return np.concatenate([x["padding_mask"] for x, *_ in pre.prepare(docs, training=False)])
+
+    blocks, sentences = rows("token_blocks"), rows("full_sentences")
+    assert (blocks.sum(axis=1) < 64).sum() <= 64 // 8  # one short block per batch of documents
+    # The same tokens ([CLS]/[SEP] around each block aside) in fewer rows; FULL-SENTENCES also
+    # drops a document separator that would start a block.
+    extra_separators = (blocks.sum() - 2 * len(blocks)) - (sentences.sum() - 2 * len(sentences))
+    assert 0 <= extra_separators < 64 and len(blocks) < len(sentences)
+    assert blocks.mean() > 0.97 > sentences.mean()
+    with pytest.raises(ValueError, match="token_blocks.*'blocks'"):
+        kb.preprocessing.MaskedLMPreprocessor(tokenizer, 64, packing="blocks")

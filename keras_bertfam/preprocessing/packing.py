@@ -1,4 +1,5 @@
-"""Segment packing, RoBERTa's FULL-/DOC-SENTENCES blocks, and BERT's NSP / ALBERT's SOP pairing.
+"""Segment packing, RoBERTa's FULL-/DOC-SENTENCES and token blocks, and BERT's NSP / ALBERT's SOP
+pairing.
 
 All layers are `tf.data` preprocessing layers: they take and return TensorFlow tensors (never backend
 tensors), work on a whole batch with vectorized TF ops (loops are `tf.while_loop`s over instances or
@@ -754,7 +755,7 @@ def _greedy_blocks(unit_lens, num_units, capacity, is_sep=None):
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class DocumentPacker(_TFLayer):
-    """RoBERTa's FULL-SENTENCES and DOC-SENTENCES input blocks.
+    """RoBERTa's FULL-SENTENCES and DOC-SENTENCES input blocks, and plain token blocks.
 
     Liu et al., 2019. Each block holds up to `sequence_length` tokens including `start_value` and
     `end_value`, i.e. `capacity = sequence_length - (number of start/end tokens)` content tokens.
@@ -766,6 +767,10 @@ class DocumentPacker(_TFLayer):
       block is dropped (the block boundary already separates).
     - `"doc_sentences"`: the same greedy packing within each document only: blocks never cross a
       document, and a document's last block may be short (fewer blocks per batch).
+    - `"token_blocks"`: the same stream as `"full_sentences"` cut every `capacity` tokens, whether
+      or not a sentence ends there (fairseq's `--sample-break-mode none`, the blocks of HF's
+      `run_mlm.py` without `--line_by_line`): every block but the batch's last is full, so no
+      step computes on padding; a sentence may start in one block and end in the next.
 
     A sentence longer than `capacity` is split into pieces of `capacity` tokens (the last piece
     shorter), each packed like a sentence; nothing is dropped. Empty sentences and documents are
@@ -773,9 +778,10 @@ class DocumentPacker(_TFLayer):
 
     Args:
         sequence_length: block length including start/end tokens.
-        mode: `"full_sentences"` or `"doc_sentences"`.
+        mode: `"full_sentences"`, `"doc_sentences"` or `"token_blocks"`.
         start_value, end_value: int ids (or None) added around each block (`<s>`, `</s>`).
-        separator_value: int id between documents in `"full_sentences"` (or None for none).
+        separator_value: int id between documents in `"full_sentences"` and `"token_blocks"` (or
+            None for none).
         pad_value: None to return ragged blocks; an int to return dense padded blocks.
 
     Call args:
@@ -788,7 +794,11 @@ class DocumentPacker(_TFLayer):
     >>> docs = tf.ragged.constant([[[5, 6, 7], [8, 9]], [[10, 11]]], ragged_rank=2)
     >>> DocumentPacker(7, start_value=0, end_value=2, separator_value=2)(docs).to_list()
     [[0, 5, 6, 7, 8, 9, 2], [0, 10, 11, 2]]
+    >>> DocumentPacker(6, "token_blocks", 0, 2, separator_value=2)(docs).to_list()
+    [[0, 5, 6, 7, 8, 2], [0, 9, 2, 10, 11, 2]]
     """
+
+    MODES = ("full_sentences", "doc_sentences", "token_blocks")
 
     def __init__(
         self,
@@ -801,8 +811,8 @@ class DocumentPacker(_TFLayer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if mode not in ("full_sentences", "doc_sentences"):
-            raise ValueError(f"`mode` must be 'full_sentences' or 'doc_sentences'. Received: {mode!r}")
+        if mode not in self.MODES:
+            raise ValueError(f"`mode` must be one of {self.MODES}. Received: {mode!r}")
         self.sequence_length = int(sequence_length)
         self.mode = mode
         self.start_value = start_value
@@ -819,6 +829,48 @@ class DocumentPacker(_TFLayer):
 
     def call(self, documents):
         documents = _check_documents(documents)
+        dtype = documents.dtype
+        if self.mode == "token_blocks":
+            blocks = self._token_blocks(merge_rows(documents))
+        else:
+            blocks = self._sentence_blocks(documents)
+        n = blocks.nrows()
+        parts = []
+        if self._start:
+            parts.append(tf.RaggedTensor.from_tensor(
+                tf.tile(tf.constant(self._start, dtype)[tf.newaxis], tf.stack([n, 1]))))
+        parts.append(blocks)
+        if self._end:
+            parts.append(tf.RaggedTensor.from_tensor(
+                tf.tile(tf.constant(self._end, dtype)[tf.newaxis], tf.stack([n, 1]))))
+        blocks = tf.concat(parts, axis=1) if len(parts) > 1 else blocks
+        if self.pad_value is None:
+            return blocks
+        shape = [None, self.sequence_length]
+        return {
+            "token_ids": blocks.to_tensor(tf.cast(self.pad_value, dtype), shape=shape),
+            "padding_mask": tf.ones_like(blocks, tf.bool).to_tensor(False, shape=shape),
+        }
+
+    def _token_blocks(self, tokens):
+        """[B, (L)] documents -> their stream (separators between documents) cut every `capacity`
+        tokens."""
+        if self.separator_value is not None:
+            one = tf.cast(tokens.row_lengths() > 0, tf.int64)  # a separator after each document
+            separators = tf.fill([tf.reduce_sum(one)], tf.cast(self.separator_value, tokens.dtype))
+            separators = tf.RaggedTensor.from_row_lengths(separators, one)
+            tokens = tf.concat([tokens, separators], axis=1)
+        stream = tokens.flat_values
+        size = tf.size(stream)
+        if self.separator_value is not None:  # none after the last document
+            stream = stream[: tf.maximum(size - 1, 0)]
+            size = tf.size(stream)
+        starts = tf.range(0, size, self.capacity)
+        lengths = tf.cast(tf.minimum(self.capacity, size - starts), tf.int64)
+        return tf.RaggedTensor.from_row_lengths(stream, lengths)
+
+    def _sentence_blocks(self, documents):
+        """FULL-/DOC-SENTENCES: whole sentences (split when longer than `capacity`) packed greedily."""
         dtype = documents.dtype
         cap = self.capacity
         sent_lens = tf.cast(documents.row_lengths(axis=2), tf.int32)  # (B, (S))
@@ -854,23 +906,7 @@ class DocumentPacker(_TFLayer):
                 num_units = tf.maximum(num_units - 1, 0)
             row, t0, t1 = _greedy_blocks(stream_lens, num_units[tf.newaxis], cap, stream_sep)
             blocks = _gather_segments(stream_tokens, row, t0, t1)
-        n = blocks.nrows()
-        parts = []
-        if self._start:
-            parts.append(tf.RaggedTensor.from_tensor(
-                tf.tile(tf.constant(self._start, dtype)[tf.newaxis], tf.stack([n, 1]))))
-        parts.append(blocks)
-        if self._end:
-            parts.append(tf.RaggedTensor.from_tensor(
-                tf.tile(tf.constant(self._end, dtype)[tf.newaxis], tf.stack([n, 1]))))
-        blocks = tf.concat(parts, axis=1) if len(parts) > 1 else blocks
-        if self.pad_value is None:
-            return blocks
-        shape = [None, self.sequence_length]
-        return {
-            "token_ids": blocks.to_tensor(tf.cast(self.pad_value, dtype), shape=shape),
-            "padding_mask": tf.ones_like(blocks, tf.bool).to_tensor(False, shape=shape),
-        }
+        return blocks
 
     # === Config ===
 

@@ -220,9 +220,11 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
     `[CLS] A [SEP] (B [SEP])`, truncated round-robin to `sequence_length` (longer text is cut: the
     tail is dropped). `packing="full_sentences"` / `"doc_sentences"`: each string is a document;
     its sentences fill blocks of `sequence_length` (RoBERTa's FULL-/DOC-SENTENCES; nothing is cut,
-    long sentences are split), shuffled in a buffer of `shuffle_buffer` blocks (training; 0: keep
-    the document order) and rebatched to `batch_size` (in training, an epoch's last partial
-    batch is dropped unless it is the epoch's only one).
+    long sentences are split). `packing="token_blocks"`: the documents' tokens cut into full
+    blocks wherever `sequence_length` falls (fairseq's break mode "none", HF `run_mlm.py`'s
+    grouped texts; no padding but the batch's last block). Blocks are shuffled in a buffer of
+    `shuffle_buffer` blocks (training; 0: keep the document order) and rebatched to `batch_size`
+    (in training, an epoch's last partial batch is dropped unless it is the epoch's only one).
 
     Returns `(x, mask_ids, mask_weights)` with x = {token_ids, segment_ids, padding_mask,
     mask_positions}: keras-hub's format. A new mask is drawn every time an example is seen.
@@ -232,10 +234,9 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
                  batch_size=32, seed=None, shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, **kwargs):
         super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
         self.shuffle_buffer = shuffle_buffer
-        if packing not in ("segments", "full_sentences", "doc_sentences"):
-            raise ValueError(
-                f"packing must be 'segments', 'full_sentences' or 'doc_sentences', got {packing!r}."
-            )
+        if packing != "segments" and packing not in DocumentPacker.MODES:
+            raise ValueError(f"packing must be 'segments' or one of {DocumentPacker.MODES}, "
+                             f"got {packing!r}.")
         self.packing = packing
         if packing != "segments":
             self.document_packer = DocumentPacker(
