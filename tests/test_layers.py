@@ -186,34 +186,43 @@ def _value_and_grad(fn, x):
     return to_numpy(y.detach()), to_numpy(x.grad)
 
 
-def test_exact_gelu_and_its_gradient_on_every_backend():
-    """BERT's erf GELU: the output is Keras' own, bit for bit; the gradient (written out on
-    TensorFlow, autodiff elsewhere) is Φ(x) + x·φ(x), against float64."""
-    from math import erf, exp, pi, sqrt
+@pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
+def test_gelus_and_their_gradients_on_every_backend(approximate):
+    """BERT's erf GELU and the tanh one (ALBERT's gelu_new): the output is Keras' own, bit for
+    bit; the gradient (written out on TensorFlow, autodiff elsewhere) against float64."""
+    from math import erf, exp, pi, sqrt, tanh
 
-    from keras_bertfam.layers.encoder import gelu_exact
+    from keras_bertfam.layers.encoder import get_activation
 
+    gelu = get_activation("gelu_approximate" if approximate else "gelu")
     x = np.concatenate([np.linspace(-12, 12, 481), np.random.RandomState(0).randn(499) * 3])
     x = x.astype("float32").reshape(2, -1)
-    y, grad = _value_and_grad(gelu_exact, x)
-    np.testing.assert_array_equal(y, to_numpy(keras.activations.gelu(x, approximate=False)))
+    y, grad = _value_and_grad(gelu, x)
+    np.testing.assert_array_equal(y, to_numpy(keras.activations.gelu(x, approximate=approximate)))
     x64 = x.astype("float64")
-    cdf = 0.5 * (1 + np.vectorize(erf)(x64 / sqrt(2)))
-    pdf = np.vectorize(exp)(-x64 ** 2 / 2) / sqrt(2 * pi)
-    np.testing.assert_allclose(grad, cdf + x64 * pdf, rtol=0, atol=2e-6)
+    if approximate:
+        c = sqrt(2 / pi)
+        t = np.vectorize(tanh)(c * (x64 + 0.044715 * x64 ** 3))
+        expected = 0.5 * (1 + t) + 0.5 * x64 * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x64 ** 2)
+    else:
+        cdf = 0.5 * (1 + np.vectorize(erf)(x64 / sqrt(2)))
+        expected = cdf + x64 * np.vectorize(exp)(-x64 ** 2 / 2) / sqrt(2 * pi)
+    # float32 tanh is exactly -1 below x ~ -4.5, where the true slope is still ~-4e-6
+    np.testing.assert_allclose(grad, expected, rtol=0, atol=5e-6 if approximate else 2e-6)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="TensorFlow's autodiff of tf.nn.gelu is what keeps the extra tensors")
-def test_exact_gelu_keeps_only_its_input_for_the_backward_pass():
+@pytest.mark.parametrize("activation", ["gelu", "gelu_approximate"])
+def test_gelus_keep_only_their_input_for_the_backward_pass(activation):
     """Autodiff through `0.5 * x * (1 + erf(x / √2))` kept x / √2, 0.5 * x and 1 + erf(...)
-    from the forward pass to the backward one: three more activations of the feed-forward's
-    size per layer (~0.6 GB of a BERT-base MLM step's peak at 16 x 128). Measured as the
-    memory a tape holds after the forward pass (tensors of 64 MB: the allocator returns them
-    to the system when freed)."""
+    (the tanh form more) from the forward pass to the backward one: activations of the
+    feed-forward's size, per layer (~0.6 GB of a BERT-base MLM step's peak at 16 x 128).
+    Measured as the memory a tape holds after the forward pass (tensors of 64 MB: the
+    allocator returns them to the system when freed)."""
     import tensorflow as tf
 
-    from keras_bertfam.layers.encoder import gelu_exact
+    from keras_bertfam.layers.encoder import get_activation
 
     def resident():
         with open("/proc/self/statm") as f:
@@ -224,7 +233,7 @@ def test_exact_gelu_keeps_only_its_input_for_the_backward_pass():
     before = resident()
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = gelu_exact(x)  # the output itself: one tensor of x's size
+        y = get_activation(activation)(x)  # the output itself: one tensor of x's size
         held = resident() - before
     grad = tape.gradient(y, x)
     assert held < 1.6 * size, f"the forward pass holds {held / size:.1f} tensors of x's size"

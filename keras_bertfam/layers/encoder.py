@@ -24,39 +24,65 @@ from keras_bertfam.layers.utils import (
 SHARE_MODES = ("none", "all", "attention", "ffn")
 
 
-def gelu_exact(x):
-    """BERT's erf GELU (the tanh approximation differs by up to ~1e-3).
+def _keeping_its_input(forward, derivative):
+    """`forward` with its gradient `upstream * derivative(x)` computed from x alone in the
+    backward pass (as torch's activations): the output is `forward`'s, bit for bit."""
 
-    On TensorFlow its gradient is written out (`_gelu_keeping_its_input`): autodiff through
-    `tf.nn.gelu`'s `0.5 * x * (1 + erf(x / √2))` keeps three more [B, T, intermediate_dim]
-    tensors alive from the forward pass to the backward one (x / √2, 0.5 * x, 1 + erf), ~0.6 GB
-    of a BERT-base step's peak at 16 x 128; torch's GELU keeps only x, and XLA (JAX) fuses it."""
+    @ops.custom_gradient
+    def activation(x):
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            return upstream * derivative(x)
+
+        # stop_gradient: an eager tape would otherwise record the forward ops too, and hold
+        # their intermediates until the gradient (tf.custom_gradient records them eagerly).
+        return forward(ops.stop_gradient(x)), grad
+
+    return activation
+
+
+def _erf_gelu_derivative(x):
+    cdf = 0.5 * (1.0 + ops.erf(x * 0.7071067811865476))  # Φ(x)
+    return cdf + x * 0.3989422804014327 * ops.exp(-0.5 * ops.square(x))  # + x·φ(x)
+
+
+def _tanh_gelu_derivative(x):
+    c = 0.7978845608028654  # √(2/π)
+    t = ops.tanh(c * (x + 0.044715 * x * x * x))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x)
+
+
+# On TensorFlow the GELUs' gradients are written out: autodiff through `tf.nn.gelu`'s formula
+# keeps its intermediates (x/√2, 0.5x, 1 + erf; more for the tanh form), each of the
+# feed-forward's [B, T, intermediate_dim] size, alive from the forward pass to the backward one:
+# ~0.6 GB of a BERT-base step's peak at 16 x 128. Torch's GELU keeps only x; XLA (JAX) fuses it.
+_TF_GELU = {
+    approximate: _keeping_its_input(
+        lambda x, a=approximate: keras.activations.gelu(x, approximate=a),
+        _tanh_gelu_derivative if approximate else _erf_gelu_derivative)
+    for approximate in (False, True)
+}
+
+
+def gelu_exact(x):
+    """BERT's erf GELU (the tanh approximation differs by up to ~1e-3)."""
     if keras.backend.backend() == "tensorflow":
-        return _gelu_keeping_its_input(x)
+        return _TF_GELU[False](x)
     return keras.activations.gelu(x, approximate=False)
 
 
-@ops.custom_gradient
-def _gelu_keeping_its_input(x):
-    """The same output as `tf.nn.gelu(x, approximate=False)`, bit for bit; its gradient
-    Φ(x) + x·φ(x) is computed from x alone in the backward pass (as torch's GELU)."""
-
-    def grad(*args, upstream=None):
-        upstream = args[0] if upstream is None else upstream
-        cdf = 0.5 * (1.0 + ops.erf(x * 0.7071067811865476))  # Φ(x)
-        pdf = 0.3989422804014327 * ops.exp(-0.5 * ops.square(x))  # φ(x) = exp(-x²/2) / √(2π)
-        return upstream * (cdf + x * pdf)
-
-    # stop_gradient: an eager tape would otherwise record the forward ops too, and hold their
-    # intermediates until the gradient (tf.custom_gradient records them in eager mode).
-    return keras.activations.gelu(ops.stop_gradient(x), approximate=False), grad
+def gelu_approximate(x):
+    """The tanh GELU (HF's gelu_new: ALBERT's, keras-hub's)."""
+    if keras.backend.backend() == "tensorflow":
+        return _TF_GELU[True](x)
+    return keras.activations.gelu(x, approximate=True)
 
 
 def get_activation(activation):
     if activation == "gelu":
         return gelu_exact
     if activation == "gelu_approximate":
-        return lambda x: keras.activations.gelu(x, approximate=True)
+        return gelu_approximate
     return keras.activations.get(activation)
 
 
