@@ -71,6 +71,30 @@ def export(out):
     models.append(("distilbert+text_classifier", kb.tasks.TextClassifier(
         distil, num_classes=2, preprocessor=ft.TextClassifierPreprocessor(te.tokenizer(), 16)),
         {"text": te.TEXT_A}, True))
+    # Longformer (sliding-window + global attention: its banded ops), WordPiece here; its QA
+    # answer path (global attention on the question) with the real vocabulary
+    def longformer(vocab=len(te.VOCAB)):
+        return kb.models.LongformerBackbone(vocab, 2, 2, 16, 32, attention_window=[4, 6],
+                                            max_global_tokens=24, max_sequence_length=64)
+    masked = ["the [MASK] was great", "a [MASK] plot [MASK]", "[MASK]"]
+    models.append(("longformer+masked_lm", kb.tasks.MaskedLM(
+        longformer(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(te.tokenizer(), te.SEQ)),
+        {"text": masked}, True))
+    models.append(("longformer+text_classifier", kb.tasks.TextClassifier(
+        longformer(), num_classes=3, preprocessor=ft.TextClassifierPreprocessor(te.tokenizer(),
+                                                                                te.SEQ)),
+        {"text": te.TEXT_A}, True))
+    real = kb.preprocessing.WordPieceTokenizer(os.path.join(minilm, "vocab.txt"), lowercase=True)
+    models.append(("longformer+question_answerer", kb.tasks.QuestionAnswerer(
+        longformer(real.vocabulary_size()), preprocessor=ft.QuestionAnswererPreprocessor(
+            real, 48, stride=16, max_question_length=16)),
+        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, True))
+    # XLNet fine-tuned (the content stream alone, relative attention; SentencePiece)
+    xlnet_tok = kb.preprocessing.XLNetTokenizer(spiece)
+    models.append(("xlnet+text_classifier", kb.tasks.TextClassifier(
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32), num_classes=2,
+        preprocessor=ft.TextClassifierPreprocessor(xlnet_tok, 16)),
+        {"text": ["The film was great.", "Dull plot 3.", ""]}, True))
 
     jobs = []
     for name, model, inputs, own in models:
