@@ -2,7 +2,8 @@
 
 - `convert_task`: each family's HF head model (ALBERT `AlbertForPreTraining` / `AlbertForMaskedLM`,
   `RobertaForMaskedLM`, `DistilBertForMaskedLM`, ELECTRA `ElectraForPreTraining` +
-  `ElectraForMaskedLM`, `XLNetLMHeadModel`) gives the same logits as our task (<= 1e-4).
+  `ElectraForMaskedLM`, `XLNetLMHeadModel`, `XLNetForSequenceClassification`) gives the same
+  logits as our task (<= 1e-4).
 - `export_to_transformers`: ours -> HF directory -> `transformers.AutoModel` gives the same hidden
   states (<= 1e-4), converts back to the same weights and config, and HF's `AutoTokenizer` reads
   the tokenizer files with the same ids as ours; task heads export under HF's architectures.
@@ -399,6 +400,109 @@ def test_xlnet_lm_head(tmp_path):
     kb.presets.export_to_transformers(task, str(tmp_path / "export"))
     again = _reloaded_without_missing_keys(str(tmp_path / "export"), "XLNetLMHeadModel")
     assert _max_diff(out, logits(again)) <= 1e-4
+
+
+def _xlnet_packed(tok, first, second=None, length=16):
+    """XLNet's layout written out (HF `XLNetTokenizer`'s `build_inputs_with_special_tokens`,
+    `create_token_type_ids_from_sequences`, left padding, longest-first truncation): `A <sep>
+    (B <sep>) <cls>`, segment ids 0 / 1 / 2, padding's 3."""
+    rows = []
+    for i, text in enumerate(first):
+        a = tok([text]).to_list()[0]
+        b = None if second is None else tok([second[i]]).to_list()[0]
+        budget = length - (2 if b is None else 3)
+        while len(a) + len(b or []) > budget:
+            if b is None or len(a) > len(b):
+                a = a[:-1]
+            else:
+                b = b[:-1]
+        ids = a + [tok.sep_token_id] + (b + [tok.sep_token_id] if b is not None else [])
+        seg = [0] * (len(a) + 1) + ([1] * (len(b) + 1) if b is not None else []) + [2]
+        ids, n = ids + [tok.cls_token_id], length - len(ids) - 1
+        rows.append(([tok.pad_token_id] * n + ids, [3] * n + seg, [0] * n + [1] * len(ids)))
+    return {k: np.array([r[j] for r in rows], "int32")
+            for j, k in enumerate(("token_ids", "segment_ids", "padding_mask"))}
+
+
+@pytest.mark.multibackend  # the model on every backend; its inputs from tf.data, as users'
+def test_xlnet_text_classifier_is_hfs_sequence_classification(tmp_path, tokenizer_files):
+    """XLNet's classifier reads its summary at `<cls>`, the LAST position (HF
+    `XLNetForSequenceClassification`: `summary_type="last"`, summary Linear + tanh, then
+    `logits_proj`); its preprocessor packs XLNet's layout, padded on the left. Before, the
+    classifier packed BERT's `<cls> A <sep>` and read position 0. Checked: the packing against
+    XLNet's layout written out (pairs and truncation too), the logits of the converted checkpoint
+    against HF's, the export back to HF, dynamic padding (cut on the left) and the SavedModel."""
+    shutil.copy(tokenizer_files["xlnet"], tmp_path / "spiece.model")
+    tok = kb.preprocessing.XLNetTokenizer(str(tmp_path / "spiece.model"))
+    cfg = transformers.XLNetConfig(vocab_size=tok.vocabulary_size(), d_model=32, n_layer=2,
+                                   n_head=4, d_inner=37, dropout=0.0, num_labels=3)
+    hf = transformers.XLNetForSequenceClassification.from_pretrained(
+        _save(transformers.XLNetForSequenceClassification(cfg), tmp_path)).eval()
+    clf = kb.presets.convert_task(str(tmp_path), kb.tasks.TextClassifier, sequence_length=16)
+    assert clf.hidden_activation == "tanh" and clf.preprocessor.padding_side == "left"
+
+    def hf_logits(model, f):
+        with torch.no_grad():
+            return model(input_ids=torch.tensor(f["token_ids"]).long(),
+                         token_type_ids=torch.tensor(f["segment_ids"]).long(),
+                         attention_mask=torch.tensor(f["padding_mask"]).float()).logits.numpy()
+
+    pairs = ["a lazy dog", "the seven wizards quietly box jugs of liquid while the fox jumps", ""]
+    for x, f in ((SENTENCES + ["fox"], _xlnet_packed(tok, SENTENCES + ["fox"])),
+                 ((SENTENCES + ["fox"], pairs), _xlnet_packed(tok, SENTENCES + ["fox"], pairs))):
+        ours = {k: to_numpy(v) for k, v in clf.preprocessor(x).items()}
+        for key in f:
+            np.testing.assert_array_equal(ours[key], f[key])
+        assert _max_diff(clf.predict(x, verbose=0), hf_logits(hf, f)) <= 1e-4
+    texts = SENTENCES + ["fox"]
+    f = _xlnet_packed(tok, texts)
+    kb.presets.export_to_transformers(clf, str(tmp_path / "export"))
+    again = _reloaded_without_missing_keys(str(tmp_path / "export"),
+                                           "XLNetForSequenceClassification")
+    assert _max_diff(clf.predict(texts, verbose=0), hf_logits(again, f)) <= 1e-4
+    # Dynamic padding cuts XLNet's rows on the left: the same logits on narrower batches
+    dynamic = kb.tasks.TextClassifier(clf.backbone, num_classes=3, preprocessor=(
+        kb.preprocessing.TextClassifierPreprocessor(tok, 16, pad_to_batch_max=True)))
+    dynamic.set_weights(clf.get_weights())
+    cut = to_numpy(dynamic.preprocessor(["fox", "a dog"])["token_ids"])
+    assert cut.shape[1] < 16 and (cut[:, -1] == tok.cls_token_id).all()
+    np.testing.assert_allclose(dynamic.predict(texts, verbose=0), clf.predict(texts, verbose=0),
+                               atol=1e-5)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        kb.export.export_saved_model(dynamic, str(tmp_path / "serving" / "1"))
+        serve = tf.saved_model.load(str(tmp_path / "serving" / "1")).signatures["serving_default"]
+        np.testing.assert_allclose(serve(text=tf.constant(texts))["logits"].numpy(),
+                                   clf.predict(texts, verbose=0), atol=1e-5)
+
+
+def test_xlnet_layout_is_the_tasks(tokenizer_files):
+    """The layout follows the task's backbone (an XLNet backbone with a WordPiece tokenizer still
+    reads `<cls>` last, so it packs XLNet's layout); a preprocessor built with the other layout
+    is refused by name, and tasks aligned to words or spans do not take XLNet's layout."""
+    wordpiece = _tokenizer("wordpiece", tokenizer_files)
+    xlnet = _tokenizer("xlnet", tokenizer_files)
+    pre = kb.preprocessing.TextClassifierPreprocessor
+    assert pre(xlnet, 16).packing_layout == "xlnet" and pre(wordpiece, 16).packing_layout == "bert"
+    backbone = kb.models.XLNetBackbone(wordpiece.vocabulary_size(), 1, 2, 16, 32)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre(wordpiece, 16))
+    ids = to_numpy(clf.preprocessor(["the fox"])["token_ids"])[0]
+    assert ids[-1] == wordpiece.cls_token_id and ids[0] == wordpiece.pad_token_id
+    bert = kb.models.BertBackbone(xlnet.vocabulary_size(), 1, 2, 16, 32)
+    on_bert = kb.tasks.TextClassifier(bert, num_classes=2, preprocessor=pre(xlnet, 16))
+    assert to_numpy(on_bert.preprocessor(["the fox"])["token_ids"])[0, 0] == xlnet.cls_token_id
+    with pytest.raises(ValueError, match=r"TextClassifier on XLNetBackbone reads its rows "
+                                         r"packed in XLNet's layout .*layout='bert'"):
+        kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre(wordpiece, 16,
+                                                                          layout="bert"))
+    with pytest.raises(ValueError, match=r"TokenClassifierPreprocessor packs the layouts "
+                                         r"\('auto', 'bert'\); got layout='xlnet'"):
+        kb.preprocessing.TokenClassifierPreprocessor(xlnet, 16, layout="xlnet")
+    mc = kb.tasks.MultipleChoice(backbone, preprocessor=kb.preprocessing.MultipleChoicePreprocessor(
+        wordpiece, 16))
+    ids = to_numpy(mc.preprocessor((["the fox"], [["a dog", "a cat"]]))["token_ids"])
+    assert (ids[..., -1] == wordpiece.cls_token_id).all()
 
 
 # === Export: ours -> HF -> ours ===

@@ -69,7 +69,7 @@ def reference(task, features, special=SPECIAL):
 
 def xlnet_packed(tok, texts):
     """XLNet's `A <sep> <cls>` left-packed ids; WordPiece (our VOCAB) or an XLNetTokenizer."""
-    from keras_bertfam.preprocessing.permutation import xlnet_pack
+    from keras_bertfam.preprocessing.packing import xlnet_pack
 
     if tok.kind == "wordpiece":
         ids = with_mask(tok, texts)

@@ -2,14 +2,13 @@
 import numpy as np
 import tensorflow as tf
 
+from keras_bertfam.preprocessing.packing import longest_first_lengths, xlnet_pack
 from keras_bertfam.preprocessing.permutation import (
     PermutationMasker,
     local_permutation,
-    longest_first_lengths,
     perm_mask_from_order,
     sample_span_targets,
     start_piece_table,
-    xlnet_pack,
 )
 
 SEP, CLS = 4, 3

@@ -63,7 +63,7 @@ def test_xlnet_tokenizer_ids_equal_slow_and_hf_xlnet_tokenizers(xlnet_spiece):
     assert all(equal_up_to_ties(sp, a, b) for a, b in zip(ours, fast))
     assert sum(a == b for a, b in zip(ours, fast)) >= 0.99 * len(fast)  # measured 3,779
     # HF's special-token layout is xlnet_pack's: A <sep> B <sep> <cls>, left padding.
-    from keras_bertfam.preprocessing.permutation import xlnet_pack
+    from keras_bertfam.preprocessing.packing import xlnet_pack
 
     a, b = "A short one.", "And a second, longer sentence."
     ref = hf(a, b, padding="max_length", max_length=24, return_token_type_ids=True)

@@ -69,6 +69,11 @@ class XLNetBackbone(Backbone):
     """
 
     family = "xlnet"
+    # Fine-tuning reads XLNet's summary at the LAST position: `A <sep> (B <sep>) <cls>`, left
+    # padded (HF `XLNetForSequenceClassification`'s `summary_type="last"`), through a tanh
+    # projection (its `sequence_summary.summary`: TextClassifier's hidden layer).
+    cls_token_index = -1
+    classifier_hidden_activation = "tanh"
 
     def __init__(
         self,

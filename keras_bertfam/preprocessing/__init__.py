@@ -22,11 +22,11 @@ from keras_bertfam.preprocessing.packing import (
     NextSentencePairer,
     SegmentPacker,
     SentenceOrderPairer,
+    xlnet_pack,
 )
 from keras_bertfam.preprocessing.permutation import (
     PermutationMasker,
     XLNetPreprocessor,
-    xlnet_pack,
 )
 from keras_bertfam.preprocessing.preprocessors import (
     MaskedLMPreprocessor,

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
-from keras_bertfam.preprocessing.packing import SegmentPacker
+from keras_bertfam.preprocessing.packing import XLNET_PAD_SEGMENT_ID, SegmentPacker, xlnet_pack
 from keras_bertfam.preprocessing.tokenizers import (WordPieceTokenizer, merge_rows,
                                                     require_special_tokens)
 
@@ -66,16 +66,20 @@ def any_batch_size(t):
     return tf.TensorSpec(shape, spec.dtype)
 
 
-def _concatenate(parts, pad_values):
+def _concatenate(parts, pad_values, side="right"):
     """Chunks of the same structure -> one, along the batch axis; arrays whose later axes differ
-    (`pad_to_batch_max`) are padded at the end of axis 1 (`pad_values[name]`, else 0)."""
+    (`pad_to_batch_max`) are padded on the `side` of axis 1 (`pad_values[name]`, else 0)."""
     import numpy as np
 
     def join(arrays, name):
         longest = max(a.shape[1] if a.ndim > 1 else 0 for a in arrays)
-        arrays = [np.pad(a, [(0, 0), (0, longest - a.shape[1])] + [(0, 0)] * (a.ndim - 2),
-                         constant_values=pad_values.get(name, 0)) if a.ndim > 1 else a
-                  for a in arrays]
+
+        def widths(a):
+            extra = (longest - a.shape[1], 0) if side == "left" else (0, longest - a.shape[1])
+            return [(0, 0), extra] + [(0, 0)] * (a.ndim - 2)
+
+        arrays = [np.pad(a, widths(a), constant_values=pad_values.get(name, 0)) if a.ndim > 1
+                  else a for a in arrays]
         return np.concatenate(arrays, axis=0)
 
     def walk(items, name=None):
@@ -160,15 +164,62 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
 
 
 class FinetuningPreprocessor(keras.layers.Layer):
-    """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`."""
+    """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`.
 
-    def __init__(self, tokenizer, sequence_length=128, **kwargs):
+    `layout` (the text and multiple-choice preprocessors): `"bert"` packs `[CLS] A [SEP]
+    (B [SEP])`, padded on the right; `"xlnet"` packs XLNet's `A <sep> (B <sep>) <cls>`, padded
+    on the LEFT, segment ids 0 / 1 and 2 for `<cls>` (HF `XLNetTokenizer`'s; `xlnet_pack`), so
+    that `<cls>` is the last position, where XLNet's classifier reads its summary. `"auto"`
+    (default): the layout of the task it is attached to (XLNet's for an `XLNetBackbone`), or
+    alone, XLNet's for an `XLNetTokenizer` and BERT's for every other tokenizer.
+    """
+
+    LAYOUTS = ("auto", "bert", "xlnet")
+    # Whether this preprocessor can pack XLNet's layout (its features are read at one position
+    # or pooled, not aligned to words or answer spans).
+    xlnet_layout_supported = False
+
+    def __init__(self, tokenizer, sequence_length=128, layout="auto", **kwargs):
         super().__init__(**kwargs)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
+        self.layout = layout
         self.built = True
+
+    @property
+    def layout(self):
+        return self._layout
+
+    @layout.setter
+    def layout(self, value):
+        allowed = self.LAYOUTS if self.xlnet_layout_supported else ("auto", "bert")
+        if value not in allowed:
+            raise ValueError(f"{type(self).__name__} packs the layouts {allowed}; got layout="
+                             f"{value!r}." + ("" if value not in self.LAYOUTS else
+                                               " XLNet's layout is for text classification and "
+                                               "multiple choice."))
+        self._layout = value
+
+    @property
+    def packing_layout(self):
+        """The layout this preprocessor packs: `layout`, with "auto" resolved."""
+        if self.layout != "auto":
+            return self.layout
+        if not self.xlnet_layout_supported:
+            return "bert"
+        from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+        attached = self.__dict__.get("_task_layout")
+        if attached is not None:
+            return attached
+        return "xlnet" if isinstance(self.tokenizer, XLNetTokenizer) else "bert"
+
+    @property
+    def padding_side(self):
+        """Where the packed rows' padding is: "left" for XLNet's layout, else "right"."""
+        return "left" if self.packing_layout == "xlnet" else "right"
 
     @property
     def sequence_length(self):
@@ -221,6 +272,12 @@ class FinetuningPreprocessor(keras.layers.Layer):
 
     def _features(self, segments):
         require_special_tokens(self.tokenizer, ["cls", "sep", "pad"], type(self).__name__)
+        if self.packing_layout == "xlnet":
+            tok = self.tokenizer
+            features = xlnet_pack(segments[0], segments[1] if len(segments) > 1 else None,
+                                  self.sequence_length, sep_token_id=tok.sep_token_id,
+                                  cls_token_id=tok.cls_token_id, pad_token_id=tok.pad_token_id)
+            return {k: tf.cast(v, tf.int32) for k, v in features.items()}
         token_ids, segment_ids, padding_mask = self._packer()(tuple(segments))
         return {"token_ids": tf.cast(token_ids, tf.int32),
                 "segment_ids": tf.cast(segment_ids, tf.int32),
@@ -261,7 +318,10 @@ class FinetuningPreprocessor(keras.layers.Layer):
         parts = [tf.nest.map_structure(lambda t: t.numpy(), call(*tf.nest.map_structure(
             lambda t: t[start:start + chunk_size], element))) for start in range(0, count,
                                                                               chunk_size)]
-        return _concatenate(parts, pad_values={"token_ids": self.tokenizer.pad_token_id})
+        pad_values = {"token_ids": self.tokenizer.pad_token_id}
+        if self.packing_layout == "xlnet":
+            pad_values["segment_ids"] = XLNET_PAD_SEGMENT_ID
+        return _concatenate(parts, pad_values, self.padding_side)
 
     def _traced_call(self, arity):
         """`self.call` on a dataset element of `arity` parts as one `tf.function`, traced once for
@@ -294,7 +354,7 @@ class FinetuningPreprocessor(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(tokenizer=keras.saving.serialize_keras_object(self.tokenizer),
-                      sequence_length=self.sequence_length)
+                      sequence_length=self.sequence_length, layout=self.layout)
         return config
 
     @classmethod
@@ -329,6 +389,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     """
 
     group_by_length_batches = 50  # HF's megabatch: 50 batches
+    xlnet_layout_supported = True
 
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, pad_to_batch_max=False,
                  group_by_length=False, pad_to_multiple_of="auto", **kwargs):
@@ -354,7 +415,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
             raise ValueError(f"TextClassifier takes one or two segments, got {len(segments)}.")
         features = self._features([self.tokenizer(s) for s in segments])
         if self.dynamic_padding:
-            features = _cut_to_longest(features, self.width_multiple)
+            features = _cut_to_longest(features, self.width_multiple, self.padding_side)
         if y is not None:
             if self.num_classes and self.num_classes > 1:
                 y = check_labels(y, self.num_classes)
@@ -392,11 +453,11 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
                                direction="DESCENDING", stable=True)
             return tf.nest.map_structure(lambda t: tf.gather(t, order), out), size
 
-        multiple = self.width_multiple
+        multiple, side = self.width_multiple, self.padding_side
 
         def cut(*element):
-            return (_cut_to_longest(element[0], multiple), *element[1:]) if len(element) > 1 \
-                else _cut_to_longest(element[0], multiple)
+            return (_cut_to_longest(element[0], multiple, side), *element[1:]) \
+                if len(element) > 1 else _cut_to_longest(element[0], multiple, side)
 
         grouped = (ds.ragged_batch(self.group_by_length_batches)
                    .map(sorted_megabatch, num_parallel_calls=AUTOTUNE)
@@ -413,13 +474,16 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
                     pad_to_multiple_of=self.pad_to_multiple_of)
 
 
-def _cut_to_longest(features, multiple=1):
+def _cut_to_longest(features, multiple=1, side="right"):
     """Features of a batch cut to its longest example (`padding_mask`'s longest row), rounded
-    up to a multiple of `multiple` within the batch's width."""
+    up to a multiple of `multiple` within the batch's width; the padding columns go from the
+    `side` the rows are padded on (XLNet's: the left)."""
     longest = tf.reduce_max(tf.reduce_sum(tf.cast(features["padding_mask"], tf.int32), axis=1))
+    width = tf.shape(features["padding_mask"])[1]
     if multiple > 1:
-        width = tf.shape(features["padding_mask"])[1]
         longest = tf.minimum((longest + multiple - 1) // multiple * multiple, width)
+    if side == "left":
+        return {k: v[:, width - longest:] for k, v in features.items()}
     return {k: v[:, :longest] for k, v in features.items()}
 
 
@@ -510,7 +574,10 @@ def _first_flags(pieces):
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class MultipleChoicePreprocessor(FinetuningPreprocessor):
     """`(context [B], choices [B, C])` strings -> inputs [B, C, T] of `[CLS] context [SEP]
-    choice [SEP]` (SWAG / RACE); `y` [B] the index of the right choice."""
+    choice [SEP]` (SWAG / RACE; XLNet's layout: `context <sep> choice <sep> <cls>`); `y` [B] the
+    index of the right choice."""
+
+    xlnet_layout_supported = True
 
     def __init__(self, tokenizer, sequence_length=128, num_choices=None, **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)

@@ -1,5 +1,5 @@
-"""Segment packing, RoBERTa's FULL-/DOC-SENTENCES and token blocks, and BERT's NSP / ALBERT's SOP
-pairing.
+"""Segment packing (BERT's `[CLS] A [SEP] (B [SEP])`, XLNet's `A <sep> (B <sep>) <cls>`),
+RoBERTa's FULL-/DOC-SENTENCES and token blocks, and BERT's NSP / ALBERT's SOP pairing.
 
 All layers are `tf.data` preprocessing layers: they take and return TensorFlow tensors (never backend
 tensors), work on a whole batch with vectorized TF ops (loops are `tf.while_loop`s over instances or
@@ -147,6 +147,63 @@ def keep_first(segment, keep):
     kept = tf.ragged.range(starts, starts + tf.cast(keep, starts.dtype))
     return tf.RaggedTensor.from_row_splits(tf.gather(segment.values, kept.values),
                                            kept.row_splits, validate=False)
+
+
+# === XLNet packing ===
+def longest_first_lengths(len_a, len_b, budget):
+    """Lengths kept by BERT's / XLNet's `_truncate_seq_pair` (drop from the longer, ties from b)."""
+    len_a, len_b = tf.cast(len_a, tf.int32), tf.cast(len_b, tf.int32)
+    over = len_a + len_b > budget
+    keep_a = tf.minimum(len_a, tf.maximum(budget - len_b, (budget + 1) // 2))
+    return tf.where(over, keep_a, len_a), tf.where(over, budget - keep_a, len_b)
+
+
+XLNET_PAD_SEGMENT_ID = 3  # HF XLNetTokenizer's segment id of padding
+
+
+def xlnet_pack(segment_a, segment_b=None, sequence_length=128, sep_token_id=4, cls_token_id=3,
+               pad_token_id=5, pad_segment_id=XLNET_PAD_SEGMENT_ID):
+    """XLNet's layout: `A <sep> (B <sep>) <cls>`, LEFT padding, truncated longest-first.
+
+    Segment ids: A and its `<sep>` 0, B and its `<sep>` 1, `<cls>` 2, padding `pad_segment_id` (3
+    as HF's `XLNetTokenizer`; the original classifier uses 4; only equality matters and padded keys
+    are masked). Takes ragged (B, (L)) ids; returns dense (B, T) `token_ids`, `segment_ids`,
+    `padding_mask`.
+    """
+    a = tf.cast(segment_a, tf.int32)
+    specials = 2 if segment_b is None else 3
+    budget = sequence_length - specials
+    if segment_b is None:
+        keep_a = tf.minimum(a.row_lengths(), budget)
+        a = keep_first(a, keep_a)
+        pieces = [a, _col(a, sep_token_id), _col(a, cls_token_id)]
+        segs = [a * 0, _col(a, 0), _col(a, 2)]
+    else:
+        b = tf.cast(segment_b, tf.int32)
+        keep_a, keep_b = longest_first_lengths(a.row_lengths(), b.row_lengths(), budget)
+        a, b = keep_first(a, keep_a), keep_first(b, keep_b)
+        pieces = [a, _col(a, sep_token_id), b, _col(a, sep_token_id), _col(a, cls_token_id)]
+        segs = [a * 0, _col(a, 0), b * 0 + 1, _col(a, 1), _col(a, 2)]
+    ids = tf.concat(pieces, axis=1)
+    seg = tf.concat(segs, axis=1)
+    return dict(token_ids=_left_pad(ids, sequence_length, pad_token_id),
+                segment_ids=_left_pad(seg, sequence_length, pad_segment_id),
+                padding_mask=_left_pad(tf.ones_like(ids), sequence_length, 0))
+
+
+def _left_pad(x, length, value):
+    """Ragged (B, (n <= length)) -> dense (B, length), the values flush right."""
+    dense = x.to_tensor(value, shape=[None, length])  # right-padded
+    shift = length - tf.cast(x.row_lengths(), tf.int32)  # (B,)
+    src = tf.range(length)[None, :] - shift[:, None]  # (B, T) source column
+    gathered = tf.gather(dense, tf.maximum(src, 0), batch_dims=1)
+    return tf.where(src >= 0, gathered, tf.cast(value, dense.dtype))
+
+
+def _col(like, value):
+    """A ragged (B, 1) column of `value`."""
+    n = like.nrows()
+    return tf.RaggedTensor.from_tensor(tf.fill(tf.stack([n, 1]), tf.constant(value, tf.int32)))
 
 
 # === SegmentPacker ===

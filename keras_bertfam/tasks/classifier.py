@@ -11,16 +11,17 @@ from keras_bertfam.tasks.task import Task
 
 def pooled(backbone, features, cls_only=True):
     """The backbone's pooled (tanh) [CLS] state where the family has a pooler, else its [CLS]
-    state. With `cls_only` and a family that `supports_cls_only`, the backbone runs as
-    `backbone(features, cls_only=True)`: its last layer computes the [CLS] row alone (the same
-    state); Longformer and XLNet run in full."""
+    state (at `backbone.cls_token_index`: XLNet's `<cls>` is last). With `cls_only` and a
+    family that `supports_cls_only`, the backbone runs as `backbone(features, cls_only=True)`:
+    its last layer computes the [CLS] row alone (the same state); Longformer and XLNet run in
+    full."""
     if cls_only and backbone.supports_cls_only:
         outputs = backbone(features, cls_only=True)
     else:
         outputs = backbone(features)
     if "pooled_output" in outputs:
         return outputs["pooled_output"]
-    return outputs["sequence_output"][:, 0, :]
+    return outputs["sequence_output"][:, backbone.cls_token_index, :]
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -30,11 +31,14 @@ class TextClassifier(Task):
     `dropout -> Dense(num_classes)` on the pooled output (the [CLS] state for families without a
     pooler), as in BERT's `run_classifier`. With a `hidden_activation`, a hidden layer comes
     first: `dropout -> Dense(hidden_dim, hidden_activation) -> dropout -> Dense(num_classes)`, the
-    head of HF's `ElectraForSequenceClassification` (GELU) and `DistilBertForSequenceClassification`
-    (ReLU; HF has no dropout before it, a difference in training only). `hidden_activation="auto"`
-    takes the backbone's `classifier_hidden_activation`: "relu" for DistilBERT, "gelu" for
-    ELECTRA, None (no hidden layer) for the others, so HF's heads convert both ways (RoBERTa's
-    dense + tanh is the backbone's pooler). Loss: mean cross-entropy (MSE for regression).
+    head of HF's `ElectraForSequenceClassification` (GELU), `DistilBertForSequenceClassification`
+    (ReLU; HF has no dropout before it, a difference in training only) and
+    `XLNetForSequenceClassification` (tanh: its sequence summary; XLNet's rows are packed
+    `A <sep> (B <sep>) <cls>`, padded on the left, and read at `<cls>`, the last position).
+    `hidden_activation="auto"` takes the backbone's `classifier_hidden_activation`: "relu" for
+    DistilBERT, "gelu" for ELECTRA, "tanh" for XLNet, None (no hidden layer) for the others, so
+    HF's heads convert both ways (RoBERTa's dense + tanh is the backbone's pooler). Loss: mean
+    cross-entropy (MSE for regression).
 
     Raw strings work in `fit` / `evaluate` / `predict` with the attached preprocessor
     (`TextClassifierPreprocessor`): `x` is a list of strings or a tuple of two lists (pairs).
@@ -59,6 +63,7 @@ class TextClassifier(Task):
                          "pad_to_multiple_of")
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
+    reads_cls_position = True
 
     def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,
                  hidden_activation="auto", cls_only=True, **kwargs):

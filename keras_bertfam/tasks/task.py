@@ -223,8 +223,23 @@ class Task(keras.Model):
     # === Serving (kb.export) ===
     # String inputs of the exported `serving_default` signature, one per packed segment.
     serving_inputs = ("text",)
-    # Where the packed rows' padding is ("left": XLNet): the export's dynamic padding cuts there.
-    serving_padding_side = "right"
+    # Whether the task reads one position of each sequence (`pooled`: [CLS], XLNet's last
+    # `<cls>`): on an XLNet backbone its rows are then packed in XLNet's layout.
+    reads_cls_position = False
+
+    @property
+    def packing_layout(self):
+        """How this task's rows are packed: "xlnet" (`A <sep> (B <sep>) <cls>`, padded on the
+        left; a task that `reads_cls_position` on an XLNet backbone) or "bert" (`[CLS] A [SEP]
+        (B [SEP])`, padded on the right)."""
+        if self.reads_cls_position and getattr(self.backbone, "family", None) == "xlnet":
+            return "xlnet"
+        return "bert"
+
+    @property
+    def serving_padding_side(self):
+        """Where the packed rows' padding is: the export's dynamic padding cuts there."""
+        return "left" if self.packing_layout == "xlnet" else "right"
 
     def serving_features(self, features, special_token_ids):
         """Packed `{token_ids, segment_ids, padding_mask}` -> this task's model inputs
@@ -249,8 +264,16 @@ class Task(keras.Model):
 
     def serving_pack(self, segments, sequence_length, special_token_ids):
         """Ragged token ids per segment -> packed features, or None for `[CLS] A [SEP] (B [SEP])`
-        with the preprocessor's packer (XLNet packs `A <sep> <cls>` on the left)."""
-        return None
+        with the preprocessor's packer (XLNet's layout packs `A <sep> <cls>` on the left)."""
+        if self.packing_layout != "xlnet":
+            return None
+        from keras_bertfam.preprocessing.packing import xlnet_pack
+
+        return xlnet_pack(segments[0], segments[1] if len(segments) > 1 else None,
+                          sequence_length=sequence_length,
+                          sep_token_id=special_token_ids["sep"],
+                          cls_token_id=special_token_ids["cls"],
+                          pad_token_id=special_token_ids["pad"])
 
     # === Compile defaults ===
     # Peak learning rate of `compile(optimizer="auto")`; fine-tuning tasks use BERT's 5e-5.
@@ -466,7 +489,8 @@ class Task(keras.Model):
         for i, start in enumerate(starts):
             rows = order[start:start + batch_size]
             width = max(int(lengths[rows].max()), 1)
-            outputs.append(self.predict_on_batch({k: np.asarray(v)[rows, :width]
+            cut = slice(-width, None) if self.serving_padding_side == "left" else slice(width)
+            outputs.append(self.predict_on_batch({k: np.asarray(v)[rows, cut]
                                                   for k, v in x.items()}))
             if bar is not None:
                 bar.update(i + 1)
@@ -558,6 +582,15 @@ def check_backbone_and_preprocessor(task):
                 f"{type(backbone).__name__} (family {family!r}). Load a preset of that family, "
                 f"or use the task of the {family!r} family.")
     preprocessor = task.__dict__.get("preprocessor")
+    if getattr(preprocessor, "xlnet_layout_supported", False) and backbones:
+        layout = task.packing_layout
+        if preprocessor.layout not in ("auto", layout):
+            raise ValueError(
+                f"{name} on {type(backbones[0]).__name__} reads its rows packed in "
+                f"{'XLNet' if layout == 'xlnet' else 'BERT'}'s layout (layout={layout!r}), but "
+                f"its {type(preprocessor).__name__} was built with layout="
+                f"{preprocessor.layout!r}. Build it with layout='auto' (or {layout!r}).")
+        preprocessor._task_layout = layout
     tokenizer = getattr(preprocessor, "tokenizer", None)
     for backbone in backbones:
         size = _vocabulary_size(tokenizer)

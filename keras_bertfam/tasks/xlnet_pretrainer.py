@@ -136,16 +136,7 @@ class XLNetPretrainer(Task):
         memory = preprocessor.batch_size if (backbone.mem_len and preprocessor is not None) else None
         return cls(backbone=backbone, preprocessor=preprocessor, memory_batch_size=memory)
 
-    serving_padding_side = "left"  # xlnet_pack: `... A <sep> <cls>` ends the row
-
-    def serving_pack(self, segments, sequence_length, special_token_ids):
-        from keras_bertfam.preprocessing.permutation import xlnet_pack
-
-        return xlnet_pack(segments[0], segments[1] if len(segments) > 1 else None,
-                          sequence_length=sequence_length,
-                          sep_token_id=special_token_ids["sep"],
-                          cls_token_id=special_token_ids["cls"],
-                          pad_token_id=special_token_ids["pad"])
+    packing_layout = "xlnet"  # serving: xlnet_pack, `... A <sep> <cls>` ends the row
 
     def serving_features(self, features, special_token_ids):
         features = serving_mask_positions(features, special_token_ids["mask"])
