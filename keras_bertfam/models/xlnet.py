@@ -134,13 +134,15 @@ class XLNetBackbone(Backbone):
         self.mem_len = mem_len
         self.reuse_len = reuse_len
 
+        # The query stream's start vector is not on the content-stream graph: built here (an
+        # unbuilt sublayer made Keras warn at every XLNetBackbone) and tracked below.
+        self.mask_embedding.build()
+
         # === Functional model (content stream) ===
         inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
                   for name in XLNET_INPUTS}
         outputs = {"sequence_output": self.forward(inputs)["sequence_output"]}
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-        # The query stream's start vector is not on the content-stream graph: build and track it.
-        self.mask_embedding.build()
         self._query_layers = [self.mask_embedding]
 
         # === Config ===
