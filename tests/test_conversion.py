@@ -477,10 +477,59 @@ def test_xlnet_text_classifier_is_hfs_sequence_classification(tmp_path, tokenize
                                    clf.predict(texts, verbose=0), atol=1e-5)
 
 
+@pytest.mark.multibackend
+def test_xlnet_token_classifier_is_hfs_token_classification(tmp_path, tokenizer_files):
+    """XLNetForTokenClassification: the pieces of the words, `<sep> <cls>` after them, padded on
+    the left; the labels sit on each word's first piece there. Converted from HF, the logits
+    at every real position equal HF's, `predict_words` reads the first pieces, and `fit`'s labels
+    line up with them."""
+    shutil.copy(tokenizer_files["xlnet"], tmp_path / "spiece.model")
+    tok = kb.preprocessing.XLNetTokenizer(str(tmp_path / "spiece.model"))
+    cfg = transformers.XLNetConfig(vocab_size=tok.vocabulary_size(), d_model=32, n_layer=2,
+                                   n_head=4, d_inner=37, dropout=0.0, num_labels=4)
+    hf = transformers.XLNetForTokenClassification.from_pretrained(
+        _save(transformers.XLNetForTokenClassification(cfg), tmp_path)).eval()
+    tagger = kb.presets.convert_task(str(tmp_path), kb.tasks.TokenClassifier, num_classes=4,
+                                     sequence_length=12)
+    words = [["the", "quick", "wizards"], ["seven", "jugs", "of", "liquid", "box", "the", "fox",
+                                           "quietly", "over", "lazy", "dog"]]
+    pieces = [[p for w in row for p in tok([w]).to_list()[0]] for row in words]
+    f = _xlnet_packed(tok, [" ".join(row) for row in words], length=12)
+    for i, row in enumerate(pieces):  # the words' pieces, tokenized word by word
+        kept = row[:10]
+        np.testing.assert_array_equal(f["token_ids"][i][12 - 2 - len(kept):-2], kept)
+    import tensorflow as tf
+
+    x, labels, weights = tagger.preprocessor(tf.ragged.constant(words), tf.ragged.constant(
+        [[1, 2, 3], [3, 2, 1, 0, 1, 2, 3, 0, 1, 2, 3]]))
+    for key in f:
+        np.testing.assert_array_equal(to_numpy(x[key]), f[key])
+    firsts = []  # each kept word's first piece, counted in pieces
+    for row in words:
+        starts = np.cumsum([0] + [len(tok([w]).to_list()[0]) for w in row])[:-1]
+        firsts.append([int(k) for k in starts if k < 10])
+    for i, row in enumerate(firsts):
+        start = 12 - 2 - len(pieces[i][:10])
+        assert list(np.nonzero(to_numpy(weights)[i])[0]) == [start + k for k in row]
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(f["token_ids"]).long(),
+                 token_type_ids=torch.tensor(f["segment_ids"]).long(),
+                 attention_mask=torch.tensor(f["padding_mask"]).float()).logits.numpy()
+    ours = tagger.predict(words, verbose=0)
+    real = f["padding_mask"].astype(bool)
+    assert _max_diff(ours[real], ref[real]) <= 1e-4
+    predicted = tagger.predict_words(words)
+    for i, row in enumerate(firsts):
+        start = 12 - 2 - len(pieces[i][:10])
+        got = [predicted[i][w] for w in range(len(words[i])) if predicted[i][w] >= 0]
+        assert got == list(np.argmax(ref[i, [start + k for k in row]], axis=-1))
+    assert predicted[1][-1] == -1  # cut by truncation
+
+
 def test_xlnet_layout_is_the_tasks(tokenizer_files):
     """The layout follows the task's backbone (an XLNet backbone with a WordPiece tokenizer still
     reads `<cls>` last, so it packs XLNet's layout); a preprocessor built with the other layout
-    is refused by name, and tasks aligned to words or spans do not take XLNet's layout."""
+    is refused by name; question answering (windows, offsets) packs BERT's layout only."""
     wordpiece = _tokenizer("wordpiece", tokenizer_files)
     xlnet = _tokenizer("xlnet", tokenizer_files)
     pre = kb.preprocessing.TextClassifierPreprocessor
@@ -496,9 +545,9 @@ def test_xlnet_layout_is_the_tasks(tokenizer_files):
                                          r"packed in XLNet's layout .*layout='bert'"):
         kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre(wordpiece, 16,
                                                                           layout="bert"))
-    with pytest.raises(ValueError, match=r"TokenClassifierPreprocessor packs the layouts "
+    with pytest.raises(ValueError, match=r"QuestionAnswererPreprocessor packs the layouts "
                                          r"\('auto', 'bert'\); got layout='xlnet'"):
-        kb.preprocessing.TokenClassifierPreprocessor(xlnet, 16, layout="xlnet")
+        kb.preprocessing.QuestionAnswererPreprocessor(xlnet, 128, layout="xlnet")
     mc = kb.tasks.MultipleChoice(backbone, preprocessor=kb.preprocessing.MultipleChoicePreprocessor(
         wordpiece, 16))
     ids = to_numpy(mc.preprocessor((["the fox"], [["a dog", "a cat"]]))["token_ids"])

@@ -95,6 +95,10 @@ def export(out):
         kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32), num_classes=2,
         preprocessor=ft.TextClassifierPreprocessor(xlnet_tok, 16)),
         {"text": ["The film was great.", "Dull plot 3.", ""]}, True))
+    models.append(("xlnet+token_classifier", kb.tasks.TokenClassifier(
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32), num_classes=3,
+        preprocessor=ft.TokenClassifierPreprocessor(xlnet_tok, 16)),
+        {"text": ["The film was great.", "Dull plot 3.", ""]}, True))
 
     jobs = []
     for name, model, inputs, own in models:

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
-from keras_bertfam.preprocessing.packing import XLNET_PAD_SEGMENT_ID, SegmentPacker, xlnet_pack
+from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
+                                                 xlnet_pack)
 from keras_bertfam.preprocessing.tokenizers import (WordPieceTokenizer, merge_rows,
                                                     require_special_tokens)
 
@@ -166,7 +167,7 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
 class FinetuningPreprocessor(keras.layers.Layer):
     """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`.
 
-    `layout` (the text and multiple-choice preprocessors): `"bert"` packs `[CLS] A [SEP]
+    `layout` (the text, token and multiple-choice preprocessors): `"bert"` packs `[CLS] A [SEP]
     (B [SEP])`, padded on the right; `"xlnet"` packs XLNet's `A <sep> (B <sep>) <cls>`, padded
     on the LEFT, segment ids 0 / 1 and 2 for `<cls>` (HF `XLNetTokenizer`'s; `xlnet_pack`), so
     that `<cls>` is the last position, where XLNet's classifier reads its summary. `"auto"`
@@ -175,8 +176,8 @@ class FinetuningPreprocessor(keras.layers.Layer):
     """
 
     LAYOUTS = ("auto", "bert", "xlnet")
-    # Whether this preprocessor can pack XLNet's layout (its features are read at one position
-    # or pooled, not aligned to words or answer spans).
+    # Whether this preprocessor can pack XLNet's layout (question answering's windows and
+    # offsets are BERT's only).
     xlnet_layout_supported = False
 
     def __init__(self, tokenizer, sequence_length=128, layout="auto", **kwargs):
@@ -198,8 +199,8 @@ class FinetuningPreprocessor(keras.layers.Layer):
         if value not in allowed:
             raise ValueError(f"{type(self).__name__} packs the layouts {allowed}; got layout="
                              f"{value!r}." + ("" if value not in self.LAYOUTS else
-                                               " XLNet's layout is for text classification and "
-                                               "multiple choice."))
+                                               " XLNet's layout is for text and token "
+                                               "classification and multiple choice."))
         self._layout = value
 
     @property
@@ -504,6 +505,8 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
     padding, words cut by truncation and labels < 0 have weight 0 (label 0).
     """
 
+    xlnet_layout_supported = True
+
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_classes = num_classes
@@ -547,12 +550,18 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         valid = tf.logical_and(first, piece_labels >= 0)
         labels = tf.where(valid, piece_labels, 0)
         weights = tf.cast(valid, tf.float32)
-        # align with the packed sequence: [CLS] at 0, pieces from 1, truncated to the budget
+        # align with the packed sequence, truncated to the budget: BERT's [CLS] at 0, pieces
+        # from 1; XLNet's pieces, <sep>, <cls> at the end, padded on the left
         budget = self.sequence_length - 2
-        labels = labels[:, :budget].to_tensor(0, shape=[None, budget])
-        weights = weights[:, :budget].to_tensor(0.0, shape=[None, budget])
-        labels = tf.pad(labels, [[0, 0], [1, 1]])
-        weights = tf.pad(weights, [[0, 0], [1, 1]])
+        labels, weights = labels[:, :budget], weights[:, :budget]
+        if self.packing_layout == "xlnet":
+            def ending(x):  # two more positions (<sep>, <cls>), then left padding
+                end = tf.RaggedTensor.from_tensor(tf.zeros([x.nrows(), 2], x.dtype))
+                return left_pad(tf.concat([x, end], axis=1), self.sequence_length, 0)
+            labels, weights = ending(labels), ending(weights)
+        else:
+            labels = tf.pad(labels.to_tensor(0, shape=[None, budget]), [[0, 0], [1, 1]])
+            weights = tf.pad(weights.to_tensor(0.0, shape=[None, budget]), [[0, 0], [1, 1]])
         if sample_weight is not None:
             weights = weights * tf.cast(sample_weight, tf.float32)[:, None]
         return features, labels, weights

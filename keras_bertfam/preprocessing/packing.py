@@ -186,12 +186,12 @@ def xlnet_pack(segment_a, segment_b=None, sequence_length=128, sep_token_id=4, c
         segs = [a * 0, _col(a, 0), b * 0 + 1, _col(a, 1), _col(a, 2)]
     ids = tf.concat(pieces, axis=1)
     seg = tf.concat(segs, axis=1)
-    return dict(token_ids=_left_pad(ids, sequence_length, pad_token_id),
-                segment_ids=_left_pad(seg, sequence_length, pad_segment_id),
-                padding_mask=_left_pad(tf.ones_like(ids), sequence_length, 0))
+    return dict(token_ids=left_pad(ids, sequence_length, pad_token_id),
+                segment_ids=left_pad(seg, sequence_length, pad_segment_id),
+                padding_mask=left_pad(tf.ones_like(ids), sequence_length, 0))
 
 
-def _left_pad(x, length, value):
+def left_pad(x, length, value):
     """Ragged (B, (n <= length)) -> dense (B, length), the values flush right."""
     dense = x.to_tensor(value, shape=[None, length])  # right-padded
     shift = length - tf.cast(x.row_lengths(), tf.int32)  # (B,)

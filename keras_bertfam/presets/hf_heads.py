@@ -81,7 +81,7 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     `TextClassifier` (RoBERTa's `classifier.dense` into the backbone's tanh pooler; DistilBERT's
     `pre_classifier`, ELECTRA's `classifier.dense` and XLNet's `sequence_summary.summary` into
     the hidden layer TextClassifier has by default for those families), and every BERT-layout
-    family's (and Longformer's) `*ForTokenClassification` into
+    family's (and Longformer's and XLNet's) `*ForTokenClassification` into
     `TokenClassifier` and `*ForQuestionAnswering` into `QuestionAnswerer`.
     A checkpoint without the head's weights, or of another family than the task's heads, is an
     error naming what was expected. Every tensor outside the checkpoint's base model must fill the

@@ -63,7 +63,7 @@ class TextClassifier(Task):
                          "pad_to_multiple_of")
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
-    reads_cls_position = True
+    follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,
                  hidden_activation="auto", cls_only=True, **kwargs):

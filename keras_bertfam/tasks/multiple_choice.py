@@ -76,7 +76,7 @@ class MultipleChoice(Task):
         return MultipleChoicePreprocessor(tokenizer, sequence_length)
 
     serving_inputs = ("prompt", "choices")  # choices: (B, C) strings, packed with each prompt
-    reads_cls_position = True
+    follows_xlnet_layout = True
 
     def serving_outputs(self, features, outputs):
         return class_outputs(ops.cast(outputs, "float32"))

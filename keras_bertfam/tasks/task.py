@@ -223,16 +223,16 @@ class Task(keras.Model):
     # === Serving (kb.export) ===
     # String inputs of the exported `serving_default` signature, one per packed segment.
     serving_inputs = ("text",)
-    # Whether the task reads one position of each sequence (`pooled`: [CLS], XLNet's last
-    # `<cls>`): on an XLNet backbone its rows are then packed in XLNet's layout.
-    reads_cls_position = False
+    # Whether the task packs XLNet's layout on an XLNet backbone (the tasks of HF's XLNetFor*
+    # heads: classification reads `<cls>` last, tagging every piece where XLNet's puts it).
+    follows_xlnet_layout = False
 
     @property
     def packing_layout(self):
         """How this task's rows are packed: "xlnet" (`A <sep> (B <sep>) <cls>`, padded on the
-        left; a task that `reads_cls_position` on an XLNet backbone) or "bert" (`[CLS] A [SEP]
+        left: a task that `follows_xlnet_layout`, on an XLNet backbone) or "bert" (`[CLS] A [SEP]
         (B [SEP])`, padded on the right)."""
-        if self.reads_cls_position and getattr(self.backbone, "family", None) == "xlnet":
+        if self.follows_xlnet_layout and getattr(self.backbone, "family", None) == "xlnet":
             return "xlnet"
         return "bert"
 

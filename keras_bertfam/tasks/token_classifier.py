@@ -19,7 +19,8 @@ class TokenClassifier(Task):
 
     Labels belong to words: the preprocessor (`TokenClassifierPreprocessor`) gives each word's
     label to its first WordPiece and weight 0 to the other pieces, special tokens and padding;
-    the loss is the cross-entropy averaged over weighted tokens.
+    the loss is the cross-entropy averaged over weighted tokens. On XLNet the pieces come first,
+    then `<sep> <cls>`, padded on the left (HF `XLNetForTokenClassification`'s rows).
 
     Raw input: `x` a list of whitespace-separated sentences (or of word lists), `y` one label per
     word (lists of lists). `predict` returns logits (B, T, num_classes); `predict_words` returns
@@ -35,6 +36,7 @@ class TokenClassifier(Task):
     preprocessor_args = ("sequence_length",)
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
+    follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, **kwargs):
         if not isinstance(num_classes, int) or num_classes < 2:
@@ -98,10 +100,12 @@ class TokenClassifier(Task):
         _, word_index, first, words = self.preprocessor.word_pieces(words)
         out = []
         budget = self.preprocessor.sequence_length - 2
+        xlnet = self.packing_layout == "xlnet"  # pieces end 2 before the row's end, left padded
         for b in range(logits.shape[0]):
             labels = np.full(int(words.row_lengths()[b]), -1)
             idx, flags = word_index[b].numpy()[:budget], first[b].numpy()[:budget]
-            best = np.argmax(logits[b, 1:1 + len(idx)], axis=-1)
+            start = logits.shape[1] - 2 - len(idx) if xlnet else 1
+            best = np.argmax(logits[b, start:start + len(idx)], axis=-1)
             labels[idx[flags]] = best[flags]
             out.append(labels.tolist())
         return out

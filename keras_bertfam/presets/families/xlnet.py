@@ -179,9 +179,11 @@ FAMILY = FamilySpec(
                    "TextClassifier": functools.partial(
                        checkpoints.text_classifier_map, key="logits_proj",
                        hidden="sequence_summary.summary",
-                       activation=XLNetBackbone.classifier_hidden_activation)},
+                       activation=XLNetBackbone.classifier_hidden_activation),
+                   "TokenClassifier": checkpoints.classifier_head_map},
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel",
-                           "TextClassifier": "XLNetForSequenceClassification"},
+                           "TextClassifier": "XLNetForSequenceClassification",
+                           "TokenClassifier": "XLNetForTokenClassification"},
     hf_head_unused=("lm_loss.weight",),  # tied to the word embedding
     count_params=xlnet_param_count,
 )
