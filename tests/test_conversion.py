@@ -424,6 +424,25 @@ def _xlnet_packed(tok, first, second=None, length=16):
             for j, k in enumerate(("token_ids", "segment_ids", "padding_mask"))}
 
 
+def _xlnet_checkpoint(tmp_path, tokenizer_files, architecture, num_labels):
+    """A random-init HF `architecture` (tiny XLNet) saved in tmp_path with our tiny XLNet
+    SentencePiece model beside it; returns (our tokenizer of it, the reloaded HF model)."""
+    shutil.copy(tokenizer_files["xlnet"], tmp_path / "spiece.model")
+    tok = kb.preprocessing.XLNetTokenizer(str(tmp_path / "spiece.model"))
+    cfg = transformers.XLNetConfig(vocab_size=tok.vocabulary_size(), d_model=32, n_layer=2,
+                                   n_head=4, d_inner=37, dropout=0.0, num_labels=num_labels)
+    model = getattr(transformers, architecture)
+    return tok, model.from_pretrained(_save(model(cfg), tmp_path)).eval()
+
+
+def _hf_logits(model, f):
+    """An HF model's logits on packed features (`token_ids`, `segment_ids`, `padding_mask`)."""
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(f["token_ids"]).long(),
+                     token_type_ids=torch.tensor(f["segment_ids"]).long(),
+                     attention_mask=torch.tensor(f["padding_mask"]).float()).logits.numpy()
+
+
 @pytest.mark.multibackend  # the model on every backend; its inputs from tf.data, as users'
 def test_xlnet_text_classifier_is_hfs_sequence_classification(tmp_path, tokenizer_files):
     """XLNet's classifier reads its summary at `<cls>`, the LAST position (HF
@@ -432,20 +451,9 @@ def test_xlnet_text_classifier_is_hfs_sequence_classification(tmp_path, tokenize
     classifier packed BERT's `<cls> A <sep>` and read position 0. Checked: the packing against
     XLNet's layout written out (pairs and truncation too), the logits of the converted checkpoint
     against HF's, the export back to HF, dynamic padding (cut on the left) and the SavedModel."""
-    shutil.copy(tokenizer_files["xlnet"], tmp_path / "spiece.model")
-    tok = kb.preprocessing.XLNetTokenizer(str(tmp_path / "spiece.model"))
-    cfg = transformers.XLNetConfig(vocab_size=tok.vocabulary_size(), d_model=32, n_layer=2,
-                                   n_head=4, d_inner=37, dropout=0.0, num_labels=3)
-    hf = transformers.XLNetForSequenceClassification.from_pretrained(
-        _save(transformers.XLNetForSequenceClassification(cfg), tmp_path)).eval()
+    tok, hf = _xlnet_checkpoint(tmp_path, tokenizer_files, "XLNetForSequenceClassification", 3)
     clf = kb.presets.convert_task(str(tmp_path), kb.tasks.TextClassifier, sequence_length=16)
     assert clf.hidden_activation == "tanh" and clf.preprocessor.padding_side == "left"
-
-    def hf_logits(model, f):
-        with torch.no_grad():
-            return model(input_ids=torch.tensor(f["token_ids"]).long(),
-                         token_type_ids=torch.tensor(f["segment_ids"]).long(),
-                         attention_mask=torch.tensor(f["padding_mask"]).float()).logits.numpy()
 
     pairs = ["a lazy dog", "the seven wizards quietly box jugs of liquid while the fox jumps", ""]
     for x, f in ((SENTENCES + ["fox"], _xlnet_packed(tok, SENTENCES + ["fox"])),
@@ -453,13 +461,13 @@ def test_xlnet_text_classifier_is_hfs_sequence_classification(tmp_path, tokenize
         ours = {k: to_numpy(v) for k, v in clf.preprocessor(x).items()}
         for key in f:
             np.testing.assert_array_equal(ours[key], f[key])
-        assert _max_diff(clf.predict(x, verbose=0), hf_logits(hf, f)) <= 1e-4
+        assert _max_diff(clf.predict(x, verbose=0), _hf_logits(hf, f)) <= 1e-4
     texts = SENTENCES + ["fox"]
     f = _xlnet_packed(tok, texts)
     kb.presets.export_to_transformers(clf, str(tmp_path / "export"))
     again = _reloaded_without_missing_keys(str(tmp_path / "export"),
                                            "XLNetForSequenceClassification")
-    assert _max_diff(clf.predict(texts, verbose=0), hf_logits(again, f)) <= 1e-4
+    assert _max_diff(clf.predict(texts, verbose=0), _hf_logits(again, f)) <= 1e-4
     # Dynamic padding cuts XLNet's rows on the left: the same logits on narrower batches
     dynamic = kb.tasks.TextClassifier(clf.backbone, num_classes=3, preprocessor=(
         kb.preprocessing.TextClassifierPreprocessor(tok, 16, pad_to_batch_max=True)))
@@ -483,12 +491,7 @@ def test_xlnet_token_classifier_is_hfs_token_classification(tmp_path, tokenizer_
     the left; the labels sit on each word's first piece there. Converted from HF, the logits
     at every real position equal HF's, `predict_words` reads the first pieces, and `fit`'s labels
     line up with them."""
-    shutil.copy(tokenizer_files["xlnet"], tmp_path / "spiece.model")
-    tok = kb.preprocessing.XLNetTokenizer(str(tmp_path / "spiece.model"))
-    cfg = transformers.XLNetConfig(vocab_size=tok.vocabulary_size(), d_model=32, n_layer=2,
-                                   n_head=4, d_inner=37, dropout=0.0, num_labels=4)
-    hf = transformers.XLNetForTokenClassification.from_pretrained(
-        _save(transformers.XLNetForTokenClassification(cfg), tmp_path)).eval()
+    tok, hf = _xlnet_checkpoint(tmp_path, tokenizer_files, "XLNetForTokenClassification", 4)
     tagger = kb.presets.convert_task(str(tmp_path), kb.tasks.TokenClassifier, num_classes=4,
                                      sequence_length=12)
     words = [["the", "quick", "wizards"], ["seven", "jugs", "of", "liquid", "box", "the", "fox",
@@ -511,10 +514,7 @@ def test_xlnet_token_classifier_is_hfs_token_classification(tmp_path, tokenizer_
     for i, row in enumerate(firsts):
         start = 12 - 2 - len(pieces[i][:10])
         assert list(np.nonzero(to_numpy(weights)[i])[0]) == [start + k for k in row]
-    with torch.no_grad():
-        ref = hf(input_ids=torch.tensor(f["token_ids"]).long(),
-                 token_type_ids=torch.tensor(f["segment_ids"]).long(),
-                 attention_mask=torch.tensor(f["padding_mask"]).float()).logits.numpy()
+    ref = _hf_logits(hf, f)
     ours = tagger.predict(words, verbose=0)
     real = f["padding_mask"].astype(bool)
     assert _max_diff(ours[real], ref[real]) <= 1e-4
