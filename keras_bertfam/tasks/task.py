@@ -7,6 +7,7 @@ they take the model's own inputs (keras-hub's preprocessed format for pretrainin
 """
 import contextlib
 import inspect
+import re
 import warnings
 
 import keras
@@ -420,6 +421,16 @@ class Task(keras.Model):
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps")
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
             with warnings.catch_warnings():
+                for backbone in _backbones(self):
+                    # XLNet's query stream (its mask embedding) is not on a fine-tuning task's
+                    # graph: no gradient, as in HF (torch skips it silently), where Keras warns
+                    # "Gradients do not exist ... did you forget to provide a `loss`?". Only
+                    # when those are the only variables without one.
+                    paths = [w.path for layer in getattr(backbone, "_query_layers", ())
+                             for w in layer.weights]
+                    if paths:
+                        warnings.filterwarnings("ignore", message=re.escape(
+                            f"Gradients do not exist for variables {paths!r} when"))
                 if isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
                     # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
                     # end by running out of data and warns that training was cut short.
