@@ -489,8 +489,8 @@ def test_xlnet_text_classifier_is_hfs_sequence_classification(tmp_path, tokenize
 def test_xlnet_token_classifier_is_hfs_token_classification(tmp_path, tokenizer_files):
     """XLNetForTokenClassification: the pieces of the words, `<sep> <cls>` after them, padded on
     the left; the labels sit on each word's first piece there. Converted from HF, the logits
-    at every real position equal HF's, `predict_words` reads the first pieces, and `fit`'s labels
-    line up with them."""
+    at every real position equal HF's (and those of the export back to HF), `predict_words`
+    reads the first pieces, and `fit`'s labels line up with them."""
     tok, hf = _xlnet_checkpoint(tmp_path, tokenizer_files, "XLNetForTokenClassification", 4)
     tagger = kb.presets.convert_task(str(tmp_path), kb.tasks.TokenClassifier, num_classes=4,
                                      sequence_length=12)
@@ -518,6 +518,9 @@ def test_xlnet_token_classifier_is_hfs_token_classification(tmp_path, tokenizer_
     ours = tagger.predict(words, verbose=0)
     real = f["padding_mask"].astype(bool)
     assert _max_diff(ours[real], ref[real]) <= 1e-4
+    kb.presets.export_to_transformers(tagger, str(tmp_path / "export"))  # and back to HF
+    again = _reloaded_without_missing_keys(str(tmp_path / "export"), "XLNetForTokenClassification")
+    assert _max_diff(ours[real], _hf_logits(again, f)[real]) <= 1e-4
     predicted = tagger.predict_words(words)
     for i, row in enumerate(firsts):
         start = 12 - 2 - len(pieces[i][:10])
