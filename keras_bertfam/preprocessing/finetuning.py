@@ -17,8 +17,8 @@ from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
-from keras_bertfam.preprocessing.tokenizers import (WordPieceTokenizer, merge_rows,
-                                                    require_special_tokens)
+from keras_bertfam.preprocessing.tokenizers import (WordPieceTokenizer, XLNetTokenizer,
+                                                    merge_rows, require_special_tokens)
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -210,8 +210,6 @@ class FinetuningPreprocessor(keras.layers.Layer):
             return self.layout
         if not self.xlnet_layout_supported:
             return "bert"
-        from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
-
         attached = self.__dict__.get("_task_layout")
         if attached is not None:
             return attached
@@ -275,9 +273,9 @@ class FinetuningPreprocessor(keras.layers.Layer):
         require_special_tokens(self.tokenizer, ["cls", "sep", "pad"], type(self).__name__)
         if self.packing_layout == "xlnet":
             tok = self.tokenizer
-            features = xlnet_pack(segments[0], segments[1] if len(segments) > 1 else None,
-                                  self.sequence_length, sep_token_id=tok.sep_token_id,
-                                  cls_token_id=tok.cls_token_id, pad_token_id=tok.pad_token_id)
+            features = xlnet_pack(*segments, sequence_length=self.sequence_length,
+                                  sep_token_id=tok.sep_token_id, cls_token_id=tok.cls_token_id,
+                                  pad_token_id=tok.pad_token_id)
             return {k: tf.cast(v, tf.int32) for k, v in features.items()}
         token_ids, segment_ids, padding_mask = self._packer()(tuple(segments))
         return {"token_ids": tf.cast(token_ids, tf.int32),

@@ -270,8 +270,7 @@ class Task(keras.Model):
             return None
         from keras_bertfam.preprocessing.packing import xlnet_pack
 
-        return xlnet_pack(segments[0], segments[1] if len(segments) > 1 else None,
-                          sequence_length=sequence_length,
+        return xlnet_pack(*segments, sequence_length=sequence_length,
                           sep_token_id=special_token_ids["sep"],
                           cls_token_id=special_token_ids["cls"],
                           pad_token_id=special_token_ids["pad"])
@@ -500,7 +499,8 @@ class Task(keras.Model):
         for i, start in enumerate(starts):
             rows = order[start:start + batch_size]
             width = max(int(lengths[rows].max()), 1)
-            cut = slice(-width, None) if self.serving_padding_side == "left" else slice(width)
+            cut = slice(-width, None) if self.preprocessor.padding_side == "left" else \
+                slice(width)
             outputs.append(self.predict_on_batch({k: np.asarray(v)[rows, cut]
                                                   for k, v in x.items()}))
             if bar is not None:
