@@ -234,11 +234,18 @@ def test_gelus_keep_only_their_input_for_the_backward_pass(activation):
 
     x = tf.random.normal([1024, 16384])  # 64 MB
     size = 1024 * 16384 * 4
-    before = resident()
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = get_activation(activation)(x)  # the output itself: one tensor of x's size
-        held = resident() - before
-    grad = tape.gradient(y, x)
-    assert held < 1.6 * size, f"the forward pass holds {held / size:.1f} tensors of x's size"
+    held = []
+    # The least of three: the process's other threads (a tf.data pipeline an earlier test in this
+    # worker left prefetching) can allocate during one measurement (a 3-worker run saw 3.0).
+    for _ in range(3):
+        before = resident()
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = get_activation(activation)(x)  # the output itself: one tensor of x's size
+            held.append(resident() - before)
+        grad = tape.gradient(y, x)
+        del tape, y
+    assert min(held) < 1.6 * size, (
+        f"the forward pass holds {min(held) / size:.1f} tensors of x's size (least of "
+        f"{[round(h / size, 1) for h in held]})")
     assert grad.shape == x.shape
