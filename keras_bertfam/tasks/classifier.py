@@ -24,6 +24,41 @@ def pooled(backbone, features, cls_only=True):
     return outputs["sequence_output"][:, backbone.cls_token_index, :]
 
 
+def build_classification_head(task, units, hidden_activation, name, dropout_first=True):
+    """The head TextClassifier and MultipleChoice put on the pooled output, as layers of `task`
+    (which has its `backbone` and `dropout`): `dropout_layer -> head`, `Dense(units)` named
+    `name`; with a `hidden_activation` ("auto": the backbone's `classifier_hidden_activation`),
+    `[dropout_layer ->] hidden_dense -> hidden_dropout -> head`, `hidden_dense` a
+    `Dense(hidden_dim, hidden_activation)`; `dropout_first=False` leaves out the dropout before
+    it (`dropout_layer` is then None). Sets `task.hidden_activation` to the activation resolved.
+    `classification_logits` runs it."""
+    backbone = task.backbone
+    if hidden_activation == "auto":
+        hidden_activation = backbone.classifier_hidden_activation
+    task.hidden_activation = hidden_activation
+    task.dropout_layer = None
+    if hidden_activation is None or dropout_first:
+        task.dropout_layer = keras.layers.Dropout(task.dropout, name="head_dropout")
+    # Built only with an activation: the other families keep their weights' names.
+    task.hidden_dense = task.hidden_dropout = None
+    if hidden_activation is not None:
+        task.hidden_dense = keras.layers.Dense(
+            backbone.hidden_dim, activation=hidden_activation,
+            kernel_initializer=head_initializer(backbone), name="hidden_dense")
+        task.hidden_dropout = keras.layers.Dropout(task.dropout, name="hidden_dropout")
+    task.head = keras.layers.Dense(units, kernel_initializer=head_initializer(backbone),
+                                   name=name)
+
+
+def classification_logits(task, x):
+    """`build_classification_head`'s layers of `task` on the pooled output `x` -> logits."""
+    if task.dropout_layer is not None:
+        x = task.dropout_layer(x)
+    if task.hidden_dense is not None:
+        x = task.hidden_dropout(task.hidden_dense(x))
+    return task.head(x)
+
+
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class TextClassifier(Task):
     """Single-sentence or sentence-pair classification (GLUE), regression when `num_classes=1`.
@@ -69,29 +104,14 @@ class TextClassifier(Task):
                  hidden_activation="auto", cls_only=True, **kwargs):
         if not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
-        if hidden_activation == "auto":
-            hidden_activation = backbone.classifier_hidden_activation
         self.backbone = backbone
         self.num_classes = num_classes
         self.preprocessor = share_num_classes(preprocessor, num_classes)
         self.dropout = dropout
-        self.hidden_activation = hidden_activation
         self.cls_only = cls_only
-        self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
-        # Built only with an activation: the other families keep their weights' names.
-        self.hidden_dense = self.hidden_dropout = None
-        if hidden_activation is not None:
-            self.hidden_dense = keras.layers.Dense(
-                backbone.hidden_dim, activation=hidden_activation,
-                kernel_initializer=head_initializer(backbone), name="hidden_dense")
-            self.hidden_dropout = keras.layers.Dropout(dropout, name="hidden_dropout")
-        self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
-                                       name="logits")
+        build_classification_head(self, num_classes, hidden_activation, name="logits")
         inputs, features = backbone_inputs(backbone, task="TextClassifier")
-        x = self.dropout_layer(pooled(backbone, features, cls_only))
-        if self.hidden_dense is not None:
-            x = self.hidden_dropout(self.hidden_dense(x))
-        logits = self.head(x)
+        logits = classification_logits(self, pooled(backbone, features, cls_only))
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["mse" if num_classes == 1 else "accuracy"])
 
