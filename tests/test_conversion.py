@@ -2,8 +2,8 @@
 
 - `convert_task`: each family's HF head model (ALBERT `AlbertForPreTraining` / `AlbertForMaskedLM`,
   `RobertaForMaskedLM`, `DistilBertForMaskedLM`, ELECTRA `ElectraForPreTraining` +
-  `ElectraForMaskedLM`, `XLNetLMHeadModel`, `XLNetForSequenceClassification`) gives the same
-  logits as our task (<= 1e-4).
+  `ElectraForMaskedLM`, `XLNetLMHeadModel`, `XLNetForSequenceClassification`, every family's
+  `*ForMultipleChoice`) gives the same logits as our task (<= 1e-4).
 - `export_to_transformers`: ours -> HF directory -> `transformers.AutoModel` gives the same hidden
   states (<= 1e-4), converts back to the same weights and config, and HF's `AutoTokenizer` reads
   the tokenizer files with the same ids as ours; task heads export under HF's architectures.
@@ -290,6 +290,103 @@ def test_sequence_classification_heads(family, num_labels, tmp_path):
             path, num_classes=num_labels, hidden_activation=other, preprocessor=None)
     with pytest.raises(checkpoints.CheckpointError, match=message):
         kb.presets.export_to_transformers(mismatched, str(tmp_path / "mismatched"))
+
+
+HF_CONFIGS = dict(
+    QA_CONFIGS, spanbert=QA_CONFIGS["bert"],
+    xlnet=("XLNet", lambda: transformers.XLNetConfig(vocab_size=VOCAB, d_model=16, n_layer=1,
+                                                     n_head=2, d_inner=32)),
+    longformer=("Longformer", lambda: transformers.LongformerConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=34, attention_window=4, pad_token_id=1,
+        type_vocab_size=1)))
+
+
+# === Multiple choice: HF *ForMultipleChoice <-> MultipleChoice ===
+def _choice_inputs(family):
+    """(B=2, C=3, T=9) rows packed in the family's layout, some padded: `[CLS] a a [SEP] b ..
+    [SEP]` (RoBERTa / Longformer: `<s> a a </s></s> b .. </s>`, HF's three separators that
+    Longformer's default global attention looks for), XLNet's `a a <sep> b .. <sep> <cls>`
+    padded on the left with segment ids 0 / 1 / 2 / 3."""
+    lengths = np.array([[9, 7, 6], [6, 9, 8]])
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, VOCAB, (2, 3, 9)).astype("int32")
+    position = np.arange(9)
+    mask = (position < lengths[..., None]).astype("int32")
+    segments = ((position >= 4) & (mask == 1)).astype("int32")
+    first, sep, pad = {"roberta": (0, 2, 1), "longformer": (0, 2, 1)}.get(family, (2, 3, 0))
+    ids[..., 0], ids[..., 3] = first, sep
+    if family in ("roberta", "longformer"):
+        ids[..., 4] = sep
+        segments[:] = 0  # RoBERTa's checkpoints have one token type
+    np.put_along_axis(ids, lengths[..., None] - 1, sep, axis=-1)
+    ids[mask == 0] = pad
+    if family == "xlnet":  # `a a <sep> b .. <sep> <cls>` on the right, padding on the left
+        for b, c in np.ndindex(lengths.shape):
+            n = lengths[b, c]
+            row = np.concatenate([ids[b, c, 1:n], [4]])  # [CLS] dropped, <cls> (4) last
+            ids[b, c] = np.concatenate([np.full(9 - n, pad), row])
+            segments[b, c] = [3] * (9 - n) + [0] * 3 + [1] * (n - 4) + [2]
+        mask = np.flip(mask, -1).copy()
+    return {"token_ids": ids, "segment_ids": segments, "padding_mask": mask}
+
+
+def _hf_choice_logits(model, x, segments):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(x["token_ids"]).long(),
+                     attention_mask=torch.tensor(x["padding_mask"]).float(),
+                     token_type_ids=(torch.tensor(x["segment_ids"]).long() if segments
+                                     else None)).logits.numpy()
+
+
+@pytest.mark.multibackend  # no tf.data: HF (torch) is only the reference
+@pytest.mark.parametrize("family", sorted(HF_CONFIGS))
+def test_multiple_choice_heads(family, tmp_path):
+    """HF `*ForMultipleChoice` -> MultipleChoice, by `from_preset` (which loaded a new random
+    scoring head before, silently dropping the checkpoint's) and by strict `convert_task`: the
+    same (B, C) logits on the same packed rows (Longformer: HF's default global attention, on
+    the choice after `</s></s>`, against ours derived in the graph); exported back, HF loads it
+    with no missing or unexpected key and gives the same logits."""
+    prefix, make_config = HF_CONFIGS[family]
+    hf = getattr(transformers, f"{prefix}ForMultipleChoice")(make_config())
+    with torch.no_grad():  # scores of order 1: a wrong activation or a lost layer shows
+        for name, p in hf.named_parameters():
+            if name.startswith(("classifier", "pre_classifier", "sequence_summary",
+                                "logits_proj")):
+                p.normal_(0.0, 0.5)
+    path = _save(hf, tmp_path / "hf")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mc = kb.tasks.MultipleChoice.from_preset(path, preprocessor=None)
+    assert not [str(w.message) for w in caught if "head" in str(w.message)]
+    x = {k: v for k, v in _choice_inputs(family).items() if k in mc.input}
+    segments = "segment_ids" in x and family not in ("roberta", "longformer")
+    ref = _hf_choice_logits(hf, x, segments)
+    assert ref.shape == (2, 3)
+    ours = to_numpy(mc(x, training=False))
+    assert _max_diff(ours, ref) <= 1e-4, (family, _max_diff(ours, ref))
+    if family == "longformer":  # our global attention is HF's default, on the choice
+        from keras_bertfam.models.longformer import global_attention_for_task
+        from transformers.models.longformer import modeling_longformer
+
+        flat = {k: v.reshape(6, 9) for k, v in x.items()}
+        theirs = modeling_longformer._compute_global_attention_mask(
+            torch.tensor(flat["token_ids"]), 2, before_sep_token=False).numpy()
+        np.testing.assert_array_equal(
+            to_numpy(global_attention_for_task(flat, "MultipleChoice")),
+            theirs * flat["padding_mask"])
+        assert 0 < theirs.sum() < theirs.size
+    strict = kb.presets.convert_task(path, kb.tasks.MultipleChoice, preprocessor=None)
+    diffs = (_max_diff(ours, ref), _max_diff(strict(x, training=False), ref))
+    print(f"\n{family} MultipleChoice max |ours - HF| (from_preset, convert_task): {diffs}")
+    assert max(diffs) <= 1e-4, (family, diffs)
+
+    out = kb.presets.export_to_transformers(mc, str(tmp_path / "out"))
+    again, info = transformers.AutoModelForMultipleChoice.from_pretrained(
+        out, output_loading_info=True)
+    assert type(again) is type(hf)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert _max_diff(ours, _hf_choice_logits(again.eval(), x, segments)) <= 1e-4
 
 
 def _electra_config(hidden, intermediate):
@@ -704,9 +801,9 @@ def test_head_checkpoint_of_another_family(tmp_path):
         kb.presets.convert_task(bert_dir, kb.tasks.AlbertPretrainer, preprocessor=None)
     with pytest.raises(ValueError, match=r"'electra' \(ElectraForPreTraining\)"):
         kb.presets.convert_task(bert_dir, kb.tasks.ElectraPretrainer, preprocessor=None)
-    with pytest.raises(ValueError, match="No HF head conversion for MultipleChoice in the "
+    with pytest.raises(ValueError, match="No HF head conversion for SpanBertPretrainer in the "
                        "'bert' family"):
-        kb.presets.convert_task(bert_dir, kb.tasks.MultipleChoice, preprocessor=None)
+        kb.presets.convert_task(bert_dir, kb.tasks.SpanBertPretrainer, preprocessor=None)
 
 
 def test_checkpoint_without_the_head(tmp_path, electra_dirs):
@@ -773,16 +870,6 @@ def test_another_tasks_head_is_dropped_with_a_warning(tmp_path):
         warnings.simplefilter("always")
         kb.tasks.MaskedLM.from_preset(path, preprocessor=None)
     assert not [str(w.message) for w in caught if "seq_relationship" in str(w.message)]
-
-
-HF_CONFIGS = dict(
-    QA_CONFIGS, spanbert=QA_CONFIGS["bert"],
-    xlnet=("XLNet", lambda: transformers.XLNetConfig(vocab_size=VOCAB, d_model=16, n_layer=1,
-                                                     n_head=2, d_inner=32)),
-    longformer=("Longformer", lambda: transformers.LongformerConfig(
-        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=34, attention_window=4, pad_token_id=1,
-        type_vocab_size=1)))
 
 
 @pytest.mark.parametrize("family", sorted(kb.presets.FAMILIES))
@@ -853,10 +940,12 @@ def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
     """A task the family has no HF head for and an ElectraPretrainer without `generator_path`
     export with a warning naming what is left out; a weight no weight map writes is an error."""
     backbone = kb.models.BertBackbone(vocabulary_size=VOCAB, **SMALL)
-    with pytest.warns(UserWarning, match=r"2 weight\(s\) of the MultipleChoice are not exported "
-                                         r"\(the 'bert' family has no HF head for MultipleChoice"):
-        kb.presets.export_to_transformers(kb.tasks.MultipleChoice(backbone), str(tmp_path / "mc"))
-    _reloaded_without_missing_keys(str(tmp_path / "mc"), "BertModel")
+    spanbert = kb.tasks.SpanBertPretrainer(kb.models.SpanBertBackbone(vocabulary_size=VOCAB,
+                                                                      **SMALL))
+    with pytest.warns(UserWarning, match=r"\d+ weight\(s\) of the SpanBertPretrainer are not "
+                      r"exported \(the 'spanbert' family has no HF head for SpanBertPretrainer"):
+        kb.presets.export_to_transformers(spanbert, str(tmp_path / "sbo"))
+    _reloaded_without_missing_keys(str(tmp_path / "sbo"), "BertModel")
     electra = kb.tasks.ElectraPretrainer(discriminator=kb.models.ElectraBackbone(
         vocabulary_size=VOCAB, **SMALL, embedding_dim=8))
     with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"):

@@ -450,6 +450,33 @@ def test_text_classifier_hidden_layer_per_family(family, default):
 
 
 @pytest.mark.multibackend
+@pytest.mark.parametrize("family, default", [("bert", None), ("distil_bert", "relu"),
+                                             ("electra", "gelu")])
+def test_multiple_choice_head_per_family(family, default):
+    """MultipleChoice's head is HF's `*ForMultipleChoice`'s: `dropout -> Dense(1)` on the pooled
+    output, or (DistilBERT / ELECTRA by default) `Dense(hidden_dim, activation) -> dropout ->
+    Dense(1)` on [CLS], no dropout before it. The config round-trips; a config saved before
+    `hidden_activation` existed (no key) builds the head it was saved with, no hidden layer."""
+    backbone = kb.presets.FAMILIES[family].backbone_cls(**dict(TINY, vocabulary_size=3000))
+    x = {k: v.reshape(2, 2, 8) for k, v in _inputs(batch=4).items() if k in backbone.input}
+    mc = kb.tasks.MultipleChoice(backbone)
+    assert mc.hidden_activation == default
+    layers = [layer.name for layer in (mc.dropout_layer, mc.hidden_dense, mc.hidden_dropout)
+              if layer is not None]
+    assert layers == (["hidden_dense", "hidden_dropout"] if default else ["head_dropout"])
+    config = mc.get_config()
+    assert config["hidden_activation"] == default
+    again = kb.tasks.MultipleChoice.from_config(config)
+    again.set_weights(mc.get_weights())
+    np.testing.assert_allclose(to_numpy(again(x, training=False)),
+                               to_numpy(mc(x, training=False)), atol=1e-6)
+    del config["hidden_activation"]
+    old = kb.tasks.MultipleChoice.from_config(config)
+    assert old.hidden_activation is None and old.hidden_dense is None
+    assert to_numpy(old(x, training=False)).shape == (2, 2)
+
+
+@pytest.mark.multibackend
 def test_label_errors_on_model_inputs_every_backend(model_input_tasks):
     """Without a preprocessor too, a bad label is a clear ValueError on every backend (not a
     TensorFlow error from the loss, nor garbage on JAX / PyTorch)."""

@@ -238,8 +238,12 @@ def test_convert_task_bert_pretraining_heads(hf_pretraining_dir):
     ref_mlm = np.take_along_axis(ref.prediction_logits.numpy(), positions[:, :, None], axis=1)
     assert np.abs(to_numpy(out["mlm_logits"]) - ref_mlm).max() <= 1e-4
     assert np.abs(to_numpy(out["pair_logits"]) - ref.seq_relationship_logits.numpy()).max() <= 1e-4
-    with pytest.raises(ValueError, match="No HF head conversion"):
-        kb.presets.convert_task(hf_pretraining_dir, kb.tasks.MultipleChoice)
+    with pytest.raises(checkpoints.CheckpointError,
+                       match=r"lacks 2 weight\(s\) the MultipleChoice head needs, e\.g\. "
+                             r"\['classifier\.weight', 'classifier\.bias'\]; .* is a "
+                             r"BertForPreTraining checkpoint; MultipleChoice loads its heads "
+                             r"from BertForMultipleChoice"):
+        kb.presets.convert_task(hf_pretraining_dir, kb.tasks.MultipleChoice, preprocessor=None)
 
 
 def test_export_to_transformers_round_trip(tmp_path, bert_vocab):

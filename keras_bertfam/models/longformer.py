@@ -19,24 +19,31 @@ LONGFORMER_INPUTS = ("token_ids", "segment_ids", "padding_mask", "global_attenti
 def global_attention_for_task(features, task):
     """The global attention a task puts on its inputs (the paper's choices, HF's defaults).
 
-    - "TextClassifier" (and "MultipleChoice"): the first token (`<s>`).
+    - "TextClassifier": the first token (`<s>`).
     - "QuestionAnswerer": the question, `<s>` included: HF's "tokens before the first `</s>`",
       the separator being the token that closes the first segment (one `[SEP]` or RoBERTa's
       `</s></s>`).
+    - "MultipleChoice": the choice, HF `LongformerForMultipleChoice`'s "tokens after the first
+      `</s>` and the one after it": of `<s> context </s></s> choice </s>`, `choice </s>`.
     - anything else (MaskedLM, TokenClassifier): none.
     """
     padding = ops.cast(ops.cast(features["padding_mask"], "bool"), "int32")
-    if task in ("TextClassifier", "MultipleChoice"):
-        first = ops.cast(ops.equal(ops.cumsum(ops.ones_like(padding), axis=1), 1), "int32")
-        return padding * first
-    if task == "QuestionAnswerer":
+    position = ops.cumsum(ops.ones_like(padding), axis=1) - 1
+    if task == "TextClassifier":
+        return padding * ops.cast(ops.equal(position, 0), "int32")
+    if task in ("QuestionAnswerer", "MultipleChoice"):
         token_ids = ops.cast(features["token_ids"], "int32")
         first_segment = ops.cast(ops.equal(features["segment_ids"], 0), "int32") * padding
         # The last token of the first segment (its next position is not in it): a separator.
+        # With one segment id throughout (HF's RoBERTa inputs), the row's closing separator.
         nxt = ops.pad(first_segment[:, 1:], [[0, 0], [0, 1]])
         sep = ops.sum(token_ids * first_segment * (1 - nxt), axis=1, keepdims=True)  # (B, 1)
-        seen = ops.cumsum(ops.cast(ops.equal(token_ids, sep), "int32"), axis=1)
-        return padding * ops.cast(ops.equal(seen, 0), "int32")
+        before = ops.cast(ops.equal(ops.cumsum(ops.cast(ops.equal(token_ids, sep), "int32"),
+                                               axis=1), 0), "int32")  # before the first sep
+        if task == "QuestionAnswerer":
+            return padding * before
+        first_sep = ops.sum(before, axis=1, keepdims=True)  # (B, 1): its position
+        return padding * ops.cast(ops.greater(position, first_sep + 1), "int32")
     return ops.zeros_like(padding)
 
 

@@ -345,14 +345,16 @@ def question_answerer_map(task, key="qa_outputs"):
 
 
 def text_classifier_map(task, key="classifier", hidden=None, activation=None):
-    """`*ForSequenceClassification` -> TextClassifier: the Linear `key` into its `head` and, where
-    HF's head has a hidden layer on the first-token state (`hidden`, then `activation`), that
-    Linear into its `hidden_dense`. BERT / ALBERT: `classifier` alone."""
+    """`*ForSequenceClassification` -> TextClassifier and `*ForMultipleChoice` -> MultipleChoice
+    (their `build_classification_head`): the Linear `key` into the task's `head` and, where HF's
+    head has a hidden layer on the first-token state (`hidden`, then `activation`), that Linear
+    into its `hidden_dense`. BERT / ALBERT: `classifier` alone."""
     if task.hidden_activation != activation:
         theirs = f"{hidden} -> {activation} -> {key}" if hidden else key
         raise CheckpointError(
-            f"TextClassifier(hidden_activation={task.hidden_activation!r}) has no counterpart in "
-            f"HF's head ({theirs}); the family's default ('auto') is {activation!r}.")
+            f"{type(task).__name__}(hidden_activation={task.hidden_activation!r}) has no "
+            f"counterpart in HF's head ({theirs}); the family's default ('auto') is "
+            f"{activation!r}.")
     return (dense(task.hidden_dense, hidden) if hidden else []) + dense(task.head, key)
 
 

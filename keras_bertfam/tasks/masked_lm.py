@@ -8,19 +8,21 @@ from keras_bertfam.tasks.losses import weighted_sparse_ce
 from keras_bertfam.tasks.task import Task
 
 
-def backbone_inputs(backbone, extra=(), task=None):
+def backbone_inputs(backbone, extra=(), task=None, fold=None):
     """Fresh Inputs for the backbone's inputs plus `extra` int (B, P) inputs.
 
     A backbone with a `task_global_attention(features, task)` (Longformer) gets its
     `global_attention_mask` from it, computed in the graph from the other inputs for `task` (the
-    task class's name), rather than as an input of the task."""
+    task class's name), rather than as an input of the task. `fold`: a layer each input goes
+    through before the backbone, the Inputs being (B, C, T) (MultipleChoice's choices axis)."""
     derive = getattr(backbone, "task_global_attention", None)
     names = [n for n in backbone.input if not (derive and n == "global_attention_mask")]
+    shape = (None,) if fold is None else (None, None)
     inputs = {
-        name: keras.Input(shape=(None,), dtype="int32", name=name)
+        name: keras.Input(shape=shape, dtype="int32", name=name)
         for name in names + list(extra)
     }
-    features = {name: inputs[name] for name in names}
+    features = {name: inputs[name] if fold is None else fold(inputs[name]) for name in names}
     if derive:
         features["global_attention_mask"] = derive(features, task)
     return inputs, features

@@ -3,13 +3,15 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.tasks.classifier import (
     _mean,
+    build_classification_head,
     check_label_values,
     class_outputs,
+    classification_logits,
     pooled,
 )
+from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
 
@@ -38,36 +40,59 @@ class UnfoldChoices(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class MultipleChoice(Task):
-    """Each `[CLS] context [SEP] choice [SEP]` is encoded; `dropout -> Dense(1)` on its pooled
-    output scores it; the loss is the cross-entropy of the softmax over a question's choices.
+    """Multiple choice (SWAG, RACE; Zellers et al. 2018): each `[CLS] context [SEP] choice [SEP]`
+    is encoded and scored by one unit on its pooled output; the loss is the cross-entropy of the
+    softmax over a question's choices.
+
+    The scoring head is that of the family's HF `*ForMultipleChoice`, so those checkpoints
+    convert both ways (`from_preset` / `kb.presets.convert_task` of an HF directory,
+    `kb.presets.export_to_transformers`): `dropout -> Dense(1)` on the pooled output for BERT,
+    SpanBERT, ALBERT, RoBERTa and Longformer (their pooler is the backbone's); with a
+    `hidden_activation`, `Dense(hidden_dim, hidden_activation) -> dropout -> Dense(1)` on the
+    first-token state, HF's head for DistilBERT (`pre_classifier`, ReLU), ELECTRA
+    (`sequence_summary`, GELU) and XLNet (`sequence_summary`, tanh, at `<cls>`, the last
+    position: XLNet's rows are packed `context <sep> choice <sep> <cls>`, padded on the left).
+    `hidden_activation="auto"` (the default) takes the backbone's
+    `classifier_hidden_activation`, as in `TextClassifier`: that head for those three families,
+    none (a single Dense) for the others. A Longformer puts global attention where HF's
+    `LongformerForMultipleChoice` does by default: on the choice, every token after the
+    context's `</s></s>` (its closing `</s>` too), derived in the graph from the token ids.
 
     Inputs: the backbone's inputs with a choices axis, (B, C, T). Output: (B, C) logits. Raw input:
     `x = (contexts [B], choices [B][C])`, `y` the index of the right choice.
 
     `cls_only=True` (the default): the backbone's last layer runs at [CLS] only, as in
     `TextClassifier` (same scores; in training, other dropout draws in that layer).
+
+    Example:
+    >>> mc = kb.tasks.MultipleChoice.from_preset("bert_tiny_en_uncased")  # doctest: +SKIP
+    >>> x = (["She opened the door."], [["She walked in.", "The door ate her."]])  # doctest: +SKIP
+    >>> mc.fit(x, [0])  # doctest: +SKIP
     """
 
     preprocessor_args = ("sequence_length",)
     default_learning_rate = 5e-5
 
-    def __init__(self, backbone, preprocessor=None, dropout=0.1, cls_only=True, **kwargs):
+    def __init__(self, backbone, preprocessor=None, dropout=0.1, hidden_activation="auto",
+                 cls_only=True, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.dropout = dropout
         self.cls_only = cls_only
         self.fold = FoldChoices(name="fold_choices")
         self.unfold = UnfoldChoices(name="unfold_choices")
-        self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
-        self.head = keras.layers.Dense(1, kernel_initializer=head_initializer(backbone),
-                                       name="score")
-        inputs = {name: keras.Input(shape=(None, None), dtype="int32", name=name)
-                  for name in backbone.input}
-        features = {name: self.fold(value) for name, value in inputs.items()}  # (B*C, T)
-        scores = self.head(self.dropout_layer(pooled(backbone, features, cls_only)))  # (B*C, 1)
+        # HF's heads with a hidden layer have no dropout before it
+        build_classification_head(self, 1, hidden_activation, name="score", dropout_first=False)
+        inputs, features = backbone_inputs(backbone, task="MultipleChoice", fold=self.fold)
+        scores = classification_logits(self, pooled(backbone, features, cls_only))  # (B*C, 1)
         logits = self.unfold(scores, inputs["token_ids"])  # (B, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["accuracy"])
+
+    @classmethod
+    def from_config(cls, config):
+        # Saved before `hidden_activation` existed: those models have no hidden layer.
+        return super().from_config({"hidden_activation": None, **config})
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):

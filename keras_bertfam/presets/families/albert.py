@@ -142,12 +142,14 @@ HF_TASK_HEADS = {
     "TextClassifier": checkpoints.text_classifier_map,
     "TokenClassifier": checkpoints.classifier_head_map,
     "QuestionAnswerer": checkpoints.question_answerer_map,
+    "MultipleChoice": checkpoints.text_classifier_map,  # pooler -> dropout -> classifier
 }
 HF_TASK_ARCHITECTURES = {"MaskedLM": "AlbertForMaskedLM",
                          "AlbertPretrainer": "AlbertForPreTraining",
                          "TextClassifier": "AlbertForSequenceClassification",
                          "TokenClassifier": "AlbertForTokenClassification",
-                         "QuestionAnswerer": "AlbertForQuestionAnswering"}
+                         "QuestionAnswerer": "AlbertForQuestionAnswering",
+                         "MultipleChoice": "AlbertForMultipleChoice"}
 
 
 FAMILY = FamilySpec(

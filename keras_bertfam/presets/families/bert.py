@@ -56,11 +56,14 @@ def _pretrainer_heads(task):
 HF_TASK_HEADS = {"MaskedLM": _mlm_head, "BertPretrainer": _pretrainer_heads,
                  "TextClassifier": checkpoints.text_classifier_map,
                  "TokenClassifier": checkpoints.classifier_head_map,
-                 "QuestionAnswerer": checkpoints.question_answerer_map}
+                 "QuestionAnswerer": checkpoints.question_answerer_map,
+                 # BertForMultipleChoice: pooler -> dropout -> classifier (1 unit)
+                 "MultipleChoice": checkpoints.text_classifier_map}
 HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertForPreTraining",
                          "TextClassifier": "BertForSequenceClassification",
                          "TokenClassifier": "BertForTokenClassification",
-                         "QuestionAnswerer": "BertForQuestionAnswering"}
+                         "QuestionAnswerer": "BertForQuestionAnswering",
+                         "MultipleChoice": "BertForMultipleChoice"}
 # The MLM decoder, tied to the word embeddings and `cls.predictions.bias` (HF's _tied_weights_keys).
 HF_HEAD_UNUSED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 

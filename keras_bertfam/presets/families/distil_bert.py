@@ -99,11 +99,16 @@ FAMILY = FamilySpec(
                        checkpoints.text_classifier_map, hidden="pre_classifier",
                        activation=DistilBertBackbone.classifier_hidden_activation),
                    "TokenClassifier": checkpoints.classifier_head_map,
-                   "QuestionAnswerer": checkpoints.question_answerer_map},
+                   "QuestionAnswerer": checkpoints.question_answerer_map,
+                   # pre_classifier -> ReLU on [CLS] -> dropout -> classifier (1 unit)
+                   "MultipleChoice": functools.partial(
+                       checkpoints.text_classifier_map, hidden="pre_classifier",
+                       activation=DistilBertBackbone.classifier_hidden_activation)},
     hf_task_architectures={"MaskedLM": "DistilBertForMaskedLM",
                            "TextClassifier": "DistilBertForSequenceClassification",
                            "TokenClassifier": "DistilBertForTokenClassification",
-                           "QuestionAnswerer": "DistilBertForQuestionAnswering"},
+                           "QuestionAnswerer": "DistilBertForQuestionAnswering",
+                           "MultipleChoice": "DistilBertForMultipleChoice"},
     hf_head_unused=("vocab_projector.weight",),  # tied to the word embeddings
 )
 

@@ -76,12 +76,18 @@ FAMILY = FamilySpec(
                        hidden="classifier.dense",
                        activation=ElectraBackbone.classifier_hidden_activation),
                    "TokenClassifier": checkpoints.classifier_head_map,
-                   "QuestionAnswerer": checkpoints.question_answerer_map},
+                   "QuestionAnswerer": checkpoints.question_answerer_map,
+                   # sequence_summary (summary_type "first"): summary -> GELU -> dropout;
+                   # then classifier (1 unit)
+                   "MultipleChoice": functools.partial(
+                       checkpoints.text_classifier_map, hidden="sequence_summary.summary",
+                       activation=ElectraBackbone.classifier_hidden_activation)},
     hf_task_architectures={"MaskedLM": "ElectraForMaskedLM",
                            "ElectraPretrainer": "ElectraForPreTraining",
                            "TextClassifier": "ElectraForSequenceClassification",
                            "TokenClassifier": "ElectraForTokenClassification",
-                           "QuestionAnswerer": "ElectraForQuestionAnswering"},
+                           "QuestionAnswerer": "ElectraForQuestionAnswering",
+                           "MultipleChoice": "ElectraForMultipleChoice"},
     hf_task_companions={"ElectraPretrainer": {"generator_preset": (
         "ElectraForMaskedLM", lambda task: generator_head_map(task.mlm_head),
         lambda task: checkpoints.bert_embeddings_map(task.generator.embeddings))}},

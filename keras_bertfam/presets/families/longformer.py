@@ -75,11 +75,14 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=roberta.byte_pair_to_hf,
     hf_task_heads={"MaskedLM": roberta._mlm_head, "TextClassifier": roberta._text_classifier,
                    "TokenClassifier": checkpoints.classifier_head_map,
-                   "QuestionAnswerer": checkpoints.question_answerer_map},
+                   "QuestionAnswerer": checkpoints.question_answerer_map,
+                   # LongformerModel's pooler (ours) -> dropout -> classifier (1 unit)
+                   "MultipleChoice": checkpoints.text_classifier_map},
     hf_task_architectures={"MaskedLM": "LongformerForMaskedLM",
                            "TextClassifier": "LongformerForSequenceClassification",
                            "TokenClassifier": "LongformerForTokenClassification",
-                           "QuestionAnswerer": "LongformerForQuestionAnswering"},
+                           "QuestionAnswerer": "LongformerForQuestionAnswering",
+                           "MultipleChoice": "LongformerForMultipleChoice"},
     hf_head_unused=roberta.HF_HEAD_UNUSED,
     count_params=longformer_param_count,
 )

@@ -105,11 +105,15 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=byte_pair_to_hf,
     hf_task_heads={"MaskedLM": _mlm_head, "TextClassifier": _text_classifier,
                    "TokenClassifier": checkpoints.classifier_head_map,
-                   "QuestionAnswerer": checkpoints.question_answerer_map},
+                   "QuestionAnswerer": checkpoints.question_answerer_map,
+                   # RobertaForMultipleChoice: RobertaModel's pooler (ours) -> dropout ->
+                   # classifier (1 unit)
+                   "MultipleChoice": checkpoints.text_classifier_map},
     hf_task_architectures={"MaskedLM": "RobertaForMaskedLM",
                            "TextClassifier": "RobertaForSequenceClassification",
                            "TokenClassifier": "RobertaForTokenClassification",
-                           "QuestionAnswerer": "RobertaForQuestionAnswering"},
+                           "QuestionAnswerer": "RobertaForQuestionAnswering",
+                           "MultipleChoice": "RobertaForMultipleChoice"},
     hf_head_unused=HF_HEAD_UNUSED,
 )
 

@@ -173,17 +173,22 @@ FAMILY = FamilySpec(
     tokenizer_from_hf=sentencepiece_from_hf,
     config_to_hf=xlnet_config_to_hf,
     tokenizer_to_hf=functools.partial(albert.sentencepiece_to_hf, tokenizer_class="XLNetTokenizer"),
-    # XLNetForSequenceClassification: sequence_summary (the last position, `<cls>`) ->
-    # summary Linear -> tanh -> logits_proj
+    # XLNetForSequenceClassification and XLNetForMultipleChoice: sequence_summary (the last
+    # position, `<cls>`) -> summary Linear -> tanh -> dropout -> logits_proj
     hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias),
                    "TextClassifier": functools.partial(
                        checkpoints.text_classifier_map, key="logits_proj",
                        hidden="sequence_summary.summary",
                        activation=XLNetBackbone.classifier_hidden_activation),
-                   "TokenClassifier": checkpoints.classifier_head_map},
+                   "TokenClassifier": checkpoints.classifier_head_map,
+                   "MultipleChoice": functools.partial(
+                       checkpoints.text_classifier_map, key="logits_proj",
+                       hidden="sequence_summary.summary",
+                       activation=XLNetBackbone.classifier_hidden_activation)},
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel",
                            "TextClassifier": "XLNetForSequenceClassification",
-                           "TokenClassifier": "XLNetForTokenClassification"},
+                           "TokenClassifier": "XLNetForTokenClassification",
+                           "MultipleChoice": "XLNetForMultipleChoice"},
     hf_head_unused=("lm_loss.weight",),  # tied to the word embedding
     count_params=xlnet_param_count,
 )
