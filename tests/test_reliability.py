@@ -58,6 +58,40 @@ def _copy(src, tmp_path, name):
 
 
 # === Weights that load wrong ===
+
+
+@pytest.mark.parametrize("saved, task, num_classes", [
+    ("BertForSequenceClassification", kb.tasks.TokenClassifier, 3),
+    ("BertForTokenClassification", kb.tasks.TextClassifier, 3),
+    ("BertForSequenceClassification", kb.tasks.MultipleChoice, 1),
+])
+def test_another_fine_tuning_tasks_head_of_the_same_names_does_not_load(saved, task, num_classes,
+                                                                        tmp_path):
+    """BERT's sequence, token and multiple-choice heads are all `classifier.weight/bias` of the
+    same shape for the same number of labels: only config.json's `architectures` tells them apart.
+    A sequence classifier loaded as a token classifier (or a 1-label one as a multiple-choice
+    scorer) used to load its head silently as the other task's; now `from_preset` warns and starts
+    a new head, `convert_task` refuses, naming the checkpoint's architecture."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "hf")
+    getattr(transformers, saved)(transformers.BertConfig(num_labels=num_classes, **TINY_HF)
+                                 ).eval().save_pretrained(path)
+    state = checkpoints.load_state_dict(path)
+    kwargs = {} if task is kb.tasks.MultipleChoice else {"num_classes": num_classes}
+    with pytest.warns(UserWarning, match=rf"is a {saved} checkpoint, \w+'s head: {task.__name__} "
+                                         r"does not load it as its own; its head is new"):
+        model = task.from_preset(path, preprocessor=None, **kwargs)
+    head = model.head if hasattr(model, "head") else model.score
+    assert not np.allclose(np.asarray(head.kernel).T, state["classifier.weight"])
+    if task is not kb.tasks.MultipleChoice or "MultipleChoice" in (
+            kb.presets.FAMILIES["bert"].hf_task_heads or {}):
+        with pytest.raises(checkpoints.CheckpointError,
+                           match=rf"is a {saved} checkpoint.*Tensors of the same names would "
+                                 r"load as another task's head"):
+            kb.presets.convert_task(path, task, preprocessor=None, **kwargs)
 def test_preset_files_are_checksummed_and_corrupt_ones_refused(tmp_path):
     path = str(tmp_path / "preset")
     kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())

@@ -32,10 +32,19 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             sources.append((companions[argument], companion_heads, architecture))
     for i, (source, source_heads, architecture) in enumerate(sources):
         check_pooler = warn_no_pooler and i == 0
-        if source_heads is None and not check_pooler:
-            continue
-        model_dir = get_loader(source, download).hf_model_dir(download)
+        model_dir = None
+        if source_heads is not None or check_pooler or name in FINETUNING_TASKS:
+            model_dir = get_loader(source, download).hf_model_dir(download)
         if model_dir is None:
+            continue
+        other = _another_finetuning_head(spec, name, checkpoints.read_hf_config(model_dir))
+        if other is not None:
+            warnings.warn(f"{model_dir!r} is a {other[0]} checkpoint, {other[1]}'s head: {name} "
+                          f"does not load it as its own; its head is new"
+                          + (f" (it loads one from {architecture})" if architecture else "")
+                          + ".", stacklevel=3)
+            source_heads = None
+        if source_heads is None and not check_pooler:
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
@@ -87,7 +96,9 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     error naming what was expected. Every tensor outside the checkpoint's base model must fill the
     task's heads, be declared unused (`hf_head_unused`) or be another task's head of the family,
     dropped with a warning (`BertForPreTraining`'s NSP head converted into `MaskedLM`): any other
-    is an error.
+    is an error. So is a checkpoint whose config names another fine-tuning task's architecture
+    (a `BertForSequenceClassification` into `TokenClassifier`: the same `classifier` tensors);
+    `from_preset` warns and starts a new head for it.
     """
     loader = get_loader(path)
     if type(loader) is not HFDirLoader:
@@ -99,6 +110,13 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     heads = (spec.hf_task_heads or {}).get(name)
     if heads is None:
         raise ValueError(_no_heads_message(where, spec, cfg, name))
+    other = _another_finetuning_head(spec, name, cfg)
+    if other is not None:
+        raise checkpoints.CheckpointError(
+            f"{where!r} is a {other[0]} checkpoint, {other[1]}'s head; {name} loads its heads from "
+            f"{(spec.hf_task_architectures or {}).get(name)}. Tensors of the same names would load "
+            f"as another task's head: convert it with {other[1]}, or start {name} from it with "
+            f"{name}.from_preset (a new head).")
     if name in ("TextClassifier", "TokenClassifier") and "num_classes" not in kwargs:
         kwargs["num_classes"] = cfg.get("num_labels") or len(cfg.get("id2label", {})) or 2
     companions = (spec.hf_task_companions or {}).get(name, {})
@@ -115,6 +133,26 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
                                   f"{name} loads its {argument} heads from {expected}")
                     _warn_if_not_shared(shared(task), other.where, spec, name, argument)
     return task
+
+
+# Fine-tuning tasks whose HF heads can share tensor names (`classifier.weight` is BERT's sequence,
+# token and multiple-choice head alike): the checkpoint's `architectures` tells them apart.
+FINETUNING_TASKS = ("TextClassifier", "TokenClassifier", "QuestionAnswerer", "MultipleChoice")
+
+
+def _another_finetuning_head(spec, name, cfg):
+    """(architecture, task) when the HF config `cfg` names another fine-tuning task's head
+    architecture of the family and not `name`'s, else None."""
+    if name not in FINETUNING_TASKS:
+        return None
+    architectures = spec.hf_task_architectures or {}
+    named = cfg.get("architectures") or ()
+    if architectures.get(name) in named:
+        return None
+    for task, architecture in architectures.items():
+        if task in FINETUNING_TASKS and task != name and architecture in named:
+            return architecture, task
+    return None
 
 
 def _no_heads_message(where, spec, cfg, name):
