@@ -92,6 +92,40 @@ def test_another_fine_tuning_tasks_head_of_the_same_names_does_not_load(saved, t
                            match=rf"is a {saved} checkpoint.*Tensors of the same names would "
                                  r"load as another task's head"):
             kb.presets.convert_task(path, task, preprocessor=None, **kwargs)
+
+
+@pytest.mark.parametrize("saved, task, setting", [
+    ("XLNetForSequenceClassification", kb.tasks.TextClassifier, {"summary_type": "mean"}),
+    ("ElectraForMultipleChoice", kb.tasks.MultipleChoice, {"summary_activation": "relu"}),
+])
+def test_a_sequence_summary_configured_otherwise_does_not_load(saved, task, setting, tmp_path):
+    """HF's XLNet and ELECTRA heads read `sequence_summary` settings from config.json; ours
+    compute the defaults (XLNet: tanh at the last position; ELECTRA: GELU at the first). A
+    checkpoint configured otherwise has the same tensors: it converted silently to a head that
+    computes something else. Now `convert_task` refuses, naming the setting; `from_preset`
+    warns and starts a new head."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if saved.startswith("XLNet"):
+        cfg = transformers.XLNetConfig(vocab_size=len(VOCAB), d_model=16, n_layer=1, n_head=2,
+                                       d_inner=32, num_labels=2, **setting)
+    else:
+        cfg = transformers.ElectraConfig(**dict(TINY_HF, embedding_size=16), **setting)
+    path = str(tmp_path / "hf")
+    getattr(transformers, saved)(cfg).eval().save_pretrained(path)
+    kwargs = {"num_classes": 2} if task is kb.tasks.TextClassifier else {}
+    key, value = next(iter(setting.items()))
+    with pytest.raises(checkpoints.CheckpointError,
+                       match=rf"its config.json sets \{{'{key}': '{value}'\}} for its "
+                             r"sequence_summary head"):
+        kb.presets.convert_task(path, task, preprocessor=None, **kwargs)
+    with pytest.warns(UserWarning, match=rf"head was not loaded, the task's is new: .*'{key}'"):
+        model = task.from_preset(path, preprocessor=None, **kwargs)
+    state = checkpoints.load_state_dict(path)
+    assert not np.allclose(np.asarray(model.hidden_dense.kernel).T,
+                           state["sequence_summary.summary.weight"])
 def test_preset_files_are_checksummed_and_corrupt_ones_refused(tmp_path):
     path = str(tmp_path / "preset")
     kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())

@@ -48,7 +48,7 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
-        loaded = _load_heads(task, source_heads, state, model_dir, architecture)
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec)
         _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
                          f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
                          strict=False)
@@ -57,13 +57,15 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
                               state, loaded)
 
 
-def _load_heads(task, heads, state, model_dir, architecture):
+def _load_heads(task, heads, state, model_dir, architecture, spec):
     """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or []."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
         if not mapping or not all(key in state for _, key, _ in mapping):
             return []
+        check_head_config(mapping, spec, checkpoints.read_hf_config(model_dir),
+                          checkpoints.weights_file(model_dir))
         checkpoints.assign(mapping, state, what=f"{type(task).__name__} head",
                            source=checkpoints.weights_file(model_dir))
         return mapping
@@ -186,12 +188,28 @@ def _warn_if_not_shared(mapping, where, spec, name, argument):
             return
 
 
+def check_head_config(mapping, spec, cfg, source):
+    """The HF config settings the family's heads assume (`spec.hf_head_config`, per head key
+    prefix: ELECTRA's and XLNet's `sequence_summary`), for the heads of `mapping`: a checkpoint
+    whose config.json sets another (an XLNet summary over the mean, no projection) is a
+    `CheckpointError` naming them; its tensors would load into a head that computes otherwise."""
+    for prefix, assumed in (spec.hf_head_config or {}).items():
+        if not any(key.startswith(prefix) for _, key, _ in mapping):
+            continue
+        other = {k: cfg[k] for k, v in assumed.items() if k in cfg and cfg[k] != v}
+        if other:
+            raise checkpoints.CheckpointError(
+                f"{source!r}: its config.json sets {other} for its {prefix.rstrip('.')} head; "
+                f"the {spec.name} heads here compute HF's with {assumed} and nothing else.")
+
+
 def _assign_heads(mapping, where, spec, name, expected):
     cfg = checkpoints.read_hf_config(where)
     hint = (f"{where!r} is a {', '.join(cfg.get('architectures') or ['headless'])} checkpoint; "
             f"{expected}.")
     raw = checkpoints.load_state_dict(where)
     source = checkpoints.weights_file(where)
+    check_head_config(mapping, spec, cfg, source)
     checkpoints.assign(mapping, checkpoints.strip_prefix(raw, spec.hf_prefixes),
                        what=f"{name} head", hint=hint, source=source)
     _check_heads_used(mapping, raw, spec, source, expected)

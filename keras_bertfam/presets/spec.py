@@ -40,6 +40,10 @@ class FamilySpec:
             unused: the MLM decoder weights HF ties to the word embeddings (and decoder biases
             tied to the head's `bias`), which `.bin` checkpoints save. Every other head tensor must
             be read by the task's heads or belong to another task's (`convert_task`).
+        hf_head_config: `{HF head key prefix: {config key: value}}`: the HF config settings the
+            heads under that prefix assume (ELECTRA's and XLNet's `sequence_summary`: its
+            `summary_type`, `summary_use_proj`, `summary_activation`); a checkpoint whose config
+            sets another is refused (`convert_task`) or its head left new (`from_preset`).
     """
 
     name: str
@@ -61,6 +65,7 @@ class FamilySpec:
     hf_head_unused: tuple = ()
     # backbone -> HF keys this configuration reads from layer 0 only (XLNet's untie_r=False)
     hf_unused_of: Optional[Callable] = None
+    hf_head_config: Optional[dict] = None
 
 
 @dataclasses.dataclass(frozen=True)

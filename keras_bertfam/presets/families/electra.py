@@ -82,6 +82,9 @@ FAMILY = FamilySpec(
                    "MultipleChoice": functools.partial(
                        checkpoints.text_classifier_map, hidden="sequence_summary.summary",
                        activation=ElectraBackbone.classifier_hidden_activation)},
+    hf_head_config={"sequence_summary.": {
+        "summary_type": "first", "summary_use_proj": True,
+        "summary_activation": ElectraBackbone.classifier_hidden_activation}},
     hf_task_architectures={"MaskedLM": "ElectraForMaskedLM",
                            "ElectraPretrainer": "ElectraForPreTraining",
                            "TextClassifier": "ElectraForSequenceClassification",

@@ -185,6 +185,9 @@ FAMILY = FamilySpec(
                        checkpoints.text_classifier_map, key="logits_proj",
                        hidden="sequence_summary.summary",
                        activation=XLNetBackbone.classifier_hidden_activation)},
+    hf_head_config={"sequence_summary.": {
+        "summary_type": "last", "summary_use_proj": True,
+        "summary_activation": XLNetBackbone.classifier_hidden_activation}},
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel",
                            "TextClassifier": "XLNetForSequenceClassification",
                            "TokenClassifier": "XLNetForTokenClassification",
