@@ -93,7 +93,9 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     `pre_classifier`, ELECTRA's `classifier.dense` and XLNet's `sequence_summary.summary` into
     the hidden layer TextClassifier has by default for those families), and every BERT-layout
     family's (and Longformer's and XLNet's) `*ForTokenClassification` into
-    `TokenClassifier` and `*ForQuestionAnswering` into `QuestionAnswerer`.
+    `TokenClassifier`, `*ForQuestionAnswering` into `QuestionAnswerer`, and every family's
+    `*ForMultipleChoice` into `MultipleChoice` (its head HF's: DistilBERT's `pre_classifier`,
+    ELECTRA's and XLNet's `sequence_summary` into its hidden layer).
     A checkpoint without the head's weights, or of another family than the task's heads, is an
     error naming what was expected. Every tensor outside the checkpoint's base model must fill the
     task's heads, be declared unused (`hf_head_unused`) or be another task's head of the family,
