@@ -422,11 +422,14 @@ def test_tasks_on_model_inputs_every_backend(model_input_tasks):
 
 @pytest.mark.multibackend
 @pytest.mark.parametrize("family, default", [("bert", None), ("roberta", None),
-                                             ("distil_bert", "relu"), ("electra", "gelu")])
+                                             ("distil_bert", "relu"), ("electra", "gelu"),
+                                             ("xlnet", "tanh")])
 def test_text_classifier_hidden_layer_per_family(family, default):
-    """DistilBERT / ELECTRA classifiers default to HF's hidden layer on [CLS] (ReLU / GELU); the
-    other families keep the one Dense on the pooled output; an explicit `hidden_activation`
-    overrides either way, and the config round-trips."""
+    """DistilBERT / ELECTRA / XLNet classifiers default to HF's hidden layer (ReLU / GELU / tanh);
+    the other families keep the one Dense on the pooled output; an explicit `hidden_activation`
+    overrides either way, and the config round-trips. Dropout comes where HF's head has it:
+    before the hidden layer for ELECTRA (its classification head), not for DistilBERT's
+    `pre_classifier` or XLNet's sequence summary (their first dropout made training differ)."""
     backbone = kb.presets.FAMILIES[family].backbone_cls(
         **dict(TINY, vocabulary_size=3000))
     x = {k: v for k, v in _inputs(batch=4).items() if k in backbone.input}
@@ -437,6 +440,8 @@ def test_text_classifier_hidden_layer_per_family(family, default):
                 if id(w) not in {id(v) for v in backbone.weights}]
         hidden = ["hidden_dense/kernel", "hidden_dense/bias"] if expected else []
         assert head == hidden + ["logits/kernel", "logits/bias"]
+        first = expected is None or (family not in ("distil_bert", "xlnet"))
+        assert (clf.dropout_layer is not None) == first
         config = clf.get_config()
         assert config["hidden_activation"] == expected
         again = kb.tasks.TextClassifier.from_config(config)

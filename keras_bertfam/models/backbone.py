@@ -75,6 +75,9 @@ class Backbone(keras.Model):
     # TextClassifier's default hidden-layer activation (None: no hidden layer), set by a family
     # whose HF `*ForSequenceClassification` head has one, so that head converts.
     classifier_hidden_activation = None
+    # Whether that HF head drops out before its hidden layer too (ELECTRA's does; DistilBERT's
+    # pre_classifier and XLNet's sequence summary read the state as it is).
+    classifier_dropout_first = True
 
     def __init__(self, *args, dtype=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -20,6 +20,7 @@ class DistilBertBackbone(EncoderBackbone):
     family = "distil_bert"
     # HF DistilBertForSequenceClassification: pre_classifier -> ReLU -> dropout -> classifier.
     classifier_hidden_activation = "relu"
+    classifier_dropout_first = False
 
     def __init__(
         self,

@@ -74,6 +74,7 @@ class XLNetBackbone(Backbone):
     # projection (its `sequence_summary.summary`: TextClassifier's hidden layer).
     cls_token_index = -1
     classifier_hidden_activation = "tanh"
+    classifier_dropout_first = False
 
     def __init__(
         self,

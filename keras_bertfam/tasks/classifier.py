@@ -24,18 +24,21 @@ def pooled(backbone, features, cls_only=True):
     return outputs["sequence_output"][:, backbone.cls_token_index, :]
 
 
-def build_classification_head(task, units, hidden_activation, name, dropout_first=True):
+def build_classification_head(task, units, hidden_activation, name, dropout_first=None):
     """The head TextClassifier and MultipleChoice put on the pooled output, as layers of `task`
     (which has its `backbone` and `dropout`): `dropout_layer -> head`, `Dense(units)` named
     `name`; with a `hidden_activation` ("auto": the backbone's `classifier_hidden_activation`),
     `[dropout_layer ->] hidden_dense -> hidden_dropout -> head`, `hidden_dense` a
     `Dense(hidden_dim, hidden_activation)`; `dropout_first=False` leaves out the dropout before
-    it (`dropout_layer` is then None). Sets `task.hidden_activation` to the activation resolved.
+    it (`dropout_layer` is then None; None: the backbone's `classifier_dropout_first`, HF's
+    sequence-classification head). Sets `task.hidden_activation` to the activation resolved.
     `classification_logits` runs it."""
     backbone = task.backbone
     if hidden_activation == "auto":
         hidden_activation = backbone.classifier_hidden_activation
     task.hidden_activation = hidden_activation
+    if dropout_first is None:
+        dropout_first = backbone.classifier_dropout_first
     task.dropout_layer = None
     if hidden_activation is None or dropout_first:
         task.dropout_layer = keras.layers.Dropout(task.dropout, name="head_dropout")
@@ -67,7 +70,7 @@ class TextClassifier(Task):
     pooler), as in BERT's `run_classifier`. With a `hidden_activation`, a hidden layer comes
     first: `dropout -> Dense(hidden_dim, hidden_activation) -> dropout -> Dense(num_classes)`, the
     head of HF's `ElectraForSequenceClassification` (GELU), `DistilBertForSequenceClassification`
-    (ReLU; HF has no dropout before it, a difference in training only) and
+    (ReLU, with no dropout before it: the backbone's `classifier_dropout_first`) and
     `XLNetForSequenceClassification` (tanh: its sequence summary; XLNet's rows are packed
     `A <sep> (B <sep>) <cls>`, padded on the left, and read at `<cls>`, the last position).
     `hidden_activation="auto"` takes the backbone's `classifier_hidden_activation`: "relu" for
