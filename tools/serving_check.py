@@ -89,8 +89,18 @@ def export(out):
         longformer(real.vocabulary_size()), preprocessor=ft.QuestionAnswererPreprocessor(
             real, 48, stride=16, max_question_length=16)),
         {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, True))
+    # Multiple choice: global attention on the choice, derived in the graph from the ids
+    choices = {"prompt": te.TEXT_A, "choices": [[b, a] for a, b in zip(te.TEXT_A, te.TEXT_B)]}
+    models.append(("longformer+multiple_choice", kb.tasks.MultipleChoice(
+        longformer(), preprocessor=ft.MultipleChoicePreprocessor(te.tokenizer(), te.SEQ)),
+        choices, True))
     # XLNet fine-tuned (the content stream alone, relative attention; SentencePiece)
     xlnet_tok = kb.preprocessing.XLNetTokenizer(spiece)
+    models.append(("xlnet+multiple_choice", kb.tasks.MultipleChoice(
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32),
+        preprocessor=ft.MultipleChoicePreprocessor(xlnet_tok, 16)),
+        {"prompt": ["The film was great.", "Dull plot 3."],
+         "choices": [["A plot.", ""], ["Zoë 7", "The film."]]}, True))
     models.append(("xlnet+text_classifier", kb.tasks.TextClassifier(
         kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32), num_classes=2,
         preprocessor=ft.TextClassifierPreprocessor(xlnet_tok, 16)),
