@@ -673,6 +673,36 @@ def test_text_classifier_fits_raw_strings_with_global_cls(bert_vocab):
     assert np.isfinite(history.history["loss"]).all()
 
 
+
+def test_multiple_choice_fits_raw_strings_with_global_attention_on_the_choice(bert_vocab):
+    """MultipleChoice on a Longformer from raw (context, choices): no global-attention input (it
+    was one its preprocessor never gave), global attention on the choice and its closing [SEP]
+    (HF LongformerForMultipleChoice's rule: the tokens after the first separator and the one
+    after it, which is RoBERTa's second `</s>`; with WordPiece's single [SEP] the same rule leaves
+    the choice's first token out, as HF's would on such ids)."""
+    from keras_bertfam.models.longformer import global_attention_for_task
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    pre = ft.MultipleChoicePreprocessor(tok, 16)
+    mc = kb.tasks.MultipleChoice(
+        kb.models.LongformerBackbone(tok.vocabulary_size(), 1, 2, 16, 32, attention_window=4,
+                                     max_sequence_length=32), preprocessor=pre)
+    assert "global_attention_mask" not in mc.input
+    x = (["a great film", "dull"], [["great", "bad film"], ["bad", "a great film"]])
+    history = mc.fit(x, [0, 0], batch_size=2, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert mc.predict(x, verbose=0).shape == (2, 2)
+    features = pre(x)[0] if isinstance(pre(x), tuple) else pre(x)
+    flat = {k: np.reshape(to_numpy(v), (4, -1)) for k, v in features.items()}
+    glob = to_numpy(global_attention_for_task(flat, "MultipleChoice"))
+    for row, mask in zip(flat["token_ids"], glob):
+        sep = list(row).index(tok.token_to_id("[SEP]"))
+        real = int((row != 0).sum())
+        expected = [0] * (sep + 2) + [1] * (real - sep - 2) + [0] * (len(row) - real)
+        assert mask.tolist() == expected
+
+
 # === from_bert: BERT (and the real MiniLM) -> Longformer ===
 def _bert_inputs(length, vocab=120, padded=True, seed=0):
     """[CLS]=2 first, BERT's single-segment inputs; rows 1 and 2 right-padded when `padded`."""
