@@ -656,6 +656,16 @@ def test_xlnet_layout_is_the_tasks(tokenizer_files):
         wordpiece, 16))
     ids = to_numpy(mc.preprocessor((["the fox"], [["a dog", "a cat"]]))["token_ids"])
     assert (ids[..., -1] == wordpiece.cls_token_id).all()
+    # One preprocessor for an XLNet and a BERT task: the second would repack the first's rows
+    shared = pre(wordpiece, 16)
+    kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=shared)
+    kb.tasks.TextClassifier(backbone, num_classes=3, preprocessor=shared)  # same layout: fine
+    with pytest.raises(ValueError, match=r"This TextClassifierPreprocessor already packs rows for "
+                                         r"a task that reads XLNet's layout; TextClassifier on "
+                                         r"BertBackbone reads BERT's"):
+        kb.tasks.TextClassifier(kb.models.BertBackbone(wordpiece.vocabulary_size(), 1, 2, 16, 32),
+                                num_classes=2, preprocessor=shared)
+    assert shared.packing_layout == "xlnet"
 
 
 # === Export: ours -> HF -> ours ===

@@ -601,6 +601,15 @@ def check_backbone_and_preprocessor(task):
                 f"{'XLNet' if layout == 'xlnet' else 'BERT'}'s layout (layout={layout!r}), but "
                 f"its {type(preprocessor).__name__} was built with layout="
                 f"{preprocessor.layout!r}. Build it with layout='auto' (or {layout!r}).")
+        attached = preprocessor.__dict__.get("_task_layout")
+        if attached not in (None, layout):
+            # One preprocessor packs one layout: the task it was given first would read rows
+            # packed for this one.
+            raise ValueError(
+                f"This {type(preprocessor).__name__} already packs rows for a task that reads "
+                f"{'XLNet' if attached == 'xlnet' else 'BERT'}'s layout; {name} on "
+                f"{type(backbones[0]).__name__} reads {'XLNet' if layout == 'xlnet' else 'BERT'}'s."
+                f" Give each task a preprocessor of its own.")
         preprocessor._task_layout = layout
     tokenizer = getattr(preprocessor, "tokenizer", None)
     for backbone in backbones:
