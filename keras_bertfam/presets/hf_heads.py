@@ -64,7 +64,7 @@ def _load_heads(task, heads, state, model_dir, architecture, spec):
         mapping = heads(task) if heads is not None else []
         if not mapping or not all(key in state for _, key, _ in mapping):
             return []
-        check_head_config(mapping, spec, checkpoints.read_hf_config(model_dir),
+        _check_head_config(mapping, spec, checkpoints.read_hf_config(model_dir),
                           checkpoints.weights_file(model_dir))
         checkpoints.assign(mapping, state, what=f"{type(task).__name__} head",
                            source=checkpoints.weights_file(model_dir))
@@ -190,7 +190,7 @@ def _warn_if_not_shared(mapping, where, spec, name, argument):
             return
 
 
-def check_head_config(mapping, spec, cfg, source):
+def _check_head_config(mapping, spec, cfg, source):
     """The HF config settings the family's heads assume (`spec.hf_head_config`, per head key
     prefix: ELECTRA's and XLNet's `sequence_summary`), for the heads of `mapping`: a checkpoint
     whose config.json sets another (an XLNet summary over the mean, no projection) is a
@@ -211,7 +211,7 @@ def _assign_heads(mapping, where, spec, name, expected):
             f"{expected}.")
     raw = checkpoints.load_state_dict(where)
     source = checkpoints.weights_file(where)
-    check_head_config(mapping, spec, cfg, source)
+    _check_head_config(mapping, spec, cfg, source)
     checkpoints.assign(mapping, checkpoints.strip_prefix(raw, spec.hf_prefixes),
                        what=f"{name} head", hint=hint, source=source)
     _check_heads_used(mapping, raw, spec, source, expected)
