@@ -344,6 +344,15 @@ def question_answerer_map(task, key="qa_outputs"):
     return dense(task.span_head.dense, key)
 
 
+def sequence_summary_config(summary_type, activation):
+    """`FamilySpec.hf_head_config` of a family whose HF heads summarize with `SequenceSummary`
+    (ELECTRA's multiple choice, XLNet's classifiers): one token (`summary_type` "first" or
+    "last") through the `summary` Linear and `activation`, the settings our hidden layer
+    computes."""
+    return {"sequence_summary.": {"summary_type": summary_type, "summary_use_proj": True,
+                                  "summary_activation": activation}}
+
+
 def text_classifier_map(task, key="classifier", hidden=None, activation=None):
     """`*ForSequenceClassification` -> TextClassifier and `*ForMultipleChoice` -> MultipleChoice
     (their `build_classification_head`): the Linear `key` into the task's `head` and, where HF's

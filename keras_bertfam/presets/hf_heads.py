@@ -37,7 +37,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             model_dir = get_loader(source, download).hf_model_dir(download)
         if model_dir is None:
             continue
-        other = _another_finetuning_head(spec, name, checkpoints.read_hf_config(model_dir))
+        cfg = checkpoints.read_hf_config(model_dir)
+        other = _another_finetuning_head(spec, name, cfg)
         if other is not None:
             warnings.warn(f"{model_dir!r} is a {other[0]} checkpoint, {other[1]}'s head: {name} "
                           f"does not load it as its own; its head is new"
@@ -48,7 +49,7 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
-        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec)
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg)
         _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
                          f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
                          strict=False)
@@ -57,23 +58,21 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
                               state, loaded)
 
 
-def _load_heads(task, heads, state, model_dir, architecture, spec):
+def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
     """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or []."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
         if not mapping or not all(key in state for _, key, _ in mapping):
             return []
-        _check_head_config(mapping, spec, checkpoints.read_hf_config(model_dir),
-                          checkpoints.weights_file(model_dir))
+        _check_head_config(mapping, spec, cfg, checkpoints.weights_file(model_dir))
         checkpoints.assign(mapping, state, what=f"{type(task).__name__} head",
                            source=checkpoints.weights_file(model_dir))
         return mapping
     except checkpoints.CheckpointError as e:
         # A head of another shape; or, with no mapping, one HF's cannot fill (TextClassifier's
         # hidden_activation), news only from a checkpoint of that head.
-        if mapping or architecture in (checkpoints.read_hf_config(model_dir).get("architectures")
-                                       or ()):
+        if mapping or architecture in (cfg.get("architectures") or ()):
             warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}",
                           stacklevel=4)
         return []

@@ -595,10 +595,11 @@ def check_backbone_and_preprocessor(task):
     preprocessor = task.__dict__.get("preprocessor")
     if getattr(preprocessor, "xlnet_layout_supported", False) and backbones:
         layout = task.packing_layout
+        called = {"xlnet": "XLNet", "bert": "BERT"}
         if preprocessor.layout not in ("auto", layout):
             raise ValueError(
                 f"{name} on {type(backbones[0]).__name__} reads its rows packed in "
-                f"{'XLNet' if layout == 'xlnet' else 'BERT'}'s layout (layout={layout!r}), but "
+                f"{called[layout]}'s layout (layout={layout!r}), but "
                 f"its {type(preprocessor).__name__} was built with layout="
                 f"{preprocessor.layout!r}. Build it with layout='auto' (or {layout!r}).")
         attached = preprocessor.__dict__.get("_task_layout")
@@ -607,8 +608,8 @@ def check_backbone_and_preprocessor(task):
             # packed for this one.
             raise ValueError(
                 f"This {type(preprocessor).__name__} already packs rows for a task that reads "
-                f"{'XLNet' if attached == 'xlnet' else 'BERT'}'s layout; {name} on "
-                f"{type(backbones[0]).__name__} reads {'XLNet' if layout == 'xlnet' else 'BERT'}'s."
+                f"{called[attached]}'s layout; {name} on {type(backbones[0]).__name__} reads "
+                f"{called[layout]}'s."
                 f" Give each task a preprocessor of its own.")
         preprocessor._task_layout = layout
     tokenizer = getattr(preprocessor, "tokenizer", None)

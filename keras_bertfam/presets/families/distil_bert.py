@@ -81,6 +81,13 @@ def _mlm_head(task):
                                     "vocab_projector.bias")
 
 
+# DistilBertForSequenceClassification and DistilBertForMultipleChoice: pre_classifier -> ReLU on
+# [CLS] -> dropout -> classifier
+_pre_classifier_head = functools.partial(
+    checkpoints.text_classifier_map, hidden="pre_classifier",
+    activation=DistilBertBackbone.classifier_hidden_activation)
+
+
 FAMILY = FamilySpec(
     name="distil_bert",
     backbone_cls=DistilBertBackbone,
@@ -94,16 +101,10 @@ FAMILY = FamilySpec(
     config_to_hf=distil_bert_config_to_hf,
     tokenizer_to_hf=functools.partial(wordpiece_to_hf, tokenizer_class="DistilBertTokenizer"),
     hf_task_heads={"MaskedLM": _mlm_head,
-                   # pre_classifier -> ReLU on [CLS] -> classifier
-                   "TextClassifier": functools.partial(
-                       checkpoints.text_classifier_map, hidden="pre_classifier",
-                       activation=DistilBertBackbone.classifier_hidden_activation),
+                   "TextClassifier": _pre_classifier_head,
                    "TokenClassifier": checkpoints.classifier_head_map,
                    "QuestionAnswerer": checkpoints.question_answerer_map,
-                   # pre_classifier -> ReLU on [CLS] -> dropout -> classifier (1 unit)
-                   "MultipleChoice": functools.partial(
-                       checkpoints.text_classifier_map, hidden="pre_classifier",
-                       activation=DistilBertBackbone.classifier_hidden_activation)},
+                   "MultipleChoice": _pre_classifier_head},
     hf_task_architectures={"MaskedLM": "DistilBertForMaskedLM",
                            "TextClassifier": "DistilBertForSequenceClassification",
                            "TokenClassifier": "DistilBertForTokenClassification",

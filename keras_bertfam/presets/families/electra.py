@@ -82,9 +82,8 @@ FAMILY = FamilySpec(
                    "MultipleChoice": functools.partial(
                        checkpoints.text_classifier_map, hidden="sequence_summary.summary",
                        activation=ElectraBackbone.classifier_hidden_activation)},
-    hf_head_config={"sequence_summary.": {
-        "summary_type": "first", "summary_use_proj": True,
-        "summary_activation": ElectraBackbone.classifier_hidden_activation}},
+    hf_head_config=checkpoints.sequence_summary_config(
+        "first", ElectraBackbone.classifier_hidden_activation),
     hf_task_architectures={"MaskedLM": "ElectraForMaskedLM",
                            "ElectraPretrainer": "ElectraForPreTraining",
                            "TextClassifier": "ElectraForSequenceClassification",

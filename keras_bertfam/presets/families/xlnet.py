@@ -160,6 +160,13 @@ def xlnet_param_count(config):
     return config["vocabulary_size"] * H + H + L * (attention + feedforward) + biases
 
 
+# XLNetForSequenceClassification and XLNetForMultipleChoice: sequence_summary (the last position,
+# `<cls>`) -> summary Linear -> tanh -> dropout -> logits_proj
+_summary_head = functools.partial(checkpoints.text_classifier_map, key="logits_proj",
+                                  hidden="sequence_summary.summary",
+                                  activation=XLNetBackbone.classifier_hidden_activation)
+
+
 FAMILY = FamilySpec(
     hf_unused_of=xlnet_shared_bias_copies,
     name="xlnet",
@@ -173,21 +180,12 @@ FAMILY = FamilySpec(
     tokenizer_from_hf=sentencepiece_from_hf,
     config_to_hf=xlnet_config_to_hf,
     tokenizer_to_hf=functools.partial(albert.sentencepiece_to_hf, tokenizer_class="XLNetTokenizer"),
-    # XLNetForSequenceClassification and XLNetForMultipleChoice: sequence_summary (the last
-    # position, `<cls>`) -> summary Linear -> tanh -> dropout -> logits_proj
     hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias),
-                   "TextClassifier": functools.partial(
-                       checkpoints.text_classifier_map, key="logits_proj",
-                       hidden="sequence_summary.summary",
-                       activation=XLNetBackbone.classifier_hidden_activation),
+                   "TextClassifier": _summary_head,
                    "TokenClassifier": checkpoints.classifier_head_map,
-                   "MultipleChoice": functools.partial(
-                       checkpoints.text_classifier_map, key="logits_proj",
-                       hidden="sequence_summary.summary",
-                       activation=XLNetBackbone.classifier_hidden_activation)},
-    hf_head_config={"sequence_summary.": {
-        "summary_type": "last", "summary_use_proj": True,
-        "summary_activation": XLNetBackbone.classifier_hidden_activation}},
+                   "MultipleChoice": _summary_head},
+    hf_head_config=checkpoints.sequence_summary_config(
+        "last", XLNetBackbone.classifier_hidden_activation),
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel",
                            "TextClassifier": "XLNetForSequenceClassification",
                            "TokenClassifier": "XLNetForTokenClassification",
