@@ -15,6 +15,7 @@ their biases and LayerNorms are perturbed so that a wrong mapping cannot hide be
 """
 import os
 import random
+import re
 import shutil
 import warnings
 
@@ -630,10 +631,92 @@ def test_xlnet_token_classifier_is_hfs_token_classification(tmp_path, tokenizer_
     assert predicted[1][-1] == -1  # cut by truncation
 
 
+# Questions and contexts packed into XLNet's QA windows (a long context in several windows, a
+# short one left padded): the batch HF's XLNetForQuestionAnsweringSimple and ours both read.
+XLNET_QA = (["Where does the owner live?", "Who?"],
+            ["The quick brown fox jumps over the lazy dog while seven wizards box jugs of liquid;"
+             " the owner lives in Lyon.", "Ada did."])
+
+
+def _xlnet_qa_checkpoint(tmp_path, architecture, vocabulary_size):
+    """A random-init tiny HF XLNet `architecture` saved in tmp_path -> (path, reloaded model)."""
+    cfg = transformers.XLNetConfig(vocab_size=vocabulary_size, d_model=16, n_layer=1, n_head=2,
+                                   d_inner=32, dropout=0.0)
+    model = getattr(transformers, architecture)(cfg)
+    if hasattr(model, "qa_outputs"):
+        with torch.no_grad():
+            model.qa_outputs.weight.normal_(0.0, 0.5)
+    path = _save(model, tmp_path / architecture)
+    return path, getattr(transformers, architecture).from_pretrained(path).eval()
+
+
+def _hf_spans(model, f):
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(f["token_ids"]).long(),
+                    token_type_ids=torch.tensor(f["segment_ids"]).long(),
+                    attention_mask=torch.tensor(f["padding_mask"]).float())
+    return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
+
+
+@pytest.mark.multibackend  # the head mapping is keras.ops; the windows come from tf ops
+def test_xlnet_question_answerer_is_hfs_simple_qa_head(tmp_path, tokenizer_files):
+    """HF `XLNetForQuestionAnsweringSimple` (`qa_outputs`, a Linear over the last hidden states)
+    <-> QuestionAnswerer on XLNetBackbone: `from_preset` and strict `convert_task` give HF's
+    start / end logits at every real position of XLNet's QA windows (`context <sep> question
+    <sep> <cls>`, left padded, with the attention mask); exported back,
+    AutoModelForQuestionAnswering loads it as XLNetForQuestionAnsweringSimple, whole."""
+    tok = _tokenizer("wordpiece", tokenizer_files)
+    path, hf = _xlnet_qa_checkpoint(tmp_path, "XLNetForQuestionAnsweringSimple",
+                                    tok.vocabulary_size())
+    qa = kb.tasks.QuestionAnswerer.from_preset(path, preprocessor=None)
+    strict = kb.presets.convert_task(path, kb.tasks.QuestionAnswerer, preprocessor=None)
+    windows = kb.preprocessing.QuestionAnswererPreprocessor(tok, 24, stride=6,
+                                                            max_question_length=6, layout="xlnet")
+    f, _ = windows.windows(*XLNET_QA)
+    f = {k: to_numpy(v) for k, v in f.items()}
+    assert len(f["token_ids"]) >= 3 and (f["padding_mask"][:, 0] == 0).any()  # left padded
+    assert (f["token_ids"][:, -1] == tok.cls_token_id).all()
+    ref, real = _hf_spans(hf, f), f["padding_mask"].astype(bool)
+    for model in (qa, strict):
+        out = model(f, training=False)
+        for key in ref:
+            assert _max_diff(to_numpy(out[key])[real], ref[key][real]) <= 1e-4, key
+    out_dir = kb.presets.export_to_transformers(qa, str(tmp_path / "out"))
+    again, info = transformers.AutoModelForQuestionAnswering.from_pretrained(
+        out_dir, output_loading_info=True)
+    assert type(again).__name__ == "XLNetForQuestionAnsweringSimple"
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    back = _hf_spans(again.eval(), f)
+    for key in ref:
+        assert _max_diff(back[key][real], ref[key][real]) <= 1e-4
+
+
+def test_xlnet_beam_search_qa_checkpoint_is_another_model(tmp_path, tokenizer_files):
+    """HF's `XLNetForQuestionAnswering` (beam-search head: start_n_top / end_n_top, an end head
+    on each start candidate, answer_class) is not QuestionAnswerer's one Linear: `convert_task`
+    refuses it by name; `from_preset` warns, loads the backbone and starts a new head."""
+    tok = _tokenizer("wordpiece", tokenizer_files)
+    path, hf = _xlnet_qa_checkpoint(tmp_path, "XLNetForQuestionAnswering", tok.vocabulary_size())
+    with pytest.raises(checkpoints.CheckpointError,
+                       match=r"is a XLNetForQuestionAnswering checkpoint, HF's beam-search SQuAD "
+                             r"head .*QuestionAnswerer loads its heads from "
+                             r"XLNetForQuestionAnsweringSimple"):
+        kb.presets.convert_task(path, kb.tasks.QuestionAnswerer, preprocessor=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        qa = kb.tasks.QuestionAnswerer.from_preset(path, preprocessor=None)
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert len(said) == 1 and re.search(r"is a XLNetForQuestionAnswering checkpoint, HF's "
+                                        r"beam-search .*its head is new", said[0]), said
+    np.testing.assert_array_equal(to_numpy(qa.backbone.word_embedding.embeddings),
+                                  hf.transformer.word_embedding.weight.detach().numpy())
+
+
 def test_xlnet_layout_is_the_tasks(tokenizer_files):
     """The layout follows the task's backbone (an XLNet backbone with a WordPiece tokenizer still
     reads `<cls>` last, so it packs XLNet's layout); a preprocessor built with the other layout
-    is refused by name; question answering (windows, offsets) packs BERT's layout only."""
+    is refused by name; question answering's windows follow it too (`context <sep> question
+    <sep> <cls>` on XLNet, HF's run_qa.py)."""
     wordpiece = _tokenizer("wordpiece", tokenizer_files)
     xlnet = _tokenizer("xlnet", tokenizer_files)
     pre = kb.preprocessing.TextClassifierPreprocessor
@@ -649,9 +732,19 @@ def test_xlnet_layout_is_the_tasks(tokenizer_files):
                                          r"packed in XLNet's layout .*layout='bert'"):
         kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre(wordpiece, 16,
                                                                           layout="bert"))
+    qa_pre = kb.preprocessing.QuestionAnswererPreprocessor
+    assert qa_pre(xlnet, 128, layout="xlnet").packing_layout == "xlnet"
     with pytest.raises(ValueError, match=r"QuestionAnswererPreprocessor packs the layouts "
-                                         r"\('auto', 'bert'\); got layout='xlnet'"):
-        kb.preprocessing.QuestionAnswererPreprocessor(xlnet, 128, layout="xlnet")
+                                         r"\('auto', 'bert', 'xlnet'\); got layout='xlnet '"):
+        qa_pre(xlnet, 128, layout="xlnet ")
+    qa = kb.tasks.QuestionAnswerer(backbone, preprocessor=qa_pre(wordpiece, 16, stride=4,
+                                                                 max_question_length=4))
+    ids = to_numpy(qa.preprocessor(([" fox?"], ["the quick brown fox"]))["token_ids"])
+    assert ids[0, -1] == wordpiece.cls_token_id and ids[0, 0] == wordpiece.pad_token_id
+    with pytest.raises(ValueError, match=r"QuestionAnswerer on XLNetBackbone reads its rows "
+                                         r"packed in XLNet's layout .*layout='bert'"):
+        kb.tasks.QuestionAnswerer(backbone, preprocessor=qa_pre(wordpiece, 16, max_question_length=4,
+                                                                  layout="bert"))
     mc = kb.tasks.MultipleChoice(backbone, preprocessor=kb.preprocessing.MultipleChoicePreprocessor(
         wordpiece, 16))
     ids = to_numpy(mc.preprocessor((["the fox"], [["a dog", "a cat"]]))["token_ids"])

@@ -167,18 +167,19 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
 class FinetuningPreprocessor(keras.layers.Layer):
     """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`.
 
-    `layout` (the text, token and multiple-choice preprocessors): `"bert"` packs `[CLS] A [SEP]
-    (B [SEP])`, padded on the right; `"xlnet"` packs XLNet's `A <sep> (B <sep>) <cls>`, padded
-    on the LEFT, segment ids 0 / 1 and 2 for `<cls>` (HF `XLNetTokenizer`'s; `xlnet_pack`), so
-    that `<cls>` is the last position, where XLNet's classifier reads its summary. `"auto"`
+    `layout`: `"bert"` packs `[CLS] A [SEP] (B [SEP])`, padded on the right; `"xlnet"` packs
+    XLNet's `A <sep> (B <sep>) <cls>`, padded on the LEFT, segment ids 0 / 1 and 2 for `<cls>`
+    (HF `XLNetTokenizer`'s; `xlnet_pack`), so that `<cls>` is the last position, where XLNet's
+    classifier reads its summary (question answering: `context <sep> question <sep> <cls>`,
+    HF's `run_qa.py` for XLNet). `"auto"`
     (default): the layout of the task it is attached to (XLNet's for an `XLNetBackbone`), or
     alone, XLNet's for an `XLNetTokenizer` and BERT's for every other tokenizer.
     """
 
     LAYOUTS = ("auto", "bert", "xlnet")
-    # Whether this preprocessor can pack XLNet's layout (question answering's windows and
-    # offsets are BERT's only).
-    xlnet_layout_supported = False
+    # Whether this preprocessor can pack XLNet's layout (every fine-tuning preprocessor here
+    # can; a subclass that cannot sets False and is refused layout="xlnet").
+    xlnet_layout_supported = True
 
     def __init__(self, tokenizer, sequence_length=128, layout="auto", **kwargs):
         super().__init__(**kwargs)
@@ -198,9 +199,7 @@ class FinetuningPreprocessor(keras.layers.Layer):
         allowed = self.LAYOUTS if self.xlnet_layout_supported else ("auto", "bert")
         if value not in allowed:
             raise ValueError(f"{type(self).__name__} packs the layouts {allowed}; got layout="
-                             f"{value!r}." + ("" if value not in self.LAYOUTS else
-                                               " XLNet's layout is for text and token "
-                                               "classification and multiple choice."))
+                             f"{value!r}.")
         self._layout = value
 
     @property
@@ -388,7 +387,6 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     """
 
     group_by_length_batches = 50  # HF's megabatch: 50 batches
-    xlnet_layout_supported = True
 
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, pad_to_batch_max=False,
                  group_by_length=False, pad_to_multiple_of="auto", **kwargs):
@@ -503,8 +501,6 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
     padding, words cut by truncation and labels < 0 have weight 0 (label 0).
     """
 
-    xlnet_layout_supported = True
-
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_classes = num_classes
@@ -584,8 +580,6 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
     choice [SEP]` (SWAG / RACE; XLNet's layout: `context <sep> choice <sep> <cls>`); `y` [B] the
     index of the right choice."""
 
-    xlnet_layout_supported = True
-
     def __init__(self, tokenizer, sequence_length=128, num_choices=None, **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_choices = num_choices
@@ -617,16 +611,21 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     """SQuAD-style span extraction: `(question [B], context [B])` -> windows of
-    `[CLS] question [SEP] context-window [SEP]` (RoBERTa's `<s> question </s></s> window </s>`).
+    `[CLS] question [SEP] context-window [SEP]` (RoBERTa's `<s> question </s></s> window </s>`),
+    padded on the right; in XLNet's layout (`layout`, "auto": the task's, XLNet's on an
+    `XLNetBackbone`) `context-window <sep> question <sep> <cls>`, padded on the LEFT, segment ids
+    0 (window and its `<sep>`), 1 (question and its `<sep>`), 2 (`<cls>`), as HF's `run_qa.py`
+    packs them for XLNet (its tokenizer pads on the left, so the context comes first).
     Character offsets come from `tokenize_with_offsets`: WordPiece and byte-level BPE tokenizers.
 
     Long contexts are cut into windows of at most `sequence_length` tokens whose starts are
     `stride` context tokens apart (BERT's `doc_stride`); questions are cut to
     `max_question_length` tokens. Labels `y = (answer_start, answer_text)`: the answer's
     character offset in the context and its text (SQuAD's format; `answer_start = -1` for "no
-    answer"). In each window the label is the token span of the answer, or `[CLS]` (0, 0) when the
-    answer is not wholly inside the window. The text at `answer_start` must equal `answer_text`:
-    anything else is an error naming the example.
+    answer"). In each window the label is the token span of the answer, or the classification
+    token (`[CLS]` at 0; XLNet's `<cls>`, the last position) when the answer is not wholly inside
+    the window. The text at `answer_start` must equal `answer_text`: anything else is an error
+    naming the example.
 
     `windows(question, context)` also returns, per window, the example it came from and each
     token's character span in the context (-1 outside the context), which `QuestionAnswerer`
@@ -652,9 +651,15 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
             return element[0], element[1] if len(element) > 1 else None, None
         return element[:2], None, None
 
+    def _xlnet(self):
+        # Before `layout` is set (the constructor checks `sequence_length` first), BERT's: its
+        # window has as many special tokens as XLNet's or more.
+        return "_layout" in self.__dict__ and self.packing_layout == "xlnet"
+
     def _specials(self):
-        """Special tokens of a window: [CLS] q [SEP] c [SEP], RoBERTa's <s> q </s></s> c </s>."""
-        return 2 + self.pair_separators
+        """Special tokens of a window: [CLS] q [SEP] c [SEP], RoBERTa's <s> q </s></s> c </s>,
+        XLNet's c <sep> q <sep> <cls>."""
+        return 3 if self._xlnet() else 2 + self.pair_separators
 
     def windows(self, question, context):
         question = tf.convert_to_tensor(question)
@@ -684,9 +689,17 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         win_start = tf.gather(c_start.flat_values, index)
         win_end = tf.gather(c_end.flat_values, index)
         q_win = tf.gather(q_ids, window_example)
-        features = self._features([q_win, win_ids])
-        # character spans of each packed position; context tokens sit after [CLS] q [SEP]
-        lead = tf.gather(q_len, window_example) + 1 + self.pair_separators  # [W]
+        w_q_len = tf.gather(q_len, window_example)  # [W]
+        if self._xlnet():
+            # pad... window <sep> question <sep> <cls>: the window ends 3 + Q before the end
+            # (the window fits its budget: xlnet_pack truncates nothing)
+            features = self._features([win_ids, q_win])
+            lead = self.sequence_length - 3 - w_q_len - w_len  # [W]
+        else:
+            # [CLS] question [SEP] window [SEP] pad...: the window starts after [CLS] q [SEP]
+            features = self._features([q_win, win_ids])
+            lead = w_q_len + 1 + self.pair_separators  # [W]
+        # character spans of each packed position (context tokens from `lead` on; -1 elsewhere)
         positions = tf.RaggedTensor.from_row_lengths(
             tf.ragged.range(lead, lead + w_len).flat_values, tf.cast(w_len, tf.int64))
         shape = [tf.size(window_example), self.sequence_length]
@@ -698,7 +711,9 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
                                                win_end.flat_values)
         meta = {"example_index": window_example, "token_start": span_start,
                 "token_end": span_end, "window_start": w_start, "window_length": w_len,
-                "lead": lead, "context_start": c_start, "context_end": c_end}
+                "lead": lead, "context_start": c_start, "context_end": c_end,
+                "cls_index": tf.fill(tf.shape(window_example),
+                                     self.sequence_length - 1 if self._xlnet() else 0)}
         return features, meta
 
     def call(self, x, y=None, sample_weight=None):
@@ -735,8 +750,10 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         tok0, tok1 = tf.gather(first_tok, e), tf.gather(last_tok, e)  # [W]
         w0, wl = meta["window_start"], meta["window_length"]
         has = tf.gather(found_tokens, e) & (tok0 >= w0) & (tok1 < w0 + wl)
-        start = tf.where(has, meta["lead"] + tok0 - w0, 0)
-        end = tf.where(has, meta["lead"] + tok1 - w0, 0)
+        # elsewhere the classification token: [CLS] at 0, XLNet's <cls> last (HF's run_qa.py:
+        # `input_ids.index(cls_token_id)`), never a padding position
+        start = tf.where(has, meta["lead"] + tok0 - w0, meta["cls_index"])
+        end = tf.where(has, meta["lead"] + tok1 - w0, meta["cls_index"])
         return features, {"start_positions": start, "end_positions": end}
 
     def prepare(self, ds, training=True):

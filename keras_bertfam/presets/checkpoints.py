@@ -339,8 +339,9 @@ def classifier_head_map(task, key="classifier"):
 
 
 def question_answerer_map(task, key="qa_outputs"):
-    """`*ForQuestionAnswering` (every BERT-layout family and Longformer): one Linear to (start,
-    end) logits, HF's `qa_outputs` -> our QuestionAnswerer `span_head`."""
+    """`*ForQuestionAnswering` (every BERT-layout family and Longformer) and XLNet's
+    `XLNetForQuestionAnsweringSimple`: one Linear to (start, end) logits, HF's `qa_outputs` -> our
+    QuestionAnswerer `span_head`."""
     return dense(task.span_head.dense, key)
 
 

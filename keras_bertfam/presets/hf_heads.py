@@ -45,14 +45,21 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
                           + (f" (it loads one from {architecture})" if architecture else "")
                           + ".", stacklevel=3)
             source_heads = None
+        unlike = _another_model(spec, name, cfg)
+        if unlike is not None:
+            warnings.warn(f"{model_dir!r} is a {unlike[0]} checkpoint, {unlike[1]}: {name} does "
+                          f"not load its head; its head is new (it loads one from "
+                          f"{architecture}). The backbone's weights are loaded.", stacklevel=3)
+            source_heads = None
         if source_heads is None and not check_pooler:
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
         loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg)
-        _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
-                         f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
-                         strict=False)
+        if unlike is None:  # else its head's tensors are named in the warning above
+            _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
+                             f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
+                             strict=False)
         if check_pooler:
             warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
                               state, loaded)
@@ -94,7 +101,10 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     family's (and Longformer's and XLNet's) `*ForTokenClassification` into
     `TokenClassifier`, `*ForQuestionAnswering` into `QuestionAnswerer`, and every family's
     `*ForMultipleChoice` into `MultipleChoice` (its head HF's: DistilBERT's `pre_classifier`,
-    ELECTRA's and XLNet's `sequence_summary` into its hidden layer).
+    ELECTRA's and XLNet's `sequence_summary` into its hidden layer); XLNet's QuestionAnswerer is
+    HF's `XLNetForQuestionAnsweringSimple` (`qa_outputs`), and its beam-search
+    `XLNetForQuestionAnswering` (another model: the family's `hf_other_architectures`) is refused
+    naming it.
     A checkpoint without the head's weights, or of another family than the task's heads, is an
     error naming what was expected. Every tensor outside the checkpoint's base model must fill the
     task's heads, be declared unused (`hf_head_unused`) or be another task's head of the family,
@@ -113,6 +123,12 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     heads = (spec.hf_task_heads or {}).get(name)
     if heads is None:
         raise ValueError(_no_heads_message(where, spec, cfg, name))
+    unlike = _another_model(spec, name, cfg)
+    if unlike is not None:
+        raise checkpoints.CheckpointError(
+            f"{where!r} is a {unlike[0]} checkpoint, {unlike[1]}; {name} loads its heads from "
+            f"{(spec.hf_task_architectures or {}).get(name)}, and {unlike[0]}'s do not convert "
+            f"into it. Start {name} from its backbone with {name}.from_preset (a new head).")
     other = _another_finetuning_head(spec, name, cfg)
     if other is not None:
         raise checkpoints.CheckpointError(
@@ -155,6 +171,16 @@ def _another_finetuning_head(spec, name, cfg):
     for task, architecture in architectures.items():
         if task in FINETUNING_TASKS and task != name and architecture in named:
             return architecture, task
+    return None
+
+
+def _another_model(spec, name, cfg):
+    """(architecture, why) when the HF config `cfg` names an architecture of the family for the
+    task `name` that is another model than ours (`spec.hf_other_architectures`), else None."""
+    named = cfg.get("architectures") or ()
+    for architecture, why in ((spec.hf_other_architectures or {}).get(name) or {}).items():
+        if architecture in named and (spec.hf_task_architectures or {}).get(name) not in named:
+            return architecture, why
     return None
 
 

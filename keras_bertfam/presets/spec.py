@@ -27,6 +27,11 @@ class FamilySpec:
             (`cls.predictions`) and NSP (`cls.seq_relationship`).
         hf_task_architectures: `{task class name: HF architecture}`: what `convert_task` expects
             and `export_to_transformers` writes, e.g. `{"BertPretrainer": "BertForPreTraining"}`.
+        hf_other_architectures: `{task class name: {HF architecture: why}}`: HF architectures of
+            the family for the same task that are another model than ours (XLNet's beam-search
+            `XLNetForQuestionAnswering` against `XLNetForQuestionAnsweringSimple`): `convert_task`
+            refuses such a checkpoint naming it and `why`; `from_preset` warns and starts a new
+            head.
         hf_task_companions: `{task class name: {argument: (HF architecture, heads, shared)}}`:
             heads of a task that live in a second HF checkpoint, given to `convert_task` as that
             argument (ELECTRA's generator head, in the `ElectraForMaskedLM` checkpoint passed as
@@ -60,6 +65,7 @@ class FamilySpec:
     hf_task_heads: Optional[dict] = None
     hf_task_architectures: Optional[dict] = None
     hf_task_companions: Optional[dict] = None
+    hf_other_architectures: Optional[dict] = None
     count_params: Optional[Callable] = None
     hf_unused: tuple = ()
     hf_head_unused: tuple = ()

@@ -42,12 +42,16 @@ class QuestionAnswerer(Task):
     logits; the loss is the mean of the start and end cross-entropies.
 
     The preprocessor (`QuestionAnswererPreprocessor`) cuts long contexts into windows with a
-    stride; windows that do not hold the answer point at `[CLS]`. Raw input:
+    stride; windows that do not hold the answer point at `[CLS]`. On an `XLNetBackbone` the
+    windows are XLNet's (HF's `run_qa.py` for XLNet, the layout HF's
+    `XLNetForQuestionAnsweringSimple` is fine-tuned on): `context <sep> question <sep> <cls>`,
+    padded on the left, the no-answer label at `<cls>`, the last position. Raw input:
     `x = (questions, contexts)`, `y = (answer_starts, answer_texts)` (character offsets, SQuAD's
     format). `answer(questions, contexts)` returns the best span of each example, over all its
     windows, as text with its character offsets. Any family whose tokenizer gives character
     offsets (`tokenize_with_offsets`): WordPiece (BERT and its kin) and byte-level BPE (RoBERTa,
-    Longformer).
+    Longformer). Answers are spans of context tokens only (never the question, a special token
+    or padding).
 
     Export (`kb.export.export_saved_model`): `question`, `context` strings -> `answer_text`,
     `answer_start`, `answer_end` (offsets in Unicode characters into the original context, as
@@ -63,6 +67,7 @@ class QuestionAnswerer(Task):
     """
 
     uses_pooled_output = False  # the pooler is not trained by this task
+    follows_xlnet_layout = True  # HF's XLNetForQuestionAnsweringSimple reads XLNet's layout
 
     preprocessor_args = ("sequence_length", "stride", "max_question_length")
     default_learning_rate = 5e-5
@@ -91,13 +96,15 @@ class QuestionAnswerer(Task):
         """Answers lie in the context's tokens. From strings, those are the tokens with a
         character span in the context (as `answer()`); from packed ids, the tokens after the first
         separator that are neither separators nor padding (`[CLS] q [SEP] c [SEP]`, RoBERTa's
-        `<s> q </s></s> c </s>`: RoBERTa's inputs have no segment ids)."""
+        `<s> q </s></s> c </s>`: RoBERTa's inputs have no segment ids), or in XLNet's layout
+        (`pad... c <sep> q <sep> <cls>`) the real tokens before the first separator."""
         if "context_char_start" in features:
             return dict(features, in_context=ops.greater_equal(features["context_char_start"], 0))
         is_sep = ops.equal(features["token_ids"], special_token_ids["sep"])
         after_sep = ops.cumsum(ops.cast(is_sep, "int32"), axis=1) > 0
+        side = after_sep if self.packing_layout != "xlnet" else ops.logical_not(after_sep)
         in_context = ops.logical_and(
-            ops.logical_and(after_sep, ops.logical_not(is_sep)),
+            ops.logical_and(side, ops.logical_not(is_sep)),
             ops.equal(features["padding_mask"], 1))
         return dict(features, in_context=in_context)
 
@@ -133,7 +140,8 @@ class QuestionAnswerer(Task):
 
         windowing = {k: getattr(self.preprocessor, k) for k in ("stride", "max_question_length")
                      if self.preprocessor is not None}
-        preprocessor = QuestionAnswererPreprocessor(tokenizer, sequence_length, **windowing)
+        preprocessor = QuestionAnswererPreprocessor(tokenizer, sequence_length,
+                                                    layout=self.packing_layout, **windowing)
         question, context = texts
         features, meta = preprocessor.windows(question, context)
         window_example = meta["example_index"]

@@ -1,4 +1,5 @@
-"""XLNet presets (Yang et al. 2019, cased) and conversion from HF `XLNetModel` / `XLNetLMHeadModel`.
+"""XLNet presets (Yang et al. 2019, cased) and conversion from HF `XLNetModel`, `XLNetLMHeadModel`
+and the `XLNetFor*` fine-tuning heads (question answering: `XLNetForQuestionAnsweringSimple`).
 
 HF keeps XLNet's (H, N, Dh) projection layout, which `RelativeMultiHeadAttention` uses too, so
 attention weights copy without transforms; only the FFN's torch Linear kernels are transposed.
@@ -183,13 +184,20 @@ FAMILY = FamilySpec(
     hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias),
                    "TextClassifier": _summary_head,
                    "TokenClassifier": checkpoints.classifier_head_map,
+                   "QuestionAnswerer": checkpoints.question_answerer_map,
                    "MultipleChoice": _summary_head},
     hf_head_config=checkpoints.sequence_summary_config(
         "last", XLNetBackbone.classifier_hidden_activation),
     hf_task_architectures={"XLNetPretrainer": "XLNetLMHeadModel",
                            "TextClassifier": "XLNetForSequenceClassification",
                            "TokenClassifier": "XLNetForTokenClassification",
+                           "QuestionAnswerer": "XLNetForQuestionAnsweringSimple",
                            "MultipleChoice": "XLNetForMultipleChoice"},
+    hf_other_architectures={"QuestionAnswerer": {
+        "XLNetForQuestionAnswering": "HF's beam-search SQuAD head (start_n_top / end_n_top "
+                                     "candidates, an end head conditioned on each start, "
+                                     "answer_class), another model than QuestionAnswerer's one "
+                                     "Linear over the hidden states"}},
     hf_head_unused=("lm_loss.weight",),  # tied to the word embedding
     count_params=xlnet_param_count,
 )
