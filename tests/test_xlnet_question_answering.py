@@ -1,0 +1,185 @@
+"""QuestionAnswerer on XLNet from raw strings, in HF's layout for XLNet (`run_qa.py` with its
+left-padding tokenizer): windows of `context-window <sep> question <sep> <cls>`, padded on the
+left, the no-answer label at `<cls>` (the last position); `answer()` and the exported string
+signature read the answer back as character offsets into the original context.
+
+The backbone is a tiny random XLNet; the tokenizer is chosen by `make_tokenizer` alone (the
+layout follows the backbone, not the tokenizer). Raw-text QA needs character offsets
+(`tokenize_with_offsets`): WordPiece here; XLNet's own SentencePiece `XLNetTokenizer` once it
+gives offsets is a one-line change of `make_tokenizer` (the module fixture calls
+`rebuild_resource`, which a SentencePiece tokenizer needs after each test's seeding).
+Conversion of HF's `XLNetForQuestionAnsweringSimple` is in test_conversion.py.
+"""
+import keras
+import numpy as np
+import pytest
+
+import keras_bertfam as kb
+from conftest import to_numpy
+
+
+def make_tokenizer(bert_vocab):
+    return kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+
+
+QUESTION = "Where does the café owner live?"
+CONTEXT = ("Long ago there was a small town with many shops and a river. " * 3
+           + "The café owner, Zoë Brontë, lives in Zürich near the lake. It rained.")
+ANSWER = "Zürich"
+NO_QUESTION = "What colour is the sky?"  # SQuAD 2.0's unanswerable: answer_start = -1
+NO_CONTEXT = "Ada Lovelace wrote the first program in 1843."
+SEQUENCE_LENGTH, STRIDE, MAX_QUESTION = 32, 8, 10
+
+
+def _fresh(tokenizer):
+    getattr(tokenizer, "rebuild_resource", lambda: None)()
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer(bert_vocab):
+    return make_tokenizer(bert_vocab)
+
+
+@pytest.fixture(scope="module")
+def qa(tokenizer):
+    """A QuestionAnswerer on a tiny XLNet, fitted on the long example (its answer in a late
+    window) and the unanswerable one until it has memorized both."""
+    keras.utils.set_random_seed(7)
+    backbone = kb.models.XLNetBackbone(tokenizer.vocabulary_size(), num_layers=1, num_heads=2,
+                                       hidden_dim=32, intermediate_dim=64)
+    qa = kb.tasks.QuestionAnswerer(backbone, preprocessor=kb.preprocessing.
+                                   QuestionAnswererPreprocessor(
+                                       tokenizer, SEQUENCE_LENGTH, stride=STRIDE,
+                                       max_question_length=MAX_QUESTION))
+    qa.compile(learning_rate=3e-3)
+    start = CONTEXT.index(ANSWER)
+    qa.fit(([QUESTION, NO_QUESTION] * 8, [CONTEXT, NO_CONTEXT] * 8),
+           ([start, -1] * 8, [ANSWER, ""] * 8), batch_size=2, epochs=6, verbose=0)
+    return qa
+
+
+def _written_out(tokenizer, context_ids, question_ids):
+    """XLNet's QA window written out (HF `XLNetTokenizer`'s pair layout with the context first,
+    left padding): ids, segment ids, padding mask."""
+    ids = context_ids + [tokenizer.sep_token_id] + question_ids + [tokenizer.sep_token_id,
+                                                                  tokenizer.cls_token_id]
+    seg = [0] * (len(context_ids) + 1) + [1] * (len(question_ids) + 1) + [2]
+    n = SEQUENCE_LENGTH - len(ids)
+    return ([tokenizer.pad_token_id] * n + ids, [3] * n + seg, [0] * n + [1] * len(ids))
+
+
+def test_windows_labels_and_offsets_in_xlnets_layout(qa, tokenizer):
+    """Every window as XLNet's layout writes it out, striding over the context (`stride` context
+    tokens between window starts, as BERT's layout); labels on the answer's tokens where the
+    window holds it whole, else on `<cls>` (never padding); each context position's character
+    span is its token's offsets, every other position -1."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    _fresh(tokenizer)
+    pre = qa.preprocessor
+    assert pre.packing_layout == "xlnet" and pre.layout == "auto"  # the task's backbone
+    questions, contexts = [QUESTION, NO_QUESTION], [CONTEXT, NO_CONTEXT]
+    x, y = pre.call((tf.constant(questions), tf.constant(contexts)),
+                    (tf.constant([CONTEXT.index(ANSWER), -1]), tf.constant([ANSWER, ""])))
+    _, meta = pre.windows(tf.constant(questions), tf.constant(contexts))
+    x = {k: to_numpy(v) for k, v in x.items()}
+    s, e = to_numpy(y["start_positions"]), to_numpy(y["end_positions"])
+    t0, t1 = to_numpy(meta["token_start"]), to_numpy(meta["token_end"])
+    example = to_numpy(meta["example_index"])
+    cls = SEQUENCE_LENGTH - 1
+    ids, starts, ends = tokenize_with_offsets(tokenizer, tf.constant(contexts))
+    counts, reach = [0, 0], [0, 0]
+    for w, b in enumerate(example):
+        c_ids, c_start, c_end = (t.to_list()[b] for t in (ids, starts, ends))
+        q_ids = tokenizer([questions[b]]).to_list()[0][:MAX_QUESTION]
+        budget = SEQUENCE_LENGTH - 3 - len(q_ids)
+        first = counts[b] * STRIDE
+        counts[b] += 1
+        window = c_ids[first:first + budget]
+        assert window and reach[b] < len(c_ids)  # a window only while context is left
+        reach[b] = first + len(window)
+        want = _written_out(tokenizer, window, q_ids)
+        for key, row in zip(("token_ids", "segment_ids", "padding_mask"), want):
+            np.testing.assert_array_equal(x[key][w], row, err_msg=f"{key} of window {w}")
+        lead = SEQUENCE_LENGTH - 3 - len(q_ids) - len(window)
+        span = np.full(SEQUENCE_LENGTH, -1)
+        span[lead:lead + len(window)] = c_start[first:first + budget]
+        np.testing.assert_array_equal(t0[w], span)
+        span[lead:lead + len(window)] = c_end[first:first + budget]
+        np.testing.assert_array_equal(t1[w], span)
+        assert x["padding_mask"][w, s[w]] == 1 and x["padding_mask"][w, e[w]] == 1
+        if s[w] == cls:
+            assert e[w] == cls and x["token_ids"][w, cls] == tokenizer.cls_token_id
+        else:
+            assert CONTEXT[t0[w, s[w]]:t1[w, e[w]]] == ANSWER and b == 0
+    assert counts[0] >= 4 and counts[1] == 1  # the long context is cut into windows
+    assert reach == [len(row) for row in ids.to_list()]  # and read to its end
+    answered = [w for w in range(len(example)) if s[w] != cls]
+    assert answered and answered[0] > 0  # the answer is in later windows only
+    assert all(s[w] == cls for w in range(len(example)) if example[w] == 1)  # unanswerable
+
+
+def test_fit_then_answer(qa, tokenizer, tmp_path):
+    """Fitted on raw strings, `answer()` finds the answer in a later window as character offsets
+    into the original context; the unanswerable example's windows put both logits' maximum on
+    `<cls>`; saved and loaded, it packs XLNet's layout and gives the same answers."""
+    import tensorflow as tf
+
+    _fresh(tokenizer)
+    best = qa.answer([QUESTION, NO_QUESTION], [CONTEXT, NO_CONTEXT])
+    assert best[0]["text"] == ANSWER
+    assert (best[0]["start"], best[0]["end"]) == (CONTEXT.index(ANSWER),
+                                                  CONTEXT.index(ANSWER) + len(ANSWER))
+    features, meta = qa.preprocessor.windows(tf.constant([QUESTION, NO_QUESTION]),
+                                             tf.constant([CONTEXT, NO_CONTEXT]))
+    first_window_end = to_numpy(meta["token_end"])[0].max()
+    assert best[0]["start"] >= first_window_end  # past the first window
+    # the packed windows straight into the model (`predict` would read a dict as raw text)
+    out = keras.Model.predict(qa, {k: to_numpy(v) for k, v in features.items()}, verbose=0)
+    unanswerable = to_numpy(meta["example_index"]) == 1
+    for key in ("start_logits", "end_logits"):
+        assert (out[key][unanswerable].argmax(-1) == SEQUENCE_LENGTH - 1).all()
+    qa.save(str(tmp_path / "qa.keras"))
+    again = keras.saving.load_model(str(tmp_path / "qa.keras"))
+    assert again.preprocessor.packing_layout == "xlnet"
+    assert again.answer([QUESTION, NO_QUESTION], [CONTEXT, NO_CONTEXT]) == best
+
+
+def test_export_answers_as_answer_does(qa, tokenizer, tmp_path):
+    """The SavedModel's string signature gives `answer()`'s answers (long contexts in windows,
+    the unanswerable example, an empty context), and passes the tf-text 2.12.1 audit; its
+    `token_ids` signature reads the context before the first `<sep>` of XLNet's rows."""
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("SavedModel export traces with TensorFlow")
+    _fresh(tokenizer)
+    questions = [QUESTION, NO_QUESTION, "Who lives near the lake?", "Who?", QUESTION]
+    contexts = [CONTEXT, NO_CONTEXT, CONTEXT.replace("Zoë", "Ada"), "", "Zoë lives in Zürich."]
+    path = str(tmp_path / "qa" / "1")
+    kb.export.export_saved_model(qa, path)
+    loaded = tf.saved_model.load(path)
+    got = loaded.signatures["serving_default"](question=tf.constant(questions),
+                                               context=tf.constant(contexts))
+    want = qa.answer(questions, contexts)
+    assert want[0]["text"] == ANSWER and want[3]["start"] == -1
+    np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
+    np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
+    assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
+    found = [i for i, a in enumerate(want) if a["start"] >= 0]
+    np.testing.assert_allclose(got["span_score"].numpy()[found],
+                               [want[i]["score"] for i in found], atol=1e-4)
+    report = kb.export.audit_ops(path, tf_text="2.12.1")
+    assert not report["unsupported"] and not report["unknown_attrs"]
+    # packed rows (one window each: NO_CONTEXT, the last): the span of the string signature
+    features, meta = qa.preprocessor.windows(tf.constant([questions[1], questions[4]]),
+                                             tf.constant([contexts[1], contexts[4]]))
+    assert to_numpy(meta["example_index"]).tolist() == [0, 1]
+    spans = loaded.signatures["token_ids"](**features)
+    t0, t1 = to_numpy(meta["token_start"]), to_numpy(meta["token_end"])
+    for row, i in enumerate((1, 4)):
+        start, end = spans["span_start"].numpy()[row], spans["span_end"].numpy()[row]
+        assert (t0[row, start], t1[row, end]) == (want[i]["start"], want[i]["end"])
