@@ -743,8 +743,8 @@ def test_xlnet_layout_is_the_tasks(tokenizer_files):
     assert ids[0, -1] == wordpiece.cls_token_id and ids[0, 0] == wordpiece.pad_token_id
     with pytest.raises(ValueError, match=r"QuestionAnswerer on XLNetBackbone reads its rows "
                                          r"packed in XLNet's layout .*layout='bert'"):
-        kb.tasks.QuestionAnswerer(backbone, preprocessor=qa_pre(wordpiece, 16, max_question_length=4,
-                                                                  layout="bert"))
+        kb.tasks.QuestionAnswerer(backbone, preprocessor=qa_pre(
+            wordpiece, 16, max_question_length=4, layout="bert"))
     mc = kb.tasks.MultipleChoice(backbone, preprocessor=kb.preprocessing.MultipleChoicePreprocessor(
         wordpiece, 16))
     ids = to_numpy(mc.preprocessor((["the fox"], [["a dog", "a cat"]]))["token_ids"])

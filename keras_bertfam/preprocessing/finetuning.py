@@ -171,9 +171,9 @@ class FinetuningPreprocessor(keras.layers.Layer):
     XLNet's `A <sep> (B <sep>) <cls>`, padded on the LEFT, segment ids 0 / 1 and 2 for `<cls>`
     (HF `XLNetTokenizer`'s; `xlnet_pack`), so that `<cls>` is the last position, where XLNet's
     classifier reads its summary (question answering: `context <sep> question <sep> <cls>`,
-    HF's `run_qa.py` for XLNet). `"auto"`
-    (default): the layout of the task it is attached to (XLNet's for an `XLNetBackbone`), or
-    alone, XLNet's for an `XLNetTokenizer` and BERT's for every other tokenizer.
+    HF's `run_qa.py` for XLNet). `"auto"` (default): the layout of the task it is attached to
+    (XLNet's for an `XLNetBackbone`), or alone, XLNet's for an `XLNetTokenizer` and BERT's for
+    every other tokenizer.
     """
 
     LAYOUTS = ("auto", "bert", "xlnet")
