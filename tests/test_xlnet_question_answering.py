@@ -6,8 +6,9 @@ signature read the answer back as character offsets into the original context.
 The backbone is a tiny random XLNet; the tokenizer is chosen by `make_tokenizer` alone (the
 layout follows the backbone, not the tokenizer). Raw-text QA needs character offsets
 (`tokenize_with_offsets`): WordPiece here; XLNet's own SentencePiece `XLNetTokenizer` once it
-gives offsets is a one-line change of `make_tokenizer` (the module fixture calls
-`rebuild_resource`, which a SentencePiece tokenizer needs after each test's seeding).
+gives offsets is a change of `make_tokenizer` (and of `make_hf_tokenizer`, HF's reference, to
+`XLNetTokenizerFast` of the same model); the tests call `rebuild_resource`, which a
+SentencePiece tokenizer needs after each test's seeding.
 Conversion of HF's `XLNetForQuestionAnsweringSimple` is in test_conversion.py.
 """
 import keras
@@ -20,6 +21,22 @@ from conftest import to_numpy
 
 def make_tokenizer(bert_vocab):
     return kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+
+
+def make_hf_tokenizer(bert_vocab):
+    """HF's fast tokenizer of the same vocabulary in XLNet's QA configuration (what
+    `XLNetTokenizerFast` is out of the box): pairs `A <sep> B <sep> <cls>` with segment ids
+    0 / 1 / 2, padding on the left."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers.processors import TemplateProcessing
+
+    hf = transformers.BertTokenizerFast(bert_vocab, do_lower_case=True)
+    hf.padding_side = "left"
+    specials = [("[SEP]", hf.sep_token_id), ("[CLS]", hf.cls_token_id)]
+    hf._tokenizer.post_processor = TemplateProcessing(
+        single="$A:0 [SEP]:0 [CLS]:2", pair="$A:0 [SEP]:0 $B:1 [SEP]:1 [CLS]:2",
+        special_tokens=specials)
+    return hf
 
 
 QUESTION = "Where does the café owner live?"
@@ -120,6 +137,63 @@ def test_windows_labels_and_offsets_in_xlnets_layout(qa, tokenizer):
     answered = [w for w in range(len(example)) if s[w] != cls]
     assert answered and answered[0] > 0  # the answer is in later windows only
     assert all(s[w] == cls for w in range(len(example)) if example[w] == 1)  # unanswerable
+
+
+def test_windows_and_labels_equal_hfs_run_qa_for_xlnet(qa, tokenizer, bert_vocab):
+    """HF's `run_qa.py` (`prepare_train_features`) for XLNet, whose tokenizer pads on the left:
+    `tokenizer(contexts, questions, truncation="only_first", stride=overlap,
+    return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length")`, labels
+    at the answer's tokens or `input_ids.index(cls_token_id)`. Our `stride` is the step between
+    window starts (BERT's doc_stride), HF's the overlap: HF's `stride` is the window's context
+    budget minus ours. The same windows, ids, masks, segment ids (HF pads them with 0, XLNet's
+    tokenizer with 3), context offsets and labels."""
+    import tensorflow as tf
+
+    _fresh(tokenizer)
+    hf = make_hf_tokenizer(bert_vocab)
+    questions = [QUESTION, NO_QUESTION, "Who wrote it?", "Where?"]
+    contexts = [CONTEXT, NO_CONTEXT, "İstanbul's naïve résumé was written by Ada Lovelace.",
+                CONTEXT[:CONTEXT.index(ANSWER) + len(ANSWER)]]  # the answer ends the context
+    answers = [(CONTEXT.index(ANSWER), ANSWER), (-1, ""),
+               (contexts[2].index("Ada"), "Ada Lovelace"), (CONTEXT.index(ANSWER), ANSWER)]
+    x, y = qa.preprocessor.call((tf.constant(questions), tf.constant(contexts)),
+                                (tf.constant([a[0] for a in answers]),
+                                 tf.constant([a[1] for a in answers])))
+    _, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+    ours = {k: to_numpy(v) for k, v in dict(x, **y, token_start=meta["token_start"],
+                                              token_end=meta["token_end"]).items()}
+    w = labelled = 0
+    for b, (question, context) in enumerate(zip(questions, contexts)):
+        budget = SEQUENCE_LENGTH - 3 - len(hf(question, add_special_tokens=False)["input_ids"])
+        enc = hf([context], [question], truncation="only_first", max_length=SEQUENCE_LENGTH,
+                 stride=budget - STRIDE, return_overflowing_tokens=True,
+                 return_offsets_mapping=True, padding="max_length")
+        for i, ids in enumerate(enc["input_ids"]):
+            real = np.array(enc["attention_mask"][i]) == 1
+            np.testing.assert_array_equal(ours["token_ids"][w], ids)
+            np.testing.assert_array_equal(ours["padding_mask"][w], enc["attention_mask"][i])
+            np.testing.assert_array_equal(ours["segment_ids"][w][real],
+                                          np.array(enc["token_type_ids"][i])[real])
+            assert (ours["segment_ids"][w][~real] == 3).all()
+            in_context = [k for k, sid in enumerate(enc.sequence_ids(i)) if sid == 0]
+            offsets = np.array(enc["offset_mapping"][i])
+            for key, column in (("token_start", 0), ("token_end", 1)):
+                want = np.full(SEQUENCE_LENGTH, -1)
+                want[in_context] = offsets[in_context, column]
+                np.testing.assert_array_equal(ours[key][w], want)
+            # run_qa.py's labels, its scans kept inside the context (run_qa's start scan steps
+            # past the context's last token into `<sep>` and the question when the answer ends
+            # the window: XLNet's context comes first)
+            start = end = ids.index(hf.cls_token_id)
+            first, last = in_context[0], in_context[-1]
+            a0, a1 = answers[b][0], answers[b][0] + len(answers[b][1])
+            if a0 >= 0 and offsets[first][0] <= a0 and offsets[last][1] >= a1:
+                start = max(k for k in in_context if offsets[k][0] <= a0)
+                end = min(k for k in in_context if offsets[k][1] >= a1)
+            assert (ours["start_positions"][w], ours["end_positions"][w]) == (start, end), (b, i)
+            labelled += start != ids.index(hf.cls_token_id)
+            w += 1
+    assert w == len(ours["token_ids"]) and labelled >= 3
 
 
 def test_fit_then_answer(qa, tokenizer, tmp_path):
