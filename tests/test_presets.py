@@ -139,6 +139,54 @@ def test_our_preset_dir_round_trip(tmp_path, bert_vocab):
     assert tok(["Hello world"]).to_list() == tokenizer(["Hello world"]).to_list()
 
 
+def test_a_preset_reloads_the_tokenizer_it_was_saved_with(tmp_path, bert_vocab):
+    """A preset rebuilds its tokenizer from the class and options it was saved with: a WordPiece
+    vocabulary on an XLNet backbone, XLNet's SentencePiece on a BERT one (both failed to load:
+    the family's own tokenizer was looked for), and options the family's maker used to drop
+    (`strip_accents=False` reloaded as True: other ids, silently; special tokens)."""
+    import random
+
+    rng = random.Random(0)
+    words = ("the quick brown fox jumps over lazy dog while seven wizards quietly box jugs of "
+             "liquid café naïve").split()
+    docs = [" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(200)]
+    spiece = str(tmp_path / "xlnet.model")
+    kb.preprocessing.train_xlnet_sentencepiece_model(docs, 50, output_file=spiece)
+    small = dict(num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32)
+    cases = {
+        "xlnet+wordpiece": (lambda v: kb.models.XLNetBackbone(v, **small),
+                            lambda: kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True,
+                                                                        strip_accents=False)),
+        "bert+xlnet_sentencepiece": (
+            lambda v: kb.models.BertBackbone(v, max_sequence_length=32, **small),
+            lambda: kb.preprocessing.XLNetTokenizer(spiece, lowercase=True)),
+        "bert+wordpiece_accents_kept": (
+            lambda v: kb.models.BertBackbone(v, max_sequence_length=32, **small),
+            lambda: kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True,
+                                                        strip_accents=False)),
+    }
+    text = ["The naïve café fox."]
+    for name, (backbone, tokenizer) in cases.items():
+        tokenizer = tokenizer()
+        task = kb.tasks.TextClassifier(backbone(tokenizer.vocabulary_size()), num_classes=2,
+                                       preprocessor=kb.preprocessing.TextClassifierPreprocessor(
+                                           tokenizer, 16))
+        task.save_to_preset(str(tmp_path / name))
+        again = kb.tasks.TextClassifier.from_preset(str(tmp_path / name))
+        loaded = again.preprocessor.tokenizer
+        assert type(loaded) is type(tokenizer), name
+        unnamed = lambda t: {k: v for k, v in t.get_config().items() if k != "name"}  # noqa: E731
+        assert unnamed(loaded) == unnamed(tokenizer), name
+        np.testing.assert_array_equal(to_numpy(again.preprocessor(text)["token_ids"]),
+                                      to_numpy(task.preprocessor(text)["token_ids"]), err_msg=name)
+        np.testing.assert_allclose(to_numpy(again.predict(text, verbose=0)),
+                                   to_numpy(task.predict(text, verbose=0)), atol=1e-6, err_msg=name)
+    # the accent is kept: "café" is not "cafe" (the family's maker used to strip it on reload)
+    kept = kb.presets.load_tokenizer(str(tmp_path / "bert+wordpiece_accents_kept"))
+    assert kept(["café"]).to_list() != kb.preprocessing.WordPieceTokenizer(
+        bert_vocab, lowercase=True)(["café"]).to_list()
+
+
 def test_keras_hub_preset_dir(tmp_path, bert_vocab):
     import keras_hub
 

@@ -164,7 +164,7 @@ def save_tokenizer(tokenizer, preset_dir):
     os.makedirs(assets, exist_ok=True)
     tokenizer.save_assets(assets)
     config = tokenizer.get_config()
-    spec = {"kind": tokenizer.kind}
+    spec = {"kind": tokenizer.kind, "class": type(tokenizer).__name__}
     spec.update({k: v for k, v in config.items()
                  if k not in ("name", "trainable", "dtype", "vocabulary", "proto", "merges",
                               "sequence_length", "config_file")})

@@ -197,6 +197,20 @@ class PresetLoader:
         return None
 
 
+def _tokenizer_family(spec, family, where):
+    """The family whose `make_tokenizer` rebuilds a saved tokenizer: the preset's own, or, for a
+    tokenizer of another family's class (an XLNet backbone with a WordPiece vocabulary), that
+    family's. Presets saved before the manifest named the class: the preset's family."""
+    name = spec.get("class")
+    if name is None or family.tokenizer_class.__name__ == name:
+        return family
+    for other in FAMILIES.values():
+        if other.tokenizer_class.__name__ == name:
+            return other
+    raise ValueError(f"{os.path.join(where, MANIFEST)!r} names a {name} tokenizer; the tokenizer "
+                     f"classes are {sorted({f.tokenizer_class.__name__ for f in FAMILIES.values()})}.")
+
+
 class OursLoader(PresetLoader):
     """A directory written by `save_to_preset`: `keras_bertfam.json`, `backbone.weights.h5`
     (`task.weights.h5`), `assets/tokenizer/`; every file verified against the manifest's
@@ -237,8 +251,9 @@ class OursLoader(PresetLoader):
             raise ValueError(f"The preset directory {self.where!r} was saved without a tokenizer.")
         assets = [n for n in self.manifest.get("files", {}) if n.startswith("assets/")]
         self._verification(*assets).result()
-        return self.family.make_tokenizer(dict(self.manifest["tokenizer"], **kwargs),
-                                          os.path.join(self.where, TOKENIZER_ASSETS))
+        spec = dict(self.manifest["tokenizer"], **kwargs)
+        return _tokenizer_family(spec, self.family, self.where).make_tokenizer(
+            spec, os.path.join(self.where, TOKENIZER_ASSETS))
 
     def saved_task(self, cls):
         saved = self.manifest.get("task", {})

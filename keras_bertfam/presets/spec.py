@@ -12,6 +12,9 @@ class FamilySpec:
         backbone_cls: the family's Backbone class.
         make_tokenizer: `(spec: dict, assets_dir: str | None) -> tokenizer`; `spec` is the preset's
             tokenizer entry (kind, options), `assets_dir` a directory holding its files.
+        tokenizer_class: the tokenizer class `make_tokenizer` builds. A preset saved with a
+            tokenizer of another family's class (an XLNet backbone with a WordPiece vocabulary)
+            is rebuilt by that family's `make_tokenizer` (the manifest names the class).
         tokenizer_files: the files a tokenizer needs in an assets directory (e.g. ["vocab.txt"]).
         hf_model_types: HF `config.json` "model_type" values this family converts.
         config_from_hf: HF config dict -> backbone constructor kwargs.
@@ -54,6 +57,7 @@ class FamilySpec:
     name: str
     backbone_cls: type
     make_tokenizer: Optional[Callable] = None
+    tokenizer_class: Optional[type] = None
     tokenizer_files: tuple = ()
     hf_model_types: tuple = ()
     config_from_hf: Optional[Callable] = None

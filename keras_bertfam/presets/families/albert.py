@@ -6,7 +6,7 @@ from keras_bertfam.layers.encoder import sharing_plan
 from keras_bertfam.models.albert import AlbertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import vocabulary_path
+from keras_bertfam.presets.vocabularies import tokenizer_options, vocabulary_path
 from keras_bertfam.preprocessing.tokenizers import SentencePieceTokenizer
 
 PROTO_FILE = "vocabulary.spm"  # keras-hub's SentencePieceTokenizer asset name
@@ -16,8 +16,7 @@ HF_ACTIVATIONS = {"gelu_new": "gelu_approximate", "gelu_pytorch_tanh": "gelu_app
 
 def make_sentencepiece(spec, assets_dir=None):
     proto = os.path.join(assets_dir, PROTO_FILE) if assets_dir else vocabulary_path(spec["proto"])
-    return SentencePieceTokenizer(proto=proto, lowercase=spec.get("lowercase", True),
-                                  keep_accents=spec.get("keep_accents", False))
+    return SentencePieceTokenizer(proto=proto, **tokenizer_options(spec, lowercase=True))
 
 
 def sentencepiece_from_hf(model_dir):
@@ -156,6 +155,7 @@ FAMILY = FamilySpec(
     name="albert",
     backbone_cls=AlbertBackbone,
     make_tokenizer=make_sentencepiece,
+    tokenizer_class=SentencePieceTokenizer,
     tokenizer_files=(PROTO_FILE,),
     hf_model_types=("albert",),
     config_from_hf=albert_config_from_hf,

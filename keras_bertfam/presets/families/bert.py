@@ -5,7 +5,7 @@ from keras_bertfam.models.bert import BertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
 from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer
-from keras_bertfam.presets.vocabularies import vocabulary_path
+from keras_bertfam.presets.vocabularies import tokenizer_options, vocabulary_path
 
 
 def make_wordpiece(spec, assets_dir=None):
@@ -18,7 +18,7 @@ def make_wordpiece(spec, assets_dir=None):
                                     "file (vocabulary.txt or vocab.txt).")
     else:
         vocab = vocabulary_path(spec["vocabulary"])
-    return WordPieceTokenizer(vocabulary=vocab, lowercase=spec.get("lowercase", False))
+    return WordPieceTokenizer(vocabulary=vocab, **tokenizer_options(spec, lowercase=False))
 
 
 def wordpiece_from_hf(model_dir):
@@ -72,6 +72,7 @@ FAMILY = FamilySpec(
     name="bert",
     backbone_cls=BertBackbone,
     make_tokenizer=make_wordpiece,
+    tokenizer_class=WordPieceTokenizer,
     tokenizer_files=("vocab.txt",),
     hf_model_types=("bert",),
     config_from_hf=checkpoints.bert_config_from_hf,

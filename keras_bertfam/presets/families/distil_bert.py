@@ -6,6 +6,7 @@ from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.checkpoints import attention, dense, layer_norm
 from keras_bertfam.presets.families.bert import (
     UNCASED,
+    WordPieceTokenizer,
     make_wordpiece,
     wordpiece_from_hf,
     wordpiece_to_hf,
@@ -92,6 +93,7 @@ FAMILY = FamilySpec(
     name="distil_bert",
     backbone_cls=DistilBertBackbone,
     make_tokenizer=make_wordpiece,
+    tokenizer_class=WordPieceTokenizer,
     tokenizer_files=("vocab.txt",),
     hf_model_types=("distilbert",),
     config_from_hf=distil_bert_config_from_hf,

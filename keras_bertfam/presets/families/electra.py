@@ -9,6 +9,7 @@ from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.families.bert import (
     UNCASED,
+    WordPieceTokenizer,
     make_wordpiece,
     wordpiece_from_hf,
     wordpiece_to_hf,
@@ -57,6 +58,7 @@ FAMILY = FamilySpec(
     name="electra",
     backbone_cls=ElectraBackbone,
     make_tokenizer=make_wordpiece,
+    tokenizer_class=WordPieceTokenizer,
     tokenizer_files=("vocab.txt",),
     hf_model_types=("electra",),
     config_from_hf=electra_config_from_hf,

@@ -65,6 +65,7 @@ FAMILY = FamilySpec(
     name="longformer",
     backbone_cls=LongformerBackbone,
     make_tokenizer=roberta.make_byte_pair,
+    tokenizer_class=roberta.BytePairTokenizer,
     tokenizer_files=(roberta.VOCABULARY_FILE, roberta.MERGES_FILE),
     hf_model_types=("longformer",),
     config_from_hf=longformer_config_from_hf,

@@ -4,7 +4,7 @@ import os
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET, RobertaBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import vocabulary_path
+from keras_bertfam.presets.vocabularies import tokenizer_options, vocabulary_path
 from keras_bertfam.preprocessing.tokenizers import BytePairTokenizer
 
 VOCABULARY_FILE = "vocabulary.json"  # keras-hub's BytePairTokenizer asset names
@@ -17,8 +17,7 @@ def make_byte_pair(spec, assets_dir=None):
         merges = os.path.join(assets_dir, MERGES_FILE)
     else:
         vocab, merges = vocabulary_path(spec["vocabulary"]), vocabulary_path(spec["merges"])
-    return BytePairTokenizer(vocabulary=vocab, merges=merges,
-                             add_prefix_space=spec.get("add_prefix_space", False))
+    return BytePairTokenizer(vocabulary=vocab, merges=merges, **tokenizer_options(spec))
 
 
 def byte_pair_from_hf(model_dir):
@@ -95,6 +94,7 @@ FAMILY = FamilySpec(
     name="roberta",
     backbone_cls=RobertaBackbone,
     make_tokenizer=make_byte_pair,
+    tokenizer_class=BytePairTokenizer,
     tokenizer_files=(VOCABULARY_FILE, MERGES_FILE),
     hf_model_types=("roberta",),
     config_from_hf=roberta_config_from_hf,

@@ -8,6 +8,7 @@ from keras_bertfam.presets.families.bert import (
     HF_HEAD_UNUSED,
     HF_TASK_ARCHITECTURES,
     HF_TASK_HEADS,
+    WordPieceTokenizer,
     make_wordpiece,
     wordpiece_from_hf,
     wordpiece_to_hf,
@@ -18,6 +19,7 @@ FAMILY = FamilySpec(
     name="spanbert",
     backbone_cls=SpanBertBackbone,
     make_tokenizer=make_wordpiece,
+    tokenizer_class=WordPieceTokenizer,
     tokenizer_files=("vocab.txt",),
     hf_model_types=(),  # "bert" belongs to the bert family
     config_from_hf=checkpoints.bert_config_from_hf,

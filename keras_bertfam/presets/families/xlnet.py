@@ -11,6 +11,8 @@ from keras_bertfam.models.xlnet import XLNetBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.families import albert
 from keras_bertfam.presets.spec import FamilySpec, Preset
+from keras_bertfam.presets.vocabularies import tokenizer_options
+from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "relu": "relu"}
 
@@ -112,8 +114,6 @@ PROTO_FILE = "vocabulary.spm"  # keras-hub's SentencePieceTokenizer asset name (
 
 def make_sentencepiece(spec, assets_dir=None):
     """The tokenizer of a preset: from a saved preset's assets, or a model file named in `spec`."""
-    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
-
     if assets_dir:
         proto = os.path.join(assets_dir, PROTO_FILE)
         if not os.path.exists(proto):  # an HF-style file name in a hand-made preset dir
@@ -126,16 +126,13 @@ def make_sentencepiece(spec, assets_dir=None):
             "tokenizer from an HF-format directory that has spiece.model or from a saved preset "
             "directory, or train one on your corpus "
             "(keras_bertfam.preprocessing.train_xlnet_sentencepiece_model).")
-    return XLNetTokenizer(proto=proto, lowercase=spec.get("lowercase", False),
-                          keep_accents=spec.get("keep_accents", False))
+    return XLNetTokenizer(proto=proto, **tokenizer_options(spec))
 
 
 def sentencepiece_from_hf(model_dir):
     """`XLNetTokenizer` from an HF-format directory: spiece.model and tokenizer_config.json's
     `do_lower_case` / `keep_accents` (HF's defaults False / False)."""
     import json
-
-    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
 
     proto = os.path.join(model_dir, "spiece.model")
     if not os.path.exists(proto):
@@ -173,6 +170,7 @@ FAMILY = FamilySpec(
     name="xlnet",
     backbone_cls=XLNetBackbone,
     make_tokenizer=make_sentencepiece,
+    tokenizer_class=XLNetTokenizer,
     tokenizer_files=(PROTO_FILE,),
     hf_model_types=("xlnet",),
     config_from_hf=xlnet_config_from_hf,
