@@ -361,3 +361,79 @@ def test_albert_pretrains_from_raw_text_with_ngram_masking_and_sop(spiece):
     losses = history.history["mlm_loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
     assert np.all(np.isfinite(history.history["sop_loss"]))
+
+
+# === Question answering from raw text (SentencePiece offsets) ===
+# Accented, quoted, CJK and emoji text before the answers: ALBERT's normalization (lowercasing,
+# NFKD, accents dropped, ``quotes'') changes lengths, the offsets are into the original.
+QA_CONTEXTS = [f"Ça va: Zoë met Ada in Zürich; the key is in ``Tōkyō {i}'', naïve 😀."
+               for i in range(3)] + [
+    "Ada found the key in Zürich, Zoë said.", "Ñandú? The key is in the box.\tThat's all.",
+    "東京 café: the key, Zoë says, is under the mat."]
+QA_ANSWERS = [f"Tōkyō {i}" for i in range(3)] + ["Zürich", "the box", "the mat"]
+QA_QUESTIONS = ["Where is the key?"] * len(QA_CONTEXTS)
+
+
+@pytest.fixture(scope="module")
+def albert_qa(spiece, tmp_path_factory):
+    """A tiny ALBERT QuestionAnswerer from an ALBERT preset (SentencePiece, lowercasing), fit on
+    the six examples until it answers them (18 steps, one epoch of the data repeated)."""
+    keras.utils.set_random_seed(0)
+    tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
+    preset = str(tmp_path_factory.mktemp("albert_qa_preset"))
+    kb.presets.save_backbone(
+        kb.models.AlbertBackbone(tok.vocabulary_size(), 1, 2, 16, 32, 8, max_sequence_length=64),
+        preset, tokenizer=tok)
+    qa = kb.tasks.QuestionAnswerer.from_preset(preset, sequence_length=48, stride=16,
+                                               max_question_length=8)
+    qa.compile(learning_rate=3e-3)
+    starts = [c.index(a) for c, a in zip(QA_CONTEXTS, QA_ANSWERS)]
+    history = qa.fit((QA_QUESTIONS * 48, QA_CONTEXTS * 48), (starts * 48, QA_ANSWERS * 48),
+                     batch_size=16, verbose=0)
+    return qa, history.history["loss"]
+
+
+def test_albert_question_answerer_fits_and_answers_from_text(albert_qa):
+    """ALBERT QA on raw strings: each window's labels are the tokens of the answer at its
+    character offsets in the original context; `fit` learns the six answers and `answer()`
+    returns them with their character spans in the original context."""
+    import tensorflow as tf
+
+    qa, losses = albert_qa
+    tok = qa.preprocessor.tokenizer
+    tok.rebuild_resource()  # the seeding between tests dropped tf-text's SentencePiece resource
+    assert isinstance(tok, kb.preprocessing.SentencePieceTokenizer) and tok.lowercase
+    assert np.isfinite(losses).all()
+    starts = [c.index(a) for c, a in zip(QA_CONTEXTS, QA_ANSWERS)]
+    x, y = qa.preprocessor((tf.constant(QA_QUESTIONS), tf.constant(QA_CONTEXTS)),
+                           (tf.constant(starts), tf.constant(QA_ANSWERS)))
+    _, meta = qa.preprocessor.windows(tf.constant(QA_QUESTIONS), tf.constant(QA_CONTEXTS))
+    ids = x["token_ids"].numpy()
+    s, e = y["start_positions"].numpy(), y["end_positions"].numpy()
+    assert (ids[:, 0] == tok.cls_token_id).all() and (s > 0).all()
+    for w, b in enumerate(meta["example_index"].numpy()):
+        assert meta["token_start"][w, s[w]] == starts[b]
+        assert meta["token_end"][w, e[w]] == starts[b] + len(QA_ANSWERS[b])
+    answers = qa.answer(QA_QUESTIONS, QA_CONTEXTS)
+    assert [(a["text"], a["start"], a["end"]) for a in answers] == [
+        (a, s, s + len(a)) for a, s in zip(QA_ANSWERS, starts)]
+
+
+def test_albert_question_answerer_exports_with_answers(albert_qa, tmp_path):
+    """The SavedModel's string signature gives `answer()`'s answers (text and character offsets
+    into the original context, over all windows of long contexts) and passes the TF 2.12.1 +
+    tf-text 2.12.1 audit (tf-text's SentencePiece with offsets) with no mutable table."""
+    from tests.test_export import served_and_answered
+
+    qa, _ = albert_qa
+    filler = " ".join(f"Zoë met Ada {j} times in Zürich, café {j}." for j in range(4))
+    contexts = QA_CONTEXTS + [f"{filler} {QA_CONTEXTS[0]}", f"{QA_CONTEXTS[4]} {filler}", "",
+                              "Short 東京 😀."]
+    questions = ["Where is the key?"] * len(contexts)
+    path = str(tmp_path / "qa" / "1")
+    _, want = served_and_answered(qa, path, questions, contexts)
+    assert [a["text"] for a in want[:6]] == QA_ANSWERS
+    assert want[-2]["start"] == -1 and want[-1]["start"] >= 0
+    report = kb.export.audit_ops(path, tf_text="2.12.1")
+    assert not report["unsupported"] and "MutableHashTableV2" not in report["ops"]
+    assert "SentencepieceTokenizeWithOffsetsOp" in report["ops"]
