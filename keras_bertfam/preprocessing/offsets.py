@@ -54,7 +54,9 @@ the original (whitespace runs, "``" -> '"', NFKD, dropped accents). So, as for W
 
 Where our ids differ from HF's (SentencePiece's tie-breaking between equal-score segmentations,
 "!!!!" as "!!!" + "!" or "!" + "!!!"; the fix-up, which HF's tokenizers-based tokenizers lack),
-each piece spans exactly the original characters it came from.
+each piece spans exactly the original characters it came from. So it does with `keep_accents=True`
+on decomposed text ("cafe\u0301"), where the SentencePiece model's NFKC composes a letter and its
+combining accent into one character: the piece spans both (HF's, the letter alone).
 
 keras-hub's pre-split (and so the BPE tokenizer) drops a literal `६` (U+0966, its look-ahead
 marker) and reads `ĴA`, `ĴB`, ... as the special tokens they stand for internally: on such text
