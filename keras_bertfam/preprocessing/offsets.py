@@ -221,7 +221,6 @@ def _sentencepiece_offsets(tokenizer, texts):
     between = (words - words_before_row > 0) & (words_in_row - words > 0)
     paired = tf.strings.unicode_split(tf.strings.regex_replace(texts, _QUOTE_PAIRS, r'\1\2"'),
                                       "UTF-8").flat_values  # a pair -> its first char + '"'
-
     second = tf.equal(paired, '"') & tf.not_equal(flat, '"')
     first = tf.concat([second[1:], [False]], 0)
     alone = albert_normalize(flat, tokenizer.lowercase, tokenizer.keep_accents)
