@@ -240,23 +240,30 @@ def spiece(tmp_path_factory):
     return path
 
 
-def test_sentencepiece_ids_equal_slow_and_hf_albert_tokenizers(spiece, tmp_path):
+@pytest.fixture(scope="module")
+def heldout_sentences():
+    """The sentences of IMDB documents 20,000-20,249 (the models here train on the first 800)."""
+    from keras_bertfam.preprocessing import corpus
+
+    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
+    return [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
+
+
+def test_sentencepiece_ids_equal_slow_and_hf_albert_tokenizers(spiece, heldout_sentences,
+                                                                tmp_path):
     import shutil
 
     import sentencepiece
     import transformers
-
-    from keras_bertfam.preprocessing import corpus
 
     sp = sentencepiece.SentencePieceProcessor(model_file=spiece)
     assert [sp.id_to_piece(i) for i in range(5)] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
     tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
     assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id,
             tok.unk_token_id) == (2, 3, 0, 4, 1)
-    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
-    sentences = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
-    sentences += ["Hello  world", "``quoted''", "Café NAÏVE 😀 ΣΑΣ", "tabs\tand\nnewlines ",
-                  "1,000,000.5 in 1990, yes", "x\x85y\u3000z"]
+    sentences = heldout_sentences + [
+        "Hello  world", "``quoted''", "Café NAÏVE 😀 ΣΑΣ", "tabs\tand\nnewlines ",
+        "1,000,000.5 in 1990, yes", "x\x85y\u3000z"]
     assert len(sentences) > 2000
     ours = tok(sentences).to_list()
     assert all(sp.id_to_piece(ids[0]).startswith("\u2581") for ids in ours if ids)
@@ -301,7 +308,7 @@ def test_digit_comma_pieces_are_split_as_albert_does(tmp_path):
     assert check_sentencepiece_offsets(tok, hf, sp, texts, lowercase=True)[1] == len(texts)
 
 
-def test_sentencepiece_offsets_equal_hf_albert_tokenizer(spiece, tmp_path):
+def test_sentencepiece_offsets_equal_hf_albert_tokenizer(spiece, heldout_sentences, tmp_path):
     """`tokenize_with_offsets` on ALBERT's (lowercasing) SentencePiece tokenizer: the tokenizer's
     ids, and HF `AlbertTokenizer`'s offset mapping on held-out IMDB sentences and odd text (a
     piece's span leaves out the space its "▁" stands for, a lone "▁" spans the first character
@@ -312,15 +319,11 @@ def test_sentencepiece_offsets_equal_hf_albert_tokenizer(spiece, tmp_path):
     import sentencepiece
     import transformers
 
-    from keras_bertfam.preprocessing import corpus
-
     sp = sentencepiece.SentencePieceProcessor(model_file=spiece)
     tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
     shutil.copy(spiece, tmp_path / "spiece.model")
     hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path))
-    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
-    sentences = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
-    texts = ODD_SENTENCEPIECE_TEXTS + sentences
+    texts = ODD_SENTENCEPIECE_TEXTS + heldout_sentences
     same, other = check_sentencepiece_offsets(tok, hf, sp, texts, lowercase=True)
     # Measured: 3,155 of 3,161 texts; the other 6 are SentencePiece ties ("!!!!", "00,000").
     assert same >= 0.99 * len(texts) and other <= 10, (same, other)
