@@ -211,8 +211,13 @@ def _sentencepiece_offsets(tokenizer, texts):
     # the original character it came from. Whitespace: the first character of a run between
     # words becomes " ", the rest (and runs at either end) nothing. A "``" / "''" pair: '"' from
     # its second character (as HF's fast tokenizer aligns it), nothing from its first. Any other
-    # character: NFKD, accents dropped, lowercased, as `albert_normalize` alone.
-    space = tf.strings.regex_full_match(flat, PYTHON_WHITESPACE)
+    # character: NFKD, accents dropped, lowercased, as `albert_normalize` alone (computed once
+    # per distinct character: a text has far fewer of those than characters).
+    distinct, which = tf.unique(flat)
+    sp = tokenizer._sentence_piece
+    tokenizer._check_vocabulary()
+    tokenizer._maybe_initialized_tf()
+    space = tf.gather(tf.strings.regex_full_match(distinct, PYTHON_WHITESPACE), which)
     index = tf.range(n_chars)
     after_space = tf.concat([[False], space[:-1]], 0) & (index > row_start)
     words = tf.cumsum(tf.cast(~space, tf.int64))  # [K] non-space characters up to k
@@ -223,7 +228,8 @@ def _sentencepiece_offsets(tokenizer, texts):
                                       "UTF-8").flat_values  # a pair -> its first char + '"'
     second = tf.equal(paired, '"') & tf.not_equal(flat, '"')
     first = tf.concat([second[1:], [False]], 0)
-    alone = albert_normalize(flat, tokenizer.lowercase, tokenizer.keep_accents)
+    distinct_normalized = albert_normalize(distinct, tokenizer.lowercase, tokenizer.keep_accents)
+    alone = tf.gather(distinct_normalized, which)
     produced = tf.where(space, tf.where(~after_space & between, " ", ""),
                         tf.where(first, "", tf.where(second, '"', alone)))  # [K]
     normalized = tf.strings.reduce_join(chars.with_flat_values(produced), axis=1)  # [B]
@@ -231,9 +237,7 @@ def _sentencepiece_offsets(tokenizer, texts):
     text_base = tf.gather(tf.concat([[0], cum], 0), chars.row_starts())  # [B]
 
     # 2. the tokenizer's ids with tf-text's byte offsets into the normalized text
-    tokenizer._check_vocabulary()
-    tokenizer._maybe_initialized_tf()
-    ids, starts, ends = tokenizer._sentence_piece.tokenize_with_offsets(normalized)
+    ids, starts, ends = sp.tokenize_with_offsets(normalized)
     ids, starts, ends = tokenizer._split_digit_comma(ids, starts, ends)
     text_of_piece = ids.value_rowids()
     base = tf.gather(text_base, text_of_piece)
@@ -248,8 +252,9 @@ def _sentencepiece_offsets(tokenizer, texts):
     first_char = tf.searchsorted(cum, start, side="right", out_type=tf.int64)
     last_char = tf.where(end > start, tf.searchsorted(cum, end - 1, side="right",
                                                       out_type=tf.int64), first_char - 1)
-    unique, which = tf.unique(produced)
-    silent = tf.gather(tokenizer._sentence_piece.tokenize(unique).row_lengths() == 0, which)
+    silent_alone = tf.gather(sp.tokenize(distinct_normalized).row_lengths() == 0, which)
+    silent_quote = sp.tokenize(tf.constant(['"'])).row_lengths()[0] == 0
+    silent = space | first | tf.where(second, silent_quote, silent_alone)
     kept = tf.concat([tf.where(~silent)[:, 0], [n_chars]], 0)  # sorted, with a sentinel
     piece_row_end = tf.gather(chars.row_limits(), text_of_piece)
     span_start = tf.minimum(tf.gather(kept, tf.searchsorted(kept, first_char, side="left")),
