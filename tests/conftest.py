@@ -111,3 +111,50 @@ def equal_up_to_ties(sp, ours, expected):
     score = lambda ids: sum(sp.get_score(i) for i in ids)  # noqa: E731
     return (collections.Counter(pieces(ours)) == collections.Counter(pieces(expected))
             and abs(score(ours) - score(expected)) < 1e-4)
+
+
+# Odd text for SentencePiece offsets: accents (composed, combining, stacked, at a piece's edge, a
+# lone combining mark), ALBERT's ``quotes'', whitespace runs, tabs, newlines, NBSP / ideographic /
+# em / zero-width spaces, CJK and Hangul (unknown), emoji, NFKD expansions (ﬁ, ½, …, fullwidth),
+# a NUL, "1990," numbers, leading and trailing spaces, the empty string.
+ODD_SENTENCEPIECE_TEXTS = [
+    "Café naïve résumé", "cafe\u0301 x", "e\u0301\u0301x y\u0301", "\u0301abc", "\u0301", "a ´ b",
+    "``quoted'' text", "He said ``hi''.", "a ``b c'' d", "```x'''", "'' x ``", "Zoë \"q\" don't",
+    "Hello  world", "  leading and trailing  ", "tabs\tand\nnewlines", "tab\t\tx\n\ny  ", " ", "",
+    "x\u00a0y\u3000z\u2003w", "a\x85b", "x\u200by", "a\x01b", "\x00 a", "東京大学 😀", "a 東京 b",
+    "한국어 text", "😀😀 a😀b", "👍🏽 ok", "ﬁne ½ e\u0301x", "ﬁ ﬂ", "１２３ ｆｕｌｌ", "…", "x",
+    "İstanbul ΣΑΣ Straße", "In 1990, yes", "1,000,000.5 in 1990, yes", "a......b", "Oh!!!!",
+]
+
+
+def check_sentencepiece_offsets(tok, hf, sp, texts, lowercase):
+    """`tokenize_with_offsets` on a SentencePiece tokenizer against HF's tokenizer built from the
+    same model: the ids are `tok(texts)`'s; where they equal HF's, the offsets equal HF's
+    `offset_mapping`; elsewhere (SentencePiece's tie-breaking, the "1990," fix-up) the ids are an
+    equal-score segmentation or the fix-up's, and each piece spans exactly the text it came from.
+    Returns (texts compared with HF's offsets, texts whose ids differ from HF's)."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+    from keras_bertfam.preprocessing.tokenizers import albert_normalize
+
+    ids, starts, ends = (t.to_list() for t in tokenize_with_offsets(tok, tf.constant(texts)))
+    assert ids == tok(tf.constant(texts)).to_list()
+    same = 0
+    for text, got, s, e in zip(texts, ids, starts, ends):
+        want = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        if got == want["input_ids"]:
+            same += 1
+            assert list(zip(s, e)) == [tuple(x) for x in want["offset_mapping"]], text
+            continue
+        assert (equal_up_to_ties(sp, got, want["input_ids"])
+                or got == slow_sentencepiece_ids(sp, text, lowercase)), text
+        assert s == sorted(s) and all(0 <= a < b <= len(text) for a, b in zip(s, e)), text
+        spans = [text[a:b] for a, b in zip(s, e)]
+        normalized = albert_normalize(tf.constant(spans), lowercase).numpy()
+        for i, span, norm in zip(got, spans, normalized):
+            piece = sp.id_to_piece(i).lstrip("\u2581")
+            if piece and i != sp.unk_id():  # a character NFKD expands ("½") spans its pieces
+                assert norm.decode() == piece or (len(span) == 1 and piece in norm.decode()), (
+                    text, span, piece)
+    return same, len(texts) - same

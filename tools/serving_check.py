@@ -67,6 +67,15 @@ def export(out):
     models.append(("albert+AlbertPretrainer", kb.tasks.AlbertPretrainer(
         albert, preprocessor=kb.preprocessing.MaskedLMPreprocessor(sp_tok, 16)),
         {"text_a": ["The [MASK] was great.", "Zoë"], "text_b": ["A plot.", ""]}, True))
+    # ALBERT question answering (lowercasing SentencePiece): tf-text's SentencePiece offsets
+    # mapped back through ALBERT's normalization, in strided windows
+    albert_qa_tok = kb.preprocessing.SentencePieceTokenizer(sp_path, lowercase=True)
+    models.append(("albert+question_answerer", kb.tasks.QuestionAnswerer(
+        kb.models.AlbertBackbone(albert_qa_tok.vocabulary_size(), 2, 2, 8, 16, 32,
+                                 max_sequence_length=48),
+        preprocessor=ft.QuestionAnswererPreprocessor(albert_qa_tok, 48, stride=16,
+                                                     max_question_length=16)),
+        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, True))
     distil = kb.models.DistilBertBackbone(len(te.VOCAB), 2, 2, 16, 32, max_sequence_length=32)
     models.append(("distilbert+text_classifier", kb.tasks.TextClassifier(
         distil, num_classes=2, preprocessor=ft.TextClassifierPreprocessor(te.tokenizer(), 16)),

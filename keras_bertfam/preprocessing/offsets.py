@@ -34,6 +34,30 @@ Byte-level BPE (RoBERTa, Longformer). No normalization, so offsets come from len
    byte and ends after the character holding its last, so the pieces of one multi-byte
    character (an emoji, a CJK character) all span that whole character, as in HF.
 
+SentencePiece (ALBERT, XLNet). tf-text's SentencePiece kernel reports byte offsets into its
+input, the text after ALBERT's normalization (`albert_normalize`), which differs in length from
+the original (whitespace runs, "``" -> '"', NFKD, dropped accents). So, as for WordPiece:
+
+1. normalize the original one character at a time (the normalization is per character but for
+   whitespace runs, each becoming one space between words and nothing at either end, and the
+   quote pairs, whose '"' comes from the pair's second character, as HF aligns it); the
+   characters joined are the normalized text, and each normalized byte knows its original
+   character;
+2. tokenize it with tf-text's `tokenize_with_offsets`, then ALBERT's "1990," fix-up: the number's
+   new pieces span its bytes, the "," its own;
+3. a piece spans from the original character holding its first byte to the one holding its last,
+   less the characters SentencePiece reads as nothing at either edge (the space its `▁` stands
+   for, a control or zero-width character, a dropped accent, the first character of a quote
+   pair); a piece of such characters only (a lone `▁`) spans the first character of its word.
+   This is HF's fast tokenizers' mapping (`AlbertTokenizer`, `XLNetTokenizer`): the `▁` is not
+   part of a span, and the pieces of a character that NFKD expands ("½" -> "1⁄2") all span it.
+
+Where our ids differ from HF's (SentencePiece's tie-breaking between equal-score segmentations,
+"!!!!" as "!!!" + "!" or "!" + "!!!"; the fix-up, which HF's tokenizers-based tokenizers lack),
+each piece spans exactly the original characters it came from. So it does with `keep_accents=True`
+on decomposed text ("cafe\u0301"), where the SentencePiece model's NFKC composes a letter and its
+combining accent into one character: the piece spans both (HF's, the letter alone).
+
 keras-hub's pre-split (and so the BPE tokenizer) drops a literal `६` (U+0966, its look-ahead
 marker) and reads `ĴA`, `ĴB`, ... as the special tokens they stand for internally: on such text
 the ids differ from HF's, and the words no longer concatenate back to it, so the offsets after
@@ -42,7 +66,12 @@ it are off too.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_bertfam.preprocessing.tokenizers import bert_normalize, merge_rows
+from keras_bertfam.preprocessing.tokenizers import (
+    PYTHON_WHITESPACE,
+    albert_normalize,
+    bert_normalize,
+    merge_rows,
+)
 
 _WHITESPACE = r"[\t\n\r\p{Zs}]"
 _PUNCTUATION = r"[!-/]|[:-@]|[\[-`]|[{-~]|[\p{P}]"
@@ -75,19 +104,22 @@ def _per_text(words, pieces, starts, ends):
 def tokenize_with_offsets(tokenizer, texts):
     """Strings [B] -> (ids [B, (T)], starts [B, (T)], ends [B, (T)]) with character offsets.
 
-    For WordPiece and byte-level BPE tokenizers (see the module docstring for how each maps its
-    pieces back to the original text). The ids equal `tokenizer(texts)`'s and the offsets HF's
-    fast tokenizers' (tested against `BertTokenizerFast` and `RobertaTokenizerFast` with
-    `trim_offsets=True` on accented, CJK, emoji, whitespace and special-token text).
+    For WordPiece, byte-level BPE and SentencePiece tokenizers (see the module docstring for how
+    each maps its pieces back to the original text). The ids equal `tokenizer(texts)`'s and the
+    offsets HF's fast tokenizers' (tested against `BertTokenizerFast`, `RobertaTokenizerFast`
+    with `trim_offsets=True`, `AlbertTokenizer` and `XLNetTokenizer` on accented, CJK, emoji,
+    whitespace and special-token text).
     """
     kind = getattr(tokenizer, "kind", None)
     if kind == "wordpiece":
         return _wordpiece_offsets(tokenizer, _strings(texts))
     if kind == "byte_pair":
         return _byte_pair_offsets(tokenizer, _strings(texts))
+    if kind == "sentencepiece":
+        return _sentencepiece_offsets(tokenizer, _strings(texts))
     raise NotImplementedError(
-        f"Character offsets are implemented for WordPiece and byte-level BPE tokenizers; got "
-        f"{type(tokenizer).__name__}."
+        f"Character offsets are implemented for WordPiece, byte-level BPE and SentencePiece "
+        f"tokenizers; got {type(tokenizer).__name__}."
     )
 
 
@@ -161,3 +193,76 @@ def _byte_pair_offsets(tokenizer, texts):
         tf.cast(tokenizer.token_to_id_map.lookup(symbols), tokenizer.compute_dtype))
     # the prefix space is not in the text: a span over it starts at 0
     return _per_text(words, ids, tf.maximum(base + char_start, 0), tf.maximum(base + char_end, 0))
+
+
+_QUOTE_PAIRS = r"(`)`|(')'"  # albert_normalize's "``" and "''", each pair's first char captured
+
+
+def _sentencepiece_offsets(tokenizer, texts):
+    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
+                                         replacement_char=0xFFFD)
+    chars = tf.strings.unicode_split(texts, "UTF-8")  # [B, (C)]
+    flat = chars.flat_values  # [K]
+    n_chars = tf.shape(flat, out_type=tf.int64)[0]
+    row_start = tf.gather(chars.row_starts(), chars.value_rowids())  # [K] first char of its text
+    row_end = tf.gather(chars.row_limits(), chars.value_rowids())
+
+    # 1. ALBERT's normalization one character at a time, so that each normalized byte knows
+    # the original character it came from. Whitespace: the first character of a run between
+    # words becomes " ", the rest (and runs at either end) nothing. A "``" / "''" pair: '"' from
+    # its second character (as HF's fast tokenizer aligns it), nothing from its first. Any other
+    # character: NFKD, accents dropped, lowercased, as `albert_normalize` alone (computed once
+    # per distinct character: a text has far fewer of those than characters).
+    distinct, which = tf.unique(flat)
+    sp = tokenizer._sentence_piece
+    tokenizer._check_vocabulary()
+    tokenizer._maybe_initialized_tf()
+    space = tf.gather(tf.strings.regex_full_match(distinct, PYTHON_WHITESPACE), which)
+    index = tf.range(n_chars)
+    after_space = tf.concat([[False], space[:-1]], 0) & (index > row_start)
+    words = tf.cumsum(tf.cast(~space, tf.int64))  # [K] non-space characters up to k
+    words_before_row = tf.gather(tf.concat([[0], words], 0), row_start)
+    words_in_row = tf.gather(tf.concat([[0], words], 0), row_end)
+    between = (words - words_before_row > 0) & (words_in_row - words > 0)
+    paired = tf.strings.unicode_split(tf.strings.regex_replace(texts, _QUOTE_PAIRS, r'\1\2"'),
+                                      "UTF-8").flat_values  # a pair -> its first char + '"'
+    second = tf.equal(paired, '"') & tf.not_equal(flat, '"')
+    first = tf.concat([second[1:], [False]], 0)
+    distinct_normalized = albert_normalize(distinct, tokenizer.lowercase, tokenizer.keep_accents)
+    alone = tf.gather(distinct_normalized, which)
+    produced = tf.where(space, tf.where(~after_space & between, " ", ""),
+                        tf.where(first, "", tf.where(second, '"', alone)))  # [K]
+    normalized = tf.strings.reduce_join(chars.with_flat_values(produced), axis=1)  # [B]
+    cum = tf.cumsum(tf.cast(tf.strings.length(produced), tf.int64))  # [K] byte ends, global
+    text_base = tf.gather(tf.concat([[0], cum], 0), chars.row_starts())  # [B]
+
+    # 2. the tokenizer's ids with tf-text's byte offsets into the normalized text
+    ids, starts, ends = sp.tokenize_with_offsets(normalized)
+    ids, starts, ends = tokenizer._split_digit_comma(ids, starts, ends)
+    text_of_piece = ids.value_rowids()
+    base = tf.gather(text_base, text_of_piece)
+    start = base + tf.cast(starts.flat_values, tf.int64)  # [M] global normalized bytes
+    end = base + tf.cast(ends.flat_values, tf.int64)
+
+    # 3. back to original characters: from the one holding a piece's first byte to the one
+    # holding its last, less the characters SentencePiece reads as nothing (the space a "▁"
+    # stands for, a dropped control or combining character, the first of a quote pair) at
+    # either edge; a piece of such characters only (a lone "▁") spans the character after it,
+    # the first of its word, as in HF.
+    first_char = tf.searchsorted(cum, start, side="right", out_type=tf.int64)
+    last_char = tf.where(end > start, tf.searchsorted(cum, end - 1, side="right",
+                                                      out_type=tf.int64), first_char - 1)
+    silent_alone = tf.gather(sp.tokenize(distinct_normalized).row_lengths() == 0, which)
+    silent_quote = sp.tokenize(tf.constant(['"'])).row_lengths()[0] == 0
+    silent = space | first | tf.where(second, silent_quote, silent_alone)
+    kept = tf.concat([tf.where(~silent)[:, 0], [n_chars]], 0)  # sorted, with a sentinel
+    piece_row_end = tf.gather(chars.row_limits(), text_of_piece)
+    span_start = tf.minimum(tf.gather(kept, tf.searchsorted(kept, first_char, side="left")),
+                            piece_row_end)
+    last_kept = tf.gather(kept, tf.maximum(
+        tf.searchsorted(kept, last_char, side="right") - 1, 0))
+    span_end = tf.where(span_start <= last_char, last_kept + 1,
+                        tf.minimum(span_start + 1, piece_row_end))
+    row_base = tf.gather(chars.row_starts(), text_of_piece)
+    return (ids, ids.with_flat_values(tf.cast(span_start - row_base, tf.int32)),
+            ids.with_flat_values(tf.cast(span_end - row_base, tf.int32)))

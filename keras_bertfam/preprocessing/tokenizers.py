@@ -637,6 +637,10 @@ def train_byte_pair_vocabulary(
 # === SentencePiece (ALBERT) ===
 
 
+# `" ".join(text.split())`: Python's whitespace (str.isspace) includes U+001C..U+001F, U+0085.
+PYTHON_WHITESPACE = r"[\t-\r\x{1c}-\x{20}\x{85}\p{Z}]"
+
+
 def albert_normalize(texts, lowercase=True, keep_accents=False):
     """ALBERT's `preprocess_text` (google-research/albert, HF `AlbertTokenizer`) in TF ops.
 
@@ -644,15 +648,23 @@ def albert_normalize(texts, lowercase=True, keep_accents=False):
     lowercase. The dummy prefix and NFKC are the SentencePiece model's own normalization
     (nmt_nfkc), applied by the model.
     """
-    # `" ".join(text.split())`: Python's whitespace (str.isspace) includes U+001C..U+001F, U+0085.
-    texts = tf.strings.strip(tf.strings.regex_replace(texts, r"[\t-\r\x{1c}-\x{20}\x{85}\p{Z}]+", " "))
+    shape = tf.shape(texts)
+    texts = tf.strings.strip(tf.strings.regex_replace(texts, PYTHON_WHITESPACE + "+", " "))
     texts = tf.strings.regex_replace(texts, "``|''", '"')
     if not keep_accents:
         texts = tf_text.normalize_utf8(texts, "NFKD")
         texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
     if lowercase:
         texts = tf.strings.regex_replace(texts, "Σ", "σ")  # per character, as Python's lower()
-        texts = tf.strings.lower(texts, encoding="utf-8")
+        # tf.strings.lower ends a string at its first NUL: lowercase the parts between NULs.
+        # (The NULs go back as tensor values: a string attribute would end at the NUL too.)
+        parts = tf.strings.split(tf.reshape(texts, [-1]), "\x00")
+        last = tf.equal(tf.range(tf.size(parts.flat_values, out_type=tf.int64)) + 1,
+                        tf.gather(parts.row_limits(), parts.value_rowids()))
+        nul = tf.where(last, "", tf.constant("\x00"))
+        texts = tf.strings.reduce_join(parts.with_flat_values(tf.strings.join(
+            [tf.strings.lower(parts.flat_values, encoding="utf-8"), nul])), axis=-1)
+        texts = tf.reshape(texts, shape)
     return texts
 
 
@@ -747,18 +759,26 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
             tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
         return tokens[0] if unbatched else tokens
 
-    def _split_digit_comma(self, ids):
+    def _split_digit_comma(self, ids, starts=None, ends=None):
         """ALBERT's `encode_pieces` fix-up: a piece ending in digit + "," ("▁1990,") is re-encoded
         without its "▁"s and followed by a separate ","; if the piece did not start a word, the
         first new piece loses its "▁" (dropped entirely when it is "▁" alone). Vectorized:
-        ragged (B, (P)) ids -> ragged (B, (P')) ids."""
+        ragged (B, (P)) ids -> ragged (B, (P')) ids.
+
+        With `starts` / `ends` (the pieces' byte offsets into the tokenized text, as tf-text's
+        `tokenize_with_offsets` gives them) it returns `(ids, starts, ends)`: the "," covers the
+        piece's last byte and the new pieces their bytes of the number before it."""
         sp = self._sentence_piece
         flat = ids.flat_values  # (N,)
         pieces = sp.id_to_string(flat)  # (N,)
         quirk = tf.strings.regex_full_match(pieces, r"(?s).*\p{Nd},")
         q_pieces = tf.boolean_mask(pieces, quirk)  # (Q,)
-        core = tf.strings.regex_replace(q_pieces, ",$", "")
-        sub = sp.tokenize(tf.strings.regex_replace(core, "\u2581", ""))  # (Q, (k))
+        core = tf.strings.regex_replace(tf.strings.regex_replace(q_pieces, ",$", ""), "\u2581", "")
+        with_offsets = starts is not None
+        if with_offsets:
+            sub, sub_start, sub_end = sp.tokenize_with_offsets(core)  # (Q, (k)), bytes of core
+        else:
+            sub = sp.tokenize(core)  # (Q, (k))
         sub = tf.cast(sub, flat.dtype)
         first_id = sub[:, :1].to_tensor(0, shape=[None, 1])[:, 0]  # (Q,)
         first = sp.id_to_string(first_id)
@@ -767,16 +787,37 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         stripped = tf.strings.regex_replace(first, "^\u2581", "")
         drop = fix & tf.equal(stripped, "")
         new_first = tf.cast(sp.string_to_id(stripped), flat.dtype)
-        head = tf.ragged.boolean_mask(
-            tf.where(fix, new_first, first_id)[:, None],
-            (~drop & (sub.row_lengths() > 0))[:, None])  # (Q, (0|1))
-        comma = tf.fill([tf.shape(q_pieces)[0], 1], tf.cast(sp.string_to_id(","), flat.dtype))
-        replaced = tf.concat([head, sub[:, 1:], tf.RaggedTensor.from_tensor(comma)], axis=1)
+        keep_head = (~drop & (sub.row_lengths() > 0))[:, None]
         n = tf.shape(flat, out_type=tf.int64)[0]
-        rows = tf.concat([tf.RaggedTensor.from_tensor(flat[:, None]), replaced], axis=0)
         index = tf.where(quirk, n + tf.cumsum(tf.cast(quirk, tf.int64)) - 1, tf.range(n))
-        per_piece = tf.gather(rows, index)  # (N, (k))
-        return tf.RaggedTensor.from_row_splits(per_piece, ids.row_splits).merge_dims(1, 2)
+
+        def per_piece(values, head, rest, comma):  # (N,) and the (Q,) replacements -> (B, (P'))
+            head = tf.ragged.boolean_mask(head[:, None], keep_head)  # (Q, (0|1))
+            replaced = tf.concat([head, rest, tf.RaggedTensor.from_tensor(comma[:, None])], axis=1)
+            rows = tf.concat([tf.RaggedTensor.from_tensor(values[:, None]), replaced], axis=0)
+            rows = tf.gather(rows, index)  # (N, (k))
+            return tf.RaggedTensor.from_row_splits(rows, ids.row_splits).merge_dims(1, 2)
+
+        comma_id = tf.fill(tf.shape(q_pieces), tf.cast(sp.string_to_id(","), flat.dtype))
+        new_ids = per_piece(flat, tf.where(fix, new_first, first_id), sub[:, 1:], comma_id)
+        if not with_offsets:
+            return new_ids
+        # The number is the text just before the ",": its pieces' offsets shift there (kept
+        # inside the piece, should SentencePiece's own normalization have changed the number).
+        q_start = tf.boolean_mask(starts.flat_values, quirk)
+        q_end = tf.boolean_mask(ends.flat_values, quirk)
+        base = q_end - 1 - tf.cast(tf.strings.length(core), tf.int64)
+
+        def shifted(sub_offsets):  # (Q, (k)) bytes of core -> (head (Q,), rest (Q, (k - 1)))
+            row = sub_offsets.value_rowids()
+            moved = sub_offsets.with_flat_values(tf.clip_by_value(
+                sub_offsets.flat_values + tf.gather(base, row), tf.gather(q_start, row),
+                tf.gather(q_end, row) - 1))
+            return moved[:, :1].to_tensor(0, shape=[None, 1])[:, 0], moved[:, 1:]
+
+        new_starts = per_piece(starts.flat_values, *shifted(sub_start), q_end - 1)
+        new_ends = per_piece(ends.flat_values, *shifted(sub_end), q_end)
+        return new_ids, new_starts, new_ends
 
     def get_config(self):
         config = super().get_config()
