@@ -147,19 +147,55 @@ def test_windows_and_labels_equal_hfs_run_qa_for_xlnet(qa, tokenizer, bert_vocab
     window starts (BERT's doc_stride), HF's the overlap: HF's `stride` is the window's context
     budget minus ours. The same windows, ids, masks, segment ids (HF pads them with 0, XLNet's
     tokenizer with 3), context offsets and labels."""
+    _fresh(tokenizer)
+    assert _equal_to_run_qa(qa.preprocessor, make_hf_tokenizer(bert_vocab)) >= 3
+
+
+def test_xlnet_tokenizer_windows_equal_run_qa_and_answer_from_text(tmp_path):
+    """XLNet's own SentencePiece tokenizer (cased, accents stripped: "Zoë Brontë" -> "Zoe
+    Bronte", offsets into the original): the windows, offsets and labels equal HF `run_qa.py`'s
+    with HF's `XLNetTokenizer` of the same model, and `answer()` answers with character spans of
+    the original contexts."""
+    import transformers
+
+    from keras_bertfam.preprocessing import corpus
+
+    docs = [d.decode() for d in corpus.default_corpus().take(100).as_numpy_iterator()]
+    kb.preprocessing.train_xlnet_sentencepiece_model(
+        docs + [CONTEXT, NO_CONTEXT, QUESTION] * 5, 500, output_file=str(tmp_path / "spiece.model"))
+    tokenizer = kb.preprocessing.XLNetTokenizer(str(tmp_path / "spiece.model"))
+    hf = transformers.XLNetTokenizer.from_pretrained(str(tmp_path))
+    assert hf.padding_side == "left"
+    keras.utils.set_random_seed(3)
+    qa = kb.tasks.QuestionAnswerer(
+        kb.models.XLNetBackbone(tokenizer.vocabulary_size(), num_layers=1, num_heads=2,
+                                hidden_dim=16, intermediate_dim=32),
+        preprocessor=kb.preprocessing.QuestionAnswererPreprocessor(
+            tokenizer, SEQUENCE_LENGTH, stride=STRIDE, max_question_length=16))  # as HF: whole
+    _fresh(tokenizer)  # set_random_seed drops tf-text's SentencePiece resource
+    assert _equal_to_run_qa(qa.preprocessor, hf) >= 3
+    questions, contexts = [QUESTION, NO_QUESTION, "Who?"], [CONTEXT, NO_CONTEXT, "Zoë Brontë."]
+    want = qa.answer(questions, contexts)
+    for a, context in zip(want, contexts):
+        assert 0 <= a["start"] < a["end"] <= len(context) and context[a["start"]:a["end"]] == \
+            a["text"]
+    # (its export: `make serving-check`, loaded in TF 2.12.1)
+
+
+def _equal_to_run_qa(preprocessor, hf):
+    """Asserts `preprocessor`'s windows, offsets and labels equal HF `run_qa.py`'s with the
+    left-padding tokenizer `hf`; returns how many windows hold the answer."""
     import tensorflow as tf
 
-    _fresh(tokenizer)
-    hf = make_hf_tokenizer(bert_vocab)
     questions = [QUESTION, NO_QUESTION, "Who wrote it?", "Where?"]
     contexts = [CONTEXT, NO_CONTEXT, "İstanbul's naïve résumé was written by Ada Lovelace.",
                 CONTEXT[:CONTEXT.index(ANSWER) + len(ANSWER)]]  # the answer ends the context
     answers = [(CONTEXT.index(ANSWER), ANSWER), (-1, ""),
                (contexts[2].index("Ada"), "Ada Lovelace"), (CONTEXT.index(ANSWER), ANSWER)]
-    x, y = qa.preprocessor.call((tf.constant(questions), tf.constant(contexts)),
-                                (tf.constant([a[0] for a in answers]),
-                                 tf.constant([a[1] for a in answers])))
-    _, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+    x, y = preprocessor.call((tf.constant(questions), tf.constant(contexts)),
+                             (tf.constant([a[0] for a in answers]),
+                              tf.constant([a[1] for a in answers])))
+    _, meta = preprocessor.windows(tf.constant(questions), tf.constant(contexts))
     ours = {k: to_numpy(v) for k, v in dict(x, **y, token_start=meta["token_start"],
                                               token_end=meta["token_end"]).items()}
     w = labelled = 0
@@ -167,7 +203,7 @@ def test_windows_and_labels_equal_hfs_run_qa_for_xlnet(qa, tokenizer, bert_vocab
         budget = SEQUENCE_LENGTH - 3 - len(hf(question, add_special_tokens=False)["input_ids"])
         enc = hf([context], [question], truncation="only_first", max_length=SEQUENCE_LENGTH,
                  stride=budget - STRIDE, return_overflowing_tokens=True,
-                 return_offsets_mapping=True, padding="max_length")
+                 return_offsets_mapping=True, return_token_type_ids=True, padding="max_length")
         for i, ids in enumerate(enc["input_ids"]):
             real = np.array(enc["attention_mask"][i]) == 1
             np.testing.assert_array_equal(ours["token_ids"][w], ids)
@@ -193,7 +229,8 @@ def test_windows_and_labels_equal_hfs_run_qa_for_xlnet(qa, tokenizer, bert_vocab
             assert (ours["start_positions"][w], ours["end_positions"][w]) == (start, end), (b, i)
             labelled += start != ids.index(hf.cls_token_id)
             w += 1
-    assert w == len(ours["token_ids"]) and labelled >= 3
+    assert w == len(ours["token_ids"])
+    return labelled
 
 
 def test_fit_then_answer(qa, tokenizer, tmp_path):

@@ -119,11 +119,10 @@ def export(out):
         preprocessor=ft.TokenClassifierPreprocessor(xlnet_tok, 16)),
         {"text": ["The film was great.", "Dull plot 3.", ""]}, True))
     # XLNet's QA windows (context <sep> question <sep> <cls>, left padded) and their answers as
-    # character offsets: WordPiece with the real vocabulary (character offsets; the layout
-    # follows the backbone)
+    # character offsets of its SentencePiece pieces, mapped back through XLNet's normalization
     models.append(("xlnet+question_answerer", kb.tasks.QuestionAnswerer(
-        kb.models.XLNetBackbone(real.vocabulary_size(), 2, 2, 16, 32),
-        preprocessor=ft.QuestionAnswererPreprocessor(real, 32, stride=8,
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32),
+        preprocessor=ft.QuestionAnswererPreprocessor(xlnet_tok, 32, stride=8,
                                                      max_question_length=8)),
         {"question": te.QA_QUESTIONS + ["Who met Zoë?"], "context": te.QA_CONTEXTS + [
             " ".join(f"Zoë met Ada {j} times in Zürich, café {j}." for j in range(5))]}, True))

@@ -616,7 +616,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     `XLNetBackbone`) `context-window <sep> question <sep> <cls>`, padded on the LEFT, segment ids
     0 (window and its `<sep>`), 1 (question and its `<sep>`), 2 (`<cls>`), as HF's `run_qa.py`
     packs them for XLNet (its tokenizer pads on the left, so the context comes first).
-    Character offsets come from `tokenize_with_offsets`: WordPiece and byte-level BPE tokenizers.
+    Character offsets come from `tokenize_with_offsets` (WordPiece, byte-level BPE, SentencePiece).
 
     Long contexts are cut into windows of at most `sequence_length` tokens whose starts are
     `stride` context tokens apart (BERT's `doc_stride`); questions are cut to
@@ -735,17 +735,25 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
              tf.gather(answer_text, bad), "context has", tf.gather(found, bad)])
         with tf.control_dependencies([check]):
             answer_start = tf.identity(answer_start)
-        # the answer's token span in the whole context: the tokens overlapping its characters
+        # the answer's token span in the whole context, by HF run_qa.py's rule: from the last
+        # token starting at or before its first character to the first token ending at or after
+        # its end (offsets are ascending). Where tokens share a first character this is the
+        # last of them: the word after SentencePiece's lone "▁" (which spans the word's first
+        # character), the last byte-level piece of a multi-byte character (each spans the whole
+        # character, so the answer's character span is whole either way), as HF's labels. An
+        # answer overlapping no token has no span.
         c_start, c_end = meta["context_start"], meta["context_end"]  # [B, (C)]
         row = c_start.value_rowids()
         a0 = tf.gather(answer_start, row)  # [N] the answer's start, for each context token
         a1 = tf.gather(answer_start + answer_len, row)
-        overlap = c_start.with_flat_values(tf.logical_and(
-            c_end.flat_values > a0, c_start.flat_values < a1)).to_tensor(False)  # [B, C]
-        found_tokens = tf.reduce_any(overlap, 1) & (answer_start >= 0)
-        first_tok = tf.argmax(tf.cast(overlap, tf.int32), 1, output_type=tf.int32)
-        last_tok = tf.shape(overlap)[1] - 1 - tf.argmax(
-            tf.cast(tf.reverse(overlap, [1]), tf.int32), 1, output_type=tf.int32)
+        cs, ce = c_start.flat_values, c_end.flat_values  # [N]
+
+        def count(flags):  # [N] -> [B]: how many of each context's tokens
+            return tf.reduce_sum(tf.cast(c_start.with_flat_values(flags), tf.int32), 1)
+
+        found_tokens = (count((ce > a0) & (cs < a1)) > 0) & (answer_start >= 0)
+        first_tok = count(cs <= a0) - 1
+        last_tok = count(ce < a1)
         e = meta["example_index"]
         tok0, tok1 = tf.gather(first_tok, e), tf.gather(last_tok, e)  # [W]
         w0, wl = meta["window_start"], meta["window_length"]

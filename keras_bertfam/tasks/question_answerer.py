@@ -49,8 +49,8 @@ class QuestionAnswerer(Task):
     `x = (questions, contexts)`, `y = (answer_starts, answer_texts)` (character offsets, SQuAD's
     format). `answer(questions, contexts)` returns the best span of each example, over all its
     windows, as text with its character offsets. Any family whose tokenizer gives character
-    offsets (`tokenize_with_offsets`): WordPiece (BERT and its kin) and byte-level BPE (RoBERTa,
-    Longformer). Answers are spans of context tokens only (never the question, a special token
+    offsets (`tokenize_with_offsets`): every family's (WordPiece: BERT and its kin; byte-level
+    BPE: RoBERTa, Longformer; SentencePiece: ALBERT, XLNet). Answers are spans of context tokens only (never the question, a special token
     or padding).
 
     Export (`kb.export.export_saved_model`): `question`, `context` strings -> `answer_text`,
