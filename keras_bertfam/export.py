@@ -151,8 +151,6 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         raise ValueError(f"sequence_length={sequence_length} exceeds the backbone's "
                          f"max_sequence_length={max_length}.")
     special = {r: getattr(tokenizer, f"{r}_token_id", None) for r in ("cls", "sep", "pad", "mask")}
-    if hasattr(tokenizer, "rebuild_resource"):  # SentencePiece; see its docstring
-        tokenizer.rebuild_resource()
     # A task's own inputs (a Longformer task derives global_attention_mask in its graph)
     feature_names = [n for n in backbone.input if not is_task or n in model.input]
     choices = is_task and len(model.input["token_ids"].shape) == 3

@@ -339,6 +339,35 @@ def test_tokenizer_in_tf_data_and_scalar_input(spiece):
     assert tok("A film.").shape == (8,)
 
 
+def test_seeding_after_building_keeps_the_sentencepiece_tokenizer_working(spiece):
+    """`keras.utils.set_random_seed` after a task is built (the usual place, just before `fit`)
+    clears TF's eager kernel cache, which deletes tf-text's SentencePiece model resource: `fit`,
+    `predict`, the tokenizer, its detokenizer and its offsets then failed with "Resource ...
+    SentencepieceResource does not exist". The tokenizer rebuilds it when it is gone."""
+    import keras
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
+    clf = kb.tasks.TextClassifier(
+        kb.models.AlbertBackbone(tok.vocabulary_size(), 1, 2, 16, 32, 8, max_sequence_length=32),
+        num_classes=2, preprocessor=kb.preprocessing.TextClassifierPreprocessor(tok, 16))
+    ids = tok(["A film."]).to_list()
+    for seed in (1, 1):  # each call clears the cache again
+        keras.utils.set_random_seed(seed)
+        clf.fit(["A film.", "Another review."], [0, 1], epochs=1, verbose=0)
+        keras.utils.set_random_seed(seed)
+        assert clf.predict(["A film."], verbose=0).shape == (1, 2)
+        keras.utils.set_random_seed(seed)
+        assert tok(["A film."]).to_list() == ids
+        keras.utils.set_random_seed(seed)
+        text = tok.detokenize(tf.ragged.constant(ids))[0]
+        assert (text.decode() if isinstance(text, bytes) else text) == "a film."
+        keras.utils.set_random_seed(seed)
+        assert tokenize_with_offsets(tok, tf.constant(["A film."]))[0].to_list() == ids
+
+
 # === Pretraining from raw text ===
 
 
@@ -404,7 +433,6 @@ def test_albert_question_answerer_fits_and_answers_from_text(albert_qa):
 
     qa, losses = albert_qa
     tok = qa.preprocessor.tokenizer
-    tok.rebuild_resource()  # the seeding between tests dropped tf-text's SentencePiece resource
     assert isinstance(tok, kb.preprocessing.SentencePieceTokenizer) and tok.lowercase
     assert np.isfinite(losses).all()
     starts = [c.index(a) for c, a in zip(QA_CONTEXTS, QA_ANSWERS)]

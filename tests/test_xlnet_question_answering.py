@@ -3,12 +3,9 @@ left-padding tokenizer): windows of `context-window <sep> question <sep> <cls>`,
 left, the no-answer label at `<cls>` (the last position); `answer()` and the exported string
 signature read the answer back as character offsets into the original context.
 
-The backbone is a tiny random XLNet; the tokenizer is chosen by `make_tokenizer` alone (the
-layout follows the backbone, not the tokenizer). Raw-text QA needs character offsets
-(`tokenize_with_offsets`): WordPiece here; XLNet's own SentencePiece `XLNetTokenizer` once it
-gives offsets is a change of `make_tokenizer` (and of `make_hf_tokenizer`, HF's reference, to
-`XLNetTokenizerFast` of the same model); the tests call `rebuild_resource`, which a
-SentencePiece tokenizer needs after each test's seeding.
+The backbone is a tiny random XLNet; the layout follows the backbone, not the tokenizer: most
+tests use WordPiece (`make_tokenizer`; `make_hf_tokenizer` is HF's reference of the same
+vocabulary in XLNet's configuration), one XLNet's own SentencePiece `XLNetTokenizer` against HF's.
 Conversion of HF's `XLNetForQuestionAnsweringSimple` is in test_conversion.py.
 """
 import keras
@@ -46,11 +43,6 @@ ANSWER = "Zürich"
 NO_QUESTION = "What colour is the sky?"  # SQuAD 2.0's unanswerable: answer_start = -1
 NO_CONTEXT = "Ada Lovelace wrote the first program in 1843."
 SEQUENCE_LENGTH, STRIDE, MAX_QUESTION = 32, 8, 10
-
-
-def _fresh(tokenizer):
-    getattr(tokenizer, "rebuild_resource", lambda: None)()
-    return tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +87,6 @@ def test_windows_labels_and_offsets_in_xlnets_layout(qa, tokenizer):
 
     from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 
-    _fresh(tokenizer)
     pre = qa.preprocessor
     assert pre.packing_layout == "xlnet" and pre.layout == "auto"  # the task's backbone
     questions, contexts = [QUESTION, NO_QUESTION], [CONTEXT, NO_CONTEXT]
@@ -147,7 +138,6 @@ def test_windows_and_labels_equal_hfs_run_qa_for_xlnet(qa, tokenizer, bert_vocab
     window starts (BERT's doc_stride), HF's the overlap: HF's `stride` is the window's context
     budget minus ours. The same windows, ids, masks, segment ids (HF pads them with 0, XLNet's
     tokenizer with 3), context offsets and labels."""
-    _fresh(tokenizer)
     assert _equal_to_run_qa(qa.preprocessor, make_hf_tokenizer(bert_vocab)) >= 3
 
 
@@ -172,7 +162,6 @@ def test_xlnet_tokenizer_windows_equal_run_qa_and_answer_from_text(tmp_path):
                                 hidden_dim=16, intermediate_dim=32),
         preprocessor=kb.preprocessing.QuestionAnswererPreprocessor(
             tokenizer, SEQUENCE_LENGTH, stride=STRIDE, max_question_length=16))  # as HF: whole
-    _fresh(tokenizer)  # set_random_seed drops tf-text's SentencePiece resource
     assert _equal_to_run_qa(qa.preprocessor, hf) >= 3
     questions, contexts = [QUESTION, NO_QUESTION, "Who?"], [CONTEXT, NO_CONTEXT, "Zoë Brontë."]
     want = qa.answer(questions, contexts)
@@ -239,7 +228,6 @@ def test_fit_then_answer(qa, tokenizer, tmp_path):
     `<cls>`; saved and loaded, it packs XLNet's layout and gives the same answers."""
     import tensorflow as tf
 
-    _fresh(tokenizer)
     best = qa.answer([QUESTION, NO_QUESTION], [CONTEXT, NO_CONTEXT])
     assert best[0]["text"] == ANSWER
     assert (best[0]["start"], best[0]["end"]) == (CONTEXT.index(ANSWER),
@@ -267,7 +255,6 @@ def test_export_answers_as_answer_does(qa, tokenizer, tmp_path):
 
     if keras.backend.backend() != "tensorflow":
         pytest.skip("SavedModel export traces with TensorFlow")
-    _fresh(tokenizer)
     questions = [QUESTION, NO_QUESTION, "Who lives near the lake?", "Who?", QUESTION]
     contexts = [CONTEXT, NO_CONTEXT, CONTEXT.replace("Zoë", "Ada"), "", "Zoë lives in Zürich."]
     path = str(tmp_path / "qa" / "1")

@@ -328,7 +328,7 @@ class FinetuningPreprocessor(keras.layers.Layer):
         settings = tuple(sorted((k, v) for k, v in vars(self).items()
                                 if isinstance(v, (bool, int, float, str, type(None)))))
         key = (id(tok), tok.cls_token_id, tok.sep_token_id, tok.pad_token_id,
-               tok.vocabulary_size(), settings)
+               tok.vocabulary_size(), getattr(tok, "resource_generation", lambda: 0)(), settings)
         cached = self.__dict__.get("_traced")
         if cached is None or cached[0] != key:
             cached = (key, {})

@@ -214,9 +214,7 @@ def _sentencepiece_offsets(tokenizer, texts):
     # character: NFKD, accents dropped, lowercased, as `albert_normalize` alone (computed once
     # per distinct character: a text has far fewer of those than characters).
     distinct, which = tf.unique(flat)
-    sp = tokenizer._sentence_piece
-    tokenizer._check_vocabulary()
-    tokenizer._maybe_initialized_tf()
+    sp = tokenizer.live_sentence_piece()
     space = tf.gather(tf.strings.regex_full_match(distinct, PYTHON_WHITESPACE), which)
     index = tf.range(n_chars)
     after_space = tf.concat([[False], space[:-1]], 0) & (index > row_start)

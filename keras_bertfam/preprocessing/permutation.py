@@ -482,8 +482,6 @@ class XLNetPreprocessor(PretrainingPreprocessor):
         return x, out["target"], out["target_mask"]
 
     def prepare(self, ds, training=True):
-        if hasattr(self.tokenizer, "rebuild_resource"):  # SentencePiece; see its docstring
-            self.tokenizer.rebuild_resource()
         ds = self._batched_strings(ds)
         stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)
         windows = stream.unbatch().batch(self.window_tokens, drop_remainder=True)

@@ -86,6 +86,12 @@ class _SpecialTokens:
                 object.__setattr__(self, f"{role}_token", None)
                 object.__setattr__(self, f"{role}_token_id", None)
 
+    def resource_generation(self):
+        """A key of the TF resources a traced function of this tokenizer captures: it changes
+        when they are rebuilt (SentencePiece's model: see `live_sentence_piece`), so that callers
+        caching traced functions trace anew. Checks them first. 0: no such resources."""
+        return 0
+
     def call(self, inputs, *args, training=None, **kwargs):
         if isinstance(inputs, (list, tuple, np.ndarray)):
             inputs = python_texts_to_tensor(inputs, type(self).__name__)
@@ -99,6 +105,7 @@ class _SpecialTokens:
         if tf.executing_eagerly():
             # One traced function per input rank: tf-text kernels need a static rank, which a
             # shape-relaxed retrace would lose.
+            self.resource_generation()  # a rebuilt resource drops the functions of the old one
             functions = self.__dict__.setdefault("_eager_tokenize_by_rank", {})
             rank = inputs.shape.rank
             if rank not in functions:
@@ -730,23 +737,46 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         )
 
     def rebuild_resource(self):
-        """Rebuilds tf-text's SentencePiece model resource before a graph captures it.
-
-        `keras.utils.set_random_seed` clears TF's eager kernel cache, which deletes the resource
-        (tracing then fails); the CLI seeds per chunk, so pipelines and exports call this first.
-        """
+        """Rebuilds tf-text's SentencePiece model resource (`live_sentence_piece` does when it is
+        gone)."""
         if self.proto is not None:
             self._set_proto_tf(self.proto)
             self.__dict__.pop("_eager_tokenize_by_rank", None)
+            object.__setattr__(self, "_generation", self.__dict__.get("_generation", 0) + 1)
+
+    def resource_generation(self):
+        self.live_sentence_piece()
+        return self.__dict__.get("_generation", 0)
+
+    def live_sentence_piece(self):
+        """tf-text's SentencePiece tokenizer, its model resource rebuilt first if it is gone.
+
+        `keras.utils.set_random_seed` (`tf.random.set_seed`) clears TF's eager kernel cache,
+        which deletes the resource: a task built before seeding failed at `fit`, `predict` or a
+        tokenizer call with "Resource ... SentencepieceResource does not exist" (keras-hub's
+        tokenizer does). Every use checks it (one eager op, outside any graph being traced), and
+        functions traced with the old one are traced anew (`resource_generation`).
+        """
+        self._check_vocabulary()
+        self._maybe_initialized_tf()
+        with tf.init_scope():
+            try:
+                self._sentence_piece.vocab_size()
+            except tf.errors.NotFoundError:
+                self.rebuild_resource()
+        return self._sentence_piece
 
     def serving_resources(self):
         """tf-text's SentencePiece model resource, for the SavedModel to track (untracked, saving
         fails with "references an 'untracked' resource")."""
-        return [self._sentence_piece]
+        return [self.live_sentence_piece()]
+
+    def detokenize(self, inputs):
+        self.live_sentence_piece()
+        return super().detokenize(inputs)
 
     def tokenize(self, inputs):
-        self._check_vocabulary()
-        self._maybe_initialized_tf()
+        sp = self.live_sentence_piece()
         inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string:
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
@@ -754,7 +784,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         if unbatched:
             inputs = inputs[tf.newaxis]
         texts = albert_normalize(inputs, self.lowercase, self.keep_accents)
-        tokens = self._split_digit_comma(self._sentence_piece.tokenize(texts))  # (B, (P))
+        tokens = self._split_digit_comma(sp.tokenize(texts))  # (B, (P))
         if self.sequence_length:
             tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
         return tokens[0] if unbatched else tokens
