@@ -4,7 +4,7 @@ import os
 import warnings
 
 from keras_bertfam.presets import checkpoints
-from keras_bertfam.presets.registry import family_of_class
+from keras_bertfam.presets.registry import FAMILIES, family_of_class
 
 
 def export_to_transformers(model, path, tokenizer=None, generator_path=None):
@@ -35,6 +35,18 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
     heads = (spec.hf_task_heads or {}).get(task_name) if model is not backbone else None
     if tokenizer is None:
         tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
+    classes = {f.tokenizer_class for f in FAMILIES.values()}
+    kind = next((c for c in type(tokenizer).__mro__ if c in classes), None)  # XLNet's: its own
+    if tokenizer is not None and spec.tokenizer_class is not None and kind is not None and (
+            kind is not spec.tokenizer_class):
+        # HF's tokenizer of the family (AutoTokenizer reads its class from the files) would pack
+        # the family's layout around another vocabulary: not the model's inputs
+        raise ValueError(
+            f"export_to_transformers writes {spec.name}'s HF tokenizer files, from a "
+            f"{spec.tokenizer_class.__name__}; this {type(model).__name__} has a "
+            f"{type(tokenizer).__name__}, which HF's {spec.name} tokenizer cannot stand for. "
+            "Export the model without it (a model with preprocessor=None, or its backbone) and "
+            "keep the tokenizer with save_to_preset.")
     generator = getattr(model, "generator", None)
     if generator_path is not None and (task_name != "ElectraPretrainer" or generator is None):
         raise ValueError(f"generator_path is for an ElectraPretrainer's generator; got a "
