@@ -94,7 +94,8 @@ def _require_tensorflow():
 # === Export ===
 def export_saved_model(model, export_dir, include_preprocessing=True, sequence_length=None,
                        tokenizer=None, preprocessor=None, target_tensorflow="2.12.1",
-                       dynamic_padding=True):
+                       dynamic_padding=True, handle_impossible_answer=None,
+                       null_score_diff_threshold=None):
     """Writes a SavedModel of a task or backbone to `export_dir` (use a versioned `.../1`).
 
     Args:
@@ -117,6 +118,11 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             "2.12.1": TF Serving 2.12-2.19): node attrs that release does not define are removed
             where they hold their default (`strip_unknown_attrs`), so the export passes
             `audit_ops` strictly. None: written as the running TensorFlow writes it.
+        handle_impossible_answer, null_score_diff_threshold: a `QuestionAnswerer`'s string
+            signature answers as `answer()` with these options (default False and 0.0): with
+            `handle_impossible_answer=True`, `answer_text` "" and `answer_start` =
+            `answer_end` = -1 where the example's `null_score` (also an output) beats its best
+            span's score by more than the threshold. Other models take neither.
 
     Returns: the signature names.
     """
@@ -155,6 +161,18 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     feature_names = [n for n in backbone.input if not is_task or n in model.input]
     choices = is_task and len(model.input["token_ids"].shape) == 3
     text_inputs = model.serving_inputs if is_task else ("text",)
+    # a task's options for its string signature (QA's "no answer"), checked by the task
+    string_options = {k: v for k, v in (("handle_impossible_answer", handle_impossible_answer),
+                                        ("null_score_diff_threshold", null_score_diff_threshold))
+                      if v is not None}
+    if string_options and not is_task:
+        raise ValueError(f"A backbone's export takes no {', '.join(string_options)} (an option "
+                         "of a QuestionAnswerer's string signature).")
+    string_options = model.serving_options(**string_options) if is_task else {}
+    if handle_impossible_answer and not include_preprocessing:
+        raise ValueError("handle_impossible_answer=True sets the string signature's answers; "
+                         "with include_preprocessing=False there is none (the token_ids "
+                         "signature scores packed windows).")
 
     def outputs_of(features):
         # raw strings (for tasks that read their inputs' text, e.g. QA answers) stay strings
@@ -229,7 +247,8 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             if is_task:
                 trimmed = ((lambda f: outputs_of(trim_padding(f, side))) if dynamic_padding
                            else outputs_of)
-                own = model.serving_strings(texts, tokenizer, sequence_length, trimmed)
+                own = model.serving_strings(texts, tokenizer, sequence_length, trimmed,
+                                            **string_options)
                 if own is not None:
                     return own
             texts = [_clean_text(t, sequence_length) for t in texts]
