@@ -142,6 +142,18 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     tokenizer = tokenizer or getattr(preprocessor, "tokenizer", None)
     backbone = getattr(model, "backbone", model)
     is_task = model is not backbone
+    # a task's options for its string signature (QA's "no answer"), checked by the task
+    string_options = {k: v for k, v in (("handle_impossible_answer", handle_impossible_answer),
+                                        ("null_score_diff_threshold", null_score_diff_threshold))
+                      if v is not None}
+    if string_options and not is_task:
+        raise ValueError(f"A backbone's export takes no {', '.join(string_options)} (an option "
+                         "of a QuestionAnswerer's string signature).")
+    string_options = model.serving_options(**string_options) if is_task else {}
+    if handle_impossible_answer and not include_preprocessing:
+        raise ValueError("handle_impossible_answer=True sets the string signature's answers; "
+                         "with include_preprocessing=False there is none (the token_ids "
+                         "signature scores packed windows).")
     if include_preprocessing and tokenizer is None:
         raise ValueError(
             "A string signature needs a tokenizer: attach a preprocessor (from_preset does) or "
@@ -161,18 +173,6 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     feature_names = [n for n in backbone.input if not is_task or n in model.input]
     choices = is_task and len(model.input["token_ids"].shape) == 3
     text_inputs = model.serving_inputs if is_task else ("text",)
-    # a task's options for its string signature (QA's "no answer"), checked by the task
-    string_options = {k: v for k, v in (("handle_impossible_answer", handle_impossible_answer),
-                                        ("null_score_diff_threshold", null_score_diff_threshold))
-                      if v is not None}
-    if string_options and not is_task:
-        raise ValueError(f"A backbone's export takes no {', '.join(string_options)} (an option "
-                         "of a QuestionAnswerer's string signature).")
-    string_options = model.serving_options(**string_options) if is_task else {}
-    if handle_impossible_answer and not include_preprocessing:
-        raise ValueError("handle_impossible_answer=True sets the string signature's answers; "
-                         "with include_preprocessing=False there is none (the token_ids "
-                         "signature scores packed windows).")
 
     def outputs_of(features):
         # raw strings (for tasks that read their inputs' text, e.g. QA answers) stay strings

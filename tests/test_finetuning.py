@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import check_export_answers_as_answer_does, check_says_no_answer, to_numpy
 from keras_bertfam.tasks.task import batched_examples, one_iterator
 
 # One layer: the depth is not what these tests check (each layer is traced / compiled again in
@@ -325,99 +325,27 @@ def test_question_answerer_answer_not_in_context(qa):
 NO_ANSWER_CONTEXT = "Long ago there was a small town with many shops and a river. " * 2
 
 
-def _null_scores_by_hand(qa, questions, contexts):
-    """HF's SQuAD v2 null score of each example: the minimum over its windows of the start +
-    end logits at the classification token (`meta["cls_index"]`)."""
-    import tensorflow as tf
-
-    features, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
-    # the packed windows straight into the model (`predict` would read a dict as raw text)
-    out = keras.Model.predict(qa, {k: to_numpy(v) for k, v in features.items()}, verbose=0)
-    example, cls = to_numpy(meta["example_index"]), to_numpy(meta["cls_index"])
-    window = out["start_logits"][np.arange(len(cls)), cls] + out["end_logits"][
-        np.arange(len(cls)), cls]
-    return [window[example == b].min() for b in range(len(questions))]
-
-
-def say_no_answer_checks(qa, questions, contexts):
-    """`answer()`'s "no answer" on examples 0 (answerable: its span is the answer) and 1 (no
-    answer in its context): the null score is the minimum over windows by hand; by default a
-    span always; with `handle_impossible_answer=True` the empty answer exactly where the null
-    score beats the best span by more than the threshold. These tiny models' null score is
-    nearly the same in every window (one layer; the classification token's logits hardly
-    depend on the window), and in the answer's window it still edges out the answer's score:
-    the unanswerable example's margin (null - span) is far larger, and a threshold between the
-    two margins answers the one and not the other (what SQuAD v2 evaluation tunes the threshold
-    for). Returns the options that give each the right answer and the answers."""
-    plain = qa.answer(questions, contexts)
-    assert plain[1]["text"] and plain[1]["start"] >= 0  # by default, always a span
-    np.testing.assert_allclose([a["null_score"] for a in plain],
-                               _null_scores_by_hand(qa, questions, contexts), rtol=1e-6)
-    margins = [a["null_score"] - a["score"] for a in plain]
-    assert margins[1] > margins[0] + 1.0
-    threshold = float(np.mean(margins[:2]))
-    for t in (threshold, 0.0, margins[0] - 0.1, margins[1] + 0.1):
-        said = qa.answer(questions, contexts, handle_impossible_answer=True,
-                         null_score_diff_threshold=t)
-        for a, p, margin in zip(said, plain, margins):
-            if margin > t:
-                null = p["null_score"]
-                assert a == {"text": "", "start": -1, "end": -1, "score": null, "null_score": null}
-            else:
-                assert a == p
-        assert qa.answer(questions, contexts, null_score_diff_threshold=t) == plain  # not handled
-    options = dict(handle_impossible_answer=True, null_score_diff_threshold=threshold)
-    said = qa.answer(questions, contexts, **options)
-    assert said[0] == plain[0] and said[1]["text"] == "" and said[1]["start"] == -1
-    with pytest.raises(ValueError, match="handle_impossible_answer must be True or False; got "
-                                         "'yes'"):
-        qa.answer(questions, contexts, handle_impossible_answer="yes")
-    for bad, shown in ((float("nan"), "nan"), (float("inf"), "inf"), ("1", "'1'")):
-        with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number"
-                                             f".*got {shown}"):
-            qa.answer(questions, contexts, null_score_diff_threshold=bad)
-    return options, said
-
-
 def test_question_answerer_says_no_answer(qa, tmp_path):
-    """SQuAD 2.0's "no answer" (`say_no_answer_checks`) in BERT's layout ([CLS] first), fitted on
+    """SQuAD 2.0's "no answer" (`check_says_no_answer`) in BERT's layout ([CLS] first), fitted on
     one example whose windows without the answer are labelled at [CLS]; the SavedModel's string
     signature answers as `answer()` with and without the options."""
     questions, contexts = [QUESTION, QUESTION], [CONTEXT, NO_ANSWER_CONTEXT]
-    options, said = say_no_answer_checks(qa, questions, contexts)
+    options, said = check_says_no_answer(qa, questions, contexts)
     assert said[0]["text"] == ANSWER
-    if keras.backend.backend() == "tensorflow":
-        export_answers_as_answer_does(qa, questions, contexts, str(tmp_path / "qa"), options)
-
-
-def export_answers_as_answer_does(qa, questions, contexts, directory, options):
-    """The string signature of an export with `options` (and of one without: its null scores)
-    gives `answer()`'s answers with the same options and passes the tf-text 2.12.1 audit."""
-    import tensorflow as tf
-
+    if keras.backend.backend() != "tensorflow":
+        return
     for version, kwargs in ((1, {}), (2, options)):
-        path = os.path.join(directory, str(version))
-        kb.export.export_saved_model(qa, path, **kwargs)
-        got = tf.saved_model.load(path).signatures["serving_default"](
-            question=tf.constant(questions), context=tf.constant(contexts))
-        want = qa.answer(questions, contexts, **kwargs)
-        np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
-        np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
-        assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
-        np.testing.assert_allclose(got["null_score"].numpy(), [a["null_score"] for a in want],
-                                   rtol=1e-5)
-        spans = [i for i, a in enumerate(want) if a["start"] >= 0]
-        np.testing.assert_allclose(got["span_score"].numpy()[spans],
-                                   [want[i]["score"] for i in spans], rtol=1e-5)
-        report = kb.export.audit_ops(path, tf_text="2.12.1")
-        assert not report["unsupported"] and not report["unknown_attrs"]
-    assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
-    assert "" in [a["text"] for a in want]  # the export with the options said "no answer"
-    with pytest.raises(ValueError, match="handle_impossible_answer must be True or False; got 1"):
-        kb.export.export_saved_model(qa, os.path.join(directory, "3"), handle_impossible_answer=1)
-    with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number"):
-        kb.export.export_saved_model(qa, os.path.join(directory, "3"),
-                                     null_score_diff_threshold=float("-inf"))
+        check_export_answers_as_answer_does(qa, questions, contexts,
+                                            str(tmp_path / "qa" / str(version)), kwargs)
+    # the options are the QuestionAnswerer's: a backbone or another task refuses them
+    with pytest.raises(ValueError, match="A backbone's export takes no handle_impossible_answer"):
+        kb.export.export_saved_model(qa.backbone, str(tmp_path / "b"),
+                                     handle_impossible_answer=True)
+    classifier = kb.tasks.TextClassifier(qa.backbone, num_classes=2)
+    with pytest.raises(ValueError, match="TextClassifier's export takes no "
+                                         "null_score_diff_threshold"):
+        kb.export.export_saved_model(classifier, str(tmp_path / "c"), tokenizer=qa.preprocessor.
+                                     tokenizer, null_score_diff_threshold=1.0)
 
 
 # === MultipleChoice ===
