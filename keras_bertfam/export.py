@@ -11,14 +11,16 @@ Signatures:
   the task's named outputs (`Task.serving_outputs`): logits / probabilities / labels for the
   classifiers; for QA the answer as `answer_text` and `answer_start` / `answer_end` in Unicode
   characters of the original context (as HF's offsets and `QuestionAnswerer.answer`; long
-  contexts are read in strided windows), plus the token span; MLM top-k at the input's [MASK]
-  tokens for MaskedLM, BERT / ALBERT (+ NSP / SOP probabilities), SpanBERT (+ SBO top-k), XLNet
-  (`<mask>`, with `perm_mask` / `target_mapping` as HF's `XLNetLMHeadModel`) and a Distiller
-  (its student); ELECTRA's per-token `replaced_probabilities` and its generator's top-k;
-  `sequence_output` / `pooled_output` for a backbone. Each task's docstring says what it returns.
+  contexts are read in strided windows), plus the token span and the SQuAD v2 `null_score`
+  (`handle_impossible_answer=True`: the empty answer where it wins, as `answer()`); MLM top-k
+  at the input's [MASK] tokens for MaskedLM, BERT / ALBERT (+ NSP / SOP probabilities), SpanBERT
+  (+ SBO top-k), XLNet (`<mask>`, with `perm_mask` / `target_mapping` as HF's
+  `XLNetLMHeadModel`) and a Distiller (its student); ELECTRA's per-token
+  `replaced_probabilities` and its generator's top-k; `sequence_output` / `pooled_output` for a
+  backbone. Each task's docstring says what it returns.
 - `token_ids`: the same outputs from packed int32 `token_ids`, `segment_ids`, `padding_mask`
   ([B, T], or [B, C, T] for multiple choice), except those that need the strings (QA's
-  `answer_*`).
+  `answer_*` and `null_score`).
 
 Tokenization (keras-hub WordPiece: `NormalizeUTF8`, `RegexSplitWithOffsets`,
 `FastWordpieceTokenizeWithOffsets`) and `SegmentPacker` (round-robin in core TF) keep the graph

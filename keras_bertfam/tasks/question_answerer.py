@@ -122,7 +122,8 @@ class QuestionAnswerer(Task):
         as `answer()` scores one window. From strings (`serving_default`) also the answer in the
         context: `answer_start` / `answer_end`, Unicode-character offsets into the original
         context string (`context[answer_start:answer_end]` in Python; -1 when the context is
-        empty), and `answer_text`."""
+        empty), and `answer_text`, and each window's `null_score` (start + end logits at its
+        classification token, `is_cls`), of which `serving_strings` keeps the minimum."""
         start, end = outputs["start_logits"], outputs["end_logits"]  # (B, T)
         penalty = ops.where(features["in_context"], 0.0, -1e9)
         scores = ops.expand_dims(start + penalty, 2) + ops.expand_dims(end + penalty, 1)  # (B, T, T)
