@@ -11,14 +11,16 @@ Signatures:
   the task's named outputs (`Task.serving_outputs`): logits / probabilities / labels for the
   classifiers; for QA the answer as `answer_text` and `answer_start` / `answer_end` in Unicode
   characters of the original context (as HF's offsets and `QuestionAnswerer.answer`; long
-  contexts are read in strided windows), plus the token span; MLM top-k at the input's [MASK]
-  tokens for MaskedLM, BERT / ALBERT (+ NSP / SOP probabilities), SpanBERT (+ SBO top-k), XLNet
-  (`<mask>`, with `perm_mask` / `target_mapping` as HF's `XLNetLMHeadModel`) and a Distiller
-  (its student); ELECTRA's per-token `replaced_probabilities` and its generator's top-k;
-  `sequence_output` / `pooled_output` for a backbone. Each task's docstring says what it returns.
+  contexts are read in strided windows), plus the token span and the SQuAD v2 `null_score`
+  (`handle_impossible_answer=True`: the empty answer where it wins, as `answer()`); MLM top-k
+  at the input's [MASK] tokens for MaskedLM, BERT / ALBERT (+ NSP / SOP probabilities), SpanBERT
+  (+ SBO top-k), XLNet (`<mask>`, with `perm_mask` / `target_mapping` as HF's
+  `XLNetLMHeadModel`) and a Distiller (its student); ELECTRA's per-token
+  `replaced_probabilities` and its generator's top-k; `sequence_output` / `pooled_output` for a
+  backbone. Each task's docstring says what it returns.
 - `token_ids`: the same outputs from packed int32 `token_ids`, `segment_ids`, `padding_mask`
   ([B, T], or [B, C, T] for multiple choice), except those that need the strings (QA's
-  `answer_*`).
+  `answer_*` and `null_score`).
 
 Tokenization (keras-hub WordPiece: `NormalizeUTF8`, `RegexSplitWithOffsets`,
 `FastWordpieceTokenizeWithOffsets`) and `SegmentPacker` (round-robin in core TF) keep the graph
@@ -94,7 +96,8 @@ def _require_tensorflow():
 # === Export ===
 def export_saved_model(model, export_dir, include_preprocessing=True, sequence_length=None,
                        tokenizer=None, preprocessor=None, target_tensorflow="2.12.1",
-                       dynamic_padding=True):
+                       dynamic_padding=True, handle_impossible_answer=None,
+                       null_score_diff_threshold=None):
     """Writes a SavedModel of a task or backbone to `export_dir` (use a versioned `.../1`).
 
     Args:
@@ -117,6 +120,11 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             "2.12.1": TF Serving 2.12-2.19): node attrs that release does not define are removed
             where they hold their default (`strip_unknown_attrs`), so the export passes
             `audit_ops` strictly. None: written as the running TensorFlow writes it.
+        handle_impossible_answer, null_score_diff_threshold: a `QuestionAnswerer`'s string
+            signature answers as `answer()` with these options (default False and 0.0): with
+            `handle_impossible_answer=True`, `answer_text` "" and `answer_start` =
+            `answer_end` = -1 where the example's `null_score` (also an output) beats its best
+            span's score by more than the threshold. Other models take neither.
 
     Returns: the signature names.
     """
@@ -136,6 +144,18 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     tokenizer = tokenizer or getattr(preprocessor, "tokenizer", None)
     backbone = getattr(model, "backbone", model)
     is_task = model is not backbone
+    # a task's options for its string signature (QA's "no answer"), checked by the task
+    string_options = {k: v for k, v in (("handle_impossible_answer", handle_impossible_answer),
+                                        ("null_score_diff_threshold", null_score_diff_threshold))
+                      if v is not None}
+    if string_options and not is_task:
+        raise ValueError(f"A backbone's export takes no {', '.join(string_options)} (an option "
+                         "of a QuestionAnswerer's string signature).")
+    string_options = model.serving_options(**string_options) if is_task else {}
+    if handle_impossible_answer and not include_preprocessing:
+        raise ValueError("handle_impossible_answer=True sets the string signature's answers; "
+                         "with include_preprocessing=False there is none (the token_ids "
+                         "signature scores packed windows).")
     if include_preprocessing and tokenizer is None:
         raise ValueError(
             "A string signature needs a tokenizer: attach a preprocessor (from_preset does) or "
@@ -229,7 +249,8 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             if is_task:
                 trimmed = ((lambda f: outputs_of(trim_padding(f, side))) if dynamic_padding
                            else outputs_of)
-                own = model.serving_strings(texts, tokenizer, sequence_length, trimmed)
+                own = model.serving_strings(texts, tokenizer, sequence_length, trimmed,
+                                            **string_options)
                 if own is not None:
                     return own
             texts = [_clean_text(t, sequence_length) for t in texts]

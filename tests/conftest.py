@@ -158,3 +158,101 @@ def check_sentencepiece_offsets(tok, hf, sp, texts, lowercase):
                 assert norm.decode() == piece or (len(span) == 1 and piece in norm.decode()), (
                     text, span, piece)
     return same, len(texts) - same
+
+
+# === QuestionAnswerer's "no answer" (SQuAD 2.0), shared by BERT's and XLNet's QA tests ===
+def null_scores_by_hand(qa, questions, contexts):
+    """HF's SQuAD v2 null score of each example (`utils_qa.py`): the minimum over its windows of
+    the start + end logits at the classification token (`meta["cls_index"]`)."""
+    import tensorflow as tf
+
+    features, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+    # the packed windows straight into the model (`predict` would read a dict as raw text)
+    out = keras.Model.predict(qa, {k: to_numpy(v) for k, v in features.items()}, verbose=0)
+    example, cls = to_numpy(meta["example_index"]), to_numpy(meta["cls_index"])
+    rows = np.arange(len(cls))
+    window = out["start_logits"][rows, cls] + out["end_logits"][rows, cls]
+    return [window[example == b].min() for b in range(len(questions))]
+
+
+def check_says_no_answer(qa, questions, contexts):
+    """`answer()`'s "no answer" on examples 0 (answerable: its span is the answer) and 1 (no
+    answer in its context): the null score is the minimum over windows by hand; by default a
+    span always; with `handle_impossible_answer=True` the empty answer exactly where the null
+    score beats the best span by more than the threshold (which moves the decision).
+
+    These tiny models' null score is nearly the same in every window (one layer: the
+    classification token's logits hardly depend on the window), and in the answer's window it
+    still edges out the answer's score; the unanswerable example's margin (null - span) is far
+    larger, and a threshold between the two margins answers the one and not the other (what
+    SQuAD v2 evaluation tunes the threshold for). Returns those options and their answers."""
+    plain = qa.answer(questions, contexts)
+    assert plain[1]["text"] and plain[1]["start"] >= 0  # by default, always a span
+    np.testing.assert_allclose([a["null_score"] for a in plain],
+                               null_scores_by_hand(qa, questions, contexts), rtol=1e-6)
+    margins = [a["null_score"] - a["score"] for a in plain]
+    assert margins[1] > margins[0] + 1.0
+    threshold = float(np.mean(margins[:2]))
+    for t in (threshold, 0.0, margins[0] - 0.1, margins[1] + 0.1):
+        said = qa.answer(questions, contexts, handle_impossible_answer=True,
+                         null_score_diff_threshold=t)
+        for a, p, margin in zip(said, plain, margins):
+            if margin > t:
+                null = p["null_score"]
+                assert a == {"text": "", "start": -1, "end": -1, "score": null, "null_score": null}
+            else:
+                assert a == p
+        assert qa.answer(questions, contexts, null_score_diff_threshold=t) == plain  # not handled
+    options = dict(handle_impossible_answer=True, null_score_diff_threshold=threshold)
+    said = qa.answer(questions, contexts, **options)
+    assert said[0] == plain[0] and said[1]["text"] == "" and said[1]["start"] == -1
+    with pytest.raises(ValueError, match="handle_impossible_answer must be True or False; got "
+                                         "'yes'"):
+        qa.answer(questions, contexts, handle_impossible_answer="yes")
+    for bad, shown in ((float("nan"), "nan"), (float("inf"), "inf"), ("1", "'1'")):
+        with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number"
+                                             f".*got {shown}"):
+            qa.answer(questions, contexts, null_score_diff_threshold=bad)
+    return options, said
+
+
+def check_export_answers_as_answer_does(qa, questions, contexts, path, options):
+    """The string signature of an export with `options` (`handle_impossible_answer`,
+    `null_score_diff_threshold`) gives `answer()`'s answers and null scores with the same
+    options, and the export passes the tf-text 2.12.1 audit. Bad options fail the export."""
+    import tensorflow as tf
+
+    import keras_bertfam as kb
+
+    kb.export.export_saved_model(qa, path, **options)
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    got = serve(question=tf.constant(questions), context=tf.constant(contexts))
+    want = qa.answer(questions, contexts, **options)
+    np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
+    np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
+    assert [t.decode() for t in got["answer_text"].numpy()] == [a["text"] for a in want]
+    np.testing.assert_allclose(got["null_score"].numpy(), [a["null_score"] for a in want],
+                               rtol=1e-5)
+    spans = [i for i, a in enumerate(want) if a["start"] >= 0]
+    np.testing.assert_allclose(got["span_score"].numpy()[spans],
+                               [want[i]["score"] for i in spans], rtol=1e-5)
+    # each example alone: its windows trimmed to their own length (dynamic padding; XLNet's on
+    # the left, <cls> still last)
+    for i, (question, context) in enumerate(zip(questions, contexts)):
+        one = serve(question=tf.constant([question]), context=tf.constant([context]))
+        assert (int(one["answer_start"][0]), int(one["answer_end"][0]),
+                one["answer_text"][0].numpy().decode()) == (want[i]["start"], want[i]["end"],
+                                                            want[i]["text"])
+        np.testing.assert_allclose(one["null_score"].numpy(), [want[i]["null_score"]], rtol=1e-5)
+    report = kb.export.audit_ops(path, tf_text="2.12.1")
+    assert not report["unsupported"] and not report["unknown_attrs"]
+    if not options:
+        return
+    bad = path + "_bad"
+    with pytest.raises(ValueError, match="handle_impossible_answer must be True or False; got 1"):
+        kb.export.export_saved_model(qa, bad, handle_impossible_answer=1)
+    with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number.*"
+                                         "got -inf"):
+        kb.export.export_saved_model(qa, bad, null_score_diff_threshold=float("-inf"))
+    with pytest.raises(ValueError, match="with include_preprocessing=False there is none"):
+        kb.export.export_saved_model(qa, bad, include_preprocessing=False, **options)

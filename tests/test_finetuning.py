@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import check_export_answers_as_answer_does, check_says_no_answer, to_numpy
 from keras_bertfam.tasks.task import batched_examples, one_iterator
 
 # One layer: the depth is not what these tests check (each layer is traced / compiled again in
@@ -320,6 +320,32 @@ def test_question_answerer_answer_not_in_context(qa):
         qa.answer("Who?", CONTEXT)
     with pytest.raises(ValueError, match="answer got 2 questions and 1 contexts"):
         qa.answer([QUESTION, "Who?"], [CONTEXT])
+
+
+NO_ANSWER_CONTEXT = "Long ago there was a small town with many shops and a river. " * 2
+
+
+def test_question_answerer_says_no_answer(qa, tmp_path):
+    """SQuAD 2.0's "no answer" (`check_says_no_answer`) in BERT's layout ([CLS] first), fitted on
+    one example whose windows without the answer are labelled at [CLS]; the SavedModel's string
+    signature answers as `answer()` with and without the options."""
+    questions, contexts = [QUESTION, QUESTION], [CONTEXT, NO_ANSWER_CONTEXT]
+    options, said = check_says_no_answer(qa, questions, contexts)
+    assert said[0]["text"] == ANSWER
+    if keras.backend.backend() != "tensorflow":
+        return
+    for version, kwargs in ((1, {}), (2, options)):
+        check_export_answers_as_answer_does(qa, questions, contexts,
+                                            str(tmp_path / "qa" / str(version)), kwargs)
+    # the options are the QuestionAnswerer's: a backbone or another task refuses them
+    with pytest.raises(ValueError, match="A backbone's export takes no handle_impossible_answer"):
+        kb.export.export_saved_model(qa.backbone, str(tmp_path / "b"),
+                                     handle_impossible_answer=True)
+    classifier = kb.tasks.TextClassifier(qa.backbone, num_classes=2)
+    with pytest.raises(ValueError, match="TextClassifier's export takes no "
+                                         "null_score_diff_threshold"):
+        kb.export.export_saved_model(classifier, str(tmp_path / "c"), tokenizer=qa.preprocessor.
+                                     tokenizer, null_score_diff_threshold=1.0)
 
 
 # === MultipleChoice ===

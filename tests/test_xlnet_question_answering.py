@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import check_export_answers_as_answer_does, check_says_no_answer, to_numpy
 
 
 def make_tokenizer(bert_vocab):
@@ -270,6 +270,8 @@ def test_export_answers_as_answer_does(qa, tokenizer, tmp_path):
     found = [i for i, a in enumerate(want) if a["start"] >= 0]
     np.testing.assert_allclose(got["span_score"].numpy()[found],
                                [want[i]["score"] for i in found], atol=1e-4)
+    np.testing.assert_allclose(got["null_score"].numpy(), [a["null_score"] for a in want],
+                               atol=1e-4)
     report = kb.export.audit_ops(path, tf_text="2.12.1")
     assert not report["unsupported"] and not report["unknown_attrs"]
     # packed rows (one window each: NO_CONTEXT, the last): the span of the string signature
@@ -281,3 +283,17 @@ def test_export_answers_as_answer_does(qa, tokenizer, tmp_path):
     for row, i in enumerate((1, 4)):
         start, end = spans["span_start"].numpy()[row], spans["span_end"].numpy()[row]
         assert (t0[row, start], t1[row, end]) == (want[i]["start"], want[i]["end"])
+
+
+def test_says_no_answer_at_cls_last(qa, tmp_path):
+    """SQuAD 2.0's "no answer" (`check_says_no_answer`) in XLNet's layout: the null score is read
+    at `<cls>`, the last position (`meta["cls_index"]`), of windows padded on the left; the
+    fixture learned to answer the long example and to put the unanswerable one's logits on
+    `<cls>`. The SavedModel's string signature (dynamic padding trims the windows on the left)
+    answers as `answer()` with the options."""
+    questions, contexts = [QUESTION, NO_QUESTION], [CONTEXT, NO_CONTEXT]
+    options, said = check_says_no_answer(qa, questions, contexts)
+    assert said[0]["text"] == ANSWER
+    if keras.backend.backend() == "tensorflow":
+        check_export_answers_as_answer_does(qa, questions + ["Who?"], contexts + [""],
+                                            str(tmp_path / "qa" / "1"), options)

@@ -1,4 +1,6 @@
 """Fine-tuning: SQuAD-style extractive question answering (start / end logits over tokens)."""
+import math
+
 import keras
 import numpy as np
 from keras import ops
@@ -48,18 +50,25 @@ class QuestionAnswerer(Task):
     padded on the left, the no-answer label at `<cls>`, the last position. Raw input:
     `x = (questions, contexts)`, `y = (answer_starts, answer_texts)` (character offsets, SQuAD's
     format). `answer(questions, contexts)` returns the best span of each example, over all its
-    windows, as text with its character offsets. Any family whose tokenizer gives character
-    offsets (`tokenize_with_offsets`): every family's (WordPiece: BERT and its kin; byte-level
-    BPE: RoBERTa, Longformer; SentencePiece: ALBERT, XLNet). Answers are spans of context tokens only (never the question, a special token
-    or padding).
+    windows, as text with its character offsets, and the example's null score (HF's SQuAD v2
+    post-processing: the minimum over its windows of the classification token's start + end
+    logits); `handle_impossible_answer=True` (HF's pipeline option) answers "" (start = end = -1)
+    where that null score beats the best span's score by more than `null_score_diff_threshold`.
+    Any family whose tokenizer gives character offsets (`tokenize_with_offsets`): every family's
+    (WordPiece: BERT and its kin; byte-level BPE: RoBERTa, Longformer; SentencePiece: ALBERT,
+    XLNet). Answers are spans of context tokens only (never the question, a special token or
+    padding).
 
     Export (`kb.export.export_saved_model`): `question`, `context` strings -> `answer_text`,
     `answer_start`, `answer_end` (offsets in Unicode characters into the original context, as
     `answer()` and HF's offsets: lowercasing and accent stripping do not shift them), plus the
-    token span, its score and the logits of the window it was found in. The string signature
-    cuts long contexts into the preprocessor's strided windows and keeps each example's best
-    span over its windows, so it gives `answer()`'s answers; the `token_ids` signature scores
-    the packed windows it is given, one per row.
+    token span, its score (`span_score`) and the logits of the window it was found in, and
+    `null_score`. The string signature cuts long contexts into the preprocessor's strided
+    windows and keeps each example's best span over its windows, so it gives `answer()`'s
+    answers; exported with `handle_impossible_answer=True` (and `null_score_diff_threshold`) its
+    `answer_*` are the empty answer (-1, -1, "") where `answer()`'s with the same options are,
+    the `span_*` outputs still the best span (`answer()`'s score is then `null_score`). The
+    `token_ids` signature scores the packed windows it is given, one per row.
 
     Example:
     >>> qa = kb.tasks.QuestionAnswerer.from_preset("bert_tiny_en_uncased")  # doctest: +SKIP
@@ -113,7 +122,8 @@ class QuestionAnswerer(Task):
         as `answer()` scores one window. From strings (`serving_default`) also the answer in the
         context: `answer_start` / `answer_end`, Unicode-character offsets into the original
         context string (`context[answer_start:answer_end]` in Python; -1 when the context is
-        empty), and `answer_text`."""
+        empty), and `answer_text`, and each window's `null_score` (start + end logits at its
+        classification token, `is_cls`), of which `serving_strings` keeps the minimum."""
         start, end = outputs["start_logits"], outputs["end_logits"]  # (B, T)
         penalty = ops.where(features["in_context"], 0.0, -1e9)
         scores = ops.expand_dims(start + penalty, 2) + ops.expand_dims(end + penalty, 1)  # (B, T, T)
@@ -127,13 +137,23 @@ class QuestionAnswerer(Task):
         span_start, span_end = best // size, best % size
         out = {"start_logits": start, "end_logits": end, "span_start": span_start,
                "span_end": span_end, "span_score": ops.max(flat, axis=-1)}
+        if "is_cls" in features:  # the string signature's windows: each window's null score
+            out["null_score"] = null_scores(start, end, features["is_cls"])
         if "context_char_start" in features:
             out.update(answer_in_context(features, span_start, span_end, out["span_score"]))
         return out
 
-    def serving_strings(self, texts, tokenizer, sequence_length, outputs_of):
+    def serving_options(self, handle_impossible_answer=False, null_score_diff_threshold=0.0):
+        """The string signature's options (`export_saved_model`'s), checked as `answer()`'s."""
+        handle, threshold = check_no_answer_options(handle_impossible_answer,
+                                                    null_score_diff_threshold)
+        return {"handle_impossible_answer": handle, "null_score_diff_threshold": threshold}
+
+    def serving_strings(self, texts, tokenizer, sequence_length, outputs_of,
+                        handle_impossible_answer=False, null_score_diff_threshold=0.0):
         """The string signature: every window of every example through `outputs_of`, then each
-        example's best-scoring window (the first of equals, as `answer()`)."""
+        example's best-scoring window (the first of equals, as `answer()`), its null score (the
+        minimum over its windows) and, with `handle_impossible_answer`, `answer()`'s decision."""
         import tensorflow as tf
 
         from keras_bertfam.preprocessing.finetuning import QuestionAnswererPreprocessor
@@ -145,16 +165,29 @@ class QuestionAnswerer(Task):
         question, context = texts
         features, meta = preprocessor.windows(question, context)
         window_example = meta["example_index"]
+        # the classification token as a packed feature: dynamic padding trims it with the rows
+        is_cls = cls_mask(meta["cls_index"], sequence_length)
         out = outputs_of(dict(features, context=tf.gather(context, window_example),
                               context_char_start=meta["token_start"],
-                              context_char_end=meta["token_end"]))
+                              context_char_end=meta["token_end"],
+                              is_cls=tf.cast(is_cls, tf.int32)))
         score, count = out["span_score"], tf.size(question)
         best = tf.math.unsorted_segment_max(score, window_example, count)
         window = tf.range(tf.size(window_example))
         first_best = tf.math.unsorted_segment_min(
             tf.where(score >= tf.gather(best, window_example), window, tf.size(window)),
             window_example, count)
-        return {k: tf.gather(v, first_best) for k, v in out.items()}
+        result = {k: tf.gather(v, first_best) for k, v in out.items()}
+        result["null_score"] = tf.math.unsorted_segment_min(out["null_score"], window_example,
+                                                            count)
+        if handle_impossible_answer:
+            found = result["answer_start"] >= 0  # answer() scores a missing span -inf
+            span_score = tf.where(found, result["span_score"], float("-inf"))
+            empty = says_no_answer(result["null_score"], span_score,
+                                   tf.constant(null_score_diff_threshold, tf.float32))
+            for key, none in (("answer_start", -1), ("answer_end", -1), ("answer_text", "")):
+                result[key] = tf.where(empty, tf.constant(none, result[key].dtype), result[key])
+        return result
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         losses, metrics = [], {}
@@ -172,10 +205,22 @@ class QuestionAnswerer(Task):
             check_answers(x[1], *y)
         return (tuple(x),) if y is None else (tuple(x), tuple(y))
 
-    def answer(self, questions, contexts, max_answer_length=30, batch_size=32):
-        """Best answer span per example: `[{"text", "start", "end", "score"}]` (character offsets
-        into the context, `context[start:end] == text`)."""
+    def answer(self, questions, contexts, max_answer_length=30, batch_size=32,
+               handle_impossible_answer=False, null_score_diff_threshold=0.0):
+        """Best answer span per example: `[{"text", "start", "end", "score", "null_score"}]`
+        (character offsets into the context, `context[start:end] == text`; `score` the span's
+        start + end logit; "" with start = end = -1 when the context has no token).
+
+        `null_score` is HF's SQuAD v2 null score (`postprocess_qa_predictions` in its
+        `utils_qa.py`): the minimum over the example's windows of the classification token's
+        start + end logits (`[CLS]`; XLNet's `<cls>`, last). With `handle_impossible_answer=True`
+        (the option of HF's `QuestionAnsweringPipeline`), an example whose null score exceeds
+        its best span's score by more than `null_score_diff_threshold` (utils_qa's name) gets
+        the empty answer `{"text": "", "start": -1, "end": -1, "score": null_score}`."""
         import tensorflow as tf
+
+        handle, threshold = check_no_answer_options(handle_impossible_answer,
+                                                    null_score_diff_threshold)
 
         for name, texts in (("questions", questions), ("contexts", contexts)):
             if isinstance(texts, (str, bytes)):
@@ -189,6 +234,10 @@ class QuestionAnswerer(Task):
         starts, ends = out["start_logits"], out["end_logits"]
         example = meta["example_index"].numpy()
         t0, t1 = meta["token_start"].numpy(), meta["token_end"].numpy()
+        window_null = ops.convert_to_numpy(null_scores(
+            starts, ends, cls_mask(meta["cls_index"].numpy(), starts.shape[1])))
+        null = np.full(len(questions), np.inf, np.float32)
+        np.minimum.at(null, example, window_null)
         best = [None] * len(questions)
         for w in range(len(example)):
             valid = t0[w] >= 0
@@ -198,13 +247,57 @@ class QuestionAnswerer(Task):
             length = np.arange(len(e))[None, :] - np.arange(len(s))[:, None]
             scores = np.where((length >= 0) & (length < max_answer_length), scores, -np.inf)
             i, j = np.unravel_index(np.argmax(scores), scores.shape)
-            score = float(scores[i, j])
+            score = scores[i, j]  # float32, as the export's
             b = int(example[w])
             if np.isfinite(score) and (best[b] is None or score > best[b]["score"]):
                 start, end = int(t0[w, i]), int(t1[w, j])
                 best[b] = {"text": contexts[b][start:end], "start": start, "end": end,
                            "score": score}
-        return [b or {"text": "", "start": -1, "end": -1, "score": float("-inf")} for b in best]
+        none = {"text": "", "start": -1, "end": -1, "score": np.float32(-np.inf)}
+        answers = []
+        for b, found in enumerate(best):
+            found = found or none
+            if handle and says_no_answer(null[b], found["score"], np.float32(threshold)):
+                found = dict(none, score=null[b])
+            answers.append(dict(found, score=float(found["score"]), null_score=float(null[b])))
+        return answers
+
+
+def check_no_answer_options(handle_impossible_answer, null_score_diff_threshold):
+    """`answer()`'s and the export's "no answer" options -> (bool, float), or a ValueError
+    naming the value."""
+    if not isinstance(handle_impossible_answer, (bool, np.bool_)):
+        raise ValueError(f"handle_impossible_answer must be True or False; got "
+                         f"{handle_impossible_answer!r}.")
+    threshold = null_score_diff_threshold
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float,
+                                                                             np.number)) \
+            or not math.isfinite(threshold):
+        raise ValueError(f"null_score_diff_threshold must be a finite number (HF's default 0.0); "
+                         f"got {null_score_diff_threshold!r}.")
+    return bool(handle_impossible_answer), float(threshold)
+
+
+def cls_mask(cls_index, length):
+    """`(W,)` classification-token positions (the preprocessor's `meta["cls_index"]`) ->
+    `(W, length)` bool, True there."""
+    return ops.equal(ops.expand_dims(ops.arange(length), 0),
+                     ops.expand_dims(ops.cast(cls_index, "int32"), 1))
+
+
+def null_scores(start_logits, end_logits, is_cls):
+    """Each window's null score, HF's SQuAD v2 (`utils_qa.py`): the start + end logits of its
+    classification token (`is_cls`, (W, T), nonzero there). float32, in `answer()` (NumPy) and
+    in the export's graph alike."""
+    both = ops.cast(start_logits, "float32") + ops.cast(end_logits, "float32")
+    return ops.sum(ops.where(ops.cast(is_cls, "bool"), both, 0.0), axis=-1)
+
+
+def says_no_answer(null_score, span_score, null_score_diff_threshold):
+    """HF's SQuAD v2 decision: no answer when the example's null score exceeds its best span's
+    score by more than the threshold (float32 NumPy scalars in `answer()`, tensors in the
+    export)."""
+    return null_score > span_score + null_score_diff_threshold
 
 
 def check_answers(contexts, answer_starts, answer_texts):

@@ -256,11 +256,20 @@ class Task(keras.Model):
         (ELECTRA samples replacements; XLNet carries a memory) runs its parts instead."""
         return self({k: inputs[k] for k in self.input}, training=False)
 
-    def serving_strings(self, texts, tokenizer, sequence_length, outputs_of):
+    def serving_options(self, **options):
+        """`export_saved_model`'s options for this task's string signature, checked -> the
+        keyword arguments of `serving_strings` (QA: `handle_impossible_answer`,
+        `null_score_diff_threshold`). A task without such options refuses any."""
+        if options:
+            raise ValueError(f"{type(self).__name__}'s export takes no {', '.join(options)} "
+                             "(an option of a QuestionAnswerer's string signature).")
+        return {}
+
+    def serving_strings(self, texts, tokenizer, sequence_length, outputs_of, **options):
         """The string signature's outputs from its raw inputs, for a task that runs the model
         on something else than one packed row per example (QA: every window of a long
         context); None for the export's tokenize-and-pack. `outputs_of(features)` runs the
-        model and `serving_outputs`."""
+        model and `serving_outputs`; `options` come from `serving_options`."""
         return None
 
     def serving_pack(self, segments, sequence_length, special_token_ids):
