@@ -320,6 +320,22 @@ def test_question_answerer_answer_not_in_context(qa):
         qa.answer("Who?", CONTEXT)
     with pytest.raises(ValueError, match="answer got 2 questions and 1 contexts"):
         qa.answer([QUESTION, "Who?"], [CONTEXT])
+    # an empty batch, non-strings, a span length of 0 (were a TypeError from the offsets, a
+    # NoneType conversion error, and silently no answer)
+    assert qa.answer([], []) == []
+    with pytest.raises(ValueError, match=r"answer takes strings; contexts\[1\] is NoneType None"):
+        qa.answer([QUESTION, QUESTION], [CONTEXT, None])
+    with pytest.raises(ValueError, match="max_answer_length must be a positive number of tokens; "
+                                         "got 0"):
+        qa.answer([QUESTION], [CONTEXT], max_answer_length=0)
+    # a fractional answer_start was truncated and trained on
+    with pytest.raises(ValueError, match=r"Invalid answer_start 0.5 \(example 1\): expected an "
+                                         r"integer character offset into the context"):
+        qa.fit(([QUESTION] * 2, [CONTEXT] * 2), ([start, 0.5], [ANSWER, "L"]), verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices((([QUESTION], [CONTEXT]), ([0.5], ["L"]))).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid answer_start 0.5: expected "
+                                                             "an integer character offset"):
+        qa.fit(ds, verbose=0)
 
 
 NO_ANSWER_CONTEXT = "Long ago there was a small town with many shops and a river. " * 2

@@ -104,8 +104,9 @@ def _is_string(spec):
 
 # The messages of the label checks, the same in Python (`kb.tasks.classifier.check_label_values`,
 # arrays and lists) and in the tf.data graph (`check_labels`, datasets); {} is the value.
-NOT_AN_INTEGER = ("Invalid {what} {{}}: expected an integer class id (a float is accepted only when "
+NOT_AN_INTEGER = ("Invalid {what} {{}}: expected {expected} (a float is accepted only when "
                   "it is a whole number, e.g. 1.0); a fraction would be truncated.")
+ANSWER_START = "an integer character offset into the context (-1: no answer)"
 NOT_FINITE = ("Invalid regression target {}: expected a finite number (not NaN or inf), which "
               "would turn every weight into NaN.")
 
@@ -124,7 +125,7 @@ def _assert_then(values, ok, message, bad):
             values.with_flat_values(tf.identity(values.flat_values))
 
 
-def check_integer_labels(labels, what="label"):
+def check_integer_labels(labels, what="label", expected="an integer class id"):
     """Float labels must be whole numbers (0.5 or NaN is refused, 1.0 passes), in the graph."""
     if not labels.dtype.is_floating:
         return labels
@@ -132,7 +133,7 @@ def check_integer_labels(labels, what="label"):
     bad = tf.logical_not(tf.equal(flat, tf.round(flat)))
     first = tf.boolean_mask(flat, bad)[:1]
     return _assert_then(labels, tf.logical_not(tf.reduce_any(bad)),
-                        NOT_AN_INTEGER.format(what=what), first)
+                        NOT_AN_INTEGER.format(what=what, expected=expected), first)
 
 
 def check_finite_targets(targets):
@@ -723,7 +724,8 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
             return features
         answer_start, answer_text = y
         context = tf.convert_to_tensor(context)
-        answer_start = tf.cast(answer_start, tf.int32)
+        answer_start = tf.cast(check_integer_labels(
+            tf.convert_to_tensor(answer_start), "answer_start", ANSWER_START), tf.int32)
         answer_len = tf.strings.length(answer_text, unit="UTF8_CHAR")
         found = tf.strings.substr(context, tf.maximum(answer_start, 0), answer_len,
                                   unit="UTF8_CHAR")

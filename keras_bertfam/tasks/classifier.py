@@ -199,7 +199,8 @@ def check_label_values(labels, num_classes, what="label", allow_negative=False,
         fraction = ~(flat == np.round(flat))
         if fraction.any():
             value = flat[int(np.argmax(fraction))]
-            raise ValueError(NOT_AN_INTEGER.format(what=what).format(value))
+            raise ValueError(NOT_AN_INTEGER.format(what=what, expected="an integer class id")
+                             .format(value))
     bad = flat >= num_classes
     if not allow_negative:
         bad |= flat < 0

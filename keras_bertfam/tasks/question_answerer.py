@@ -6,6 +6,7 @@ import numpy as np
 from keras import ops
 
 from keras_bertfam.models.backbone import head_initializer
+from keras_bertfam.preprocessing.finetuning import ANSWER_START, NOT_AN_INTEGER
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
@@ -229,6 +230,17 @@ class QuestionAnswerer(Task):
         if len(questions) != len(contexts):
             raise ValueError(f"answer got {len(questions)} questions and {len(contexts)} "
                              "contexts: one context per question.")
+        for name, texts in (("questions", questions), ("contexts", contexts)):
+            bad = next((i for i, t in enumerate(texts) if not isinstance(t, (str, bytes))), None)
+            if bad is not None:
+                raise ValueError(f"answer takes strings; {name}[{bad}] is "
+                                 f"{type(texts[bad]).__name__} {texts[bad]!r}.")
+        if isinstance(max_answer_length, (bool, np.bool_)) or not isinstance(
+                max_answer_length, (int, np.integer)) or max_answer_length < 1:
+            raise ValueError(f"max_answer_length must be a positive number of tokens; got "
+                             f"{max_answer_length!r}.")
+        if len(questions) == 0:
+            return []
         features, meta = self.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
         out = super(Task, self).predict(features, batch_size=batch_size, verbose=0)
         starts, ends = out["start_logits"], out["end_logits"]
@@ -304,6 +316,10 @@ def check_answers(contexts, answer_starts, answer_texts):
     """Answers given as lists (SQuAD's character offset and text) -> ValueError naming the first
     example whose text is not at its offset (the tf.data preprocessor checks datasets)."""
     for i, (context, start, text) in enumerate(zip(contexts, answer_starts, answer_texts)):
+        if isinstance(start, (bool, np.bool_)) or not isinstance(start, (int, float, np.number)) \
+                or not float(start).is_integer():
+            raise ValueError(NOT_AN_INTEGER.format(what="answer_start", expected=ANSWER_START)
+                             .format(f"{start!r} (example {i})"))
         if not (isinstance(context, str) and isinstance(text, str)) or int(start) < 0:
             continue
         found = context[int(start):int(start) + len(text)]
