@@ -658,7 +658,8 @@ def _hf_spans(model, f):
     return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
 
 
-@pytest.mark.multibackend  # the head mapping is keras.ops; the windows come from tf ops
+# TensorFlow only, as every family's QA head test (XLNet's model on every backend with HF's
+# head: test_xlnet_text_classifier_is_hfs_sequence_classification)
 def test_xlnet_question_answerer_is_hfs_simple_qa_head(tmp_path, tokenizer_files):
     """HF `XLNetForQuestionAnsweringSimple` (`qa_outputs`, a Linear over the last hidden states)
     <-> QuestionAnswerer on XLNetBackbone: `from_preset` and strict `convert_task` give HF's

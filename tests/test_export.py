@@ -155,7 +155,8 @@ def cases(tok, vocab_file, xlnet_spiece):
     answers = qa.answer(QA_QUESTIONS, QA_CONTEXTS)  # in-process: offsets into the original
     ref.update(answer_start=np.array([a["start"] for a in answers], np.int32),
                answer_end=np.array([a["end"] for a in answers], np.int32),
-               answer_text=np.array([a["text"].encode() for a in answers], object))
+               answer_text=np.array([a["text"].encode() for a in answers], object),
+               null_score=np.array([a["null_score"] for a in answers], np.float32))
     out.append(("question_answerer", qa, {"question": QA_QUESTIONS, "context": QA_CONTEXTS}, ref,
                 f))
 
@@ -309,9 +310,12 @@ def test_fresh_tensorflow_process_gives_the_same_outputs(exports, fresh):
         got = np.load(job["out"], allow_pickle=True)
         assert set(ref) == {k for k in got.files if not k.startswith("ids__")}, name
         for key, expected in ref.items():
-            if key.startswith("answer_"):  # QA's answers need the context string: strings only
+            if key.startswith("answer_") or key == "null_score":  # QA's, per example: strings only
                 assert "ids__" + key not in got.files
-                np.testing.assert_array_equal(got[key], expected, err_msg=f"{name}:{key}")
+                if key == "null_score":
+                    np.testing.assert_allclose(got[key], expected, rtol=1e-5, err_msg=key)
+                else:
+                    np.testing.assert_array_equal(got[key], expected, err_msg=f"{name}:{key}")
                 continue
             np.testing.assert_allclose(got["ids__" + key], expected, atol=1e-5,
                                        err_msg=f"{name}:token_ids:{key}")

@@ -179,8 +179,6 @@ def test_a_preset_reloads_the_tokenizer_it_was_saved_with(tmp_path, bert_vocab):
         assert unnamed(loaded) == unnamed(tokenizer), name
         np.testing.assert_array_equal(to_numpy(again.preprocessor(text)["token_ids"]),
                                       to_numpy(task.preprocessor(text)["token_ids"]), err_msg=name)
-        np.testing.assert_allclose(to_numpy(again.predict(text, verbose=0)),
-                                   to_numpy(task.predict(text, verbose=0)), atol=1e-6, err_msg=name)
         if name == "xlnet+wordpiece":  # HF's XLNet tokenizer files cannot hold a WordPiece one
             with pytest.raises(ValueError, match="writes xlnet's HF tokenizer files, from a "
                                                  "XLNetTokenizer; this TextClassifier has a "
