@@ -4,7 +4,7 @@ import os
 import warnings
 
 from keras_bertfam.presets import checkpoints
-from keras_bertfam.presets.registry import FAMILIES, family_of_class
+from keras_bertfam.presets.registry import family_of_class, family_of_tokenizer
 
 
 def export_to_transformers(model, path, tokenizer=None, generator_path=None):
@@ -35,8 +35,8 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
     heads = (spec.hf_task_heads or {}).get(task_name) if model is not backbone else None
     if tokenizer is None:
         tokenizer = getattr(getattr(model, "preprocessor", None), "tokenizer", None)
-    classes = {f.tokenizer_class for f in FAMILIES.values()}
-    kind = next((c for c in type(tokenizer).__mro__ if c in classes), None)  # XLNet's: its own
+    # the tokenizer's family class: its own or its nearest base that is one (XLNet's: its own)
+    kind = next((c for c in type(tokenizer).__mro__ if family_of_tokenizer(c.__name__)), None)
     if tokenizer is not None and spec.tokenizer_class is not None and kind is not None and (
             kind is not spec.tokenizer_class):
         # HF's tokenizer of the family (AutoTokenizer reads its class from the files) would pack

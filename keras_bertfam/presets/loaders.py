@@ -17,7 +17,8 @@ import os
 import warnings
 
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format
-from keras_bertfam.presets.registry import FAMILIES, PRESETS, check_family, get
+from keras_bertfam.presets.registry import (FAMILIES, PRESETS, check_family,
+                                             family_of_tokenizer, get)
 
 MANIFEST = "keras_bertfam.json"
 BACKBONE_WEIGHTS = "backbone.weights.h5"
@@ -204,9 +205,9 @@ def _tokenizer_family(spec, family, where):
     name = spec.get("class")
     if name is None or family.tokenizer_class.__name__ == name:
         return family
-    for other in FAMILIES.values():
-        if other.tokenizer_class.__name__ == name:
-            return other
+    other = family_of_tokenizer(name)
+    if other is not None:
+        return other
     raise ValueError(f"{os.path.join(where, MANIFEST)!r} names a {name} tokenizer; the tokenizer "
                      f"classes are {sorted({f.tokenizer_class.__name__ for f in FAMILIES.values()})}.")
 

@@ -26,6 +26,16 @@ def family_of_class(cls):
     return None
 
 
+def family_of_tokenizer(name):
+    """The FamilySpec whose `make_tokenizer` builds the tokenizer class named `name` (the first
+    registered of those sharing one: BERT's for WordPiece, RoBERTa's for byte-level BPE), or
+    None."""
+    for spec in FAMILIES.values():
+        if spec.tokenizer_class is not None and spec.tokenizer_class.__name__ == name:
+            return spec
+    return None
+
+
 def check_family(spec, cls, preset):
     """`cls` (a backbone or task class with a `family`) must load `spec`'s presets."""
     family = getattr(cls, "family", None) if cls is not None else None
