@@ -108,6 +108,18 @@ def _parser():
                         "Serving 2.12-2.19; 2.20.0: 2.20 on)")
     e.add_argument("--no-audit", dest="audit", action="store_false",
                    help="skip the audit of the SavedModel's ops against that tf-text release")
+    e.add_argument("--handle-impossible-answer", action="store_true",
+                   help="a QuestionAnswerer preset (SQuAD 2.0): the string signature answers "
+                        "\"\" (answer_start = answer_end = -1) where the example's null_score "
+                        "(the classification token's start + end logits, the minimum over its "
+                        "windows) beats its best span's score by more than "
+                        "--null-score-diff-threshold, as QuestionAnswerer.answer(..., "
+                        "handle_impossible_answer=True) and HF's pipeline option")
+    e.add_argument("--null-score-diff-threshold", default=None, metavar="FLOAT",
+                   help="with --handle-impossible-answer: by how much the null score must beat "
+                        "the best span's score for the answer \"\" (a finite number; default "
+                        "0.0, HF's; raise it to answer more often, tune it on a dev set; a "
+                        "negative one in any form as --null-score-diff-threshold=-1e-3)")
     _add_verbosity(e)
 
     s = sub.add_parser("presets", help="list the registered presets and whether their weights "
@@ -675,9 +687,11 @@ def _next_version(base):
     return max(versions, default=0) + 1
 
 
-def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf_text=None):
+def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf_text=None,
+                   options=None):
     """Writes the SavedModel of a preset directory into the version directory `export_dir`
-    (both `pretrain` and `export` come here, so they write the same signatures)."""
+    (both `pretrain` and `export` come here, so they write the same signatures). `options`: a
+    QuestionAnswerer's string-signature options (`_no_answer_options`)."""
     import keras_bertfam as kb
     from keras_bertfam import presets
 
@@ -697,11 +711,16 @@ def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf
     head, name = os.path.split(os.path.normpath(export_dir))
     os.makedirs(head or ".", exist_ok=True)
     tmp = os.path.join(head, f"tmp-{name}.{os.getpid()}")  # not a number: TF Serving ignores it
+    options = options or {}
     names = kb.export.export_saved_model(model, tmp, sequence_length=sequence_length,
-                                         tokenizer=tokenizer)
+                                         tokenizer=tokenizer, **options)
     os.rename(tmp, export_dir)
     line = (f"SavedModel: {export_dir} ({what}; signatures {', '.join(names)}; serving_default "
-            "takes strings)")
+            "takes strings")
+    if options.get("handle_impossible_answer"):
+        line += (" and answers \"\" where null_score beats the best span's score by more than "
+                 f"{options.get('null_score_diff_threshold', 0.0)}")
+    line += ")"
     if tf_text:
         report = kb.export.audit_ops(export_dir, tf_text=tf_text)
         text_ops = sorted(op for op, kind in report["ops"].items() if kind == "tf-text")
@@ -718,13 +737,58 @@ def export(args):
         raise CommandError(f"--task {args.task} is not a preset directory (no "
                            f"{PRESET_MANIFEST}); pass a directory written by save_to_preset, "
                            "e.g. OUTPUT/preset of keras-bertfam pretrain.")
+    options = _no_answer_options(args)
     output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.task)), "export")
     export_dir = _version_dir(output)
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     _import_tensorflow(args)
     _export_preset(args.task, export_dir, heads=args.heads, sequence_length=args.sequence_length,
-                   tf_text=args.tf_text if args.audit else None)
+                   tf_text=args.tf_text if args.audit else None, options=options)
     return 0
+
+
+def _no_answer_options(args):
+    """`--handle-impossible-answer` / `--null-score-diff-threshold` -> `export_saved_model`'s
+    options (a QuestionAnswerer's string signature), checked before TensorFlow loads: the
+    threshold a finite number and given with --handle-impossible-answer (alone it changes
+    nothing), the preset a QuestionAnswerer exported as its task (its manifest's task)."""
+    handle, threshold = args.handle_impossible_answer, args.null_score_diff_threshold
+    if not handle and threshold is None:
+        return {}
+    if threshold is not None:
+        try:
+            value = float(threshold)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value):
+            raise CommandError(
+                f"--null-score-diff-threshold {threshold!r} is not a finite number: expected "
+                "the margin (e.g. 0.0, HF's default, or -1.5) by which an example's null score "
+                "must beat its best span's score for the answer \"\".")
+        threshold = value
+        if not handle:
+            raise CommandError(
+                f"--null-score-diff-threshold {threshold} changes nothing without "
+                "--handle-impossible-answer (without it every example gets its best span): "
+                "expected both flags, or neither.")
+    flag = "--handle-impossible-answer"
+    task = (_read_json(os.path.join(args.task, PRESET_MANIFEST), "preset manifest").get("task")
+            or {}).get("class_name")
+    holds = (f"--task {args.task} holds a {task}" if task else
+             f"--task {args.task} holds no task (a backbone preset)")
+    if task != "QuestionAnswerer":
+        raise CommandError(
+            f"{flag} sets a QuestionAnswerer's string signature (SQuAD 2.0's \"no answer\"); "
+            f"{holds}{' (exported with --heads: its pretraining heads)' if args.heads else ''}: "
+            "expected a QuestionAnswerer preset.")
+    if args.heads:
+        raise CommandError(
+            f"{flag} with --heads: {holds}, which has no pretraining heads (--heads exports a "
+            f"pretraining preset's heads): expected {flag} without --heads.")
+    options = {"handle_impossible_answer": True}
+    if threshold is not None:
+        options["null_score_diff_threshold"] = threshold
+    return options
 
 
 def _dump(path, data):

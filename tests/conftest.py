@@ -216,15 +216,19 @@ def check_says_no_answer(qa, questions, contexts):
     return options, said
 
 
-def check_export_answers_as_answer_does(qa, questions, contexts, path, options):
+def check_export_answers_as_answer_does(qa, questions, contexts, path, options, export=None):
     """The string signature of an export with `options` (`handle_impossible_answer`,
     `null_score_diff_threshold`) gives `answer()`'s answers and null scores with the same
-    options, and the export passes the tf-text 2.12.1 audit. Bad options fail the export."""
+    options, and the export passes the tf-text 2.12.1 audit. Bad options fail the export.
+    `export(path, options)` writes the SavedModel of `qa` (default: `export_saved_model`)."""
     import tensorflow as tf
 
     import keras_bertfam as kb
 
-    kb.export.export_saved_model(qa, path, **options)
+    if export is None:
+        kb.export.export_saved_model(qa, path, **options)
+    else:
+        export(path, options)
     serve = tf.saved_model.load(path).signatures["serving_default"]
     got = serve(question=tf.constant(questions), context=tf.constant(contexts))
     want = qa.answer(questions, contexts, **options)

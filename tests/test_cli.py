@@ -182,6 +182,26 @@ def test_export_heads_flag_serves_the_pretraining_heads(scenarios):
     assert heads["inputs"] == ["text_a", "text_b"]
 
 
+def test_export_refuses_the_no_answer_flags_for_another_task(scenarios, capsys):
+    """--handle-impossible-answer / --null-score-diff-threshold set a QuestionAnswerer's string
+    signature: a pretraining preset (with or without --heads) refuses them in one line naming
+    the flag, the preset's task and what is expected, before anything is written (a
+    QuestionAnswerer's export with them and the other refusals: test_finetuning)."""
+    preset = os.path.join(scenarios["work"], "reference", "preset")
+    export = os.path.join(scenarios["work"], "reference", "export")
+    versions = sorted(os.listdir(export))
+    for extra in ([], ["--heads"]):
+        assert cli.main(["export", "--task", preset, *extra, "--handle-impossible-answer",
+                         "--null-score-diff-threshold", "0.5"]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert (f"--handle-impossible-answer sets a QuestionAnswerer's string signature (SQuAD "
+                f'2.0\'s "no answer"); --task {preset} holds a BertPretrainer') in err, err
+        assert err.strip().endswith(": expected a QuestionAnswerer preset."), err
+    assert "(exported with --heads: its pretraining heads)" in err
+    assert sorted(os.listdir(export)) == versions
+
+
 def test_console_script_is_quiet(scenarios):
     presets = scenarios["presets"]
     assert presets["status"] == 0
@@ -209,6 +229,12 @@ def test_help_does_not_import_tensorflow():
                             timeout=1800)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--heads" in result.stdout
+    # the QuestionAnswerer's options say what they do
+    help_text = " ".join(result.stdout.split())
+    assert "--handle-impossible-answer a QuestionAnswerer preset (SQuAD 2.0): the string " \
+           'signature answers "" (answer_start = answer_end = -1) where' in help_text, help_text
+    assert "--null-score-diff-threshold FLOAT with --handle-impossible-answer: by how much the " \
+           "null score must beat the best span's score" in help_text, help_text
     imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")]
     assert "keras_bertfam.cli" in imported or "keras_bertfam" in imported, result.stderr[-2000:]

@@ -341,17 +341,62 @@ def test_question_answerer_answer_not_in_context(qa):
 NO_ANSWER_CONTEXT = "Long ago there was a small town with many shops and a river. " * 2
 
 
-def test_question_answerer_says_no_answer(qa, tmp_path):
+def test_question_answerer_says_no_answer(qa, tiny_preset, tmp_path, capsys):
     """SQuAD 2.0's "no answer" (`check_says_no_answer`) in BERT's layout ([CLS] first), fitted on
-    one example whose windows without the answer are labelled at [CLS]; the SavedModel's string
-    signature answers as `answer()` with the options (without: test_export)."""
+    one example whose windows without the answer are labelled at [CLS]; the SavedModel that
+    `keras-bertfam export --handle-impossible-answer --null-score-diff-threshold T` writes from
+    its preset answers as `answer()` with those options (without: test_export; the Python
+    API's export: test_xlnet_question_answering). The CLI refuses the flags, in one line naming
+    them, for a backbone preset, with --heads, a threshold that is not a finite number or one
+    without --handle-impossible-answer (another task's preset: test_cli)."""
     questions, contexts = [QUESTION, QUESTION], [CONTEXT, NO_ANSWER_CONTEXT]
     options, said = check_says_no_answer(qa, questions, contexts)
     assert said[0]["text"] == ANSWER
     if keras.backend.backend() != "tensorflow":
         return
+    from keras_bertfam import cli
+
+    preset = str(tmp_path / "qa_preset")
+    qa.save_to_preset(preset)
+
+    def export_with_cli(path, options):  # as a user runs it, in this process
+        threshold = repr(options["null_score_diff_threshold"])  # round-trips the float
+        status = cli.main(["export", "--task", preset, "--output", path, "--no-audit",
+                           "--handle-impossible-answer",
+                           f"--null-score-diff-threshold={threshold}"])
+        out, err = capsys.readouterr()
+        assert status == 0, err
+        assert f'answers "" where null_score beats the best span\'s score by more than ' \
+               f"{float(threshold)})" in out, out
+
     check_export_answers_as_answer_does(qa, questions, contexts, str(tmp_path / "qa" / "1"),
-                                        options)
+                                        options, export=export_with_cli)
+
+    def refused(*argv):
+        assert cli.main(["export", *argv]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        return err
+
+    err = refused("--task", tiny_preset, "--handle-impossible-answer")
+    assert (f"--handle-impossible-answer sets a QuestionAnswerer's string signature (SQuAD 2.0's "
+            f'"no answer"); --task {tiny_preset} holds no task (a backbone preset): expected a '
+            "QuestionAnswerer preset.") in err, err
+    err = refused("--task", preset, "--heads", "--handle-impossible-answer",
+                  "--null-score-diff-threshold", "1")
+    assert (f"--handle-impossible-answer with --heads: --task {preset} holds a QuestionAnswerer, "
+            "which has no pretraining heads") in err and "expected --handle-impossible-answer "\
+        "without --heads" in err, err
+    for bad in ("nan", "-inf", "1,5"):  # "=": argparse reads "-inf" alone as an option
+        err = refused("--task", preset, "--handle-impossible-answer",
+                      f"--null-score-diff-threshold={bad}")
+        assert f"--null-score-diff-threshold '{bad}' is not a finite number: expected" in err, err
+    err = refused("--task", preset, "--null-score-diff-threshold", "1.5")
+    assert ("--null-score-diff-threshold 1.5 changes nothing without --handle-impossible-answer"
+            in err), err
+    # refused before anything was written: no export/ next to either preset
+    assert not os.path.exists(tmp_path / "export")
+    assert not os.path.exists(os.path.join(os.path.dirname(tiny_preset), "export"))
     # the options are the QuestionAnswerer's: a backbone or another task refuses them
     with pytest.raises(ValueError, match="A backbone's export takes no handle_impossible_answer"):
         kb.export.export_saved_model(qa.backbone, str(tmp_path / "b"),

@@ -78,7 +78,7 @@ def test_every_documented_command_parses():
     values = {"N": "100", "PATH": "texts/", "DIR": "run"}  # the README's placeholders
     commands = [[values.get(a, a) for a in shlex.split(line)[1:]] for line in lines
                 if line.startswith("keras-bertfam")]
-    assert len(commands) == 4
+    assert len(commands) == 5
     for argv in commands:
         args = parser.parse_args(argv)  # exits (SystemExit) on an unknown flag
         assert args.command == argv[0]
