@@ -276,3 +276,43 @@ def test_says_no_answer_at_cls_last(qa, tmp_path):
     for row in range(2):
         start, end = spans["span_start"].numpy()[row], spans["span_end"].numpy()[row]
         assert (t0[row, start], t1[row, end]) == (want[row]["start"], want[row]["end"])
+
+
+def test_sequence_length_check_counts_the_layouts_special_tokens(tokenizer):
+    """`QuestionAnswererPreprocessor` refuses exactly the `sequence_length`s that leave no context
+    token in a window after a question of `max_question_length` tokens and the special tokens of
+    the layout it packs: BERT's `[CLS] q [SEP] c [SEP]` (3), RoBERTa's `<s> q </s></s> c </s>`
+    (4), XLNet's `c <sep> q <sep> <cls>` (3, whatever the tokenizer's pair separators), also
+    when the layout is set after construction. The shortest accepted length packs full rows of
+    one context token each. (BERT's count was checked before the layout was set: a byte-level
+    BPE tokenizer in XLNet's layout was refused a length that fits, and a layout set later was
+    not checked at all: windows of no context.)"""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.finetuning import QuestionAnswererPreprocessor
+
+    bpe = kb.preprocessing.BytePairTokenizer(
+        {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4, "a": 5, "b": 6, "\u0120": 7,
+         "\u0120a": 8, "\u0120b": 9}, ["\u0120 a", "\u0120 b"])
+    question, context, longest = "a b a b a b a b", "b a b a b", 4
+    for tok, layout, specials in ((tokenizer, "bert", 3), (tokenizer, "xlnet", 3), (bpe, "bert", 4),
+                                  (bpe, "xlnet", 3)):
+        fits = longest + specials + 1
+        with pytest.raises(ValueError, match=rf"sequence_length={fits - 1} leaves no room for the "
+                                             rf"context after a question of up to {longest} "
+                                             rf"tokens and the {specials} special tokens"):
+            QuestionAnswererPreprocessor(tok, fits - 1, max_question_length=longest,
+                                         layout=layout)
+        pre = QuestionAnswererPreprocessor(tok, fits, stride=1, max_question_length=longest,
+                                           layout=layout)
+        features, meta = pre.windows(tf.constant([question]), tf.constant([context]))
+        windows = len(tok(tf.constant([context])).to_list()[0])
+        assert to_numpy(meta["window_length"]).tolist() == [1] * windows, (tok, layout)
+        assert (to_numpy(features["padding_mask"]) == 1).all(), (tok, layout)  # rows are full
+    # a layout set later is checked too (and a refused one not kept)
+    pre = QuestionAnswererPreprocessor(bpe, longest + 4, max_question_length=longest,
+                                       layout="xlnet")
+    with pytest.raises(ValueError, match=rf"sequence_length={longest + 4} leaves no room .* the 4 "
+                                         "special tokens"):
+        pre.layout = "bert"
+    assert pre.layout == "xlnet"

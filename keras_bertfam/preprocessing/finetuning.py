@@ -187,8 +187,8 @@ class FinetuningPreprocessor(keras.layers.Layer):
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.tokenizer = tokenizer
+        self.layout = layout  # first: a subclass's check of sequence_length may read the layout
         self.sequence_length = sequence_length
-        self.layout = layout
         self.built = True
 
     @property
@@ -201,7 +201,14 @@ class FinetuningPreprocessor(keras.layers.Layer):
         if value not in allowed:
             raise ValueError(f"{type(self).__name__} packs the layouts {allowed}; got layout="
                              f"{value!r}.")
+        before = self.__dict__.get("_layout")
         self._layout = value
+        if "_sequence_length" in self.__dict__:  # set after construction: checked again
+            try:
+                self._check_sequence_length(self._sequence_length)
+            except ValueError:
+                self._layout = before
+                raise
 
     @property
     def packing_layout(self):
@@ -642,9 +649,22 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         self.stride = stride
 
     def _check_sequence_length(self, value):
-        if value - self._specials() - self.max_question_length < 1:
-            raise ValueError(f"sequence_length={value} leaves no room for the context "
-                             f"after a question of up to {self.max_question_length} tokens.")
+        """A window must hold a context token after the longest question and the special tokens
+        of the layout packed now (a layout set later, or a task's, is checked again)."""
+        specials = self._specials()
+        if value - specials - self.max_question_length < 1:
+            if self._xlnet():
+                name = "XLNet's layout (context <sep> question <sep> <cls>)"
+            elif self.pair_separators == 1:
+                name = "BERT's layout ([CLS] question [SEP] context [SEP])"
+            else:
+                name = (f"BERT's layout with the tokenizer's {self.pair_separators} pair "
+                        "separators (RoBERTa's <s> question </s></s> context </s>)")
+            raise ValueError(
+                f"sequence_length={value} leaves no room for the context after a question of up "
+                f"to {self.max_question_length} tokens and the {specials} special tokens of "
+                f"{name}: expected sequence_length >= "
+                f"{self.max_question_length + specials + 1}, or a smaller max_question_length.")
 
     def _split(self, element):
         element = tuple(element)
@@ -653,16 +673,16 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         return element[:2], None, None
 
     def _xlnet(self):
-        # Before `layout` is set (the constructor checks `sequence_length` first), BERT's: its
-        # window has as many special tokens as XLNet's or more.
-        return "_layout" in self.__dict__ and self.packing_layout == "xlnet"
+        return self.packing_layout == "xlnet"
 
     def _specials(self):
         """Special tokens of a window: [CLS] q [SEP] c [SEP], RoBERTa's <s> q </s></s> c </s>,
-        XLNet's c <sep> q <sep> <cls>."""
+        XLNet's c <sep> q <sep> <cls> (whatever the tokenizer's pair separators)."""
         return 3 if self._xlnet() else 2 + self.pair_separators
 
     def windows(self, question, context):
+        # the layout packed now: a task's "auto" (set when the task took this preprocessor)
+        self._check_sequence_length(self.sequence_length)
         question = tf.convert_to_tensor(question)
         context = tf.convert_to_tensor(context)
         # Questions and contexts in one call of `tokenize_with_offsets`: the tokenizer's ids, with
