@@ -20,7 +20,8 @@ Signatures:
   backbone. Each task's docstring says what it returns.
 - `token_ids`: the same outputs from packed int32 `token_ids`, `segment_ids`, `padding_mask`
   ([B, T], or [B, C, T] for multiple choice), except those that need the strings (QA's
-  `answer_*` and `null_score`).
+  `answer_*`); QA's `null_score` is then each row's (window's), the minimum of which over an
+  example's windows is the string signature's.
 
 Tokenization (keras-hub WordPiece: `NormalizeUTF8`, `RegexSplitWithOffsets`,
 `FastWordpieceTokenizeWithOffsets`) and `SegmentPacker` (round-robin in core TF) keep the graph

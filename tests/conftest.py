@@ -219,8 +219,9 @@ def check_says_no_answer(qa, questions, contexts):
 def check_export_answers_as_answer_does(qa, questions, contexts, path, options, export=None):
     """The string signature of an export with `options` (`handle_impossible_answer`,
     `null_score_diff_threshold`) gives `answer()`'s answers and null scores with the same
-    options, and the export passes the tf-text 2.12.1 audit. Bad options fail the export.
-    `export(path, options)` writes the SavedModel of `qa` (default: `export_saved_model`)."""
+    options, and the export passes the tf-text 2.12.1 audit; its `token_ids` signature gives
+    each window's null score. Bad options fail the export. `export(path, options)` writes the
+    SavedModel of `qa` (default: `export_saved_model`)."""
     import tensorflow as tf
 
     import keras_bertfam as kb
@@ -229,7 +230,8 @@ def check_export_answers_as_answer_does(qa, questions, contexts, path, options, 
         kb.export.export_saved_model(qa, path, **options)
     else:
         export(path, options)
-    serve = tf.saved_model.load(path).signatures["serving_default"]
+    loaded = tf.saved_model.load(path)
+    serve = loaded.signatures["serving_default"]
     got = serve(question=tf.constant(questions), context=tf.constant(contexts))
     want = qa.answer(questions, contexts, **options)
     np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
@@ -248,6 +250,25 @@ def check_export_answers_as_answer_does(qa, questions, contexts, path, options, 
                 one["answer_text"][0].numpy().decode()) == (want[i]["start"], want[i]["end"],
                                                             want[i]["text"])
         np.testing.assert_allclose(one["null_score"].numpy(), [want[i]["null_score"]], rtol=1e-5)
+    # the token_ids signature on the same windows, one a row: each window's null score, the
+    # logits at its classification token ([CLS] first, XLNet's <cls> last), whose minimum over
+    # an example's windows is the string signature's; NaN for a row without that token
+    features, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+    features = {k: to_numpy(v) for k, v in features.items()}
+    by_ids = loaded.signatures["token_ids"]
+    rows = by_ids(**features)
+    cls, example = to_numpy(meta["cls_index"]), to_numpy(meta["example_index"])
+    window = np.arange(len(cls))
+    null = rows["null_score"].numpy()
+    np.testing.assert_array_equal(null, rows["start_logits"].numpy()[window, cls]
+                                  + rows["end_logits"].numpy()[window, cls])
+    np.testing.assert_allclose([null[example == b].min() for b in range(len(questions))],
+                               got["null_score"].numpy(), rtol=1e-5)
+    ids = features["token_ids"].copy()
+    ids[0, cls[0]] = qa.preprocessor.tokenizer.pad_token_id  # still a real position
+    without = by_ids(**dict(features, token_ids=ids))
+    assert np.isnan(without["null_score"].numpy()[0])
+    np.testing.assert_array_equal(without["null_score"].numpy()[1:], null[1:])
     report = kb.export.audit_ops(path, tf_text="2.12.1")
     assert not report["unsupported"] and not report["unknown_attrs"]
     if not options:

@@ -69,7 +69,10 @@ class QuestionAnswerer(Task):
     answers; exported with `handle_impossible_answer=True` (and `null_score_diff_threshold`) its
     `answer_*` are the empty answer (-1, -1, "") where `answer()`'s with the same options are,
     the `span_*` outputs still the best span (`answer()`'s score is then `null_score`). The
-    `token_ids` signature scores the packed windows it is given, one per row.
+    `token_ids` signature scores the packed windows it is given, one per row: the logits, the
+    best span and the window's `null_score` (the logits at its first classification token,
+    `[CLS]` first, XLNet's `<cls>` last; NaN for a row without one), whose minimum over an
+    example's windows is the string signature's `null_score`.
 
     Example:
     >>> qa = kb.tasks.QuestionAnswerer.from_preset("bert_tiny_en_uncased")  # doctest: +SKIP
@@ -107,24 +110,33 @@ class QuestionAnswerer(Task):
         character span in the context (as `answer()`); from packed ids, the tokens after the first
         separator that are neither separators nor padding (`[CLS] q [SEP] c [SEP]`, RoBERTa's
         `<s> q </s></s> c </s>`: RoBERTa's inputs have no segment ids), or in XLNet's layout
-        (`pad... c <sep> q <sep> <cls>`) the real tokens before the first separator."""
+        (`pad... c <sep> q <sep> <cls>`) the real tokens before the first separator.
+
+        The classification token whose logits are a window's null score (`is_cls`): from strings,
+        the preprocessor's (`meta["cls_index"]`); from packed ids, the first real token holding
+        the classification token's id (HF `run_qa.py`'s `input_ids.index(cls_token_id)`):
+        `[CLS]` first, XLNet's `<cls>` last, the same positions for the preprocessor's windows."""
         if "context_char_start" in features:
             return dict(features, in_context=ops.greater_equal(features["context_char_start"], 0))
+        real = ops.equal(features["padding_mask"], 1)
         is_sep = ops.equal(features["token_ids"], special_token_ids["sep"])
         after_sep = ops.cumsum(ops.cast(is_sep, "int32"), axis=1) > 0
         side = after_sep if self.packing_layout != "xlnet" else ops.logical_not(after_sep)
-        in_context = ops.logical_and(
-            ops.logical_and(side, ops.logical_not(is_sep)),
-            ops.equal(features["padding_mask"], 1))
-        return dict(features, in_context=in_context)
+        in_context = ops.logical_and(ops.logical_and(side, ops.logical_not(is_sep)), real)
+        is_cls = ops.logical_and(ops.equal(features["token_ids"], special_token_ids["cls"]), real)
+        first_cls = ops.logical_and(is_cls, ops.equal(ops.cumsum(ops.cast(is_cls, "int32"),
+                                                                 axis=1), 1))
+        return dict(features, in_context=in_context, is_cls=first_cls)
 
     def serving_outputs(self, features, outputs, max_answer_length=30):
         """Start / end logits and the best span of the context (token indices, inclusive), scored
         as `answer()` scores one window. From strings (`serving_default`) also the answer in the
         context: `answer_start` / `answer_end`, Unicode-character offsets into the original
         context string (`context[answer_start:answer_end]` in Python; -1 when the context is
-        empty), and `answer_text`, and each window's `null_score` (start + end logits at its
-        classification token, `is_cls`), of which `serving_strings` keeps the minimum."""
+        empty), and `answer_text`. Each window's `null_score`: the start + end logits at its
+        classification token (`is_cls`; NaN for a packed row without one), of which
+        `serving_strings` keeps each example's minimum (the `token_ids` signature gives it per
+        row)."""
         start, end = outputs["start_logits"], outputs["end_logits"]  # (B, T)
         penalty = ops.where(features["in_context"], 0.0, -1e9)
         scores = ops.expand_dims(start + penalty, 2) + ops.expand_dims(end + penalty, 1)  # (B, T, T)
@@ -138,8 +150,10 @@ class QuestionAnswerer(Task):
         span_start, span_end = best // size, best % size
         out = {"start_logits": start, "end_logits": end, "span_start": span_start,
                "span_end": span_end, "span_score": ops.max(flat, axis=-1)}
-        if "is_cls" in features:  # the string signature's windows: each window's null score
-            out["null_score"] = null_scores(start, end, features["is_cls"])
+        if "is_cls" in features:  # each window's null score (NaN without a classification token)
+            has_cls = ops.any(ops.cast(features["is_cls"], "bool"), axis=-1)
+            out["null_score"] = ops.where(has_cls, null_scores(start, end, features["is_cls"]),
+                                          float("nan"))
         if "context_char_start" in features:
             out.update(answer_in_context(features, span_start, span_end, out["span_score"]))
         return out
