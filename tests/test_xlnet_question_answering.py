@@ -317,3 +317,8 @@ def test_sequence_length_check_counts_the_layouts_special_tokens(tokenizer):
                                          "special tokens"):
         pre.layout = "bert"
     assert pre.layout == "xlnet"
+    # the question's bound itself: a negative one cut every question's last tokens, 0 dropped it
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match=rf"max_question_length must be a positive number of "
+                                             rf"tokens; got {bad!r}"):
+            QuestionAnswererPreprocessor(tokenizer, 32, max_question_length=bad)

@@ -642,7 +642,13 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
 
     def __init__(self, tokenizer, sequence_length=384, stride=128, max_question_length=64,
                  **kwargs):
-        self.max_question_length = max_question_length  # sequence_length's check reads it
+        if isinstance(max_question_length, (bool, np.bool_)) or not isinstance(
+                max_question_length, (int, np.integer)) or max_question_length < 1:
+            # (a negative one was a slice that cut tokens off every question's end; 0 no question)
+            raise ValueError(f"max_question_length must be a positive number of tokens; got "
+                             f"{max_question_length!r}.")
+        # sequence_length's check reads it
+        self.max_question_length = int(max_question_length)
         super().__init__(tokenizer, sequence_length, **kwargs)
         if not 0 < stride:
             raise ValueError(f"stride must be positive, got {stride}.")
