@@ -287,6 +287,32 @@ def test_question_answerer_windows_and_labels(tiny_preset):
     assert firsts == sorted(firsts) and len(set(firsts)) == n
 
 
+
+def test_question_answerer_windows_never_skip_context_tokens(tiny_preset):
+    """A stride longer than a window's context budget: windows start a budget apart (Google's
+    run_squad.py), so every context token is in a window. Before, the first example's windows
+    started at 0 and 128 and read 14 of its 114 tokens (the second window empty)."""
+    import tensorflow as tf
+
+    pre = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=24,
+                                                max_question_length=8).preprocessor
+    assert pre.stride == 128  # the default, longer than any window here
+    questions, contexts = [QUESTION, "Where?"], [CONTEXT, CONTEXT[:40]]
+    _, meta = pre.windows(tf.constant(questions), tf.constant(contexts))
+    example, start, length = (meta[k].numpy() for k in ("example_index", "window_start",
+                                                        "window_length"))
+    for i, context in enumerate(contexts):
+        n_tokens = len(pre.tokenizer([context])[0])
+        starts, lengths = start[example == i], length[example == i]
+        covered = set()
+        for s0, n in zip(starts, lengths):
+            covered.update(range(s0, s0 + n))
+        assert covered == set(range(n_tokens)), (i, starts, lengths, n_tokens)
+        assert (lengths > 0).all()  # and no empty window
+        budget = lengths.max()
+        assert list(starts) == [budget * w for w in range(len(starts))]
+    assert (example == 0).sum() > 3
+
 def test_question_answerer_fit_and_answer(qa, tmp_path):
     # The first fit traced its step once: the optimizer's slots were built before (the tokenizer,
     # used only through `tokenize_with_offsets`, is never built and used to prevent it).

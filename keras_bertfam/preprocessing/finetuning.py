@@ -627,7 +627,9 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     Character offsets come from `tokenize_with_offsets` (WordPiece, byte-level BPE, SentencePiece).
 
     Long contexts are cut into windows of at most `sequence_length` tokens whose starts are
-    `stride` context tokens apart (BERT's `doc_stride`); questions are cut to
+    `stride` context tokens apart (BERT's `doc_stride`; a window's whole context budget apart
+    where that is fewer, as Google's `run_squad.py`: every context token is in a window, none is
+    skipped between two); questions are cut to
     `max_question_length` tokens. Labels `y = (answer_start, answer_text)`: the answer's
     character offset in the context and its text (SQuAD's format; `answer_start = -1` for "no
     answer"). In each window the label is the token span of the answer, or the classification
@@ -702,9 +704,14 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         c_len = tf.cast(c_ids.row_lengths(), tf.int32)
         budget = self.sequence_length - self._specials() - q_len  # [B] context tokens per window
         extra = tf.maximum(c_len - budget, 0)
-        n_windows = 1 + (extra + self.stride - 1) // self.stride  # [B]
+        # windows start `stride` tokens apart, or a window's budget apart where that is less
+        # (Google's run_squad.py: `start_offset += min(length, doc_stride)`): no context token
+        # is ever skipped between two windows
+        step = tf.minimum(self.stride, budget)  # [B]
+        n_windows = 1 + (extra + step - 1) // step  # [B]
         window_example = tf.repeat(tf.range(tf.size(n_windows)), n_windows)  # [W]
-        w_start = tf.ragged.range(n_windows).flat_values * self.stride  # [W] first context token
+        w_start = (tf.ragged.range(n_windows).flat_values
+                   * tf.gather(step, window_example))  # [W] first context token
         w_len = tf.minimum(tf.gather(budget, window_example),
                            tf.gather(c_len, window_example) - w_start)
         w_len = tf.maximum(w_len, 0)
