@@ -507,6 +507,9 @@ def test_roberta_question_answerer_exports_with_answers(roberta_qa, tmp_path):
     assert not report["unsupported"] and "MutableHashTableV2" not in report["ops"]
     assert want[-2]["start"] == -1 and want[-1]["start"] >= 0
     features, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
-    special = {"sep": tok.sep_token_id}
-    in_context = qa.serving_features(features, special)["in_context"]
-    np.testing.assert_array_equal(in_context, meta["token_start"].numpy() >= 0)
+    special = {"sep": tok.sep_token_id, "cls": tok.cls_token_id}
+    served = qa.serving_features(features, special)
+    np.testing.assert_array_equal(served["in_context"], meta["token_start"].numpy() >= 0)
+    # each window's null score is read at its <s>, the first position
+    np.testing.assert_array_equal(np.argmax(served["is_cls"], axis=1), 0)
+    assert np.asarray(served["is_cls"]).sum(axis=1).tolist() == [1] * int(features["token_ids"].shape[0])
