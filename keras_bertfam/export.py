@@ -333,7 +333,9 @@ def _checked_ids(features, backbone):
     """The `token_ids` signature's inputs, checked in the graph: the same shape for every
     feature, ids in [0, vocabulary_size), segment ids in [0, num_segments), a 0/1 padding mask,
     and no more positions than the backbone's `max_sequence_length`. A violation fails the
-    request with an InvalidArgumentError naming the feature, the bound and the offending value."""
+    request with an InvalidArgumentError naming the feature, the bound and the offending value.
+    (A Longformer's global tokens a row are checked in its own graph, for every signature and
+    for the global attention a task derives: `kb.models.longformer.check_global_tokens`.)"""
     import tensorflow as tf
 
     ids = features["token_ids"]
@@ -361,14 +363,8 @@ def _checked_ids(features, backbone):
         in_range("segment_ids", 0, int(num_segments))
     if "padding_mask" in features:
         in_range("padding_mask", 0, 2)
-    max_global = getattr(backbone, "max_global_tokens", None)
-    if "global_attention_mask" in features and max_global:  # Longformer
-        in_range("global_attention_mask", 0, 2)
-        count = tf.reduce_max(tf.reduce_sum(tf.cast(features["global_attention_mask"] > 0,
-                                                    tf.int32), axis=-1))
-        checks.append(tf.debugging.Assert(count <= int(max_global), [
-            f"token_ids signature: at most {int(max_global)} global tokens a row (the backbone's "
-            "max_global_tokens); got", count], name="check_global_tokens"))
+    if "global_attention_mask" in features:  # Longformer: the backbone's graph checks that a
+        in_range("global_attention_mask", 0, 2)  # row's global tokens fit max_global_tokens
     max_length = getattr(backbone, "max_sequence_length", None)
     if max_length:
         length = tf.shape(ids)[-1]

@@ -492,31 +492,52 @@ def test_bad_inputs():
         backbone(many)
 
 
-@pytest.mark.multibackend
-def test_too_many_global_tokens_are_never_a_silently_truncated_answer(tmp_path):
-    """Eagerly an error; traced (predict on TF and JAX) the overflowing row is NaN and the other
-    rows are exact; the SavedModel's token_ids signature refuses the input."""
+def _over_the_cap():
+    """A backbone with max_global_tokens=2 and inputs whose row 0 has 5 global tokens (rows 1
+    and 2: <s> only)."""
     backbone = kb.models.LongformerBackbone(**dict(TINY, max_global_tokens=2))
     x = _inputs(16, global_tokens=False)
     glob = np.zeros_like(x["token_ids"])
-    glob[0, :5] = 1  # row 0: 5 global tokens > 2; rows 1 and 2: <s> only
+    glob[0, :5] = 1
     glob[1:, 0] = 1
-    x = dict(x, global_attention_mask=glob)
-    if keras.backend.backend() == "torch":  # predict runs eagerly: the eager error
-        with pytest.raises(ValueError, match="5 global tokens.*max_global_tokens=2"):
+    return backbone, dict(x, global_attention_mask=glob)
+
+
+TOO_MANY = "A row has 5 global tokens .*expected at most max_global_tokens=2"
+
+
+@pytest.mark.multibackend
+def test_too_many_global_tokens_raise_or_are_nan_never_a_silent_answer():
+    """Model inputs over max_global_tokens given to the backbone directly: eagerly a ValueError
+    on every backend; traced on TensorFlow (predict; fit and the SavedModel run the same graph)
+    an InvalidArgumentError from the backbone's graph. Under XLA (jax.jit: JAX's predict; TF's
+    jit_compile), where nothing can raise, the documented last resort: the overflowing row is
+    all NaN and the other rows are exact."""
+    backbone, x = _over_the_cap()
+    with pytest.raises(ValueError, match=TOO_MANY):
+        backbone(x)
+    backend = keras.backend.backend()
+    if backend == "torch":  # predict runs eagerly: the eager error
+        with pytest.raises(ValueError, match=TOO_MANY):
             backbone.predict(x, verbose=0)
         return
-    out = backbone.predict(x, verbose=0)["sequence_output"]
-    assert np.isnan(out[0]).all() and np.isfinite(out[1:]).all()
     ok = {k: v[1:] for k, v in x.items()}
-    np.testing.assert_allclose(out[1:], to_numpy(backbone(ok)["sequence_output"]), atol=1e-5)
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+    exact = to_numpy(backbone(ok)["sequence_output"])
+    if backend == "jax":
+        out = backbone.predict(x, verbose=0)["sequence_output"]
+        assert np.isnan(out[0]).all() and np.isfinite(out[1:]).all()
+        np.testing.assert_allclose(out[1:], exact, atol=1e-5)
+        return
+    import tensorflow as tf
 
-        kb.export.export_saved_model(backbone, str(tmp_path / "1"), include_preprocessing=False)
-        serve = tf.saved_model.load(str(tmp_path / "1")).signatures["token_ids"]
-        with pytest.raises(tf.errors.InvalidArgumentError, match="at most 2 global tokens"):
-            serve(**{k: tf.constant(v) for k, v in x.items()})
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"A row has\] \[5\] \[global tokens"
+                       r".*expected at most max_global_tokens=2"):
+        backbone.predict(x, verbose=0)
+    compiled = tf.function(lambda x: backbone(x, training=False)["sequence_output"],
+                           jit_compile=True)
+    out = compiled({k: tf.constant(v) for k, v in x.items()}).numpy()
+    assert np.isnan(out[0]).all() and np.isfinite(out[1:]).all()
+    np.testing.assert_allclose(out[1:], exact, atol=1e-5)
 
 
 # === Config, saving, presets ===

@@ -109,10 +109,21 @@ class LongformerSelfAttention(keras.layers.Layer):
         num_heads: N; `hidden_dim` must be divisible by it.
         hidden_dim: H.
         attention_window: the whole window w (positive, even): each token sees w/2 on each side.
-        max_global_tokens: how many global tokens a row can have (a static size, so that the layer
-            compiles with XLA). In eager calls more raise an error; in a traced graph (where
-            keras.ops has no assertion) such a row's outputs are NaN, never a silently truncated
-            answer: the loss turns NaN, and the export's `token_ids` signature refuses the input.
+        max_global_tokens: how many global tokens a row can have (a static number of slots, so
+            that the layer compiles with XLA; HF's Longformer sizes them per batch, without a
+            cap). A row with more is refused before it gets here wherever it can be:
+            - eagerly (any backend, torch's `fit` / `predict`): a ValueError, here and in
+              `LongformerBackbone`'s input layer;
+            - a traced TensorFlow graph (`fit` / `predict` / `evaluate`, a `tf.function`, every
+              SavedModel signature): `LongformerBackbone`'s input layer asserts it in the
+              graph (an InvalidArgumentError naming the count; `check_global_tokens`);
+            What is left is a traced call that no check reaches and that cannot raise from
+            values: the backbone (or this layer) inside `jax.jit` (e.g. `backbone.predict` on
+            JAX, a model of your own around it) or XLA-compiled on TensorFlow (`jit_compile`,
+            which drops assertions). There, by design, such a row's outputs are all NaN (its
+            loss NaN), never an answer with some of its global tokens left local; the other
+            rows of the batch are exact. Give such rows a backbone with a larger
+            `max_global_tokens` (no weight depends on it).
         attention_dropout: dropout on the attention probabilities.
         kernel_initializer: for the seven projections.
 

@@ -5,7 +5,9 @@ from keras import ops
 from keras_bertfam.layers import TextEmbedding
 from keras_bertfam.layers.encoder import AttentionSublayer, TransformerBlock
 from keras_bertfam.layers.longformer_attention import (
+    GLOBAL,
     LongformerSelfAttention,
+    _concrete_int,
     check_window,
     merge_attention_masks,
 )
@@ -47,14 +49,59 @@ def global_attention_for_task(features, task):
     return ops.zeros_like(padding)
 
 
+TOO_MANY_GLOBAL_TOKENS = (
+    "A row has {} global tokens (global attention, on tokens that are not padding): expected at "
+    "most max_global_tokens={limit}, the Longformer backbone's global slots a row. Mark fewer "
+    "tokens global, or build the backbone with a larger max_global_tokens (no weight depends "
+    "on it).")
+
+
+def check_global_tokens(mask, max_global_tokens):
+    """The merged (B, T) mask (0 padding, 1 local, 2 global) once no row has more than
+    `max_global_tokens` global tokens; else an error naming the count and the cap.
+
+    The attention layers hold global attention in `max_global_tokens` static slots. With
+    values at hand (an eager call on any backend) this raises a ValueError; in a traced
+    TensorFlow graph (`fit` / `predict` / `evaluate`, a `tf.function`, the SavedModel's
+    signatures) a `tf.debugging.Assert` stops the step with an InvalidArgumentError. XLA has no
+    assertions (`jax.jit`, TensorFlow's `jit_compile`): there the layers' last resort applies
+    (such a row's outputs are NaN, never a silently truncated answer; see
+    `LongformerSelfAttention`).
+    """
+    if max_global_tokens is None:  # a LongformerInputs configured before this check
+        return mask
+    counts = ops.sum(ops.cast(ops.equal(mask, GLOBAL), "int32"), axis=1)  # (B,)
+    count = ops.max(counts, initial=0)
+    message = TOO_MANY_GLOBAL_TOKENS.format("{}", limit=max_global_tokens)
+    value = _concrete_int(count)
+    if value is not None:
+        if value > max_global_tokens:
+            raise ValueError(message.format(value))
+        return mask
+    if keras.backend.backend() != "tensorflow":  # traced by JAX (or torch.compile): no assertion
+        return mask
+    import tensorflow as tf
+
+    before, after = message.split("{}")
+    # The message's parts as the Assert's data (not one tf.strings.format: XLA compiles the
+    # Assert away but cannot compile a string op).
+    check = tf.debugging.Assert(count <= max_global_tokens,
+                                [before.rstrip(), count, after.lstrip()],
+                                name="check_global_tokens")
+    with tf.control_dependencies([check]):
+        return tf.identity(mask)
+
+
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class LongformerInputs(keras.layers.Layer):
     """Checks the inputs' lengths and merges the padding and global masks (0 pad, 1 local,
-    2 global), the one mask the attention layers read."""
+    2 global), the one mask the attention layers read; checks that no row has more than
+    `max_global_tokens` global tokens (`check_global_tokens`; None: not checked here)."""
 
-    def __init__(self, max_sequence_length, **kwargs):
+    def __init__(self, max_sequence_length, max_global_tokens=None, **kwargs):
         super().__init__(**kwargs)
         self.max_sequence_length = max_sequence_length
+        self.max_global_tokens = max_global_tokens
 
     def call(self, token_ids, padding_mask, global_attention_mask):
         shapes = {"token_ids": token_ids.shape, "padding_mask": padding_mask.shape,
@@ -72,13 +119,15 @@ class LongformerInputs(keras.layers.Layer):
             raise ValueError(
                 f"The inputs hold {length} tokens; this Longformer takes at most "
                 f"max_sequence_length={self.max_sequence_length}.")
-        return merge_attention_masks(padding_mask, global_attention_mask)
+        return check_global_tokens(merge_attention_masks(padding_mask, global_attention_mask),
+                                   self.max_global_tokens)
 
     def compute_output_spec(self, token_ids, padding_mask, global_attention_mask):
         return keras.KerasTensor(padding_mask.shape, dtype="int32")
 
     def get_config(self):
-        return dict(super().get_config(), max_sequence_length=self.max_sequence_length)
+        return dict(super().get_config(), max_sequence_length=self.max_sequence_length,
+                    max_global_tokens=self.max_global_tokens)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -98,9 +147,12 @@ class LongformerBackbone(Backbone):
     put global attention on a question. Outputs: `{"sequence_output": (B, T, H),
     "pooled_output": (B, H)}` (tanh pooler over `<s>`, as HF's `LongformerModel`).
 
-    `max_global_tokens` bounds the global tokens of a row (a static size for XLA; see
-    `LongformerSelfAttention`). Tasks set the global attention themselves
-    (`global_attention_for_task`): `<s>` for classification, the question for QA.
+    `max_global_tokens` bounds the global tokens of a row (a static number of slots for XLA; HF's
+    has no cap). A row with more raises a ValueError eagerly and an InvalidArgumentError in a
+    traced TensorFlow graph (`check_global_tokens`); inside `jax.jit` (or TensorFlow's XLA) it
+    cannot raise and its outputs are NaN (see `LongformerSelfAttention`). Tasks set the global
+    attention themselves (`global_attention_for_task`): `<s>` for classification, the question
+    for QA, the choice for multiple choice.
 
     Example:
     >>> backbone = LongformerBackbone(vocabulary_size=100, num_layers=2, num_heads=2,
@@ -147,7 +199,8 @@ class LongformerBackbone(Backbone):
             position_offset=ROBERTA_POSITION_OFFSET, layer_norm_epsilon=layer_norm_epsilon,
             dropout=dropout, kernel_initializer=initializer, dtype=dtype, name="embeddings",
         )
-        self.input_masks = LongformerInputs(max_sequence_length, dtype=dtype, name="input_masks")
+        self.input_masks = LongformerInputs(max_sequence_length, max_global_tokens, dtype=dtype,
+                                            name="input_masks")
         self.blocks = []
         for i, window in enumerate(windows):
             attention = LongformerSelfAttention(
