@@ -193,6 +193,12 @@ def test_task_global_attention():
     cls = to_numpy(global_attention_for_task(x, "TextClassifier"))
     assert cls[:, 0].tolist() == [1, 1] and cls[:, 1:].sum() == 0
     assert to_numpy(global_attention_for_task(x, "MaskedLM")).sum() == 0
+    # the same rule in TensorFlow's ops, as the tasks' tf.data check counts it
+    from keras_bertfam.tasks.task import TF_OPS
+
+    for task in ("QuestionAnswerer", "MultipleChoice", "TextClassifier", "MaskedLM"):
+        np.testing.assert_array_equal(global_attention_for_task(x, task, xp=TF_OPS).numpy(),
+                                      to_numpy(global_attention_for_task(x, task)))
 
 
 # === Attention: banded, all-global = full, from_roberta ===
@@ -538,6 +544,126 @@ def test_too_many_global_tokens_raise_or_are_nan_never_a_silent_answer():
     out = compiled({k: tf.constant(v) for k, v in x.items()}).numpy()
     assert np.isnan(out[0]).all() and np.isfinite(out[1:]).all()
     np.testing.assert_allclose(out[1:], exact, atol=1e-5)
+
+
+def _choice_rows():
+    """`_qa_inputs`' two rows as one question with two choices, (1, 2, 20): `<s> ctx </s></s>
+    choice </s>`, global attention (HF's default) on 14 and 10 tokens."""
+    return {k: v[None] for k, v in _qa_inputs().items()}
+
+
+def _with_cap(task, max_global_tokens):
+    """The same task (same weights) on a backbone with another max_global_tokens."""
+    backbone = kb.models.LongformerBackbone.from_config(
+        dict(task.backbone.get_config(), max_global_tokens=max_global_tokens))
+    other = type(task).from_config(dict(task.get_config(), backbone=backbone))
+    other.set_weights(task.get_weights())
+    return other
+
+
+@pytest.mark.multibackend
+def test_multiple_choice_model_inputs_within_the_cap_equal_hf_and_over_it_raise(tmp_path):
+    """HF LongformerForMultipleChoice (no cap) against ours with max_global_tokens exactly the
+    longest choice's count: the same logits through predict (traced: the checks in the data and
+    in the graph let it through); one slot fewer: refused before the model, naming the count,
+    on every backend (fit, predict and a tf.data.Dataset alike), and by the SavedModel."""
+    import tensorflow as tf
+    import torch
+    import transformers
+
+    torch.manual_seed(2)
+    hf = transformers.LongformerForMultipleChoice(_hf_config()).eval()
+    hf.save_pretrained(str(tmp_path / "hf"))
+    task = kb.presets.convert_task(str(tmp_path / "hf"), kb.tasks.MultipleChoice,
+                                   preprocessor=None)
+    x = _choice_rows()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                 attention_mask=torch.tensor(x["padding_mask"])).logits.numpy()
+    exact = _with_cap(task, 14)
+    np.testing.assert_allclose(exact.predict(x, verbose=0), ref, atol=1e-4)
+
+    short = _with_cap(task, 13)
+    message = ("Invalid row for MultipleChoice: a row has 14 global tokens, expected at most "
+               "max_global_tokens=13 .*each choice and its closing separator: shorter choices")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        short.predict(x, verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        short.fit(x, np.zeros((1,), "int32"), verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices((x, np.zeros((1,), "int32"))).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        short.evaluate(ds, verbose=0)
+    if keras.backend.backend() != "tensorflow":
+        return
+    # The SavedModel: the task derives the global attention in its graph, which the backbone's
+    # check reads (this row gave NaN logits before it).
+    kb.export.export_saved_model(short, str(tmp_path / "1"), include_preprocessing=False)
+    serve = tf.saved_model.load(str(tmp_path / "1")).signatures["token_ids"]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"\[14\] \[global tokens.*max_global_tokens=13"):
+        serve(**{k: tf.constant(v) for k, v in x.items()})
+    fits = {k: v[:, 1:] for k, v in x.items()}  # the second choice alone: 10 global tokens
+    np.testing.assert_allclose(serve(**{k: tf.constant(v) for k, v in fits.items()})["logits"],
+                               ref[:, 1:], atol=1e-4)
+
+
+@pytest.mark.multibackend
+def test_multiple_choice_raw_text_refuses_a_choice_over_the_cap(bert_vocab):
+    """The raw-text route (the preprocessor packs `[CLS] context [SEP] choice [SEP]`; the task
+    puts global attention on the choice) stops at a choice whose global tokens do not fit
+    max_global_tokens, naming the count and what to do, in fit (tf.data), predict (in memory)
+    and a dataset, on every backend; a choice at the cap passes. Before the check, such a row
+    gave a NaN loss and, after one step, NaN weights (TensorFlow's graph and JAX alike)."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    mc = kb.tasks.MultipleChoice(
+        kb.models.LongformerBackbone(tok.vocabulary_size(), 1, 2, 16, 32, attention_window=4,
+                                     max_global_tokens=4, max_sequence_length=32),
+        preprocessor=ft.MultipleChoicePreprocessor(tok, 24))
+    # global tokens of a choice (WordPiece's one [SEP]: HF's rule skips its first piece and
+    # takes the closing [SEP]): 4 for "a very long film", 5 with "boring"
+    at_cap = (["a great film", "dull"], [["great", "a very long film"], ["bad", "a film"]])
+    assert np.isfinite(mc.predict(at_cap, verbose=0)).all()
+    over = (at_cap[0], [["great", "a very long boring film"], ["bad", "a film"]])
+    message = ("Invalid row for MultipleChoice: a row has 5 global tokens, expected at most "
+               "max_global_tokens=4 .*shorter choices.*larger max_global_tokens")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        mc.fit(over, [0, 0], batch_size=2, verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        mc.predict(over, verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices(over).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        mc.predict(ds, verbose=0)
+    assert np.isfinite(mc.predict(at_cap, verbose=0)).all()  # no step was taken
+
+
+def test_question_answerer_refuses_a_question_over_the_cap(bert_vocab):
+    """QA's global attention is `<s>` + the question, at most 1 + max_question_length tokens:
+    within the default cap (64 + 1 <= 128) it cannot overflow; a preprocessor allowing longer
+    questions than the cap is valid, and only a question that overflows is refused, in fit,
+    predict and answer()."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    qa = kb.tasks.QuestionAnswerer(
+        kb.models.LongformerBackbone(tok.vocabulary_size(), 1, 2, 16, 32, attention_window=4,
+                                     max_global_tokens=4, max_sequence_length=32),
+        preprocessor=ft.QuestionAnswererPreprocessor(tok, 24, stride=8, max_question_length=8))
+    context = ["the film was great and long"]
+    long = ["was the film very good"]  # [CLS] + 5 tokens
+    message = ("Invalid row for QuestionAnswerer: a row has 6 global tokens, expected at most "
+               "max_global_tokens=4 .*the question.*max_question_length")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        qa.answer(long, context)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        qa.predict((long, context), verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        qa.fit((long, context), ([4], ["film"]), verbose=0)
 
 
 # === Config, saving, presets ===

@@ -117,6 +117,10 @@ class LongformerSelfAttention(keras.layers.Layer):
             - a traced TensorFlow graph (`fit` / `predict` / `evaluate`, a `tf.function`, every
               SavedModel signature): `LongformerBackbone`'s input layer asserts it in the
               graph (an InvalidArgumentError naming the count; `check_global_tokens`);
+            - the tasks' data (raw text through their preprocessor, or model inputs, in memory
+              or as a `tf.data.Dataset`), on every backend: the global attention the task will
+              derive is counted in `tf.data` before the step (`kb.tasks.task.
+              check_global_attention`; its message says how to get fewer, e.g. shorter choices).
             What is left is a traced call that no check reaches and that cannot raise from
             values: the backbone (or this layer) inside `jax.jit` (e.g. `backbone.predict` on
             JAX, a model of your own around it) or XLA-compiled on TensorFlow (`jit_compile`,

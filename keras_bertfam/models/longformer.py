@@ -18,7 +18,7 @@ from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET
 LONGFORMER_INPUTS = ("token_ids", "segment_ids", "padding_mask", "global_attention_mask")
 
 
-def global_attention_for_task(features, task):
+def global_attention_for_task(features, task, xp=ops):
     """The global attention a task puts on its inputs (the paper's choices, HF's defaults).
 
     - "TextClassifier": the first token (`<s>`).
@@ -28,26 +28,45 @@ def global_attention_for_task(features, task):
     - "MultipleChoice": the choice, HF `LongformerForMultipleChoice`'s "tokens after the first
       `</s>` and the one after it": of `<s> context </s></s> choice </s>`, `choice </s>`.
     - anything else (MaskedLM, TokenClassifier): none.
+
+    `xp`: the ops it is written in, `keras.ops` in the model's graph; the tasks pass TensorFlow's
+    under the same names (`kb.tasks.task.TF_OPS`) to count a row's global tokens in `tf.data` on
+    every backend, with this very rule (`check_global_attention`).
     """
-    padding = ops.cast(ops.cast(features["padding_mask"], "bool"), "int32")
-    position = ops.cumsum(ops.ones_like(padding), axis=1) - 1
+    padding = xp.cast(xp.cast(features["padding_mask"], "bool"), "int32")
+    position = xp.cumsum(xp.ones_like(padding), axis=1) - 1
     if task == "TextClassifier":
-        return padding * ops.cast(ops.equal(position, 0), "int32")
+        return padding * xp.cast(xp.equal(position, 0), "int32")
     if task in ("QuestionAnswerer", "MultipleChoice"):
-        token_ids = ops.cast(features["token_ids"], "int32")
-        first_segment = ops.cast(ops.equal(features["segment_ids"], 0), "int32") * padding
+        token_ids = xp.cast(features["token_ids"], "int32")
+        first_segment = xp.cast(xp.equal(features["segment_ids"], 0), "int32") * padding
         # The last token of the first segment (its next position is not in it): a separator.
         # With one segment id throughout (HF's RoBERTa inputs), the row's closing separator.
-        nxt = ops.pad(first_segment[:, 1:], [[0, 0], [0, 1]])
-        sep = ops.sum(token_ids * first_segment * (1 - nxt), axis=1, keepdims=True)  # (B, 1)
-        before = ops.cast(ops.equal(ops.cumsum(ops.cast(ops.equal(token_ids, sep), "int32"),
-                                               axis=1), 0), "int32")  # before the first sep
+        nxt = xp.pad(first_segment[:, 1:], [[0, 0], [0, 1]])
+        sep = xp.sum(token_ids * first_segment * (1 - nxt), axis=1, keepdims=True)  # (B, 1)
+        before = xp.cast(xp.equal(xp.cumsum(xp.cast(xp.equal(token_ids, sep), "int32"),
+                                            axis=1), 0), "int32")  # before the first sep
         if task == "QuestionAnswerer":
             return padding * before
-        first_sep = ops.sum(before, axis=1, keepdims=True)  # (B, 1): its position
-        return padding * ops.cast(ops.greater(position, first_sep + 1), "int32")
-    return ops.zeros_like(padding)
+        first_sep = xp.sum(before, axis=1, keepdims=True)  # (B, 1): its position
+        return padding * xp.cast(xp.greater(position, first_sep + 1), "int32")
+    return xp.zeros_like(padding)
 
+
+# The tasks whose global attention can overflow max_global_tokens, what it is on and how a row
+# gets fewer global tokens: the message of the tasks' check that a row's global tokens fit
+# (`kb.tasks.task.check_global_attention`). The others put none, or one (TextClassifier's <s>).
+TASK_GLOBAL_ATTENTION = {
+    "QuestionAnswerer": "the question and the first token before it: shorter questions (the "
+                        "preprocessor's max_question_length cuts them) have fewer",
+    "MultipleChoice": "each choice and its closing separator: shorter choices (or a shorter "
+                      "sequence_length, which cuts them) have fewer",
+}
+
+TASK_TOO_MANY_GLOBAL_TOKENS = (
+    "Invalid row for {task}: a row has {{}} global tokens, expected at most max_global_tokens="
+    "{limit} (the Longformer backbone's global slots a row). {task} puts global attention on "
+    "{where}. Or build the backbone with a larger max_global_tokens (no weight depends on it).")
 
 TOO_MANY_GLOBAL_TOKENS = (
     "A row has {} global tokens (global attention, on tokens that are not padding): expected at "
@@ -152,7 +171,8 @@ class LongformerBackbone(Backbone):
     traced TensorFlow graph (`check_global_tokens`); inside `jax.jit` (or TensorFlow's XLA) it
     cannot raise and its outputs are NaN (see `LongformerSelfAttention`). Tasks set the global
     attention themselves (`global_attention_for_task`): `<s>` for classification, the question
-    for QA, the choice for multiple choice.
+    for QA, the choice for multiple choice, and check that their data fits the cap before the
+    model, on every backend (`kb.tasks.task.check_global_attention`).
 
     Example:
     >>> backbone = LongformerBackbone(vocabulary_size=100, num_layers=2, num_heads=2,

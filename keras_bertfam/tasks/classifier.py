@@ -101,6 +101,7 @@ class TextClassifier(Task):
                          "pad_to_multiple_of")
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
+    global_attention_task = "TextClassifier"
     follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,
@@ -113,7 +114,7 @@ class TextClassifier(Task):
         self.dropout = dropout
         self.cls_only = cls_only
         build_classification_head(self, num_classes, hidden_activation, name="logits")
-        inputs, features = backbone_inputs(backbone, task="TextClassifier")
+        inputs, features = backbone_inputs(backbone, task=self.global_attention_task)
         logits = classification_logits(self, pooled(backbone, features, cls_only))
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["mse" if num_classes == 1 else "accuracy"])

@@ -84,12 +84,13 @@ class QuestionAnswerer(Task):
 
     preprocessor_args = ("sequence_length", "stride", "max_question_length")
     default_learning_rate = 5e-5
+    global_attention_task = "QuestionAnswerer"
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.span_head = SpanLogits(kernel_initializer=head_initializer(backbone), name="span_head")
-        inputs, features = backbone_inputs(backbone, task="QuestionAnswerer")
+        inputs, features = backbone_inputs(backbone, task=self.global_attention_task)
         sequence = backbone(features)["sequence_output"]
         outputs = self.span_head(sequence, inputs["padding_mask"])
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
@@ -256,6 +257,7 @@ class QuestionAnswerer(Task):
         if len(questions) == 0:
             return []
         features, meta = self.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+        features = self._checked_features(features)
         out = super(Task, self).predict(features, batch_size=batch_size, verbose=0)
         starts, ends = out["start_logits"], out["end_logits"]
         example = meta["example_index"].numpy()

@@ -8,6 +8,7 @@ they take the model's own inputs (keras-hub's preprocessed format for pretrainin
 import contextlib
 import inspect
 import re
+import types
 import warnings
 
 import keras
@@ -17,7 +18,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
-from keras_bertfam.preprocessing.finetuning import any_batch_size
+from keras_bertfam.preprocessing.finetuning import _assert_then, any_batch_size
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 
@@ -37,6 +38,9 @@ class Task(keras.Model):
     # The backbone families the task takes (None: any). A preset or backbone of another family is
     # refused when the task is built (`from_preset` on a BERT preset for an ALBERT objective).
     backbone_families = None
+    # The task's name to a backbone that derives its global attention from the other inputs
+    # (Longformer's `task_global_attention(features, task)`; None: no global attention).
+    global_attention_task = None
 
     def __init__(self, *args, **kwargs):
         # Subclasses set their backbone and preprocessor, then build the functional graph here.
@@ -367,7 +371,8 @@ class Task(keras.Model):
             check_model_inputs(x, type(self).__name__)
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
             # which Keras' data adapters take.
-            return _arrays(x), _arrays(y), _arrays(sample_weight), batch_size
+            x = _arrays(x)
+            return self._checked_features(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
         check_example_counts(x, y, sample_weight, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
@@ -382,10 +387,29 @@ class Task(keras.Model):
                 x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
                     preprocessor.call_in_memory(examples))
                 names = self.input.keys() if isinstance(self.input, dict) else x.keys()
-                return {k: v for k, v in x.items() if k in names}, y, sample_weight, batch_size
+                x = self._checked_features({k: v for k, v in x.items() if k in names})
+                return x, y, sample_weight, batch_size
             x = batched_examples(examples, batch_size or 32, shuffle)
         prepared = preprocessor.prepare(x, training=training)
-        return self._drop_unused_features(prepared), None, None, None
+        return self._checked_features(self._drop_unused_features(prepared)), None, None, None
+
+    def _checked_features(self, x):
+        """Model inputs (an in-memory dict, checked now, or a dataset, checked in its `tf.data`
+        graph as it is read) with `check_global_attention`: a row whose global attention would
+        not fit its Longformer backbone's `max_global_tokens` stops with an error naming its
+        count, before the model's (traced, maybe XLA-compiled) step."""
+        if not needs_global_attention_check(self):
+            return x
+        if isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            if isinstance(spec, tuple) and isinstance(spec[0], dict) and "token_ids" in spec[0]:
+                return x.map(lambda f, *rest: (check_global_attention(self, f), *rest))
+            if isinstance(spec, dict) and "token_ids" in spec:
+                return x.map(lambda f: check_global_attention(self, f))
+            return x
+        if isinstance(x, dict) and "token_ids" in x:
+            check_global_attention(self, x)
+        return x
 
     def _raw_examples(self, x, y, sample_weight):
         """In-memory raw inputs -> what `tf.data.Dataset.from_tensor_slices` takes."""
@@ -650,6 +674,62 @@ def _vocabulary_size(tokenizer):
         return int(tokenizer.vocabulary_size())
     except (ValueError, AttributeError, TypeError):
         return None
+
+
+# keras.ops' names for the TensorFlow ops a backbone's `task_global_attention` is written in: its
+# very rule, run in `tf.data` (on every backend) by `check_global_attention`.
+TF_OPS = types.SimpleNamespace(cast=tf.cast, equal=tf.equal, greater=tf.greater,
+                               cumsum=tf.cumsum, pad=tf.pad, sum=tf.reduce_sum,
+                               ones_like=tf.ones_like, zeros_like=tf.zeros_like)
+
+
+def needs_global_attention_check(task):
+    """Whether the task's backbone derives global attention for it in a bounded number of
+    slots (a Longformer's `max_global_tokens`) that its inputs could overflow (QA's question,
+    MultipleChoice's choice; a classifier's one `<s>` always fits)."""
+    from keras_bertfam.models.longformer import TASK_GLOBAL_ATTENTION
+
+    backbone = task.__dict__.get("backbone")
+    return (getattr(backbone, "task_global_attention", None) is not None
+            and getattr(backbone, "max_global_tokens", None) is not None
+            and type(task).global_attention_task in TASK_GLOBAL_ATTENTION)
+
+
+def check_global_attention(task, features):
+    """The task's model inputs (TensorFlow tensors, in `tf.data` or eager; or arrays), once no
+    row has more global tokens than its Longformer backbone's `max_global_tokens`: the global
+    attention the task's graph will derive (`task_global_attention`, the same rule in
+    TensorFlow's ops), counted per row (MultipleChoice: per choice). Else the pipeline stops
+    (eagerly: raises) with an InvalidArgumentError naming the row's count, the cap and how to
+    get fewer (shorter choices or questions, or a larger `max_global_tokens`).
+
+    The check runs before the model, on every backend: a traced step cannot raise on JAX, and
+    an overflowing row would turn the loss NaN there (see `LongformerSelfAttention`)."""
+    from keras_bertfam.models.longformer import TASK_GLOBAL_ATTENTION, TASK_TOO_MANY_GLOBAL_TOKENS
+
+    backbone = task.backbone
+    name = type(task).global_attention_task
+    limit = int(backbone.max_global_tokens)
+    token_ids = tf.convert_to_tensor(features["token_ids"])
+    width = tf.shape(token_ids)[-1]
+
+    def rows(key, default):  # (..., T) -> (rows, T) int32, as the task folds its choices
+        value = features.get(key)
+        value = default(token_ids) if value is None else tf.convert_to_tensor(value)
+        return tf.reshape(tf.cast(value, tf.int32), [-1, width])
+
+    flat = {"token_ids": rows("token_ids", tf.identity),
+            "segment_ids": rows("segment_ids", tf.zeros_like),
+            "padding_mask": rows("padding_mask", tf.ones_like)}
+    counts = tf.reduce_sum(backbone.task_global_attention(flat, name, xp=TF_OPS), axis=1)
+    bad = counts > limit
+    message = TASK_TOO_MANY_GLOBAL_TOKENS.format(task=name, limit=limit,
+                                                 where=TASK_GLOBAL_ATTENTION[name])
+    checked = _assert_then(token_ids, tf.logical_not(tf.reduce_any(bad)), message,
+                           tf.boolean_mask(counts, bad)[:1])
+    if isinstance(features["token_ids"], tf.Tensor):
+        return dict(features, token_ids=checked)
+    return features
 
 
 def batched_examples(examples, batch_size, shuffle=False):

@@ -36,6 +36,7 @@ class TokenClassifier(Task):
     preprocessor_args = ("sequence_length",)
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
+    global_attention_task = "TokenClassifier"
     follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, **kwargs):
@@ -48,7 +49,7 @@ class TokenClassifier(Task):
         self.dropout_layer = keras.layers.Dropout(dropout, name="head_dropout")
         self.head = keras.layers.Dense(num_classes, kernel_initializer=head_initializer(backbone),
                                        name="logits")
-        inputs, features = backbone_inputs(backbone, task="TokenClassifier")
+        inputs, features = backbone_inputs(backbone, task=self.global_attention_task)
         sequence = backbone(features)["sequence_output"]
         logits = self.head(self.dropout_layer(sequence))  # (B, T, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
