@@ -84,7 +84,8 @@ class MultipleChoice(Task):
         self.unfold = UnfoldChoices(name="unfold_choices")
         # HF's heads with a hidden layer have no dropout before it
         build_classification_head(self, 1, hidden_activation, name="score", dropout_first=False)
-        inputs, features = backbone_inputs(backbone, task=self.global_attention_task, fold=self.fold)
+        inputs, features = backbone_inputs(backbone, task=self.global_attention_task,
+                                           fold=self.fold)
         scores = classification_logits(self, pooled(backbone, features, cls_only))  # (B*C, 1)
         logits = self.unfold(scores, inputs["token_ids"])  # (B, C)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
