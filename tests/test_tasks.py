@@ -233,3 +233,39 @@ def test_compile_warns_that_keras_adam_is_wrong_on_tensorflow():
                     embedding.trainable_variables)
     np.testing.assert_allclose(to_numpy(optimizer._velocities[0])[:, 0],
                                [0.0, 0.001 * 2.0, 0.0, 0.0], rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", sorted(kb.presets.FAMILIES))
+def test_training_runs_dropout_in_every_family(family):
+    """`model(x, training=True)` (fit's call on TF and torch) and `stateless_call(...,
+    training=True)` (JAX's) reach the layers: a backbone's or task's `call` that did not name
+    `training` in its signature never received it from Keras, and every layer ran with its
+    default, training=False: no dropout in fit (2026-11-23 to 11-25)."""
+    spec = kb.presets.FAMILIES[family]
+    extra = {"albert": {"embedding_dim": 16}}.get(family, {})
+    backbone = spec.backbone_cls(**dict(TINY, vocabulary_size=3000, dropout=0.5, **extra))
+    x, _, _ = _preprocessed(batch=2)
+    x["global_attention_mask"] = np.zeros_like(x["token_ids"])  # Longformer's
+    x = {k: v for k, v in x.items() if k in backbone.input}
+
+    def differs(model, stateless=False):
+        inputs = {k: v for k, v in x.items() if k in model.input}
+
+        def run(training):
+            if stateless:
+                out, _ = model.stateless_call(
+                    [v.value for v in model.trainable_variables],
+                    [v.value for v in model.non_trainable_variables], inputs, training=training)
+            else:
+                out = model(inputs, training=training)
+            return to_numpy(out["sequence_output"] if isinstance(out, dict) else out)
+
+        return not np.allclose(run(True), run(False))
+
+    assert differs(backbone)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    assert differs(clf)
+    assert differs(clf, stateless=True)
+    if family != "xlnet":  # XLNet pretrains by permutation, not with MaskedLM
+        x["mask_positions"] = np.array([[1, 2], [3, 4]], "int32")
+        assert differs(kb.tasks.MaskedLM(backbone, preprocessor=None))

@@ -108,7 +108,7 @@ class Backbone(keras.Model):
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
 
-    def call(self, inputs, *args, cls_only=False, **kwargs):
+    def call(self, inputs, training=None, mask=None, cls_only=False, **kwargs):
         """The functional graph; with `cls_only=True` (a family with `supports_cls_only`),
         `_forward(..., cls_only=True)`: the last layer computes only the [CLS] row, and
         `sequence_output` is that row, (B, 1, H); `pooled_output` is unchanged.
@@ -119,12 +119,15 @@ class Backbone(keras.Model):
         `stateless_call`, export) replays it.
         """
         # JAX's fit / predict reach `call` through `stateless_call`, not `__call__`.
+        # `training` is named in the signature: Keras passes it to `call` only then (it reads
+        # the signature), and `Functional.call` hands it on to the layers; without it every
+        # layer ran with its default, training=False (no dropout in fit).
         inputs = complete_inputs(self, inputs)
         if not cls_only:
-            return super().call(inputs, *args, **kwargs)
+            return super().call(inputs, training=training, mask=mask, **kwargs)
         self._check_cls_only()
         inputs = {name: ops.convert_to_tensor(inputs[name], "int32") for name in self.input}
-        return self._forward(inputs, training=kwargs.get("training"), cls_only=True)
+        return self._forward(inputs, training=training, cls_only=True)
 
     def compute_output_spec(self, inputs, *args, cls_only=False, **kwargs):
         spec = super().compute_output_spec(inputs, *args, **kwargs)

@@ -51,9 +51,11 @@ class Task(keras.Model):
         # By name, as the backbone's (`complete_inputs`): fit, evaluate and predict call this too.
         return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
 
-    def call(self, inputs, *args, **kwargs):
-        # JAX's fit / predict reach `call` through `stateless_call`, not `__call__`.
-        return super().call(complete_inputs(self, inputs), *args, **kwargs)
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # JAX's fit / predict reach `call` through `stateless_call`, not `__call__`. `training`
+        # is named so that Keras passes it (see `Backbone.call`).
+        return super().call(complete_inputs(self, inputs), training=training, mask=mask,
+                            **kwargs)
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, **kwargs):
