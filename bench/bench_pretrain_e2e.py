@@ -80,6 +80,19 @@ def median(xs):
 # === Keras peers (ours, keras-hub) ===
 
 
+def check_dropout_runs(peer, task, x):
+    """The timed step is the one it claims to be: dropout (0.1) changes the outputs in training
+    mode. (Our fit ran without dropout for two days once, against peers that ran it.)"""
+    import keras
+    import numpy as np
+
+    outputs = [[keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(task(x, training=t))]
+               for t in (True, False)]
+    if all(np.array_equal(a, b) for a, b in zip(*outputs)):
+        raise SystemExit(f"{peer}: the training-mode outputs equal the inference ones: dropout "
+                         "did not run, so the timed step is not the real one")
+
+
 def keras_peer(peer, cfg, args):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
@@ -155,6 +168,7 @@ def keras_peer(peer, cfg, args):
     times.clear()
     task.fit(fit_input, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
     e2e_step = median([b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])])
+    check_dropout_runs(peer, task, next(iter(prepared))[0])
     return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
                 pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
 

@@ -688,14 +688,16 @@ def _next_version(base):
 
 
 def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf_text=None,
-                   options=None):
+                   options=None, manifest=None):
     """Writes the SavedModel of a preset directory into the version directory `export_dir`
     (both `pretrain` and `export` come here, so they write the same signatures). `options`: a
-    QuestionAnswerer's string-signature options (`_no_answer_options`)."""
+    QuestionAnswerer's string-signature options (`_no_answer_options`); `manifest`: the
+    preset's manifest when the caller has read it."""
     import keras_bertfam as kb
     from keras_bertfam import presets
 
-    manifest = _read_json(os.path.join(preset_dir, PRESET_MANIFEST), "preset manifest")
+    if manifest is None:
+        manifest = _read_json(os.path.join(preset_dir, PRESET_MANIFEST), "preset manifest")
     task = manifest.get("task")
     if task and (heads or task["class_name"] not in PRETRAINING_TASKS):
         model = getattr(kb.tasks, task["class_name"]).from_preset(preset_dir, **task["config"])
@@ -737,21 +739,29 @@ def export(args):
         raise CommandError(f"--task {args.task} is not a preset directory (no "
                            f"{PRESET_MANIFEST}); pass a directory written by save_to_preset, "
                            "e.g. OUTPUT/preset of keras-bertfam pretrain.")
-    options = _no_answer_options(args)
+    manifest = _read_json(os.path.join(args.task, PRESET_MANIFEST), "preset manifest")
+    task = (manifest.get("task") or {}).get("class_name")
+    if args.heads and task and task not in PRETRAINING_TASKS:
+        raise CommandError(
+            f"--heads exports a pretraining preset's heads; --task {args.task} holds a {task} "
+            f"(a fine-tuned task: its export is the {task} itself): expected no --heads.")
+    options = _no_answer_options(args, task)
     output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.task)), "export")
     export_dir = _version_dir(output)
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     _import_tensorflow(args)
     _export_preset(args.task, export_dir, heads=args.heads, sequence_length=args.sequence_length,
-                   tf_text=args.tf_text if args.audit else None, options=options)
+                   tf_text=args.tf_text if args.audit else None, options=options,
+                   manifest=manifest)
     return 0
 
 
-def _no_answer_options(args):
+def _no_answer_options(args, task):
     """`--handle-impossible-answer` / `--null-score-diff-threshold` -> `export_saved_model`'s
     options (a QuestionAnswerer's string signature), checked before TensorFlow loads: the
     threshold a finite number and given with --handle-impossible-answer (alone it changes
-    nothing), the preset a QuestionAnswerer exported as its task (its manifest's task)."""
+    nothing), the preset a QuestionAnswerer exported as its task (`task`: its manifest's task
+    class name, or None). (A QuestionAnswerer with --heads is refused before: `export`.)"""
     handle, threshold = args.handle_impossible_answer, args.null_score_diff_threshold
     if not handle and threshold is None:
         return {}
@@ -772,8 +782,6 @@ def _no_answer_options(args):
                 "--handle-impossible-answer (without it every example gets its best span): "
                 "expected both flags, or neither.")
     flag = "--handle-impossible-answer"
-    task = (_read_json(os.path.join(args.task, PRESET_MANIFEST), "preset manifest").get("task")
-            or {}).get("class_name")
     holds = (f"--task {args.task} holds a {task}" if task else
              f"--task {args.task} holds no task (a backbone preset)")
     if task != "QuestionAnswerer":
@@ -781,10 +789,6 @@ def _no_answer_options(args):
             f"{flag} sets a QuestionAnswerer's string signature (SQuAD 2.0's \"no answer\"); "
             f"{holds}{' (exported with --heads: its pretraining heads)' if args.heads else ''}: "
             "expected a QuestionAnswerer preset.")
-    if args.heads:
-        raise CommandError(
-            f"{flag} with --heads: {holds}, which has no pretraining heads (--heads exports a "
-            f"pretraining preset's heads): expected {flag} without --heads.")
     options = {"handle_impossible_answer": True}
     if threshold is not None:
         options["null_score_diff_threshold"] = threshold

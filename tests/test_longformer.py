@@ -637,6 +637,14 @@ def test_multiple_choice_raw_text_refuses_a_choice_over_the_cap(bert_vocab):
     ds = tf.data.Dataset.from_tensor_slices(over).batch(2)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         mc.predict(ds, verbose=0)
+    # model inputs a batch at a time (JAX's *_on_batch once skipped the check: NaN weights)
+    features = keras.utils.unpack_x_y_sample_weight(mc.preprocessor(over))[0]
+    features = {k: np.asarray(v) for k, v in features.items()}
+    labels = np.array([0, 0])
+    for run in (lambda: mc.train_on_batch(features, labels),
+                lambda: mc.test_on_batch(features, labels), lambda: mc.predict_on_batch(features)):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            run()
     assert np.isfinite(mc.predict(at_cap, verbose=0)).all()  # no step was taken
 
 

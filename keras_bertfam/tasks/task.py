@@ -522,6 +522,18 @@ class Task(keras.Model):
         with self._variables_restored_on_error():
             return super().predict(x=x, batch_size=batch_size, **kwargs)
 
+    # Model inputs a batch at a time (keras-hub's `*_on_batch` take preprocessed data): the
+    # same check as every other route (JAX's traced step cannot raise: a Longformer row over
+    # its global cap would give NaN there).
+    def train_on_batch(self, x, *args, **kwargs):
+        return super().train_on_batch(self._checked_features(x), *args, **kwargs)
+
+    def test_on_batch(self, x, *args, **kwargs):
+        return super().test_on_batch(self._checked_features(x), *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        return super().predict_on_batch(self._checked_features(x))
+
     def _predict_by_length(self, x, batch_size, verbose):
         """In-memory inputs with dynamic padding: batches of similar lengths, each cut to its
         longest, predicted in that order and returned in the caller's (the whole array would be
