@@ -5,11 +5,25 @@ CI; the rest (tf.data preprocessing, export, tf.distribute) run under TensorFlow
 """
 import importlib
 import os
+import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Keras imports scikit-learn and pandas when they are installed (its scikit-learn wrappers, its
+# pandas inputs): ~2 s of CPU in every test process, for modules no test here uses. The one test
+# that needs them (sentence-transformers imports scikit-learn) lets them in: `unblock_imports`.
+BLOCKED_IMPORTS = ("sklearn", "pandas")
+for _name in BLOCKED_IMPORTS:
+    sys.modules.setdefault(_name, None)
+
+
+def unblock_imports():
+    for name in BLOCKED_IMPORTS:
+        if name in sys.modules and sys.modules[name] is None:
+            del sys.modules[name]
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import to_numpy, unblock_imports
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.params import count_params, encoder_param_count, encoder_arguments
 
@@ -340,6 +340,7 @@ def test_export_to_transformers_round_trip(tmp_path, bert_vocab):
 
 # === The real MiniLM ===
 def test_all_minilm_l6_v2_equals_sentence_transformers(minilm_dir):
+    unblock_imports()  # sentence-transformers imports scikit-learn
     st = importlib.import_module("sentence_transformers")
     model = st.SentenceTransformer(minilm_dir, device="cpu")
     sentences = ["A man is eating food.", "Café au lait, naïve résumé!", "short",
