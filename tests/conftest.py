@@ -13,9 +13,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # Keras imports scikit-learn and pandas when they are installed (its scikit-learn wrappers, its
-# pandas inputs): ~2 s of CPU in every test process, for modules no test here uses. The one test
-# that needs them (sentence-transformers imports scikit-learn) lets them in: `unblock_imports`.
-BLOCKED_IMPORTS = ("sklearn", "pandas")
+# pandas inputs), TensorFlow imports JAX (tf.lite): ~2.7 s of CPU in every test process, for
+# modules no test here uses (JAX: none outside the JAX run; test_distribute's JAX engines are
+# subprocesses). The one test that needs them (sentence-transformers imports scikit-learn) lets
+# them in: `unblock_imports`.
+BLOCKED_IMPORTS = ("sklearn", "pandas") + (() if os.environ["KERAS_BACKEND"] == "jax" else ("jax",))
 for _name in BLOCKED_IMPORTS:
     sys.modules.setdefault(_name, None)
 
