@@ -17,7 +17,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # modules no test here uses (JAX: none outside the JAX run; test_distribute's JAX engines are
 # subprocesses). The one test that needs them (sentence-transformers imports scikit-learn) lets
 # them in: `unblock_imports`.
-BLOCKED_IMPORTS = ("sklearn", "pandas") + (() if os.environ["KERAS_BACKEND"] == "jax" else ("jax",))
+UNUSED_IMPORTS = ("sklearn", "pandas")
+BLOCKED_IMPORTS = UNUSED_IMPORTS + (() if os.environ["KERAS_BACKEND"] == "jax" else ("jax",))
 for _name in BLOCKED_IMPORTS:
     sys.modules.setdefault(_name, None)
 
@@ -26,6 +27,7 @@ def unblock_imports():
     for name in BLOCKED_IMPORTS:
         if name in sys.modules and sys.modules[name] is None:
             del sys.modules[name]
+
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -84,7 +86,7 @@ def without_unused_imports(*more):
     and TensorFlow imports JAX (tf.lite); each import is guarded (a missing package is fine).
     Scripts that use none of them leave them out (`more`: e.g. "jax" in a TensorFlow-only
     process) and start ~1.5 s of CPU sooner."""
-    names = ("sklearn", "pandas", "matplotlib", *more)
+    names = (*UNUSED_IMPORTS, "matplotlib", *more)
     return f"import sys\nsys.modules.update(dict.fromkeys({names!r}))\n"
 
 
