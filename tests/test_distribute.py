@@ -49,20 +49,12 @@ def weights_of(task):
 '''
 
 
-# Python's cyclic garbage collector, 14x less often: tracing the steps allocates millions of
-# objects, and at the default thresholds (700, 10, 10) the mirrored process ran 6 full
-# collections of ~0.5 s each (2.9 s of its ~55 s CPU; 0.7-0.8 s in each other process). At
-# (10000, 10, 10): 0.3-0.5 s of collections a process, the mirrored one's peak RSS 1.45 -> 1.65 GB.
-FEWER_COLLECTIONS = "import gc\ngc.set_threshold(10000, 10, 10)\n"
-
-
 def _run(script, env=None, args=(), unused=()):
-    """`script` in a new Python process, without the packages no script here uses
-    (`without_unused_imports`, and kagglehub: keras-hub imports it, guarded, for presets on
-    Kaggle, which no script here loads, ~0.35 s CPU a process; `unused`: more of them, "jax" for
-    the TensorFlow-only ones), collecting garbage less often (`FEWER_COLLECTIONS`)."""
+    """`script` in a new Python process, without the packages no script here uses and with
+    fewer garbage collections (`without_unused_imports`; `unused`: more of them, "jax" for the
+    TensorFlow-only ones)."""
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    script = without_unused_imports("kagglehub", *unused) + FEWER_COLLECTIONS + script
+    script = without_unused_imports(*unused) + script
     return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=full_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
