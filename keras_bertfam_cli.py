@@ -10,6 +10,15 @@ import sys
 
 
 def main(argv=None):
+    if argv is None:  # the program itself (not a caller's own process, whose imports are its own)
+        # Keras imports scikit-learn and pandas when they are installed (its scikit-learn
+        # wrappers, its pandas inputs), TensorFlow JAX (tf.lite): ~2.7 s of CPU at every start
+        # for modules no command uses (JAX: unless it is the backend).
+        unused = ("sklearn", "pandas")
+        if os.environ.get("KERAS_BACKEND") == "tensorflow":
+            unused += ("jax",)
+        for name in unused:
+            sys.modules.setdefault(name, None)
     os.environ["KERAS_BERTFAM_LAZY_IMPORT"] = "1"
     try:
         from keras_bertfam import cli

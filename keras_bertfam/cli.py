@@ -208,13 +208,6 @@ def _import_tensorflow(args):
     if args.verbose or "tensorflow" in sys.modules:
         import tensorflow  # noqa: F401
         return
-    # Keras imports scikit-learn and pandas when they are installed (its scikit-learn wrappers,
-    # its pandas inputs) and TensorFlow imports JAX (tf.lite): ~2.7 s of CPU at every start for
-    # modules the command never uses (JAX only when it is the backend).
-    unused = ("sklearn", "pandas") + (("jax",) if os.environ.get("KERAS_BACKEND") == "tensorflow"
-                                      else ())
-    for name in unused:
-        sys.modules.setdefault(name, None)
     import tempfile
 
     sys.stderr.flush()
