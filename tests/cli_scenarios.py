@@ -216,7 +216,8 @@ def main(work, killed):
 
 if __name__ == "__main__":
     # Keras imports scikit-learn, pandas and matplotlib when they are installed, TensorFlow JAX;
-    # the CLI uses none of them (~2.5 s of CPU less). The killed run (test_cli) imports them all,
-    # as a user's shell does, and its stderr is checked too.
+    # these scenarios use none of them (~2.5 s of CPU less). main(argv), called here, leaves a
+    # caller's imports alone; the killed run (test_cli) starts as the console script does, which
+    # skips all but matplotlib (`keras_bertfam_cli.main`), and its stderr is checked too.
     sys.modules.update(dict.fromkeys(("sklearn", "pandas", "matplotlib", "jax")))
     main(sys.argv[1], sys.argv[2])
