@@ -22,12 +22,14 @@ Measured per peer (each in its own subprocess, one after the other, in the same 
   median step time of `fit` after warm-up.
 * input stall: 1 - (median step time on one cached batch, repeated) / (median step time of the
   end-to-end fit); the share of an end-to-end step the model waits for its input (0 when the
-  input pipeline keeps up).
+  input pipeline keeps up). The two are timed in alternating runs (`--rounds`, 2 by default:
+  model alone, end to end, model alone, end to end), so a drift of the machine during the run
+  does not show up as a stall.
 * pipeline alone: batches/s of the input pipeline with no model.
 * peak RSS of the process (`ru_maxrss`), and the RSS after imports (libraries alone).
 
 Usage: python bench/bench_pretrain_e2e.py [--configs mini,base] [--peers ...] [--batch 16]
-       [--steps 20] [--base-steps 3] [--warmup 3]
+       [--steps 20] [--base-steps 3] [--warmup 3] [--rounds 2]
 Not a test: numbers depend on the machine and its load (printed).
 """
 import argparse
@@ -75,6 +77,24 @@ def median(xs):
     xs = sorted(xs)
     n = len(xs)
     return (xs[n // 2] + xs[(n - 1) // 2]) / 2 if n else float("nan")
+
+
+def alternate(model_only, end_to_end, times, args):
+    """Median step times of the model alone and end to end, their runs alternated.
+
+    `args.rounds` rounds of (model alone, end to end), each run `args.warmup` untimed steps and
+    its share of `args.timed` timed ones: a drift of the machine (another process, the
+    allocator, the clock) lands on both sides instead of on whichever ran second. Each run
+    appends one `time.perf_counter()` to `times` after every step.
+    """
+    per_run = max(2, -(-args.timed // args.rounds))
+    laps = {model_only: [], end_to_end: []}
+    for _ in range(args.rounds):
+        for run in (model_only, end_to_end):
+            times.clear()
+            run(args.warmup + per_run)
+            laps[run] += [b - a for a, b in zip(times[args.warmup - 1:], times[args.warmup:])]
+    return median(laps[model_only]), median(laps[end_to_end])
 
 
 # === Keras peers (ours, keras-hub) ===
@@ -158,16 +178,17 @@ def keras_peer(peer, cfg, args):
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter())
 
-    steps = args.warmup + args.timed
     # Model alone: one prepared batch, cached and repeated (no input work in the step).
     fixed = prepared.take(1).cache().repeat()
-    times.clear()
-    keras.Model.fit(task, fixed, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
-    model_step = median([b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])])
-    # End to end: raw strings through the task's own fit.
-    times.clear()
-    task.fit(fit_input, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
-    e2e_step = median([b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])])
+
+    def model_only(steps):
+        keras.Model.fit(task, fixed, steps_per_epoch=steps, epochs=1, verbose=0,
+                        callbacks=[Timer()])
+
+    def end_to_end(steps):  # raw strings through the task's own fit
+        task.fit(fit_input, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
+
+    model_step, e2e_step = alternate(model_only, end_to_end, times, args)
     check_dropout_runs(peer, task, next(iter(prepared))[0])
     return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
                 pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
@@ -218,22 +239,19 @@ def hf_peer(cfg, args):
         def on_step_end(self, a, state, control, **kw):
             times.append(time.perf_counter())
 
-    steps = args.warmup + args.timed
-
-    def run(collator):
+    def run(collator, steps):
         targs = TrainingArguments(output_dir="/tmp/bench_pretrain_e2e_hf", max_steps=steps,
                                   per_device_train_batch_size=B, use_cpu=True, report_to=[],
                                   save_strategy="no", logging_strategy="no",
                                   remove_unused_columns=False, dataloader_num_workers=0,
                                   seed=0, disable_tqdm=True)
-        times.clear()
         Trainer(model=model, args=targs, train_dataset=data, data_collator=collator,
                 callbacks=[Timer()]).train()
-        return median([b - a for a, b in zip(times[args.warmup:], times[args.warmup + 1:])])
 
     fixed = collate(data[:B])
-    model_step = run(lambda rows: {k: v.clone() for k, v in fixed.items()})
-    e2e_step = run(collate)
+    model_step, e2e_step = alternate(
+        lambda steps: run(lambda rows: {k: v.clone() for k, v in fixed.items()}, steps),
+        lambda steps: run(collate, steps), times, args)
     return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
                 pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
 
@@ -258,6 +276,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="timed steps (mini)")
     parser.add_argument("--base-steps", type=int, default=3, help="timed steps (base)")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="alternated (model alone, end to end) rounds per peer")
     parser.add_argument("--docs", type=int, default=2048)
     parser.add_argument("--pipe-batches", type=int, default=20)
     parser.add_argument("--activation", default="gelu",
@@ -281,10 +301,10 @@ def main():
         timed = args.steps if config == "mini" else args.base_steps
         for peer in args.peers.split(","):
             cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--config", config,
-                   "--timed", str(timed), "--warmup", str(args.warmup), "--batch",
-                   str(args.batch), "--docs", str(args.docs), "--pipe-batches",
-                   str(args.pipe_batches), "--activation", args.activation, "--jit-compile",
-                   str(args.jit_compile).lower()]
+                   "--timed", str(timed), "--warmup", str(args.warmup), "--rounds",
+                   str(args.rounds), "--batch", str(args.batch), "--docs", str(args.docs),
+                   "--pipe-batches", str(args.pipe_batches), "--activation", args.activation,
+                   "--jit-compile", str(args.jit_compile).lower()]
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
             start = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
