@@ -7,6 +7,8 @@ batch size, and includes tokenization, packing/pairing and masking in its step:
 
 * `ours_nsp`:  `kb.tasks.BertPretrainer` (MLM + NSP) with `SentencePairPreprocessor`, `fit` on
   the strings (TensorFlow backend; preprocessing in `tf.data`).
+* `ours_nsp_grouped`: the same with `group_by_length=True` (HF `Trainer`'s option: batches of
+  pairs of similar length, each cut to its longest; `--group-batches` batches sorted together).
 * `ours_mlm`:  `kb.tasks.MaskedLM` with `MaskedLMPreprocessor(packing="full_sentences")`
   (RoBERTa's objective and packing: dynamic masking, blocks of whole sentences).
 * `ours_blocks`: the same with `packing="token_blocks"` (the token stream cut into full blocks:
@@ -18,13 +20,15 @@ batch size, and includes tokenization, packing/pairing and masking in its step:
 
 Measured per peer (each in its own subprocess, one after the other, in the same run):
 
-* tokens/s: real (non-pad) tokens per step (the mean over the pipeline's first batches) / the
-  median step time of `fit` after warm-up.
-* input stall: 1 - (median step time on one cached batch, repeated) / (median step time of the
-  end-to-end fit); the share of an end-to-end step the model waits for its input (0 when the
-  input pipeline keeps up). The two are timed in alternating runs (`--rounds`, 2 by default:
-  model alone, end to end, model alone, end to end), so a drift of the machine during the run
-  does not show up as a stall.
+* tokens/s: real (non-pad) tokens per step / the mean step time of `fit` after warm-up. For
+  ours and keras-hub, the real tokens of the very batches the timed steps read (a new pipeline's
+  first batches: every `fit` builds its pipeline anew from the same seed; the bench checks that
+  two pipelines agree); for HF, the mean over its collator's first batches.
+* input stall: 1 - (mean step time on the same batches held in memory) / (mean step time of
+  the end-to-end fit); the share of an end-to-end step the model waits for its input (0 when
+  the input pipeline keeps up). The two are timed in alternating runs (`--rounds`, 2 by
+  default: model alone, end to end, model alone, end to end), so a drift of the machine during
+  the run does not show up as a stall. (HF's model alone repeats one collated batch.)
 * pipeline alone: batches/s of the input pipeline with no model.
 * peak RSS of the process (`ru_maxrss`), and the RSS after imports (libraries alone).
 
@@ -48,7 +52,7 @@ CONFIGS = {
     "mini": dict(num_layers=4, num_heads=4, hidden_dim=256, intermediate_dim=1024),
     "base": dict(num_layers=12, num_heads=12, hidden_dim=768, intermediate_dim=3072),
 }
-PEERS = ("ours_nsp", "ours_mlm", "ours_blocks", "keras_hub", "hf")
+PEERS = ("ours_nsp", "ours_nsp_grouped", "ours_mlm", "ours_blocks", "keras_hub", "hf")
 TAG = "RESULT_JSON "
 
 
@@ -79,22 +83,22 @@ def median(xs):
     return (xs[n // 2] + xs[(n - 1) // 2]) / 2 if n else float("nan")
 
 
-def alternate(model_only, end_to_end, times, args):
-    """Median step times of the model alone and end to end, their runs alternated.
+def alternate(model_only, end_to_end, times, warmup, per_run, rounds):
+    """Mean step times of the model alone and end to end, their runs alternated.
 
-    `args.rounds` rounds of (model alone, end to end), each run `args.warmup` untimed steps and
-    its share of `args.timed` timed ones: a drift of the machine (another process, the
-    allocator, the clock) lands on both sides instead of on whichever ran second. Each run
-    appends one `time.perf_counter()` to `times` after every step.
+    `rounds` rounds of (model alone, end to end), each run `warmup` untimed steps and `per_run`
+    timed ones: a drift of the machine (another process, the allocator, the clock) lands on
+    both sides instead of on whichever ran second. Each run appends one `time.perf_counter()`
+    to `times` after every step. Means, not medians: with `group_by_length` the steps differ
+    by design (each batch has its own width), and the timed batches are the same on both sides.
     """
-    per_run = max(2, -(-args.timed // args.rounds))
     laps = {model_only: [], end_to_end: []}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for run in (model_only, end_to_end):
             times.clear()
-            run(args.warmup + per_run)
-            laps[run] += [b - a for a, b in zip(times[args.warmup - 1:], times[args.warmup:])]
-    return median(laps[model_only]), median(laps[end_to_end])
+            run(warmup + per_run)
+            laps[run] += [b - a for a, b in zip(times[warmup - 1:], times[warmup:])]
+    return [sum(laps[run]) / len(laps[run]) for run in (model_only, end_to_end)]
 
 
 # === Keras peers (ours, keras-hub) ===
@@ -126,23 +130,32 @@ def keras_peer(peer, cfg, args):
     texts = load_texts(args.docs)
     strings = tf.data.Dataset.from_tensor_slices(texts).repeat()
     B = args.batch
+    warmup, per_run = args.warmup, -(-args.timed // args.rounds)
     if peer.startswith("ours"):
         import keras_bertfam as kb
 
         tok = kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
         backbone = kb.models.BertBackbone(30522, dropout=0.1, max_sequence_length=512,
                                           activation=args.activation, **cfg)
-        if peer == "ours_nsp":
-            pre = kb.preprocessing.SentencePairPreprocessor(tok, SEQ, batch_size=B, seed=0)
+        if peer.startswith("ours_nsp"):
+            grouped = peer == "ours_nsp_grouped"
+            pre = kb.preprocessing.SentencePairPreprocessor(tok, SEQ, batch_size=B, seed=0,
+                                                            group_by_length=grouped)
             task = kb.tasks.BertPretrainer(backbone, preprocessor=pre)
+            if grouped:
+                # Timed runs of whole groups, each starting at a group's first (longest) batch:
+                # a group's batches run from its longest to its shortest.
+                pre.group_by_length_batches = group = args.group_batches
+                warmup, per_run = -(-warmup // group) * group, -(-per_run // group) * group
         else:
             packing = "token_blocks" if peer == "ours_blocks" else "full_sentences"
             pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ, packing=packing,
                                                         batch_size=B, seed=0)
             task = kb.tasks.MaskedLM(backbone, preprocessor=pre)
         task.compile(jit_compile=args.jit_compile)
-        prepared = pre.prepare(strings.batch(B))
-        fit_input = strings.batch(B)
+
+        def pipeline():
+            return pre.prepare(strings.batch(B))
 
         def real_tokens(element):
             return int(tf.reduce_sum(element[0]["padding_mask"]))
@@ -155,22 +168,36 @@ def keras_peer(peer, cfg, args):
                                                  **cfg)
         task = keras_hub.models.BertMaskedLM(backbone, preprocessor=pre)
         task.compile(jit_compile=args.jit_compile)  # keras-hub's default optimizer and loss
-        prepared = strings.batch(B).map(pre, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
-            tf.data.AUTOTUNE)
-        fit_input = strings.batch(B)
+
+        def pipeline():
+            return strings.batch(B).map(pre, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+                tf.data.AUTOTUNE)
 
         def real_tokens(element):
             return int(tf.reduce_sum(tf.cast(element[0]["padding_mask"], tf.int32)))
+    fit_input = strings.batch(B)
 
-    # Pipeline alone, and the real tokens per batch.
-    it = iter(prepared)
-    counts = [real_tokens(next(it)) for _ in range(3)]
+    # Pipeline alone.
+    it = iter(pipeline())
+    for _ in range(3):
+        next(it)
     start = time.perf_counter()
     for _ in range(args.pipe_batches):
-        counts.append(real_tokens(next(it)))
+        next(it)
     pipe_rate = args.pipe_batches / (time.perf_counter() - start)
     del it
-    tokens_per_step = float(np.mean(counts))
+
+    # The batches every run reads: a new pipeline's first ones (each `fit` builds its pipeline
+    # anew from the same seed), and the real tokens of the timed ones.
+    def first_batches():
+        return list(pipeline().take(warmup + per_run))
+
+    batches = first_batches()
+    counts = [real_tokens(b) for b in batches]
+    if counts != [real_tokens(b) for b in first_batches()]:
+        raise SystemExit(f"{peer}: two new pipelines gave different batches: the timed steps' "
+                         "real tokens are unknown")
+    tokens_per_step = float(np.mean(counts[warmup:]))
 
     times = []
 
@@ -178,8 +205,10 @@ def keras_peer(peer, cfg, args):
         def on_train_batch_end(self, batch, logs=None):
             times.append(time.perf_counter())
 
-    # Model alone: one prepared batch, cached and repeated (no input work in the step).
-    fixed = prepared.take(1).cache().repeat()
+    # Model alone: the same batches, in memory (no input work in the step).
+    fixed = tf.data.Dataset.from_tensors(batches[0])
+    for batch in batches[1:]:
+        fixed = fixed.concatenate(tf.data.Dataset.from_tensors(batch))
 
     def model_only(steps):
         keras.Model.fit(task, fixed, steps_per_epoch=steps, epochs=1, verbose=0,
@@ -188,10 +217,11 @@ def keras_peer(peer, cfg, args):
     def end_to_end(steps):  # raw strings through the task's own fit
         task.fit(fit_input, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
 
-    model_step, e2e_step = alternate(model_only, end_to_end, times, args)
-    check_dropout_runs(peer, task, next(iter(prepared))[0])
+    model_step, e2e_step = alternate(model_only, end_to_end, times, warmup, per_run, args.rounds)
+    check_dropout_runs(peer, task, batches[0][0])
     return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
-                pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
+                pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb(),
+                timed_steps=per_run * args.rounds)
 
 
 # === HF peer ===
@@ -249,9 +279,10 @@ def hf_peer(cfg, args):
                 callbacks=[Timer()]).train()
 
     fixed = collate(data[:B])
+    per_run = -(-args.timed // args.rounds)
     model_step, e2e_step = alternate(
         lambda steps: run(lambda rows: {k: v.clone() for k, v in fixed.items()}, steps),
-        lambda steps: run(collate, steps), times, args)
+        lambda steps: run(collate, steps), times, args.warmup, per_run, args.rounds)
     return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
                 pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
 
@@ -278,6 +309,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2,
                         help="alternated (model alone, end to end) rounds per peer")
+    parser.add_argument("--group-batches", type=int, default=10,
+                        help="ours_nsp_grouped: batches sorted by length together "
+                             "(group_by_length_batches; the library's default is HF's 50)")
     parser.add_argument("--docs", type=int, default=2048)
     parser.add_argument("--pipe-batches", type=int, default=20)
     parser.add_argument("--activation", default="gelu",
@@ -302,7 +336,8 @@ def main():
         for peer in args.peers.split(","):
             cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--config", config,
                    "--timed", str(timed), "--warmup", str(args.warmup), "--rounds",
-                   str(args.rounds), "--batch", str(args.batch), "--docs", str(args.docs),
+                   str(args.rounds), "--group-batches", str(args.group_batches), "--batch",
+                   str(args.batch), "--docs", str(args.docs),
                    "--pipe-batches", str(args.pipe_batches), "--activation", args.activation,
                    "--jit-compile", str(args.jit_compile).lower()]
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
@@ -315,13 +350,13 @@ def main():
             r = json.loads(lines[-1][len(TAG):])
             r["wall"] = time.perf_counter() - start
             results[(config, peer)] = r
-            print(f"{config:5s} {peer:11s} {r['tokens_per_step'] / r['step']:9.0f} tok/s  "
+            print(f"{config:5s} {peer:16s} {r['tokens_per_step'] / r['step']:9.0f} tok/s  "
                   f"step {r['step'] * 1000:7.0f} ms  model-only {r['model_step'] * 1000:7.0f} ms  "
                   f"pipeline {r['pipe_rate']:6.1f} batch/s  peak {r['peak_rss']:6.0f} MB "
                   f"(imports {r['base_rss']:.0f})  [{r['wall']:.0f} s]", flush=True)
     print()
     print("real tokens/s, input stall = 1 - model-only step / end-to-end step, peak RSS")
-    print(f"{'config':6s} {'peer':11s} {'tok/s':>8s} {'x keras-hub':>11s} {'x HF':>6s} "
+    print(f"{'config':6s} {'peer':16s} {'tok/s':>8s} {'x keras-hub':>11s} {'x HF':>6s} "
           f"{'stall':>6s} {'peak MB':>8s}")
     for (config, peer), r in results.items():
         rate = r["tokens_per_step"] / r["step"]
@@ -330,7 +365,7 @@ def main():
         x_kh = rate / (kh["tokens_per_step"] / kh["step"]) if kh else float("nan")
         x_hf = rate / (hf["tokens_per_step"] / hf["step"]) if hf else float("nan")
         stall = max(0.0, 1.0 - r["model_step"] / r["step"])
-        print(f"{config:6s} {peer:11s} {rate:8.0f} {x_kh:11.2f} {x_hf:6.2f} {stall:6.1%} "
+        print(f"{config:6s} {peer:16s} {rate:8.0f} {x_kh:11.2f} {x_hf:6.2f} {stall:6.1%} "
               f"{r['peak_rss']:8.0f}")
 
 

@@ -151,6 +151,68 @@ def test_training_batches_are_full_unless_an_epoch_has_only_one(tokenizer, kind)
     assert 0 < one < 4096 and 0 < again < 4096
 
 
+@pytest.mark.parametrize("kind", ["pairs", "blocks"])
+def test_group_by_length_regroups_the_same_examples_and_cuts_the_padding(tokenizer, kind):
+    """HF Trainer's group_by_length for pretraining: the very examples and masks drawn without
+    it, sorted by length within groups of `group_by_length_batches` batches (longest first) and
+    each batch cut to its longest row (rounded up to `pad_to_multiple_of`); evaluation keeps
+    the order and the full width."""
+    docs = kb.preprocessing.read_corpus().take(48)
+    length = 64
+
+    def batches(training=True, **kwargs):
+        if kind == "pairs":
+            pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, length, batch_size=4,
+                                                            seed=1, **kwargs)
+        else:
+            pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, length, batch_size=4, seed=1,
+                                                        packing="full_sentences", **kwargs)
+        pre.group_by_length_batches = 5
+        return [(b[0], tf.nest.flatten(b[1:])) for b in pre.prepare(docs, training=training)]
+
+    def examples(batches):  # every row: its real tokens, segments, masks and targets
+        rows = []
+        for x, targets in batches:
+            n = x["padding_mask"].numpy().sum(1)
+            for i in range(len(n)):
+                rows.append((x["token_ids"].numpy()[i, :n[i]].tolist(),
+                             x["segment_ids"].numpy()[i, :n[i]].tolist(),
+                             x["mask_positions"].numpy()[i].tolist(),
+                             [t.numpy()[i].tolist() for t in targets]))
+        return sorted(rows)
+
+    plain, grouped = batches(), batches(group_by_length=True)
+    assert len(grouped) == len(plain) >= 10 and examples(grouped) == examples(plain)
+    longest = [int(x["padding_mask"].numpy().sum(1).max()) for x, _ in grouped]
+    for x, _ in grouped:
+        assert {x[k].shape[1] for k in ("token_ids", "segment_ids", "padding_mask")} == {
+            int(x["padding_mask"].numpy().sum(1).max())}
+        assert (x["mask_positions"].numpy() < x["token_ids"].shape[1]).all()
+    for start in range(0, len(grouped), 5):
+        assert longest[start:start + 5] == sorted(longest[start:start + 5], reverse=True)
+    assert sum(x["token_ids"].numpy().size for x, _ in grouped) < sum(
+        x["token_ids"].numpy().size for x, _ in plain)
+    eights = batches(group_by_length=True, pad_to_multiple_of=8)
+    assert [x["token_ids"].shape[1] for x, _ in eights] == [
+        min(length, -(-n // 8) * 8) for n in longest]
+    assert {x["token_ids"].shape[1] for x, _ in batches(training=False, group_by_length=True)
+            } == {length}
+
+
+def test_group_by_length_arguments_are_checked_and_saved(tokenizer):
+    with pytest.raises(ValueError, match="group_by_length must be True or False, got 'yes'"):
+        kb.preprocessing.SentencePairPreprocessor(tokenizer, 32, group_by_length="yes")
+    with pytest.raises(ValueError, match="pad_to_multiple_of must be a positive int or 'auto', "
+                                         "got 0"):
+        kb.preprocessing.MaskedLMPreprocessor(tokenizer, 32, pad_to_multiple_of=0)
+    with pytest.raises(ValueError, match="XLNetPreprocessor takes no group_by_length=True"):
+        kb.preprocessing.XLNetPreprocessor(tokenizer, 32, group_by_length=True)
+    pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, 32, group_by_length=True,
+                                                    pad_to_multiple_of=8)
+    again = kb.preprocessing.SentencePairPreprocessor.from_config(pre.get_config())
+    assert (again.group_by_length, again.pad_to_multiple_of) == (True, 8)
+
+
 def test_word_maskers_of_the_default_preprocessors_use_the_tokenizers_words(tokenizer):
     """ALBERT's n-grams and SpanBERT's spans are whole words of the tokenizer in use (its kind
     decides how word starts look): with a WordPiece vocabulary, ALBERT must still mask ~15% and

@@ -83,12 +83,15 @@ def test_pretrainers_fit_on_raw_text(bert_vocab):
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
     # Documents for 6 (MLM blocks) and 8 (NSP pairs) batches of 8 an epoch (48 documents made
     # 55 NSP batches); an epoch's last partial batch is dropped in training (test_preprocessors).
+    # The NSP pairs are grouped by length: batches of every width (JAX: multiples of 8).
     corpus = kb.preprocessing.read_corpus()
-    for task_cls, documents in ((kb.tasks.MaskedLM, 48), (kb.tasks.BertPretrainer, 8)):
+    for task_cls, documents, grouped in ((kb.tasks.MaskedLM, 48, False),
+                                         (kb.tasks.BertPretrainer, 8, True)):
         docs = corpus.take(documents)
         backbone = kb.models.BertBackbone(**dict(TINY, num_layers=1))  # raw text is the point
         preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
-                                                     batch_size=8, seed=3)
+                                                     batch_size=8, seed=3,
+                                                     group_by_length=grouped)
         task = task_cls(backbone, preprocessor=preprocessor)
         task.compile(learning_rate=1e-3)
         history = task.fit(docs, epochs=2, verbose=0).history

@@ -399,20 +399,10 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, pad_to_batch_max=False,
                  group_by_length=False, pad_to_multiple_of="auto", **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
-        for name, value in (("pad_to_batch_max", pad_to_batch_max),
-                            ("group_by_length", group_by_length)):
-            if not isinstance(value, (bool, np.bool_)):
-                raise ValueError(f"{name} must be True or False, got {value!r}.")
-        if pad_to_multiple_of != "auto" and (
-                not isinstance(pad_to_multiple_of, (int, np.integer))
-                or isinstance(pad_to_multiple_of, (bool, np.bool_)) or pad_to_multiple_of < 1):
-            raise ValueError(f"pad_to_multiple_of must be a positive int or 'auto', got "
-                             f"{pad_to_multiple_of!r}.")
         self.num_classes = num_classes
-        self.pad_to_batch_max = bool(pad_to_batch_max)
-        self.group_by_length = bool(group_by_length)
-        self.pad_to_multiple_of = (pad_to_multiple_of if pad_to_multiple_of == "auto"
-                                   else int(pad_to_multiple_of))
+        self.pad_to_batch_max = check_flag("pad_to_batch_max", pad_to_batch_max)
+        self.group_by_length = check_flag("group_by_length", group_by_length)
+        self.pad_to_multiple_of = check_pad_to_multiple_of(pad_to_multiple_of)
 
     def call(self, x, y=None, sample_weight=None):
         segments = as_segments(x)
@@ -438,9 +428,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     @property
     def width_multiple(self):
         """`pad_to_multiple_of` resolved for the Keras backend (see the class docstring)."""
-        if self.pad_to_multiple_of == "auto":
-            return 8 if keras.backend.backend() == "jax" else 1
-        return self.pad_to_multiple_of
+        return width_multiple(self.pad_to_multiple_of)
 
     def prepare(self, ds, training=True):
         if not (training and self.group_by_length):
@@ -477,6 +465,27 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         return dict(super().get_config(), num_classes=self.num_classes,
                     pad_to_batch_max=self.pad_to_batch_max, group_by_length=self.group_by_length,
                     pad_to_multiple_of=self.pad_to_multiple_of)
+
+
+def check_flag(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}.")
+    return bool(value)
+
+
+def check_pad_to_multiple_of(value):
+    if value != "auto" and (not isinstance(value, (int, np.integer))
+                            or isinstance(value, (bool, np.bool_)) or value < 1):
+        raise ValueError(f"pad_to_multiple_of must be a positive int or 'auto', got {value!r}.")
+    return value if value == "auto" else int(value)
+
+
+def width_multiple(pad_to_multiple_of):
+    """`pad_to_multiple_of` resolved for the Keras backend: "auto" is 8 on JAX (every new batch
+    width compiles its train step again), 1 elsewhere (their steps take any width)."""
+    if pad_to_multiple_of == "auto":
+        return 8 if keras.backend.backend() == "jax" else 1
+    return pad_to_multiple_of
 
 
 def _cut_to_longest(features, multiple=1, side="right"):

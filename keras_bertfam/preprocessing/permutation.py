@@ -367,6 +367,10 @@ class XLNetPreprocessor(PretrainingPreprocessor):
                  perm_size=None, max_gram=5, mask_alpha=6, mask_beta=1, batch_size=32,
                  window_steps=32, use_eod=True, seed=None, **kwargs):
         kwargs.pop("masker", None)
+        if kwargs.get("group_by_length"):
+            raise ValueError("XLNetPreprocessor takes no group_by_length=True: its examples have "
+                             "no padding (each is exactly sequence_length tokens), and row b of "
+                             "a batch continues row b of the batch before (segment recurrence).")
         reuse_len = sequence_length // 2 if reuse_len is None else int(reuse_len)
         if not 0 < reuse_len <= sequence_length - 5:
             raise ValueError(f"reuse_len must be in [1, sequence_length - 5] (A, B and the three "

@@ -26,7 +26,8 @@ class BertPretrainer(Task):
     """
 
     pair_task = "nsp"
-    preprocessor_args = ("sequence_length", "batch_size", "masker", "pairer", "seed")
+    preprocessor_args = ("sequence_length", "batch_size", "masker", "pairer", "seed",
+                         "group_by_length", "pad_to_multiple_of")
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         if "pooled_output" not in backbone.output:

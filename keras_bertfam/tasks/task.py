@@ -34,7 +34,8 @@ class Task(keras.Model):
             object.__setattr__(self, name, value)
 
     # Arguments of `from_preset` that go to `default_preprocessor` rather than to the task.
-    preprocessor_args = ("sequence_length", "batch_size", "masker", "seed")
+    preprocessor_args = ("sequence_length", "batch_size", "masker", "seed", "group_by_length",
+                         "pad_to_multiple_of")
     # The backbone families the task takes (None: any). A preset or backbone of another family is
     # refused when the task is built (`from_preset` on a BERT preset for an ALBERT objective).
     backbone_families = None
