@@ -42,7 +42,10 @@ PRESET_MANIFEST = "keras_bertfam.json"  # presets.MANIFEST (read here without im
 PRODUCTS = "products.json"  # which step the preset and the SavedModel were written from
 # Arguments a resumed run must share with the run that wrote the checkpoint (--steps may grow).
 RESUME_ARGS = ("family", "preset", "corpus", "batch_size", "sequence_length", "checkpoint_every",
-               "learning_rate", "warmup_steps", "train_vocab", "init_weights", "seed")
+               "learning_rate", "warmup_steps", "train_vocab", "init_weights", "seed",
+               "group_by_length")
+# What a checkpoint written before an argument existed ran with.
+RESUME_DEFAULTS = {"group_by_length": False}
 SIGNATURES_HELP = (
     "Signatures: a pretraining preset exports its encoder by default (serving_default: `text` -> "
     "sequence_output, pooled_output); --heads exports its pretraining heads instead (e.g. BERT: "
@@ -82,6 +85,9 @@ def _parser():
     p.add_argument("--init-weights", action="store_true",
                    help="continue from the preset's weights instead of a random initialization")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--group-by-length", action="store_true",
+                   help="batches of examples of similar length, each cut to its longest (HF "
+                   "Trainer's group_by_length; less padding computed; not for xlnet)")
     p.add_argument("--deterministic", action="store_true",
                    help="TensorFlow op determinism: bit-identical reruns (slower)")
     p.add_argument("--export", dest="export", action="store_true", default=True)
@@ -265,6 +271,9 @@ def _check_args(args):
     for name in ("steps", "checkpoint_every", "batch_size", "sequence_length"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"--{name.replace('_', '-')} must be positive.")
+    if args.group_by_length and args.family == "xlnet":
+        raise SystemExit("--group-by-length does not apply to --family xlnet: its examples "
+                         "have no padding (each is exactly --sequence-length tokens).")
     args.given_warmup_steps = args.warmup_steps
     if args.warmup_steps is None:
         args.warmup_steps = args.steps // 10
@@ -296,8 +305,9 @@ def _check_resume(args, state, state_path):
         raise CommandError(f"The training state {state_path} is corrupt (no step or args). "
                            f"Delete {args.output} (or use a new --output) to start fresh.")
     now = _resume_args(args)
-    changed = [f"{_flag(k)} {now[k]!r} (the checkpoint's: {saved.get(k)!r})"
-               for k in RESUME_ARGS if saved.get(k) != now[k]]
+    then = {k: saved.get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_ARGS}
+    changed = [f"{_flag(k)} {now[k]!r} (the checkpoint's: {then[k]!r})"
+               for k in RESUME_ARGS if then[k] != now[k]]
     if changed:
         raise CommandError(
             f"{args.output} holds a run with other arguments: {'; '.join(changed)}. Rerun with "
@@ -348,9 +358,10 @@ def _build_task(args, kb, tokenizer):
     if backbone.family != args.family:
         raise CommandError(f"--preset {args.preset} is a {backbone.family} model, not "
                            f"{args.family}.")
+    grouping = {"group_by_length": True} if args.group_by_length else {}
     preprocessor = task_cls.default_preprocessor(
         tokenizer, backbone, sequence_length=args.sequence_length, batch_size=args.batch_size,
-        seed=args.seed)
+        seed=args.seed, **grouping)
     task = task_cls.pretraining_task(backbone, preprocessor)
     task.compile(learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
                  total_steps=args.steps)

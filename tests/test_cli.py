@@ -287,6 +287,25 @@ def test_resume_with_another_family_is_refused(scenarios, tmp_path, capsys):
     assert status == 1 and "--family 'roberta' (the checkpoint's: 'bert')" in err
 
 
+def test_group_by_length_is_used_and_must_match_to_resume(scenarios, tmp_path, capsys):
+    """--group-by-length changes which examples share a batch: a run resumes only with the
+    checkpoint's choice, and a checkpoint written before the flag existed ran without it."""
+    output = _copy(scenarios, tmp_path)
+    status, err = _pretrain(capsys, output, "--group-by-length")
+    assert status == 1 and "--group-by-length True (the checkpoint's: False)" in err, err
+    args = cli._parser().parse_args([*ARGS, "--output", str(output)])
+    cli._check_args(args)
+    older = {k: v for k, v in cli._resume_args(args).items() if k != "group_by_length"}
+    cli._check_resume(args, {"step": 6, "args": older}, "training_state.json")
+    args.group_by_length = True
+    with pytest.raises(cli.CommandError, match=r"--group-by-length True \(the checkpoint's"):
+        cli._check_resume(args, {"step": 6, "args": older}, "training_state.json")
+    import keras_bertfam as kb
+
+    tokenizer = kb.preprocessing.Tokenizer.from_preset("bert_tiny_en_uncased")
+    assert cli._build_task(args, kb, tokenizer).preprocessor.group_by_length
+
+
 @pytest.mark.parametrize("name,damage", [
     ("model.weights.h5", "corrupt"), ("model.weights.h5", "missing"),
     ("rng_state.npz", "missing"), ("rng_state.npz", "corrupt"),
@@ -361,6 +380,9 @@ def test_unwritable_output_is_refused_before_training(tmp_path, capsys, monkeypa
 def test_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit, match="--steps must be positive"):
         cli.main(["pretrain", "--steps", "0", "--output", str(tmp_path / "never")])
+    with pytest.raises(SystemExit, match="--group-by-length does not apply to --family xlnet"):
+        cli.main(["pretrain", "--family", "xlnet", "--preset", "xlnet_base_cased",
+                  "--group-by-length", "--output", str(tmp_path / "never")])
     status = cli.main(["pretrain", "--preset", "bert_tiny_en_uncasd", "--output",
                        str(tmp_path / "typo")])
     err = capsys.readouterr().err
