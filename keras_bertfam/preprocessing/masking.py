@@ -261,6 +261,30 @@ def _order_keys(bits, valid, priority=None):
     return tf.where(valid, key, _INT32_MAX)
 
 
+def _selectable_of(ids, valid, unselectable):
+    """[B, T] bool: valid tokens whose id is not in `unselectable` (a tuple of ints)."""
+    special = tf.zeros_like(valid)
+    for i in unselectable:  # a handful of ids: static unrolled compares
+        special = special | tf.equal(ids, i)
+    return valid & ~special
+
+
+def _budget_of(valid, selectable, u, rate, rounding, limit, count_special_tokens):
+    """Number of tokens to predict per row, [B] int32 (`_Masker._budget`; `u` its draw)."""
+    counted = valid if count_special_tokens else selectable
+    n = tf.reduce_sum(tf.cast(counted, tf.float64), axis=1)
+    x = n * rate
+    if rounding == "round":  # Python 3 round(): half to even, like tf.round
+        num = tf.maximum(tf.round(x), 1.0)
+    elif rounding == "ceil":
+        num = tf.math.ceil(x)
+    else:  # fairseq: int(rate * n + U(0, 1))
+        num = tf.floor(x + u)
+    num = tf.minimum(num, float(limit))
+    num = tf.where(n > 0, num, 0.0)
+    return tf.cast(num, tf.int32)
+
+
 def _positions_of(selected, P):
     """[B, T] bool -> ascending positions [B, P] int32 (zero padded), weights [B, P]."""
     T = tf.shape(selected)[1]
@@ -568,26 +592,24 @@ class _Masker(SeededStage):
     # --- pieces of the pipeline ---
 
     def _selectable(self, ids, valid):
-        special = tf.zeros_like(valid)
-        for i in self._unselectable_list:  # a handful of ids: static unrolled compares
-            special = special | tf.equal(ids, i)
-        return valid & ~special
+        return _selectable_of(ids, valid, tuple(self._unselectable_list))
+
+    @property
+    def _budget_settings(self):
+        return dict(rate=self.mask_selection_rate, rounding=self.rounding,
+                    limit=self.mask_selection_length,
+                    count_special_tokens=self.count_special_tokens)
+
+    def _budget_draw(self, valid, seed):
+        """The budget's random draw ([B] float64 for `rounding="probabilistic"`, else None)."""
+        if self.rounding != "probabilistic":
+            return None
+        return tf.random.stateless_uniform(tf.shape(valid)[:1], seed, dtype=tf.float64)
 
     def _budget(self, valid, selectable, seed):
         """Number of tokens to predict per row, [B] int32 (BERT / fairseq / SpanBERT rules)."""
-        counted = valid if self.count_special_tokens else selectable
-        n = tf.reduce_sum(tf.cast(counted, tf.float64), axis=1)
-        x = n * self.mask_selection_rate
-        if self.rounding == "round":  # Python 3 round(): half to even, like tf.round
-            num = tf.maximum(tf.round(x), 1.0)
-        elif self.rounding == "ceil":
-            num = tf.math.ceil(x)
-        else:  # fairseq: int(rate * n + U(0, 1))
-            u = tf.random.stateless_uniform(tf.shape(n), seed, dtype=tf.float64)
-            num = tf.floor(x + u)
-        num = tf.minimum(num, float(self.mask_selection_length))
-        num = tf.where(n > 0, num, 0.0)
-        return tf.cast(num, tf.int32)
+        return _budget_of(valid, selectable, self._budget_draw(valid, seed),
+                          **self._budget_settings)
 
     def _mask_and_replace(self, ids, valid, key):
         """The masking of one call from its key: (masked ids [B, T], positions [B, P], weights
@@ -1108,20 +1130,26 @@ class SpanMasker(_Masker):
         """The whole masking after the random draws is one XLA function (`_span_mask`); the
         draws are `_mask_dense`'s and `_spans`' (the same masks as their path)."""
         seed_budget, seed_select, seed_unit, seed_repl = _split_seeds(key, 4)
-        selectable = self._selectable(ids, valid)
-        budget = self._budget(valid, selectable, seed_budget)
         seed_len, seed_anchor = _split_seeds(seed_select, 2)
         shape = tf.shape(ids)
         P = self.mask_selection_length
         len_u = tf.random.stateless_uniform([shape[0], 2 * P], seed_len, dtype=tf.float32)
         unit_u = tf.random.stateless_uniform(shape, seed_unit, dtype=tf.float32)
-        random_ids = self._random_tokens(seed_repl, [shape[0], P])
+        if self._unigram_cdf is None and self._random_pool is not None:
+            # `_Masker._random_tokens`' draw; its gather from the pool runs in the XLA function.
+            random_ids = tf.random.stateless_uniform(
+                [shape[0], P], seed_repl, minval=0, maxval=int(self._random_pool.shape[0]),
+                dtype=tf.int32)
+            pool = self._random_pool
+        else:
+            random_ids, pool = self._random_tokens(seed_repl, [shape[0], P]), None
         masked, positions, weights, mask_ids = _span_mask_xla(
-            ids, selectable, budget, len_u, seed_anchor, unit_u, random_ids, self._continuation,
+            ids, valid, self._budget_draw(valid, seed_budget), len_u, seed_anchor, unit_u,
+            random_ids, pool, self._continuation,
+            unselectable=tuple(self._unselectable_list), **self._budget_settings,
             probabilities=tuple(float(x) for x in self.span_length_probabilities),
-            mask_selection_length=P, mask_token_id=self.mask_token_id,
-            mask_token_rate=self.mask_token_rate, random_token_rate=self.random_token_rate,
-            **self._span_settings)
+            mask_token_id=self.mask_token_id, mask_token_rate=self.mask_token_rate,
+            random_token_rate=self.random_token_rate, **self._span_settings)
         return (masked, tf.ensure_shape(positions, [None, P]),
                 tf.ensure_shape(weights, [None, P]), tf.ensure_shape(mask_ids, [None, P]))
 
@@ -1251,20 +1279,26 @@ def _span_rounds(lengths, num_words, ctok, budget, seed_anchor, max_span_length,
 _span_rounds_xla = tf.function(_span_rounds, jit_compile=True, autograph=False)
 
 
-def _span_mask(ids, selectable, budget, len_u, seed_anchor, unit_u, random_ids, continuation,
-               probabilities, max_span_length, proposals, mask_selection_length, mask_token_id,
-               mask_token_rate, random_token_rate):
+def _span_mask(ids, valid, budget_u, len_u, seed_anchor, unit_u, random_ids, pool, continuation,
+               unselectable, rate, rounding, limit, count_special_tokens, probabilities,
+               max_span_length, proposals, mask_token_id, mask_token_rate, random_token_rate):
     """SpanMasker's masking after its random draws, as one XLA function (`_span_mask_xla`):
-    words, span lengths, the span rounds, covered tokens -> positions, the per-span 80/10/10
-    replacement. `len_u` [B, K] are the span lengths' uniform draws, `unit_u` [B, T] one uniform
-    per anchor word (the span's 80/10/10 choice), `random_ids` [B, P] the random tokens."""
+    selectable tokens, budget, words, span lengths, the span rounds, covered tokens ->
+    positions, the per-span 80/10/10 replacement. `budget_u` is the budget's draw (or None),
+    `len_u` [B, K] the span lengths' uniform draws, `unit_u` [B, T] one uniform per anchor word
+    (the span's 80/10/10 choice), `random_ids` [B, P] the random tokens (indices into `pool`,
+    unless it is None)."""
+    selectable = _selectable_of(ids, valid, unselectable)
+    budget = _budget_of(valid, selectable, budget_u, rate, rounding, limit, count_special_tokens)
+    if pool is not None:
+        random_ids = tf.gather(pool, random_ids)
     word, num_words, ctok = _words_of(ids, selectable,
                                       _word_starts_of(ids, selectable, continuation))
     lengths = tf.minimum(_categorical_from(len_u, probabilities), num_words[:, tf.newaxis])
     covered, unit_w, _, _ = _span_rounds(lengths, num_words, ctok, budget, seed_anchor,
                                          max_span_length, proposals)
     safe = tf.maximum(word, 0)
-    positions, weights = _positions_of((word >= 0) & _take(covered, safe), mask_selection_length)
+    positions, weights = _positions_of((word >= 0) & _take(covered, safe), limit)
     unit_u = _take(unit_u, _take(_take(unit_w, safe), positions))
     masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id,
                                    mask_token_rate, random_token_rate)
