@@ -1181,9 +1181,9 @@ _SPAN_DRAW_ROUNDS = 16  # SpanMasker's anchor draws are made for this many round
 
 def _philox(counter, key):
     """Philox4x32-10 (Salmon et al. 2011) on uint32 lanes: `counter` 4 tensors, `key` 2
-    (broadcast to the counter's shape). The 10 rounds are a while loop: unrolled, XLA's fusion
-    recomputes each round's products for every later use (XLA's own stateless draws cost ~0.5 us
-    per value on CPU for that reason)."""
+    (broadcast to the counter's shape). The 10 rounds are a while loop, which keeps each round's
+    state in memory: XLA's own stateless draws (the rounds unrolled into one fusion) cost ~0.5 us
+    a value on CPU, probably from the fusion recomputing each round's products for every use."""
     def body(i, c0, c1, c2, c3, k0, k1):
         p0 = tf.cast(c0, tf.uint64) * 0xD2511F53
         p1 = tf.cast(c2, tf.uint64) * 0xCD9E8D57
