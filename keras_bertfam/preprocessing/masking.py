@@ -1127,8 +1127,9 @@ class SpanMasker(_Masker):
         return dict(max_span_length=self.max_span_length, proposals=self._anchor_proposals)
 
     def _mask_and_replace(self, ids, valid, key):
-        """The whole masking after the random draws is one XLA function (`_span_mask`); the
-        draws are `_mask_dense`'s and `_spans`' (the same masks as their path)."""
+        """The whole masking after the TF random draws is one XLA function (`_span_mask`,
+        the anchors' draws inside it); the draws are `_mask_dense`'s, `_spans`' and
+        `_replace`'s, so the masks are those of that path, bit for bit."""
         seed_budget, seed_select, seed_unit, seed_repl = _split_seeds(key, 4)
         seed_len, seed_anchor = _split_seeds(seed_select, 2)
         shape = tf.shape(ids)
@@ -1203,13 +1204,13 @@ def _xla_uniforms(seed0, seeds1, n):
     """[len(seeds1), n] float32: row j is `tf.random.stateless_uniform([n], [seed0, seeds1[j]])`
     (int32 seeds) exactly as XLA computes it on CPU (TF 2.21: the seed scrambled by Philox into a
     key and a counter, then Philox over counters i = 0.., 4 values each, 23 bits a float), for
-    all j at once: XLA's own op takes ~50 us for one [128, 9] draw (see `_philox`), this ~5 us.
-    Tested against XLA's op (test_masking)."""
+    all j at once: XLA's own op takes ~50 us for one [128, 9] draw (see `_philox`), this ~5 us
+    a draw when made for 16 at once. Tested against XLA's op (test_masking)."""
     s0 = tf.bitcast(tf.cast(seed0, tf.int32), tf.uint32)
     s1 = tf.bitcast(tf.cast(seeds1, tf.int32), tf.uint32)
     zero = tf.zeros_like(s1)
-    k0, k1, c2, c3 = _philox([s0 + zero, zero, s1, zero],
-                             (tf.constant(0x3EC8F720, tf.uint32), tf.constant(0x02461E29, tf.uint32)))
+    scramble = (tf.constant(0x3EC8F720, tf.uint32), tf.constant(0x02461E29, tf.uint32))
+    k0, k1, c2, c3 = _philox([s0 + zero, zero, s1, zero], scramble)
     blocks = (n + 3) // 4
     i = tf.bitcast(tf.range(blocks), tf.uint32)[tf.newaxis, :]
     col = lambda x: x[:, tf.newaxis] + tf.zeros_like(i)  # noqa: E731
@@ -1221,7 +1222,7 @@ def _xla_uniforms(seed0, seeds1, n):
 
 
 def _span_rounds(lengths, num_words, ctok, budget, seed_anchor, max_span_length, proposals,
-             track=False):
+                 track=False):
     """SpanMasker's span rounds (`SpanMasker._spans`), one span per row and round, for
     all rows at once; the K = lengths.shape[1] rounds' span lengths in words `lengths`
     [B, K]. Returns covered words [B, W], the anchor of each covered word [B, W], and per
