@@ -9,7 +9,7 @@ plain Python loop over the same pre-built torch batches; its whole-word variant 
 mappings, which we precompute with HF's fast BERT tokenizer on the same texts.
 
 Usage: python bench/bench_masking.py [--batches 200] [--repeats 5] [--docs 8192]
-       [--only ours,keras_hub,hf] [--baseline old_masking.py]
+       [--only ours,keras_hub,hf] [--baseline old_masking.py] [--maskers SpanMasker,...]
 Not a test: numbers depend on the machine and its load.
 """
 import argparse
@@ -96,9 +96,10 @@ def load_baseline(path):
     return module
 
 
-def tf_pipelines(array, vocab, only, lexicons=None, baseline=None):
-    """name -> tf.data dataset, for our maskers and/or keras-hub's generator (and the maskers
-    of a `baseline` masking module, named "... (baseline)")."""
+def tf_pipelines(array, vocab, only, lexicons=None, baseline=None, maskers=None):
+    """name -> tf.data dataset, for our maskers (those named in `maskers`, or all) and/or
+    keras-hub's generator (and the maskers of a `baseline` masking module, named
+    "... (baseline)")."""
     pipes = {}
     if "ours" in only:
         common = dict(mask_selection_length=20, unselectable_token_ids=(PAD, CLS, SEP), seed=0)
@@ -106,10 +107,14 @@ def tf_pipelines(array, vocab, only, lexicons=None, baseline=None):
             if module is None:
                 continue
             for name in ("TokenMasker", "WholeWordMasker", "NgramMasker", "SpanMasker"):
+                if maskers and name not in maskers:
+                    continue
                 masker = getattr(module, name)(vocabulary=vocab, **common)
                 pipes[name + tag] = tf_pipeline(array, masker.map_dataset)
             if lexicons:
                 for name, arg in (("PhraseMasker", "phrases"), ("EntityMasker", "entities")):
+                    if maskers and name not in maskers:
+                        continue
                     masker = getattr(module, name)(vocabulary=vocab, **{arg: lexicons[arg]},
                                                    **common)
                     pipes[name + tag] = tf_pipeline(array, masker.map_dataset)
@@ -125,13 +130,13 @@ def tf_pipelines(array, vocab, only, lexicons=None, baseline=None):
     return pipes
 
 
-def bench_tf(array, vocab, batches, repeats, only, lexicons=None, baseline=None):
+def bench_tf(array, vocab, batches, repeats, only, lexicons=None, baseline=None, maskers=None):
     """Round-robin over the pipelines, `repeats` times: on a shared machine the load drifts
     during a run, so each repeat times every pipeline back to back and we report medians
     (throughput, and ratio to keras-hub within the same repeat). Only one iterator lives at a
     time: an idle one would keep prefetching in the background and steal the timed one's CPU.
     """
-    pipes = tf_pipelines(array, vocab, only, lexicons, baseline)
+    pipes = tf_pipelines(array, vocab, only, lexicons, baseline, maskers)
     rates = {name: [] for name in pipes}
     per = max(1, batches // repeats)
     for _ in range(repeats):
@@ -215,8 +220,11 @@ def main():
     parser.add_argument("--baseline", default=None,
                         help="another masking.py to time in the same round-robin (before/after "
                              "ratios from one run), e.g. a previous commit's via git show")
+    parser.add_argument("--maskers", default=None,
+                        help="comma list of our maskers to time (default: all six), e.g. SpanMasker")
     args = parser.parse_args()
     only = set((args.only or "ours,keras_hub,hf").split(","))
+    maskers = set(args.maskers.split(",")) if args.maskers else None
 
     vocab = vocab_path()
     texts = load_texts(args.docs)
@@ -228,9 +236,11 @@ def main():
     results = {}
     ratios = {}
     if only & {"ours", "keras_hub"}:
-        lexicons = lexicons_of(texts, vocab) if "ours" in only else None
+        lexicons = (lexicons_of(texts, vocab) if "ours" in only and (
+            not maskers or maskers & {"PhraseMasker", "EntityMasker"}) else None)
         baseline = load_baseline(args.baseline) if args.baseline else None
-        rates = bench_tf(array, vocab, args.batches, args.repeats, only, lexicons, baseline)
+        rates = bench_tf(array, vocab, args.batches, args.repeats, only, lexicons, baseline,
+                         maskers)
         results.update({name: float(np.median(r)) for name, r in rates.items()})
         if KH in rates:
             base = np.array(rates[KH])

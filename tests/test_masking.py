@@ -392,6 +392,31 @@ def test_span_lengths_follow_clipped_geometric():
     np.testing.assert_allclose(hist, p, atol=0.02)
 
 
+def test_span_anchor_draws_are_xla_stateless_uniform():
+    """SpanMasker's rounds draw their anchors with `_xla_uniforms` (Philox for many rounds at
+    once) instead of one XLA `stateless_uniform` per round: the same numbers, i.e. the same masks
+    as before. Philox itself against Random123's known-answer vectors; then the draws against
+    XLA's own op (TF 2.21's lowering: a mismatch after a TF upgrade means the masks differ from
+    earlier versions', not that they are wrong), for rounds past the first chunk and lengths
+    not a multiple of 4."""
+    u32 = lambda *x: [tf.constant([v], tf.uint32) for v in x]  # noqa: E731
+    kat = {(0, 0, 0, 0, 0, 0): (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
+           (2**32 - 1,) * 6: (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)}
+    for inputs, want in kat.items():
+        got = M._philox(u32(*inputs[:4]), u32(*inputs[4:]))
+        assert [int(x.numpy()[0]) for x in got] == list(want)
+    xla = tf.function(lambda seed, n: tf.random.stateless_uniform([n], seed),
+                      jit_compile=True, reduce_retracing=True)
+    ours = tf.function(M._xla_uniforms, jit_compile=True, autograph=False)
+    rng = np.random.default_rng(0)
+    for n in (1, 27, 1152):
+        seed0 = int(rng.integers(-2**31, 2**31))
+        k = [0, 1, 15, 16, 37, int(rng.integers(-2**31, 2**31))]
+        got = ours(tf.constant(seed0), tf.constant(k), n=n).numpy()
+        for j, kj in enumerate(k):
+            np.testing.assert_array_equal(got[j], xla(tf.constant([seed0, kj]), n).numpy())
+
+
 def reference_spans(rng, num_words, budget, probs, K):
     """The sequential span loop on word-only rows, in NumPy: span after span, a clipped
     geometric length (kept), an anchor uniform among the placements of that many free words

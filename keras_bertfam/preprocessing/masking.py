@@ -261,6 +261,30 @@ def _order_keys(bits, valid, priority=None):
     return tf.where(valid, key, _INT32_MAX)
 
 
+def _selectable_of(ids, valid, unselectable):
+    """[B, T] bool: valid tokens whose id is not in `unselectable` (a tuple of ints)."""
+    special = tf.zeros_like(valid)
+    for i in unselectable:  # a handful of ids: static unrolled compares
+        special = special | tf.equal(ids, i)
+    return valid & ~special
+
+
+def _budget_of(valid, selectable, u, rate, rounding, limit, count_special_tokens):
+    """Number of tokens to predict per row, [B] int32 (`_Masker._budget`; `u` its draw)."""
+    counted = valid if count_special_tokens else selectable
+    n = tf.reduce_sum(tf.cast(counted, tf.float64), axis=1)
+    x = n * rate
+    if rounding == "round":  # Python 3 round(): half to even, like tf.round
+        num = tf.maximum(tf.round(x), 1.0)
+    elif rounding == "ceil":
+        num = tf.math.ceil(x)
+    else:  # fairseq: int(rate * n + U(0, 1))
+        num = tf.floor(x + u)
+    num = tf.minimum(num, float(limit))
+    num = tf.where(n > 0, num, 0.0)
+    return tf.cast(num, tf.int32)
+
+
 def _positions_of(selected, P):
     """[B, T] bool -> ascending positions [B, P] int32 (zero padded), weights [B, P]."""
     T = tf.shape(selected)[1]
@@ -543,9 +567,8 @@ class _Masker(SeededStage):
             else:
                 valid = tf.not_equal(ids, self.padding_token_id)
 
-        key = self._call_key(seed)
-        positions, weights, unit_u, repl_seed = self._mask_dense(ids, valid, key)
-        masked, mask_ids = self._replace(ids, positions, weights, unit_u, repl_seed)
+        masked, positions, weights, mask_ids = self._mask_and_replace(
+            ids, valid, self._call_key(seed))
 
         # keras-hub's dtypes: called eagerly (its Python workflow) every id output is int32; traced
         # (tf.data, tf.function: its tf-text workflow) ids keep the input's dtype and positions are int64.
@@ -569,26 +592,31 @@ class _Masker(SeededStage):
     # --- pieces of the pipeline ---
 
     def _selectable(self, ids, valid):
-        special = tf.zeros_like(valid)
-        for i in self._unselectable_list:  # a handful of ids: static unrolled compares
-            special = special | tf.equal(ids, i)
-        return valid & ~special
+        return _selectable_of(ids, valid, tuple(self._unselectable_list))
+
+    @property
+    def _budget_settings(self):
+        return dict(rate=self.mask_selection_rate, rounding=self.rounding,
+                    limit=self.mask_selection_length,
+                    count_special_tokens=self.count_special_tokens)
+
+    def _budget_draw(self, valid, seed):
+        """The budget's random draw ([B] float64 for `rounding="probabilistic"`, else None)."""
+        if self.rounding != "probabilistic":
+            return None
+        return tf.random.stateless_uniform(tf.shape(valid)[:1], seed, dtype=tf.float64)
 
     def _budget(self, valid, selectable, seed):
         """Number of tokens to predict per row, [B] int32 (BERT / fairseq / SpanBERT rules)."""
-        counted = valid if self.count_special_tokens else selectable
-        n = tf.reduce_sum(tf.cast(counted, tf.float64), axis=1)
-        x = n * self.mask_selection_rate
-        if self.rounding == "round":  # Python 3 round(): half to even, like tf.round
-            num = tf.maximum(tf.round(x), 1.0)
-        elif self.rounding == "ceil":
-            num = tf.math.ceil(x)
-        else:  # fairseq: int(rate * n + U(0, 1))
-            u = tf.random.stateless_uniform(tf.shape(n), seed, dtype=tf.float64)
-            num = tf.floor(x + u)
-        num = tf.minimum(num, float(self.mask_selection_length))
-        num = tf.where(n > 0, num, 0.0)
-        return tf.cast(num, tf.int32)
+        return _budget_of(valid, selectable, self._budget_draw(valid, seed),
+                          **self._budget_settings)
+
+    def _mask_and_replace(self, ids, valid, key):
+        """The masking of one call from its key: (masked ids [B, T], positions [B, P], weights
+        [B, P], mask_ids [B, P])."""
+        positions, weights, unit_u, repl_seed = self._mask_dense(ids, valid, key)
+        masked, mask_ids = self._replace(ids, positions, weights, unit_u, repl_seed)
+        return masked, positions, weights, mask_ids
 
     def _mask_dense(self, ids, valid, key):
         seed_budget, seed_select, seed_unit, seed_repl = _split_seeds(key, 4)
@@ -1038,9 +1066,6 @@ class SpanMasker(_Masker):
     def __init__(self, *args, geometric_p=0.2, max_span_length=10,
                  random_token_distribution=None, return_span_boundaries=False, **kwargs):
         super().__init__(*args, **kwargs)
-        # The span rounds are a loop of many small elementwise ops on fixed shapes: XLA fuses
-        # them (about 2x faster on CPU, measured). Compiled once per input shape.
-        self._span_loop = tf.function(self._span_rounds, jit_compile=True)
         self.return_span_boundaries = bool(return_span_boundaries)
         if not 0.0 < float(geometric_p) <= 1.0:
             raise ValueError(f"geometric_p must be in (0, 1]; got {geometric_p}")
@@ -1093,103 +1118,41 @@ class SpanMasker(_Masker):
         lengths = _sample_categorical(seed_len, self.span_length_probabilities,
                                       [tf.shape(ids)[0], K])
         lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
-        covered, unit_w, drawn, realized = self._span_loop(
-            lengths, num_words, ctok, budget, seed_anchor, track)
+        covered, unit_w, drawn, realized = _span_rounds_xla(
+            lengths, num_words, ctok, budget, seed_anchor, **self._span_settings, track=track)
         return word, covered, unit_w, drawn, realized
 
-    def _span_rounds(self, lengths, num_words, ctok, budget, seed_anchor, track):
-        """The span rounds of `_spans` (static shapes: compiled with XLA, see `__init__`)."""
-        B = tf.shape(ctok)[0]
-        W = tf.shape(ctok)[1] - 1
-        K = 2 * self.mask_selection_length
-        Lmax = self.max_span_length
-        R = self._anchor_proposals
-        w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
-        m_range = tf.range(Lmax + 1)[tf.newaxis, :]  # (1, Lmax + 1)
-        k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
-        ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, W + 1 + Lmax)
-        row_offset = tf.range(B)[:, tf.newaxis] * (W + 1 + Lmax)  # rows of ctok_pad, flat
-        ctok_flat = tf.reshape(ctok_pad, [-1])
-        w_offset = tf.range(B)[:, tf.newaxis] * W  # rows of next_cov, flat
+    @property
+    def _span_settings(self):
+        return dict(max_span_length=self.max_span_length, proposals=self._anchor_proposals)
 
-        def exact_anchor(next_cov, L, u):
-            """The j-th free placement, j = floor(u * count): one cumulative sum over the row.
-            Returns (anchor (B, 1), count > 0 (B,))."""
-            place = w_range + L <= next_cov
-            count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
-            j = tf.cast(u * tf.cast(count, tf.float32), tf.int32)
-            j = tf.minimum(j, count - 1)[:, tf.newaxis]
-            rank = _cumsum(place)  # 1-based rank of each placement
-            anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]
-            return anchor, count > 0
-
-        def body(k, next_cov, unit_w, used, done, *tracked):
-            # next_cov[w]: first masked word >= w (num_words if none): L free words fit at w
-            # iff w + L <= next_cov[w] -- elementwise, no scan over the row.
-            L = lengths[:, k][:, tf.newaxis]  # (B, 1)
-            # The anchor, uniform among the free placements: R proposals uniform among all
-            # num_words - L + 1 placements, the first free one wins (uniform among the free
-            # ones). Rows where none is free (rare: masking covers ~15%) take the exact draw.
-            u = tf.random.stateless_uniform(
-                [B, R + 1], tf.random.experimental.stateless_fold_in(seed_anchor, k))
-            n_all = num_words[:, tf.newaxis] - L + 1  # (B, 1), >= 1 for rows with words
-            prop = tf.minimum(tf.cast(u[:, 1:] * tf.cast(n_all, tf.float32), tf.int32),
-                              n_all - 1)  # (B, R)
-            prop = tf.maximum(prop, 0)
-            free = prop + L <= tf.gather(tf.reshape(next_cov, [-1]), prop + w_offset)
-            first = tf.argmax(tf.cast(free, tf.int32), axis=1, output_type=tf.int32)
-            anchor = tf.gather(tf.reshape(prop, [-1]), tf.range(B) * R + first)[:, tf.newaxis]
-            found = tf.reduce_any(free, axis=1)
-            need = ~done & ~found
-            anchor, found = tf.cond(
-                tf.reduce_any(need),
-                lambda: tuple(tf.where(c, a, b) for c, a, b in zip(
-                    (need[:, tf.newaxis], need), exact_anchor(next_cov, L, u[:, 0]),
-                    (anchor, found))),
-                lambda: (anchor, found))
-            # Cut to the whole words that fit the remaining budget.
-            pieces = tf.gather(ctok_flat, anchor + m_range + row_offset)  # (B, Lmax + 1)
-            pieces = pieces[:, 1:] - pieces[:, :1]  # pieces of the first m words, m = 1..Lmax
-            fits = (m_range[:, 1:] <= L) & (pieces <= (budget - used)[:, tf.newaxis])
-            m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=1)
-            taken = tf.reduce_max(tf.where(fits, pieces, 0), axis=1)
-            active = ~done & found
-            placed = active & (m > 0)
-            m = tf.where(placed, m, 0)[:, tf.newaxis]
-            span = (w_range >= anchor) & (w_range < anchor + m)
-            placed_anchor = tf.where(placed[:, tf.newaxis], anchor, W)  # W: no change
-            next_cov = tf.where(
-                w_range < anchor,
-                tf.minimum(next_cov, placed_anchor),
-                tf.where(span, w_range, next_cov),
-            )
-            unit_w = tf.where(span, anchor, unit_w)
-            used = used + tf.where(placed, taken, 0)
-            done = done | (active & (m[:, 0] == 0)) | (used >= budget)
-            if track:
-                realized, drawn = tracked
-                tracked = (tf.where(k_range == k, m, realized),
-                           tf.where((k_range == k) & (m > 0), L, drawn))
-            return (k + 1, next_cov, unit_w, used, done) + tuple(tracked)
-
-        init = (
-            tf.constant(0),
-            tf.broadcast_to(num_words[:, tf.newaxis], [B, W]),
-            tf.zeros([B, W], tf.int32),
-            tf.zeros([B], tf.int32),
-            (budget <= 0) | (num_words == 0),
-        ) + ((tf.zeros([B, K], tf.int32), tf.zeros([B, K], tf.int32)) if track else ())
-        # The batch dimension may be static in a trace (an eager call on a concrete batch) and
-        # come out of a round unknown (the anchor's gather and cond): let it vary.
-        invariants = tuple(tf.TensorShape([None] * min(t.shape.rank, 1) + t.shape[1:].as_list())
-                           for t in init)
-        _, next_cov, unit_w, _, _, *tracked = tf.while_loop(
-            lambda k, c, u, s, d, *t: (k < K) & ~tf.reduce_all(d), body, init,
-            shape_invariants=invariants,
-        )
-        realized, drawn = tracked if track else (tf.zeros([B, K], tf.int32),) * 2
-        covered = tf.equal(next_cov, w_range) & (w_range < num_words[:, tf.newaxis])
-        return covered, unit_w, drawn, realized
+    def _mask_and_replace(self, ids, valid, key):
+        """The whole masking after the TF random draws is one XLA function (`_span_mask`,
+        the anchors' draws inside it); the draws are `_mask_dense`'s, `_spans`' and
+        `_replace`'s, so the masks are those of that path, bit for bit."""
+        seed_budget, seed_select, seed_unit, seed_repl = _split_seeds(key, 4)
+        seed_len, seed_anchor = _split_seeds(seed_select, 2)
+        shape = tf.shape(ids)
+        P = self.mask_selection_length
+        len_u = tf.random.stateless_uniform([shape[0], 2 * P], seed_len, dtype=tf.float32)
+        unit_u = tf.random.stateless_uniform(shape, seed_unit, dtype=tf.float32)
+        if self._unigram_cdf is None and self._random_pool is not None:
+            # `_Masker._random_tokens`' draw; its gather from the pool runs in the XLA function.
+            random_ids = tf.random.stateless_uniform(
+                [shape[0], P], seed_repl, minval=0, maxval=int(self._random_pool.shape[0]),
+                dtype=tf.int32)
+            pool = self._random_pool
+        else:
+            random_ids, pool = self._random_tokens(seed_repl, [shape[0], P]), None
+        masked, positions, weights, mask_ids = _span_mask_xla(
+            ids, valid, self._budget_draw(valid, seed_budget), len_u, seed_anchor, unit_u,
+            random_ids, pool, self._continuation,
+            unselectable=tuple(self._unselectable_list), **self._budget_settings,
+            probabilities=tuple(float(x) for x in self.span_length_probabilities),
+            mask_token_id=self.mask_token_id, mask_token_rate=self.mask_token_rate,
+            random_token_rate=self.random_token_rate, **self._span_settings)
+        return (masked, tf.ensure_shape(positions, [None, P]),
+                tf.ensure_shape(weights, [None, P]), tf.ensure_shape(mask_ids, [None, P]))
 
     def get_config(self):
         config = super().get_config()
@@ -1212,6 +1175,194 @@ class SpanMasker(_Masker):
             out["span_starts"], out["span_ends"] = span_boundaries(
                 out["mask_positions"], out["mask_weights"])
         return out
+
+
+_SPAN_DRAW_ROUNDS = 16  # SpanMasker's anchor draws are made for this many rounds at once
+
+
+def _philox(counter, key):
+    """Philox4x32-10 (Salmon et al. 2011) on uint32 lanes: `counter` 4 tensors, `key` 2
+    (broadcast to the counter's shape). The 10 rounds are a while loop, which keeps each round's
+    state in memory: XLA's own stateless draws (the rounds unrolled into one fusion) cost ~0.5 us
+    a value on CPU, probably from the fusion recomputing each round's products for every use."""
+    def body(i, c0, c1, c2, c3, k0, k1):
+        p0 = tf.cast(c0, tf.uint64) * 0xD2511F53
+        p1 = tf.cast(c2, tf.uint64) * 0xCD9E8D57
+        hi0 = tf.cast(tf.bitwise.right_shift(p0, tf.constant(32, tf.uint64)), tf.uint32)
+        hi1 = tf.cast(tf.bitwise.right_shift(p1, tf.constant(32, tf.uint64)), tf.uint32)
+        return (i + 1, hi1 ^ c1 ^ k0, tf.cast(p1, tf.uint32), hi0 ^ c3 ^ k1,
+                tf.cast(p0, tf.uint32), k0 + tf.constant(0x9E3779B9, tf.uint32),
+                k1 + tf.constant(0xBB67AE85, tf.uint32))
+
+    zero = tf.zeros_like(counter[0])
+    out = tf.while_loop(lambda i, *_: i < 10, body,
+                        (tf.constant(0),) + tuple(counter) + (key[0] + zero, key[1] + zero))
+    return out[1:5]
+
+
+def _xla_uniforms(seed0, seeds1, n):
+    """[len(seeds1), n] float32: row j is `tf.random.stateless_uniform([n], [seed0, seeds1[j]])`
+    (int32 seeds) exactly as XLA computes it on CPU (TF 2.21: the seed scrambled by Philox into a
+    key and a counter, then Philox over counters i = 0.., 4 values each, 23 bits a float), for
+    all j at once: XLA's own op takes ~50 us for one [128, 9] draw (see `_philox`), this ~5 us
+    a draw when made for 16 at once. Tested against XLA's op (test_masking)."""
+    s0 = tf.bitcast(tf.cast(seed0, tf.int32), tf.uint32)
+    s1 = tf.bitcast(tf.cast(seeds1, tf.int32), tf.uint32)
+    zero = tf.zeros_like(s1)
+    scramble = (tf.constant(0x3EC8F720, tf.uint32), tf.constant(0x02461E29, tf.uint32))
+    k0, k1, c2, c3 = _philox([s0 + zero, zero, s1, zero], scramble)
+    blocks = (n + 3) // 4
+    i = tf.bitcast(tf.range(blocks), tf.uint32)[tf.newaxis, :]
+    col = lambda x: x[:, tf.newaxis] + tf.zeros_like(i)  # noqa: E731
+    bits = _philox([col(zero) + i, col(zero), col(c2), col(c3)], (k0[:, tf.newaxis],
+                                                                   k1[:, tf.newaxis]))
+    bits = tf.reshape(tf.stack(bits, axis=2), [-1, blocks * 4])[:, :n]
+    return tf.cast(tf.bitwise.right_shift(bits, tf.constant(9, tf.uint32)),
+                   tf.float32) * 1.1920929e-07
+
+
+def _span_rounds(lengths, num_words, ctok, budget, seed_anchor, max_span_length, proposals,
+                 track=False):
+    """SpanMasker's span rounds (`SpanMasker._spans`), one span per row and round, for
+    all rows at once; the K = lengths.shape[1] rounds' span lengths in words `lengths`
+    [B, K]. Returns covered words [B, W], the anchor of each covered word [B, W], and per
+    round the drawn and realized lengths [B, K] (zeros unless `track`). Runs inside XLA
+    (`_span_rounds_xla`, `_span_mask_xla`): many small elementwise ops on fixed shapes."""
+    B = tf.shape(ctok)[0]
+    W = tf.shape(ctok)[1] - 1
+    K = lengths.shape[1]
+    Lmax = max_span_length
+    R = proposals
+    w_range = tf.range(W)[tf.newaxis, :]  # (1, W)
+    m_range = tf.range(Lmax + 1)[tf.newaxis, :]  # (1, Lmax + 1)
+    k_range = tf.range(K)[tf.newaxis, :]  # (1, K)
+    ctok_pad = tf.concat([ctok, tf.tile(ctok[:, -1:], [1, Lmax])], axis=1)  # (B, W + 1 + Lmax)
+    row_offset = tf.range(B)[:, tf.newaxis] * (W + 1 + Lmax)  # rows of ctok_pad, flat
+    ctok_flat = tf.reshape(ctok_pad, [-1])
+    w_offset = tf.range(B)[:, tf.newaxis] * W  # rows of next_cov, flat
+
+    def exact_anchor(next_cov, L, u):
+        """The j-th free placement, j = floor(u * count): one cumulative sum over the row.
+        Returns (anchor (B, 1), count > 0 (B,))."""
+        place = w_range + L <= next_cov
+        count = tf.reduce_sum(tf.cast(place, tf.int32), axis=1)
+        j = tf.cast(u * tf.cast(count, tf.float32), tf.int32)
+        j = tf.minimum(j, count - 1)[:, tf.newaxis]
+        rank = _cumsum(place)  # 1-based rank of each placement
+        anchor = tf.reduce_sum(tf.cast(rank <= j, tf.int32), axis=1)[:, tf.newaxis]
+        return anchor, count > 0
+
+    # Round k's draw is `stateless_uniform([B, R + 1], fold_in(seed_anchor, k))` as XLA
+    # computes it (`_xla_uniforms`), for the next C rounds at once every C rounds.
+    C = _SPAN_DRAW_ROUNDS
+    fold = tf.random.experimental.stateless_fold_in(seed_anchor, 0)[0]  # the same for every k
+
+    def next_draws(k, draws):
+        return tf.cond(tf.equal(k % C, 0),
+                       lambda: _xla_uniforms(fold, k + tf.range(C), B * (R + 1)),
+                       lambda: draws)
+
+    def body(k, next_cov, unit_w, used, done, draws, *tracked):
+        # next_cov[w]: first masked word >= w (num_words if none): L free words fit at w
+        # iff w + L <= next_cov[w] -- elementwise, no scan over the row.
+        L = lengths[:, k][:, tf.newaxis]  # (B, 1)
+        # The anchor, uniform among the free placements: R proposals uniform among all
+        # num_words - L + 1 placements, the first free one wins (uniform among the free
+        # ones). Rows where none is free (rare: masking covers ~15%) take the exact draw.
+        draws = next_draws(k, draws)
+        u = tf.reshape(draws[k % C], [B, R + 1])
+        n_all = num_words[:, tf.newaxis] - L + 1  # (B, 1), >= 1 for rows with words
+        prop = tf.minimum(tf.cast(u[:, 1:] * tf.cast(n_all, tf.float32), tf.int32),
+                          n_all - 1)  # (B, R)
+        prop = tf.maximum(prop, 0)
+        free = prop + L <= tf.gather(tf.reshape(next_cov, [-1]), prop + w_offset)
+        first = tf.argmax(tf.cast(free, tf.int32), axis=1, output_type=tf.int32)
+        anchor = tf.gather(tf.reshape(prop, [-1]), tf.range(B) * R + first)[:, tf.newaxis]
+        found = tf.reduce_any(free, axis=1)
+        need = ~done & ~found
+        anchor, found = tf.cond(
+            tf.reduce_any(need),
+            lambda: tuple(tf.where(c, a, b) for c, a, b in zip(
+                (need[:, tf.newaxis], need), exact_anchor(next_cov, L, u[:, 0]),
+                (anchor, found))),
+            lambda: (anchor, found))
+        # Cut to the whole words that fit the remaining budget.
+        pieces = tf.gather(ctok_flat, anchor + m_range + row_offset)  # (B, Lmax + 1)
+        pieces = pieces[:, 1:] - pieces[:, :1]  # pieces of the first m words, m = 1..Lmax
+        fits = (m_range[:, 1:] <= L) & (pieces <= (budget - used)[:, tf.newaxis])
+        m = tf.reduce_sum(tf.cast(fits, tf.int32), axis=1)
+        taken = tf.reduce_max(tf.where(fits, pieces, 0), axis=1)
+        active = ~done & found
+        placed = active & (m > 0)
+        m = tf.where(placed, m, 0)[:, tf.newaxis]
+        span = (w_range >= anchor) & (w_range < anchor + m)
+        placed_anchor = tf.where(placed[:, tf.newaxis], anchor, W)  # W: no change
+        next_cov = tf.where(
+            w_range < anchor,
+            tf.minimum(next_cov, placed_anchor),
+            tf.where(span, w_range, next_cov),
+        )
+        unit_w = tf.where(span, anchor, unit_w)
+        used = used + tf.where(placed, taken, 0)
+        done = done | (active & (m[:, 0] == 0)) | (used >= budget)
+        if track:
+            realized, drawn = tracked
+            tracked = (tf.where(k_range == k, m, realized),
+                       tf.where((k_range == k) & (m > 0), L, drawn))
+        return (k + 1, next_cov, unit_w, used, done, draws) + tuple(tracked)
+
+    init = (
+        tf.constant(0),
+        tf.broadcast_to(num_words[:, tf.newaxis], [B, W]),
+        tf.zeros([B, W], tf.int32),
+        tf.zeros([B], tf.int32),
+        (budget <= 0) | (num_words == 0),
+        tf.zeros([C, B * (R + 1)]),  # the draws of rounds k - k % C ... (filled at k = 0)
+    ) + ((tf.zeros([B, K], tf.int32), tf.zeros([B, K], tf.int32)) if track else ())
+    # The batch dimension may be static in a trace (an eager call on a concrete batch) and
+    # come out of a round unknown (the anchor's gather and cond): let it vary.
+    invariants = tuple(tf.TensorShape([None] * min(t.shape.rank, 1) + t.shape[1:].as_list())
+                       for t in init)
+    invariants = invariants[:5] + (tf.TensorShape([None, None]),) + invariants[6:]
+    _, next_cov, unit_w, _, _, _, *tracked = tf.while_loop(
+        lambda k, c, u, s, d, r, *t: (k < K) & ~tf.reduce_all(d), body, init,
+        shape_invariants=invariants,
+    )
+    realized, drawn = tracked if track else (tf.zeros([B, K], tf.int32),) * 2
+    covered = tf.equal(next_cov, w_range) & (w_range < num_words[:, tf.newaxis])
+    return covered, unit_w, drawn, realized
+
+
+_span_rounds_xla = tf.function(_span_rounds, jit_compile=True, autograph=False)
+
+
+def _span_mask(ids, valid, budget_u, len_u, seed_anchor, unit_u, random_ids, pool, continuation,
+               unselectable, rate, rounding, limit, count_special_tokens, probabilities,
+               max_span_length, proposals, mask_token_id, mask_token_rate, random_token_rate):
+    """SpanMasker's masking after its random draws, as one XLA function (`_span_mask_xla`):
+    selectable tokens, budget, words, span lengths, the span rounds, covered tokens ->
+    positions, the per-span 80/10/10 replacement. `budget_u` is the budget's draw (or None),
+    `len_u` [B, K] the span lengths' uniform draws, `unit_u` [B, T] one uniform per anchor word
+    (the span's 80/10/10 choice), `random_ids` [B, P] the random tokens (indices into `pool`,
+    unless it is None)."""
+    selectable = _selectable_of(ids, valid, unselectable)
+    budget = _budget_of(valid, selectable, budget_u, rate, rounding, limit, count_special_tokens)
+    if pool is not None:
+        random_ids = tf.gather(pool, random_ids)
+    word, num_words, ctok = _words_of(ids, selectable,
+                                      _word_starts_of(ids, selectable, continuation))
+    lengths = tf.minimum(_categorical_from(len_u, probabilities), num_words[:, tf.newaxis])
+    covered, unit_w, _, _ = _span_rounds(lengths, num_words, ctok, budget, seed_anchor,
+                                         max_span_length, proposals)
+    safe = tf.maximum(word, 0)
+    positions, weights = _positions_of((word >= 0) & _take(covered, safe), limit)
+    unit_u = _take(unit_u, _take(_take(unit_w, safe), positions))
+    masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id,
+                                   mask_token_rate, random_token_rate)
+    return masked, positions, weights, mask_ids
+
+
+_span_mask_xla = tf.function(_span_mask, jit_compile=True, autograph=False)
 
 
 def span_boundaries(mask_positions, mask_weights):
