@@ -47,8 +47,9 @@ import pytest  # noqa: E402
 # A/B side by side on 2 cores (load 6-7 from others, 2026-11-25): test_tasks + test_finetuning
 # 150.2 -> 141.1 s of CPU, test_albert + test_electra 96.0 -> 92.0 s; the same tests pass. As with
 # oneDNN (Makefile), the tests check our graphs, not TensorFlow's rewrites of them; users'
-# programs keep TensorFlow's defaults, and subprocesses (the CLI's runs, the fresh serving
-# processes, the strategies') run with them too.
+# programs keep TensorFlow's defaults, and so do the CLI's runs (the product as a user runs it;
+# its resumes are compared bit for bit with the killed console-script run) and the fresh serving
+# processes; test_distribute's TensorFlow strategy scripts turn it off themselves (GRAPPLER_OFF).
 if keras.backend.backend() == "tensorflow":
     import tensorflow as _tf
 
