@@ -41,6 +41,20 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# TensorFlow's graph optimizer (Grappler) off in the TensorFlow run's test processes: it rewrites
+# every function graph the first time it runs (each fit / predict / evaluate step, tf.data's
+# functions), and the tests trace hundreds of tiny ones, each run a few times. Test files alone,
+# A/B side by side on 2 cores (load 6-7 from others, 2026-11-25): test_tasks + test_finetuning
+# 150.2 -> 141.1 s of CPU, test_albert + test_electra 96.0 -> 92.0 s; the same tests pass. As with
+# oneDNN (Makefile), the tests check our graphs, not TensorFlow's rewrites of them; users'
+# programs keep TensorFlow's defaults, and so do the CLI's runs (the product as a user runs it;
+# its resumes are compared bit for bit with the killed console-script run) and the fresh serving
+# processes; test_distribute's TensorFlow strategy scripts turn it off themselves (GRAPPLER_OFF).
+if keras.backend.backend() == "tensorflow":
+    import tensorflow as _tf
+
+    _tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "multibackend: keras.ops-only test, run on every backend")

@@ -49,6 +49,12 @@ def weights_of(task):
 '''
 
 
+# GRAPPLER_OFF: the TensorFlow scripts run without TensorFlow's graph optimizer, as the test
+# processes do (conftest): the mirrored process 71.6 -> 67.0 s of CPU (one A/B round, load ~6);
+# the multi-worker processes too, so that their weights and the mirrored process's one-device
+# reference come from the same kind of graph.
+
+
 def _run(script, env=None, args=(), unused=()):
     """`script` in a new Python process, without the packages no script here uses and with
     fewer garbage collections (`without_unused_imports`; `unused`: more of them, "jax" for the
@@ -91,6 +97,7 @@ MIRRORED = COMMON + r'''
 os.environ["KERAS_BACKEND"] = "tensorflow"
 import traceback
 import tensorflow as tf
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})  # GRAPPLER_OFF
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras, keras_bertfam as kb
@@ -243,6 +250,7 @@ os.environ["TF_CONFIG"] = json.dumps({
     "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
     "task": {"type": "worker", "index": index}})
 import tensorflow as tf
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})  # GRAPPLER_OFF
 import keras, keras_bertfam as kb
 strategy = kb.distribute.get_strategy("multi_worker")
 x, y = make_data(batch=8, steps=3)

@@ -29,8 +29,12 @@ def tokenizer():
     return kb.preprocessing.WordPieceTokenizer(vocabulary=VOCAB, lowercase=True)
 
 
-def backbone():
-    return kb.models.BertBackbone(len(VOCAB), 2, 2, 16, 32, max_sequence_length=32)
+# One layer: what an export traces, saves and serves is the same for every layer, and each layer
+# is traced twice per export (token_ids and the string signature) and restored again by the
+# fresh process. Two where depth is the point: ALBERT's shared block called twice, the
+# Distiller's student taken from a teacher's second layer.
+def backbone(num_layers=1):
+    return kb.models.BertBackbone(len(VOCAB), num_layers, 2, 16, 32, max_sequence_length=32)
 
 
 def albert_backbone():
@@ -172,22 +176,22 @@ def cases(tok, vocab_file, xlnet_spiece):
 
     mlm_pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ)
     f = packed(tok, with_mask(tok, masked))
-    disc = kb.models.ElectraBackbone(len(VOCAB), 2, 2, 16, 8, 32,
+    disc = kb.models.ElectraBackbone(len(VOCAB), 1, 2, 16, 8, 32,
                                      max_sequence_length=32)
     electra = kb.tasks.ElectraPretrainer(discriminator=disc, preprocessor=mlm_pre)
     out.append(("ElectraPretrainer", electra, {"text": masked}, reference(electra, f), f))
     spanbert = kb.tasks.SpanBertPretrainer(
-        kb.models.SpanBertBackbone(len(VOCAB), 2, 2, 16, 32, max_sequence_length=32),
+        kb.models.SpanBertBackbone(len(VOCAB), 1, 2, 16, 32, max_sequence_length=32),
         position_embedding_dim=8, preprocessor=mlm_pre)
     out.append(("SpanBertPretrainer", spanbert, {"text": masked}, reference(spanbert, f), f))
-    teacher = kb.tasks.MaskedLM(backbone())
+    teacher = kb.tasks.MaskedLM(backbone(num_layers=2))
     student = kb.tasks.student_from_teacher(teacher.backbone, layers=(1,))
     distiller = kb.tasks.Distiller(teacher, student, preprocessor=mlm_pre)
     out.append(("Distiller", distiller, {"text": masked}, reference(distiller.student, f), f))
     from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
 
     xlnet = kb.tasks.XLNetPretrainer(
-        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32),
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 1, 2, 16, 32),
         preprocessor=XLNetPreprocessor(xlnet_tok, SEQ, batch_size=2))
     sp_masked = [t.replace("[MASK]", "<mask>").capitalize() for t in masked]
     f = xlnet_packed(xlnet_tok, sp_masked)
