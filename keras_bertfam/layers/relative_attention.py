@@ -25,7 +25,7 @@ import math
 import keras
 from keras import ops
 
-from keras_bertfam.layers.attention import dropout_einsum
+from keras_bertfam.layers.attention import dropout_attention_context
 from keras_bertfam.layers.encoder import FeedForwardSublayer
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
@@ -268,8 +268,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         probs = ops.softmax(score, axis=-1)  # (B, N, T, K)
         if training and self.dropout > 0:
             # The backward pass keeps probs (kept by softmax's gradient anyway), v and a bool
-            # mask, not the dropped probabilities (attention.dropout_einsum).
-            context = dropout_einsum("bntk,bknd->btnd", probs, v, self.dropout_layer)
+            # mask, not the dropped probabilities (attention.dropout_attention_context).
+            context = dropout_attention_context(probs, v, self.dropout_layer)  # (B, T, N, Dh)
         else:
             context = ops.einsum("bntk,bknd->btnd", probs, v)  # (B, T, N, Dh)
         if target_mapping is not None:
