@@ -249,3 +249,189 @@ def test_gelus_keep_only_their_input_for_the_backward_pass(activation):
         f"the forward pass holds {min(held) / size:.1f} tensors of x's size (least of "
         f"{[round(h / size, 1) for h in held]})")
     assert grad.shape == x.shape
+
+
+def _outputs_and_grads(fn, inputs, upstream):
+    """fn(*inputs) and the gradient of sum(fn(*inputs) * upstream) with respect to every input,
+    as float32 NumPy, through the backend's own autodiff."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        inputs = [tf.constant(x) for x in inputs]
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            y = fn(*inputs)
+            loss = tf.reduce_sum(tf.cast(y, "float32") * upstream)
+        grads = tape.gradient(loss, inputs)
+    elif backend == "jax":
+        import jax
+
+        y, vjp = jax.vjp(fn, *inputs)
+        grads = vjp(ops.cast(upstream, y.dtype))
+    else:
+        import torch
+
+        inputs = [torch.tensor(x, requires_grad=True) for x in inputs]
+        y = fn(*inputs)
+        (y.float() * torch.tensor(upstream)).sum().backward()
+        y, grads = y.detach(), [x.grad for x in inputs]
+    return [to_numpy(ops.cast(t, "float32")) for t in [y, *grads]]
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["unseeded", "seeded"])
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_dropout_attention_context_is_einsum_of_dropout(policy, seeded):
+    """`dropout_attention_context` (the attention layers' training path) against plain autodiff through
+    `einsum(dropout(softmax(scores)), v)` with the same seed: the same output and gradients
+    (scores, with masked keys whose probabilities are exactly 0, and v). Bit for bit on TensorFlow
+    and torch, in float32 and mixed precision; on JAX within the matmuls' rounding (its plain
+    forward, evaluated inside its JVP, already differs from the undifferentiated one by as much)."""
+    from keras_bertfam.layers.attention import dropout_attention_context
+
+    rng = np.random.RandomState(0)
+    b, n, t, h = 2, 3, 8, 4
+    scores = (3 * rng.randn(b, n, t, t)).astype("float32")
+    scores[..., -2:] = -1e9  # masked keys: probabilities exactly 0
+    v = rng.randn(b, t, n, h).astype("float32")
+    upstream = rng.randn(b, t, n, h).astype("float32")
+
+    def run(ours):
+        keras.utils.set_random_seed(7)  # the same unseeded draws (torch's global generator)
+        layer = keras.layers.Dropout(0.3, seed=11 if seeded else None, dtype=policy)
+
+        def fn(s, v):
+            probs = ops.softmax(ops.cast(s, layer.compute_dtype), axis=-1)
+            v = ops.cast(v, layer.compute_dtype)
+            if ours:
+                return dropout_attention_context(probs, v, layer)
+            return ops.einsum("bnts,bsnh->btnh", layer(probs, training=True), v)
+
+        return _outputs_and_grads(fn, [scores, v], upstream)
+
+    plain, ours = run(False), run(True)
+    exact = keras.backend.backend() != "jax"
+    eps = {"float32": 2.0 ** -23, "mixed_float16": 2.0 ** -10, "mixed_bfloat16": 2.0 ** -7}[policy]
+    for name, want, got in zip(["output", "d scores", "d v"], plain, ours):
+        if exact:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(got, want, rtol=0, atol=8 * eps * np.abs(want).max(),
+                                       err_msg=name)
+    # Dropout ran: the output is not the undropped one.
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    undropped = np.einsum("bnts,bsnh->btnh", e / e.sum(-1, keepdims=True), v)
+    assert np.abs(plain[0] - undropped).max() > 0.1
+
+
+def _prob_sized_tensors_kept(fn, x, shape):
+    """The tensors of `shape` that fn's backward pass reads from its forward pass, as sorted
+    (dtype, description) pairs: in TensorFlow's graph (the gradient's ops: those downstream of
+    the upstream gradient), JAX's saved residuals, torch's saved tensors (distinct storages)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function
+        def grad(x, upstream):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = fn(x)
+            return tape.gradient(y, x, output_gradients=upstream)
+
+        graph = grad.get_concrete_function(tf.TensorSpec(x.shape), tf.TensorSpec(x.shape)).graph
+        backward, todo = set(), [graph.inputs[1].op]
+        while todo:
+            op = todo.pop()
+            if op not in backward:
+                backward.add(op)
+                todo.extend(c for out in op.outputs for c in out.consumers())
+        return sorted({(t.dtype.name, t.name) for op in backward for t in op.inputs
+                       if t.op not in backward and tuple(t.shape) == shape})
+    if backend == "jax":
+        try:
+            from jax._src.ad_checkpoint import saved_residuals
+        except ImportError:
+            pytest.skip("jax's saved_residuals moved")
+        return sorted((str(aval.dtype), why) for aval, why in saved_residuals(fn, x)
+                      if tuple(aval.shape) == shape)
+    import torch
+
+    saved = {}
+
+    def pack(t):
+        if tuple(t.shape) == shape:
+            saved[t.untyped_storage().data_ptr()] = str(t.dtype).replace("torch.", "")
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(torch.tensor(x, requires_grad=True))
+    return sorted((dtype, str(ptr)) for ptr, dtype in saved.items())
+
+
+def test_attention_training_keeps_no_dropped_probabilities():
+    """In training with attention dropout, the backward pass reads the softmax's probabilities
+    and a bool mask from the forward pass, not the dropped probabilities too (a float tensor of
+    their size per layer, 12.6 MB at BERT-base 16 x 128): on TensorFlow and torch one float
+    tensor of that size is kept (the probabilities, which softmax's gradient keeps anyway), on
+    JAX nothing of dropout's. The explicit path with returned scores (plain autodiff) keeps the
+    dropped probabilities: the check sees them."""
+    b, t, hidden, heads = 2, 5, 12, 3
+    shape = (b, heads, t, t)
+    layer = MultiHeadSelfAttention(heads, hidden, attention_dropout=0.3)
+    layer.build((b, t, hidden))
+    x = _x(b, t, hidden)
+
+    def ours(x):
+        return layer(x, training=True)
+
+    def plain(x):
+        return layer(x, training=True, return_attention_scores=True)[0]
+
+    kept, kept_plain = (_prob_sized_tensors_kept(f, x, shape) for f in (ours, plain))
+    floats = [k for k in kept if k[0] != "bool"]
+    floats_plain = [k for k in kept_plain if k[0] != "bool"]
+    if keras.backend.backend() == "jax":
+        assert not [k for k in floats if "dropout" in k[1]], kept
+        assert [k for k in floats_plain if "dropout" in k[1]], kept_plain
+        assert len(floats) < len(floats_plain), (kept, kept_plain)
+    else:
+        assert len(floats) == 1, kept
+        assert len(floats_plain) >= 2, kept_plain
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_attention_training_path_equals_the_plain_one(policy):
+    """MultiHeadSelfAttention in training (dropout_attention_context) against its explicit path with the
+    scores returned (plain autodiff through Keras' dropout), the same draws: the same outputs and
+    gradients with respect to the input, bit for bit on TensorFlow and torch, within rounding on
+    JAX."""
+    b, t, hidden, heads = 2, 6, 12, 3
+    layer = MultiHeadSelfAttention(heads, hidden, attention_dropout=0.3, dtype=policy)
+    layer.build((b, t, hidden))
+    state = to_numpy(layer.dropout_layer.seed_generator.state)
+    x = _x(b, t, hidden)
+    upstream = _x(b, t, hidden, seed=1)
+    mask = np.ones((b, t), "int32")
+    mask[1, -2:] = 0
+
+    def run(ours):
+        keras.utils.set_random_seed(3)
+        layer.dropout_layer.seed_generator.state.assign(state)
+
+        def fn(x):
+            if ours:
+                return layer(x, padding_mask=mask, training=True)
+            return layer(x, padding_mask=mask, training=True, return_attention_scores=True)[0]
+
+        return _outputs_and_grads(fn, [x], upstream)
+
+    plain, ours = run(False), run(True)
+    assert not np.array_equal(plain[0], to_numpy(ops.cast(layer(x, padding_mask=mask), "float32")))
+    if keras.backend.backend() != "jax":
+        for want, got in zip(plain, ours):
+            np.testing.assert_array_equal(got, want)
+    else:
+        eps = 2.0 ** -23 if policy == "float32" else 2.0 ** -7
+        for want, got in zip(plain, ours):
+            np.testing.assert_allclose(got, want, rtol=0, atol=16 * eps * np.abs(want).max())

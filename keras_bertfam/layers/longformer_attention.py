@@ -30,6 +30,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_bertfam.layers.attention import dropout_attention_context
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
 
 # Marks of the merged mask the layer reads (HF's `attention_mask * (global_attention_mask + 1)`).
@@ -389,6 +390,9 @@ class LongformerSelfAttention(keras.layers.Layer):
         row_scores = ops.where(valid[:, None, None, :], row_scores,
                                ops.cast(NEG_INF, row_scores.dtype))
         row_probs = ops.cast(ops.softmax(ops.cast(row_scores, "float32"), axis=-1), q_g.dtype)
+        if training and self.attention_dropout > 0 and head_mask is None:
+            # The backward pass keeps row_probs and a bool mask, not the dropped probabilities.
+            return dropout_attention_context(row_probs, v_g, self.dropout_layer)  # (B, G, N, D)
         row_probs = self.dropout_layer(row_probs, training=training)
         row_probs = self._apply_head_mask(row_probs, head_mask)
         return ops.einsum("bngt,btnd->bgnd", row_probs, v_g)  # (B, G, N, D)

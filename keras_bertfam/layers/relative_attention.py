@@ -25,6 +25,7 @@ import math
 import keras
 from keras import ops
 
+from keras_bertfam.layers.attention import dropout_attention_context
 from keras_bertfam.layers.encoder import FeedForwardSublayer
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
@@ -265,8 +266,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             big = 65500.0 if score.dtype == "float16" else 1e30
             score = ops.where(mask[:, None, :, :], score, ops.cast(-big, score.dtype))
         probs = ops.softmax(score, axis=-1)  # (B, N, T, K)
-        dropped = self.dropout_layer(probs, training=training)
-        context = ops.einsum("bntk,bknd->btnd", dropped, v)  # (B, T, N, Dh)
+        if training and self.dropout > 0:
+            # The backward pass keeps probs (kept by softmax's gradient anyway), v and a bool
+            # mask, not the dropped probabilities (attention.dropout_attention_context).
+            context = dropout_attention_context(probs, v, self.dropout_layer)  # (B, T, N, Dh)
+        else:
+            context = ops.einsum("bntk,bknd->btnd", probs, v)  # (B, T, N, Dh)
         if target_mapping is not None:
             context = ops.einsum("btnd,bpt->bpnd", context, tm)  # (B, P, N, Dh)
         out = ops.einsum("btnd,hnd->bth", context, ops.cast(self.o, context.dtype))  # (B, T, H)
