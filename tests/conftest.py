@@ -61,24 +61,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: trains or exports; still run by CI")
 
 
-# The files that take longest, longest first, per backend run (test-time wall seconds of a
-# profiled full run, 2026-11-25). `make test` passes `--no-loadscope-reorder`, so pytest-xdist
-# hands out whole files (`--dist loadfile`) in this order: a long file started last would leave
-# the other worker idle at the end (xdist's default order is by number of tests, which put the 8
-# tests of test_distribute, 154 s, near the end). Unlisted files (each under ~25 s) follow in
-# their collection order.
+# The files that take longest, longest first, per backend run (test-time seconds of a full run
+# on 2 idle cores, 2026-11-24). `make test` passes `--no-loadscope-reorder`, so pytest-xdist hands
+# out whole files (`--dist loadfile`) in this order: a long file started last would leave the other
+# worker idle at the end (xdist's default order is by number of tests, which put the 8 tests of
+# test_distribute, 154 s, near the end). Unlisted files follow in their collection order.
 LONGEST_FIRST = {
-    "tensorflow": ["test_distribute", "test_keras_hub_conformance", "test_finetuning",
-                   "test_longformer", "test_masking", "test_albert", "test_roberta", "test_cli",
-                   "test_preprocessors", "test_export", "test_ernie_masking", "test_conversion",
-                   "test_packing", "test_keras_hub_conformance_models", "test_readme",
-                   "test_reliability", "test_keras_hub_presets", "test_xlnet_pretraining",
-                   "test_tokenizers", "test_presets", "test_tasks", "test_analysis"],
-    "keras.ops": ["test_keras_hub_conformance", "test_longformer",
-                  "test_keras_hub_conformance_models", "test_tasks", "test_finetuning",
-                  "test_xlnet", "test_conversion", "test_cls_only", "test_analysis",
-                  "test_electra", "test_reliability", "test_keras_hub_presets", "test_docstrings",
-                  "test_albert"],
+    "tensorflow": ["test_distribute", "test_finetuning", "test_keras_hub_conformance",
+                   "test_roberta", "test_cli", "test_export", "test_longformer", "test_readme",
+                   "test_xlnet_pretraining", "test_albert", "test_keras_hub_presets",
+                   "test_analysis", "test_keras_hub_conformance_models"],
+    "keras.ops": ["test_keras_hub_conformance", "test_keras_hub_conformance_models",
+                  "test_longformer", "test_finetuning", "test_xlnet", "test_tasks",
+                  "test_electra", "test_albert", "test_docstrings", "test_analysis"],
 }
 
 
