@@ -28,6 +28,9 @@ if keras.saving.get_registered_object("keras_bertfam>WordPieceTokenizer") is Non
     keras.saving.register_keras_serializable(package="keras_bertfam")(WordPieceTokenizer)
 
 
+GROUP_BY_LENGTH_BATCHES = 50  # HF's megabatch of group_by_length: 50 batches sorted together
+
+
 def as_segments(x):
     """keras-hub's convention: a tuple is segments (a sentence pair is a tuple of two batches);
     anything else, a Python list of strings included, is one batch (or one string)."""
@@ -394,7 +397,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     The extra columns are padding: the outputs are the same.
     """
 
-    group_by_length_batches = 50  # HF's megabatch: 50 batches
+    group_by_length_batches = GROUP_BY_LENGTH_BATCHES
 
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, pad_to_batch_max=False,
                  group_by_length=False, pad_to_multiple_of="auto", **kwargs):
@@ -440,11 +443,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
             first = tf.nest.flatten(batches)[0]
             size = (tf.reduce_max(first.row_lengths()) if isinstance(first, tf.RaggedTensor)
                     else tf.shape(first, out_type=tf.int64)[1])
-            out = call(*examples)
-            features = out[0] if isinstance(out, tuple) else out
-            order = tf.argsort(tf.reduce_sum(tf.cast(features["padding_mask"], tf.int32), 1),
-                               direction="DESCENDING", stable=True)
-            return tf.nest.map_structure(lambda t: tf.gather(t, order), out), size
+            return longest_first(call(*examples)), size
 
         multiple, side = self.width_multiple, self.padding_side
 
@@ -499,6 +498,16 @@ def _cut_to_longest(features, multiple=1, side="right"):
     if side == "left":
         return {k: v[:, width - longest:] for k, v in features.items()}
     return {k: v[:, :longest] for k, v in features.items()}
+
+
+def longest_first(examples):
+    """Examples (features, or a tuple whose first element is the features) in descending order
+    of their real tokens (`padding_mask`'s row sums; ties keep their order): HF's
+    `group_by_length` sorts a megabatch this way before cutting it into batches."""
+    features = examples[0] if isinstance(examples, tuple) else examples
+    order = tf.argsort(tf.reduce_sum(tf.cast(features["padding_mask"], tf.int32), axis=1),
+                       direction="DESCENDING", stable=True)
+    return tf.nest.map_structure(lambda t: tf.gather(t, order), examples)
 
 
 def _merge_batches(t):

@@ -17,11 +17,13 @@ import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
 from keras_bertfam.preprocessing.finetuning import (
+    GROUP_BY_LENGTH_BATCHES,
     _cut_to_longest,
     _merge_batches,
     as_segments,
     check_flag,
     check_pad_to_multiple_of,
+    longest_first,
     preset_preprocessor,
     width_multiple,
 )
@@ -106,7 +108,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
     99% grouped (the 10% short pairs and each document's last pair group together).
     """
 
-    group_by_length_batches = 50  # HF's megabatch: 50 batches
+    group_by_length_batches = GROUP_BY_LENGTH_BATCHES
     # The [B, sequence_length] inputs a cut shortens; the rest ([B, P] positions) index into them.
     sequence_keys = ("token_ids", "segment_ids", "padding_mask")
 
@@ -208,18 +210,15 @@ class PretrainingPreprocessor(keras.layers.Layer):
             return batches
         size, multiple = self.batch_size, width_multiple(self.pad_to_multiple_of)
 
-        def longest_first(*batch):  # K batches [K, B, ...] -> K·B examples, longest first
-            examples = tf.nest.map_structure(_merge_batches, batch)
-            lengths = tf.reduce_sum(tf.cast(examples[0]["padding_mask"], tf.int32), axis=1)
-            order = tf.argsort(lengths, direction="DESCENDING", stable=True)
-            return tf.nest.map_structure(lambda t: tf.gather(t, order), examples)
+        def merged(*batch):  # K batches [K, B, ...] -> K·B examples, longest first
+            return longest_first(tf.nest.map_structure(_merge_batches, batch))
 
         def cut(x, *rest):
             keys = [k for k in self.sequence_keys if k in x]
             return (dict(x, **_cut_to_longest({k: x[k] for k in keys}, multiple)), *rest)
 
         return (batches.batch(self.group_by_length_batches)
-                .map(longest_first, num_parallel_calls=AUTOTUNE)
+                .map(merged, num_parallel_calls=AUTOTUNE)
                 .flat_map(lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size))
                 .map(cut, num_parallel_calls=AUTOTUNE))
 
