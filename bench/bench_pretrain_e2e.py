@@ -31,7 +31,7 @@ Measured per peer (each in its own subprocess, one after the other, in the same 
   first, then end to end first), so a drift of the machine does not show up as a stall. The
   stall is signed (a negative one is noise: clipping it to 0, as this bench did until
   2026-11-26, turned noise into stalls) and given with +- 2 standard errors of its per-round
-  values. (HF's model alone repeats one collated batch.)
+  values. (HF's model alone replays the batches an untimed end-to-end run collated.)
 * CPU share: the same ratio with the process's CPU time per step (every thread: the step's
   and the input pipeline's): the input's share of the CPU, which another process's load
   barely moves. `--laps` prints every timed step.
@@ -317,11 +317,29 @@ def hf_peer(cfg, args):
         Trainer(model=model, args=targs, train_dataset=data, data_collator=collator,
                 callbacks=[Timer()]).train()
 
-    fixed = collate(data[:B])
+    # Model alone: the very batches an end-to-end run reads (the Trainer's seeded sampler gives
+    # every run the same rows), collated once in an untimed run and replayed (HF pads each
+    # batch to its longest row: one repeated batch would time other widths).
     per_run = -(-args.timed // args.rounds)
-    laps = alternate(
-        lambda steps: run(lambda rows: {k: v.clone() for k, v in fixed.items()}, steps),
-        lambda steps: run(collate, steps), times, args.warmup, per_run, args.rounds)
+    collated, missed = {}, [0]
+
+    def recording(rows):
+        collated[tuple(map(id, rows))] = batch = collate(rows)
+        return {k: v.clone() for k, v in batch.items()}
+
+    def replay(rows):
+        batch = collated.get(tuple(map(id, rows)))
+        if batch is None:
+            missed[0] += 1
+            batch = collate(rows)
+        return {k: v.clone() for k, v in batch.items()}
+
+    run(recording, args.warmup + per_run)
+    laps = alternate(lambda steps: run(replay, steps), lambda steps: run(collate, steps), times,
+                     args.warmup, per_run, args.rounds)
+    if missed[0]:
+        raise SystemExit(f"hf: {missed[0]} model-alone batches were not the recorded ones: "
+                         "the Trainer's sampler order changed between runs")
     return dict(tokens_per_step=tokens_per_step, pipe_rate=pipe_rate, base_rss=base_rss,
                 peak_rss=rss_mb(), laps=laps)
 
