@@ -26,14 +26,20 @@ Measured per peer (each in its own subprocess, one after the other, in the same 
   two pipelines agree); for HF, the mean over its collator's first batches.
 * input stall: 1 - (mean step time on the same batches held in memory) / (mean step time of
   the end-to-end fit); the share of an end-to-end step the model waits for its input (0 when
-  the input pipeline keeps up). The two are timed in alternating runs (`--rounds`, 2 by
-  default: model alone, end to end, model alone, end to end), so a drift of the machine during
-  the run does not show up as a stall. (HF's model alone repeats one collated batch.)
+  the input pipeline keeps up). The two are timed in alternating runs (`--rounds`, 4 by
+  default at mini, `--base-rounds` 1 at base), the order swapped every round (model alone
+  first, then end to end first), so a drift of the machine does not show up as a stall. The
+  stall is signed (a negative one is noise: clipping it to 0, as this bench did until
+  2026-11-26, turned noise into stalls) and given with +- 2 standard errors of its per-round
+  values. (HF's model alone replays the batches an untimed end-to-end run collated.)
+* CPU share: the same ratio with the process's CPU time per step (every thread: the step's
+  and the input pipeline's): the input's share of the CPU, which another process's load
+  barely moves. `--laps` prints every timed step.
 * pipeline alone: batches/s of the input pipeline with no model.
 * peak RSS of the process (`ru_maxrss`), and the RSS after imports (libraries alone).
 
 Usage: python bench/bench_pretrain_e2e.py [--configs mini,base] [--peers ...] [--batch 16]
-       [--steps 20] [--base-steps 3] [--warmup 3] [--rounds 2]
+       [--steps 20] [--base-steps 3] [--warmup 3] [--rounds 4] [--base-rounds 1] [--laps]
 Not a test: numbers depend on the machine and its load (printed).
 """
 import argparse
@@ -83,22 +89,56 @@ def median(xs):
     return (xs[n // 2] + xs[(n - 1) // 2]) / 2 if n else float("nan")
 
 
-def alternate(model_only, end_to_end, times, warmup, per_run, rounds):
-    """Mean step times of the model alone and end to end, their runs alternated.
+def clock():
+    """(wall, CPU of the whole process) now: the CPU side counts every thread (the step's
+    intra-op workers and tf.data's), and another process on the machine barely moves it."""
+    return time.perf_counter(), time.process_time()
 
-    `rounds` rounds of (model alone, end to end), each run `warmup` untimed steps and `per_run`
-    timed ones: a drift of the machine (another process, the allocator, the clock) lands on
-    both sides instead of on whichever ran second. Each run appends one `time.perf_counter()`
-    to `times` after every step. Means, not medians: with `group_by_length` the steps differ
-    by design (each batch has its own width), and the timed batches are the same on both sides.
+
+def alternate(model_only, end_to_end, times, warmup, per_run, rounds):
+    """Per-step (wall, CPU) laps of the model alone and end to end, their runs alternated.
+
+    `rounds` rounds, each run `warmup` untimed steps and `per_run` timed ones, the order
+    swapped every round (model alone first in even rounds, end to end first in odd ones): a
+    drift of the machine (another process, the allocator, the clock) lands on both sides, and
+    neither side always runs warmer or colder than the other. Each run appends one `clock()`
+    to `times` after every step. Returns {"model": [[(wall, cpu), ...] per round], "e2e": ...}.
     """
-    laps = {model_only: [], end_to_end: []}
-    for _ in range(rounds):
-        for run in (model_only, end_to_end):
+    laps = {"model": [], "e2e": []}
+    for r in range(rounds):
+        sides = (("model", model_only), ("e2e", end_to_end))
+        for side, run in sides if r % 2 == 0 else sides[::-1]:
             times.clear()
             run(warmup + per_run)
-            laps[run] += [b - a for a, b in zip(times[warmup - 1:], times[warmup:])]
-    return [sum(laps[run]) / len(laps[run]) for run in (model_only, end_to_end)]
+            laps[side].append([(b[0] - a[0], b[1] - a[1])
+                               for a, b in zip(times[warmup - 1:], times[warmup:])])
+    return laps
+
+
+def mean_step(rounds, which=0):
+    """Mean step time (which=0: wall, 1: CPU) over every timed step of every round. Means, not
+    medians: with `group_by_length` the steps differ by design (each batch has its own width),
+    and the timed batches are the same on both sides."""
+    steps = [lap[which] for laps in rounds for lap in laps]
+    return sum(steps) / len(steps)
+
+
+def stall_summary(laps):
+    """The input stall, 1 - model-alone step / end-to-end step, SIGNED (a negative value is the
+    noise's, not clipped to 0: clipping turned noise into positive "stalls"), with the spread of
+    its per-round values: a round's stall from its own pair of runs, and +- twice their
+    standard error (of the mean over rounds; nan with one round). Also the CPU share:
+    1 - model-alone CPU / end-to-end CPU per step, the input's share of the process's CPU."""
+    per_round = [1 - mean_step([m]) / mean_step([e]) for m, e in zip(laps["model"], laps["e2e"])]
+    n = len(per_round)
+    if n > 1:
+        mu = sum(per_round) / n
+        se = (sum((x - mu) ** 2 for x in per_round) / (n - 1) / n) ** 0.5
+    else:
+        se = float("nan")
+    return dict(stall=1 - mean_step(laps["model"]) / mean_step(laps["e2e"]),
+                stall_2se=2 * se, stall_rounds=per_round,
+                cpu_share=1 - mean_step(laps["model"], 1) / mean_step(laps["e2e"], 1))
 
 
 # === Keras peers (ours, keras-hub) ===
@@ -203,7 +243,7 @@ def keras_peer(peer, cfg, args):
 
     class Timer(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            times.append(time.perf_counter())
+            times.append(clock())
 
     # Model alone: the same batches, in memory (no input work in the step).
     fixed = tf.data.Dataset.from_tensors(batches[0])
@@ -217,11 +257,10 @@ def keras_peer(peer, cfg, args):
     def end_to_end(steps):  # raw strings through the task's own fit
         task.fit(fit_input, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Timer()])
 
-    model_step, e2e_step = alternate(model_only, end_to_end, times, warmup, per_run, args.rounds)
+    laps = alternate(model_only, end_to_end, times, warmup, per_run, args.rounds)
     check_dropout_runs(peer, task, batches[0][0])
-    return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
-                pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb(),
-                timed_steps=per_run * args.rounds)
+    return dict(tokens_per_step=tokens_per_step, pipe_rate=pipe_rate, base_rss=base_rss,
+                peak_rss=rss_mb(), timed_steps=per_run * args.rounds, laps=laps)
 
 
 # === HF peer ===
@@ -267,7 +306,7 @@ def hf_peer(cfg, args):
 
     class Timer(TrainerCallback):
         def on_step_end(self, a, state, control, **kw):
-            times.append(time.perf_counter())
+            times.append(clock())
 
     def run(collator, steps):
         targs = TrainingArguments(output_dir="/tmp/bench_pretrain_e2e_hf", max_steps=steps,
@@ -278,13 +317,31 @@ def hf_peer(cfg, args):
         Trainer(model=model, args=targs, train_dataset=data, data_collator=collator,
                 callbacks=[Timer()]).train()
 
-    fixed = collate(data[:B])
+    # Model alone: the very batches an end-to-end run reads (the Trainer's seeded sampler gives
+    # every run the same rows), collated once in an untimed run and replayed (HF pads each
+    # batch to its longest row: one repeated batch would time other widths).
     per_run = -(-args.timed // args.rounds)
-    model_step, e2e_step = alternate(
-        lambda steps: run(lambda rows: {k: v.clone() for k, v in fixed.items()}, steps),
-        lambda steps: run(collate, steps), times, args.warmup, per_run, args.rounds)
-    return dict(tokens_per_step=tokens_per_step, step=e2e_step, model_step=model_step,
-                pipe_rate=pipe_rate, base_rss=base_rss, peak_rss=rss_mb())
+    collated, missed = {}, [0]
+
+    def recording(rows):
+        collated[tuple(map(id, rows))] = batch = collate(rows)
+        return {k: v.clone() for k, v in batch.items()}
+
+    def replay(rows):
+        batch = collated.get(tuple(map(id, rows)))
+        if batch is None:
+            missed[0] += 1
+            batch = collate(rows)
+        return {k: v.clone() for k, v in batch.items()}
+
+    run(recording, args.warmup + per_run)
+    laps = alternate(lambda steps: run(replay, steps), lambda steps: run(collate, steps), times,
+                     args.warmup, per_run, args.rounds)
+    if missed[0]:
+        raise SystemExit(f"hf: {missed[0]} model-alone batches were not the recorded ones: "
+                         "the Trainer's sampler order changed between runs")
+    return dict(tokens_per_step=tokens_per_step, pipe_rate=pipe_rate, base_rss=base_rss,
+                peak_rss=rss_mb(), laps=laps)
 
 
 # === Driver ===
@@ -307,8 +364,9 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="timed steps (mini)")
     parser.add_argument("--base-steps", type=int, default=3, help="timed steps (base)")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="alternated (model alone, end to end) rounds per peer")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="alternated (model alone, end to end) rounds per peer (mini)")
+    parser.add_argument("--base-rounds", type=int, default=1, help="the same at base")
     parser.add_argument("--group-batches", type=int, default=10,
                         help="ours_nsp_grouped: batches sorted by length together "
                              "(group_by_length_batches; the library's default is HF's 50)")
@@ -319,6 +377,8 @@ def main():
                              "(keras-hub's)")
     parser.add_argument("--jit-compile", default="auto",
                         help="Keras peers' compile(jit_compile=...): auto | true")
+    parser.add_argument("--laps", action="store_true",
+                        help="print every timed step's time (ms), per round and side")
     parser.add_argument("--peer", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--timed", type=int, help=argparse.SUPPRESS)
@@ -333,10 +393,11 @@ def main():
     results = {}
     for config in args.configs.split(","):
         timed = args.steps if config == "mini" else args.base_steps
+        rounds = args.rounds if config == "mini" else args.base_rounds
         for peer in args.peers.split(","):
             cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer, "--config", config,
                    "--timed", str(timed), "--warmup", str(args.warmup), "--rounds",
-                   str(args.rounds), "--group-batches", str(args.group_batches), "--batch",
+                   str(rounds), "--group-batches", str(args.group_batches), "--batch",
                    str(args.batch), "--docs", str(args.docs),
                    "--pipe-batches", str(args.pipe_batches), "--activation", args.activation,
                    "--jit-compile", str(args.jit_compile).lower()]
@@ -349,25 +410,38 @@ def main():
                 continue
             r = json.loads(lines[-1][len(TAG):])
             r["wall"] = time.perf_counter() - start
+            r["step"], r["model_step"] = mean_step(r["laps"]["e2e"]), mean_step(r["laps"]["model"])
+            r.update(stall_summary(r["laps"]))
             results[(config, peer)] = r
             print(f"{config:5s} {peer:16s} {r['tokens_per_step'] / r['step']:9.0f} tok/s  "
                   f"step {r['step'] * 1000:7.0f} ms  model-only {r['model_step'] * 1000:7.0f} ms  "
+                  f"(CPU {mean_step(r['laps']['e2e'], 1) * 1000:.0f} / "
+                  f"{mean_step(r['laps']['model'], 1) * 1000:.0f} ms)  "
                   f"pipeline {r['pipe_rate']:6.1f} batch/s  peak {r['peak_rss']:6.0f} MB "
                   f"(imports {r['base_rss']:.0f})  [{r['wall']:.0f} s]", flush=True)
-    print()
-    print("real tokens/s, input stall = 1 - model-only step / end-to-end step, peak RSS")
+            if args.laps:
+                for i, (m, e) in enumerate(zip(r["laps"]["model"], r["laps"]["e2e"])):
+                    print(f"      round {i} ({'model alone first' if i % 2 == 0 else 'end to end first'}, "
+                          f"stall {r['stall_rounds'][i]:+.1%}), wall ms:\n"
+                          f"        model alone " + " ".join(f"{t[0] * 1000:.0f}" for t in m)
+                          + "\n        end to end  " + " ".join(f"{t[0] * 1000:.0f}" for t in e),
+                          flush=True)
+    load = os.getloadavg()
+    print(f"\nload average at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}")
+    print("real tokens/s; input stall = 1 - model-only step / end-to-end step (wall, signed: "
+          "a negative stall is noise), +- 2 standard errors of its per-round values; CPU share = "
+          "the same with the process's CPU per step (load-robust); peak RSS")
     print(f"{'config':6s} {'peer':16s} {'tok/s':>8s} {'x keras-hub':>11s} {'x HF':>6s} "
-          f"{'stall':>6s} {'peak MB':>8s}")
+          f"{'stall':>15s} {'CPU share':>9s} {'peak MB':>8s}")
     for (config, peer), r in results.items():
         rate = r["tokens_per_step"] / r["step"]
         kh = results.get((config, "keras_hub"))
         hf = results.get((config, "hf"))
         x_kh = rate / (kh["tokens_per_step"] / kh["step"]) if kh else float("nan")
         x_hf = rate / (hf["tokens_per_step"] / hf["step"]) if hf else float("nan")
-        stall = max(0.0, 1.0 - r["model_step"] / r["step"])
-        print(f"{config:6s} {peer:16s} {rate:8.0f} {x_kh:11.2f} {x_hf:6.2f} {stall:6.1%} "
-              f"{r['peak_rss']:8.0f}")
-
+        stall = f"{r['stall']:+.1%} +-{r['stall_2se']:.1%}"
+        print(f"{config:6s} {peer:16s} {rate:8.0f} {x_kh:11.2f} {x_hf:6.2f} {stall:>15s} "
+              f"{r['cpu_share']:+9.1%} {r['peak_rss']:8.0f}")
 
 if __name__ == "__main__":
     main()
