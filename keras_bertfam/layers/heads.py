@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers.encoder import get_activation
+from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
@@ -82,7 +83,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self._output_activation = keras.activations.get(activation)
         self.dense = None
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm", **sublayer_kwargs(self)
         )
 
@@ -276,13 +277,13 @@ class SpanBoundaryHead(keras.layers.Layer):
             name="relative_position_embedding",
         )
         self.dense_1 = None
-        self.layer_norm_1 = keras.layers.LayerNormalization(
+        self.layer_norm_1 = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm_1")
         self.dense_2 = keras.layers.Dense(
             token_embedding.output_dim, activation=get_activation(activation),
             kernel_initializer=init(), name="dense_2",
         )
-        self.layer_norm_2 = keras.layers.LayerNormalization(
+        self.layer_norm_2 = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm_2")
 
     def build(self, sequence_shape, positions_shape=None, span_starts_shape=None,
