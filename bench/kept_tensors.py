@@ -8,8 +8,8 @@ type, by its layer (the name scope with block numbers folded), and both; the big
 tensors with the gradient ops that read them; the sizes of the weights and Adam's moments.
 Static shapes (the fixed 16 x 128 batch): exact sizes. The graph is the one before Grappler,
 and a Reshape's (or Identity's) output shares its input's buffer: an upper bound of what is
-held (2026-11-26 at base: 1,767 MB, of which ~220 MB aliases and 89 MB a transpose Grappler
-folds away).
+held; the distinct buffers are also summed (weights' reshapes left out). Grappler may fold a
+transpose away (2026-11-26 at base: the MLM head's 89 MB table transpose).
 
 Usage: python bench/kept_tensors.py [--config base|mini|tiny] [--dropout 0.1] [--top 25]
        (KEPT_GREP=block_3_ in the environment also lists every kept tensor whose name has it)
@@ -109,6 +109,19 @@ def main():
         by_layer[layer_of(t.op)] += n
     mb = lambda n: f"{n / 2**20:9.1f} MB"  # noqa: E731
     print(f"forward tensors read by gradient ops: {len(kept)}, {mb(total)}")
+
+    def buffer_of(t):  # the tensor whose buffer a Reshape / Identity chain shares
+        while t.op.type in ("Reshape", "Identity", "IdentityN", "ExpandDims", "Squeeze"):
+            t = t.op.inputs[0] if t.op.type != "IdentityN" else t.op.inputs[t.value_index]
+        return t
+
+    buffers = {}
+    for t in kept.values():
+        b = buffer_of(t)
+        if b.op.type not in ("ReadVariableOp", "Const", "Placeholder"):
+            buffers[b.name] = max(buffers.get(b.name, 0), size(t))
+    print(f"  as distinct buffers, weights' reshapes left out: {len(buffers)}, "
+          f"{mb(sum(buffers.values()))}")
     print("\nby producing op type:")
     for k, n in by_type.most_common(20):
         print(f"  {mb(n)}  {k}")
