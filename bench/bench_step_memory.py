@@ -20,8 +20,15 @@ Keras' private backend module), the same seed draws in each:
 - none_kept: dropout returns its input (nothing kept, nothing dropped: the floor any dropout
   implementation can reach, with the same attention path as dropout > 0).
 
+`--allocator-peak` runs TensorFlow's CPU tensors through its BFC allocator
+(`TF_CPU_ALLOCATOR_USE_BFC=true`) and adds `tf_peak_mb`: the most bytes of tensors alive at
+once during each step (`tf.config.experimental.get_memory_info`, reset before each step), and
+`tf_held_mb`, those alive between steps (weights, optimizer slots). Unlike the RSS these do not
+depend on glibc's allocator: the same to ~1 MB from run to run, so one run per variant tells
+what a change removed from the step's peak. The RSS in that mode is the BFC allocator's.
+
 Usage: python bench/bench_step_memory.py [--config base|mini|tiny] [--dropout 0.1] [--steps 4]
-       [--dropout-impl keras|redrawn|float_mask|none_kept]
+       [--dropout-impl keras|redrawn|float_mask|none_kept] [--allocator-peak]
 """
 import argparse
 import json
@@ -86,7 +93,10 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--dropout-impl", default="keras",
                         choices=["keras", "redrawn", "float_mask", "none_kept"])
+    parser.add_argument("--allocator-peak", action="store_true")
     args = parser.parse_args()
+    if args.allocator_peak:
+        os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
     os.environ["KERAS_BACKEND"] = "tensorflow"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.path.join(HERE, ".."))
@@ -111,18 +121,27 @@ def main():
         preprocessor=None)
     task.compile()
     built = rss_mb()
-    cpu, wall, losses, peaks = [], [], [], []
+    cpu, wall, losses, peaks, tf_peaks, tf_held = [], [], [], [], [], []
+    if args.allocator_peak:
+        import tensorflow as tf
     for _ in range(args.steps):
+        if args.allocator_peak:
+            tf_held.append(round(tf.config.experimental.get_memory_info("CPU:0")["current"] / 2**20))
+            tf.config.experimental.reset_memory_stats("CPU:0")
         c, t = cpu_seconds(), time.perf_counter()
         loss = task.train_on_batch(x, y, sample_weight=w)
         cpu.append(round(cpu_seconds() - c, 3))
         wall.append(round(time.perf_counter() - t, 3))
         losses.append(float(np.asarray(loss).ravel()[0]))
         peaks.append(round(peak_mb()))
+        if args.allocator_peak:
+            tf_peaks.append(round(tf.config.experimental.get_memory_info("CPU:0")["peak"] / 2**20))
     print(json.dumps(dict(config=args.config, dropout=args.dropout, impl=args.dropout_impl,
                           imports_mb=round(imports), built_mb=round(built), peak_mb=peaks[-1],
                           step_peaks_mb=peaks, step_cpu_s=cpu, step_wall_s=wall, loss=losses,
-                          load=os.getloadavg()[0])))
+                          load=os.getloadavg()[0],
+                          **(dict(tf_peak_mb=tf_peaks, tf_held_mb=tf_held)
+                             if args.allocator_peak else {}))))
 
 
 if __name__ == "__main__":

@@ -346,6 +346,7 @@ def _prob_sized_tensors_kept(fn, x, shape):
             if op not in backward:
                 backward.add(op)
                 todo.extend(c for out in op.outputs for c in out.consumers())
+                todo.extend(op._control_outputs)  # e.g. a gradient op under a control dependency
         return sorted({(t.dtype.name, t.name) for op in backward for t in op.inputs
                        if t.op not in backward and tuple(t.shape) == shape})
     if backend == "jax":
@@ -435,3 +436,140 @@ def test_attention_training_path_equals_the_plain_one(policy):
         eps = 2.0 ** -23 if policy == "float32" else 2.0 ** -7
         for want, got in zip(plain, ours):
             np.testing.assert_allclose(got, want, rtol=0, atol=16 * eps * np.abs(want).max())
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_layer_norm_keeping_input_is_keras_layer_norm(policy):
+    """`layer_norm_keeping_input` (every LayerNorm of the library on TensorFlow) against Keras'
+    `ops.layer_normalization`: the same output bit for bit (Keras' ops in Keras' order), and the
+    gradients with respect to x, gamma and beta of plain autodiff within float32 rounding, on
+    every backend (rows of very different scales and offsets; one constant row, whose
+    normalized values are 0; not on torch, see below). The layer is Keras' layer with the same
+    weights and outputs."""
+    from keras_bertfam.layers.normalization import LayerNormalization, layer_norm_keeping_input
+
+    rng = np.random.RandomState(0)
+    b, t, h = 2, 5, 16
+    # Offsets small against the rows' spread: x - mean is exact enough for both ways to agree
+    # (with an offset 1e5 times a row's spread the centred values themselves are rounding).
+    x = (rng.randn(b, t, h) * rng.choice([0.5, 1.0, 30.0], (b, t, 1))
+         + rng.choice([0.0, 2.0, -10.0], (b, t, 1))).astype("float32")
+    torch = keras.backend.backend() == "torch"
+    if not torch:
+        # A constant row (1/σ = 1e6): Keras' formula, x·(γ/σ) + (β - μ·γ/σ), rounds at 2.5e5
+        # there; torch's ops.layer_normalization (F.layer_norm) centres first.
+        x[1, 2] = 0.25
+    gamma = (1 + 0.3 * rng.randn(h)).astype("float32")
+    beta = (0.2 * rng.randn(h)).astype("float32")
+    upstream = rng.randn(b, t, h).astype("float32")
+    compute = keras.mixed_precision.DTypePolicy(policy).compute_dtype
+    epsilon = 1e-12
+
+    def run(ours):
+        def fn(x, gamma, beta):
+            x = ops.cast(x, compute)
+            if ours:
+                return layer_norm_keeping_input(x, gamma, beta, epsilon)
+            return ops.layer_normalization(x, gamma, beta, axis=-1, epsilon=epsilon)
+
+        return _outputs_and_grads(fn, [x, gamma, beta], upstream)
+
+    plain, ours = run(False), run(True)
+    if torch:  # the reference is F.layer_norm's kernel (centred first), not Keras' formula,
+        # which loses digits to x·γ/σ and μ·γ/σ cancelling in rows offset from 0
+        np.testing.assert_allclose(ours[0], plain[0], rtol=0, atol=1e-4 * np.abs(plain[0]).max())
+    else:
+        np.testing.assert_array_equal(ours[0], plain[0], err_msg="output")
+    for name, want, got in zip(["d x", "d gamma", "d beta"], plain[1:], ours[1:]):
+        # (torch: against its kernel's own backward, which rounds differently: ~2e-5 seen)
+        np.testing.assert_allclose(got, want, rtol=0, atol=(5e-5 if torch else 1e-5)
+                                   * np.abs(want).max(), err_msg=name)
+
+    layer = LayerNormalization(epsilon=epsilon, dtype=policy)
+    reference = keras.layers.LayerNormalization(epsilon=epsilon, dtype=policy)
+    for norm in (layer, reference):
+        norm.build((b, t, h))
+        norm.set_weights([gamma, beta])
+    np.testing.assert_array_equal(to_numpy(ops.cast(layer(ops.cast(x, compute)), "float32")),
+                                  to_numpy(ops.cast(reference(ops.cast(x, compute)), "float32")))
+    assert LayerNormalization.from_config(layer.get_config()).epsilon == epsilon
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="TensorFlow's autodiff of Keras' LayerNorm is what keeps the extra "
+                           "tensor (torch's layer_norm keeps x and the statistics)")
+def test_layer_norm_keeps_only_its_input_for_the_backward_pass():
+    """Autodiff through Keras' LayerNorm keeps x and `rsqrt(var + ε) * gamma` from the forward
+    pass to the backward one; ours keeps x (and (..., 1) statistics): one tensor of x's size less
+    per LayerNorm (6 MB at BERT-base 16 x 128, 25 LayerNorms a step). The centred input
+    `x - mean` is computed in the backward pass, not kept in x's place (in float32 the same
+    size; in mixed precision twice x's)."""
+    from keras_bertfam.layers.normalization import LayerNormalization
+
+    shape = (2, 5, 16)
+    x = _x(*shape)
+    kept = []
+    for cls in (LayerNormalization, keras.layers.LayerNormalization):
+        norm = cls(epsilon=1e-12)
+        norm.build(shape)
+        kept.append(_prob_sized_tensors_kept(norm, x, shape))
+    ours, plain = kept
+    # x itself (in mixed precision its float16, not a float32 centred copy)
+    assert [name for _, name in ours] == ["x:0"], ours
+    assert len(plain) == 2, plain
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_tied_logits_is_matmul_with_the_transposed_table(policy):
+    """`tied_logits` (the MLM heads' projection onto the tied embedding table) against plain
+    autodiff through `matmul(x, transpose(table))`: the same logits bit for bit, gradients
+    within the matmuls' rounding (the table's is `g^T x` in its own layout on TensorFlow)."""
+    from keras_bertfam.layers.heads import tied_logits
+
+    rng = np.random.RandomState(0)
+    x, table = rng.randn(2, 3, 8).astype("float32"), rng.randn(50, 8).astype("float32")
+    upstream = rng.randn(2, 3, 50).astype("float32")
+    compute = keras.mixed_precision.DTypePolicy(policy).compute_dtype
+
+    def run(ours):
+        def fn(x, table):
+            x, table = ops.cast(x, compute), ops.cast(table, compute)
+            return tied_logits(x, table) if ours else ops.matmul(x, ops.transpose(table))
+
+        return _outputs_and_grads(fn, [x, table], upstream)
+
+    plain, ours = run(False), run(True)
+    np.testing.assert_array_equal(ours[0], plain[0])
+    eps = 2.0 ** -23 if policy == "float32" else 2.0 ** -10
+    for name, want, got in zip(["d x", "d table"], plain[1:], ours[1:]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=16 * eps * np.abs(want).max(),
+                                   err_msg=name)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="TensorFlow's autodiff transposes the table's gradient")
+def test_tied_logits_backward_makes_no_transposed_table_gradient():
+    """Autodiff of `matmul(x, transpose(table))` builds the table's gradient as (E, V) and
+    transposes it (two tensors of the table's size at once, 89 MB each at BERT-base); ours
+    computes it as (V, E): no op of the backward pass outputs an (E, V) tensor."""
+    import tensorflow as tf
+
+    from keras_bertfam.layers.heads import tied_logits
+
+    x, table = tf.TensorSpec((2, 3, 8)), tf.TensorSpec((50, 8))
+
+    def transposed_gradients(fn):
+        @tf.function
+        def grad(x, table):
+            with tf.GradientTape() as tape:
+                tape.watch(table)
+                y = fn(x, table)
+            return tape.gradient(y, table)
+
+        graph = grad.get_concrete_function(x, table).graph
+        return [op.name for op in graph.get_operations() if "gradient_tape" in op.name
+                or op.type == "MatMul"
+                for t in op.outputs if tuple(t.shape) == (8, 50)]
+
+    assert transposed_gradients(lambda x, t: ops.matmul(x, ops.transpose(t)))
+    assert not transposed_gradients(tied_logits)

@@ -7,6 +7,7 @@ Clark et al. 2020). RoBERTa counts positions from `position_offset` (fairseq's p
 import keras
 from keras import ops
 
+from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
@@ -76,7 +77,7 @@ class TextEmbedding(keras.layers.Layer):
             if num_segments
             else None
         )
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm", **common
         )
         self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **common)

@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers.attention import MultiHeadSelfAttention
+from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import (
     _check_positive,
     clone_initializer,
@@ -95,7 +96,7 @@ class _Residual(keras.layers.Layer):
     def __init__(self, norm_first, layer_norm_epsilon, dropout, **kwargs):
         super().__init__(**kwargs)
         self.norm_first = norm_first
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm", **sublayer_kwargs(self)
         )
         self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **sublayer_kwargs(self))

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_bertfam.layers.encoder import get_activation
+from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
@@ -11,6 +12,36 @@ def gather_positions(sequence, positions):
     """(B, T, H) states at (B, P) int positions -> (B, P, H)."""
     positions = ops.cast(positions, "int32")
     return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
+
+
+def tied_logits(x, table):
+    """`ops.matmul(x, ops.transpose(table))`: (..., E) states against a (V, E) embedding table ->
+    (..., V) logits, the same numbers.
+
+    On TensorFlow the gradient is written out: autodiff computes the table's gradient as
+    `x^T @ g` in the transposed (E, V) layout and then transposes it, two tensors of the table's
+    size (89 MB each at BERT-base's 30,522 x 768) alive at once, at the start of the backward
+    pass, when the step holds the most. Here it is `g^T @ x`, (V, E) directly (TensorFlow folds
+    the transpose into the matmul). Torch's transposes are views and XLA fuses them: there it is
+    plain autodiff.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.matmul(x, ops.transpose(table))
+
+    @ops.custom_gradient
+    def project(x, table):
+        # stop_gradient: an eager tape would otherwise record the forward matmul too.
+        logits = ops.matmul(ops.stop_gradient(x), ops.transpose(ops.stop_gradient(table)))
+
+        def grad(upstream):
+            d_x = ops.matmul(upstream, table)  # (..., V) @ (V, E)
+            rows = ops.reshape(upstream, (-1, ops.shape(upstream)[-1]))  # (N, V)
+            d_table = ops.matmul(ops.transpose(rows), ops.reshape(x, (-1, ops.shape(x)[-1])))
+            return d_x, d_table  # (..., E), (V, E)
+
+        return logits, grad
+
+    return project(x, table)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -82,7 +113,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self._output_activation = keras.activations.get(activation)
         self.dense = None
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm", **sublayer_kwargs(self)
         )
 
@@ -114,10 +145,11 @@ class MaskedLMHead(keras.layers.Layer):
         x = inputs if mask_positions is None else gather_positions(inputs, mask_positions)
         x = self.layer_norm(self.dense(x))  # (B, P, E)
         if self.token_embedding is not None:
-            table = ops.transpose(self.token_embedding.embeddings)  # (E, V)
+            table = ops.cast(self.token_embedding.embeddings, x.dtype)  # (V, E)
+            logits = tied_logits(x, table) + ops.cast(self.bias, x.dtype)
         else:
             table = self.kernel  # (E, V)
-        logits = ops.matmul(x, ops.cast(table, x.dtype)) + ops.cast(self.bias, x.dtype)
+            logits = ops.matmul(x, ops.cast(table, x.dtype)) + ops.cast(self.bias, x.dtype)
         if self._output_activation is not None:
             logits = self._output_activation(logits)
         return logits  # (B, P, V)
@@ -276,13 +308,13 @@ class SpanBoundaryHead(keras.layers.Layer):
             name="relative_position_embedding",
         )
         self.dense_1 = None
-        self.layer_norm_1 = keras.layers.LayerNormalization(
+        self.layer_norm_1 = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm_1")
         self.dense_2 = keras.layers.Dense(
             token_embedding.output_dim, activation=get_activation(activation),
             kernel_initializer=init(), name="dense_2",
         )
-        self.layer_norm_2 = keras.layers.LayerNormalization(
+        self.layer_norm_2 = LayerNormalization(
             epsilon=layer_norm_epsilon, name="layer_norm_2")
 
     def build(self, sequence_shape, positions_shape=None, span_starts_shape=None,
@@ -314,7 +346,7 @@ class SpanBoundaryHead(keras.layers.Layer):
         x = self.layer_norm_1(self.dense_1(x))  # (B, P, H)
         x = self.layer_norm_2(self.dense_2(x))  # (B, P, E)
         table = ops.cast(self.token_embedding.embeddings, x.dtype)  # (V, E)
-        return ops.matmul(x, ops.transpose(table)) + ops.cast(self.bias, x.dtype)  # (B, P, V)
+        return tied_logits(x, table) + ops.cast(self.bias, x.dtype)  # (B, P, V)
 
     def compute_output_shape(self, sequence_shape, positions_shape=None, span_starts_shape=None,
                              span_ends_shape=None):

@@ -27,6 +27,7 @@ from keras import ops
 
 from keras_bertfam.layers.attention import dropout_attention_context
 from keras_bertfam.layers.encoder import FeedForwardSublayer
+from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
 
 
@@ -209,7 +210,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.shared_biases = biases is not None
         self.biases = biases or RelativeBiases(num_heads, self.head_dim, self.kernel_initializer,
                                                name="biases", **sublayer_kwargs(self))
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
+        self.layer_norm = LayerNormalization(epsilon=layer_norm_epsilon,
                                                           name="layer_norm",
                                                           **sublayer_kwargs(self))
         self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **sublayer_kwargs(self))
