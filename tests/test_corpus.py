@@ -220,34 +220,3 @@ def test_split_sentences_on_real_imdb_text():
     assert n > 200 * 5  # reviews have several sentences each
     first = corpus.split_sentences(next(iter(docs.take(1))))
     assert first.numpy()[0].startswith(b"I rented I AM CURIOUS-YELLOW") and first.numpy()[0].endswith(b"1967.")
-
-
-# === AutoGraph leaves the library's functions alone ===
-def test_autograph_does_not_convert_the_librarys_functions(tmp_path):
-    """Our tf.data functions are TensorFlow ops already: AutoGraph (which `Dataset.map` runs on
-    every function it traces) calls them as written instead of transforming their source
-    (keras_bertfam.preprocessing registers the rule, as TensorFlow does for Keras); a user's
-    function is still converted."""
-    from tensorflow.python.autograph.impl import api
-
-    converted = []
-    real = api.PyToTF.transform_function
-
-    def recording(self, fn, *args, **kwargs):
-        converted.append(getattr(fn, "__module__", None))
-        return real(self, fn, *args, **kwargs)
-
-    def users(t):  # a Python `if` on a tensor: only AutoGraph makes this a graph
-        if tf.strings.length(t) > 3:
-            return tf.strings.upper(t)
-        return t
-
-    path = _write(tmp_path / "a.txt", "one doc\n\nsecond doc here\n")
-    api.PyToTF.transform_function = recording
-    try:
-        docs = corpus.read_corpus(str(path)).map(users)
-        assert _texts(docs) == ["ONE DOC", "SECOND DOC HERE"]
-    finally:
-        api.PyToTF.transform_function = real
-    assert __name__ in converted  # the user's function
-    assert not [m for m in converted if m and m.startswith("keras_bertfam")], converted
