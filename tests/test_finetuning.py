@@ -652,6 +652,8 @@ def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset, tag
         (mc, (["The cat", "A man opens the door"],
               [["sat on the mat", "flew to Mars"], ["and walks in", "of the sea"]]), [0, 1]),
     ]
+    traces, predict_step = [], clf.predict_step  # the classifier's predict traces, counted
+    clf.predict_step = lambda *args: traces.append(1) or predict_step(*args)
     for task, x, y in cases:
         name = type(task).__name__
         examples = task._raw_examples(x, y, None)
@@ -671,6 +673,12 @@ def test_in_memory_predict_and_evaluate_equal_the_dataset_route(tiny_preset, tag
         for got, want in zip(tree.flatten(task.predict(x, batch_size=2, verbose=0)),
                              tree.flatten(task.predict(ds, verbose=0))):
             np.testing.assert_allclose(got, want, atol=1e-5, err_msg=name)
+        if task is clf and keras.backend.backend() == "tensorflow":
+            # Traced for any batch size, then any length (chunks cut to different lengths), for
+            # each kind of batch: a tuple of arrays, a dataset's element (before: the dataset's
+            # for its first batch's size, then any length, then any size: 5 traces).
+            del clf.predict_step
+            assert len(traces) == 4, f"the predict step was traced {len(traces)} times"
         got = task.evaluate(x, y, batch_size=2, return_dict=True, verbose=0)
         want = task.evaluate(_dataset_route(task, examples, 2), return_dict=True, verbose=0)
         for k in want:

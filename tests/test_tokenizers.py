@@ -60,6 +60,38 @@ def test_works_inside_tf_data(tokenizer):
     assert isinstance(out, tf.RaggedTensor) and out.shape[0] == 2
 
 
+def test_wordpiece_model_is_built_once_per_vocabulary(bert_vocab, monkeypatch):
+    """tf-text's WordPiece model of a vocabulary is built once per process and shared by every
+    tokenizer of that vocabulary (a file or a list); it is the model tf-text builds from the
+    vocabulary itself (the same ids, offsets and detokenization)."""
+    import tensorflow_text as tf_text
+    from tensorflow_text.core.pybinds import pywrap_fast_wordpiece_tokenizer_model_builder as b
+
+    from keras_bertfam.preprocessing import tokenizers
+
+    builds, build = [], b.build_fast_wordpiece_model
+    monkeypatch.setattr(b, "build_fast_wordpiece_model",
+                        lambda *args: builds.append(1) or build(*args))
+    monkeypatch.setattr(tokenizers, "_WORDPIECE_MODELS", {})
+    with open(bert_vocab, encoding="utf-8") as f:
+        vocab = [line.rstrip("\n") for line in f]
+    first = WordPieceTokenizer(bert_vocab, lowercase=True)
+    again = WordPieceTokenizer(vocab, lowercase=True)
+    assert len(builds) == 1
+    WordPieceTokenizer(vocab + ["snuffleupagus"], lowercase=True)  # another vocabulary
+    assert len(builds) == 2
+    reference = tf_text.FastWordpieceTokenizer(
+        vocab=vocab, token_out_type=tf.int32, unknown_token="[UNK]", no_pretokenization=True,
+        support_detokenization=True)
+    words = tf.constant(["snuffleupagus", "hello", "zürich", "##", "x" * 120, ""])
+    want = [t.to_list() for t in reference.tokenize_with_offsets(words)]
+    for tok in (first, again):
+        assert [t.to_list() for t in tok._fast_word_piece.tokenize_with_offsets(words)] == want
+        ids = tf.ragged.constant([[7592, 2088], [1055, 11231, 18142]])
+        assert (tok._fast_word_piece.detokenize(ids).numpy().tolist()
+                == reference.detokenize(ids).numpy().tolist())
+
+
 def test_vocabulary_without_mask_token(tmp_path):
     path = os.path.join(tmp_path, "vocab.txt")
     with open(path, "w") as f:

@@ -208,7 +208,10 @@ class Task(keras.Model):
             """Keras calls its predict function on each batch's tensors, so its first trace is
             for the first batch's size, and a batch of another size (a predict's last, partial
             batch; a later predict with another `batch_size`) traces it again. Ours is traced
-            for any batch size at its first call: once per predict, however its batches are cut.
+            for any batch size at its first call with each kind of batch (structure, dtypes,
+            ranks): in-memory inputs come as a tuple and a dataset's as its element, and a
+            predict on a dataset after one on arrays was traced for its first batch's size
+            again, then for any. Once per predict, however its batches are cut.
             """
             if self.predict_function is not None and not force:
                 return self.predict_function
@@ -217,12 +220,15 @@ class Task(keras.Model):
             if self._distribute_strategy is not None or not hasattr(function,
                                                                      "get_concrete_function"):
                 return function
-            traced = []
+            traced = set()
 
             def predict_function(data):
-                if not traced:
-                    function.get_concrete_function(tree.map_structure(any_batch_size, data))
-                    traced.append(True)
+                specs = tree.map_structure(any_batch_size, data)
+                kind = repr(tree.map_structure(lambda s: (type(s).__name__, s.dtype,
+                                                          s.shape.rank), specs))
+                if kind not in traced:
+                    function.get_concrete_function(specs)
+                    traced.add(kind)
                 return function(data)
 
             self.predict_function = predict_function
