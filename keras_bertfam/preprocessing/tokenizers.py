@@ -325,8 +325,12 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         )
 
     def _set_vocabulary_tf(self):
-        """keras-hub's tf-text tokenizer, from the cached model of this vocabulary."""
-        model = _wordpiece_model(self.vocabulary, self.suffix_indicator, self.oov_token)
+        """keras-hub's tf-text tokenizer, from the cached model of this vocabulary (keras-hub's
+        own construction where tf-text's model builder is not where 2.21 has it)."""
+        try:
+            model = _wordpiece_model(self.vocabulary, self.suffix_indicator, self.oov_token)
+        except ImportError:  # pragma: no cover - another tf-text layout
+            return super()._set_vocabulary_tf()
         self._fast_word_piece = tf_text.FastWordpieceTokenizer(
             model_buffer=tf.constant(np.frombuffer(model, np.uint8)),
             token_out_type=self.compute_dtype)
