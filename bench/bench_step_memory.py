@@ -46,6 +46,28 @@ CONFIGS = {
 B, T, P, V = 16, 128, 20, 30522
 
 
+def fixed_batch_and_task(config, dropout):
+    """The bench's fixed batch (B x T ids, P masked positions a row; keras-hub's preprocessed
+    format) and a compiled `MaskedLM` of `config` (also bench/kept_tensors.py's)."""
+    import keras
+    import numpy as np
+
+    import keras_bertfam as kb
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, V, (B, T)).astype("int32")
+    positions = np.sort(np.stack([rng.choice(np.arange(1, T - 1), P, replace=False)
+                                  for _ in range(B)]), 1).astype("int32")
+    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids),
+         "mask_positions": positions}
+    y, w = np.take_along_axis(ids, positions, 1), np.ones(positions.shape, "float32")
+    keras.utils.set_random_seed(0)
+    task = kb.tasks.MaskedLM(kb.models.BertBackbone(
+        V, dropout=dropout, max_sequence_length=512, **CONFIGS[config]), preprocessor=None)
+    task.compile()
+    return (x, y, w), task
+
+
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -100,26 +122,15 @@ def main():
     os.environ["KERAS_BACKEND"] = "tensorflow"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.path.join(HERE, ".."))
-    import keras
+    import keras  # noqa: F401 - the imports' RSS is measured before the task is built
     import numpy as np
 
-    import keras_bertfam as kb
+    import keras_bertfam  # noqa: F401
 
     if args.dropout_impl != "keras":
         swap_dropout(args.dropout_impl)
     imports = rss_mb()
-    rng = np.random.default_rng(0)
-    ids = rng.integers(1000, V, (B, T)).astype("int32")
-    positions = np.sort(np.stack([rng.choice(np.arange(1, T - 1), P, replace=False)
-                                  for _ in range(B)]), 1).astype("int32")
-    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids),
-         "mask_positions": positions}
-    y, w = np.take_along_axis(ids, positions, 1), np.ones(positions.shape, "float32")
-    keras.utils.set_random_seed(0)
-    task = kb.tasks.MaskedLM(kb.models.BertBackbone(
-        V, dropout=args.dropout, max_sequence_length=512, **CONFIGS[args.config]),
-        preprocessor=None)
-    task.compile()
+    (x, y, w), task = fixed_batch_and_task(args.config, args.dropout)
     built = rss_mb()
     cpu, wall, losses, peaks, tf_peaks, tf_held = [], [], [], [], [], []
     if args.allocator_peak:

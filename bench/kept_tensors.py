@@ -33,27 +33,14 @@ def main():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.path.join(HERE, ".."))
     sys.path.insert(0, HERE)
-    import keras
     import numpy as np
     import tensorflow as tf
 
-    import keras_bertfam as kb
-    from bench_step_memory import B, CONFIGS, P, T, V
+    from bench_step_memory import fixed_batch_and_task
 
-    rng = np.random.default_rng(0)
-    ids = rng.integers(1000, V, (B, T)).astype("int32")
-    positions = np.sort(np.stack([rng.choice(np.arange(1, T - 1), P, replace=False)
-                                  for _ in range(B)]), 1).astype("int32")
-    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids),
-         "mask_positions": positions}
-    y, w = np.take_along_axis(ids, positions, 1), np.ones(positions.shape, "float32")
-    keras.utils.set_random_seed(0)
-    task = kb.tasks.MaskedLM(kb.models.BertBackbone(
-        V, dropout=args.dropout, max_sequence_length=512, **CONFIGS[args.config]),
-        preprocessor=None)
-    task.compile()
+    data, task = fixed_batch_and_task(args.config, args.dropout)
+    x, y, w = data
     task.train_on_batch(x, y, sample_weight=w)  # builds the optimizer's variables
-    data = (x, y, w)
     graph = tf.function(task.train_step).get_concrete_function(
         tf.nest.map_structure(tf.convert_to_tensor, data)).graph
 
