@@ -4,7 +4,12 @@ import math
 import keras
 from keras import ops
 
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
+from keras_bertfam.layers.utils import (
+    clone_initializer,
+    serialize_initializer,
+    sublayer_kwargs,
+    zero_after,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -246,12 +251,9 @@ def dropout_attention_context(probs, v, dropout_layer):
             g = ops.transpose(upstream, (0, 2, 1, 3))  # (B, N, T, H)
             d_dropped = ops.matmul(g, ops.swapaxes(ops.transpose(val, (0, 2, 1, 3)), -1, -2))
             d_probs = ops.where(keep, _dropout_scale(d_dropped, dropout_layer), 0.0)
-            # The dropped probabilities again. Their zeros are read off the upstream gradient
-            # (0, or NaN where it is NaN): without that dependency a TensorFlow graph computes
-            # them as soon as probs and the mask exist, in the forward pass, and holds them.
-            first = ops.reshape(upstream, (-1,))[:1]
-            zero = ops.where(ops.equal(first, first), 0.0, first)
-            again = _dropout_scale(ops.where(keep, p, zero), dropout_layer)
+            # The dropped probabilities again, their zeros read off the upstream gradient
+            # (`zero_after`: else TensorFlow computes and holds them in the forward pass).
+            again = _dropout_scale(ops.where(keep, p, zero_after(upstream)), dropout_layer)
             d_v = ops.transpose(ops.matmul(ops.swapaxes(again, -1, -2), g), (0, 2, 1, 3))
             return d_probs, d_v
 

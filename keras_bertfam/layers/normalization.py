@@ -2,6 +2,8 @@
 import keras
 from keras import ops
 
+from keras_bertfam.layers.utils import zero_after
+
 
 def layer_norm_keeping_input(x, gamma, beta, epsilon):
     """`keras.ops.layer_normalization(x, gamma, beta, axis=-1, epsilon)`, the same output bit
@@ -40,13 +42,9 @@ def layer_norm_keeping_input(x, gamma, beta, epsilon):
             else:  # torch: grad(*saved inputs, upstream=...)
                 x_in = args[0]
             g = ops.cast(upstream, compute)
-            # The centred input is computed from the upstream gradient on (a zero read off its
-            # first element: 0, or NaN where it is NaN): without that dependency a TensorFlow
-            # graph computes it as soon as x and the mean exist, in the forward pass, and
-            # holds it until here.
-            first = ops.reshape(g, (-1,))[:1]
-            zero = ops.where(ops.equal(first, first), 0.0, first)
-            x_hat = (ops.cast(x_in, compute) - (mean + zero)) * rstd
+            # The centred input, rebuilt once the upstream gradient exists (`zero_after`: else
+            # TensorFlow computes and holds it in the forward pass).
+            x_hat = (ops.cast(x_in, compute) - (mean + zero_after(g))) * rstd
             batch_axes = tuple(range(len(g.shape) - 1))
             d_beta = ops.sum(g, axis=batch_axes)
             d_gamma = ops.sum(g * x_hat, axis=batch_axes)

@@ -47,6 +47,15 @@ def sublayer_kwargs(layer):
     return {"dtype": layer.dtype_policy}
 
 
+def zero_after(upstream):
+    """A [1] zero read off `upstream`'s first element (NaN where that element is NaN), for a
+    written-out gradient that rebuilds a forward tensor: with this dependency a TensorFlow graph
+    computes the tensor once the upstream gradient exists, in the backward pass; without it, as
+    soon as its forward inputs exist, in the forward pass, and holds it until the gradient."""
+    first = keras.ops.reshape(upstream, (-1,))[:1]
+    return keras.ops.where(keras.ops.equal(first, first), 0.0, first)
+
+
 def _check_positive(**values):
     for name, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
