@@ -644,14 +644,19 @@ class _Masker(SeededStage):
         """[B, T] bool -> ascending positions [B, P] int32 (zero padded), weights [B, P]."""
         return _positions_of(selected, self.mask_selection_length)
 
-    def _random_tokens(self, seed, shape):
+    def _random_token_draw(self, seed, shape):
+        """The random tokens' draw: (ids, None), or (indices into the pool, the pool)."""
         if self._random_pool is None:  # original BERT: the whole vocabulary, specials included
             return tf.random.stateless_uniform(
                 shape, seed, minval=0, maxval=self.vocabulary_size, dtype=tf.int32
-            )
+            ), None
         n = int(self._random_pool.shape[0])
         index = tf.random.stateless_uniform(shape, seed, minval=0, maxval=n, dtype=tf.int32)
-        return tf.gather(self._random_pool, index)
+        return index, self._random_pool
+
+    def _random_tokens(self, seed, shape):
+        draw, pool = self._random_token_draw(seed, shape)
+        return draw if pool is None else tf.gather(pool, draw)
 
     def _replace(self, ids, positions, weights, unit_u, seed):
         """80/10/10 at the gathered positions. Returns (masked ids [B, T], mask_ids [B, P])."""
@@ -1136,12 +1141,8 @@ class SpanMasker(_Masker):
         P = self.mask_selection_length
         len_u = tf.random.stateless_uniform([shape[0], 2 * P], seed_len, dtype=tf.float32)
         unit_u = tf.random.stateless_uniform(shape, seed_unit, dtype=tf.float32)
-        if self._unigram_cdf is None and self._random_pool is not None:
-            # `_Masker._random_tokens`' draw; its gather from the pool runs in the XLA function.
-            random_ids = tf.random.stateless_uniform(
-                [shape[0], P], seed_repl, minval=0, maxval=int(self._random_pool.shape[0]),
-                dtype=tf.int32)
-            pool = self._random_pool
+        if self._unigram_cdf is None:  # a pool's gather runs in the XLA function
+            random_ids, pool = self._random_token_draw(seed_repl, [shape[0], P])
         else:
             random_ids, pool = self._random_tokens(seed_repl, [shape[0], P]), None
         masked, positions, weights, mask_ids = _span_mask_xla(
