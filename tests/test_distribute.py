@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from tests.conftest import without_unused_imports
+from tests.conftest import NO_OP_STACKS, without_unused_imports
 
 # Only catches hangs: an order of magnitude above the idle time, so a busy machine does not fail
 # working code (idle, the slowest script here takes under 2 minutes).
@@ -49,10 +49,12 @@ def weights_of(task):
 '''
 
 
-# GRAPPLER_OFF: the TensorFlow scripts run without TensorFlow's graph optimizer, as the test
-# processes do (conftest): the mirrored process 71.6 -> 67.0 s of CPU (one A/B round, load ~6);
-# the multi-worker processes too, so that their weights and the mirrored process's one-device
-# reference come from the same kind of graph.
+# The TensorFlow scripts run without TensorFlow's graph optimizer and record no per-op Python
+# stacks, as the test processes do (conftest): Grappler off took the mirrored process from 71.6
+# to 67.0 s of CPU (one A/B round, load ~6); the multi-worker processes too, so that their
+# weights and the mirrored process's one-device reference come from the same kind of graph.
+TF_TEST_SETTINGS = ('tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})\n'
+                    + NO_OP_STACKS)
 
 
 def _run(script, env=None, args=(), unused=()):
@@ -97,8 +99,7 @@ MIRRORED = COMMON + r'''
 os.environ["KERAS_BACKEND"] = "tensorflow"
 import traceback
 import tensorflow as tf
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})  # GRAPPLER_OFF
-cpu = tf.config.list_physical_devices("CPU")[0]
+''' + TF_TEST_SETTINGS + r'''cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras, keras_bertfam as kb
 from keras_bertfam.cli import PRETRAINERS
@@ -250,8 +251,7 @@ os.environ["TF_CONFIG"] = json.dumps({
     "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
     "task": {"type": "worker", "index": index}})
 import tensorflow as tf
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})  # GRAPPLER_OFF
-import keras, keras_bertfam as kb
+''' + TF_TEST_SETTINGS + r'''import keras, keras_bertfam as kb
 strategy = kb.distribute.get_strategy("multi_worker")
 x, y = make_data(batch=8, steps=3)
 ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # 3 global batches of 8
