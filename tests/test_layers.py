@@ -186,12 +186,23 @@ def _value_and_grad(fn, x):
     return to_numpy(y.detach()), to_numpy(x.grad)
 
 
+def _gelu_and_slope_float64(x, approximate):
+    """gelu(x) and gelu'(x) in float64 (the forms' own formulas)."""
+    from math import erfc, exp, pi, sqrt, tanh
+
+    if approximate:
+        c = sqrt(2 / pi)
+        t = np.vectorize(tanh)(c * (x + 0.044715 * x ** 3))
+        return (0.5 * x * (1 + t),
+                0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x ** 2))
+    cdf = 0.5 * np.vectorize(erfc)(-x / sqrt(2))
+    return x * cdf, cdf + x * np.vectorize(exp)(-x ** 2 / 2) / sqrt(2 * pi)
+
+
 @pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
 def test_gelus_and_their_gradients_on_every_backend(approximate):
     """BERT's erf GELU and the tanh one (ALBERT's gelu_new): the output is Keras' own, bit for
     bit; the gradient (written out on TensorFlow, autodiff elsewhere) against float64."""
-    from math import erf, exp, pi, sqrt, tanh
-
     from keras_bertfam.layers.encoder import get_activation
 
     gelu = get_activation("gelu_approximate" if approximate else "gelu")
@@ -199,14 +210,7 @@ def test_gelus_and_their_gradients_on_every_backend(approximate):
     x = x.astype("float32").reshape(2, -1)
     y, grad = _value_and_grad(gelu, x)
     np.testing.assert_array_equal(y, to_numpy(keras.activations.gelu(x, approximate=approximate)))
-    x64 = x.astype("float64")
-    if approximate:
-        c = sqrt(2 / pi)
-        t = np.vectorize(tanh)(c * (x64 + 0.044715 * x64 ** 3))
-        expected = 0.5 * (1 + t) + 0.5 * x64 * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x64 ** 2)
-    else:
-        cdf = 0.5 * (1 + np.vectorize(erf)(x64 / sqrt(2)))
-        expected = cdf + x64 * np.vectorize(exp)(-x64 ** 2 / 2) / sqrt(2 * pi)
+    expected = _gelu_and_slope_float64(x.astype("float64"), approximate)[1]
     # float32 tanh is exactly -1 below x ~ -4.5, where the true slope is still ~-4e-6. JAX's
     # gradient is XLA's autodiff of Keras' formula: with XLA's CPU optimizations off (make test's
     # JAX flags), its tanh stops a few ulps short of -1 for x in ~[-7.7, -5], so 1 - t^2 is ~4e-7
@@ -573,3 +577,31 @@ def test_tied_logits_backward_makes_no_transposed_table_gradient():
 
     assert transposed_gradients(lambda x, t: ops.matmul(x, ops.transpose(t)))
     assert not transposed_gradients(tied_logits)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
+def test_gelu_and_slope_share_one_formula_with_keras_gelu(approximate, dtype):
+    """`_gelu_and_slope` (the GELUs' written-out gradients), with or without the [1] zero the
+    feed-forward's backward pass threads through it: its gelu(x) is `tf.nn.gelu`'s formula op
+    for op, the bits of Keras' GELU on TensorFlow; on every backend gelu(x) and the slope are
+    float64's within the dtype's rounding. (Torch's own erf GELU, `0.5·x·(1 + erf(x/√2))`, loses
+    the digits of 1 + erf for negative x: 2e-3 of gelu(-3.3) in float32, 0 below -5.9: not
+    compared here.)"""
+    from keras_bertfam.layers.encoder import _gelu_and_slope
+
+    x = np.concatenate([np.linspace(-12, 12, 481), np.random.RandomState(0).randn(499) * 3])
+    x = ops.cast(x.astype("float32").reshape(2, -1), dtype)
+    x64 = to_numpy(ops.cast(x, "float32")).astype("float64")
+    y64, slope64 = _gelu_and_slope_float64(x64, approximate)
+    eps = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
+    keras_gelu = to_numpy(ops.cast(keras.activations.gelu(x, approximate=approximate), "float32"))
+    for zero in (0.0, ops.zeros((1,), dtype)):
+        y, slope = (to_numpy(ops.cast(t, "float32")) for t in _gelu_and_slope(x, approximate, zero))
+        if keras.backend.backend() == "tensorflow":
+            np.testing.assert_array_equal(y, keras_gelu)
+        # (atol: for negative x both forms round gelu(x) ~ 0 with no relative accuracy, as
+        # Keras' do: 1 + tanh(u) cancels, float16's subnormals)
+        np.testing.assert_allclose(y, y64, rtol=8 * eps, atol=8 * eps)
+        # (float32 tanh is exactly -1 below x ~ -4.5, where the tanh form's slope is ~-4e-6)
+        np.testing.assert_allclose(slope, slope64, rtol=0, atol=max(8 * eps, 5e-6))

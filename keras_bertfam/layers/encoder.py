@@ -26,8 +26,9 @@ SHARE_MODES = ("none", "all", "attention", "ffn")
 
 
 def _keeping_its_input(forward, derivative):
-    """`forward` with its gradient `upstream * derivative(x)` computed from x alone in the
-    backward pass (as torch's activations): the output is `forward`'s, bit for bit."""
+    """`forward` with its gradient `upstream * derivative(x)` written out from x (as torch's
+    activations): the output is `forward`'s, bit for bit. One tensor of x's size is kept for the
+    backward pass: in a TensorFlow graph the derivative, computed as soon as x exists."""
 
     @ops.custom_gradient
     def activation(x):
@@ -42,25 +43,41 @@ def _keeping_its_input(forward, derivative):
     return activation
 
 
-def _erf_gelu_derivative(x):
-    cdf = 0.5 * (1.0 + ops.erf(x * 0.7071067811865476))  # Φ(x)
-    return cdf + x * 0.3989422804014327 * ops.exp(-0.5 * ops.square(x))  # + x·φ(x)
+def _gelu_and_slope(x, approximate, zero=0.0):
+    """gelu(x) and its derivative, from x, sharing Φ(x) (the tanh form: its tanh). gelu(x) is
+    `tf.nn.gelu`'s formula, op for op: on TensorFlow the bits of Keras' GELU.
 
-
-def _tanh_gelu_derivative(x):
-    c = 0.7978845608028654  # √(2/π)
-    t = ops.tanh(c * (x + 0.044715 * x * x * x))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x)
+    `zero` (0, or `zero_after`'s [1] zero) enters every op that reads x alone (`0.5·x`,
+    `-x/√2`, `x³`), through the op's constant (no extra op of x's size), so that in a TensorFlow
+    graph every op here runs once `zero`'s tensor exists.
+    """
+    half_x = x * (0.5 + zero)
+    if approximate:
+        c, k = 0.7978845608028654, 0.044715  # √(2/π); the cubic's coefficient
+        t = ops.tanh(c * (x + k * x ** (3.0 + zero)))
+        one_plus_t = 1.0 + t
+        y = half_x * one_plus_t
+        # d/dx 0.5·x·(1 + tanh(u)), u = c·(x + k·x³): 0.5·(1 + t) + 0.5·x·(1 - t²)·c·(1 + 3k·x²)
+        slope = 0.5 * one_plus_t + half_x * (1.0 - t * t) * (c * (1.0 + (6 * k) * (x * half_x)))
+        return y, slope
+    minus_x_over_root2 = x * (zero - 0.7071067811865476)  # tf.nn.gelu's -x·(1/√2), same bits
+    two_cdf = ops.erfc(minus_x_over_root2)  # 2Φ(x)
+    y = half_x * two_cdf
+    # Φ(x) + x·φ(x), x·φ(x) = (x/2)·√(2/π)·exp(-x²/2) = (x/2)·exp(ln √(2/π) - x²/2)
+    slope = 0.5 * two_cdf + half_x * ops.exp(
+        -0.2257913526447274 - minus_x_over_root2 * minus_x_over_root2)
+    return y, slope
 
 
 # On TensorFlow the GELUs' gradients are written out: autodiff through `tf.nn.gelu`'s formula
-# keeps its intermediates (x/√2, 0.5x, 1 + erf; more for the tanh form), each of the
+# keeps its intermediates (x/√2, 0.5x, erfc(...); more for the tanh form), each of the
 # feed-forward's [B, T, intermediate_dim] size, alive from the forward pass to the backward one:
-# ~0.6 GB of a BERT-base step's peak at 16 x 128. Torch's GELU keeps only x; XLA (JAX) fuses it.
+# ~0.6 GB of a BERT-base step's peak at 16 x 128. Written out, one tensor of that size is kept
+# (the derivative). Torch's GELU keeps only x; XLA (JAX) fuses it.
 _TF_GELU = {
     approximate: _keeping_its_input(
         lambda x, a=approximate: keras.activations.gelu(x, approximate=a),
-        _tanh_gelu_derivative if approximate else _erf_gelu_derivative)
+        lambda x, a=approximate: _gelu_and_slope(x, a)[1])
     for approximate in (False, True)
 }
 
