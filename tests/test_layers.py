@@ -186,12 +186,23 @@ def _value_and_grad(fn, x):
     return to_numpy(y.detach()), to_numpy(x.grad)
 
 
+def _gelu_and_slope_float64(x, approximate):
+    """gelu(x) and gelu'(x) in float64 (the forms' own formulas)."""
+    from math import erfc, exp, pi, sqrt, tanh
+
+    if approximate:
+        c = sqrt(2 / pi)
+        t = np.vectorize(tanh)(c * (x + 0.044715 * x ** 3))
+        return (0.5 * x * (1 + t),
+                0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x ** 2))
+    cdf = 0.5 * np.vectorize(erfc)(-x / sqrt(2))
+    return x * cdf, cdf + x * np.vectorize(exp)(-x ** 2 / 2) / sqrt(2 * pi)
+
+
 @pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
 def test_gelus_and_their_gradients_on_every_backend(approximate):
     """BERT's erf GELU and the tanh one (ALBERT's gelu_new): the output is Keras' own, bit for
     bit; the gradient (written out on TensorFlow, autodiff elsewhere) against float64."""
-    from math import erf, exp, pi, sqrt, tanh
-
     from keras_bertfam.layers.encoder import get_activation
 
     gelu = get_activation("gelu_approximate" if approximate else "gelu")
@@ -199,14 +210,7 @@ def test_gelus_and_their_gradients_on_every_backend(approximate):
     x = x.astype("float32").reshape(2, -1)
     y, grad = _value_and_grad(gelu, x)
     np.testing.assert_array_equal(y, to_numpy(keras.activations.gelu(x, approximate=approximate)))
-    x64 = x.astype("float64")
-    if approximate:
-        c = sqrt(2 / pi)
-        t = np.vectorize(tanh)(c * (x64 + 0.044715 * x64 ** 3))
-        expected = 0.5 * (1 + t) + 0.5 * x64 * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x64 ** 2)
-    else:
-        cdf = 0.5 * (1 + np.vectorize(erf)(x64 / sqrt(2)))
-        expected = cdf + x64 * np.vectorize(exp)(-x64 ** 2 / 2) / sqrt(2 * pi)
+    expected = _gelu_and_slope_float64(x.astype("float64"), approximate)[1]
     # float32 tanh is exactly -1 below x ~ -4.5, where the true slope is still ~-4e-6. JAX's
     # gradient is XLA's autodiff of Keras' formula: with XLA's CPU optimizations off (make test's
     # JAX flags), its tanh stops a few ulps short of -1 for x in ~[-7.7, -5], so 1 - t^2 is ~4e-7
@@ -573,3 +577,196 @@ def test_tied_logits_backward_makes_no_transposed_table_gradient():
 
     assert transposed_gradients(lambda x, t: ops.matmul(x, ops.transpose(t)))
     assert not transposed_gradients(tied_logits)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
+def test_gelu_and_slope_share_one_formula_with_keras_gelu(approximate, dtype):
+    """`_gelu_and_slope` (the GELUs' written-out gradients), with or without the [1] zero the
+    feed-forward's backward pass threads through it: its gelu(x) is `tf.nn.gelu`'s formula op
+    for op, the bits of Keras' GELU on TensorFlow; on every backend gelu(x) and the slope are
+    float64's within the dtype's rounding. (Torch's own erf GELU, `0.5·x·(1 + erf(x/√2))`, loses
+    the digits of 1 + erf for negative x: 2e-3 of gelu(-3.3) in float32, 0 below -5.9: not
+    compared here.)"""
+    from keras_bertfam.layers.encoder import _gelu_and_slope
+
+    x = np.concatenate([np.linspace(-12, 12, 481), np.random.RandomState(0).randn(499) * 3])
+    x = ops.cast(x.astype("float32").reshape(2, -1), dtype)
+    x64 = to_numpy(ops.cast(x, "float32")).astype("float64")
+    y64, slope64 = _gelu_and_slope_float64(x64, approximate)
+    eps = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
+    keras_gelu = to_numpy(ops.cast(keras.activations.gelu(x, approximate=approximate), "float32"))
+    for zero in (0.0, ops.zeros((1,), dtype)):
+        y, slope = (to_numpy(ops.cast(t, "float32")) for t in _gelu_and_slope(x, approximate, zero))
+        if keras.backend.backend() == "tensorflow":
+            np.testing.assert_array_equal(y, keras_gelu)
+        # (atol: for negative x both forms round gelu(x) ~ 0 with no relative accuracy, as
+        # Keras' do: 1 + tanh(u) cancels, float16's subnormals)
+        np.testing.assert_allclose(y, y64, rtol=8 * eps, atol=8 * eps)
+        # (float32 tanh is exactly -1 below x ~ -4.5, where the tanh form's slope is ~-4e-6)
+        np.testing.assert_allclose(slope, slope64, rtol=0, atol=max(8 * eps, 5e-6))
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
+def test_gelu_dense_keeping_input_is_gelu_then_dense(approximate, policy):
+    """`gelu_dense_keeping_input` (the feed-forward's second half on TensorFlow) against plain
+    autodiff through Keras' GELU and `matmul(·, kernel) + bias` (Keras' Dense's call): the same
+    output bit for bit, the gradients with respect to x, the kernel and the bias within the
+    compute dtype's rounding (float32: 1e-6 of the largest), on every backend."""
+    from keras_bertfam.layers.encoder import gelu_dense_keeping_input
+
+    rng = np.random.RandomState(0)
+    b, t, f, h = 2, 5, 24, 8
+    x = (2 * rng.randn(b, t, f)).astype("float32")
+    kernel = (0.3 * rng.randn(f, h)).astype("float32")
+    bias = rng.randn(h).astype("float32")
+    upstream = rng.randn(b, t, h).astype("float32")
+    compute = keras.mixed_precision.DTypePolicy(policy).compute_dtype
+
+    def run(ours):
+        def fn(x, kernel, bias):
+            x, kernel, bias = (ops.cast(v, compute) for v in (x, kernel, bias))
+            if ours:
+                return gelu_dense_keeping_input(x, kernel, bias, approximate)
+            y = keras.activations.gelu(x, approximate=approximate)
+            return ops.add(ops.matmul(y, kernel), bias)
+
+        return _outputs_and_grads(fn, [x, kernel, bias], upstream)
+
+    plain, ours = run(False), run(True)
+    np.testing.assert_array_equal(ours[0], plain[0], err_msg="output")
+    eps = {"float32": 2.0 ** -23, "mixed_float16": 2.0 ** -10, "mixed_bfloat16": 2.0 ** -7}[policy]
+    for name, want, got in zip(["d x", "d kernel", "d bias"], plain[1:], ours[1:]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=8 * eps * np.abs(want).max(),
+                                   err_msg=name)
+
+
+def _feedforward_pair(activation, policy, seed=0):
+    """A FeedForwardSublayer and a reference one computing `output(act(intermediate(h)))` with
+    Keras' own layers and activation (plain autodiff), the same weights."""
+    from keras_bertfam.layers.encoder import FeedForwardSublayer
+
+    keras_activation = {
+        "gelu": lambda x: keras.activations.gelu(x, approximate=False),
+        "gelu_approximate": lambda x: keras.activations.gelu(x, approximate=True),
+    }.get(activation, activation)
+    layers = [FeedForwardSublayer(8, 24, activation=a, dtype=policy)
+              for a in (activation, keras_activation)]
+    rng = np.random.RandomState(seed)
+    for layer in layers:
+        layer.build((2, 5, 8))
+    weights = [(0.5 * rng.randn(*w.shape)).astype("float32") for w in layers[0].weights]
+    for layer in layers:
+        layer.set_weights(weights)
+    return layers
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_approximate"])
+def test_feedforward_gelu_path_is_keras_dense_gelu_dense(activation, policy, monkeypatch):
+    """The feed-forward sublayer with the GELU (on TensorFlow `gelu_dense_keeping_input`, on
+    JAX and torch the layers' own calls) against Keras' Dense, GELU, Dense (and the same
+    LayerNorm): the same output bit for bit; the gradients with respect to the input and every
+    weight (both kernels, both biases, the LayerNorm's) within the compute dtype's rounding."""
+    from keras_bertfam.layers import encoder
+
+    calls = []
+    fused = encoder.gelu_dense_keeping_input
+    monkeypatch.setattr(encoder, "gelu_dense_keeping_input",
+                        lambda *args: calls.append(1) or fused(*args))
+    ours, reference = _feedforward_pair(activation, policy)
+    compute = ours.compute_dtype
+    rng = np.random.RandomState(1)
+    x, upstream = rng.randn(2, 5, 8).astype("float32"), rng.randn(2, 5, 8).astype("float32")
+    values = [to_numpy(w) for w in ours.trainable_variables]
+
+    def run(layer):
+        def fn(x, *weights):
+            outputs, _ = layer.stateless_call(weights, [], ops.cast(x, compute), training=True)
+            return outputs
+
+        return _outputs_and_grads(fn, [x, *values], upstream)
+
+    plain, got = run(reference), run(ours)
+    assert len(calls) == (1 if keras.backend.backend() == "tensorflow" else 0)
+    np.testing.assert_array_equal(got[0], plain[0], err_msg="output")
+    eps = {"float32": 2.0 ** -23, "mixed_float16": 2.0 ** -10, "mixed_bfloat16": 2.0 ** -7}[policy]
+    names = ["d x"] + [w.path for w in ours.trainable_variables]
+    for name, want, have in zip(names, plain[1:], got[1:]):
+        np.testing.assert_allclose(have, want, rtol=0, atol=8 * eps * np.abs(want).max(),
+                                   err_msg=name)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="TensorFlow's autodiff is what keeps the GELU's output")
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_feedforward_keeps_the_gelus_input_not_its_output(policy, monkeypatch):
+    """A train step's gradient of the feed-forward sublayer (the input and every weight) reads
+    one tensor of the intermediate size from the forward pass: the GELU's input x (its
+    derivative and gelu(x) are computed from x in the backward pass). The plain path (the
+    GELU's written-out gradient, then Keras' Dense) keeps two: the GELU's derivative and its
+    output gelu(x), for the output kernel's gradient (24 MB each a layer at BERT-base)."""
+    import tensorflow as tf
+
+    from keras_bertfam.layers import encoder
+
+    def kept(layer):
+        x = tf.TensorSpec((2, 5, 8))
+
+        @tf.function
+        def grad(x, upstream):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=True)
+            return tape.gradient(y, [x, *layer.trainable_variables], output_gradients=upstream)
+
+        graph = grad.get_concrete_function(x, tf.TensorSpec((2, 5, 8), layer.compute_dtype)).graph
+        backward, todo = set(), [graph.inputs[1].op]
+        while todo:
+            op = todo.pop()
+            if op not in backward:
+                backward.add(op)
+                todo.extend(c for out in op.outputs for c in out.consumers())
+                todo.extend(op._control_outputs)
+
+        def buffer(t):  # the tensor whose buffer a Reshape chain shares
+            while t.op.type in ("Reshape", "Identity"):
+                t = t.op.inputs[0]
+            return t
+
+        return sorted({buffer(t).name for op in backward for t in op.inputs
+                       if t.op not in backward and t.shape.num_elements() == 2 * 5 * 24})
+
+    layer, _ = _feedforward_pair("gelu", policy)
+    ours = kept(layer)
+    assert len(ours) == 1 and "intermediate" in ours[0], ours  # x: the intermediate Dense's
+    monkeypatch.setattr(encoder, "_is_plain_dense", lambda dense, x: False)
+    plain = kept(_feedforward_pair("gelu", policy)[0])
+    assert len(plain) == 2, plain
+
+
+@pytest.mark.parametrize("fallback", ["relu", "lora", "int8"])
+def test_feedforward_falls_back_to_keras_layers(fallback, monkeypatch):
+    """Another activation than the GELU, a LoRA-enabled or a quantized output Dense: the
+    feed-forward is the layers' own calls (no written-out path), Keras' numbers bit for bit."""
+    from keras_bertfam.layers import encoder
+
+    calls = []
+    monkeypatch.setattr(encoder, "gelu_dense_keeping_input", lambda *args: calls.append(1))
+    layer, _ = _feedforward_pair("relu" if fallback == "relu" else "gelu", "float32")
+    dense = layer.output_dense
+    if fallback == "lora":
+        dense.enable_lora(2)
+        dense.lora_kernel_b.assign(np.random.RandomState(2).randn(2, 8).astype("float32"))
+    elif fallback == "int8":
+        dense.quantize("int8")
+    x = ops.convert_to_tensor(_x(2, 5, 8))
+    expected = to_numpy(layer.layer_norm(
+        x + dense(layer.activation(layer.intermediate_dense(x)))))
+    np.testing.assert_array_equal(to_numpy(layer(x)), expected)
+    assert not calls
+    if fallback == "lora":  # the LoRA update is not 0: the check above sees it
+        plain = ops.add(ops.matmul(layer.activation(layer.intermediate_dense(x)),
+                                   dense._kernel), dense.bias)
+        assert not np.allclose(to_numpy(layer.layer_norm(x + plain)), expected)

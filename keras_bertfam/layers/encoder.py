@@ -20,14 +20,16 @@ from keras_bertfam.layers.utils import (
     clone_initializer,
     serialize_initializer,
     sublayer_kwargs,
+    zero_after,
 )
 
 SHARE_MODES = ("none", "all", "attention", "ffn")
 
 
 def _keeping_its_input(forward, derivative):
-    """`forward` with its gradient `upstream * derivative(x)` computed from x alone in the
-    backward pass (as torch's activations): the output is `forward`'s, bit for bit."""
+    """`forward` with its gradient `upstream * derivative(x)` written out from x (as torch's
+    activations): the output is `forward`'s, bit for bit. One tensor of x's size is kept for the
+    backward pass: in a TensorFlow graph the derivative, computed as soon as x exists."""
 
     @ops.custom_gradient
     def activation(x):
@@ -42,27 +44,103 @@ def _keeping_its_input(forward, derivative):
     return activation
 
 
-def _erf_gelu_derivative(x):
-    cdf = 0.5 * (1.0 + ops.erf(x * 0.7071067811865476))  # Φ(x)
-    return cdf + x * 0.3989422804014327 * ops.exp(-0.5 * ops.square(x))  # + x·φ(x)
+def _gelu_and_slope(x, approximate, zero=0.0):
+    """gelu(x) and its derivative, from x, sharing Φ(x) (the tanh form: its tanh). gelu(x) is
+    `tf.nn.gelu`'s formula, op for op: on TensorFlow the bits of Keras' GELU.
 
-
-def _tanh_gelu_derivative(x):
-    c = 0.7978845608028654  # √(2/π)
-    t = ops.tanh(c * (x + 0.044715 * x * x * x))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x)
+    `zero` (0, or `zero_after`'s [1] zero) enters every op that reads x alone (`0.5·x`,
+    `-x/√2`, `x³`), through the op's constant (no extra op of x's size), so that in a TensorFlow
+    graph every op here runs once `zero`'s tensor exists.
+    """
+    half_x = x * (0.5 + zero)
+    if approximate:
+        c, k = 0.7978845608028654, 0.044715  # √(2/π); the cubic's coefficient
+        t = ops.tanh(c * (x + k * x ** (3.0 + zero)))
+        one_plus_t = 1.0 + t
+        y = half_x * one_plus_t
+        # d/dx 0.5·x·(1 + tanh(u)), u = c·(x + k·x³): 0.5·(1 + t) + 0.5·x·(1 - t²)·c·(1 + 3k·x²)
+        slope = 0.5 * one_plus_t + half_x * (1.0 - t * t) * (c * (1.0 + (6 * k) * (x * half_x)))
+        return y, slope
+    minus_x_over_root2 = x * (zero - 0.7071067811865476)  # tf.nn.gelu's -x·(1/√2), same bits
+    two_cdf = ops.erfc(minus_x_over_root2)  # 2Φ(x)
+    y = half_x * two_cdf
+    # Φ(x) + x·φ(x), x·φ(x) = (x/2)·√(2/π)·exp(-x²/2) = (x/2)·exp(ln √(2/π) - x²/2)
+    slope = 0.5 * two_cdf + half_x * ops.exp(
+        -0.2257913526447274 - minus_x_over_root2 * minus_x_over_root2)
+    return y, slope
 
 
 # On TensorFlow the GELUs' gradients are written out: autodiff through `tf.nn.gelu`'s formula
-# keeps its intermediates (x/√2, 0.5x, 1 + erf; more for the tanh form), each of the
+# keeps its intermediates (x/√2, 0.5x, erfc(...); more for the tanh form), each of the
 # feed-forward's [B, T, intermediate_dim] size, alive from the forward pass to the backward one:
-# ~0.6 GB of a BERT-base step's peak at 16 x 128. Torch's GELU keeps only x; XLA (JAX) fuses it.
+# ~0.6 GB of a BERT-base step's peak at 16 x 128. Written out, one tensor of that size is kept
+# (the derivative; the feed-forward's `gelu_dense_keeping_input` keeps x and recomputes the GELU's
+# output too). Torch's GELU keeps only x; XLA (JAX) fuses it.
 _TF_GELU = {
     approximate: _keeping_its_input(
         lambda x, a=approximate: keras.activations.gelu(x, approximate=a),
-        _tanh_gelu_derivative if approximate else _erf_gelu_derivative)
+        lambda x, a=approximate: _gelu_and_slope(x, a)[1])
     for approximate in (False, True)
 }
+
+
+def gelu_dense_keeping_input(x, kernel, bias, approximate=False):
+    """`ops.add(ops.matmul(gelu(x), kernel), bias)` (Keras' GELU, then Keras' Dense's call on its
+    output), the same output bit for bit (the same ops in the same order), with the gradient
+    written out from x and the kernel: x (..., F), kernel (F, H), bias (H,), one dtype.
+
+    TensorFlow's autodiff keeps two tensors of x's size from the forward pass to the backward
+    one, the GELU's derivative (or x) for the GELU's gradient and gelu(x) for the kernel's (24 MB
+    each a layer at BERT-base 16 x 128). Here only x is kept: the backward pass recomputes gelu(x)
+    with the derivative, which computes Φ(x) anyway (one multiplication more), once the
+    upstream gradient g exists (`zero_after`: else a TensorFlow graph computes and holds it in the
+    forward pass). With y = gelu(x), sums over every axis but the last:
+
+        d_kernel = Σ yᵀg;  d_bias = Σ g;  dx = (g · kernelᵀ) · gelu'(x)
+
+    equal to autodiff's within float32 rounding (tested on TensorFlow, JAX and torch).
+    """
+
+    @ops.custom_gradient
+    def gelu_dense(x, kernel, bias):
+        # stop_gradient: an eager TensorFlow tape would otherwise record the forward ops too,
+        # and hold their intermediates (gelu(x)) until the gradient.
+        y = keras.activations.gelu(ops.stop_gradient(x), approximate=approximate)
+        out = ops.add(ops.matmul(y, ops.stop_gradient(kernel)), ops.stop_gradient(bias))
+
+        def grad(*args, upstream=None):
+            if upstream is None:  # TensorFlow, JAX: grad(upstream)
+                (upstream,) = args
+                x_in, kernel_in = x, kernel
+            else:  # torch: grad(*saved inputs, upstream=...)
+                x_in, kernel_in = args[0], args[1]
+            units, width = kernel_in.shape
+            y, slope = _gelu_and_slope(x_in, approximate, zero_after(upstream))
+            rows = ops.reshape(upstream, (-1, width))  # (N, H)
+            d_kernel = _matmul_2d(ops.reshape(y, (-1, units)), rows, transpose_a=True)  # (F, H)
+            # In float32 at least, as BiasAdd's gradient (Keras' ops.add of a bias on TF) sums.
+            total = keras.backend.result_type(upstream.dtype, "float32")
+            d_bias = ops.cast(ops.sum(ops.cast(rows, total), axis=0), upstream.dtype)
+            d_y = _matmul_2d(rows, kernel_in, transpose_b=True)  # (N, F)
+            return ops.reshape(d_y, ops.shape(x_in)) * slope, d_kernel, d_bias
+
+        return out, grad
+
+    return gelu_dense(x, kernel, bias)
+
+
+def _matmul_2d(a, b, transpose_a=False, transpose_b=False):
+    """`ops.matmul` of two matrices, either transposed first. On TensorFlow its MatMul's own
+    flags (as its autodiff's matmuls): Grappler folds a transpose into the matmul's b but not its
+    a (a 24 MB transpose of gelu(x) a layer at BERT-base), and without Grappler (tests, eager) a
+    transpose of the kernel alone would be computed in the forward pass and held. Elsewhere
+    `ops.transpose` (torch's is a view, XLA fuses it)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    return ops.matmul(ops.transpose(a) if transpose_a else a,
+                      ops.transpose(b) if transpose_b else b)
 
 
 def gelu_exact(x):
@@ -77,6 +155,10 @@ def gelu_approximate(x):
     if keras.backend.backend() == "tensorflow":
         return _TF_GELU[True](x)
     return keras.activations.gelu(x, approximate=True)
+
+
+# Our GELUs -> their `approximate` (the feed-forward's written-out GELU + Dense).
+_GELU_FORM = {gelu_exact: False, gelu_approximate: True}
 
 
 def get_activation(activation):
@@ -173,7 +255,14 @@ class AttentionSublayer(_Residual):
 
 
 class FeedForwardSublayer(_Residual):
-    """Residual position-wise MLP: `LN(x + dropout(W2 act(W1 x)))`."""
+    """Residual position-wise MLP: `LN(x + dropout(W2 act(W1 x)))`.
+
+    On TensorFlow, with the GELU (exact or tanh) and a plain float output Dense (Keras' `Dense`
+    with a bias, no LoRA, not quantized), `W2 gelu(·)` is one written-out gradient,
+    `gelu_dense_keeping_input`: the same outputs bit for bit, and the backward pass keeps the
+    GELU's input only, not its output too (24 MB less a layer at BERT-base 16 x 128). Otherwise,
+    and on JAX and torch, it is the Dense layers' and the activation's own calls.
+    """
 
     def __init__(
         self,
@@ -204,8 +293,39 @@ class FeedForwardSublayer(_Residual):
         self.built = True
 
     def call(self, x, training=False):
-        mlp = lambda h: self.output_dense(self.activation(self.intermediate_dense(h)))
-        return self.residual(x, mlp, training)
+        return self.residual(x, self._mlp, training)
+
+    def _mlp(self, h):
+        inner = self.intermediate_dense(h)
+        approximate = _GELU_FORM.get(self.activation)
+        dense = self.output_dense
+        if (approximate is None or keras.backend.backend() != "tensorflow"
+                or not _is_plain_dense(dense, inner)):
+            return dense(self.activation(inner))
+        with keras.name_scope(dense.name):
+            # The weights' values as Dense's call reads them (in its compute dtype; a custom
+            # gradient must not read variables itself).
+            kernel, bias = (ops.cast(w, dense.compute_dtype) for w in (dense.kernel, dense.bias))
+            return gelu_dense_keeping_input(inner, kernel, bias, approximate)
+
+
+def _is_plain_dense(dense, x):
+    """Whether `dense(x)` is `ops.add(ops.matmul(x, kernel), bias)` with the kernel and bias in
+    x's dtype, nothing else: Keras' own Dense, built, with a bias, no activation or activity
+    regularizer, no LoRA, not quantized, computing in x's dtype, its variables autocast to it
+    (or already of it)."""
+    return (
+        type(dense) is keras.layers.Dense
+        and dense.built
+        and dense.use_bias
+        and dense.bias is not None
+        and dense.activation is keras.activations.linear
+        and dense.activity_regularizer is None
+        and not dense.lora_enabled
+        and dense.quantization_mode is None
+        and keras.backend.standardize_dtype(x.dtype) == dense.compute_dtype
+        and (dense.autocast or dense.variable_dtype == dense.compute_dtype)
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
