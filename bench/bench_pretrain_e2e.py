@@ -36,10 +36,14 @@ Measured per peer (each in its own subprocess, one after the other, in the same 
   and the input pipeline's): the input's share of the CPU, which another process's load
   barely moves. `--laps` prints every timed step.
 * pipeline alone: batches/s of the input pipeline with no model.
-* peak RSS of the process (`ru_maxrss`), and the RSS after imports (libraries alone).
+* peak RSS of the process (`ru_maxrss`), and the RSS after imports (libraries alone). In this
+  repository's dev environment `import tensorflow` also imports JAX (and Keras scikit-learn,
+  pandas, matplotlib): ~260 MB a user's install does not have; `--user-install` leaves them out
+  of ours' and keras-hub's processes.
 
 Usage: python bench/bench_pretrain_e2e.py [--configs mini,base] [--peers ...] [--batch 16]
        [--steps 20] [--base-steps 3] [--warmup 3] [--rounds 4] [--base-rounds 1] [--laps]
+       [--user-install]
 Not a test: numbers depend on the machine and its load (printed).
 """
 import argparse
@@ -347,8 +351,16 @@ def hf_peer(cfg, args):
 # === Driver ===
 
 
+# What `pip install keras-bertfam` does not install but this repository's dev environment has (for
+# the JAX backend's tests, kb.analysis' plots): `import tensorflow` imports JAX when it is
+# installed (TFLite), Keras scikit-learn, pandas and matplotlib (its wrappers and plots).
+DEV_ONLY = ("jax", "jaxlib", "sklearn", "pandas", "matplotlib")
+
+
 def child(args):
     cfg = CONFIGS[args.config]
+    if args.user_install and args.peer != "hf":
+        sys.modules.update(dict.fromkeys(DEV_ONLY))  # each import of them fails: not installed
     if args.peer == "hf":
         result = hf_peer(cfg, args)
     else:
@@ -377,6 +389,9 @@ def main():
                              "(keras-hub's)")
     parser.add_argument("--jit-compile", default="auto",
                         help="Keras peers' compile(jit_compile=...): auto | true")
+    parser.add_argument("--user-install", action="store_true",
+                        help="ours and keras-hub without the dev environment's packages a user's "
+                             "install lacks (DEV_ONLY): the imports' RSS a user's process has")
     parser.add_argument("--laps", action="store_true",
                         help="print every timed step's time (ms), per round and side")
     parser.add_argument("--peer", help=argparse.SUPPRESS)
@@ -400,7 +415,8 @@ def main():
                    str(rounds), "--group-batches", str(args.group_batches), "--batch",
                    str(args.batch), "--docs", str(args.docs),
                    "--pipe-batches", str(args.pipe_batches), "--activation", args.activation,
-                   "--jit-compile", str(args.jit_compile).lower()]
+                   "--jit-compile", str(args.jit_compile).lower()] + (
+                       ["--user-install"] if args.user_install else [])
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
             start = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
