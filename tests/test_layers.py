@@ -328,6 +328,19 @@ def test_dropout_attention_context_is_einsum_of_dropout(policy, seeded):
     assert np.abs(plain[0] - undropped).max() > 0.1
 
 
+def _backward_ops(upstream):
+    """A TensorFlow graph's backward pass: the ops downstream of the `upstream` gradient
+    placeholder (control edges included: e.g. a gradient op under a control dependency)."""
+    backward, todo = set(), [upstream.op]
+    while todo:
+        op = todo.pop()
+        if op not in backward:
+            backward.add(op)
+            todo.extend(c for out in op.outputs for c in out.consumers())
+            todo.extend(op._control_outputs)
+    return backward
+
+
 def _prob_sized_tensors_kept(fn, x, shape):
     """The tensors of `shape` that fn's backward pass reads from its forward pass, as sorted
     (dtype, description) pairs: in TensorFlow's graph (the gradient's ops: those downstream of
@@ -344,13 +357,7 @@ def _prob_sized_tensors_kept(fn, x, shape):
             return tape.gradient(y, x, output_gradients=upstream)
 
         graph = grad.get_concrete_function(tf.TensorSpec(x.shape), tf.TensorSpec(x.shape)).graph
-        backward, todo = set(), [graph.inputs[1].op]
-        while todo:
-            op = todo.pop()
-            if op not in backward:
-                backward.add(op)
-                todo.extend(c for out in op.outputs for c in out.consumers())
-                todo.extend(op._control_outputs)  # e.g. a gradient op under a control dependency
+        backward = _backward_ops(graph.inputs[1])
         return sorted({(t.dtype.name, t.name) for op in backward for t in op.inputs
                        if t.op not in backward and tuple(t.shape) == shape})
     if backend == "jax":
@@ -728,13 +735,7 @@ def test_feedforward_keeps_the_gelus_input_not_its_output(policy, monkeypatch):
             return tape.gradient(y, [x, *layer.trainable_variables], output_gradients=upstream)
 
         graph = grad.get_concrete_function(x, tf.TensorSpec((2, 5, 8), layer.compute_dtype)).graph
-        backward, todo = set(), [graph.inputs[1].op]
-        while todo:
-            op = todo.pop()
-            if op not in backward:
-                backward.add(op)
-                todo.extend(c for out in op.outputs for c in out.consumers())
-                todo.extend(op._control_outputs)
+        backward = _backward_ops(graph.inputs[1])
 
         def buffer(t):  # the tensor whose buffer a Reshape chain shares
             while t.op.type in ("Reshape", "Identity"):
