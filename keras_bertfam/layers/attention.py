@@ -8,6 +8,7 @@ from keras_bertfam.layers.utils import (
     clone_initializer,
     serialize_initializer,
     sublayer_kwargs,
+    upstream_of,
     zero_after,
 )
 
@@ -240,20 +241,16 @@ def dropout_attention_context(probs, v, dropout_layer):
         context = ops.einsum("bnts,bsnh->btnh", forward_only[0], ops.stop_gradient(v))
 
         def grad(*args, upstream=None):
-            if upstream is None:  # TensorFlow, JAX: grad(upstream)
-                (upstream,) = args
-                p, val = probs, v
-            else:  # torch: grad(*saved inputs, upstream=...)
-                p, val = args
+            upstream = upstream_of(args, upstream)
             # As matmuls with transposed operands (which TensorFlow folds into the matmul):
             # a generic einsum for d_v (transposing the (B, N, T, S) operand) cost ~6 ms more
             # a BERT-base layer.
             g = ops.transpose(upstream, (0, 2, 1, 3))  # (B, N, T, H)
-            d_dropped = ops.matmul(g, ops.swapaxes(ops.transpose(val, (0, 2, 1, 3)), -1, -2))
+            d_dropped = ops.matmul(g, ops.swapaxes(ops.transpose(v, (0, 2, 1, 3)), -1, -2))
             d_probs = ops.where(keep, _dropout_scale(d_dropped, dropout_layer), 0.0)
             # The dropped probabilities again, their zeros read off the upstream gradient
             # (`zero_after`: else TensorFlow computes and holds them in the forward pass).
-            again = _dropout_scale(ops.where(keep, p, zero_after(upstream)), dropout_layer)
+            again = _dropout_scale(ops.where(keep, probs, zero_after(upstream)), dropout_layer)
             d_v = ops.transpose(ops.matmul(ops.swapaxes(again, -1, -2), g), (0, 2, 1, 3))
             return d_probs, d_v
 

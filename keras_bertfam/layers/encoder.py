@@ -20,6 +20,7 @@ from keras_bertfam.layers.utils import (
     clone_initializer,
     serialize_initializer,
     sublayer_kwargs,
+    upstream_of,
     zero_after,
 )
 
@@ -34,8 +35,7 @@ def _keeping_its_input(forward, derivative):
     @ops.custom_gradient
     def activation(x):
         def grad(*args, upstream=None):
-            upstream = args[0] if upstream is None else upstream
-            return upstream * derivative(x)
+            return upstream_of(args, upstream) * derivative(x)
 
         # stop_gradient: an eager tape would otherwise record the forward ops too, and hold
         # their intermediates until the gradient (tf.custom_gradient records them eagerly).
@@ -109,20 +109,16 @@ def gelu_dense_keeping_input(x, kernel, bias, approximate=False):
         out = ops.add(ops.matmul(y, ops.stop_gradient(kernel)), ops.stop_gradient(bias))
 
         def grad(*args, upstream=None):
-            if upstream is None:  # TensorFlow, JAX: grad(upstream)
-                (upstream,) = args
-                x_in, kernel_in = x, kernel
-            else:  # torch: grad(*saved inputs, upstream=...)
-                x_in, kernel_in = args[0], args[1]
-            units, width = kernel_in.shape
-            y, slope = _gelu_and_slope(x_in, approximate, zero_after(upstream))
+            upstream = upstream_of(args, upstream)
+            units, width = kernel.shape
+            y, slope = _gelu_and_slope(x, approximate, zero_after(upstream))
             rows = ops.reshape(upstream, (-1, width))  # (N, H)
             d_kernel = _matmul_2d(ops.reshape(y, (-1, units)), rows, transpose_a=True)  # (F, H)
             # In float32 at least, as BiasAdd's gradient (Keras' ops.add of a bias on TF) sums.
             total = keras.backend.result_type(upstream.dtype, "float32")
             d_bias = ops.cast(ops.sum(ops.cast(rows, total), axis=0), upstream.dtype)
-            d_y = _matmul_2d(rows, kernel_in, transpose_b=True)  # (N, F)
-            return ops.reshape(d_y, ops.shape(x_in)) * slope, d_kernel, d_bias
+            d_y = _matmul_2d(rows, kernel, transpose_b=True)  # (N, F)
+            return ops.reshape(d_y, ops.shape(x)) * slope, d_kernel, d_bias
 
         return out, grad
 

@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from keras_bertfam.layers.utils import zero_after
+from keras_bertfam.layers.utils import upstream_of, zero_after
 
 
 def layer_norm_keeping_input(x, gamma, beta, epsilon):
@@ -36,15 +36,10 @@ def layer_norm_keeping_input(x, gamma, beta, epsilon):
         out = ops.cast(xf * inv + res, dtype)
 
         def grad(*args, upstream=None):
-            if upstream is None:  # TensorFlow, JAX: grad(upstream)
-                (upstream,) = args
-                x_in = x
-            else:  # torch: grad(*saved inputs, upstream=...)
-                x_in = args[0]
-            g = ops.cast(upstream, compute)
+            g = ops.cast(upstream_of(args, upstream), compute)
             # The centred input, rebuilt once the upstream gradient exists (`zero_after`: else
             # TensorFlow computes and holds it in the forward pass).
-            x_hat = (ops.cast(x_in, compute) - (mean + zero_after(g))) * rstd
+            x_hat = (ops.cast(x, compute) - (mean + zero_after(g))) * rstd
             batch_axes = tuple(range(len(g.shape) - 1))
             d_beta = ops.sum(g, axis=batch_axes)
             d_gamma = ops.sum(g * x_hat, axis=batch_axes)

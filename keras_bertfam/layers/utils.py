@@ -47,6 +47,15 @@ def sublayer_kwargs(layer):
     return {"dtype": layer.dtype_policy}
 
 
+def upstream_of(args, upstream):
+    """The upstream gradient a `keras.ops.custom_gradient` grad function `grad(*args,
+    upstream=None)` receives: TensorFlow and JAX call `grad(upstream)`, torch
+    `grad(*the forward's inputs, upstream=...)`. Those inputs are the very tensors the forward
+    function took (torch saves them for the backward pass), so a grad reads them from its
+    closure on every backend."""
+    return args[0] if upstream is None else upstream
+
+
 def zero_after(upstream):
     """A [1] zero read off `upstream`'s first element (NaN where that element is NaN), for a
     written-out gradient that rebuilds a forward tensor: with this dependency a TensorFlow graph
