@@ -49,20 +49,21 @@ import pytest  # noqa: E402
 # test_albert + test_electra 96.0 -> 92.0 s. A MaskedLM's raw-text pipeline, a new iterator and
 # its first batch (2026-11-26, idle, two rounds each): 0.130 / 0.140 s of CPU with Grappler,
 # 0.054 / 0.047 without; making iterators was 12% of a JAX run of test_keras_hub_conformance
-# with Grappler (py-spy), most of it Grappler's (perf). The same tests pass. As with oneDNN (Makefile), the tests check our graphs,
-# not TensorFlow's rewrites of them; users' programs keep TensorFlow's defaults, and so do the
-# CLI's runs (the product as a user runs it; its resumes are compared bit for bit with the
-# killed console-script run) and the fresh serving processes; test_distribute's TensorFlow
-# strategy scripts turn it off themselves (TF_TEST_SETTINGS).
-import tensorflow as _tf  # noqa: E402
-
+# with Grappler (py-spy), most of it Grappler's (perf). The same tests pass. As with oneDNN
+# (Makefile), the tests check our graphs, not TensorFlow's rewrites of them; users' programs
+# keep TensorFlow's defaults, and so do the CLI's runs (the product as a user runs it; its
+# resumes are compared bit for bit with the killed console-script run) and the fresh serving
+# processes; test_distribute's TensorFlow strategy scripts take the same `TF_TEST_SETTINGS`.
+GRAPPLER_OFF = """
+import tensorflow as _tf
 _tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+"""
 
 # TensorFlow records the Python stack of every op it adds to a graph (the "defined at" lines of
 # a graph's runtime errors, a SavedModel's optional debug info): each op of every traced train
 # step, predict function, tf.data function and export. The test processes give every op the
 # stack of the first one instead, on every backend (tf.data traces there too), as do
-# test_distribute's TensorFlow strategy scripts (`NO_OP_STACKS`). test_finetuning + test_albert
+# test_distribute's TensorFlow strategy scripts (`TF_TEST_SETTINGS`). test_finetuning + test_albert
 # on TensorFlow, alone, idle, 2026-11-26, two rounds in swapped order: 133.1 / 136.0 s of CPU
 # with the stacks, 113.7 / 112.1 without (-16%); the same 50 tests pass. So a graph error in a
 # test says its op was defined where the process's first op was; KB_TEST_OP_STACKS=1 records
@@ -75,8 +76,10 @@ def _first_stack(stacklevel=1, _seen=[], _extract=_tf_stack.extract_stack):
     return _seen[0]
 _tf_stack.extract_stack = _first_stack
 """
-if os.environ.get("KB_TEST_OP_STACKS") != "1":
-    exec(NO_OP_STACKS)
+# The test processes' TensorFlow settings (above), as code for their Python subprocesses too.
+TF_TEST_SETTINGS = GRAPPLER_OFF + (NO_OP_STACKS if os.environ.get("KB_TEST_OP_STACKS") != "1"
+                                   else "")
+exec(TF_TEST_SETTINGS)
 
 
 def pytest_configure(config):

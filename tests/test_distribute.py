@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from tests.conftest import NO_OP_STACKS, without_unused_imports
+from tests.conftest import TF_TEST_SETTINGS, without_unused_imports
 
 # Only catches hangs: an order of magnitude above the idle time, so a busy machine does not fail
 # working code (idle, the slowest script here takes under 2 minutes).
@@ -49,12 +49,11 @@ def weights_of(task):
 '''
 
 
-# The TensorFlow scripts run without TensorFlow's graph optimizer and record no per-op Python
-# stacks, as the test processes do (conftest): Grappler off took the mirrored process from 71.6
-# to 67.0 s of CPU (one A/B round, load ~6); the multi-worker processes too, so that their
-# weights and the mirrored process's one-device reference come from the same kind of graph.
-TF_TEST_SETTINGS = ('tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})\n'
-                    + NO_OP_STACKS)
+# The TensorFlow scripts take the test processes' TensorFlow settings (conftest's
+# `TF_TEST_SETTINGS`: no Grappler, no per-op Python stacks): Grappler off took the mirrored
+# process from 71.6 to 67.0 s of CPU (one A/B round, load ~6); the multi-worker processes too,
+# so that their weights and the mirrored process's one-device reference come from the same kind
+# of graph.
 
 
 def _run(script, env=None, args=(), unused=()):
