@@ -43,7 +43,7 @@ Measured per peer (each in its own subprocess, one after the other, in the same 
 
 Usage: python bench/bench_pretrain_e2e.py [--configs mini,base] [--peers ...] [--batch 16]
        [--steps 20] [--base-steps 3] [--warmup 3] [--rounds 4] [--base-rounds 1] [--laps]
-       [--user-install]
+       [--user-install] [--precision fp32|bf16]
 Not a test: numbers depend on the machine and its load (printed).
 """
 import argparse
@@ -161,6 +161,15 @@ def check_dropout_runs(peer, task, x):
                          "did not run, so the timed step is not the real one")
 
 
+def check_precision(peer, args, *compute_dtypes):
+    """The timed steps computed in the precision asked for (torch's autocast is a Trainer
+    setting that could silently not apply on CPU)."""
+    expected = {"fp32": "float32", "bf16": "bfloat16"}[args.precision]
+    if set(compute_dtypes) != {expected}:
+        raise SystemExit(f"{peer}: --precision {args.precision}, but the step computed in "
+                         f"{sorted(set(compute_dtypes))}, not {expected}")
+
+
 def keras_peer(peer, cfg, args):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
@@ -170,6 +179,8 @@ def keras_peer(peer, cfg, args):
     sys.path.insert(0, ROOT)
     base_rss = rss_mb()
     keras.utils.set_random_seed(0)
+    if args.precision == "bf16":
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
     vocab = vocab_path()
     texts = load_texts(args.docs)
     strings = tf.data.Dataset.from_tensor_slices(texts).repeat()
@@ -263,6 +274,7 @@ def keras_peer(peer, cfg, args):
 
     laps = alternate(model_only, end_to_end, times, warmup, per_run, args.rounds)
     check_dropout_runs(peer, task, batches[0][0])
+    check_precision(peer, args, backbone.compute_dtype)
     return dict(tokens_per_step=tokens_per_step, pipe_rate=pipe_rate, base_rss=base_rss,
                 peak_rss=rss_mb(), timed_steps=per_run * args.rounds, laps=laps)
 
@@ -294,6 +306,9 @@ def hf_peer(cfg, args):
                         intermediate_size=cfg["intermediate_dim"], max_position_embeddings=512,
                         hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     model = BertForMaskedLM(config)
+    dtypes = set()  # what the first Linear computes in, inside the Trainer's step
+    model.bert.encoder.layer[0].attention.self.query.register_forward_hook(
+        lambda module, inputs, output: dtypes.add(str(output.dtype).replace("torch.", "")))
     data = [{"text": t} for t in texts]
     B = args.batch
 
@@ -317,7 +332,7 @@ def hf_peer(cfg, args):
                                   per_device_train_batch_size=B, use_cpu=True, report_to=[],
                                   save_strategy="no", logging_strategy="no",
                                   remove_unused_columns=False, dataloader_num_workers=0,
-                                  seed=0, disable_tqdm=True)
+                                  seed=0, disable_tqdm=True, bf16=args.precision == "bf16")
         Trainer(model=model, args=targs, train_dataset=data, data_collator=collator,
                 callbacks=[Timer()]).train()
 
@@ -341,6 +356,7 @@ def hf_peer(cfg, args):
     run(recording, args.warmup + per_run)
     laps = alternate(lambda steps: run(replay, steps), lambda steps: run(collate, steps), times,
                      args.warmup, per_run, args.rounds)
+    check_precision("hf", args, *dtypes)
     if missed[0]:
         raise SystemExit(f"hf: {missed[0]} model-alone batches were not the recorded ones: "
                          "the Trainer's sampler order changed between runs")
@@ -389,6 +405,9 @@ def main():
                              "(keras-hub's)")
     parser.add_argument("--jit-compile", default="auto",
                         help="Keras peers' compile(jit_compile=...): auto | true")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="every peer alike: bf16 = Keras' mixed_bfloat16 policy (ours, "
+                             "keras-hub), Trainer(bf16=True) (HF: torch's CPU autocast)")
     parser.add_argument("--user-install", action="store_true",
                         help="ours and keras-hub without the dev environment's packages a user's "
                              "install lacks (DEV_ONLY): the imports' RSS a user's process has")
@@ -403,7 +422,7 @@ def main():
         return child(args)
 
     load = os.getloadavg()
-    print(f"batch {args.batch} x {SEQ}, {os.cpu_count()} cpus, load average "
+    print(f"batch {args.batch} x {SEQ}, {args.precision}, {os.cpu_count()} cpus, load average "
           f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}", flush=True)
     results = {}
     for config in args.configs.split(","):
@@ -415,7 +434,8 @@ def main():
                    str(rounds), "--group-batches", str(args.group_batches), "--batch",
                    str(args.batch), "--docs", str(args.docs),
                    "--pipe-batches", str(args.pipe_batches), "--activation", args.activation,
-                   "--jit-compile", str(args.jit_compile).lower()] + (
+                   "--jit-compile", str(args.jit_compile).lower(),
+                   "--precision", args.precision] + (
                        ["--user-install"] if args.user_install else [])
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
             start = time.perf_counter()
