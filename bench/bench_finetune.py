@@ -16,9 +16,15 @@ weight decay 0.01, max length 64. Each peer runs in its own subprocess, one afte
   (keras-hub converts the transformers checkpoint), its preprocessor at length 64 (fixed padding,
   its default), its default compile but the protocol's AdamW schedule.
 
+`--precision bf16` runs every peer in mixed precision, like for like: ours and keras-hub under
+Keras' `mixed_bfloat16` policy (float32 weights, bfloat16 matmuls), HF `Trainer` with
+`bf16=True` (accelerate's `torch.autocast("cpu", torch.bfloat16)` around the forward); each
+peer checks that its training step really ran its matmuls in bfloat16 (fp32: in float32) and
+reports the dtype it saw.
+
 Reported: dev accuracy and wall time (process start to dev accuracy, model loading included).
 Usage: python bench/bench_finetune.py [--peers ours,hf,keras_hub] [--epochs 2]
-       [--train-limit N] (a quick check on N training sentences)
+       [--precision fp32|bf16] [--train-limit N] (a quick check on N training sentences)
 Not a test: numbers depend on the machine and its load (printed).
 """
 import argparse
@@ -31,6 +37,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 TAG = "RESULT_JSON "
+# --precision -> the Keras dtype policy of ours and keras-hub (HF: Trainer's bf16 flag)
+KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
 
 def split(args):
@@ -69,14 +77,30 @@ def ours(args):
 
     texts, labels, train, dev = split(args)
     clf = finetune(texts, labels, train, args.epochs, args.batch_size, args.sequence_length,
-                   args.learning_rate, args.seed, verbose=0)
+                   args.learning_rate, args.seed, verbose=0,
+                   dtype_policy=KERAS_POLICY[args.precision])
+    compute = _keras_compute_dtype(clf, args)
     logits = clf.predict(texts[dev], batch_size=128, verbose=0)
     # the timed fit ran the real step: dropout changes the training-mode logits (our fit once
     # ran without dropout for two days, against peers that ran it)
     x = clf.preprocessor(list(texts[dev[:8]]))
     if np.array_equal(np.asarray(clf(x, training=True)), np.asarray(clf(x, training=False))):
         raise SystemExit("ours: the training-mode logits equal the inference ones: no dropout")
-    return float(np.mean(np.argmax(logits, -1) == labels[dev]))
+    return dict(accuracy=float(np.mean(np.argmax(logits, -1) == labels[dev])), compute=compute)
+
+
+def _keras_compute_dtype(clf, args):
+    """The compute dtype of the encoder's Dense layers (what its matmuls run in), checked
+    against --precision; the weights must stay float32 under either."""
+    import keras
+
+    dense = [layer for layer in clf._flatten_layers() if isinstance(layer, keras.layers.Dense)]
+    dtypes = {layer.compute_dtype for layer in dense}
+    want = "bfloat16" if args.precision == "bf16" else "float32"
+    if dtypes != {want} or any(w.dtype != "float32" for w in clf.weights):
+        raise SystemExit(f"{args.peer}: Dense compute dtypes {dtypes}, weights "
+                         f"{ {w.dtype for w in clf.weights} }; --precision {args.precision}")
+    return want
 
 
 def hf(args):
@@ -90,6 +114,11 @@ def hf(args):
     path = model_dir()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    # The dtype a Linear's output has inside the training step (autocast or not).
+    seen = set()
+    linear = model.bert.encoder.layer[0].intermediate.dense
+    linear.register_forward_hook(
+        lambda module, inputs, output: seen.add(str(output.dtype)) if module.training else None)
     enc = tokenizer(list(texts), truncation=True, max_length=args.sequence_length)
     rows = lambda idx: [{"input_ids": enc["input_ids"][i],  # noqa: E731
                          "attention_mask": enc["attention_mask"][i],
@@ -100,16 +129,22 @@ def hf(args):
         learning_rate=args.learning_rate, weight_decay=0.01,
         warmup_steps=int(0.1 * -(-len(train) // args.batch_size) * args.epochs),
         lr_scheduler_type="linear", train_sampling_strategy="group_by_length", use_cpu=True,
-        report_to=[],
+        bf16=args.precision == "bf16", report_to=[],
         save_strategy="no", logging_strategy="no", seed=args.seed, disable_tqdm=True)
     trainer = Trainer(model=model, args=targs, train_dataset=rows(train),
                       data_collator=DataCollatorWithPadding(tokenizer))
     trainer.train()
+    want = "torch.bfloat16" if args.precision == "bf16" else "torch.float32"
+    if seen != {want} or any(p.dtype != torch.float32 for p in model.parameters()):
+        raise SystemExit(f"hf: a Linear's training outputs were {seen}, parameters "
+                         f"{ {str(p.dtype) for p in model.parameters()} }; --precision "
+                         f"{args.precision}")
     # transformers 5 groups the evaluation batches by length too (its eval sampler follows
     # train_sampling_strategy): the predictions come back permuted, so compare them with the
     # labels that travelled with them, not with labels[dev] (that read chance, 0.48).
     out = trainer.predict(rows(dev))
-    return float(np.mean(np.argmax(out.predictions, -1) == out.label_ids))
+    accuracy = float(np.mean(np.argmax(out.predictions, -1) == out.label_ids))
+    return dict(accuracy=accuracy, compute=want.split(".")[1])
 
 
 def keras_hub_peer(args):
@@ -119,6 +154,7 @@ def keras_hub_peer(args):
     import tensorflow as tf
 
     texts, labels, train, dev = split(args)
+    keras.mixed_precision.set_global_policy(KERAS_POLICY[args.precision])
     clf = keras_hub.models.BertTextClassifier.from_preset(
         model_dir(), num_classes=2, sequence_length=args.sequence_length)
     steps = -(-len(train) // args.batch_size) * args.epochs
@@ -142,7 +178,8 @@ def keras_hub_peer(args):
     clf.fit(ds, epochs=args.epochs, verbose=0)
     logits = clf.predict(tf.data.Dataset.from_tensor_slices(texts[dev].astype(str)).batch(128),
                          verbose=0)
-    return float(np.mean(np.argmax(logits, -1) == labels[dev]))
+    return dict(accuracy=float(np.mean(np.argmax(logits, -1) == labels[dev])),
+                compute=_keras_compute_dtype(clf, args))
 
 
 PEERS = {"ours": ours, "hf": hf, "keras_hub": keras_hub_peer}
@@ -157,18 +194,20 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--train-limit", type=int, default=0)
+    parser.add_argument("--precision", choices=sorted(KERAS_POLICY), default="fp32",
+                        help="fp32, or bf16 for every peer (Keras mixed_bfloat16, HF bf16=True)")
     parser.add_argument("--peer", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")
         start, cpu = time.time(), time.process_time()
-        accuracy = PEERS[args.peer](args)
-        print(TAG + json.dumps(dict(accuracy=accuracy, wall=time.time() - start,
+        result = PEERS[args.peer](args)
+        print(TAG + json.dumps(dict(result, wall=time.time() - start,
                                     cpu=time.process_time() - cpu)), flush=True)
         return
     load = os.getloadavg()
-    print(f"{os.cpu_count()} cpus, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}",
-          flush=True)
+    print(f"{os.cpu_count()} cpus, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, "
+          f"precision {args.precision}", flush=True)
     results = {}
     for peer in args.peers.split(","):
         cmd = [sys.executable, os.path.abspath(__file__), "--peer", peer] + [
@@ -185,7 +224,7 @@ def main():
             continue
         results[peer] = r = json.loads(lines[-1][len(TAG):])
         print(f"{peer:10s} dev accuracy {r['accuracy']:.4f}  wall {r['wall']:7.1f} s  "
-              f"CPU {r['cpu']:7.1f} s", flush=True)
+              f"CPU {r['cpu']:7.1f} s  (matmuls in {r['compute']})", flush=True)
     print()
     print(f"{'peer':10s} {'dev acc':>8s} {'wall s':>8s} {'x HF wall':>10s} {'x keras-hub':>12s}")
     for peer, r in results.items():

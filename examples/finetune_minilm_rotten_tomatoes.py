@@ -8,7 +8,10 @@ pooled [CLS] state and attaches the preset's WordPiece preprocessor, so `fit` ta
 (`group_by_length=True`, as HF `Trainer`), each batch padded to its longest sentence only.
 
 Run: `python examples/finetune_minilm_rotten_tomatoes.py` (options: --epochs, --batch-size,
---sequence-length, --learning-rate).
+--sequence-length, --learning-rate, --dtype-policy). `--dtype-policy mixed_bfloat16` builds the
+classifier under Keras' mixed policy: float32 weights and optimizer, bfloat16 matmuls and
+activations, the loss in float32 (on the 2-core AVX512_BF16 machine of BUILD.md a bfloat16
+matmul ran at twice the float32 rate; on a CPU without bfloat16 instructions, measure first).
 
 Measured (TensorFlow backend, 2 idle CPU cores, 2026-11-23, through `bench/bench_finetune.py`,
 which runs this `finetune()`): dev accuracy 0.8429 after 2 epochs (240 steps each, batch 32, lr
@@ -46,15 +49,22 @@ def rotten_tomatoes_split(seed=42):
 
 
 def finetune(texts, labels, train, epochs=2, batch_size=32, sequence_length=64,
-             learning_rate=5e-5, seed=42, verbose=2):
-    """The protocol above: MiniLM + a 2-class head, length-grouped batches, `epochs` epochs."""
+             learning_rate=5e-5, seed=42, verbose=2, dtype_policy="float32"):
+    """The protocol above: MiniLM + a 2-class head, length-grouped batches, `epochs` epochs;
+    the classifier built under the Keras dtype policy `dtype_policy` ("float32",
+    "mixed_bfloat16", ...; the global policy is restored afterwards)."""
     # Dynamic padding on batches of similar lengths (HF Trainer's `group_by_length`): the
     # sentences average 27 pieces, so padding all to 64 would more than double the compute, and
     # random batches padded to their longest still carry 1.34x the real tokens (1.02x grouped).
     keras.utils.set_random_seed(seed)
-    clf = kb.tasks.TextClassifier.from_preset(
-        "all_minilm_l6_v2", num_classes=2, sequence_length=sequence_length,
-        group_by_length=True)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(dtype_policy)
+    try:
+        clf = kb.tasks.TextClassifier.from_preset(
+            "all_minilm_l6_v2", num_classes=2, sequence_length=sequence_length,
+            group_by_length=True)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
     clf.compile(learning_rate=learning_rate)
     clf.fit(texts[train], labels[train], batch_size=batch_size, epochs=epochs, verbose=verbose)
     return clf
@@ -67,6 +77,9 @@ def main():
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--dtype-policy", default="float32",
+                        choices=["float32", "mixed_bfloat16"],
+                        help="Keras dtype policy of the classifier (default float32)")
     args = parser.parse_args()
     start, cpu = time.time(), time.process_time()
     tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -75,11 +88,11 @@ def main():
     texts, labels, train, dev = rotten_tomatoes_split(args.seed)
     print(f"{len(train)} train / {len(dev)} dev sentences")
     clf = finetune(texts, labels, train, args.epochs, args.batch_size, args.sequence_length,
-                   args.learning_rate, args.seed)
+                   args.learning_rate, args.seed, dtype_policy=args.dtype_policy)
     logits = clf.predict(texts[dev], batch_size=128, verbose=0)
     accuracy = float(np.mean(np.argmax(logits, -1) == labels[dev]))
     elapsed = time.time() - start
-    print(f"dev accuracy {accuracy:.4f} after "
+    print(f"dev accuracy {accuracy:.4f} ({args.dtype_policy}) after "
           f"{args.epochs} epochs; total time {elapsed / 60:.1f} min wall, "
           f"{(time.process_time() - cpu) / 60:.1f} min CPU")
 

@@ -105,6 +105,41 @@ def test_text_classifier_raw_strings_single_and_pair(tiny_preset, tmp_path):
                                atol=1e-5)
 
 
+def test_text_classifier_fits_raw_strings_under_mixed_bfloat16(tiny_preset):
+    """Keras' `mixed_bfloat16` policy (the fine-tuning example's `--dtype-policy`): fit on raw
+    strings with float32 weights and optimizer moments, a float32 loss, and every matmul of the
+    train step (forward, autodiff's and our written-out gradients) in bfloat16."""
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the traced train step is TensorFlow's")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=2,
+                                                  sequence_length=16)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    clf.compile(learning_rate=1e-3)
+    texts, labels = ["great film", "dull", "fine I guess", "superb"], np.array([1, 0, 0, 1])
+    before = [to_numpy(w) for w in clf.backbone.trainable_weights]
+    history = clf.fit(texts, labels, batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert clf.backbone.compute_dtype == "bfloat16"
+    assert {w.dtype for w in clf.weights} == {"float32"}
+    assert {v.dtype for v in clf.optimizer.variables if "float" in v.dtype} == {"float32"}
+    assert all(np.any(to_numpy(w) != b) for w, b in zip(clf.backbone.trainable_weights, before))
+    x = clf.preprocessor(texts)
+    loss, metrics = clf.losses_and_metrics(labels, clf(x, training=True), None)
+    assert loss.dtype == "float32" and metrics["accuracy"].dtype == "float32"
+
+    step = tf.function(clf.train_step).get_concrete_function(
+        (x, tf.constant(labels))).graph
+    matmuls = {op.name: op.get_attr("T").name for op in step.get_operations()
+               if op.type in ("MatMul", "BatchMatMulV2", "Einsum")}
+    assert len(matmuls) > 20, matmuls  # the forward's and the backward's
+    assert set(matmuls.values()) == {"bfloat16"}, matmuls
+
+
 def test_text_classifier_regression(tiny_preset):
     reg = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=1, sequence_length=16)
     reg.compile(learning_rate=1e-3)

@@ -595,7 +595,7 @@ def test_gelu_and_slope_share_one_formula_with_keras_gelu(approximate, dtype):
     float64's within the dtype's rounding. (Torch's own erf GELU, `0.5·x·(1 + erf(x/√2))`, loses
     the digits of 1 + erf for negative x: 2e-3 of gelu(-3.3) in float32, 0 below -5.9: not
     compared here.)"""
-    from keras_bertfam.layers.encoder import _gelu_and_slope
+    from keras_bertfam.layers.encoder import _gelu_and_slope, _gelu_and_slope_of
 
     x = np.concatenate([np.linspace(-12, 12, 481), np.random.RandomState(0).randn(499) * 3])
     x = ops.cast(x.astype("float32").reshape(2, -1), dtype)
@@ -618,15 +618,32 @@ def test_gelu_and_slope_share_one_formula_with_keras_gelu(approximate, dtype):
             scale = 1.0 + np.abs(x64) * 0.7978845608028654 * (1.0 + 3 * 0.044715 * x64 ** 2)
         error = np.abs(slope - slope64)
         assert np.all(error <= max(8 * eps, 5e-6) * scale), (error / scale).max()
+    if dtype != "float32":
+        # `_gelu_and_slope_of` (what the written-out gradients run): a 16-bit x's gelu(x) and
+        # slope computed in float32, each rounded once to x's dtype (on TensorFlow its gelu(x)
+        # Keras' float32 GELU, rounded)
+        keras_gelu = to_numpy(ops.cast(ops.cast(keras.activations.gelu(
+            ops.cast(x, "float32"), approximate=approximate), dtype), "float32"))
+        for zero in (0.0, ops.zeros((1,), dtype)):
+            y, slope = (to_numpy(ops.cast(t, "float32"))
+                        for t in _gelu_and_slope_of(x, approximate, zero))
+            if keras.backend.backend() == "tensorflow":
+                np.testing.assert_array_equal(y, keras_gelu)
+            # one rounding to the dtype, on top of float32's (the tanh form's float32 tanh is
+            # -1 below x ~ -4.5: gelu(x) 0 instead of ~-1e-7, the slope as above)
+            tiny = 1e-6 if approximate else 2.0 ** -24
+            np.testing.assert_allclose(y, y64, rtol=eps, atol=tiny)
+            assert np.all(np.abs(slope - slope64) <= eps * np.abs(slope64) + 5 * tiny * scale)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
 def test_gelu_dense_keeping_input_is_gelu_then_dense(approximate, policy):
     """`gelu_dense_keeping_input` (the feed-forward's second half on TensorFlow) against plain
-    autodiff through Keras' GELU and `matmul(·, kernel) + bias` (Keras' Dense's call): the same
-    output bit for bit, the gradients with respect to x, the kernel and the bias within the
-    compute dtype's rounding (float32: 1e-6 of the largest), on every backend."""
+    autodiff through Keras' GELU (of a 16-bit x: in float32, rounded once to x's dtype) and
+    `matmul(·, kernel) + bias` (Keras' Dense's call): the same output bit for bit, the gradients
+    with respect to x, the kernel and the bias within the compute dtype's rounding (float32: 1e-6
+    of the largest), on every backend."""
     from keras_bertfam.layers.encoder import gelu_dense_keeping_input
 
     rng = np.random.RandomState(0)
@@ -642,7 +659,7 @@ def test_gelu_dense_keeping_input_is_gelu_then_dense(approximate, policy):
             x, kernel, bias = (ops.cast(v, compute) for v in (x, kernel, bias))
             if ours:
                 return gelu_dense_keeping_input(x, kernel, bias, approximate)
-            y = keras.activations.gelu(x, approximate=approximate)
+            y = _keras_gelu_rounded_once(x, approximate)
             return ops.add(ops.matmul(y, kernel), bias)
 
         return _outputs_and_grads(fn, [x, kernel, bias], upstream)
@@ -655,14 +672,26 @@ def test_gelu_dense_keeping_input_is_gelu_then_dense(approximate, policy):
                                    err_msg=name)
 
 
+def _keras_gelu_rounded_once(x, approximate):
+    """Keras' GELU of x; of a float16 / bfloat16 x computed in float32 and rounded once (what
+    our GELUs on TensorFlow compute: TF's 16-bit Erfc is a slow scalar loop on CPU)."""
+    if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
+        y = keras.activations.gelu(ops.cast(x, "float32"), approximate=approximate)
+        return ops.cast(y, x.dtype)
+    return keras.activations.gelu(x, approximate=approximate)
+
+
 def _feedforward_pair(activation, policy, seed=0):
     """A FeedForwardSublayer and a reference one computing `output(act(intermediate(h)))` with
     Keras' own layers and activation (plain autodiff), the same weights."""
     from keras_bertfam.layers.encoder import FeedForwardSublayer
 
+    # (on TensorFlow ours compute a 16-bit input's GELU in float32; elsewhere Keras' own)
+    gelu = (_keras_gelu_rounded_once if keras.backend.backend() == "tensorflow"
+            else lambda x, approximate: keras.activations.gelu(x, approximate=approximate))
     keras_activation = {
-        "gelu": lambda x: keras.activations.gelu(x, approximate=False),
-        "gelu_approximate": lambda x: keras.activations.gelu(x, approximate=True),
+        "gelu": lambda x: gelu(x, False),
+        "gelu_approximate": lambda x: gelu(x, True),
     }.get(activation, activation)
     layers = [FeedForwardSublayer(8, 24, activation=a, dtype=policy)
               for a in (activation, keras_activation)]
@@ -680,7 +709,8 @@ def _feedforward_pair(activation, policy, seed=0):
 def test_feedforward_gelu_path_is_keras_dense_gelu_dense(activation, policy, monkeypatch):
     """The feed-forward sublayer with the GELU (on TensorFlow `gelu_dense_keeping_input`, on
     JAX and torch the layers' own calls) against Keras' Dense, GELU, Dense (and the same
-    LayerNorm): the same output bit for bit; the gradients with respect to the input and every
+    LayerNorm; on TensorFlow a 16-bit input's GELU in float32, rounded once): the same output bit
+    for bit; the gradients with respect to the input and every
     weight (both kernels, both biases, the LayerNorm's) within the compute dtype's rounding."""
     from keras_bertfam.layers import encoder
 
@@ -713,7 +743,7 @@ def test_feedforward_gelu_path_is_keras_dense_gelu_dense(activation, policy, mon
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="TensorFlow's autodiff is what keeps the GELU's output")
-@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
 def test_feedforward_keeps_the_gelus_input_not_its_output(policy, monkeypatch):
     """A train step's gradient of the feed-forward sublayer (the input and every weight) reads
     one tensor of the intermediate size from the forward pass: the GELU's input x (its

@@ -65,6 +65,22 @@ def zero_after(upstream):
     return keras.ops.where(keras.ops.equal(first, first), 0.0, first)
 
 
+def waiting_for(x, zero):
+    """x, in a TensorFlow graph read only once `zero` (a `zero_after` zero) exists: an Identity
+    under a control dependency, no op of x's size. For a written-out gradient's op that reads a
+    forward tensor alone and cannot take `zero` through a constant (a cast), so that the graph
+    runs it in the backward pass instead of holding its result from the forward one. Elsewhere
+    (eager, JAX, torch: the gradient runs when it is asked for) x itself."""
+    if keras.backend.backend() != "tensorflow":
+        return x
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return x
+    with tf.control_dependencies([zero]):
+        return tf.identity(x)
+
+
 def _check_positive(**values):
     for name, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
