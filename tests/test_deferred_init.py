@@ -59,6 +59,8 @@ def _check(model, fresh, expected):
     assert len(model.weights) == len(fresh.weights) == len(expected)
     unset = [w.path for w in model.weights if getattr(w, "_value", 0) is None]
     assert not unset, f"variables left without a value: {unset}"
+    if keras.backend.backend() == "torch":  # a copy, as an assignment's: not a transposed view
+        assert all(w.value.is_contiguous() for w in model.weights)
     for w, f, want in zip(model.weights, fresh.weights, expected):
         want = to_numpy(f) if want is None else want
         np.testing.assert_array_equal(to_numpy(w), want, err_msg=w.path)

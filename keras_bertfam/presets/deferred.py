@@ -25,15 +25,19 @@ _ACTIVE = threading.local()  # the DeferredInitialization open in this thread, i
 
 
 class _Assigned:
-    """The initializer of a deferred variable that was assigned in the scope: the assigned
-    value, copied (an assignment copies; without this, torch would keep the checkpoint's
-    array, or another variable's tensor, as the variable's storage)."""
+    """The initializer of a deferred variable that was assigned in the scope: the value
+    assigned. TensorFlow copies it into the variable and JAX arrays are immutable; torch
+    would keep the tensor itself as the variable's storage (the checkpoint's array, possibly
+    read-only or transposed, or another variable's), so it gets a copy, contiguous as an
+    assignment's."""
 
     def __init__(self, value):
         self.value = value
 
     def __call__(self, shape, dtype=None):
-        return np.array(keras.ops.convert_to_numpy(self.value), order="C")
+        if keras.backend.backend() == "torch":
+            return np.array(keras.ops.convert_to_numpy(self.value), order="C")
+        return self.value
 
 
 def _deferred(variable):
