@@ -3,7 +3,8 @@
 values, every other (a pooler the checkpoint lacks, a new task head, a weight a loader skips)
 the values a model built with `load_weights=False` under the same seed has, and no variable
 is left without a value. Sources: our preset dir, HF dirs (safetensors and pytorch_model.bin),
-a keras-hub dir, HF task heads."""
+a keras-hub dir, HF task heads; and `LongformerBackbone.from_bert`, which copies a loaded
+BERT into a new model."""
 import os
 
 import keras
@@ -165,6 +166,25 @@ def test_only_the_weights_the_checkpoint_lacks_are_drawn(dirs, monkeypatch):
     del draws[:]
     kb.models.BertBackbone.from_preset(dirs["ours"], load_weights=False)
     assert len(draws) == 3 + 2 * 6 + 1  # tables; q, k, v, o, ffn in, ffn out per layer; pooler
+
+
+def test_longformer_from_bert_draws_nothing_it_copies(dirs, monkeypatch):
+    """`LongformerBackbone.from_bert` (and `from_roberta`) copies every weight of the source
+    into a new model built in the same scope: nothing is drawn, and the copy is the one a
+    model built outside it gets."""
+    bert = kb.models.BertBackbone.from_preset(dirs["ours"])
+    make = lambda: kb.models.LongformerBackbone.from_bert(  # noqa: E731
+        bert, max_sequence_length=32, attention_window=4)
+    expected = [to_numpy(w) for w in make().weights]
+    draws = []
+    real = utils.TruncatedNormal.__call__
+    monkeypatch.setattr(utils.TruncatedNormal, "__call__",
+                        lambda self, shape, dtype=None: draws.append(shape) or real(
+                            self, shape, dtype))
+    model = make()
+    assert draws == []
+    for w, want in zip(model.weights, expected):
+        np.testing.assert_array_equal(to_numpy(w), want, err_msg=w.path)
 
 
 def test_a_failed_load_leaves_nothing_behind(dirs, tmp_path):
