@@ -10,37 +10,54 @@ that machine load hits both alike:
   no-op.
 Prints the median load time of each and the ratio checked / unchecked (target: <= 1.10).
 
-Usage: python bench/bench_load.py [--rounds 3] [--dir /tmp/bench_load]
+With `--ab OLD NEW` (two source trees, e.g. `git archive` checkouts of two commits) it compares
+the trees' loading code instead: each load runs in a fresh process (`--child`, imports not
+timed), the trees alternate (A B B A ...) so that machine load hits both alike: the README's
+`TextClassifier.from_preset("all_minilm_l6_v2")`, and `BertBackbone.from_preset` of the
+BERT-Base preset directory and of the HF directory. Prints each one's median wall and CPU
+seconds (all threads) of the load, and the process's peak RSS, per tree.
+
+Usage: python bench/bench_load.py [--rounds 3] [--dir /tmp/bench_load] [--ab OLD NEW]
 Not a test: numbers depend on the machine and its load.
 
 Measured idle (TensorFlow backend, 2 CPU cores, nothing else running, 3 rounds, 2026-11-23):
     ours checked 4.25 s / unchecked 4.57 s = 0.93x; hf checked 4.54 s / unchecked 4.13 s = 1.10x;
     sha256 of the 438 MB weights alone 0.35 s (hashed in a thread while the backbone is built).
-See BUILD.md ("Loading: integrity checks").
+`--ab` (2026-11-26, load ~1-3, 5 rounds; old 198ad1a, new: deferred initialization): MiniLM
+classifier 0.78 -> 0.40 s, BERT-Base preset dir 2.80 -> 1.66 s, HF dir 2.75 -> 1.42 s.
+See BUILD.md ("Loading: integrity checks", "Loading: no initial values drawn").
 """
 import argparse
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import keras  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import keras_bertfam as kb  # noqa: E402
-from keras_bertfam.presets import checkpoints, get, integrity  # noqa: E402
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+AB_LOADS = ("minilm classifier", "ours base", "hf base")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default="/tmp/bench_load")
+    parser.add_argument("--ab", nargs=2, metavar=("OLD", "NEW"),
+                        help="compare two source trees' loading, in fresh processes")
+    parser.add_argument("--child", choices=AB_LOADS, help=argparse.SUPPRESS)
+    parser.add_argument("--src", default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.src))
+    if args.child:
+        return child(args.child, args.dir)
+    import keras_bertfam as kb
+    from keras_bertfam.presets import get
+
     shutil.rmtree(args.dir, ignore_errors=True)
     checked, unchecked, hf = (os.path.join(args.dir, n) for n in ("checked", "unchecked", "hf"))
     backbone = kb.models.BertBackbone(**get("bert_base_en_uncased").config)
@@ -48,6 +65,21 @@ def main():
     kb.presets.save_backbone(backbone, checked)
     kb.presets.export_to_transformers(backbone, hf)
     del backbone
+    if args.ab:
+        compare_trees(args.ab, args.rounds, args.dir)
+    else:
+        compare_checks(args.rounds, args.dir)
+    shutil.rmtree(args.dir, ignore_errors=True)
+
+
+def compare_checks(rounds, root):
+    """The integrity checks' cost: each source loaded with and without its check, in turn."""
+    import keras
+
+    import keras_bertfam as kb
+    from keras_bertfam.presets import checkpoints, integrity
+
+    checked, unchecked, hf = (os.path.join(root, n) for n in ("checked", "unchecked", "hf"))
     shutil.copytree(checked, unchecked)
     manifest_path = os.path.join(unchecked, kb.presets.MANIFEST)
     manifest = json.load(open(manifest_path))
@@ -75,7 +107,7 @@ def main():
     names = ["ours, checked", "ours, unchecked", "hf, checked", "hf, unchecked"]
     load(names[0])  # warm up (imports, first graph)
     times = {n: [] for n in names}
-    for r in range(args.rounds):
+    for r in range(rounds):
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
             start = time.perf_counter()
@@ -90,7 +122,45 @@ def main():
     start = time.perf_counter()
     integrity.sha256(os.path.join(checked, kb.presets.BACKBONE_WEIGHTS))
     print(f"sha256 of the weights alone: {time.perf_counter() - start:.2f} s")
-    shutil.rmtree(args.dir, ignore_errors=True)
+
+
+def child(kind, root):
+    """One load in this fresh process; prints its wall and CPU seconds and the peak RSS."""
+    import keras_bertfam as kb
+
+    start, cpu = time.perf_counter(), time.process_time()
+    if kind == "minilm classifier":
+        kb.tasks.TextClassifier.from_preset("all_minilm_l6_v2", num_classes=2)
+    else:
+        kb.models.BertBackbone.from_preset(os.path.join(root, "checked" if kind == "ours base"
+                                                        else "hf"))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    with open("/proc/self/status") as f:  # VmHWM: ru_maxrss would count the parent's at fork
+        peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    print(json.dumps({"wall": wall, "cpu": cpu, "rss_mb": peak / 1024, "module": kb.__file__}))
+
+
+def compare_trees(trees, rounds, root):
+    """`AB_LOADS` with each tree's code, each load in a fresh process, the trees alternating."""
+    runs = {(tree, kind): [] for tree in trees for kind in AB_LOADS}
+    for r in range(rounds):
+        print(f"round {r + 1}: load average {os.getloadavg()[0]:.2f}", flush=True)
+        for kind in AB_LOADS:
+            for tree in (trees if r % 2 == 0 else trees[::-1]):
+                out = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--child", kind, "--src", tree,
+                     "--dir", root], cwd=tree, capture_output=True, text=True, check=True)
+                run = json.loads(out.stdout.strip().splitlines()[-1])
+                assert run["module"].startswith(os.path.abspath(tree)), run["module"]
+                runs[tree, kind].append(run)
+    print("=== summary: median of", rounds, "fresh processes each")
+    for kind in AB_LOADS:
+        for tree in trees:
+            rs = runs[tree, kind]
+            median = {k: statistics.median(r[k] for r in rs) for k in ("wall", "cpu", "rss_mb")}
+            walls = ", ".join("%.2f" % r["wall"] for r in rs)
+            print(f"{kind:<18} {tree:<24} wall {median['wall']:6.2f} s  cpu {median['cpu']:6.2f} s"
+                  f"  peak RSS {median['rss_mb']:6.0f} MB  (wall {walls})")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 import keras
 from keras import ops
 
+from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding
 from keras_bertfam.layers.encoder import AttentionSublayer, TransformerBlock
 from keras_bertfam.layers.longformer_attention import (
@@ -359,7 +360,16 @@ class LongformerBackbone(Backbone):
     @classmethod
     def _from_encoder(cls, source_cls, source_name, preset_or_dir, max_sequence_length,
                       attention_window, **kwargs):
-        """`from_roberta` / `from_bert`: load the source, check it converts, copy it."""
+        """`from_roberta` / `from_bert`: load the source, check it converts, copy it; built
+        and copied as a preset loads (`from_preset`: no initial values drawn for what the copy
+        sets)."""
+        with preset_hooks.call("deferred_initialization"):
+            return cls._copy_encoder(source_cls, source_name, preset_or_dir, max_sequence_length,
+                                     attention_window, **kwargs)
+
+    @classmethod
+    def _copy_encoder(cls, source_cls, source_name, preset_or_dir, max_sequence_length,
+                      attention_window, **kwargs):
         method = f"from_{source_name.lower()}"
         if isinstance(preset_or_dir, Backbone):
             if not isinstance(preset_or_dir, source_cls):
@@ -423,7 +433,8 @@ def copy_encoder_weights(source, longformer):
     dst.segment_embedding.embeddings.assign(type_row)
     table = ops.convert_to_numpy(src.position_embedding.embeddings)
     learned = table[source.position_offset:]  # the source's max_sequence_length positions
-    new = np.zeros_like(ops.convert_to_numpy(dst.position_embedding.embeddings))
+    positions = dst.position_embedding.embeddings  # its shape and dtype: its value is not read
+    new = np.zeros(positions.shape, keras.backend.standardize_dtype(positions.dtype))
     offset = ROBERTA_POSITION_OFFSET
     if source.position_offset == offset:
         new[:offset] = table[:offset]  # never read; RoBERTa's padding rows, kept for export

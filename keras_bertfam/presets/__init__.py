@@ -14,7 +14,8 @@ so models, tasks and preprocessing never import this package). A `preset` is res
 
 Modules: `registry` (families and names), `loaders`, `hf_heads` (`convert_task`, HF task heads),
 `hf_export` (`export_to_transformers`), `checkpoints` (HF weight maps), `keras_hub_format`,
-`integrity` (checksums, finiteness), `params` (parameter counts).
+`integrity` (checksums, finiteness), `params` (parameter counts), `deferred` (the loaders build
+without drawing the weights they load).
 """
 import json
 import math
@@ -22,6 +23,7 @@ import os
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format  # noqa: F401
+from keras_bertfam.presets.deferred import deferred_initialization, deferring
 from keras_bertfam.presets.hf_export import export_to_transformers  # noqa: F401
 from keras_bertfam.presets.hf_heads import convert_task, load_hf_heads  # noqa: F401
 from keras_bertfam.presets.loaders import (  # noqa: F401
@@ -90,6 +92,7 @@ def count_params(preset):
 
 
 # === Backbones ===
+@deferring
 def load_backbone(preset, cls=None, load_weights=True, download=False, warn_no_pooler=True,
                   **overrides):
     """The backbone of `preset` (any source); `cls` checks the family. `warn_no_pooler`: see
@@ -172,6 +175,7 @@ def save_tokenizer(tokenizer, preset_dir):
 
 
 # === Tasks ===
+@deferring
 def load_task(cls, preset, load_weights=True, preprocessor="default", download=False, **kwargs):
     """`cls` on the preset's backbone, with its tokenizer in `cls.default_preprocessor`.
 
@@ -264,4 +268,5 @@ def convert(path, load_weights=True, **overrides):
 
 preset_hooks.register(load_backbone=load_backbone, save_backbone=save_backbone,
                       load_tokenizer=load_tokenizer, load_task=load_task, save_task=save_task,
-                      load_hf_heads=load_hf_heads)
+                      load_hf_heads=load_hf_heads,
+                      deferred_initialization=deferred_initialization)

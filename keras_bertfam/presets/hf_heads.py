@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 
 from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
 from keras_bertfam.presets.loaders import warn_if_no_pooler
 from keras_bertfam.presets.registry import FAMILIES, family_of_class
@@ -85,6 +86,7 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
         return []
 
 
+@deferring
 def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kwargs):
     """An HF-format task checkpoint -> our `task_cls` with the backbone's *and* the head's weights.
 

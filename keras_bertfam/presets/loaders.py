@@ -17,6 +17,7 @@ import os
 import warnings
 
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format
+from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.registry import (FAMILIES, PRESETS, check_family,
                                              family_of_tokenizer, get)
 
@@ -114,6 +115,7 @@ def load_weights_file(model, path, verification=None):
 
 
 # === HF conversion (HF dirs and the hub cache) ===
+@deferring
 def convert_hf(model_dir, load_weights=True, family=None, warn_no_pooler=True, **overrides):
     """An HF-format directory -> our backbone with the checkpoint's weights.
 

@@ -246,16 +246,19 @@ class ElectraPretrainer(Task):
         theirs."""
         preprocessor_kwargs = {k: kwargs.pop(k) for k in list(kwargs)
                                if k in cls.preprocessor_args}
-        discriminator = ElectraBackbone.from_preset(preset, load_weights=load_weights)
-        generator = None if generator_preset is None else ElectraBackbone.from_preset(
-            generator_preset, load_weights=load_weights)
-        if preprocessor == "default":
-            preprocessor = cls.default_preprocessor(
-                preset_hooks.call("load_tokenizer", preset), discriminator, **preprocessor_kwargs)
-        task = cls(generator=generator, discriminator=discriminator, preprocessor=preprocessor,
-                   **kwargs)
-        if load_weights:
-            preset_hooks.call("load_hf_heads", task, preset, generator_preset=generator_preset)
+        # Built and loaded as `Task.from_preset` does: no initial values drawn for what loads.
+        with preset_hooks.call("deferred_initialization", load_weights):
+            discriminator = ElectraBackbone.from_preset(preset, load_weights=load_weights)
+            generator = None if generator_preset is None else ElectraBackbone.from_preset(
+                generator_preset, load_weights=load_weights)
+            if preprocessor == "default":
+                preprocessor = cls.default_preprocessor(
+                    preset_hooks.call("load_tokenizer", preset), discriminator,
+                    **preprocessor_kwargs)
+            task = cls(generator=generator, discriminator=discriminator,
+                       preprocessor=preprocessor, **kwargs)
+            if load_weights:
+                preset_hooks.call("load_hf_heads", task, preset, generator_preset=generator_preset)
         return task
 
     @classmethod
