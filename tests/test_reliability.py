@@ -162,6 +162,23 @@ def test_hf_safetensors_with_nan_bytes_is_refused_naming_the_tensor(hf_dir, tmp_
         kb.presets.convert(bad)
 
 
+def test_check_finite_finds_any_nan_or_inf_and_passes_huge_finite_values():
+    """`check_finite` clears a tensor by its sum, and checks element by element only when the
+    sum is not finite: NaN and infinities of either sign (also +inf and -inf together, whose
+    sum is NaN) are found anywhere; finite values whose sum overflows pass."""
+    for dtype in ("float16", "float32", "float64"):
+        ok = np.random.default_rng(0).standard_normal(1001).astype(dtype)
+        integrity.check_finite("w", ok, "f")
+        for bad in ([np.nan], [np.inf], [-np.inf], [np.inf, -np.inf]):
+            value = ok.copy()
+            value[[500, 1000][:len(bad)]] = bad
+            with pytest.raises(integrity.IntegrityError, match=r"'w' \(1001,\) holds "
+                                                               rf"{len(bad)} non-finite"):
+                integrity.check_finite("w", value, "f")
+    integrity.check_finite("w", np.full(8, np.finfo("float64").max), "f")  # the sum is inf
+    integrity.check_finite("ids", np.arange(5), "f")  # integers are not checked
+
+
 def test_keras_hub_weights_with_nan_are_refused_naming_the_tensor(tmp_path):
     import keras_hub
 

@@ -4,8 +4,9 @@ finiteness check for weights from files without our manifest (HF safetensors / .
 
 A preset manifest (`keras_bertfam.json`) written by `save_to_preset` records
 `"files": {relative path: sha256}` for every weights and asset file, and is written last, so a
-directory whose manifest exists is complete. `verify` recomputes the digests on load: a flipped
-byte anywhere in `backbone.weights.h5` is refused naming the file, before Keras reads it.
+directory whose manifest exists is complete. `verify` recomputes the digests on load (in a
+thread, while the model is built and the file read): a flipped byte anywhere in
+`backbone.weights.h5` is refused naming the file, and the load returns nothing.
 Checkpoint manifests (the CLI's) can use the same `checksums` / `verify`.
 """
 import concurrent.futures
@@ -85,7 +86,11 @@ class Verification:
 def check_finite(key, value, source):
     """Raises naming tensor `key` of file `source` if `value` holds NaN or inf."""
     value = np.asarray(value)
-    if value.dtype.kind == "f" and not np.isfinite(value).all():
+    # A NaN or inf anywhere makes the sum NaN or inf, so a finite sum clears the tensor in one
+    # pass with no [N] boolean temporary; only a non-finite sum (or one overflowing from huge
+    # finite values) is checked element by element.
+    if value.dtype.kind == "f" and not (np.isfinite(np.sum(value, dtype=np.float64)) or
+                                        np.isfinite(value).all()):
         bad = int(value.size - np.isfinite(value).sum())
         raise IntegrityError(
             f"{source!r}: tensor {key!r} {tuple(value.shape)} holds {bad} non-finite value(s) "

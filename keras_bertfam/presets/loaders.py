@@ -100,18 +100,21 @@ def hf_family(model_dir):
 
 
 def load_weights_file(model, path, verification=None):
-    """`model.load_weights(path)` after `verification` (an `integrity.Verification`) passes."""
+    """`model.load_weights(path)`, returned only once `verification` (an
+    `integrity.Verification`, hashing the file in its thread meanwhile) passes. A file that
+    fails it is refused with the integrity error, also when Keras could not read it."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file {path!r} is missing.")
-    if verification is not None:
-        verification.result()
+    verify = verification.result if verification is not None else lambda: None
     try:
         model.load_weights(path)
     except Exception as e:
+        verify()
         raise checkpoints.CheckpointError(
             f"Could not load {path!r} into {type(model).__name__}: the file is corrupt or was "
             f"saved from another config ({type(e).__name__}: {e})."
         ) from e
+    verify()
 
 
 # === HF conversion (HF dirs and the hub cache) ===
