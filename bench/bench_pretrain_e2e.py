@@ -153,8 +153,12 @@ def check_dropout_runs(peer, task, x):
     mode. (Our fit ran without dropout for two days once, against peers that ran it.)"""
     import keras
     import numpy as np
+    import tensorflow as tf
 
-    outputs = [[keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(task(x, training=t))]
+    # In a graph, as `fit` calls the model: keras-hub's MaskedLMHead adds its float32 bias to
+    # bfloat16 logits, which TensorFlow refuses in an eager call under mixed_bfloat16.
+    call = tf.function(lambda x, training: task(x, training=training))
+    outputs = [[keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(call(x, t))]
                for t in (True, False)]
     if all(np.array_equal(a, b) for a, b in zip(*outputs)):
         raise SystemExit(f"{peer}: the training-mode outputs equal the inference ones: dropout "
