@@ -37,6 +37,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 TAG = "RESULT_JSON "
+sys.path.insert(0, HERE)
+from bench_pretrain_e2e import check_precision  # noqa: E402  (the e2e bench's, one rule)
 # --precision -> the Keras dtype policy of ours and keras-hub (HF: Trainer's bf16 flag)
 KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
@@ -95,12 +97,14 @@ def _keras_compute_dtype(clf, args):
     import keras
 
     dense = [layer for layer in clf._flatten_layers() if isinstance(layer, keras.layers.Dense)]
-    dtypes = {layer.compute_dtype for layer in dense}
-    want = "bfloat16" if args.precision == "bf16" else "float32"
-    if dtypes != {want} or any(w.dtype != "float32" for w in clf.weights):
-        raise SystemExit(f"{args.peer}: Dense compute dtypes {dtypes}, weights "
-                         f"{ {w.dtype for w in clf.weights} }; --precision {args.precision}")
-    return want
+    _check_float32_weights(args.peer, args, [w.dtype for w in clf.weights])
+    return check_precision(args.peer, args, *(layer.compute_dtype for layer in dense))
+
+
+def _check_float32_weights(peer, args, dtypes):
+    if set(dtypes) != {"float32"}:
+        raise SystemExit(f"{peer}: weights in {sorted(set(dtypes))} under --precision "
+                         f"{args.precision}; mixed precision keeps them float32")
 
 
 def hf(args):
@@ -134,17 +138,15 @@ def hf(args):
     trainer = Trainer(model=model, args=targs, train_dataset=rows(train),
                       data_collator=DataCollatorWithPadding(tokenizer))
     trainer.train()
-    want = "torch.bfloat16" if args.precision == "bf16" else "torch.float32"
-    if seen != {want} or any(p.dtype != torch.float32 for p in model.parameters()):
-        raise SystemExit(f"hf: a Linear's training outputs were {seen}, parameters "
-                         f"{ {str(p.dtype) for p in model.parameters()} }; --precision "
-                         f"{args.precision}")
+    _check_float32_weights("hf", args, [str(p.dtype).replace("torch.", "")
+                                        for p in model.parameters()])
+    compute = check_precision("hf", args, *(dtype.replace("torch.", "") for dtype in seen))
     # transformers 5 groups the evaluation batches by length too (its eval sampler follows
     # train_sampling_strategy): the predictions come back permuted, so compare them with the
     # labels that travelled with them, not with labels[dev] (that read chance, 0.48).
     out = trainer.predict(rows(dev))
     accuracy = float(np.mean(np.argmax(out.predictions, -1) == out.label_ids))
-    return dict(accuracy=accuracy, compute=want.split(".")[1])
+    return dict(accuracy=accuracy, compute=compute)
 
 
 def keras_hub_peer(args):

@@ -167,11 +167,13 @@ def check_dropout_runs(peer, task, x):
 
 def check_precision(peer, args, *compute_dtypes):
     """The timed steps computed in the precision asked for (torch's autocast is a Trainer
-    setting that could silently not apply on CPU)."""
+    setting that could silently not apply on CPU); returns that dtype's name. Also
+    bench_finetune's check."""
     expected = {"fp32": "float32", "bf16": "bfloat16"}[args.precision]
     if set(compute_dtypes) != {expected}:
         raise SystemExit(f"{peer}: --precision {args.precision}, but the step computed in "
                          f"{sorted(set(compute_dtypes))}, not {expected}")
+    return expected
 
 
 def keras_peer(peer, cfg, args):
