@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 TAG = "RESULT_JSON "
 sys.path.insert(0, HERE)
-from bench_pretrain_e2e import check_precision  # noqa: E402  (the e2e bench's, one rule)
+from bench_pretrain_e2e import check_dropout_runs, check_precision  # noqa: E402  (one rule each)
 # --precision -> the Keras dtype policy of ours and keras-hub (HF: Trainer's bf16 flag)
 KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
@@ -86,8 +86,7 @@ def ours(args):
     # the timed fit ran the real step: dropout changes the training-mode logits (our fit once
     # ran without dropout for two days, against peers that ran it)
     x = clf.preprocessor(list(texts[dev[:8]]))
-    if np.array_equal(np.asarray(clf(x, training=True)), np.asarray(clf(x, training=False))):
-        raise SystemExit("ours: the training-mode logits equal the inference ones: no dropout")
+    check_dropout_runs("ours", clf, x)
     return dict(accuracy=float(np.mean(np.argmax(logits, -1) == labels[dev])), compute=compute)
 
 
