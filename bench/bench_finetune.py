@@ -38,7 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 TAG = "RESULT_JSON "
 sys.path.insert(0, HERE)
-from bench_pretrain_e2e import check_dropout_runs, check_precision  # noqa: E402  (one rule each)
+from bench_pretrain_e2e import (  # noqa: E402  (one rule each)
+    check_dropout_runs, check_precision, keras_matmul_dtypes)
 # --precision -> the Keras dtype policy of ours and keras-hub (HF: Trainer's bf16 flag)
 KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
@@ -91,13 +92,10 @@ def ours(args):
 
 
 def _keras_compute_dtype(clf, args):
-    """The compute dtype of the encoder's Dense layers (what its matmuls run in), checked
+    """The compute dtype of the classifier's Dense layers (what its matmuls run in), checked
     against --precision; the weights must stay float32 under either."""
-    import keras
-
-    dense = [layer for layer in clf._flatten_layers() if isinstance(layer, keras.layers.Dense)]
     _check_float32_weights(args.peer, args, [w.dtype for w in clf.weights])
-    return check_precision(args.peer, args, *(layer.compute_dtype for layer in dense))
+    return check_precision(args.peer, args, *keras_matmul_dtypes(clf))
 
 
 def _check_float32_weights(peer, args, dtypes):

@@ -176,6 +176,14 @@ def check_precision(peer, args, *compute_dtypes):
     return expected
 
 
+def keras_matmul_dtypes(model):
+    """The compute dtypes of a Keras model's Dense layers (what its matmuls run in)."""
+    import keras
+
+    return {layer.compute_dtype for layer in model._flatten_layers()
+            if isinstance(layer, keras.layers.Dense)}
+
+
 def keras_peer(peer, cfg, args):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
@@ -280,7 +288,7 @@ def keras_peer(peer, cfg, args):
 
     laps = alternate(model_only, end_to_end, times, warmup, per_run, args.rounds)
     check_dropout_runs(peer, task, batches[0][0])
-    check_precision(peer, args, backbone.compute_dtype)
+    check_precision(peer, args, *keras_matmul_dtypes(task))
     return dict(tokens_per_step=tokens_per_step, pipe_rate=pipe_rate, base_rss=base_rss,
                 peak_rss=rss_mb(), timed_steps=per_run * args.rounds, laps=laps)
 
