@@ -187,6 +187,28 @@ def test_longformer_from_bert_draws_nothing_it_copies(dirs, monkeypatch):
         np.testing.assert_array_equal(to_numpy(w), want, err_msg=w.path)
 
 
+def test_prune_heads_draws_nothing_it_copies(dirs, monkeypatch):
+    """`kb.analysis.prune_heads` builds the pruned model in the same scope: every weight is a
+    copy (sliced by head in the attention), so nothing is drawn, and all are set."""
+    clf = kb.tasks.TextClassifier(kb.models.BertBackbone.from_preset(dirs["ours"]),
+                                  num_classes=3, preprocessor=None)
+    draws = []
+    real = utils.TruncatedNormal.__call__
+    monkeypatch.setattr(utils.TruncatedNormal, "__call__",
+                        lambda self, shape, dtype=None: draws.append(shape) or real(
+                            self, shape, dtype))
+    pruned = kb.analysis.prune_heads(clf, {0: [1]})
+    assert draws == []
+    assert not [w.path for w in pruned.weights if getattr(w, "_value", 0) is None]
+    old = clf.backbone.encoder.layer_block(0).attention.attention
+    new = pruned.backbone.encoder.layer_block(0).attention.attention
+    np.testing.assert_array_equal(to_numpy(new.query_dense.kernel),
+                                  to_numpy(old.query_dense.kernel)[:, [0], :])
+    head = lambda m: [to_numpy(w) for w in m.weights[len(m.backbone.weights):]]  # noqa: E731
+    for got, want in zip(head(pruned), head(clf)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_failed_load_leaves_nothing_behind(dirs, tmp_path):
     """A checkpoint error inside the scope still raises it, and the next load is whole."""
     bad = tmp_path / "bad"

@@ -5,6 +5,7 @@ import numpy as np
 
 from keras_bertfam.analysis._common import backbone_of, heads_per_layer, require_head_mask
 from keras_bertfam.models.backbone import _unique
+from keras_bertfam.presets.deferred import deferred_initialization
 
 
 def prune_heads(model, heads, allow_empty_layers=False):
@@ -44,11 +45,14 @@ def prune_heads(model, heads, allow_empty_layers=False):
 
     config = backbone.get_config()
     config["heads_per_layer"] = new_counts
-    new_backbone = type(backbone).from_config(config)
-    _copy_pruned_weights(backbone, new_backbone, plan, counts)
-    if model is backbone:
-        return new_backbone
-    return _rebuild_task(model, new_backbone)
+    # Every weight of the new model is copied from `model`: built without drawing initial values
+    # (as a preset load is), the copies become its values.
+    with deferred_initialization():
+        new_backbone = type(backbone).from_config(config)
+        _copy_pruned_weights(backbone, new_backbone, plan, counts)
+        if model is backbone:
+            return new_backbone
+        return _rebuild_task(model, new_backbone)
 
 
 def _plan(backbone, heads, counts, allow_empty_layers):
