@@ -181,6 +181,35 @@ def test_adamw_is_keras_adamw_with_repeated_sparse_rows_summed():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="TensorFlow's clipping (JAX and torch: Keras' own)")
+def test_adamw_global_clipnorm_is_keras_bit_for_bit():
+    """`kb.tasks.AdamW` takes each gradient's squared norm in one pass (`2 · l2_loss`): the
+    clipped gradients are Keras' `clip_by_global_norm`'s bit for bit (dense gradients; an
+    embedding's summed slices as their dense form), scaled down or left, in eager and traced
+    calls, on tensors large enough for Eigen's threaded reduction; a NaN makes every gradient
+    NaN, as in Keras."""
+    from keras.src.optimizers.base_optimizer import clip_by_global_norm
+
+    rng = np.random.default_rng(3)
+    shapes = [(1200, 384), (384,), (16, 12, 32), (2, 384), (1536, 384)]
+    rows = tf.IndexedSlices(tf.constant(rng.normal(0, 1e-2, (5, 384)), tf.float32),
+                            tf.constant([7, 2, 40, 3, 11]), tf.constant([60, 384]))
+    optimizer = kb.tasks.AdamW(1e-3, global_clipnorm=1.0)
+    for scale in (1e-4, 1e-2, 3.0):
+        grads = [tf.constant(rng.normal(0, scale, s), tf.float32) for s in shapes]
+        expected = clip_by_global_norm(grads + [tf.convert_to_tensor(rows)], 1.0)
+        for clip in (optimizer._clip_gradients, tf.function(optimizer._clip_gradients)):
+            got = clip(grads + [rows])
+            for g, want in zip(got, expected):
+                np.testing.assert_array_equal(to_numpy(g), to_numpy(want))
+    poisoned = [grads[0], tf.constant([np.nan, 1.0])]
+    assert all(np.isnan(to_numpy(g)).all() for g in optimizer._clip_gradients(poisoned))
+    graph = tf.function(optimizer._clip_gradients).get_concrete_function(grads).graph
+    kernels = [op.type for op in graph.get_operations()]
+    assert kernels.count("L2Loss") == len(shapes) and "Square" not in kernels
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="a property of the TensorFlow update's graph (JAX and torch: Keras' own)")
 def test_adamw_builds_its_step_scalars_once_on_one_tensorflow_device():
     """On one TF device the step's scalars (β powers, the scheduled learning rate) are built once
