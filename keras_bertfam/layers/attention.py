@@ -6,11 +6,34 @@ from keras import ops
 
 from keras_bertfam.layers.utils import (
     clone_initializer,
+    rows_matmul,
     serialize_initializer,
     sublayer_kwargs,
     upstream_of,
     zero_after,
 )
+
+
+@keras.saving.register_keras_serializable(package="keras_bertfam")
+class HeadsDense(keras.layers.EinsumDense):
+    """`keras.layers.EinsumDense` for an attention's projections into heads ("btd,dnh->btnh")
+    and out of them ("btnh,nhd->btd"): the same weights, config and output, computed as one 2-D
+    matmul of the rows (`rows_matmul`; its backward pass is 2-3x faster on TensorFlow's CPU).
+    LoRA, quantized kernels and other equations take EinsumDense's own path."""
+
+    _CONTRACTED = {"btd,dnh->btnh": 1, "btnh,nhd->btd": 2}
+
+    def call(self, inputs, training=None):
+        contracted = self._CONTRACTED.get(self.equation)
+        if (contracted is None or self.lora_enabled or self.quantization_mode is not None
+                or len(inputs.shape) != 2 + contracted):
+            return super().call(inputs, training=training)
+        x = rows_matmul(inputs, self.kernel, contracted)
+        if self.bias is not None:
+            x = ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -78,7 +101,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         common = sublayer_kwargs(self)
 
         def projection(name):
-            return keras.layers.EinsumDense(
+            return HeadsDense(
                 "btd,dnh->btnh",
                 output_shape=(None, num_heads, self.head_dim),
                 bias_axes="nh",
@@ -92,7 +115,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             self.query_dense = projection("query")
             self.key_dense = projection("key")
             self.value_dense = projection("value")
-            self.output_dense = keras.layers.EinsumDense(
+            self.output_dense = HeadsDense(
                 "btnh,nhd->btd",
                 output_shape=(None, hidden_dim),
                 bias_axes="d",

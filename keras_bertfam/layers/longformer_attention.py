@@ -30,7 +30,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_bertfam.layers.attention import dropout_attention_context
+from keras_bertfam.layers.attention import HeadsDense, dropout_attention_context
 from keras_bertfam.layers.utils import clone_initializer, serialize_initializer
 
 # Marks of the merged mask the layer reads (HF's `attention_mask * (global_attention_mask + 1)`).
@@ -166,7 +166,7 @@ class LongformerSelfAttention(keras.layers.Layer):
 
         # === Layers ===
         def projection(name):
-            return keras.layers.EinsumDense(
+            return HeadsDense(
                 "btd,dnh->btnh",
                 output_shape=(None, num_heads, self.head_dim),
                 bias_axes="nh",
@@ -180,7 +180,7 @@ class LongformerSelfAttention(keras.layers.Layer):
         self.query_global_dense = projection("query_global")
         self.key_global_dense = projection("key_global")
         self.value_global_dense = projection("value_global")
-        self.output_dense = keras.layers.EinsumDense(
+        self.output_dense = HeadsDense(
             "btnh,nhd->btd",
             output_shape=(None, hidden_dim),
             bias_axes="d",
