@@ -7,6 +7,7 @@ they take the model's own inputs (keras-hub's preprocessed format for pretrainin
 """
 import contextlib
 import inspect
+import os
 import re
 import types
 import warnings
@@ -454,7 +455,13 @@ class Task(keras.Model):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         filled = self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
         try:
+            # Keras keeps the epoch a BackupAndRestore restored (`_initial_epoch`) after that fit:
+            # a later fit of this model started there, whatever its `initial_epoch`.
+            self._initial_epoch = None
+            finite = x
             x, kwargs = one_iterator(x, kwargs)
+            if x is not finite:  # our pipeline, repeated: n batches an epoch
+                x, kwargs = self._resume_position(x, kwargs)
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
@@ -483,6 +490,49 @@ class Task(keras.Model):
             if filled and int(keras.ops.convert_to_numpy(self.optimizer.iterations)) == 0:
                 self._unfill_schedule(filled)
             raise
+
+    def _resume_position(self, ds, kwargs):
+        """The repeated pipeline of `one_iterator` (n batches an epoch), started where the run
+        resumes rather than at its first batch.
+
+        Our pipelines are seeded streams: epoch e's masks (the masker's per-example draws from
+        `tf.data.Dataset.random`), pairings and shuffled order are the e-th repetition of the
+        pipeline. A new `fit` builds a new pipeline, whose first repetition is epoch 0's. So a fit
+        that starts at epoch k (`initial_epoch=k`, or the epoch a `BackupAndRestore` callback
+        restores) reads the pipeline from batch k·n, and one restored from a mid-epoch backup
+        (`BackupAndRestore(save_freq=<int>)`: Keras restarts the saved epoch at its first batch,
+        and the restored weights have seen the batches before the backup) from the restored
+        optimizer's step count, and stops after `epochs`·n steps in all: the same batches in the
+        same order, and the same number of steps, as the run without the interruption. Reaching
+        the position costs running the preprocessing of the batches skipped."""
+        callbacks = kwargs.get("callbacks") or []
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            callbacks = callbacks.callbacks
+        backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
+        for backup in backups:
+            check_backup_dir(backup.backup_dir)
+            # Restored now (Keras restores in `on_train_begin`, after the data is set up), to
+            # know where the run resumes; Keras restores again, from the same files.
+            backup.set_model(self)
+            backup.on_train_begin()
+        n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
+        epoch = self._initial_epoch or kwargs.get("initial_epoch", 0) or 0
+        position = epoch * n
+        if backups and self._initial_epoch is not None:
+            steps = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+            if not epoch * n <= steps <= (epoch + 1) * n:
+                raise ValueError(
+                    f"The backup in {backups[0].backup_dir!r} is of epoch {epoch}, but its "
+                    f"optimizer has taken {steps} steps: expected {epoch * n} to "
+                    f"{(epoch + 1) * n} at {n} steps an epoch. It was written by a run of "
+                    f"another length (batch size, data) or another model; delete it to start "
+                    f"afresh.")
+            position = steps
+        if position == 0:
+            return ds, kwargs
+        if position > epoch * n:
+            kwargs = dict(kwargs, callbacks=list(callbacks) + [_StopAtStep(epochs * n)])
+        return ds.skip(position), kwargs
 
     def make_train_function(self, force=False):
         """Creates the optimizer's slots before the train step is traced: every path into
@@ -618,6 +668,32 @@ class Task(keras.Model):
 
     def save_to_preset(self, preset_dir):
         preset_hooks.call("save_task", self, preset_dir)
+
+
+class _StopAtStep(keras.callbacks.Callback):
+    """Ends training once the optimizer has taken `steps` steps (a run resumed mid-epoch)."""
+
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) >= self.steps:
+            self.model.stop_training = True
+
+
+def check_backup_dir(path):
+    """A `BackupAndRestore` directory the callback can write: an existing one that is not a
+    directory or is read-only fails at the end of the first epoch in Keras (the epoch's
+    training lost); refused before training."""
+    path = str(path)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"BackupAndRestore's backup_dir {path!r} is a file; expected a "
+                             f"directory (or a path that does not exist yet).")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"BackupAndRestore's backup_dir {path!r} is not writable: "
+                                  f"its backups would fail at the end of the first epoch.")
 
 
 def _backbones(task):
