@@ -148,3 +148,34 @@ def test_backup_dir_that_is_a_file_is_refused_before_training(bert_vocab, tmp_pa
     with pytest.raises(ValueError, match="backup_dir .*backup' is a file; expected a directory"):
         fit(task, "mlm", [keras.callbacks.BackupAndRestore(backup)])
     assert int(task.optimizer.iterations.numpy()) == 0
+
+
+@pytest.mark.parametrize("file", ["task.keras", "task.weights.h5"])
+def test_model_checkpoint_reloaded_and_fit_on_is_the_uninterrupted_run(file, bert_vocab,
+                                                                         tmp_path):
+    """ModelCheckpoint every epoch, interrupted at epoch 2, reloaded (`load_model`, or a new
+    task's `load_weights`) and `fit(initial_epoch=2)`: the uninterrupted run's weights and
+    optimizer state (AdamW's moments and step count, the schedule's position). Before,
+    `load_model` returned the task uncompiled (Keras compiles no model with its own `compile`),
+    and `load_weights` into a compiled task skipped the optimizer's state (a warning): both went
+    on from a fresh optimizer; the pipeline read epoch 0's masks again."""
+    reference = make_task("mlm", bert_vocab)
+    fit(reference, "mlm", [])
+    path = os.path.join(tmp_path, file)
+    task = make_task("mlm", bert_vocab)
+    checkpoint = keras.callbacks.ModelCheckpoint(path, save_weights_only=file.endswith(".h5"))
+    with pytest.raises(RuntimeError, match="interrupted"):
+        fit(task, "mlm", [checkpoint, Interrupt(2)])
+    if file.endswith(".keras"):
+        keras.utils.set_random_seed(1)  # as the script did
+        resumed = keras.saving.load_model(path)
+        assert resumed.preprocessor.get_config() == task.preprocessor.get_config()
+        gamma = resumed.backbone.get_layer("embeddings").weights[3]
+        assert gamma.path.endswith("layer_norm/gamma")
+        assert not resumed.optimizer._use_weight_decay(gamma)
+    else:
+        resumed = make_task("mlm", bert_vocab)
+        resumed.load_weights(path)
+    assert int(resumed.optimizer.iterations.numpy()) == 8
+    fit(resumed, "mlm", [], initial_epoch=2)
+    assert_same_state(state(reference), state(resumed))

@@ -342,6 +342,26 @@ class Task(keras.Model):
                 f"(compile's default).", stacklevel=2)
         super().compile(optimizer=optimizer, **kwargs)
 
+    def compile_from_config(self, config):
+        """`keras.saving.load_model` of a compiled task: compiled again with its saved optimizer
+        (AdamW and its schedule, as `compile` made them), losses and metrics, the optimizer built
+        so that its saved moments and step count load. Keras compiles no model whose `compile`
+        is overridden (it warns), so a reloaded task trained on from a fresh optimizer."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """Keras' `load_weights`, with a compiled task's optimizer built first: a compiled
+        task's optimizer has no variables before its first step, and Keras then skips the file's
+        optimizer state (moments, step count) with a warning, so `fit(initial_epoch=...)` went
+        on from step 0 of the schedule with fresh moments."""
+        if (getattr(self, "optimizer", None) is not None and not self.optimizer.built
+                and self.built and str(filepath).endswith((".weights.h5", ".keras"))):
+            self.optimizer.build(self.trainable_variables)
+        return super().load_weights(filepath, *args, **kwargs)
+
     def _fill_schedule(self, dataset, epochs, steps_per_epoch):
         """Sets an auto schedule's total (and warmup) steps from the first fit's length; returns
         what `_unfill_schedule` needs to undo it (None when nothing was set)."""
