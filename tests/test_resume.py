@@ -123,6 +123,11 @@ def test_backup_of_another_run_length_is_refused(bert_vocab, tmp_path):
     with pytest.raises(RuntimeError, match="interrupted"):
         fit(task, "mlm", [keras.callbacks.BackupAndRestore(backup), Interrupt(2)])
     resumed = make_task("mlm", bert_vocab)
+    with pytest.raises(ValueError, match=r"another run: steps_per_epoch: 4 != 8"):
+        resumed.fit(TEXTS, batch_size=2, epochs=EPOCHS, verbose=0,
+                    callbacks=[keras.callbacks.BackupAndRestore(backup)])
+    # Without the run file (a backup of Keras' own): the restored step count does not fit.
+    os.remove(os.path.join(backup, "keras_bertfam_run.json"))
     with pytest.raises(ValueError, match=r"is of epoch 2, but its optimizer has taken 8 steps: "
                                          r"expected 16 to 24 at 8 steps an epoch"):
         resumed.fit(TEXTS, batch_size=2, epochs=EPOCHS, verbose=0,
@@ -179,3 +184,80 @@ def test_model_checkpoint_reloaded_and_fit_on_is_the_uninterrupted_run(file, ber
     assert int(resumed.optimizer.iterations.numpy()) == 8
     fit(resumed, "mlm", [], initial_epoch=2)
     assert_same_state(state(reference), state(resumed))
+
+
+@pytest.fixture(scope="module")
+def mlm_backup(bert_vocab, tmp_path_factory):
+    """A MaskedLM's BackupAndRestore directory, interrupted at epoch 1."""
+    backup = str(tmp_path_factory.mktemp("mlm") / "backup")
+    task = make_task("mlm", bert_vocab)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        fit(task, "mlm", [keras.callbacks.BackupAndRestore(backup), Interrupt(1)])
+    keras.backend.clear_session(free_memory=False)
+    return backup
+
+
+def damaged_copy(backup, tmp_path, damage):
+    copy = os.path.join(tmp_path, "backup")
+    import shutil
+
+    shutil.copytree(backup, copy)
+    damage(copy)
+    return copy
+
+
+def truncate(directory):
+    path = os.path.join(directory, "latest.weights.h5")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])
+
+
+def garble_metadata(directory):
+    with open(os.path.join(directory, "training_metadata.json"), "w") as f:
+        f.write("{not json")
+
+
+def drop_run_file(directory):
+    os.remove(os.path.join(directory, "keras_bertfam_run.json"))
+
+
+@pytest.mark.parametrize("damage,error,message", [
+    (truncate, OSError, r"Could not restore the backup in '.*backup' .*truncated file"),
+    (garble_metadata, ValueError, r"Could not restore the backup in '.*backup' .*JSONDecodeError"),
+])
+def test_damaged_backup_is_refused_naming_it(mlm_backup, damage, error, message, bert_vocab,
+                                            tmp_path):
+    """h5py's "truncated file" and json's "Expecting property name" named no file."""
+    backup = damaged_copy(mlm_backup, tmp_path, damage)
+    task = make_task("mlm", bert_vocab)
+    with pytest.raises(error, match=message):
+        fit(task, "mlm", [keras.callbacks.BackupAndRestore(backup)])
+    assert int(task.optimizer.iterations.numpy()) <= 4  # the backup's, if it loaded: no step
+
+
+def test_backup_of_another_run_is_refused_naming_the_difference(mlm_backup, bert_vocab,
+                                                                 tmp_path):
+    """The same model with another masker seed: Keras restored its weights and trained on with
+    other masks, silently. A task of another class or size: Keras' load error named no
+    directory."""
+    backup = damaged_copy(mlm_backup, tmp_path, lambda d: None)
+    keras.utils.set_random_seed(1)
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+    backbone = kb.models.BertBackbone(**TINY)
+    preprocessor = kb.tasks.MaskedLM.default_preprocessor(tokenizer, backbone, sequence_length=16,
+                                                          seed=6, batch_size=4)
+    task = kb.tasks.MaskedLM(backbone, preprocessor=preprocessor)
+    with pytest.raises(ValueError, match=r"backup in '.*backup' was written by another run: "
+                                         r"config.preprocessor.config.*seed: 5 != 6"):
+        fit(task, "mlm", [keras.callbacks.BackupAndRestore(backup)])
+    classifier = make_task("classifier", bert_vocab)
+    with pytest.raises(ValueError, match=r"another run: task: MaskedLM != TextClassifier"):
+        fit(classifier, "classifier", [keras.callbacks.BackupAndRestore(backup)])
+    # A backup without our run file (Keras' own, or ours before): Keras' load error, named.
+    drop_run_file(backup)
+    with pytest.raises(ValueError, match=r"Could not restore the backup in '.*backup'.*could "
+                                         r"not be loaded"):
+        fit(classifier, "classifier", [keras.callbacks.BackupAndRestore(backup)])
+    assert int(classifier.optimizer.iterations.numpy()) == 0

@@ -7,6 +7,7 @@ they take the model's own inputs (keras-hub's preprocessed format for pretrainin
 """
 import contextlib
 import inspect
+import json
 import os
 import re
 import types
@@ -480,6 +481,7 @@ class Task(keras.Model):
             self._initial_epoch = None
             finite = x
             x, kwargs = one_iterator(x, kwargs)
+            self._restore_backups(kwargs, kwargs.get("steps_per_epoch"))
             if x is not finite:  # our pipeline, repeated: n batches an epoch
                 x, kwargs = self._resume_position(x, kwargs)
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
@@ -511,6 +513,51 @@ class Task(keras.Model):
                 self._unfill_schedule(filled)
             raise
 
+    def _restore_backups(self, kwargs, steps_per_epoch):
+        """Restores the `BackupAndRestore` callbacks' backups now (Keras restores in
+        `on_train_begin`, after the data is set up; it restores again, from the same files), to
+        know where the run resumes, and checks that each backup is this run's: its directory is
+        a writable directory, its files load (else an error naming the directory and the file),
+        and it was written by a task of the same class and configuration (backbone,
+        preprocessor and its seeds), at the same number of steps an epoch (both recorded in the
+        directory's `RUN_FILE` when the run starts)."""
+        for backup in _callback_list(kwargs):
+            if not isinstance(backup, keras.callbacks.BackupAndRestore):
+                continue
+            check_backup_dir(backup.backup_dir)
+            run = {"task": type(self).__name__, "steps_per_epoch": steps_per_epoch,
+                   "config": _without_names(json.loads(json.dumps(self.get_config(),
+                                                                  default=repr)))}
+            path = os.path.join(str(backup.backup_dir), RUN_FILE)
+            if os.path.exists(path):
+                with open(path) as f:
+                    try:
+                        saved = json.load(f)
+                    except ValueError as e:
+                        raise ValueError(f"The backup run file {path!r} is damaged ({e}): "
+                                         f"delete {str(backup.backup_dir)!r} to start afresh.")
+                differences = _differences(saved, run)
+                if differences:
+                    raise ValueError(
+                        f"The backup in {str(backup.backup_dir)!r} was written by another run: "
+                        f"{'; '.join(differences[:5])} (saved, then this run's). Resuming would "
+                        f"train on from another model's or another run's state. Use another "
+                        f"backup_dir, or delete this one to start afresh.")
+            try:
+                backup.set_model(self)
+                backup.on_train_begin()
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                kind = OSError if isinstance(e, OSError) else ValueError
+                raise kind(
+                    f"Could not restore the backup in {str(backup.backup_dir)!r} "
+                    f"(latest.weights.h5, training_metadata.json): {type(e).__name__}: "
+                    f"{str(e)[:500]}. It is damaged (truncated, partly written) or was written "
+                    f"by another model; delete the directory to start afresh.") from e
+            if not os.path.exists(path):
+                os.makedirs(str(backup.backup_dir), exist_ok=True)
+                with open(path, "w") as f:
+                    json.dump(run, f)
+
     def _resume_position(self, ds, kwargs):
         """The repeated pipeline of `one_iterator` (n batches an epoch), started where the run
         resumes rather than at its first batch.
@@ -525,16 +572,8 @@ class Task(keras.Model):
         optimizer's step count, and stops after `epochs`·n steps in all: the same batches in the
         same order, and the same number of steps, as the run without the interruption. Reaching
         the position costs running the preprocessing of the batches skipped."""
-        callbacks = kwargs.get("callbacks") or []
-        if isinstance(callbacks, keras.callbacks.CallbackList):
-            callbacks = callbacks.callbacks
+        callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
-        for backup in backups:
-            check_backup_dir(backup.backup_dir)
-            # Restored now (Keras restores in `on_train_begin`, after the data is set up), to
-            # know where the run resumes; Keras restores again, from the same files.
-            backup.set_model(self)
-            backup.on_train_begin()
         n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
         epoch = self._initial_epoch or kwargs.get("initial_epoch", 0) or 0
         position = epoch * n
@@ -688,6 +727,39 @@ class Task(keras.Model):
 
     def save_to_preset(self, preset_dir):
         preset_hooks.call("save_task", self, preset_dir)
+
+
+# The file in a BackupAndRestore directory that records the run the backup belongs to.
+RUN_FILE = "keras_bertfam_run.json"
+
+
+def _callback_list(kwargs):
+    callbacks = kwargs.get("callbacks") or []
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        callbacks = callbacks.callbacks
+    return list(callbacks)
+
+
+def _without_names(config):
+    """A config without its objects' `name`s (Keras numbers them per process: masked_lm_1)."""
+    if isinstance(config, dict):
+        return {k: _without_names(v) for k, v in config.items() if k != "name"}
+    if isinstance(config, list):
+        return [_without_names(v) for v in config]
+    return config
+
+
+def _differences(saved, current, where=""):
+    """The paths where two JSON values differ, with both values (short)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        found = []
+        for key in list(current) + [k for k in saved if k not in current]:
+            found += _differences(saved.get(key), current.get(key),
+                                  f"{where}.{key}" if where else str(key))
+        return found
+    if saved != current:
+        return [f"{where or 'the run'}: {str(saved)[:60]} != {str(current)[:60]}"]
+    return []
 
 
 class _StopAtStep(keras.callbacks.Callback):
