@@ -301,3 +301,16 @@ def test_training_runs_dropout_in_every_family(family):
     if family != "xlnet":  # XLNet pretrains by permutation, not with MaskedLM
         x["mask_positions"] = np.array([[1, 2], [3, 4]], "int32")
         assert differs(kb.tasks.MaskedLM(backbone, preprocessor=None))
+
+
+def test_adamw_config_keeps_its_weight_decay_exclusions():
+    """Keras' optimizers leave `exclude_from_weight_decay` out of their config: the tasks'
+    AdamW reloaded from a `.keras` file decayed LayerNorm and bias weights too."""
+    optimizer = kb.tasks.AdamW(weight_decay=0.01)
+    optimizer.exclude_from_weight_decay(var_names=["layer_norm", "bias"])
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(optimizer))
+    assert isinstance(again, kb.tasks.AdamW)
+    bias, kernel = keras.Variable(np.zeros(3), name="bias"), keras.Variable(np.zeros(3),
+                                                                             name="kernel")
+    assert not again._use_weight_decay(bias)
+    assert again._use_weight_decay(kernel)

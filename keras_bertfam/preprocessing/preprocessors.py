@@ -128,13 +128,23 @@ class PretrainingPreprocessor(keras.layers.Layer):
         require_special_tokens(tokenizer, ["cls", "sep", "pad"], type(self).__name__)
         self.masker = deserialize_stage(masker) or default_masker(tokenizer, sequence_length,
                                                                   seed=seed)
-        self.packer = SegmentPacker(
-            sequence_length,
-            start_value=tokenizer.cls_token_id,
-            end_value=tokenizer.sep_token_id,
-            pad_value=tokenizer.pad_token_id,
-        )
         self.built = True
+
+    @property
+    def packer(self):
+        """The `SegmentPacker` of `[CLS] A [SEP] (B [SEP])`, made from the tokenizer's special
+        ids when they are first needed or change: a tokenizer restored from a `.keras` file gets
+        its vocabulary, so its ids, after this layer is constructed (a packer made at
+        construction padded with None: `load_model` then `fit` on raw text failed with "None
+        values not supported")."""
+        tok = self.tokenizer
+        ids = (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id)
+        packer = self.__dict__.get("_segment_packer")
+        if packer is None or (packer.start_value, packer.end_value, packer.pad_value) != ids:
+            packer = SegmentPacker(self.sequence_length, start_value=ids[0], end_value=ids[1],
+                                   pad_value=ids[2])
+            object.__setattr__(self, "_segment_packer", packer)
+        return packer
 
     @classmethod
     def from_preset(cls, preset, **kwargs):
@@ -286,11 +296,21 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
             raise ValueError(f"packing must be 'segments' or one of {DocumentPacker.MODES}, "
                              f"got {packing!r}.")
         self.packing = packing
-        if packing != "segments":
-            self.document_packer = DocumentPacker(
-                sequence_length, mode=packing, start_value=tokenizer.cls_token_id,
-                end_value=tokenizer.sep_token_id, separator_value=tokenizer.sep_token_id,
-            )
+
+    @property
+    def document_packer(self):
+        """The `DocumentPacker` of `packing` (None for "segments"), made from the tokenizer's
+        ids when first needed or changed (see `packer`)."""
+        if self.packing == "segments":
+            return None
+        tok = self.tokenizer
+        ids = (tok.cls_token_id, tok.sep_token_id)
+        packer = self.__dict__.get("_document_packer")
+        if packer is None or (packer.start_value, packer.end_value) != ids:
+            packer = DocumentPacker(self.sequence_length, mode=self.packing, start_value=ids[0],
+                                    end_value=ids[1], separator_value=ids[1])
+            object.__setattr__(self, "_document_packer", packer)
+        return packer
 
     def call(self, x, y=None, sample_weight=None, seed=None):
         segments = as_segments(x)

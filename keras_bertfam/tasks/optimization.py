@@ -59,6 +59,29 @@ class AdamW(keras.optimizers.AdamW):
     dense gradients and one global clip; there this class is `keras.optimizers.AdamW`.
     """
 
+    # === Config ===
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        # Keras' optimizers leave the exclusions out of their config: a task reloaded from a
+        # `.keras` file decayed its LayerNorm and bias weights. The names are kept in ours.
+        super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+        self._excluded_names = list(getattr(self, "_excluded_names", [])) + list(var_names or [])
+
+    def get_config(self):
+        config = super().get_config()
+        names = getattr(self, "_excluded_names", None)
+        if names:
+            config["exclude_from_weight_decay_names"] = list(names)
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        names = config.pop("exclude_from_weight_decay_names", None)
+        optimizer = super().from_config(config, custom_objects=custom_objects)
+        if names:
+            optimizer.exclude_from_weight_decay(var_names=names)
+        return optimizer
+
     def update_step(self, gradient, variable, learning_rate):
         self._update(gradient, variable, learning_rate, {})
 

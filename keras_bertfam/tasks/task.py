@@ -7,6 +7,8 @@ they take the model's own inputs (keras-hub's preprocessed format for pretrainin
 """
 import contextlib
 import inspect
+import json
+import os
 import re
 import types
 import warnings
@@ -341,6 +343,26 @@ class Task(keras.Model):
                 f"(compile's default).", stacklevel=2)
         super().compile(optimizer=optimizer, **kwargs)
 
+    def compile_from_config(self, config):
+        """`keras.saving.load_model` of a compiled task: compiled again with its saved optimizer
+        (AdamW and its schedule, as `compile` made them), losses and metrics, the optimizer built
+        so that its saved moments and step count load. Keras compiles no model whose `compile`
+        is overridden (it warns), so a reloaded task trained on from a fresh optimizer."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """Keras' `load_weights`, with a compiled task's optimizer built first: a compiled
+        task's optimizer has no variables before its first step, and Keras then skips the file's
+        optimizer state (moments, step count) with a warning, so `fit(initial_epoch=...)` went
+        on from step 0 of the schedule with fresh moments."""
+        if (getattr(self, "optimizer", None) is not None and not self.optimizer.built
+                and self.built and str(filepath).endswith((".weights.h5", ".keras"))):
+            self.optimizer.build(self.trainable_variables)
+        return super().load_weights(filepath, *args, **kwargs)
+
     def _fill_schedule(self, dataset, epochs, steps_per_epoch):
         """Sets an auto schedule's total (and warmup) steps from the first fit's length; returns
         what `_unfill_schedule` needs to undo it (None when nothing was set)."""
@@ -454,7 +476,14 @@ class Task(keras.Model):
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         filled = self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
         try:
+            # Keras keeps the epoch a BackupAndRestore restored (`_initial_epoch`) after that fit:
+            # a later fit of this model started there, whatever its `initial_epoch`.
+            self._initial_epoch = None
+            finite = x
             x, kwargs = one_iterator(x, kwargs)
+            self._restore_backups(kwargs, kwargs.get("steps_per_epoch"))
+            if x is not finite:  # our pipeline, repeated: n batches an epoch
+                x, kwargs = self._resume_position(x, kwargs)
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
@@ -483,6 +512,86 @@ class Task(keras.Model):
             if filled and int(keras.ops.convert_to_numpy(self.optimizer.iterations)) == 0:
                 self._unfill_schedule(filled)
             raise
+
+    def _restore_backups(self, kwargs, steps_per_epoch):
+        """Restores the `BackupAndRestore` callbacks' backups now (Keras restores in
+        `on_train_begin`, after the data is set up; it restores again, from the same files), to
+        know where the run resumes, and checks that each backup is this run's: its directory is
+        a writable directory, its files load (else an error naming the directory and the file),
+        and it was written by a task of the same class and configuration (backbone,
+        preprocessor and its seeds), at the same number of steps an epoch (both recorded in the
+        directory's `RUN_FILE` when the run starts)."""
+        for backup in _callback_list(kwargs):
+            if not isinstance(backup, keras.callbacks.BackupAndRestore):
+                continue
+            check_backup_dir(backup.backup_dir)
+            run = {"task": type(self).__name__, "steps_per_epoch": steps_per_epoch,
+                   "config": _without_names(json.loads(json.dumps(self.get_config(),
+                                                                  default=repr)))}
+            path = os.path.join(str(backup.backup_dir), RUN_FILE)
+            if os.path.exists(path):
+                with open(path) as f:
+                    try:
+                        saved = json.load(f)
+                    except ValueError as e:
+                        raise ValueError(f"The backup run file {path!r} is damaged ({e}): "
+                                         f"delete {str(backup.backup_dir)!r} to start afresh.")
+                differences = _differences(saved, run)
+                if differences:
+                    raise ValueError(
+                        f"The backup in {str(backup.backup_dir)!r} was written by another run: "
+                        f"{'; '.join(differences[:5])} (saved, then this run's). Resuming would "
+                        f"train on from another model's or another run's state. Use another "
+                        f"backup_dir, or delete this one to start afresh.")
+            try:
+                backup.set_model(self)
+                backup.on_train_begin()
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                kind = OSError if isinstance(e, OSError) else ValueError
+                raise kind(
+                    f"Could not restore the backup in {str(backup.backup_dir)!r} "
+                    f"(latest.weights.h5, training_metadata.json): {type(e).__name__}: "
+                    f"{str(e)[:500]}. It is damaged (truncated, partly written) or was written "
+                    f"by another model; delete the directory to start afresh.") from e
+            if not os.path.exists(path):
+                os.makedirs(str(backup.backup_dir), exist_ok=True)
+                with open(path, "w") as f:
+                    json.dump(run, f)
+
+    def _resume_position(self, ds, kwargs):
+        """The repeated pipeline of `one_iterator` (n batches an epoch), started where the run
+        resumes rather than at its first batch.
+
+        Our pipelines are seeded streams: epoch e's masks (the masker's per-example draws from
+        `tf.data.Dataset.random`), pairings and shuffled order are the e-th repetition of the
+        pipeline. A new `fit` builds a new pipeline, whose first repetition is epoch 0's. So a fit
+        that starts at epoch k (`initial_epoch=k`, or the epoch a `BackupAndRestore` callback
+        restores) reads the pipeline from batch k·n, and one restored from a mid-epoch backup
+        (`BackupAndRestore(save_freq=<int>)`: Keras restarts the saved epoch at its first batch,
+        and the restored weights have seen the batches before the backup) from the restored
+        optimizer's step count, and stops after `epochs`·n steps in all: the same batches in the
+        same order, and the same number of steps, as the run without the interruption. Reaching
+        the position costs running the preprocessing of the batches skipped."""
+        callbacks = _callback_list(kwargs)
+        backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
+        n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
+        epoch = self._initial_epoch or kwargs.get("initial_epoch", 0) or 0
+        position = epoch * n
+        if backups and self._initial_epoch is not None:
+            steps = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+            if not epoch * n <= steps <= (epoch + 1) * n:
+                raise ValueError(
+                    f"The backup in {backups[0].backup_dir!r} is of epoch {epoch}, but its "
+                    f"optimizer has taken {steps} steps: expected {epoch * n} to "
+                    f"{(epoch + 1) * n} at {n} steps an epoch. It was written by a run of "
+                    f"another length (batch size, data) or another model; delete it to start "
+                    f"afresh.")
+            position = steps
+        if position == 0:
+            return ds, kwargs
+        if position > epoch * n:
+            kwargs = dict(kwargs, callbacks=list(callbacks) + [_StopAtStep(epochs * n)])
+        return ds.skip(position), kwargs
 
     def make_train_function(self, force=False):
         """Creates the optimizer's slots before the train step is traced: every path into
@@ -618,6 +727,65 @@ class Task(keras.Model):
 
     def save_to_preset(self, preset_dir):
         preset_hooks.call("save_task", self, preset_dir)
+
+
+# The file in a BackupAndRestore directory that records the run the backup belongs to.
+RUN_FILE = "keras_bertfam_run.json"
+
+
+def _callback_list(kwargs):
+    callbacks = kwargs.get("callbacks") or []
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        callbacks = callbacks.callbacks
+    return list(callbacks)
+
+
+def _without_names(config):
+    """A config without its objects' `name`s (Keras numbers them per process: masked_lm_1)."""
+    if isinstance(config, dict):
+        return {k: _without_names(v) for k, v in config.items() if k != "name"}
+    if isinstance(config, list):
+        return [_without_names(v) for v in config]
+    return config
+
+
+def _differences(saved, current, where=""):
+    """The paths where two JSON values differ, with both values (short)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        found = []
+        for key in list(current) + [k for k in saved if k not in current]:
+            found += _differences(saved.get(key), current.get(key),
+                                  f"{where}.{key}" if where else str(key))
+        return found
+    if saved != current:
+        return [f"{where or 'the run'}: {str(saved)[:60]} != {str(current)[:60]}"]
+    return []
+
+
+class _StopAtStep(keras.callbacks.Callback):
+    """Ends training once the optimizer has taken `steps` steps (a run resumed mid-epoch)."""
+
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) >= self.steps:
+            self.model.stop_training = True
+
+
+def check_backup_dir(path):
+    """A `BackupAndRestore` directory the callback can write: an existing one that is not a
+    directory or is read-only fails at the end of the first epoch in Keras (the epoch's
+    training lost); refused before training."""
+    path = str(path)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"BackupAndRestore's backup_dir {path!r} is a file; expected a "
+                             f"directory (or a path that does not exist yet).")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"BackupAndRestore's backup_dir {path!r} is not writable: "
+                                  f"its backups would fail at the end of the first epoch.")
 
 
 def _backbones(task):
