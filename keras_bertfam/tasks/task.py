@@ -476,13 +476,30 @@ class Task(keras.Model):
                     # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
                     # end by running out of data and warns that training was cut short.
                     warnings.filterwarnings("ignore", message="Your input ran out of data")
-                return super().fit(x=x, y=y, batch_size=batch_size,
-                                   sample_weight=sample_weight,
-                                   validation_data=validation_data, **kwargs)
+                history = super().fit(x=x, y=y, batch_size=batch_size,
+                                      sample_weight=sample_weight,
+                                      validation_data=validation_data, **kwargs)
+            if not history.history and kwargs.get("epochs", 1) > kwargs.get("initial_epoch", 0):
+                raise ValueError(self._no_training_step_message())
+            return history
         except BaseException:
             if filled and int(keras.ops.convert_to_numpy(self.optimizer.iterations)) == 0:
                 self._unfill_schedule(filled)
             raise
+
+    def _no_training_step_message(self):
+        """fit's data gave no batch at all (Keras then returns an empty history, silently)."""
+        message = (f"{type(self).__name__}.fit ran no training step: the data gave no batch, "
+                   "so nothing was trained.")
+        pairer = getattr(getattr(self, "preprocessor", None), "pairer", None)
+        if getattr(pairer, "single_sentence", None) == "skip":
+            message += (f" {type(pairer).__name__} makes no example of a document of one "
+                        "sentence (single_sentence='skip'): pass documents (strings) of two or "
+                        f"more sentences, or a preprocessor with pairer={type(pairer).__name__}"
+                        f"({pairer.sequence_length}, single_sentence='random_document').")
+        else:
+            message += " Check that the dataset is not empty."
+        return message
 
     def make_train_function(self, force=False):
         """Creates the optimizer's slots before the train step is traced: every path into
