@@ -491,14 +491,9 @@ class Task(keras.Model):
         """fit's data gave no batch at all (Keras then returns an empty history, silently)."""
         message = (f"{type(self).__name__}.fit ran no training step: the data gave no batch, "
                    "so nothing was trained.")
-        pairer = getattr(getattr(self, "preprocessor", None), "pairer", None)
-        if getattr(pairer, "single_sentence", None) == "skip":
-            message += (f" {type(pairer).__name__} makes no example of a document of one "
-                        "sentence (single_sentence='skip'): pass documents (strings) of two or "
-                        f"more sentences, or a preprocessor with pairer={type(pairer).__name__}"
-                        f"({pairer.sequence_length}, single_sentence='random_document').")
-        else:
-            message += " Check that the dataset is not empty."
+        hint = getattr(getattr(self, "preprocessor", None), "no_batch_hint", None)
+        hint = hint() if hint is not None else None
+        message += " " + (hint or "Check that the dataset is not empty.")
         return message
 
     def make_train_function(self, force=False):
