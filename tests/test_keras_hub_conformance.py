@@ -532,6 +532,28 @@ def test_keras_files_round_trip_classifiers_of_every_tokenizer(tmp_path):
                                    classifier.predict(FEATURES, verbose=0), atol=1e-6)
 
 
+def test_preprocessed_ids_outside_the_backbone_are_named_errors():
+    """keras-hub's DistilBERT / RoBERTa "preprocessed integer data" examples with ids the
+    backbone cannot take: an id past the vocabulary and more positions than the position table
+    gave TensorFlow's "Graph execution error" from the embedding gather (and a silently clamped
+    lookup on JAX); now errors naming the bound, from predict, fit and evaluate."""
+    backbone = kb.models.RobertaBackbone(**TINY_BERT)
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=4, preprocessor=None)
+    good = {"token_ids": np.ones((2, 12), "int32"), "padding_mask": np.ones((2, 12), "int32")}
+    assert classifier.predict(good, verbose=0).shape == (2, 4)
+    past = dict(good, token_ids=np.full((2, 12), 64, "int32"))
+    long = {"token_ids": np.ones((2, 33), "int32"), "padding_mask": np.ones((2, 33), "int32")}
+    for call in (lambda x: classifier.predict(x, verbose=0),
+                 lambda x: classifier.fit(x, np.array(LABELS), verbose=0),
+                 lambda x: classifier.evaluate(x, np.array(LABELS), verbose=0)):
+        with pytest.raises(ValueError, match=r"got token_ids from 64 to 64: expected ids in "
+                                             r"\[0, 64\) \(RobertaBackbone's vocabulary_size\)"):
+            call(past)
+        with pytest.raises(ValueError, match=r"got token_ids of 33 positions: RobertaBackbone "
+                                             r"takes at most max_sequence_length=32"):
+            call(long)
+
+
 def test_save_to_preset_keeps_the_pretraining_stages(tmp_path, bert_vocab):
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
     preprocessor = _pretraining_preprocessor(tokenizer)
