@@ -492,6 +492,68 @@ def test_keras_files_round_trip_pretrainers_and_sentence_encoder(tmp_path):
             np.testing.assert_allclose(to_numpy(g), to_numpy(e), atol=1e-5)
 
 
+def _xlnet_spm_proto(features):
+    """A 13-piece WORD SentencePiece model of the features with XLNet's special pieces."""
+    import sentencepiece
+
+    bytes_io = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(features), model_writer=bytes_io, vocab_size=13,
+        model_type="WORD", pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece="<pad>",
+        unk_piece="<unk>", control_symbols=["<cls>", "<sep>", "<mask>"])
+    return bytes_io.getvalue()
+
+
+def test_keras_files_round_trip_classifiers_of_every_tokenizer(tmp_path):
+    """keras-hub's RoBERTa / ALBERT / XLNet `TextClassifier` custom-vocabulary examples, then
+    `classifier.save(...)` and `keras.saving.load_model(...)`: every tokenizer class loads back
+    (only WordPiece's used to: the others were not registered, and `load_model` failed with
+    "Could not locate class 'SentencePieceTokenizer'")."""
+    tokenizers = {
+        "roberta": kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES),
+        "albert": kb.preprocessing.SentencePieceTokenizer(proto=_spm_proto(FEATURES)),
+        "xlnet": kb.preprocessing.XLNetTokenizer(proto=_xlnet_spm_proto(FEATURES)),
+    }
+    backbones = {"roberta": kb.models.RobertaBackbone, "albert": kb.models.AlbertBackbone,
+                 "xlnet": kb.models.XLNetBackbone}
+    for family, tokenizer in tokenizers.items():
+        extra = dict(embedding_dim=8) if family == "albert" else {}
+        config = dict(TINY_BERT, vocabulary_size=tokenizer.vocabulary_size(), **extra)
+        if family == "xlnet":
+            config.pop("max_sequence_length")
+        preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=16)
+        classifier = kb.tasks.TextClassifier(backbones[family](**config),
+                                             preprocessor=preprocessor, num_classes=4)
+        path = str(tmp_path / f"{family}.keras")
+        classifier.save(path)
+        loaded = keras.saving.load_model(path)
+        assert type(loaded.preprocessor.tokenizer) is type(tokenizer), family
+        np.testing.assert_allclose(loaded.predict(FEATURES, verbose=0),
+                                   classifier.predict(FEATURES, verbose=0), atol=1e-6)
+
+
+def test_preprocessed_ids_outside_the_backbone_are_named_errors():
+    """keras-hub's DistilBERT / RoBERTa "preprocessed integer data" examples with ids the
+    backbone cannot take: an id past the vocabulary and more positions than the position table
+    gave TensorFlow's "Graph execution error" from the embedding gather (and a silently clamped
+    lookup on JAX); now errors naming the bound, from predict, fit and evaluate."""
+    backbone = kb.models.RobertaBackbone(**TINY_BERT)
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=4, preprocessor=None)
+    good = {"token_ids": np.ones((2, 12), "int32"), "padding_mask": np.ones((2, 12), "int32")}
+    assert classifier.predict(good, verbose=0).shape == (2, 4)
+    past = dict(good, token_ids=np.full((2, 12), 64, "int32"))
+    long = {"token_ids": np.ones((2, 33), "int32"), "padding_mask": np.ones((2, 33), "int32")}
+    for call in (lambda x: classifier.predict(x, verbose=0),
+                 lambda x: classifier.fit(x, np.array(LABELS), verbose=0),
+                 lambda x: classifier.evaluate(x, np.array(LABELS), verbose=0)):
+        with pytest.raises(ValueError, match=r"got token_ids from 64 to 64: expected ids in "
+                                             r"\[0, 64\) \(RobertaBackbone's vocabulary_size\)"):
+            call(past)
+        with pytest.raises(ValueError, match=r"got token_ids of 33 positions: RobertaBackbone "
+                                             r"takes at most max_sequence_length=32"):
+            call(long)
+
+
 def test_save_to_preset_keeps_the_pretraining_stages(tmp_path, bert_vocab):
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
     preprocessor = _pretraining_preprocessor(tokenizer)

@@ -455,6 +455,44 @@ def test_pretraining_on_a_corpus_without_documents_says_so():
                 pre.prepare(ds)
 
 
+def test_fit_that_gets_no_batch_says_so_instead_of_an_empty_history():
+    """A first ALBERT script fits AlbertPretrainer on one-sentence strings: sentence-order
+    prediction makes no example of a one-sentence document, the data gave no batch, and fit
+    returned an empty history, silently, having trained nothing. Now an error naming the
+    reason; the same for a dataset filtered to nothing."""
+    texts = ["the film is good.", "the film is dull."] * 2
+    albert = kb.models.AlbertBackbone(len(VOCAB), embedding_dim=8, **SIZES)
+    pretrainer = kb.tasks.AlbertPretrainer(albert, preprocessor=kb.preprocessing.
+                                           SentencePairPreprocessor(_tokenizer(), 16, pairer=kb.
+                                                                    preprocessing.
+                                                                    SentenceOrderPairer(16)))
+    with pytest.raises(ValueError, match=r"AlbertPretrainer.fit ran no training step.*"
+                                         r"SentenceOrderPairer makes no example of a document "
+                                         r"of one sentence.*pairer=SentenceOrderPairer\(16, "
+                                         r"single_sentence='random_document'\)"):
+        pretrainer.fit(texts, batch_size=2, verbose=0)
+    assert int(pretrainer.optimizer.iterations) == 0
+    two = ["the film is good. the film is great.", "the film is bad. the film is dull."]
+    assert np.isfinite(pretrainer.fit(two, batch_size=2, verbose=0).history["loss"][0])
+
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+
+    xlnet = kb.tasks.XLNetPretrainer(
+        kb.models.XLNetBackbone(len(VOCAB), 1, 2, 16, 32),
+        preprocessor=XLNetPreprocessor(_tokenizer(), 16, batch_size=2, use_eod=False))
+    with pytest.raises(ValueError, match=r"XLNetPretrainer.fit ran no training step.*windows "
+                                         r"of batch_size \* row_len = 2 \* \d+ = \d+ tokens"):
+        xlnet.fit(texts, verbose=0)
+
+    classifier = kb.tasks.TextClassifier(_backbone(), num_classes=2)
+    x = {"token_ids": np.full((4, 8), 5, "int32"), "padding_mask": np.ones((4, 8), "int32")}
+    nothing = tf.data.Dataset.from_tensor_slices((x, [0, 1, 0, 1])).filter(
+        lambda *_: False).batch(2)
+    with pytest.raises(ValueError, match=r"TextClassifier.fit ran no training step.*dataset "
+                                         r"is not empty"):
+        classifier.fit(nothing, verbose=0)
+
+
 def test_a_diverged_model_is_not_saved_as_a_preset(tmp_path):
     backbone = _backbone()
     kernel = backbone.pooler_dense.kernel

@@ -17,16 +17,10 @@ from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
-from keras_bertfam.preprocessing.tokenizers import (WordPieceTokenizer, XLNetTokenizer,
+from keras_bertfam.preprocessing.tokenizers import (XLNetTokenizer,
                                                     merge_rows, require_special_tokens)
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-# Tasks saved as `.keras` files serialize their preprocessor's tokenizer (its vocabulary travels as
-# an asset), so the tokenizer class must be registered.
-if keras.saving.get_registered_object("keras_bertfam>WordPieceTokenizer") is None:
-    keras.saving.register_keras_serializable(package="keras_bertfam")(WordPieceTokenizer)
-
 
 GROUP_BY_LENGTH_BATCHES = 50  # HF's megabatch of group_by_length: 50 batches sorted together
 

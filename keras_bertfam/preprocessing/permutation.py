@@ -485,6 +485,13 @@ class XLNetPreprocessor(PretrainingPreprocessor):
              "target_mapping": out["target_mapping"]}
         return x, out["target"], out["target_mask"]
 
+    def no_batch_hint(self):
+        """Why data may give no batch (a task's `fit` says it when none came)."""
+        return (f"XLNetPreprocessor cuts the token stream into windows of batch_size * row_len "
+                f"= {self.batch_size} * {self.row_len} = {self.window_tokens} tokens and drops "
+                "the last partial window: the data must hold at least that many tokens (pass "
+                "more text, or a smaller batch_size or sequence_length).")
+
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
         stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)

@@ -362,6 +362,16 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
         self.pairer = deserialize_stage(pairer) or NextSentencePairer(sequence_length,
                                                                        short_seq_prob, seed=seed)
 
+    def no_batch_hint(self):
+        """Why data may give no batch (a task's `fit` says it when none came), or None."""
+        pairer = self.pairer
+        if getattr(pairer, "single_sentence", None) != "skip":
+            return None
+        return (f"{type(pairer).__name__} makes no example of a document of one sentence "
+                "(single_sentence='skip'): pass documents (strings) of two or more sentences, "
+                f"or pairer={type(pairer).__name__}({pairer.sequence_length}, "
+                "single_sentence='random_document').")
+
     def instances(self, texts, seed=None):
         """Strings [B] -> (segment_a [N, (T)], segment_b [N, (T)], labels [N])."""
         return self.pairer(self._documents(texts), seed=seed)

@@ -10,6 +10,7 @@ import os
 import re
 import warnings
 
+import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
@@ -1086,3 +1087,11 @@ def train_xlnet_sentencepiece_model(
         input_sentence_size=input_sentence_size,
         num_threads=num_threads,
     )
+
+
+# Tasks saved as `.keras` files serialize their preprocessor's tokenizer (its vocabulary travels as
+# an asset), so every tokenizer class is registered, under our package name: unregistered, a
+# RoBERTa, ALBERT or XLNet task saved with `model.save` could not be loaded back.
+for _cls in (WordPieceTokenizer, BytePairTokenizer, SentencePieceTokenizer, XLNetTokenizer):
+    if keras.saving.get_registered_object(f"keras_bertfam>{_cls.__name__}") is None:
+        keras.saving.register_keras_serializable(package="keras_bertfam")(_cls)

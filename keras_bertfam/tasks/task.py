@@ -403,7 +403,7 @@ class Task(keras.Model):
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
             # which Keras' data adapters take.
             x = _arrays(x)
-            return self._checked_features(x), _arrays(y), _arrays(sample_weight), batch_size
+            return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
         check_example_counts(x, y, sample_weight, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
@@ -423,6 +423,13 @@ class Task(keras.Model):
             x = batched_examples(examples, batch_size or 32, shuffle)
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
+
+    def _checked_model_inputs(self, x):
+        """Model inputs a user gives (preprocessor=None, `*_on_batch`): in-memory token ids
+        checked against the backbone (`_check_token_ids`), then `_checked_features`."""
+        if isinstance(x, dict) and "token_ids" in x:
+            _check_token_ids(self, x["token_ids"])
+        return self._checked_features(x)
 
     def _checked_features(self, x):
         """Model inputs (an in-memory dict, checked now, or a dataset, checked in its `tf.data`
@@ -505,9 +512,14 @@ class Task(keras.Model):
                     # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
                     # end by running out of data and warns that training was cut short.
                     warnings.filterwarnings("ignore", message="Your input ran out of data")
-                return super().fit(x=x, y=y, batch_size=batch_size,
-                                   sample_weight=sample_weight,
-                                   validation_data=validation_data, **kwargs)
+                history = super().fit(x=x, y=y, batch_size=batch_size,
+                                      sample_weight=sample_weight,
+                                      validation_data=validation_data, **kwargs)
+            # (A BackupAndRestore may have restored the last epoch: nothing left to train.)
+            start = max(kwargs.get("initial_epoch", 0) or 0, self._initial_epoch or 0)
+            if not history.history and kwargs.get("epochs", 1) > start:
+                raise ValueError(self._no_training_step_message())
+            return history
         except BaseException:
             if filled and int(keras.ops.convert_to_numpy(self.optimizer.iterations)) == 0:
                 self._unfill_schedule(filled)
@@ -593,6 +605,15 @@ class Task(keras.Model):
             kwargs = dict(kwargs, callbacks=list(callbacks) + [_StopAtStep(epochs * n)])
         return ds.skip(position), kwargs
 
+    def _no_training_step_message(self):
+        """fit's data gave no batch at all (Keras then returns an empty history, silently)."""
+        message = (f"{type(self).__name__}.fit ran no training step: the data gave no batch, "
+                   "so nothing was trained.")
+        hint = getattr(getattr(self, "preprocessor", None), "no_batch_hint", None)
+        hint = hint() if hint is not None else None
+        message += " " + (hint or "Check that the dataset is not empty.")
+        return message
+
     def make_train_function(self, force=False):
         """Creates the optimizer's slots before the train step is traced: every path into
         training (`fit`, `train_on_batch`, the CLI's direct `keras.Model.fit`) comes here first.
@@ -642,13 +663,13 @@ class Task(keras.Model):
     # same check as every other route (JAX's traced step cannot raise: a Longformer row over
     # its global cap would give NaN there).
     def train_on_batch(self, x, *args, **kwargs):
-        return super().train_on_batch(self._checked_features(x), *args, **kwargs)
+        return super().train_on_batch(self._checked_model_inputs(x), *args, **kwargs)
 
     def test_on_batch(self, x, *args, **kwargs):
-        return super().test_on_batch(self._checked_features(x), *args, **kwargs)
+        return super().test_on_batch(self._checked_model_inputs(x), *args, **kwargs)
 
     def predict_on_batch(self, x):
-        return super().predict_on_batch(self._checked_features(x))
+        return super().predict_on_batch(self._checked_model_inputs(x))
 
     def _predict_by_length(self, x, batch_size, verbose):
         """In-memory inputs with dynamic padding: batches of similar lengths, each cut to its
@@ -957,6 +978,33 @@ def check_batch_size(batch_size):
         raise ValueError(f"batch_size must be a positive int (or None for 32), got "
                          f"{batch_size!r}.")
     return int(batch_size)
+
+
+def _check_token_ids(task, token_ids):
+    """In-memory `token_ids` (preprocessor=None): ids inside the backbone's vocabulary and no
+    more positions than its position table. Either gave a TensorFlow "Graph execution error"
+    from the embedding gather (and on JAX a silently clamped lookup)."""
+    backbone = getattr(task, "backbone", None)
+    try:
+        ids = np.asarray(keras.ops.convert_to_numpy(token_ids))
+    except Exception:  # noqa: BLE001 - not an in-memory array: checked where it is read
+        return
+    if backbone is None or ids.size == 0 or ids.ndim < 2:
+        return
+    if not np.issubdtype(ids.dtype, np.number):
+        raise ValueError(f"{type(task).__name__} got token_ids of dtype {ids.dtype}: expected "
+                         "integer ids (or pass raw text to a task with a preprocessor).")
+    vocabulary_size = getattr(backbone, "vocabulary_size", None)
+    low, high = ids.min(), ids.max()
+    if vocabulary_size and (low < 0 or high >= vocabulary_size):
+        raise ValueError(f"{type(task).__name__} got token_ids from {low} to {high}: expected "
+                         f"ids in [0, {vocabulary_size}) ({type(backbone).__name__}'s "
+                         "vocabulary_size).")
+    max_length = getattr(backbone, "max_sequence_length", None)
+    if max_length and ids.shape[-1] > max_length:
+        raise ValueError(f"{type(task).__name__} got token_ids of {ids.shape[-1]} positions: "
+                         f"{type(backbone).__name__} takes at most max_sequence_length="
+                         f"{max_length} (its position table).")
 
 
 def _check_count(value, name, minimum):
