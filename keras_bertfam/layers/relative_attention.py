@@ -28,7 +28,12 @@ from keras import ops
 from keras_bertfam.layers.attention import dropout_attention_context
 from keras_bertfam.layers.encoder import FeedForwardSublayer
 from keras_bertfam.layers.normalization import LayerNormalization
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
+from keras_bertfam.layers.utils import (
+    clone_initializer,
+    rows_matmul,
+    serialize_initializer,
+    sublayer_kwargs,
+)
 
 
 # === Positions ===
@@ -234,13 +239,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     # === Pieces (the two-stream layer calls them once for both streams) ===
     def keys_values(self, cat):
         """(B, K, H) -> keys, values (B, K, N, Dh)."""
-        k = ops.einsum("bkh,hnd->bknd", cat, ops.cast(self.k, cat.dtype))
-        v = ops.einsum("bkh,hnd->bknd", cat, ops.cast(self.v, cat.dtype))
+        k = rows_matmul(cat, ops.cast(self.k, cat.dtype))
+        v = rows_matmul(cat, ops.cast(self.v, cat.dtype))
         return k, v
 
     def position_keys(self, positions, batch_size):
         """(B|1, R, H) encodings -> (B, R, N, Dh)."""
-        kr = ops.einsum("brh,hnd->brnd", positions, ops.cast(self.r, positions.dtype))
+        kr = rows_matmul(positions, ops.cast(self.r, positions.dtype))  # (B|1, R, N, Dh)
         if positions.shape[0] == 1:
             kr = ops.repeat(kr, batch_size, axis=0)
         return kr
@@ -248,7 +253,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def attend(self, x, k, v, kr, seg_mat=None, mask=None, target_mapping=None, training=False,
                return_attention_scores=False):
         """Queries from x; keys, values, position keys precomputed. Returns LN(x + attn)."""
-        q = ops.einsum("bth,hnd->btnd", x, ops.cast(self.q, x.dtype))  # (B, T|P, N, Dh)
+        q = rows_matmul(x, ops.cast(self.q, x.dtype))  # (B, T|P, N, Dh)
         if target_mapping is not None:
             tm = ops.cast(target_mapping, q.dtype)
             q = ops.einsum("bpnd,bpt->btnd", q, tm)  # (B, T, N, Dh) queries at their positions
@@ -275,7 +280,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             context = ops.einsum("bntk,bknd->btnd", probs, v)  # (B, T, N, Dh)
         if target_mapping is not None:
             context = ops.einsum("btnd,bpt->bpnd", context, tm)  # (B, P, N, Dh)
-        out = ops.einsum("btnd,hnd->bth", context, ops.cast(self.o, context.dtype))  # (B, T, H)
+        out = rows_matmul(context, ops.cast(self.o, context.dtype), 2,
+                          transpose_kernel=True)  # "btnd,hnd->bth": (B, T, H)
         out = self.layer_norm(x + self.dropout_layer(out, training=training))
         return (out, probs) if return_attention_scores else out
 
