@@ -18,6 +18,7 @@ from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import (
     _check_positive,
     clone_initializer,
+    matmul_2d,
     serialize_initializer,
     sublayer_kwargs,
     upstream_of,
@@ -144,30 +145,16 @@ def gelu_dense_keeping_input(x, kernel, bias, approximate=False):
             units, width = kernel.shape
             y, slope = _gelu_and_slope_of(x, approximate, zero_after(upstream))
             rows = ops.reshape(upstream, (-1, width))  # (N, H)
-            d_kernel = _matmul_2d(ops.reshape(y, (-1, units)), rows, transpose_a=True)  # (F, H)
+            d_kernel = matmul_2d(ops.reshape(y, (-1, units)), rows, transpose_a=True)  # (F, H)
             # In float32 at least, as BiasAdd's gradient (Keras' ops.add of a bias on TF) sums.
             total = keras.backend.result_type(upstream.dtype, "float32")
             d_bias = ops.cast(ops.sum(ops.cast(rows, total), axis=0), upstream.dtype)
-            d_y = _matmul_2d(rows, kernel, transpose_b=True)  # (N, F)
+            d_y = matmul_2d(rows, kernel, transpose_b=True)  # (N, F)
             return ops.reshape(d_y, ops.shape(x)) * slope, d_kernel, d_bias
 
         return out, grad
 
     return gelu_dense(x, kernel, bias)
-
-
-def _matmul_2d(a, b, transpose_a=False, transpose_b=False):
-    """`ops.matmul` of two matrices, either transposed first. On TensorFlow its MatMul's own
-    flags (as its autodiff's matmuls): Grappler folds a transpose into the matmul's b but not its
-    a (a 24 MB transpose of gelu(x) a layer at BERT-base), and without Grappler (tests, eager) a
-    transpose of the kernel alone would be computed in the forward pass and held. Elsewhere
-    `ops.transpose` (torch's is a view, XLA fuses it)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-    return ops.matmul(ops.transpose(a) if transpose_a else a,
-                      ops.transpose(b) if transpose_b else b)
 
 
 def gelu_exact(x):

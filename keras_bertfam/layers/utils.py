@@ -81,6 +81,20 @@ def waiting_for(x, zero):
         return tf.identity(x)
 
 
+def matmul_2d(a, b, transpose_a=False, transpose_b=False):
+    """`keras.ops.matmul` of two matrices, either transposed first. On TensorFlow its MatMul's own
+    flags (as its autodiff's matmuls): Grappler folds a transpose into the matmul's b but not its
+    a (a 24 MB transpose of gelu(x) a layer at BERT-base), and without Grappler (tests, eager) a
+    transpose of the kernel alone would be computed in the forward pass and held. Elsewhere
+    `keras.ops.transpose` (torch's is a view, XLA fuses it)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    return keras.ops.matmul(keras.ops.transpose(a) if transpose_a else a,
+                            keras.ops.transpose(b) if transpose_b else b)
+
+
 def rows_matmul(x, kernel, contracted=1, transpose_kernel=False):
     """`x` (..., *K) times `kernel` (*K, *M) over K (x's last `contracted` axes and as many
     leading axes of the kernel; with `transpose_kernel`, a kernel (*M, *K) and its last ones)
@@ -103,13 +117,8 @@ def rows_matmul(x, kernel, contracted=1, transpose_kernel=False):
     lead = tuple(keras.ops.shape(x))[:len(x.shape) - contracted]
     rows = keras.ops.reshape(x, (-1, k))
     matrix = keras.ops.reshape(kernel, (m, k) if transpose_kernel else (k, m))
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        y = tf.linalg.matmul(rows, matrix, transpose_b=transpose_kernel)
-    else:
-        y = keras.ops.matmul(rows, keras.ops.transpose(matrix) if transpose_kernel else matrix)
-    return keras.ops.reshape(y, lead + outer)
+    return keras.ops.reshape(matmul_2d(rows, matrix, transpose_b=transpose_kernel),
+                             lead + outer)
 
 
 def _check_positive(**values):
