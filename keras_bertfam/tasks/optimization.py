@@ -62,9 +62,10 @@ class AdamW(keras.optimizers.AdamW):
     # === Config ===
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         # Keras' optimizers leave the exclusions out of their config: a task reloaded from a
-        # `.keras` file decayed its LayerNorm and bias weights. The names are kept in ours.
+        # `.keras` file decayed its LayerNorm and bias weights. The names are kept in ours, as
+        # Keras keeps them: each call replaces the last one's.
         super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
-        self._excluded_names = list(getattr(self, "_excluded_names", [])) + list(var_names or [])
+        self._excluded_names = list(var_names or [])
 
     def get_config(self):
         config = super().get_config()
