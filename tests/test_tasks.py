@@ -314,3 +314,25 @@ def test_adamw_config_keeps_its_weight_decay_exclusions():
                                                                              name="kernel")
     assert not again._use_weight_decay(bias)
     assert again._use_weight_decay(kernel)
+
+
+def test_first_fit_traces_once_after_the_preprocessor_is_detached(bert_vocab):
+    """`task.preprocessor = None` (keras-hub's way to feed preprocessed features): Keras keeps
+    tracking the detached preprocessor, whose tokenizer is never built. The optimizer's slots
+    must still exist before the step is traced (else the step is traced twice, every slot
+    initializer under a `tf.cond`)."""
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+    backbone = kb.models.BertBackbone(**dict(TINY, num_layers=1))
+    preprocessor = kb.tasks.TextClassifier.default_preprocessor(tokenizer, backbone,
+                                                                sequence_length=16)
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    classifier.compile(learning_rate=1e-3)
+    classifier.preprocessor = None
+    traces, train_step = [], classifier.train_step
+    classifier.train_step = lambda *args: traces.append(1) or train_step(*args)
+    x, _, _ = _preprocessed(batch=4, length=16)
+    del x["mask_positions"]
+    classifier.fit(x, np.array([0, 1, 0, 1]), batch_size=4, epochs=2, verbose=0)
+    del classifier.train_step
+    expected = 2 if keras.backend.backend() == "torch" else 1
+    assert len(traces) == expected, f"the train step ran {len(traces)} times, not {expected}"
