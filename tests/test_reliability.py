@@ -366,6 +366,43 @@ def test_a_first_script_s_wrong_inputs_are_named(classifier):
     classifier.fit((texts, texts), np.array([[0], [1]]), epochs=1, verbose=0)
 
 
+def test_fit_and_evaluate_without_labels_say_so(classifier):
+    """Keras' message was "None values not supported"."""
+    for call, method in ((classifier.fit, "fit"), (classifier.evaluate, "evaluate")):
+        with pytest.raises(ValueError, match=rf"TextClassifier.{method} needs labels: got x \(2 "
+                                             r"examples\) and y=None"):
+            call(["good film", "bad film"])
+
+
+def test_validation_split_holds_out_the_last_examples_as_keras_does(classifier):
+    """keras-hub's tasks split in-memory arrays; ours got Keras' "only supported for tensors or
+    NumPy arrays ... _RepeatDataset". The last 25% (before shuffling) is the validation data,
+    the rest trains (6 examples: one step of 6)."""
+    texts = np.array(["good film", "bad film", "fine acting", "dull plot"] * 2, dtype=object)
+    labels = np.array([1, 0, 1, 0, 1, 1, 0, 0])
+    weights = classifier.get_weights()
+    steps = int(classifier.optimizer.iterations) if classifier.optimizer.built else 0
+    split = classifier.fit(texts, labels, validation_split=0.25, epochs=1, batch_size=6,
+                           verbose=0).history
+    assert int(classifier.optimizer.iterations) == steps + 1
+    held_out = classifier.evaluate(texts[6:], labels[6:], return_dict=True, verbose=0)
+    assert split["val_loss"] == pytest.approx([held_out["loss"]], rel=1e-6)
+    assert split["val_accuracy"] == pytest.approx([held_out["accuracy"]])
+    pairs = classifier.fit((list(texts), list(texts)), labels, validation_split=0.5, epochs=1,
+                           verbose=0).history  # a tuple of columns is split column by column
+    assert "val_accuracy" in pairs
+    classifier.set_weights(weights)
+    for bad, message in ((1.5, r"validation_split must be a float between 0 and 1.*1.5"),
+                         (True, r"validation_split must be a float between 0 and 1.*True"),
+                         (0.99, r"validation_split=0.99 of 8 examples leaves no training")):
+        with pytest.raises(ValueError, match=message):
+            classifier.fit(texts, labels, validation_split=bad)
+    ds = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(4)
+    with pytest.raises(ValueError, match=r"validation_split only for in-memory examples.*"
+                                         r"pass validation_data"):
+        classifier.fit(ds, validation_split=0.25)
+
+
 @pytest.mark.multibackend
 def test_text_for_a_task_without_a_preprocessor_says_what_to_build():
     """keras-hub's `TextClassifier(backbone, num_classes, preprocessor=None)` then `fit` on

@@ -478,6 +478,13 @@ class Task(keras.Model):
             _check_count(kwargs.get(name), name, minimum=0 if name == "initial_epoch" else 1)
         if not self.compiled:
             self.compile()  # the task's defaults, as keras-hub tasks come compiled
+        self._check_labels_given(x, y, "fit")
+        split = kwargs.pop("validation_split", None)
+        if split and validation_data is None and getattr(self, "preprocessor", None) is not None:
+            x, y, sample_weight, validation_data = self._split_for_validation(
+                x, y, sample_weight, split)
+        elif split:
+            kwargs["validation_split"] = split  # Keras' own: arrays, or validation_data wins
         # In-memory examples are shuffled every epoch (`shuffle=True`, Keras' default for arrays).
         shuffle = kwargs.get("shuffle", True) and not isinstance(x, tf.data.Dataset)
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
@@ -527,6 +534,52 @@ class Task(keras.Model):
             if filled and int(keras.ops.convert_to_numpy(self.optimizer.iterations)) == 0:
                 self._unfill_schedule(filled)
             raise
+
+    def _check_labels_given(self, x, y, method):
+        """A fine-tuning task on in-memory raw examples trains and evaluates on labels: without
+        `y` Keras' message was "None values not supported"."""
+        if (y is None and isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
+                and _num_examples(x) is not None):
+            raise ValueError(
+                f"{type(self).__name__}.{method} needs labels: got x ({_num_examples(x)} "
+                f"examples) and y=None. Pass y=..., one label per example (predict takes x "
+                f"alone).")
+
+    def _split_for_validation(self, x, y, sample_weight, split):
+        """Keras' `validation_split` for raw examples in memory (keras-hub's tasks take it for
+        arrays): the last `split` fraction of the examples, before any shuffling, is the
+        validation data. Keras' own split cannot: a preprocessor turns them into a dataset."""
+        name = type(self).__name__
+        if isinstance(split, bool) or not isinstance(split, (float, int, np.floating)) or \
+                not 0 < split < 1:
+            raise ValueError(f"validation_split must be a float between 0 and 1 (the fraction "
+                             f"of the examples held out), got {split!r}.")
+        n = _num_examples(x)
+        if n is None:
+            raise ValueError(
+                f"{name}.fit takes validation_split only for in-memory examples (a list or "
+                f"array of texts, or a tuple of such columns), got a {type(x).__name__}: pass "
+                f"validation_data=... instead (a tf.data.Dataset's length is not known to "
+                f"split).")
+        check_example_counts(x, y, sample_weight, name)
+        cut = int(np.floor(n * (1.0 - split)))
+        if cut == 0:
+            raise ValueError(
+                f"validation_split={split} of {n} example{'s' * (n != 1)} leaves no training "
+                f"example: provide more data or a smaller validation_split.")
+
+        def part(data, start, end):
+            if data is None:
+                return None
+            if isinstance(data, tuple):
+                return tuple(part(d, start, end) for d in data)
+            if isinstance(data, dict):
+                return {k: part(v, start, end) for k, v in data.items()}
+            return data[start:end]
+
+        held = tuple(v for v in (part(x, cut, n), part(y, cut, n), part(sample_weight, cut, n))
+                     if v is not None)
+        return part(x, 0, cut), part(y, 0, cut), part(sample_weight, 0, cut), held
 
     def _restore_backups(self, kwargs, steps_per_epoch):
         """Restores the `BackupAndRestore` callbacks' backups now (Keras restores in
@@ -644,6 +697,7 @@ class Task(keras.Model):
             # fit()'s validation: its data was prepared by our fit already.
             return super().evaluate(x=x, y=y, batch_size=batch_size,
                                     sample_weight=sample_weight, **kwargs)
+        self._check_labels_given(x, y, "evaluate")
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
         x, kwargs = one_iterator(x, kwargs, "steps")
