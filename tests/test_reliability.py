@@ -374,6 +374,21 @@ def test_fit_and_evaluate_without_labels_say_so(classifier):
             call(["good film", "bad film"])
 
 
+def test_sample_weights_must_be_finite_non_negative_numbers(classifier):
+    """A NaN weight made every model weight NaN silently; weights summing to 0 gave a loss of
+    -4e7; strings a graph error at a Cast."""
+    texts, labels = ["good film", "bad film"], [1, 0]
+    for weights, message in (([1.0, np.nan], r"Invalid sample_weight nan \(flat index 1\): "
+                                             r"expected finite, non-negative"),
+                             (np.array([1.0, -1.0]), r"Invalid sample_weight -1.0 \(flat index 1"),
+                             ([1.0, np.inf], r"Invalid sample_weight inf"),
+                             (["x", "y"], r"got sample_weight 'x' \(str\): expected numbers")):
+        for call in (classifier.fit, classifier.evaluate):
+            with pytest.raises(ValueError, match=message):
+                call(texts, labels, sample_weight=weights)
+    classifier.evaluate(texts, labels, sample_weight=[0.0, 2], verbose=0)  # zero is a weight
+
+
 def test_validation_split_holds_out_the_last_examples_as_keras_does(classifier):
     """keras-hub's tasks split in-memory arrays; ours got Keras' "only supported for tensors or
     NumPy arrays ... _RepeatDataset". The last 25% (before shuffling) is the validation data,

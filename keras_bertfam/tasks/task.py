@@ -403,12 +403,14 @@ class Task(keras.Model):
         preprocessor = getattr(self, "preprocessor", None)
         if preprocessor is None:
             check_model_inputs(x, type(self).__name__)
+            check_sample_weights(sample_weight, type(self).__name__)
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
             # which Keras' data adapters take.
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
         check_example_counts(x, y, sample_weight, type(self).__name__)
+        check_sample_weights(sample_weight, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
         if isinstance(x, tf.data.Dataset):
             if y is not None:
@@ -1143,6 +1145,33 @@ def check_example_counts(x, y, sample_weight, task_name):
             raise ValueError(
                 f"{task_name} got {n} example{'s' * (n != 1)} in x but {len(values)} in "
                 f"{name}: {name} needs one entry per example.")
+
+
+def check_sample_weights(sample_weight, task_name):
+    """In-memory sample weights are finite, non-negative numbers. A NaN weight turned every
+    weight of the model into NaN with no error; negative weights summing to zero made the
+    weighted mean's loss -4e7; strings gave TensorFlow's "Graph execution error" at a Cast."""
+    if sample_weight is None or not isinstance(sample_weight, (list, tuple, np.ndarray)):
+        return
+    try:
+        flat = np.asarray(sample_weight).reshape(-1)
+    except ValueError:  # ragged lists
+        return
+    if flat.dtype == object or not (np.issubdtype(flat.dtype, np.number) or
+                                    flat.dtype == bool):
+        items = flat.tolist()
+        bad = next((v for v in items if not isinstance(v, (int, float))), items[0]) \
+            if items else None
+        raise ValueError(f"{task_name} got sample_weight {bad!r} ({type(bad).__name__}): "
+                         f"expected numbers, one weight per example.")
+    values = flat.astype("float64")
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"Invalid sample_weight {float(values[i])!r} (flat index {i}): expected finite, "
+            f"non-negative weights (each scales its example's share of the loss's weighted "
+            f"mean).")
 
 
 def check_model_inputs(x, task_name):
