@@ -188,10 +188,13 @@ class PretrainingPreprocessor(keras.layers.Layer):
     _skip = None
 
     def _key(self, *parts):
-        """[k] int64: this preprocessor's seed with `parts` (an epoch, an index, a salt)."""
+        """A [2] int64 stateless key: this preprocessor's seed with `parts` (an epoch, an
+        index, a salt) folded in."""
         seed = self.seed if self.seed is not None else getattr(self.masker, "seed", 0)
-        return tf.stack([tf.constant(int(seed), tf.int64)] +
-                        [tf.cast(p, tf.int64) for p in parts])
+        key = tf.constant([int(seed), 0], tf.int64)
+        for part in parts:
+            key = tf.random.experimental.stateless_fold_in(key, tf.cast(part, tf.int64))
+        return key
 
     def _seeded_map(self, ds, fn, salt, parallel=True, last=False):
         """`ds.map(fn(element, seed=s))`. Run by run (`prepare`): s drawn from

@@ -202,12 +202,16 @@ class Task(keras.Model):
         if seeds:
             generators = self._all_seed_generators()
             if len(generators) != len(seeds):
-                raise ValueError(
+                # Another configuration of the task (a preset loaded with other dropout): its
+                # weights fit, its random state does not. A resume refuses another
+                # configuration before this (`_restore_backups`).
+                warnings.warn(
                     f"The weights file holds the state of {len(seeds)} seed generators; "
                     f"{type(self).__name__} {self.name!r} has {len(generators)} (dropout "
-                    f"layers, samplers): it was saved from another model.")
-            for generator, key in zip(generators, seeds):
-                generator.state.assign(store[key])
+                    f"layers, samplers): their state is not loaded.", stacklevel=2)
+            else:
+                for generator, key in zip(generators, seeds):
+                    generator.state.assign(store[key])
         record = store[self.EPOCH_RECORD] if self.EPOCH_RECORD in keys else None
         object.__setattr__(self, "_loaded_epoch_record",
                            None if record is None else tuple(int(v) for v in record))
@@ -483,8 +487,8 @@ class Task(keras.Model):
             if training and shuffle and hasattr(preprocessor, "prepare_epochs"):
                 raw = (tf.data.Dataset.from_tensor_slices(examples), batch_size or 32)
             x = batched_examples(examples, batch_size or 32, shuffle)
-        if training and hasattr(preprocessor, "prepare_epochs"):
-            # What `_epoch_keyed` builds the pipeline epoch by epoch from, if it has to.
+        if training:
+            # What `_resume_position` and `_epoch_keyed` build the pipeline from again.
             object.__setattr__(self, "_raw_training_data", locals().get("raw", (x, None)))
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
@@ -551,15 +555,15 @@ class Task(keras.Model):
             # Keras keeps the epoch a BackupAndRestore restored (`_initial_epoch`) after that fit:
             # a later fit of this model started there, whatever its `initial_epoch`.
             self._initial_epoch = None
-            object.__setattr__(self, "_epoch_record", None)
+            for name in ("_epoch_record", "_fit_epoch_iterator", "_capture_epoch_iterator"):
+                object.__setattr__(self, name, None)
             finite = x
             x, kwargs = one_iterator(x, kwargs)
             self._restore_backups(kwargs, kwargs.get("steps_per_epoch"))
             if x is not finite:  # our pipeline, repeated: n batches an epoch
                 x, kwargs = self._resume_position(x, kwargs)
-            elif (isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None
-                  and getattr(self, "_raw_training_data", None) is not None):
-                x, kwargs = self._epoch_keyed(kwargs)
+            elif isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
+                x, kwargs = self._epoch_keyed(x, kwargs)
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
@@ -656,8 +660,15 @@ class Task(keras.Model):
         (`BackupAndRestore(save_freq=<int>)`: Keras restarts the saved epoch at its first batch,
         and the restored weights have seen the batches before the backup) from the restored
         optimizer's step count, and stops after `epochs`·n steps in all: the same batches in the
-        same order, and the same number of steps, as the run without the interruption. Reaching
-        the position costs running the preprocessing of the batches skipped."""
+        same order, and the same number of steps, as the run without the interruption.
+
+        Reaching the position skips input batches, not prepared ones, where a batch's
+        preparation depends on nothing before it: a pretraining preprocessor's pipeline is
+        built epoch by epoch (`prepare_epochs`: every epoch's order and masks from its number,
+        so the skipped epochs are not read at all, and the resumed epoch's first batches not
+        masked), a fine-tuning one's `prepare` (a map of each batch; not `group_by_length`'s
+        regrouping) runs on the input from the position. Otherwise the preprocessing of every
+        batch skipped runs again."""
         callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
         n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
@@ -673,24 +684,39 @@ class Task(keras.Model):
                     f"another length (batch size, data) or another model; delete it to start "
                     f"afresh.")
             position = steps
-        if position == 0:
-            return ds, kwargs
         if position > epoch * n:
             kwargs = dict(kwargs, callbacks=list(callbacks) + [_StopAtStep(epochs * n)])
+        raw, shuffle_batch_size = getattr(self, "_raw_training_data", None) or (None, None)
+        preprocessor = getattr(self, "preprocessor", None)
+        if raw is not None and hasattr(preprocessor, "prepare_epochs"):
+            first, skip = divmod(position, n)
+            epochs = tf.data.Dataset.range(first, np.iinfo(np.int64).max).map(
+                lambda e: (e, tf.where(e == first, tf.constant(skip, tf.int64), 0)))
+            x = preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size)
+            return self._checked_features(self._drop_unused_features(x)), kwargs
+        if position == 0:
+            return ds, kwargs
+        if raw is not None and getattr(preprocessor, "prepares_batch_by_batch", False):
+            x = preprocessor.prepare(raw.repeat().skip(position), training=True)
+            return self._checked_features(self._drop_unused_features(x)), kwargs
         return ds.skip(position), kwargs
 
-    def _epoch_keyed(self, kwargs):
-        """Our pipeline of unknown length (sentence pairs or blocks cut from documents, a
-        corpus stream), built epoch by epoch (`prepare_epochs`) so that a fit that starts at
-        epoch k, batch b reads what the uninterrupted run read there.
+    def _epoch_keyed(self, ds, kwargs):
+        """A dataset of unknown length (sentence pairs or blocks cut from documents, a corpus
+        stream), read so that a fit that starts at epoch k, batch b reads what the
+        uninterrupted run read there.
 
         Keras opens a new iterator on such a dataset every epoch; ours reads, when it opens,
-        the epoch and the batches to skip that `_EpochPosition` sets at the epoch's start, and
-        draws everything from them. The skip is the resumed epoch's steps done: the restored
-        optimizer's step count less the step at which that epoch began (`_epoch_record`, saved
-        with every backup and checkpoint). And every epoch is read to its end: after its first
-        epoch Keras reads at most one batch more than that epoch had (then opens, and never
-        reads, one more iterator), so epochs were cut short, and otherwise in a resumed run."""
+        the epoch and the batches to skip that `_EpochPosition` sets at the epoch's start. A
+        pretraining preprocessor builds the epoch's pipeline from them (`prepare_epochs`:
+        everything drawn from its seed and the epoch); any other dataset (a fine-tuning
+        preprocessor's, model inputs) is read again, less the batches to skip.
+
+        The skip is the resumed epoch's steps done: the restored optimizer's step count less
+        the step at which that epoch began (`_epoch_record`, saved with every backup and
+        checkpoint). Every epoch is read to its end: after a fit's first epoch Keras reads at
+        most one batch more than that epoch had (then opens, and never reads, one more
+        iterator), so longer epochs were cut short, and differently in a resumed run."""
         callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
         epoch = self._initial_epoch or kwargs.get("initial_epoch", 0) or 0
@@ -702,9 +728,9 @@ class Task(keras.Model):
             if record is None:
                 raise ValueError(
                     f"The backup in {where!r} does not say at which step its epoch {epoch} "
-                    f"began (it was not written by a keras_bertfam task's fit on raw text of "
-                    f"unknown length), so where to resume in that epoch is unknown. Delete it "
-                    f"to start afresh.")
+                    f"began (it was not written by a keras_bertfam task's fit on data of unknown "
+                    f"length), so where to resume in that epoch is unknown. Delete it to start "
+                    f"afresh.")
             recorded_epoch, start = record
             if recorded_epoch == epoch - 1:  # written at the end of the epoch before
                 start = steps
@@ -716,9 +742,22 @@ class Task(keras.Model):
             skip = steps - start
         state = tf.Variable([epoch, skip], dtype=tf.int64, trainable=False)
         epochs = tf.data.Dataset.from_tensors(0).map(lambda _: tf.unstack(state.read_value()))
-        raw, shuffle_batch_size = self._raw_training_data
-        x = self.preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size)
-        x = self._checked_features(self._drop_unused_features(x))
+        raw, shuffle_batch_size = getattr(self, "_raw_training_data", None) or (None, None)
+        keyed = raw is not None and hasattr(getattr(self, "preprocessor", None),
+                                            "prepare_epochs")
+        if not keyed:
+            raw = ds
+        for _ in range(epoch):
+            # The input's own reshuffling (`read_corpus(shuffle_files=True)`, a dataset's
+            # `shuffle(reshuffle_each_iteration=True)`) draws its order when an iterator opens:
+            # the uninterrupted run had opened one an epoch before epoch k.
+            iter(raw)
+        if keyed:
+            x = self.preprocessor.prepare_epochs(raw, epochs,
+                                                 shuffle_batch_size=shuffle_batch_size)
+            x = self._checked_features(self._drop_unused_features(x))
+        else:
+            x = epochs.flat_map(lambda _, skip: ds.skip(skip))
         position = _EpochPosition(self, state, epoch, skip)
         object.__setattr__(self, "_capture_epoch_iterator", True)
         return x, dict(kwargs, callbacks=[position] + callbacks)
