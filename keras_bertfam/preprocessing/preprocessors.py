@@ -94,6 +94,20 @@ def _check_not_empty(ds, name):
             "the corpus path and any filter upstream.")
 
 
+def _shuffled_by_tensor_seed(ds, buffer_size, seed):
+    """`ds.shuffle(buffer_size)` seeded by an int64 tensor (inside a `tf.data` function), the
+    same whatever the global seed: the graph-level seed is 1 while the op is made. (TF's
+    `get_seed` compares `(global seed, seed)` with `(0, 0)` in Python, which fails on a
+    tensor when the global seed is 0: `keras.utils.set_random_seed(0)`.)"""
+    graph = tf.compat.v1.get_default_graph()
+    saved = graph.seed
+    graph.seed = 1
+    try:
+        return ds.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=False)
+    finally:
+        graph.seed = saved
+
+
 class PretrainingPreprocessor(keras.layers.Layer):
     """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out.
 
@@ -236,7 +250,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
                     key = tf.random.experimental.stateless_fold_in(self._key(5), epoch)
                     seed = tf.random.stateless_uniform([], key, minval=None, maxval=None,
                                                        dtype=tf.int64)
-                    batched = ds.shuffle(count, seed=seed, reshuffle_each_iteration=False)
+                    batched = _shuffled_by_tensor_seed(ds, count, seed)
                     batched = batched.batch(shuffle_batch_size)
                 batches = self.prepare(batched, training=True)
                 if self._skip is not None:  # not skipped before a map: skipped whole
@@ -255,8 +269,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
             key = tf.random.experimental.stateless_fold_in(self._key(4), self._epoch)
             seed = tf.random.stateless_uniform([], key, minval=None, maxval=None,
                                                dtype=tf.int64)
-            return instances.shuffle(self.shuffle_buffer, seed=seed,
-                                     reshuffle_each_iteration=False)
+            return _shuffled_by_tensor_seed(instances, self.shuffle_buffer, seed)
         return instances.shuffle(self.shuffle_buffer, seed=self.seed,
                                  reshuffle_each_iteration=True)
 
