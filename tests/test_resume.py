@@ -282,3 +282,31 @@ def test_backup_of_another_run_is_refused_naming_the_difference(mlm_backup, bert
                                          r"not be loaded"):
         fit(classifier, "classifier", [keras.callbacks.BackupAndRestore(backup)])
     assert int(classifier.optimizer.iterations.numpy()) == 0
+
+
+def test_an_epoch_keyed_pipeline_is_the_same_from_any_start(bert_vocab):
+    """`prepare_epochs`: epoch e's batches depend on (seed, e) alone, so a pipeline that starts
+    at epoch e, batch b gives the uninterrupted run's batches from there (NSP pairs of a
+    dataset; in-memory documents shuffled every epoch), and epochs differ. Under the global
+    seed 0, where TF's shuffle failed on a tensor seed ("symbolic tf.Tensor as a Python
+    bool")."""
+    keras.utils.set_random_seed(0)
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+    backbone = kb.models.BertBackbone(**TINY)
+    preprocessor = kb.tasks.BertPretrainer.default_preprocessor(
+        tokenizer, backbone, sequence_length=16, seed=5, batch_size=4)
+    documents = tf.data.Dataset.from_tensor_slices(DOCUMENTS)
+    for shuffle_batch_size in (None, 2):
+        def batches(epoch, skip):
+            epochs = tf.data.Dataset.from_tensors((tf.constant(epoch, tf.int64),
+                                                   tf.constant(skip, tf.int64)))
+            ds = preprocessor.prepare_epochs(documents, epochs,
+                                             shuffle_batch_size=shuffle_batch_size)
+            return [np.concatenate([x["token_ids"], x["mask_positions"]], axis=1)
+                    for x, _ in ds.as_numpy_iterator()]
+
+        first, second = batches(0, 0), batches(1, 0)
+        assert len(second) > 2
+        for a, b in zip(batches(1, 2), second[2:], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert not all(np.array_equal(a, b) for a, b in zip(first, second))
