@@ -286,6 +286,12 @@ class FinetuningPreprocessor(keras.layers.Layer):
                 "segment_ids": tf.cast(segment_ids, tf.int32),
                 "padding_mask": tf.cast(padding_mask, tf.int32)}
 
+    @property
+    def prepares_batch_by_batch(self):
+        """Whether `prepare` maps each batch on its own (no regrouping, nothing random): a
+        resumed `fit` then skips input batches rather than prepared ones."""
+        return type(self).prepare is FinetuningPreprocessor.prepare
+
     def prepare(self, ds, training=True):
         """A dataset of batched raw examples -> a dataset of model inputs (and labels)."""
         return ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
@@ -426,6 +432,10 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     def width_multiple(self):
         """`pad_to_multiple_of` resolved for the Keras backend (see the class docstring)."""
         return width_multiple(self.pad_to_multiple_of)
+
+    @property
+    def prepares_batch_by_batch(self):
+        return not self.group_by_length
 
     def prepare(self, ds, training=True):
         if not (training and self.group_by_length):

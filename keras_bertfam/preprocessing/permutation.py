@@ -497,7 +497,7 @@ class XLNetPreprocessor(PretrainingPreprocessor):
         stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)
         windows = stream.unbatch().batch(self.window_tokens, drop_remainder=True)
         batches = self._seeded_map(windows, self.window_examples, salt=3).unbatch()
-        return self._seeded_map(batches, self, salt=1).prefetch(AUTOTUNE)
+        return self._seeded_map(batches, self, salt=1, last=True).prefetch(AUTOTUNE)
 
     def get_config(self):
         config = super().get_config()

@@ -94,6 +94,20 @@ def _check_not_empty(ds, name):
             "the corpus path and any filter upstream.")
 
 
+def _shuffled_by_tensor_seed(ds, buffer_size, seed):
+    """`ds.shuffle(buffer_size)` seeded by an int64 tensor (inside a `tf.data` function), the
+    same whatever the global seed: the graph-level seed is 1 while the op is made. (TF's
+    `get_seed` compares `(global seed, seed)` with `(0, 0)` in Python, which fails on a
+    tensor when the global seed is 0: `keras.utils.set_random_seed(0)`.)"""
+    graph = tf.compat.v1.get_default_graph()
+    saved = graph.seed
+    graph.seed = 1
+    try:
+        return ds.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=False)
+    finally:
+        graph.seed = saved
+
+
 class PretrainingPreprocessor(keras.layers.Layer):
     """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out.
 
@@ -181,18 +195,81 @@ class PretrainingPreprocessor(keras.layers.Layer):
         sentences = split_sentences(texts)
         return sentences.with_flat_values(self.tokenizer(sentences.flat_values))
 
-    def _seeded_map(self, ds, fn, salt, parallel=True):
-        """`ds.map(fn(element, seed=s))` with s drawn from `Dataset.random(self.seed)`."""
-        draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-        draws = draws.map(lambda s: tf.stack([s, tf.constant(salt, tf.int64)]))
-        zipped = tf.data.Dataset.zip((ds, draws))
-        return zipped.map(lambda x, s: fn(x, seed=s),
-                          num_parallel_calls=AUTOTUNE if parallel else None)
+    # === Epoch-keyed pipelines (a resumed fit reads where the run stopped) ===
+    # While `prepare_epochs` builds one epoch's pipeline: that epoch's number and the batches
+    # to skip at its start (int64 tensors of the epoch function); None otherwise.
+    _epoch = None
+    _skip = None
+
+    def _key(self, *parts):
+        """A [2] int64 stateless key: this preprocessor's seed with `parts` (an epoch, an
+        index, a salt) folded in."""
+        seed = self.seed if self.seed is not None else getattr(self.masker, "seed", 0)
+        key = tf.constant([int(seed), 0], tf.int64)
+        for part in parts:
+            key = tf.random.experimental.stateless_fold_in(key, tf.cast(part, tf.int64))
+        return key
+
+    def _seeded_map(self, ds, fn, salt, parallel=True, last=False):
+        """`ds.map(fn(element, seed=s))`. Run by run (`prepare`): s drawn from
+        `Dataset.random(self.seed)`, new draws at every repetition. Epoch by epoch
+        (`prepare_epochs`): s = (seed, epoch, element index, salt), so an epoch's elements
+        depend on nothing before it, and the pipeline's last map (`last`), when no regrouping
+        follows it, skips the epoch's first `_skip` elements before mapping them."""
+        calls = AUTOTUNE if parallel else None
+        if self._epoch is None:
+            draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
+            draws = draws.map(lambda s: tf.stack([s, tf.constant(salt, tf.int64)]))
+            zipped = tf.data.Dataset.zip((ds, draws))
+            return zipped.map(lambda x, s: fn(x, seed=s), num_parallel_calls=calls)
+        epoch = self._epoch
+        indexed = ds.enumerate()
+        if last and self._skip is not None and not self.group_by_length:
+            indexed, self._skip = indexed.skip(self._skip), None
+        return indexed.map(lambda i, x: fn(x, seed=self._key(epoch, i, salt)),
+                           num_parallel_calls=calls)
+
+    def prepare_epochs(self, ds, epochs, shuffle_batch_size=None):
+        """The training pipeline epoch by epoch: `epochs` is a dataset of `(epoch, skip)` int64
+        pairs, each giving that epoch's batches (order, pairs, blocks and masks drawn from
+        `(seed, epoch)` alone) without its first `skip`. A fit resumed at epoch k, batch b reads
+        from there and prepares nothing before it but the instances (pairs, blocks) of epoch
+        k's first b batches, on which the batches' boundaries depend; where each batch is its
+        own strings (`packing="segments"`), not even those. The draws differ from `prepare`'s,
+        not their distribution. `shuffle_batch_size`: `ds` holds single examples, shuffled
+        (from `(seed, epoch)`) and batched by that many every epoch (a fit on in-memory text)."""
+        strings = self._batched_strings(ds)  # checked here, eagerly
+        if shuffle_batch_size:
+            count = int(ds.cardinality())
+
+        def one_epoch(epoch, skip):
+            self._epoch, self._skip = epoch, skip
+            try:
+                batched = strings
+                if shuffle_batch_size:
+                    key = tf.random.experimental.stateless_fold_in(self._key(5), epoch)
+                    seed = tf.random.stateless_uniform([], key, minval=None, maxval=None,
+                                                       dtype=tf.int64)
+                    batched = _shuffled_by_tensor_seed(ds, count, seed)
+                    batched = batched.batch(shuffle_batch_size)
+                batches = self.prepare(batched, training=True)
+                if self._skip is not None:  # not skipped before a map: skipped whole
+                    batches = batches.skip(self._skip)
+                return batches
+            finally:
+                self._epoch = self._skip = None
+
+        return epochs.flat_map(one_epoch).prefetch(AUTOTUNE)
 
     def _shuffled(self, instances, training):
         """Seeded instance shuffle before batching (training only; `shuffle_buffer=0`: off)."""
         if not training or not self.shuffle_buffer:
             return instances
+        if self._epoch is not None:
+            key = tf.random.experimental.stateless_fold_in(self._key(4), self._epoch)
+            seed = tf.random.stateless_uniform([], key, minval=None, maxval=None,
+                                               dtype=tf.int64)
+            return _shuffled_by_tensor_seed(instances, self.shuffle_buffer, seed)
         return instances.shuffle(self.shuffle_buffer, seed=self.seed,
                                  reshuffle_each_iteration=True)
 
@@ -233,6 +310,8 @@ class PretrainingPreprocessor(keras.layers.Layer):
                 .map(cut, num_parallel_calls=AUTOTUNE))
 
     def _batched_strings(self, ds):
+        if self._epoch is not None:  # inside `prepare_epochs`: checked and batched already
+            return ds
         if not isinstance(ds, tf.data.Dataset):
             if hasattr(ds, "__len__") and len(ds) == 0:
                 _check_not_empty(tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string)),
@@ -327,12 +406,12 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
         if self.packing == "segments":
-            batches = self._seeded_map(ds, self, salt=1)
+            batches = self._seeded_map(ds, self, salt=1, last=True)
         else:
             blocks = ds.map(lambda t: self.document_packer(self._documents(t)),
                             num_parallel_calls=AUTOTUNE)
             blocks = self._batched_instances(blocks.unbatch(), training)
-            batches = self._seeded_map(blocks, self._pack_blocks, salt=1)
+            batches = self._seeded_map(blocks, self._pack_blocks, salt=1, last=True)
         return self._grouped(batches, training).prefetch(AUTOTUNE)
 
     def get_config(self):
@@ -388,7 +467,8 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
         ds = self._batched_strings(ds)
         pairs = self._seeded_map(ds, self.instances, salt=2).unbatch()
         pairs = self._batched_instances(pairs, training)
-        return self._grouped(self._seeded_map(pairs, self, salt=1), training).prefetch(AUTOTUNE)
+        return self._grouped(self._seeded_map(pairs, self, salt=1, last=True),
+                             training).prefetch(AUTOTUNE)
 
     def get_config(self):
         return dict(super().get_config(), short_seq_prob=self.short_seq_prob,

@@ -156,10 +156,74 @@ class Task(keras.Model):
         return self._split_unused(super().trainable_variables,
                                   super().non_trainable_variables)[1]
 
+    def _symbolic_build(self, iterator=None, data_batch=None):
+        self._keep_epoch_iterator(iterator)
+        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def _keep_epoch_iterator(self, iterator):
+        """Keeps the epoch iterator of a `fit` that `_epoch_keyed` set up (`_EpochPosition`
+        lets it read every epoch to its end)."""
+        if iterator is not None and self.__dict__.get("_capture_epoch_iterator"):
+            object.__setattr__(self, "_capture_epoch_iterator", False)
+            object.__setattr__(self, "_fit_epoch_iterator", iterator)
+
+    # === Run state in weights files: seed generators, the epoch's first step ===
+    # The saved record `(epoch, the optimizer's step count when it began)` of `_epoch_keyed`.
+    EPOCH_RECORD = "keras_bertfam_epoch"
+
+    def _all_seed_generators(self):
+        """The `keras.random.SeedGenerator`s of the task and its layers (dropout, ELECTRA's
+        sampling), in a fixed order."""
+        found, seen = [], set()
+        for layer in self._flatten_layers(include_self=True):
+            for generator in getattr(layer, "_seed_generators", ()):
+                if id(generator) not in seen:
+                    seen.add(id(generator))
+                    found.append(generator)
+        return found
+
+    def save_own_variables(self, store):
+        """Keras' own variables, and the state Keras does not save (so `BackupAndRestore` and
+        `ModelCheckpoint` lost it): every seed generator's (`seed_generator_<i>`: a resumed
+        run draws the dropout masks and samples the uninterrupted run drew) and the record of
+        the epoch in progress (`EPOCH_RECORD`, see `_epoch_keyed`)."""
+        super().save_own_variables(store)
+        for i, generator in enumerate(self._all_seed_generators()):
+            store[f"seed_generator_{i}"] = generator.state
+        record = self.__dict__.get("_epoch_record")
+        if record is not None:
+            store[self.EPOCH_RECORD] = np.asarray(record, dtype=np.int64)
+
+    def load_own_variables(self, store):
+        """`save_own_variables`' state; a file without it (Keras' own, an earlier version's)
+        loads as before, leaving the seed generators as they are."""
+        keys = list(store.keys())
+        seeds = sorted((k for k in keys if k.startswith("seed_generator_")),
+                       key=lambda k: int(k.rsplit("_", 1)[1]))
+        own = {k: store[k] for k in keys if k not in seeds and k != self.EPOCH_RECORD}
+        super().load_own_variables(own)
+        if seeds:
+            generators = self._all_seed_generators()
+            if len(generators) != len(seeds):
+                # Another configuration of the task (a preset loaded with other dropout): its
+                # weights fit, its random state does not. A resume refuses another
+                # configuration before this (`_restore_backups`).
+                warnings.warn(
+                    f"The weights file holds the state of {len(seeds)} seed generators; "
+                    f"{type(self).__name__} {self.name!r} has {len(generators)} (dropout "
+                    f"layers, samplers): their state is not loaded.", stacklevel=2)
+            else:
+                for generator, key in zip(generators, seeds):
+                    generator.state.assign(store[key])
+        record = store[self.EPOCH_RECORD] if self.EPOCH_RECORD in keys else None
+        object.__setattr__(self, "_loaded_epoch_record",
+                           None if record is None else tuple(int(v) for v in record))
+
     # === tf.distribute (keras-team/keras#20585; see keras_bertfam/distribute.py) ===
     if keras.backend.backend() == "tensorflow":
 
         def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+            self._keep_epoch_iterator(iterator)
             # Build from the first replica's batch rather than Keras' strategy.reduce of the
             # distributed batch, which fails under MultiWorkerMirroredStrategy.
             if self._distribute_strategy is None:
@@ -425,7 +489,12 @@ class Task(keras.Model):
                 names = self.input.keys() if isinstance(self.input, dict) else x.keys()
                 x = self._checked_features({k: v for k, v in x.items() if k in names})
                 return x, y, sample_weight, batch_size
+            if training and shuffle and hasattr(preprocessor, "prepare_epochs"):
+                raw = (tf.data.Dataset.from_tensor_slices(examples), batch_size or 32)
             x = batched_examples(examples, batch_size or 32, shuffle)
+        if training:
+            # What `_resume_position` and `_epoch_keyed` build the pipeline from again.
+            object.__setattr__(self, "_raw_training_data", locals().get("raw", (x, None)))
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
@@ -498,11 +567,15 @@ class Task(keras.Model):
             # Keras keeps the epoch a BackupAndRestore restored (`_initial_epoch`) after that fit:
             # a later fit of this model started there, whatever its `initial_epoch`.
             self._initial_epoch = None
+            for name in ("_epoch_record", "_fit_epoch_iterator", "_capture_epoch_iterator"):
+                object.__setattr__(self, name, None)
             finite = x
             x, kwargs = one_iterator(x, kwargs)
             self._restore_backups(kwargs, kwargs.get("steps_per_epoch"))
             if x is not finite:  # our pipeline, repeated: n batches an epoch
                 x, kwargs = self._resume_position(x, kwargs)
+            elif isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
+                x, kwargs = self._epoch_keyed(x, kwargs)
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
@@ -615,6 +688,7 @@ class Task(keras.Model):
                         f"backup_dir, or delete this one to start afresh.")
             try:
                 backup.set_model(self)
+                object.__setattr__(self, "_loaded_epoch_record", None)
                 backup.on_train_begin()
             except (OSError, ValueError, KeyError, TypeError) as e:
                 kind = OSError if isinstance(e, OSError) else ValueError
@@ -623,6 +697,10 @@ class Task(keras.Model):
                     f"(latest.weights.h5, training_metadata.json): {type(e).__name__}: "
                     f"{str(e)[:500]}. It is damaged (truncated, partly written) or was written "
                     f"by another model; delete the directory to start afresh.") from e
+            if self._initial_epoch is not None:
+                # Keras' callback counts epochs from 0 in the resumed run until an epoch ends:
+                # a backup written before that said epoch 0 (a second resume then failed).
+                backup._current_epoch = self._initial_epoch
             if not os.path.exists(path):
                 os.makedirs(str(backup.backup_dir), exist_ok=True)
                 with open(path, "w") as f:
@@ -640,8 +718,15 @@ class Task(keras.Model):
         (`BackupAndRestore(save_freq=<int>)`: Keras restarts the saved epoch at its first batch,
         and the restored weights have seen the batches before the backup) from the restored
         optimizer's step count, and stops after `epochs`·n steps in all: the same batches in the
-        same order, and the same number of steps, as the run without the interruption. Reaching
-        the position costs running the preprocessing of the batches skipped."""
+        same order, and the same number of steps, as the run without the interruption.
+
+        Reaching the position skips input batches, not prepared ones, where a batch's
+        preparation depends on nothing before it: a pretraining preprocessor's pipeline is
+        built epoch by epoch (`prepare_epochs`: every epoch's order and masks from its number,
+        so the skipped epochs are not read at all, and the resumed epoch's first batches not
+        masked), a fine-tuning one's `prepare` (a map of each batch; not `group_by_length`'s
+        regrouping) runs on the input from the position. Otherwise the preprocessing of every
+        batch skipped runs again."""
         callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
         n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
@@ -657,11 +742,83 @@ class Task(keras.Model):
                     f"another length (batch size, data) or another model; delete it to start "
                     f"afresh.")
             position = steps
-        if position == 0:
-            return ds, kwargs
         if position > epoch * n:
             kwargs = dict(kwargs, callbacks=list(callbacks) + [_StopAtStep(epochs * n)])
+        raw, shuffle_batch_size = getattr(self, "_raw_training_data", None) or (None, None)
+        preprocessor = getattr(self, "preprocessor", None)
+        if raw is not None and hasattr(preprocessor, "prepare_epochs"):
+            first, skip = divmod(position, n)
+            epochs = tf.data.Dataset.range(first, np.iinfo(np.int64).max).map(
+                lambda e: (e, tf.where(e == first, tf.constant(skip, tf.int64), 0)))
+            x = preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size)
+            return self._checked_features(self._drop_unused_features(x)), kwargs
+        if position == 0:
+            return ds, kwargs
+        if raw is not None and getattr(preprocessor, "prepares_batch_by_batch", False):
+            x = preprocessor.prepare(raw.repeat().skip(position), training=True)
+            return self._checked_features(self._drop_unused_features(x)), kwargs
         return ds.skip(position), kwargs
+
+    def _epoch_keyed(self, ds, kwargs):
+        """A dataset of unknown length (sentence pairs or blocks cut from documents, a corpus
+        stream), read so that a fit that starts at epoch k, batch b reads what the
+        uninterrupted run read there.
+
+        Keras opens a new iterator on such a dataset every epoch; ours reads, when it opens,
+        the epoch and the batches to skip that `_EpochPosition` sets at the epoch's start. A
+        pretraining preprocessor builds the epoch's pipeline from them (`prepare_epochs`:
+        everything drawn from its seed and the epoch); any other dataset (a fine-tuning
+        preprocessor's, model inputs) is read again, less the batches to skip.
+
+        The skip is the resumed epoch's steps done: the restored optimizer's step count less
+        the step at which that epoch began (`_epoch_record`, saved with every backup and
+        checkpoint). Every epoch is read to its end: after a fit's first epoch Keras reads at
+        most one batch more than that epoch had (then opens, and never reads, one more
+        iterator), so longer epochs were cut short, and differently in a resumed run."""
+        callbacks = _callback_list(kwargs)
+        backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
+        epoch = self._initial_epoch or kwargs.get("initial_epoch", 0) or 0
+        skip = 0
+        if backups and self._initial_epoch is not None:
+            steps = int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+            record = getattr(self, "_loaded_epoch_record", None)
+            where = backups[0].backup_dir
+            if record is None:
+                raise ValueError(
+                    f"The backup in {where!r} does not say at which step its epoch {epoch} "
+                    f"began (it was not written by a keras_bertfam task's fit on data of unknown "
+                    f"length), so where to resume in that epoch is unknown. Delete it to start "
+                    f"afresh.")
+            recorded_epoch, start = record
+            if recorded_epoch == epoch - 1:  # written at the end of the epoch before
+                start = steps
+            elif recorded_epoch != epoch or not 0 <= steps - start:
+                raise ValueError(
+                    f"The backup in {where!r} is of epoch {epoch} at step {steps}, but records "
+                    f"epoch {recorded_epoch} begun at step {start}: it was written by another "
+                    f"run. Delete it to start afresh.")
+            skip = steps - start
+        state = tf.Variable([epoch, skip], dtype=tf.int64, trainable=False)
+        epochs = tf.data.Dataset.from_tensors(0).map(lambda _: tf.unstack(state.read_value()))
+        raw, shuffle_batch_size = getattr(self, "_raw_training_data", None) or (None, None)
+        keyed = raw is not None and hasattr(getattr(self, "preprocessor", None),
+                                            "prepare_epochs")
+        if not keyed:
+            raw = ds
+        for _ in range(epoch):
+            # The input's own reshuffling (`read_corpus(shuffle_files=True)`, a dataset's
+            # `shuffle(reshuffle_each_iteration=True)`) draws its order when an iterator opens:
+            # the uninterrupted run had opened one an epoch before epoch k.
+            iter(raw)
+        if keyed:
+            x = self.preprocessor.prepare_epochs(raw, epochs,
+                                                 shuffle_batch_size=shuffle_batch_size)
+            x = self._checked_features(self._drop_unused_features(x))
+        else:
+            x = epochs.flat_map(lambda _, skip: ds.skip(skip))
+        position = _EpochPosition(self, state, epoch, skip)
+        object.__setattr__(self, "_capture_epoch_iterator", True)
+        return x, dict(kwargs, callbacks=[position] + callbacks)
 
     def _no_training_step_message(self):
         """fit's data gave no batch at all (Keras then returns an empty history, silently)."""
@@ -852,6 +1009,30 @@ class _StopAtStep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) >= self.steps:
             self.model.stop_training = True
+
+
+class _EpochPosition(keras.callbacks.Callback):
+    """The epoch (and, in the first, the batches to skip) an `_epoch_keyed` pipeline reads,
+    set at each epoch's start; the task's `_epoch_record`; every epoch read to its end."""
+
+    def __init__(self, task, state, first_epoch, skip):
+        super().__init__()
+        self.task, self.state, self.first_epoch, self.skip = task, state, first_epoch, skip
+
+    def on_epoch_begin(self, epoch, logs=None):
+        skip = self.skip if epoch == self.first_epoch else 0
+        self.state.assign([epoch, skip])
+        steps = int(keras.ops.convert_to_numpy(self.task.optimizer.iterations))
+        object.__setattr__(self.task, "_epoch_record", (epoch, steps - skip))
+
+    def on_epoch_end(self, epoch, logs=None):
+        iterator = self.task.__dict__.get("_fit_epoch_iterator")
+        if iterator is not None:
+            # Keras caps the next epochs at this one's length (`EpochIterator._num_batches`).
+            iterator._num_batches = None
+
+    def on_train_end(self, logs=None):
+        object.__setattr__(self.task, "_fit_epoch_iterator", None)
 
 
 def check_backup_dir(path):
