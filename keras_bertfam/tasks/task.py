@@ -20,7 +20,8 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
-from keras_bertfam.preprocessing.finetuning import _assert_then, any_batch_size
+from keras_bertfam.preprocessing.finetuning import (_assert_then, any_batch_size,
+                                                   check_fits_positions)
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 
@@ -810,9 +811,10 @@ def check_backup_dir(path):
 
 
 def _backbones(task):
-    """The backbones a task runs (ELECTRA: generator and discriminator; Distiller: student)."""
+    """The backbones a task runs (ELECTRA: generator and discriminator; Distiller: student and
+    teacher)."""
     found = []
-    for name in ("backbone", "discriminator", "generator", "student"):
+    for name in ("backbone", "discriminator", "generator", "student", "teacher"):
         value = task.__dict__.get(name)
         value = getattr(value, "backbone", value)  # Distiller's student is a task
         if value is not None and hasattr(value, "vocabulary_size") and value not in found:
@@ -866,13 +868,12 @@ def check_backbone_and_preprocessor(task):
                     f"ids {backbone.vocabulary_size}..{size - 1} have no embedding. Expected a "
                     f"tokenizer of at most {backbone.vocabulary_size} tokens (or a backbone built "
                     f"with vocabulary_size >= {size}).")
-        length = getattr(preprocessor, "sequence_length", None)
-        limit = getattr(backbone, "max_sequence_length", None)
-        if isinstance(length, int) and isinstance(limit, int) and length > limit:
-            raise ValueError(
-                f"sequence_length={length} is longer than {type(backbone).__name__}'s "
-                f"max_sequence_length={limit} (its position table): expected sequence_length <= "
-                f"{limit}.")
+    tables = [(b.max_sequence_length, type(b).__name__) for b in backbones
+              if isinstance(getattr(b, "max_sequence_length", None), (int, np.integer))]
+    if preprocessor is not None and tables:
+        table = min(tables)  # the shortest table bounds every model the task runs
+        check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
+        preprocessor._position_table = table  # a `sequence_length` set later is checked then
 
 
 def _vocabulary_size(tokenizer):
