@@ -78,6 +78,45 @@ def test_roberta_tokenizer_docstring_vocabulary_without_unk():
     assert tokenizer.unk_token_id is None and tokenizer.mask_token_id == 3
 
 
+def test_byte_pair_pieces_outside_the_vocabulary_are_unk_or_an_error():
+    """Issue 13: a BPE piece the vocabulary lacks ("T", "Ġbrown": keras-hub's docstring
+    vocabulary has a handful of pieces) was id -1 (keras-hub's lookup default), which flowed on
+    into the embedding gather (Keras' TensorFlow `take` reads -1 as the LAST row: a silently
+    wrong prediction). With an unknown token it is that token's id, as HF's RobertaTokenizer
+    gives; without one, every route (eager, tf.data, serving, offsets) is an error naming the
+    piece."""
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    texts = ["The quick brown fox", "a quick fox", "fox\u00e9 Ok"]
+    no_unk = kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
+    assert no_unk.unk_token_id is None
+    message = r"the piece .*T.* is not in the vocabulary, and the vocabulary has no unknown token"
+    for route in (lambda: no_unk(texts), lambda: no_unk.serving_tokenize(tf.constant(texts)),
+                  lambda: tokenize_with_offsets(no_unk, tf.constant(texts)),
+                  lambda: list(tf.data.Dataset.from_tensor_slices(texts).batch(3).map(no_unk))):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            route()
+    assert no_unk(["a quick fox"]).to_list() == [[4, 5, 6]]  # in the vocabulary: as before
+    classifier = kb.tasks.TextClassifier(
+        kb.models.RobertaBackbone(vocabulary_size=len(BPE_VOCAB), **TINY),
+        preprocessor=kb.preprocessing.TextClassifierPreprocessor(no_unk, sequence_length=16),
+        num_classes=2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        classifier.predict(texts, verbose=0)
+
+    vocab = dict(BPE_VOCAB, **{"<unk>": len(BPE_VOCAB)})
+    tok = kb.preprocessing.BytePairTokenizer(vocabulary=vocab, merges=BPE_MERGES)
+    unk = tok.unk_token_id
+    # per piece, as HF's (v4) slow RobertaTokenizer's `_convert_token_to_id`: T h e Ġquick Ġ
+    # b r o w n Ġfox; f ox é (2 bytes) Ġ O k. (HF 5's RobertaTokenizer drops such pieces.)
+    f, o, ox, k = (vocab[p] for p in ("f", "o", "ox", "k"))
+    expected = [[unk, unk, unk, 5, 7, unk, unk, o, unk, unk, 6], [4, 5, 6],
+                [f, ox, unk, unk, 7, unk, k]]
+    assert tok(texts).to_list() == expected
+    assert tok.serving_tokenize(tf.constant(texts)).to_list() == expected
+    assert tokenize_with_offsets(tok, tf.constant(texts))[0].to_list() == expected
+
+
 def test_albert_tokenizer_docstring_does_not_lowercase():
     tokenizer = kb.preprocessing.SentencePieceTokenizer(
         proto=_spm_proto(["The quick brown fox jumped."]))
@@ -512,7 +551,9 @@ def test_keras_files_round_trip_classifiers_of_every_tokenizer(tmp_path):
     (only WordPiece's used to: the others were not registered, and `load_model` failed with
     "Could not locate class 'SentencePieceTokenizer'")."""
     tokenizers = {
-        "roberta": kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES),
+        # with <unk>: FEATURES' pieces outside this vocabulary are <unk> (without it, an error)
+        "roberta": kb.preprocessing.BytePairTokenizer(
+            vocabulary=dict(BPE_VOCAB, **{"<unk>": len(BPE_VOCAB)}), merges=BPE_MERGES),
         "albert": kb.preprocessing.SentencePieceTokenizer(proto=_spm_proto(FEATURES)),
         "xlnet": kb.preprocessing.XLNetTokenizer(proto=_xlnet_spm_proto(FEATURES)),
     }
