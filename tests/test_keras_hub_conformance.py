@@ -597,6 +597,45 @@ def test_preprocessed_ids_outside_the_backbone_are_named_errors():
             call(long)
 
 
+def test_token_id_check_reads_the_batch_where_it_is(monkeypatch):
+    """Issue 13: the model-input id check (every `*_on_batch` call, and fit / predict without a
+    preprocessor) converted the whole batch to a new NumPy array each call; now it reads the
+    shape, then the ids' min and max where they are (a NumPy array in place, a backend tensor
+    reduced by its backend), with the same errors. Conversions of more than one value fail here:
+    before, the check swallowed that and let every batch through."""
+    classifier = kb.tasks.TextClassifier(kb.models.RobertaBackbone(**TINY_BERT), num_classes=4,
+                                         preprocessor=None)
+    convert = keras.ops.convert_to_numpy
+
+    def scalars_only(x):
+        value = convert(x)
+        assert np.size(value) == 1, f"the batch was copied ({np.shape(value)})"
+        return value
+
+    monkeypatch.setattr(keras.ops, "convert_to_numpy", scalars_only)
+    good = np.ones((2, 12), "int32")
+    for kind in (np.asarray, keras.ops.convert_to_tensor, tf.constant):
+        ids = kind(good)
+        x = {"token_ids": ids, "padding_mask": kind(np.ones((2, 12), "int32"))}
+        assert classifier._checked_model_inputs(x)["token_ids"] is ids  # passed on as given
+        with pytest.raises(ValueError, match=r"got token_ids from -1 to 64: expected ids in "
+                                             r"\[0, 64\) \(RobertaBackbone's vocabulary_size\)"):
+            classifier._checked_model_inputs(dict(x, token_ids=kind(
+                np.array([[1, 64], [-1, 2]], "int32"))))
+        with pytest.raises(ValueError, match="got token_ids of 33 positions"):
+            classifier._checked_model_inputs(dict(x, token_ids=kind(np.ones((2, 33), "int32"))))
+    with pytest.raises(ValueError, match="got token_ids of dtype bool: expected integer ids"):
+        classifier._checked_model_inputs({"token_ids": np.ones((2, 4), bool)})
+    with pytest.raises(ValueError, match="from 0 to 99"):  # Python lists, as keras-hub's
+        classifier._checked_model_inputs({"token_ids": [[0, 99], [1, 2]]})
+    monkeypatch.undo()
+    np.testing.assert_allclose(classifier.predict_on_batch({"token_ids": good,
+                                                            "padding_mask": np.ones((2, 12))}),
+                               classifier.predict({"token_ids": good,
+                                                   "padding_mask": np.ones((2, 12))}, verbose=0),
+                               atol=1e-6)
+
+
 def test_save_to_preset_keeps_the_pretraining_stages(tmp_path, bert_vocab):
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
     preprocessor = _pretraining_preprocessor(tokenizer)

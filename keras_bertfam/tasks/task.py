@@ -984,28 +984,65 @@ def check_batch_size(batch_size):
 def _check_token_ids(task, token_ids):
     """In-memory `token_ids` (preprocessor=None): ids inside the backbone's vocabulary and no
     more positions than its position table. Either gave a TensorFlow "Graph execution error"
-    from the embedding gather (and on JAX a silently clamped lookup)."""
+    from the embedding gather (and on JAX a silently clamped lookup).
+
+    Cheap on every `*_on_batch` call: the shape first (no pass over the ids), then the ids'
+    minimum and maximum where they are (a NumPy array read in place, a backend tensor reduced by
+    its backend: two scalars come back), never a copy of the batch (it was converted to a new
+    NumPy array each call)."""
     backbone = getattr(task, "backbone", None)
+    if backbone is None or isinstance(token_ids, (tf.data.Dataset, str, bytes)):
+        return
+    if isinstance(token_ids, (list, tuple)):
+        try:  # Python lists: one array (Keras' data adapters make one too)
+            token_ids = np.asarray(token_ids)
+        except ValueError:  # ragged lists: checked where they are read
+            return
+    shape, dtype = getattr(token_ids, "shape", None), getattr(token_ids, "dtype", None)
+    if shape is None or dtype is None or len(shape) < 2 or 0 in tuple(shape):
+        return
     try:
-        ids = np.asarray(keras.ops.convert_to_numpy(token_ids))
-    except Exception:  # noqa: BLE001 - not an in-memory array: checked where it is read
-        return
-    if backbone is None or ids.size == 0 or ids.ndim < 2:
-        return
-    if not np.issubdtype(ids.dtype, np.number):
-        raise ValueError(f"{type(task).__name__} got token_ids of dtype {ids.dtype}: expected "
-                         "integer ids (or pass raw text to a task with a preprocessor).")
-    vocabulary_size = getattr(backbone, "vocabulary_size", None)
-    low, high = ids.min(), ids.max()
-    if vocabulary_size and (low < 0 or high >= vocabulary_size):
-        raise ValueError(f"{type(task).__name__} got token_ids from {low} to {high}: expected "
-                         f"ids in [0, {vocabulary_size}) ({type(backbone).__name__}'s "
-                         "vocabulary_size).")
+        dtype = keras.backend.standardize_dtype(dtype)
+    except ValueError:
+        dtype = str(dtype)
+    name = type(task).__name__
+    if not (dtype.startswith("int") or dtype.startswith("uint") or dtype.startswith("float")):
+        raise ValueError(f"{name} got token_ids of dtype {dtype}: expected integer ids (or pass "
+                         "raw text to a task with a preprocessor).")
     max_length = getattr(backbone, "max_sequence_length", None)
-    if max_length and ids.shape[-1] > max_length:
-        raise ValueError(f"{type(task).__name__} got token_ids of {ids.shape[-1]} positions: "
+    if max_length and shape[-1] is not None and shape[-1] > max_length:
+        raise ValueError(f"{name} got token_ids of {shape[-1]} positions: "
                          f"{type(backbone).__name__} takes at most max_sequence_length="
                          f"{max_length} (its position table).")
+    vocabulary_size = getattr(backbone, "vocabulary_size", None)
+    if not vocabulary_size:
+        return
+    low, high = _min_max(token_ids)
+    if low is None:
+        return
+    if low < 0 or high >= vocabulary_size:
+        raise ValueError(f"{name} got token_ids from {low} to {high}: expected ids in "
+                         f"[0, {vocabulary_size}) ({type(backbone).__name__}'s "
+                         "vocabulary_size).")
+
+
+def _min_max(values):
+    """(min, max) of an array or tensor as Python numbers, computed where the values are; (None,
+    None) for what is not an in-memory array (a symbolic tensor: checked where it is read)."""
+    try:
+        if isinstance(values, np.ndarray):
+            return values.min().item(), values.max().item()
+        if isinstance(values, (tf.Tensor, tf.Variable)):
+            if not tf.executing_eagerly() or not hasattr(values, "numpy"):
+                return None, None
+            return (tf.reduce_min(values).numpy().item(), tf.reduce_max(values).numpy().item())
+        if keras.ops.is_tensor(values):  # the backend's own (a JAX array, a torch tensor)
+            return (keras.ops.convert_to_numpy(keras.ops.min(values)).item(),
+                    keras.ops.convert_to_numpy(keras.ops.max(values)).item())
+        values = np.asarray(values)  # another array type (e.g. a pandas frame): NumPy's
+        return values.min().item(), values.max().item()
+    except Exception:  # noqa: BLE001 - not an in-memory array: checked where it is read
+        return None, None
 
 
 def _check_count(value, name, minimum):
