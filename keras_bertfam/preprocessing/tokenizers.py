@@ -114,7 +114,18 @@ class _SpecialTokens:
                 # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
                 functions[rank] = tf.function(self.tokenize, input_signature=[spec],
                                               autograph=False)
-            return functions[rank](inputs)
+            try:
+                return functions[rank](inputs)
+            except tf.errors.InvalidArgumentError as error:
+                # The tokenizer's own refusal (a BPE piece outside the vocabulary), eagerly: a
+                # ValueError with its message (Keras on JAX / PyTorch re-raises a TF error from
+                # a layer as a RuntimeError without it).
+                found = re.search(r"assertion failed: \[(BytePairTokenizer: .*?unknown token\.)",
+                                  error.message)
+                if found is None:
+                    raise
+                raise ValueError(found.group(1).replace('\\"', '"').replace("\\'", "'")) \
+                    from None
         return self.tokenize(inputs)
 
     def detokenize(self, inputs):
