@@ -1,5 +1,7 @@
 """SavedModel export: every task's export passes the tf-text 2.12.1 op audit, loads in a fresh
-process that imports only tensorflow + tensorflow_text, and gives the in-process outputs (<= 1e-5);
+process that imports only tensorflow + tensorflow_text, and gives the in-process outputs (<= 1e-5)
+(every task type, and every family's fine-tuning tasks: BERT, ALBERT, DistilBERT, ELECTRA,
+SpanBERT and XLNet here, RoBERTa in test_roberta, Longformer in test_longformer);
 the audit catches keras-hub's round-robin packer; saved_model_cli lists the signatures. What the
 pretrainers' signatures compute (ELECTRA, SpanBERT, XLNet) is checked in process on every backend."""
 import json
@@ -143,9 +145,31 @@ def cases(tok, vocab_file, xlnet_spiece):
     np.testing.assert_allclose(ref["logits"], clf.predict(TEXT_A, verbose=0), atol=1e-6)
     out.append(("text_classifier", clf, {"text": TEXT_A}, ref, text_a))
 
-    tagger = kb.tasks.TokenClassifier(backbone(), num_classes=4,
-                                      preprocessor=ft.TokenClassifierPreprocessor(tok, SEQ))
+    # Every family's fine-tuning tasks serve strings (issue 13: SpanBERT's and DistilBERT's were
+    # never exported): the task types spread over the families instead of one more export each
+    # (RoBERTa's: test_roberta; Longformer's: test_longformer).
+    distil = kb.tasks.TextClassifier(
+        kb.models.DistilBertBackbone(len(VOCAB), 1, 2, 16, 32, max_sequence_length=32),
+        num_classes=3, preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
+    ref = reference(distil, text_a)  # no segment_ids: DistilBERT has no segment table
+    np.testing.assert_allclose(ref["logits"], distil.predict(TEXT_A, verbose=0), atol=1e-6)
+    out.append(("distil_bert_text_classifier", distil, {"text": TEXT_A}, ref, text_a))
+
+    tagger = kb.tasks.TokenClassifier(  # SpanBERT
+        kb.models.SpanBertBackbone(len(VOCAB), 1, 2, 16, 32, max_sequence_length=32),
+        num_classes=4, preprocessor=ft.TokenClassifierPreprocessor(tok, SEQ))
     out.append(("token_classifier", tagger, {"text": TEXT_A}, reference(tagger, text_a), text_a))
+
+    # XLNet's layout (`A <sep> <cls>`, left padded), its own SentencePiece tokenizer
+    xlnet_clf = kb.tasks.TextClassifier(
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 1, 2, 16, 32), num_classes=3,
+        preprocessor=ft.TextClassifierPreprocessor(xlnet_tok, SEQ))
+    xlnet_texts = [t.capitalize() for t in TEXT_A]
+    f = xlnet_packed(xlnet_tok, xlnet_texts)
+    ref = reference(xlnet_clf, f, special_ids(xlnet_tok))
+    np.testing.assert_allclose(ref["logits"], xlnet_clf.predict(xlnet_texts, verbose=0),
+                               atol=1e-6)
+    out.append(("xlnet_text_classifier", xlnet_clf, {"text": xlnet_texts}, ref, f))
 
     real = kb.preprocessing.WordPieceTokenizer(vocab_file, lowercase=True)
     qa = kb.tasks.QuestionAnswerer(
@@ -164,14 +188,17 @@ def cases(tok, vocab_file, xlnet_spiece):
     out.append(("question_answerer", qa, {"question": QA_QUESTIONS, "context": QA_CONTEXTS}, ref,
                 f))
 
-    mc = kb.tasks.MultipleChoice(backbone(), preprocessor=ft.MultipleChoicePreprocessor(tok, SEQ))
+    mc = kb.tasks.MultipleChoice(  # ELECTRA
+        kb.models.ElectraBackbone(len(VOCAB), 1, 2, 16, 8, 32, max_sequence_length=32),
+        preprocessor=ft.MultipleChoicePreprocessor(tok, SEQ))
     choices = [[b, a] for a, b in zip(TEXT_A, TEXT_B)]
     flat = packed(tok, tok([t for t in TEXT_A for _ in range(2)]),
                   tok([c for row in choices for c in row]))
     f = {k: v.reshape(3, 2, SEQ) for k, v in flat.items()}
     out.append(("multiple_choice", mc, {"prompt": TEXT_A, "choices": choices}, reference(mc, f), f))
 
-    enc = kb.tasks.SentenceEncoder(backbone(), preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
+    enc = kb.tasks.SentenceEncoder(albert_backbone(),  # ALBERT
+                                   preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
     out.append(("sentence_encoder", enc, {"text": TEXT_A}, reference(enc, text_a), text_a))
 
     mlm_pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ)
@@ -250,7 +277,7 @@ def exports(tmp_path_factory, bert_vocab, xlnet_spiece):
         for name, model, inputs, ref, ids in cases(tok, bert_vocab, xlnet_spiece):
             path = str(root / name / "1")
             # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
-            own = name in ("question_answerer", "XLNetPretrainer")
+            own = name in ("question_answerer", "XLNetPretrainer", "xlnet_text_classifier")
             signatures = kb.export.export_saved_model(model, path,
                                                       sequence_length=None if own else SEQ,
                                                       tokenizer=None if own else tok)
@@ -361,11 +388,12 @@ def _ids_for(name, inputs, vocab_file, xlnet_spiece):
     """Packed ids the token_ids signature gets: the same features as the reference (for
     test_longformer's exports; this module's keep the features `cases` computed)."""
     tok = tokenizer()
-    if name == "backbone" or name in ("text_classifier", "token_classifier", "sentence_encoder"):
+    if name == "backbone" or name in ("text_classifier", "token_classifier", "sentence_encoder",
+                                      "distil_bert_text_classifier"):
         return packed(tok, tok(inputs["text"]))
     if name in ("masked_lm", "ElectraPretrainer", "SpanBertPretrainer", "Distiller"):
         return packed(tok, with_mask(tok, inputs["text"]))
-    if name == "XLNetPretrainer":
+    if name in ("XLNetPretrainer", "xlnet_text_classifier"):
         return xlnet_packed(kb.preprocessing.tokenizers.XLNetTokenizer(xlnet_spiece),
                             inputs["text"])
     if name in ("BertPretrainer", "AlbertPretrainer"):

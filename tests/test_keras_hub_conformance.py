@@ -78,6 +78,47 @@ def test_roberta_tokenizer_docstring_vocabulary_without_unk():
     assert tokenizer.unk_token_id is None and tokenizer.mask_token_id == 3
 
 
+def test_byte_pair_pieces_outside_the_vocabulary_are_unk_or_an_error():
+    """Issue 13: a BPE piece the vocabulary lacks ("T", "Ġbrown": keras-hub's docstring
+    vocabulary has a handful of pieces) was id -1 (keras-hub's lookup default), which flowed on
+    into the embedding gather (Keras' TensorFlow `take` reads -1 as the LAST row: a silently
+    wrong prediction). With an unknown token it is that token's id, as HF's RobertaTokenizer
+    gives; without one, every route (eager, tf.data, serving, offsets) is an error naming the
+    piece."""
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    texts = ["The quick brown fox", "a quick fox", "fox\u00e9 Ok"]
+    no_unk = kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
+    assert no_unk.unk_token_id is None
+    message = r"the piece .*T.* is not in the vocabulary, and the vocabulary has no unknown token"
+    with pytest.raises(ValueError, match=message):  # eagerly, on every backend
+        no_unk(texts)
+    for route in (lambda: no_unk.serving_tokenize(tf.constant(texts)),
+                  lambda: tokenize_with_offsets(no_unk, tf.constant(texts)),
+                  lambda: list(tf.data.Dataset.from_tensor_slices(texts).batch(3).map(no_unk))):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            route()
+    assert no_unk(["a quick fox"]).to_list() == [[4, 5, 6]]  # in the vocabulary: as before
+    classifier = kb.tasks.TextClassifier(
+        kb.models.RobertaBackbone(vocabulary_size=len(BPE_VOCAB), **TINY),
+        preprocessor=kb.preprocessing.TextClassifierPreprocessor(no_unk, sequence_length=16),
+        num_classes=2)
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match=message):
+        classifier.predict(texts, verbose=0)
+
+    vocab = dict(BPE_VOCAB, **{"<unk>": len(BPE_VOCAB)})
+    tok = kb.preprocessing.BytePairTokenizer(vocabulary=vocab, merges=BPE_MERGES)
+    unk = tok.unk_token_id
+    # per piece, as HF's (v4) slow RobertaTokenizer's `_convert_token_to_id`: T h e Ġquick Ġ
+    # b r o w n Ġfox; f ox é (2 bytes) Ġ O k. (HF 5's RobertaTokenizer drops such pieces.)
+    f, o, ox, k = (vocab[p] for p in ("f", "o", "ox", "k"))
+    expected = [[unk, unk, unk, 5, 7, unk, unk, o, unk, unk, 6], [4, 5, 6],
+                [f, ox, unk, unk, 7, unk, k]]
+    assert tok(texts).to_list() == expected
+    assert tok.serving_tokenize(tf.constant(texts)).to_list() == expected
+    assert tokenize_with_offsets(tok, tf.constant(texts))[0].to_list() == expected
+
+
 def test_albert_tokenizer_docstring_does_not_lowercase():
     tokenizer = kb.preprocessing.SentencePieceTokenizer(
         proto=_spm_proto(["The quick brown fox jumped."]))
@@ -136,10 +177,12 @@ def test_sequence_length_set_after_a_call_takes_effect_as_keras_hubs_setter(bert
     mlm.sequence_length = 32  # unchanged: fine
     clf = kb.tasks.TextClassifier(kb.models.BertBackbone(vocabulary_size=30522, **TINY),
                                   preprocessor=ours, num_classes=2)
-    ours.sequence_length = 256
+    # attached to the classifier: a length past its backbone's position table is refused when
+    # set (keras-hub: fails at the next predict)
     with pytest.raises(ValueError, match="sequence_length=256 is longer than BertBackbone's "
                                          "max_sequence_length=128"):
-        clf.predict(FEATURES, verbose=0)
+        ours.sequence_length = 256
+    assert clf.preprocessor.sequence_length == 8
 
 
 def test_text_classifier_preprocessor_docstring_custom_vocabulary_and_tf_data():
@@ -510,7 +553,9 @@ def test_keras_files_round_trip_classifiers_of_every_tokenizer(tmp_path):
     (only WordPiece's used to: the others were not registered, and `load_model` failed with
     "Could not locate class 'SentencePieceTokenizer'")."""
     tokenizers = {
-        "roberta": kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES),
+        # with <unk>: FEATURES' pieces outside this vocabulary are <unk> (without it, an error)
+        "roberta": kb.preprocessing.BytePairTokenizer(
+            vocabulary=dict(BPE_VOCAB, **{"<unk>": len(BPE_VOCAB)}), merges=BPE_MERGES),
         "albert": kb.preprocessing.SentencePieceTokenizer(proto=_spm_proto(FEATURES)),
         "xlnet": kb.preprocessing.XLNetTokenizer(proto=_xlnet_spm_proto(FEATURES)),
     }
@@ -552,6 +597,45 @@ def test_preprocessed_ids_outside_the_backbone_are_named_errors():
         with pytest.raises(ValueError, match=r"got token_ids of 33 positions: RobertaBackbone "
                                              r"takes at most max_sequence_length=32"):
             call(long)
+
+
+def test_token_id_check_reads_the_batch_where_it_is(monkeypatch):
+    """Issue 13: the model-input id check (every `*_on_batch` call, and fit / predict without a
+    preprocessor) converted the whole batch to a new NumPy array each call; now it reads the
+    shape, then the ids' min and max where they are (a NumPy array in place, a backend tensor
+    reduced by its backend), with the same errors. Conversions of more than one value fail here:
+    before, the check swallowed that and let every batch through."""
+    classifier = kb.tasks.TextClassifier(kb.models.RobertaBackbone(**TINY_BERT), num_classes=4,
+                                         preprocessor=None)
+    convert = keras.ops.convert_to_numpy
+
+    def scalars_only(x):
+        value = convert(x)
+        assert np.size(value) == 1, f"the batch was copied ({np.shape(value)})"
+        return value
+
+    monkeypatch.setattr(keras.ops, "convert_to_numpy", scalars_only)
+    good = np.ones((2, 12), "int32")
+    for kind in (np.asarray, keras.ops.convert_to_tensor, tf.constant):
+        ids = kind(good)
+        x = {"token_ids": ids, "padding_mask": kind(np.ones((2, 12), "int32"))}
+        assert classifier._checked_model_inputs(x)["token_ids"] is ids  # passed on as given
+        with pytest.raises(ValueError, match=r"got token_ids from -1 to 64: expected ids in "
+                                             r"\[0, 64\) \(RobertaBackbone's vocabulary_size\)"):
+            classifier._checked_model_inputs(dict(x, token_ids=kind(
+                np.array([[1, 64], [-1, 2]], "int32"))))
+        with pytest.raises(ValueError, match="got token_ids of 33 positions"):
+            classifier._checked_model_inputs(dict(x, token_ids=kind(np.ones((2, 33), "int32"))))
+    with pytest.raises(ValueError, match="got token_ids of dtype bool: expected integer ids"):
+        classifier._checked_model_inputs({"token_ids": np.ones((2, 4), bool)})
+    with pytest.raises(ValueError, match="from 0 to 99"):  # Python lists, as keras-hub's
+        classifier._checked_model_inputs({"token_ids": [[0, 99], [1, 2]]})
+    monkeypatch.undo()
+    np.testing.assert_allclose(classifier.predict_on_batch({"token_ids": good,
+                                                            "padding_mask": np.ones((2, 12))}),
+                               classifier.predict({"token_ids": good,
+                                                   "padding_mask": np.ones((2, 12))}, verbose=0),
+                               atol=1e-6)
 
 
 def test_save_to_preset_keeps_the_pretraining_stages(tmp_path, bert_vocab):

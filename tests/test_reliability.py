@@ -230,6 +230,82 @@ def test_sequence_length_beyond_the_position_table_is_refused_when_built(tmp_pat
         kb.tasks.MaskedLM.from_preset(path, sequence_length=33)
 
 
+# Every family with a position table, at 32 positions (XLNet's relative positions have none).
+POSITION_TABLE_BACKBONES = {
+    "bert": lambda: _backbone(num_layers=1),
+    "roberta": lambda: kb.models.RobertaBackbone(len(VOCAB), 1, 2, 16, 32, max_sequence_length=32),
+    "albert": lambda: kb.models.AlbertBackbone(len(VOCAB), 1, 2, 8, 16, 32,
+                                               max_sequence_length=32),
+    "distil_bert": lambda: kb.models.DistilBertBackbone(len(VOCAB), 1, 2, 16, 32,
+                                                        max_sequence_length=32),
+    "electra": lambda: kb.models.ElectraBackbone(len(VOCAB), 1, 2, 16, 8, 32,
+                                                 max_sequence_length=32),
+    "spanbert": lambda: kb.models.SpanBertBackbone(len(VOCAB), 1, 2, 16, 32,
+                                                   max_sequence_length=32),
+    "longformer": lambda: kb.models.LongformerBackbone(len(VOCAB), 1, 2, 16, 32,
+                                                       attention_window=8, max_sequence_length=32),
+}
+FINETUNING_TASKS = {"TextClassifier": dict(num_classes=2), "TokenClassifier": dict(num_classes=2),
+                    "QuestionAnswerer": {}, "MultipleChoice": {}, "SentenceEncoder": {},
+                    "MaskedLM": {}}
+PRETRAINERS = {"bert": "BertPretrainer", "albert": "AlbertPretrainer",
+               "spanbert": "SpanBertPretrainer", "electra": "ElectraPretrainer"}
+
+
+def test_every_task_of_every_family_refuses_a_sequence_length_past_the_position_table():
+    """Issue 13 (keras-hub user sweep): each task with its default preprocessor (128 positions;
+    QA 384, SentenceEncoder 256) on a 32-position backbone of each family is refused when built,
+    naming the length, the backbone and its table, as MaskedLM is; and an attached
+    preprocessor's `sequence_length` set past the table is refused when set."""
+    tok = _tokenizer()
+    for family, make in POSITION_TABLE_BACKBONES.items():
+        names = list(FINETUNING_TASKS) + ([PRETRAINERS[family]] if family in PRETRAINERS else [])
+        for name in names:
+            cls = getattr(kb.tasks, name)
+            backbone = make()
+            pre = cls.default_preprocessor(tok, backbone)
+            length = pre.sequence_length
+            with pytest.raises(ValueError, match=rf"sequence_length={length} is longer than "
+                                                 rf"{type(backbone).__name__}'s max_sequence_"
+                                                 r"length=32 \(its position table\): expected "
+                                                 r"sequence_length <= 32"):
+                if name in FINETUNING_TASKS:
+                    cls(backbone, preprocessor=pre, **FINETUNING_TASKS[name])
+                else:
+                    cls.pretraining_task(backbone, pre)
+    # the Distiller's teacher reads the same rows as its student
+    teacher = kb.tasks.MaskedLM(_backbone(num_layers=1))
+    student = kb.models.DistilBertBackbone(len(VOCAB), 1, 2, 16, 32, max_sequence_length=64)
+    with pytest.raises(ValueError, match="sequence_length=48 is longer than BertBackbone's "
+                                         "max_sequence_length=32"):
+        kb.tasks.Distiller(teacher, student, preprocessor=kb.preprocessing.MaskedLMPreprocessor(
+            tok, sequence_length=48))
+    # set after the task is built: refused at once, the length unchanged (it was refused only
+    # at the next predict / fit)
+    pre = kb.preprocessing.TextClassifierPreprocessor(tok, sequence_length=16)
+    kb.tasks.TextClassifier(_backbone(num_layers=1), num_classes=2, preprocessor=pre)
+    pre.sequence_length = 32
+    with pytest.raises(ValueError, match="sequence_length=33 is longer than BertBackbone's "
+                                         "max_sequence_length=32"):
+        pre.sequence_length = 33
+    assert pre.sequence_length == 32 and pre.packer.sequence_length == 32
+    # a preprocessor on its own has no table to fit
+    alone = kb.preprocessing.TextClassifierPreprocessor(tok, sequence_length=16)
+    alone.sequence_length = 600
+
+
+def test_from_preset_sequence_length_override_past_the_position_table(tmp_path):
+    """`from_preset(..., sequence_length=n)` of every task past the preset's 32 positions."""
+    path = str(tmp_path / "p")
+    kb.presets.save_backbone(_backbone(num_layers=1), path, tokenizer=_tokenizer())
+    for name, kwargs in dict(FINETUNING_TASKS, BertPretrainer={}, SpanBertPretrainer={}).items():
+        with pytest.raises(ValueError, match="sequence_length=100 is longer than BertBackbone's "
+                                             "max_sequence_length=32"):
+            getattr(kb.tasks, name).from_preset(path, sequence_length=100, **kwargs)
+    clf = kb.tasks.TextClassifier.from_preset(path, num_classes=2, sequence_length=32)
+    assert clf.preprocessor.sequence_length == 32
+
+
 def test_wrong_family_pretrainer_from_preset(tmp_path):
     path = str(tmp_path / "bert")
     kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())

@@ -209,3 +209,103 @@ def test_cli_pretrains_xlnet_from_an_hf_dir_and_saves_a_loadable_preset(xlnet_sp
         loaded = XLNetPretrainer.from_preset(str(out / "preset"))  # our preset dir
         assert isinstance(loaded.preprocessor.tokenizer, XLNetTokenizer)
         assert loaded.preprocessor.sequence_length == 24
+
+
+# === .keras files ===
+KERAS_FILE_LINES = [f"The film number {i} was great and the plot was dull {i % 7}. The actor "
+                    f"who wrote it lives in Paris." for i in range(300)]
+
+
+def test_every_xlnet_task_round_trips_a_keras_file_with_its_preprocessor(tmp_path):
+    """Issue 13: `model.save("x.keras")` then `keras.saving.load_model` of every XLNet task with
+    its preprocessor; predict after the load equals predict before, and one epoch of fit on the
+    loaded task equals one on the original (both from the saved state). XLNetPreprocessor read
+    the tokenizer's <sep> / <cls> ids at construction, when a `.keras` file's tokenizer has no
+    vocabulary yet: load_model failed with "The tokenizer has no sep_token_id" (the pretraining
+    preprocessors' packers had the same defect, fixed in fb39eb6)."""
+    import keras
+
+    import keras_bertfam as kb
+    from keras_bertfam.preprocessing import finetuning as ft
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+    from keras_bertfam.preprocessing.tokenizers import (XLNetTokenizer,
+                                                        train_xlnet_sentencepiece_model)
+
+    spiece = str(tmp_path / "spiece.model")
+    train_xlnet_sentencepiece_model(KERAS_FILE_LINES * 3, 60, output_file=spiece)
+    tok = XLNetTokenizer(spiece)
+    keras.utils.set_random_seed(3)
+
+    def backbone():  # no dropout: a restored layer draws its dropout seed anew (Keras)
+        return XLNetBackbone(tok.vocabulary_size(), 1, 2, 16, 32, dropout=0.0)
+
+    texts = ["The film was great.", "The plot was dull and the actor wrote it."]
+    question, context = ["Where does the actor live?"] * 2, [KERAS_FILE_LINES[0]] * 2
+    start = context[0].index("Paris")
+    choices = [["was great", "lives in Paris"], ["was dull", "wrote it"]]
+    cases = {  # task, predict's x, fit's (x, y)
+        "XLNetPretrainer": (
+            XLNetPretrainer(backbone(), preprocessor=XLNetPreprocessor(
+                tok, 16, batch_size=2, window_steps=1, seed=1)),
+            None, (KERAS_FILE_LINES[:4], None)),
+        "TextClassifier": (
+            kb.tasks.TextClassifier(backbone(), num_classes=2, dropout=0.0,
+                                    preprocessor=ft.TextClassifierPreprocessor(tok, 16)),
+            texts, (texts, np.array([0, 1]))),
+        "TokenClassifier": (
+            kb.tasks.TokenClassifier(backbone(), num_classes=3, dropout=0.0,
+                                     preprocessor=ft.TokenClassifierPreprocessor(tok, 16)),
+            texts, (["the film", "a dull plot"], [[0, 1], [2, 0, 1]])),
+        "QuestionAnswerer": (
+            kb.tasks.QuestionAnswerer(backbone(), preprocessor=ft.QuestionAnswererPreprocessor(
+                tok, 32, stride=8, max_question_length=8)),
+            (question, context), ((question, context), ([start] * 2, ["Paris"] * 2))),
+        "MultipleChoice": (
+            kb.tasks.MultipleChoice(backbone(), dropout=0.0,
+                                    preprocessor=ft.MultipleChoicePreprocessor(tok, 16)),
+            (texts, choices), ((texts, choices), np.array([1, 0]))),
+        "SentenceEncoder": (
+            kb.tasks.SentenceEncoder(backbone(),
+                                     preprocessor=ft.TextClassifierPreprocessor(tok, 16)),
+            texts, None),
+    }
+    for name, (task, x, fit_data) in cases.items():
+        if getattr(type(task), "follows_xlnet_layout", False):  # (SentenceEncoder: mean pooling)
+            assert task.preprocessor.packing_layout == "xlnet", name
+        if fit_data is not None:
+            task.compile(learning_rate=1e-3)
+        path = str(tmp_path / f"{name}.keras")
+        task.save(path)
+        loaded = keras.saving.load_model(path)
+        assert type(loaded) is type(task) and type(loaded.preprocessor) is type(task.preprocessor)
+        if name == "XLNetPretrainer":
+            batch = next(iter(task.preprocessor.prepare(KERAS_FILE_LINES[:4])))[0]
+            assert batch["token_ids"].shape == (2, 16)
+            again = next(iter(loaded.preprocessor.prepare(KERAS_FILE_LINES[:4])))[0]
+            for key in batch:  # the loaded preprocessor's batches: the same (seed=1)
+                np.testing.assert_array_equal(again[key], batch[key], err_msg=key)
+            before, after = task(batch), loaded(batch)
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(after),
+                                       keras.ops.convert_to_numpy(before), atol=1e-6)
+        else:
+            got, expected = loaded.predict(x, verbose=0), task.predict(x, verbose=0)
+            if isinstance(expected, dict):  # QA's start / end logits
+                assert got.keys() == expected.keys()
+                got, expected = [got[k] for k in sorted(got)], [expected[k] for k in
+                                                                sorted(expected)]
+            np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=name)
+        if fit_data is None:
+            continue
+        histories = []
+        for model in (task, loaded):
+            keras.utils.set_random_seed(5)
+            history = model.fit(*[d for d in fit_data if d is not None], epochs=1, verbose=0)
+            histories.append(history.history)
+        assert histories[0].keys() == histories[1].keys()
+        for key in histories[0]:
+            np.testing.assert_allclose(histories[1][key], histories[0][key], rtol=1e-5,
+                                       err_msg=f"{name}:{key}")
+        for a, b in zip(task.weights, loaded.weights):
+            np.testing.assert_allclose(keras.ops.convert_to_numpy(b),
+                                       keras.ops.convert_to_numpy(a), atol=1e-6,
+                                       err_msg=f"{name}:{a.path}")

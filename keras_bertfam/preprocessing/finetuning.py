@@ -31,6 +31,20 @@ def as_segments(x):
     return x if isinstance(x, tuple) else (x,)
 
 
+def check_fits_positions(sequence_length, limit, backbone_name):
+    """The one check that a preprocessor's `sequence_length` fits the position table of the
+    backbone it feeds (`max_sequence_length`; None: no table, as XLNet's relative positions):
+    a longer one fails later in a Slice of the position embedding. Run when a task is built
+    (`check_backbone_and_preprocessor`), before its raw-text fit / predict, and when an
+    attached preprocessor's `sequence_length` is set."""
+    if isinstance(sequence_length, (int, np.integer)) and isinstance(
+            limit, (int, np.integer)) and sequence_length > limit:
+        raise ValueError(
+            f"sequence_length={sequence_length} is longer than {backbone_name}'s "
+            f"max_sequence_length={limit} (its position table): expected sequence_length <= "
+            f"{limit}.")
+
+
 def preset_preprocessor(cls, preset, **kwargs):
     """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`."""
     return cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
@@ -234,6 +248,9 @@ class FinetuningPreprocessor(keras.layers.Layer):
         if not isinstance(value, int) or isinstance(value, bool) or value < 4:
             raise ValueError(f"sequence_length must be an int >= 4, got {value!r}.")
         self._check_sequence_length(value)
+        # attached to a task: its backbone's position table bounds the length at once (as a
+        # pretraining preprocessor refuses any change), not at the next fit / predict
+        check_fits_positions(value, *self.__dict__.get("_position_table", (None, None)))
         self._sequence_length = value
 
     def _check_sequence_length(self, value):

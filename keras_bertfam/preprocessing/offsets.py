@@ -190,7 +190,7 @@ def _byte_pair_offsets(tokenizer, texts):
     char_start = tf.where(start < end, _char_index(word, start + 1) - 1, char_end)
     base = tf.gather(word_start, word_of_piece) - int(bool(tokenizer.add_prefix_space))
     ids = pieces.with_flat_values(
-        tf.cast(tokenizer.token_to_id_map.lookup(symbols), tokenizer.compute_dtype))
+        tf.cast(tokenizer.piece_ids(symbols), tokenizer.compute_dtype))
     # the prefix space is not in the text: a span over it starts at 0
     return _per_text(words, ids, tf.maximum(base + char_start, 0), tf.maximum(base + char_end, 0))
 

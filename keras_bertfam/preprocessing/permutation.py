@@ -375,29 +375,75 @@ class XLNetPreprocessor(PretrainingPreprocessor):
         if not 0 < reuse_len <= sequence_length - 5:
             raise ValueError(f"reuse_len must be in [1, sequence_length - 5] (A, B and the three "
                              f"special tokens need room), got {reuse_len}.")
-        for name in ("sep_token_id", "cls_token_id"):
-            if getattr(tokenizer, name, None) is None:
-                raise ValueError(f"The tokenizer has no {name}: XLNet needs <sep> and <cls>.")
-        vocabulary = tokenizer.get_vocabulary()
-        start_pieces = (start_piece_table(vocabulary)
-                        if any(p.startswith("\u2581") for p in vocabulary) else None)
-        masker = PermutationMasker(
+        for role in ("sep", "cls"):
+            # the role's token, by name; its id may come later (a `.keras` file's tokenizer gets
+            # its vocabulary after this layer is built: see `masker`)
+            if getattr(tokenizer, f"{role}_token", None) is None and getattr(
+                    tokenizer, f"{role}_token_id", None) is None:
+                raise ValueError(f"The tokenizer has no {role}_token_id: XLNet needs <sep> and "
+                                 f"<cls>.")
+        # The masker's sizes, checked now; its token ids and start pieces are the tokenizer's,
+        # read when it is first used (`masker`).
+        template = PermutationMasker(
             sequence_length, num_predict=num_predict, reuse_len=reuse_len, perm_size=perm_size,
-            max_gram=max_gram, mask_alpha=mask_alpha, mask_beta=mask_beta,
-            start_pieces=start_pieces, sep_token_id=tokenizer.sep_token_id,
-            cls_token_id=tokenizer.cls_token_id, seed=seed if seed is not None else 0)
-        super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
+            max_gram=max_gram, mask_alpha=mask_alpha, mask_beta=mask_beta, sep_token_id=None,
+            cls_token_id=None, seed=seed if seed is not None else 0)
+        super().__init__(tokenizer, sequence_length, template, batch_size, seed, **kwargs)
         self.reuse_len = reuse_len
-        self.num_predict = masker.num_predict
-        self.perm_size = masker.perm_size
+        self.num_predict = template.num_predict
+        self.perm_size = template.perm_size
         self.max_gram, self.mask_alpha, self.mask_beta = max_gram, mask_alpha, mask_beta
         self.window_steps = int(window_steps)
-        self.eod_token_id = getattr(tokenizer, "eod_token_id", None) if use_eod else None
         self.use_eod = use_eod
         if self.window_steps < 1:
             raise ValueError(f"window_steps must be >= 1, got {window_steps}.")
         self.row_len = self.window_steps * reuse_len + (sequence_length - reuse_len - 3) + 1
         self.window_tokens = self.batch_size * self.row_len
+
+    masker_in_config = False  # made from the other arguments and the tokenizer's ids
+
+    # === The tokenizer's ids, read when used ===
+    # A tokenizer restored from a `.keras` file gets its vocabulary (so its special ids) after
+    # this layer is constructed: ids read at construction were None, and `load_model` of an
+    # XLNetPretrainer failed ("The tokenizer has no sep_token_id"). As the pretraining
+    # preprocessors' packers (`PretrainingPreprocessor.packer`), the masker and `<eod>` follow
+    # the tokenizer's ids.
+    @property
+    def masker(self):
+        """The `PermutationMasker`: the sizes given at construction, the tokenizer's `<sep>` and
+        `<cls>` ids and its word-start pieces (SentencePiece's `\u2581`), remade when they change."""
+        tok = self.tokenizer
+        ids = (tok.sep_token_id, tok.cls_token_id)
+        for role, value in zip(("sep", "cls"), ids):
+            if value is None:
+                raise ValueError(f"The tokenizer has no {role}_token_id: XLNet needs <sep> and "
+                                 f"<cls> (a tokenizer without its vocabulary yet has no ids).")
+        key = ids + (int(tok.vocabulary_size()),)
+        cached = self.__dict__.get("_masker_for_ids")
+        if cached is None or cached[0] != key:
+            vocabulary = tok.get_vocabulary()
+            start_pieces = (start_piece_table(vocabulary)
+                            if any(p.startswith("\u2581") for p in vocabulary) else None)
+            config = dict(self._masker_template.get_config(), start_pieces=start_pieces,
+                          sep_token_id=ids[0], cls_token_id=ids[1])
+            cached = (key, PermutationMasker.from_config(config))
+            object.__setattr__(self, "_masker_for_ids", cached)
+        return cached[1]
+
+    @masker.setter
+    def masker(self, template):
+        # `PretrainingPreprocessor.__init__` sets the masker: here, its sizes
+        object.__setattr__(self, "_masker_template", template)
+
+    def __setattr__(self, name, value):
+        if name == "masker":  # the setter above (Keras' own first reads the getter)
+            return object.__setattr__(self, name, value)
+        return super().__setattr__(name, value)
+
+    @property
+    def eod_token_id(self):
+        """The tokenizer's `<eod>` put after each document (None: `use_eod=False`, or none)."""
+        return getattr(self.tokenizer, "eod_token_id", None) if self.use_eod else None
 
     # === Stream ===
     def token_stream(self, texts):

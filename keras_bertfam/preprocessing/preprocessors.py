@@ -123,6 +123,9 @@ class PretrainingPreprocessor(keras.layers.Layer):
     """
 
     group_by_length_batches = GROUP_BY_LENGTH_BATCHES
+    # Whether `get_config` records the masker (XLNet's is made from its other arguments and the
+    # tokenizer's ids, which a config read before the tokenizer's vocabulary would not have).
+    masker_in_config = True
     # The [B, sequence_length] inputs a cut shortens; the rest ([B, P] positions) index into them.
     sequence_keys = ("token_ids", "segment_ids", "padding_mask")
 
@@ -335,8 +338,9 @@ class PretrainingPreprocessor(keras.layers.Layer):
             sequence_length=self.sequence_length,
             batch_size=self.batch_size,
             seed=self.seed,
-            masker=keras.saving.serialize_keras_object(self.masker),
         )
+        if self.masker_in_config:
+            config["masker"] = keras.saving.serialize_keras_object(self.masker)
         if self.group_by_length or self.pad_to_multiple_of != "auto":
             config.update(group_by_length=self.group_by_length,
                           pad_to_multiple_of=self.pad_to_multiple_of)

@@ -114,7 +114,18 @@ class _SpecialTokens:
                 # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
                 functions[rank] = tf.function(self.tokenize, input_signature=[spec],
                                               autograph=False)
-            return functions[rank](inputs)
+            try:
+                return functions[rank](inputs)
+            except tf.errors.InvalidArgumentError as error:
+                # The tokenizer's own refusal (a BPE piece outside the vocabulary), eagerly: a
+                # ValueError with its message (Keras on JAX / PyTorch re-raises a TF error from
+                # a layer as a RuntimeError without it).
+                found = re.search(r"assertion failed: \[(BytePairTokenizer: .*?unknown token\.)",
+                                  error.message)
+                if found is None:
+                    raise
+                raise ValueError(found.group(1).replace('\\"', '"').replace("\\'", "'")) \
+                    from None
         return self.tokenize(inputs)
 
     def detokenize(self, inputs):
@@ -458,6 +469,13 @@ def _read_bpe_merges(merges):
     return [m for m in merges if m and not m.startswith("#version")]
 
 
+UNKNOWN_PIECE = (
+    "BytePairTokenizer: the piece {piece} (GPT-2's byte symbols) is not in the vocabulary, and "
+    "the vocabulary has no unknown token to map it to (unk_token, default '<unk>', is not in "
+    "it). Expected a vocabulary holding every piece the merges make and all 256 byte symbols "
+    "(RoBERTa's and GPT-2's do), or one with an unknown token.")
+
+
 class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
     """RoBERTa's (GPT-2's) byte-level BPE, giving HF `RobertaTokenizer`'s ids (Liu et al. 2019).
 
@@ -552,7 +570,7 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         merged = tf.cond(tf.reduce_any(unseen), merge_unseen, lambda: cached)
         pieces = tf.strings.split(tf.gather(merged, index), sep=" ")  # [N, (P)]
         if self.compute_dtype != tf.string:
-            pieces = self.token_to_id_map.lookup(pieces)
+            pieces = pieces.with_flat_values(self.piece_ids(pieces.flat_values))
         tokens = merge_rows(words.with_flat_values(pieces))
         if self.sequence_length:
             output_shape = tokens.shape.as_list()
@@ -562,6 +580,23 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
             tokens = tf.squeeze(tokens, 0)
             tf.ensure_shape(tokens, shape=[self.sequence_length])
         return tokens
+
+    def piece_ids(self, pieces):
+        """BPE pieces (a string tensor) -> their ids. A piece the vocabulary lacks (a vocabulary
+        without some of the 256 byte symbols, or a merge whose result it lacks, as keras-hub's
+        docstring vocabulary) is the unknown token's id, as HF's `RobertaTokenizer` maps it;
+        without an unknown token the tokenizer stops with an InvalidArgumentError naming the
+        piece (keras-hub's lookup gives id -1, which flowed on into the embedding gather: an
+        error there on TensorFlow, a clamped lookup on JAX)."""
+        ids = self.token_to_id_map.lookup(pieces)
+        missing = tf.equal(ids, -1)
+        if self.unk_token_id is not None:
+            return tf.where(missing, tf.cast(self.unk_token_id, ids.dtype), ids)
+        first = tf.concat([tf.boolean_mask(pieces, missing)[:1], [""]], 0)[0]
+        check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(missing)), [tf.strings.format(
+            UNKNOWN_PIECE, first, placeholder="{piece}")])
+        with tf.control_dependencies([check]):
+            return tf.identity(ids)
 
     # === Serving (kb.export): no mutable cache in the graph ===
     def serving_resources(self):
@@ -576,7 +611,7 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         resource; tracked, TF 2.12's loader cannot restore it). Here the pieces come from
         `split_and_merge` (stateless) and map to ids through the vocabulary table."""
         words, pieces = self.split_and_merge(inputs)  # [B, (W)], [N, (P)]
-        ids = tf.cast(self.token_to_id_map.lookup(pieces.flat_values), self.compute_dtype)
+        ids = tf.cast(self.piece_ids(pieces.flat_values), self.compute_dtype)
         return merge_rows(words.with_flat_values(pieces.with_flat_values(ids)))
 
     def split_and_merge(self, inputs):

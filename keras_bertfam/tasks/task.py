@@ -22,7 +22,7 @@ from keras import ops, tree
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
-                                                    any_batch_size)
+                                                    any_batch_size, check_fits_positions)
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
@@ -1050,9 +1050,10 @@ def check_backup_dir(path):
 
 
 def _backbones(task):
-    """The backbones a task runs (ELECTRA: generator and discriminator; Distiller: student)."""
+    """The backbones a task runs (ELECTRA: generator and discriminator; Distiller: student and
+    teacher)."""
     found = []
-    for name in ("backbone", "discriminator", "generator", "student"):
+    for name in ("backbone", "discriminator", "generator", "student", "teacher"):
         value = task.__dict__.get(name)
         value = getattr(value, "backbone", value)  # Distiller's student is a task
         if value is not None and hasattr(value, "vocabulary_size") and value not in found:
@@ -1106,13 +1107,12 @@ def check_backbone_and_preprocessor(task):
                     f"ids {backbone.vocabulary_size}..{size - 1} have no embedding. Expected a "
                     f"tokenizer of at most {backbone.vocabulary_size} tokens (or a backbone built "
                     f"with vocabulary_size >= {size}).")
-        length = getattr(preprocessor, "sequence_length", None)
-        limit = getattr(backbone, "max_sequence_length", None)
-        if isinstance(length, int) and isinstance(limit, int) and length > limit:
-            raise ValueError(
-                f"sequence_length={length} is longer than {type(backbone).__name__}'s "
-                f"max_sequence_length={limit} (its position table): expected sequence_length <= "
-                f"{limit}.")
+    tables = [(b.max_sequence_length, type(b).__name__) for b in backbones
+              if isinstance(getattr(b, "max_sequence_length", None), (int, np.integer))]
+    if preprocessor is not None and tables:
+        table = min(tables)  # the shortest table bounds every model the task runs
+        check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
+        preprocessor._position_table = table  # a `sequence_length` set later is checked then
 
 
 def _vocabulary_size(tokenizer):
@@ -1223,28 +1223,65 @@ def check_batch_size(batch_size):
 def _check_token_ids(task, token_ids):
     """In-memory `token_ids` (preprocessor=None): ids inside the backbone's vocabulary and no
     more positions than its position table. Either gave a TensorFlow "Graph execution error"
-    from the embedding gather (and on JAX a silently clamped lookup)."""
+    from the embedding gather (and on JAX a silently clamped lookup).
+
+    Cheap on every `*_on_batch` call: the shape first (no pass over the ids), then the ids'
+    minimum and maximum where they are (a NumPy array read in place, a backend tensor reduced by
+    its backend: two scalars come back), never a copy of the batch (it was converted to a new
+    NumPy array each call)."""
     backbone = getattr(task, "backbone", None)
+    if backbone is None or isinstance(token_ids, (tf.data.Dataset, str, bytes)):
+        return
+    if isinstance(token_ids, (list, tuple)):
+        try:  # Python lists: one array (Keras' data adapters make one too)
+            token_ids = np.asarray(token_ids)
+        except ValueError:  # ragged lists: checked where they are read
+            return
+    shape, dtype = getattr(token_ids, "shape", None), getattr(token_ids, "dtype", None)
+    if shape is None or dtype is None or len(shape) < 2 or 0 in tuple(shape):
+        return
     try:
-        ids = np.asarray(keras.ops.convert_to_numpy(token_ids))
-    except Exception:  # noqa: BLE001 - not an in-memory array: checked where it is read
-        return
-    if backbone is None or ids.size == 0 or ids.ndim < 2:
-        return
-    if not np.issubdtype(ids.dtype, np.number):
-        raise ValueError(f"{type(task).__name__} got token_ids of dtype {ids.dtype}: expected "
-                         "integer ids (or pass raw text to a task with a preprocessor).")
-    vocabulary_size = getattr(backbone, "vocabulary_size", None)
-    low, high = ids.min(), ids.max()
-    if vocabulary_size and (low < 0 or high >= vocabulary_size):
-        raise ValueError(f"{type(task).__name__} got token_ids from {low} to {high}: expected "
-                         f"ids in [0, {vocabulary_size}) ({type(backbone).__name__}'s "
-                         "vocabulary_size).")
+        dtype = keras.backend.standardize_dtype(dtype)
+    except ValueError:
+        dtype = str(dtype)
+    name = type(task).__name__
+    if not (dtype.startswith("int") or dtype.startswith("uint") or dtype.startswith("float")):
+        raise ValueError(f"{name} got token_ids of dtype {dtype}: expected integer ids (or pass "
+                         "raw text to a task with a preprocessor).")
     max_length = getattr(backbone, "max_sequence_length", None)
-    if max_length and ids.shape[-1] > max_length:
-        raise ValueError(f"{type(task).__name__} got token_ids of {ids.shape[-1]} positions: "
+    if max_length and shape[-1] is not None and shape[-1] > max_length:
+        raise ValueError(f"{name} got token_ids of {shape[-1]} positions: "
                          f"{type(backbone).__name__} takes at most max_sequence_length="
                          f"{max_length} (its position table).")
+    vocabulary_size = getattr(backbone, "vocabulary_size", None)
+    if not vocabulary_size:
+        return
+    low, high = _min_max(token_ids)
+    if low is None:
+        return
+    if low < 0 or high >= vocabulary_size:
+        raise ValueError(f"{name} got token_ids from {low} to {high}: expected ids in "
+                         f"[0, {vocabulary_size}) ({type(backbone).__name__}'s "
+                         "vocabulary_size).")
+
+
+def _min_max(values):
+    """(min, max) of an array or tensor as Python numbers, computed where the values are; (None,
+    None) for what is not an in-memory array (a symbolic tensor: checked where it is read)."""
+    try:
+        if isinstance(values, np.ndarray):
+            return values.min().item(), values.max().item()
+        if isinstance(values, (tf.Tensor, tf.Variable)):
+            if not tf.executing_eagerly() or not hasattr(values, "numpy"):
+                return None, None
+            return (tf.reduce_min(values).numpy().item(), tf.reduce_max(values).numpy().item())
+        if keras.ops.is_tensor(values):  # the backend's own (a JAX array, a torch tensor)
+            return (keras.ops.convert_to_numpy(keras.ops.min(values)).item(),
+                    keras.ops.convert_to_numpy(keras.ops.max(values)).item())
+        values = np.asarray(values)  # another array type (e.g. a pandas frame): NumPy's
+        return values.min().item(), values.max().item()
+    except Exception:  # noqa: BLE001 - not an in-memory array: checked where it is read
+        return None, None
 
 
 def _check_count(value, name, minimum):
