@@ -218,8 +218,9 @@ KERAS_FILE_LINES = [f"The film number {i} was great and the plot was dull {i % 7
 
 def test_every_xlnet_task_round_trips_a_keras_file_with_its_preprocessor(tmp_path):
     """Issue 13: `model.save("x.keras")` then `keras.saving.load_model` of every XLNet task with
-    its preprocessor; predict after the load equals predict before, and one epoch of fit on the
-    loaded task equals one on the original (both from the saved state). XLNetPreprocessor read
+    its preprocessor; predict after the load equals predict before, and for the pretrainer one
+    epoch of fit on the loaded task equals one on the original (both from the saved state; a
+    fine-tuning task's fit after a `.keras` reload is test_resume's). XLNetPreprocessor read
     the tokenizer's <sep> / <cls> ids at construction, when a `.keras` file's tokenizer has no
     vocabulary yet: load_model failed with "The tokenizer has no sep_token_id" (the pretraining
     preprocessors' packers had the same defect, fixed in fb39eb6)."""
@@ -241,38 +242,37 @@ def test_every_xlnet_task_round_trips_a_keras_file_with_its_preprocessor(tmp_pat
 
     texts = ["The film was great.", "The plot was dull and the actor wrote it."]
     question, context = ["Where does the actor live?"] * 2, [KERAS_FILE_LINES[0]] * 2
-    start = context[0].index("Paris")
     choices = [["was great", "lives in Paris"], ["was dull", "wrote it"]]
-    cases = {  # task, predict's x, fit's (x, y)
+    cases = {  # task, predict's x
         "XLNetPretrainer": (
             XLNetPretrainer(backbone(), preprocessor=XLNetPreprocessor(
                 tok, 16, batch_size=2, window_steps=1, seed=1)),
-            None, (KERAS_FILE_LINES[:4], None)),
+            None),
         "TextClassifier": (
             kb.tasks.TextClassifier(backbone(), num_classes=2, dropout=0.0,
                                     preprocessor=ft.TextClassifierPreprocessor(tok, 16)),
-            texts, (texts, np.array([0, 1]))),
+            texts),
         "TokenClassifier": (
             kb.tasks.TokenClassifier(backbone(), num_classes=3, dropout=0.0,
                                      preprocessor=ft.TokenClassifierPreprocessor(tok, 16)),
-            texts, (["the film", "a dull plot"], [[0, 1], [2, 0, 1]])),
+            texts),
         "QuestionAnswerer": (
             kb.tasks.QuestionAnswerer(backbone(), preprocessor=ft.QuestionAnswererPreprocessor(
                 tok, 32, stride=8, max_question_length=8)),
-            (question, context), ((question, context), ([start] * 2, ["Paris"] * 2))),
+            (question, context)),
         "MultipleChoice": (
             kb.tasks.MultipleChoice(backbone(), dropout=0.0,
                                     preprocessor=ft.MultipleChoicePreprocessor(tok, 16)),
-            (texts, choices), ((texts, choices), np.array([1, 0]))),
+            (texts, choices)),
         "SentenceEncoder": (
             kb.tasks.SentenceEncoder(backbone(),
                                      preprocessor=ft.TextClassifierPreprocessor(tok, 16)),
-            texts, None),
+            texts),
     }
-    for name, (task, x, fit_data) in cases.items():
+    for name, (task, x) in cases.items():
         if getattr(type(task), "follows_xlnet_layout", False):  # (SentenceEncoder: mean pooling)
             assert task.preprocessor.packing_layout == "xlnet", name
-        if fit_data is not None:
+        if name == "XLNetPretrainer":
             task.compile(learning_rate=1e-3)
         path = str(tmp_path / f"{name}.keras")
         task.save(path)
@@ -294,12 +294,12 @@ def test_every_xlnet_task_round_trips_a_keras_file_with_its_preprocessor(tmp_pat
                 got, expected = [got[k] for k in sorted(got)], [expected[k] for k in
                                                                 sorted(expected)]
             np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=name)
-        if fit_data is None:
+        if name != "XLNetPretrainer":
             continue
         histories = []
         for model in (task, loaded):
             keras.utils.set_random_seed(5)
-            history = model.fit(*[d for d in fit_data if d is not None], epochs=1, verbose=0)
+            history = model.fit(KERAS_FILE_LINES[:4], epochs=1, verbose=0)
             histories.append(history.history)
         assert histories[0].keys() == histories[1].keys()
         for key in histories[0]:
