@@ -465,6 +465,22 @@ def test_sample_weights_must_be_finite_non_negative_numbers(classifier):
     classifier.evaluate(texts, labels, sample_weight=[0.0, 2], verbose=0)  # zero is a weight
 
 
+def test_on_batch_methods_take_raw_text_as_keras_hub_s_do(classifier):
+    """keras-hub's `predict_on_batch` / `test_on_batch` / `train_on_batch` run the task's
+    preprocessor; ours gave Keras' input error for a list of strings."""
+    texts, labels = ["good film", "a bad and long film"], np.array([1, 0])
+    np.testing.assert_allclose(classifier.predict_on_batch(texts),
+                               classifier.predict(texts, verbose=0), atol=1e-5)
+    tested = classifier.test_on_batch(texts, labels, return_dict=True)
+    evaluated = classifier.evaluate(texts, labels, return_dict=True, verbose=0)
+    assert tested["loss"] == pytest.approx(evaluated["loss"], rel=1e-5)
+    steps = int(classifier.optimizer.iterations)
+    assert np.isfinite(classifier.train_on_batch(texts, labels, return_dict=True)["loss"])
+    assert int(classifier.optimizer.iterations) == steps + 1
+    with pytest.raises(ValueError, match=r"Invalid label 2 \(flat index 1 of the labels\)"):
+        classifier.train_on_batch(texts, [0, 2])
+
+
 def test_validation_split_holds_out_the_last_examples_as_keras_does(classifier):
     """keras-hub's tasks split in-memory arrays; ours got Keras' "only supported for tensors or
     NumPy arrays ... _RepeatDataset". The last 25% (before shuffling) is the validation data,

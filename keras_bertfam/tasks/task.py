@@ -875,17 +875,33 @@ class Task(keras.Model):
         with self._variables_restored_on_error():
             return super().predict(x=x, batch_size=batch_size, **kwargs)
 
-    # Model inputs a batch at a time (keras-hub's `*_on_batch` take preprocessed data): the
-    # same check as every other route (JAX's traced step cannot raise: a Longformer row over
-    # its global cap would give NaN there).
-    def train_on_batch(self, x, *args, **kwargs):
-        return super().train_on_batch(self._checked_model_inputs(x), *args, **kwargs)
+    # A batch at a time (keras-hub's `*_on_batch`): model inputs get the same check as every
+    # other route (JAX's traced step cannot raise: a Longformer row over its global cap would
+    # give NaN there); raw examples go through the preprocessor (`_batch_inputs`).
+    def train_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
+        if not self.compiled:
+            self.compile()  # the task's defaults, as `fit`
+        x, y, sample_weight = self._batch_inputs(x, y, sample_weight)
+        return super().train_on_batch(x, y, sample_weight, *args, **kwargs)
 
-    def test_on_batch(self, x, *args, **kwargs):
-        return super().test_on_batch(self._checked_model_inputs(x), *args, **kwargs)
+    def test_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
+        if not self.compiled:
+            self.compile()
+        x, y, sample_weight = self._batch_inputs(x, y, sample_weight)
+        return super().test_on_batch(x, y, sample_weight, *args, **kwargs)
 
     def predict_on_batch(self, x):
-        return super().predict_on_batch(self._checked_model_inputs(x))
+        return super().predict_on_batch(self._batch_inputs(x)[0])
+
+    def _batch_inputs(self, x, y=None, sample_weight=None):
+        """A `*_on_batch` call's inputs: raw examples (texts, pairs) go through a fine-tuning
+        task's preprocessor in memory, as keras-hub's `*_on_batch` preprocess them (ours gave
+        Keras' input error), with `evaluate`'s checks; model inputs are checked as they are."""
+        if not isinstance(x, dict) and hasattr(getattr(self, "preprocessor", None),
+                                               "call_in_memory"):
+            x, y, sample_weight, _ = self._prepare(x, y, sample_weight, training=False)
+            return x, y, sample_weight
+        return self._checked_model_inputs(x), y, sample_weight
 
     def _predict_by_length(self, x, batch_size, verbose):
         """In-memory inputs with dynamic padding: batches of similar lengths, each cut to its
