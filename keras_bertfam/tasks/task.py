@@ -464,18 +464,18 @@ class Task(keras.Model):
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True,
                  shuffle=False):
         batch_size = check_batch_size(batch_size)
+        check_sample_weights(sample_weight, type(self).__name__)
         preprocessor = getattr(self, "preprocessor", None)
         if preprocessor is None:
             check_model_inputs(x, type(self).__name__)
-            check_sample_weights(sample_weight, type(self).__name__)
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
             # which Keras' data adapters take.
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
         check_example_counts(x, y, sample_weight, type(self).__name__)
-        check_sample_weights(sample_weight, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
+        raw = None  # what `_resume_position` and `_epoch_keyed` build the pipeline from again
         if isinstance(x, tf.data.Dataset):
             if y is not None:
                 raise ValueError(
@@ -493,8 +493,7 @@ class Task(keras.Model):
                 raw = (tf.data.Dataset.from_tensor_slices(examples), batch_size or 32)
             x = batched_examples(examples, batch_size or 32, shuffle)
         if training:
-            # What `_resume_position` and `_epoch_keyed` build the pipeline from again.
-            object.__setattr__(self, "_raw_training_data", locals().get("raw", (x, None)))
+            object.__setattr__(self, "_raw_training_data", raw or (x, None))
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
