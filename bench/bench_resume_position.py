@@ -9,8 +9,9 @@ whole process (tf.data's threads included), building the pipeline and reading it
 * "replayed": the repeated prepared pipeline skipped to the position (`ds.skip(K * n)`: every
   skipped batch tokenized and masked again), as `Task.fit` did;
 * "skipped": `Task._resume_position`, as `fit` does now (pretraining: the pipeline built epoch
-  by epoch from epoch K, its first batches skipped before masking; fine-tuning: input batches
-  skipped before the preprocessor's map).
+  by epoch from epoch K, its first batches skipped before masking, and built only then, its
+  length counted without it; fine-tuning: input batches skipped before the preprocessor's
+  map).
 
 Usage: KERAS_BACKEND=tensorflow python bench/bench_resume_position.py [--epochs 5]
 Not a test: numbers depend on the machine and its load.
@@ -29,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import keras_bertfam as kb  # noqa: E402
 from keras_bertfam.preprocessing import corpus  # noqa: E402
-from keras_bertfam.tasks.task import one_iterator  # noqa: E402
+from keras_bertfam.tasks.task import _EpochKeyedData, one_iterator  # noqa: E402
 
 
 def first_batch_cpu(build):
@@ -63,8 +64,12 @@ def main():
     for name, (task, data) in tasks.items():
         task.compile()
 
-        def prepared():
-            ds, _, _, _ = task._prepare(*data, batch_size=32, shuffle=True)
+        def prepared(epoch_keyed=False):
+            # as fit: a pretraining task's pipeline not built here (`epoch_keyed`)
+            ds, _, _, _ = task._prepare(*data, batch_size=32, shuffle=True,
+                                        epoch_keyed=epoch_keyed)
+            if isinstance(ds, _EpochKeyedData):
+                return None, {"epochs": args.epochs + 1, "steps_per_epoch": ds.steps}
             return one_iterator(ds, {"epochs": args.epochs + 1})
 
         n = prepared()[1]["steps_per_epoch"]
@@ -76,7 +81,7 @@ def main():
             return ds.skip(position)
 
         def skipped():
-            ds, kwargs = prepared()
+            ds, kwargs = prepared(epoch_keyed=True)
             return task._resume_position(ds, dict(kwargs, initial_epoch=args.epochs))[0]
 
         first_batch_cpu(lambda: prepared()[0])  # warm up: tracing, vocabulary tables

@@ -3,6 +3,7 @@
 Tests marked `multibackend` use keras.ops models only and run under TensorFlow, JAX and PyTorch in
 CI; the rest (tf.data preprocessing, export, tf.distribute) run under TensorFlow.
 """
+import contextlib
 import gc
 import importlib
 import os
@@ -142,6 +143,21 @@ def without_unused_imports(*more):
 
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
+
+
+@contextlib.contextmanager
+def pipeline_builds(task):
+    """The task's preprocessor's pipeline builds while in the block: a list, one entry a
+    `prepare` call (the one inside `prepare_epochs` included), each tracing the tokenizer's
+    and the masker's tf.data functions."""
+    preprocessor, builds = task.preprocessor, []
+    prepare = preprocessor.prepare
+    object.__setattr__(preprocessor, "prepare",
+                       lambda *args, **kwargs: builds.append(1) or prepare(*args, **kwargs))
+    try:
+        yield builds
+    finally:
+        del preprocessor.__dict__["prepare"]
 
 
 def slow_sentencepiece_ids(sp, text, lowercase):

@@ -264,3 +264,54 @@ def test_masked_lm_token_blocks_fill_every_row(tokenizer):
     assert blocks.mean() > 0.97 > sentences.mean()
     with pytest.raises(ValueError, match="token_blocks.*'blocks'"):
         kb.preprocessing.MaskedLMPreprocessor(tokenizer, 64, packing="blocks")
+
+
+def test_batches_per_epoch_is_the_pipelines_length_without_building_it(tokenizer):
+    """`batches_per_epoch` (a pretraining fit's steps an epoch, so its schedule's total steps,
+    found before its one pipeline is built) is the length of `prepare`'s pipeline on the same
+    input where that is known, without calling `prepare`: MaskedLM's segments, one batch of
+    each input batch, of strings batched by the preprocessor or already batched, or shuffled
+    and batched by the fit (`shuffle_batch_size`, 10 texts in batches of 4: 3). None where the
+    length is found only by reading the data: pairs, blocks, regrouped batches, an input of
+    unknown length. A subclass whose `prepare` does not say (`_batches_of`) is counted on its
+    own pipeline; empty or non-string input fails as in `prepare`. (Pairs' and blocks'
+    pipelines, 2-3 s of CPU each to build, are not built here: they unbatch, their length is
+    unknown.)"""
+    texts = [f"text number {i}. it has two sentences." for i in range(10)]
+    strings = tf.data.Dataset.from_tensor_slices(texts)
+    pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, batch_size=4, seed=0)
+    grouped = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, batch_size=4,
+                                                    group_by_length=True)
+    blocks = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, batch_size=4,
+                                                   packing="full_sentences")
+    pairs = kb.preprocessing.SentencePairPreprocessor(tokenizer, 16, batch_size=4)
+    cases = [(pre, strings, None, 3), (pre, strings.batch(3), None, 4),
+             (pre, strings, 4, 3), (pre, strings.filter(lambda t: True), None, None),
+             (grouped, strings, None, None), (blocks, strings, None, None),
+             (pairs, strings, 4, None)]
+    for preprocessor, ds, shuffle_batch_size, expected in cases:
+        prepare = type(preprocessor).prepare
+        type(preprocessor).prepare = None  # not called
+        try:
+            got = preprocessor.batches_per_epoch(ds, shuffle_batch_size=shuffle_batch_size)
+        finally:
+            type(preprocessor).prepare = prepare
+        assert got == expected, (preprocessor.get_config(), ds, shuffle_batch_size)
+        if preprocessor is blocks or preprocessor is pairs:
+            continue
+        batched = ds.batch(shuffle_batch_size) if shuffle_batch_size else ds
+        length = int(preprocessor.prepare(batched).cardinality())
+        assert got == (length if length > 0 else None)
+    # What fit reads: an epoch of `prepare_epochs` (known length) has that many batches.
+    epochs = tf.data.Dataset.from_tensors((tf.constant(1, tf.int64), tf.constant(0, tf.int64)))
+    assert len(list(pre.prepare_epochs(strings, epochs, shuffle_batch_size=4))) == 3
+
+    class Own(kb.preprocessing.MaskedLMPreprocessor):
+        def prepare(self, ds, training=True):
+            return super().prepare(ds, training).take(2)
+
+    assert Own(tokenizer, 16, batch_size=4).batches_per_epoch(strings) == 2
+    with pytest.raises(ValueError, match="no documents"):
+        pre.batches_per_epoch(strings.take(0))
+    with pytest.raises(TypeError, match="strings"):
+        pairs.batches_per_epoch(tf.data.Dataset.from_tensor_slices([1, 2]))

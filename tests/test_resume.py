@@ -4,7 +4,9 @@ An interrupted run is interrupted deterministically (a callback raises at a chos
 and resumed as a user's script is re-run: a new task built the same way, the same `fit`. The
 resumed run must end with the uninterrupted run's weights, optimizer state and seed generators'
 state, bit for bit, with dropout on. Each kind of run trains once uninterrupted (`reference`).
-TensorFlow only: the tasks' raw-text pipelines are tf.data.
+On TensorFlow, but for one MaskedLM resume on every backend (the seed generators' and the
+optimizer's state saved and restored by JAX's and torch's variables; the raw-text pipelines
+are tf.data on every backend).
 """
 import os
 
@@ -14,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import keras_bertfam as kb
+from tests.conftest import pipeline_builds
 
 # Dropout on: Keras' backups do not hold its seed generators' state; ours do (Task.save_own_variables).
 TINY = dict(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32,
@@ -42,13 +45,13 @@ class Interrupt(keras.callbacks.Callback):
             raise RuntimeError("interrupted")
 
 
-def make_task(kind, bert_vocab):
+def make_task(kind, bert_vocab, dropout=TINY["dropout"]):
     keras.utils.set_random_seed(1)
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
     if kind == "sop":
-        backbone = kb.models.AlbertBackbone(**dict(TINY, embedding_dim=8))
+        backbone = kb.models.AlbertBackbone(**dict(TINY, embedding_dim=8, dropout=dropout))
     else:
-        backbone = kb.models.BertBackbone(**TINY)
+        backbone = kb.models.BertBackbone(**dict(TINY, dropout=dropout))
     if kind == "classifier":
         preprocessor = kb.tasks.TextClassifier.default_preprocessor(tokenizer, backbone,
                                                                    sequence_length=16)
@@ -110,6 +113,7 @@ def fit(task, kind, callbacks, epochs=EPOCHS, **kwargs):
     return task.fit(x, epochs=epochs, verbose=0, callbacks=callbacks, **options, **kwargs)
 
 
+
 @pytest.mark.parametrize("kind,save_freq,batch", [("mlm", 2, 1), ("classifier", "epoch", None),
                                                   ("nsp", 3, 2), ("sop", "epoch", None),
                                                   ("stream", 2, 1)])
@@ -121,21 +125,70 @@ def test_backup_and_restore_resume_is_the_uninterrupted_run(kind, save_freq, bat
     pairs and order again), and a mid-epoch backup's epoch was replayed from its first batch
     (those batches trained on twice, one step more in all). Pipelines of unknown length (NSP and
     SOP pairs, a stream) read epoch 0's pairs and masks again; with dropout, the resumed run
-    drew other dropout masks."""
+    drew other dropout masks.
+
+    A pretraining fit builds its pipeline once, interrupted or resumed: before, it was built
+    (traced) for its length with `prepare`, then again epoch by epoch (`prepare_epochs`), even
+    at position 0."""
     expected = reference(kind, bert_vocab)
     backup = os.path.join(tmp_path, "backup")
     task = make_task(kind, bert_vocab)
-    with pytest.raises(RuntimeError, match="interrupted"):
+    with pipeline_builds(task) as builds, pytest.raises(RuntimeError, match="interrupted"):
         fit(task, kind, [keras.callbacks.BackupAndRestore(backup, save_freq=save_freq),
                          Interrupt(2, batch)])
     resumed = make_task(kind, bert_vocab)
-    history = fit(resumed, kind, [keras.callbacks.BackupAndRestore(backup, save_freq=save_freq)])
+    with pipeline_builds(resumed) as resumed_builds:
+        history = fit(resumed, kind,
+                      [keras.callbacks.BackupAndRestore(backup, save_freq=save_freq)])
+    if kind != "classifier":  # a fine-tuning fit resumed past batch 0: for its length, then there
+        assert (len(builds), len(resumed_builds)) == (1, 1)
     assert len(history.history["loss"]) == 1
     assert_same_state(expected, state(resumed))
+    # The schedule decays over epochs x batches an epoch where that is known before the data is
+    # read (4 batches of 4 texts), else it stays constant after warmup.
+    known = kind in ("mlm", "classifier")
+    assert resumed.optimizer._learning_rate.total_steps == (EPOCHS * 4 if known else None)
     # Keras keeps the restored epoch on the model: a later fit of it trained nothing.
     before = int(resumed.optimizer.iterations.numpy())
     fit(resumed, kind, [], epochs=1)
     assert int(resumed.optimizer.iterations.numpy()) > before
+
+
+@pytest.mark.multibackend
+def test_backup_and_restore_resume_is_the_uninterrupted_run_on_every_backend(bert_vocab,
+                                                                          tmp_path):
+    """JAX and torch: a MaskedLM, 2 epochs of 4 batches, backed up every 2 batches,
+    interrupted at epoch 1's batch 3 (the last backup mid-epoch, at step 6) and resumed: the
+    uninterrupted run's weights, optimizer state (its step count read by `_StopAtStep` after
+    each batch) and seed generators' state, each fit building its pipeline once.
+    (TensorFlow: the test above, its "mlm" case.)
+
+    With dropout on JAX, whose dropout masks are drawn from the seed generators' state
+    (`Task.save_own_variables`; without it the resumed run's weights differ). Without dropout
+    on torch: Keras' torch `Dropout` without a seed draws its masks from torch's global
+    random state (`torch.nn.functional.dropout`), not from its seed generator, and Keras'
+    torch loop draws from that state too whenever it opens a data iterator (`DataLoader`), so
+    a resumed torch run with dropout draws other masks (BUILD.md, "Resuming a fit")."""
+    if keras.backend.backend() == "tensorflow":
+        pytest.skip("TensorFlow: test_backup_and_restore_resume_is_the_uninterrupted_run")
+    dropout = 0.0 if keras.backend.backend() == "torch" else TINY["dropout"]
+    task = make_task("mlm", bert_vocab, dropout)
+    with pipeline_builds(task) as uninterrupted_builds:
+        fit(task, "mlm", [], epochs=2)
+    expected = state(task)
+    backup = os.path.join(tmp_path, "backup")
+    task = make_task("mlm", bert_vocab, dropout)
+    with pipeline_builds(task) as builds, pytest.raises(RuntimeError, match="interrupted"):
+        fit(task, "mlm", [keras.callbacks.BackupAndRestore(backup, save_freq=2),
+                          Interrupt(1, 3)], epochs=2)
+    resumed = make_task("mlm", bert_vocab, dropout)
+    with pipeline_builds(resumed) as resumed_builds:
+        history = fit(resumed, "mlm", [keras.callbacks.BackupAndRestore(backup, save_freq=2)],
+                      epochs=2)
+    assert (len(uninterrupted_builds), len(builds), len(resumed_builds)) == (1, 1, 1)
+    assert len(history.history["loss"]) == 1
+    assert int(resumed.optimizer.iterations.numpy()) == 8
+    assert_same_state(expected, state(resumed))
 
 
 def test_backup_of_another_run_length_is_refused(mlm_backup, bert_vocab, tmp_path):
@@ -297,11 +350,14 @@ def test_an_epoch_keyed_pipeline_is_the_same_from_any_start(bert_vocab):
         tokenizer, backbone, sequence_length=16, seed=5, batch_size=4)
     documents = tf.data.Dataset.from_tensor_slices(DOCUMENTS)
     for shuffle_batch_size in (None, 2):
+        # One pipeline per mode, read from each start as `Task._epoch_keyed` reads it: the
+        # (epoch, skip) a variable holds when an iterator opens.
+        start = tf.Variable([0, 0], dtype=tf.int64)
+        epochs = tf.data.Dataset.from_tensors(0).map(lambda _: tf.unstack(start.read_value()))
+        ds = preprocessor.prepare_epochs(documents, epochs, shuffle_batch_size=shuffle_batch_size)
+
         def batches(epoch, skip):
-            epochs = tf.data.Dataset.from_tensors((tf.constant(epoch, tf.int64),
-                                                   tf.constant(skip, tf.int64)))
-            ds = preprocessor.prepare_epochs(documents, epochs,
-                                             shuffle_batch_size=shuffle_batch_size)
+            start.assign([epoch, skip])
             return [np.concatenate([x["token_ids"], x["mask_positions"]], axis=1)
                     for x, _ in ds.as_numpy_iterator()]
 

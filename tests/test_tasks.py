@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import keras_bertfam as kb
 from keras_bertfam.tasks.losses import weighted_sparse_ce
-from tests.conftest import to_numpy
+from tests.conftest import pipeline_builds, to_numpy
 
 pytestmark = pytest.mark.multibackend
 TINY = dict(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
@@ -94,7 +94,9 @@ def test_pretrainers_fit_on_raw_text(bert_vocab):
                                                      group_by_length=grouped)
         task = task_cls(backbone, preprocessor=preprocessor)
         task.compile(learning_rate=1e-3)
-        history = task.fit(docs, epochs=2, verbose=0).history
+        with pipeline_builds(task) as builds:
+            history = task.fit(docs, epochs=2, verbose=0).history
+        assert len(builds) == 1  # traced once: not also for the epoch's length
         assert np.isfinite(history["loss"]).all()
         assert history["mlm_loss"][-1] < history["mlm_loss"][0]
 

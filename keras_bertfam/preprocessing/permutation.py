@@ -538,6 +538,9 @@ class XLNetPreprocessor(PretrainingPreprocessor):
                 "the last partial window: the data must hold at least that many tokens (pass "
                 "more text, or a smaller batch_size or sequence_length).")
 
+    def _batches_of(self, input_batches):
+        return None  # as many windows as the text's tokens fill
+
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
         stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)

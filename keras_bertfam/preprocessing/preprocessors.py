@@ -232,7 +232,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
         return indexed.map(lambda i, x: fn(x, seed=self._key(epoch, i, salt)),
                            num_parallel_calls=calls)
 
-    def prepare_epochs(self, ds, epochs, shuffle_batch_size=None):
+    def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False):
         """The training pipeline epoch by epoch: `epochs` is a dataset of `(epoch, skip)` int64
         pairs, each giving that epoch's batches (order, pairs, blocks and masks drawn from
         `(seed, epoch)` alone) without its first `skip`. A fit resumed at epoch k, batch b reads
@@ -240,8 +240,11 @@ class PretrainingPreprocessor(keras.layers.Layer):
         k's first b batches, on which the batches' boundaries depend; where each batch is its
         own strings (`packing="segments"`), not even those. The draws differ from `prepare`'s,
         not their distribution. `shuffle_batch_size`: `ds` holds single examples, shuffled
-        (from `(seed, epoch)`) and batched by that many every epoch (a fit on in-memory text)."""
-        strings = self._batched_strings(ds)  # checked here, eagerly
+        (from `(seed, epoch)`) and batched by that many every epoch (a fit on in-memory text).
+        `checked`: `batches_per_epoch` checked `ds` already (a task's `fit`), so an input of
+        unknown length is not read again for its first element (each read opens an iterator:
+        a reshuffling input draws a new order)."""
+        strings = self._batched_strings(ds, check_empty=not checked)  # checked here, eagerly
         if shuffle_batch_size:
             count = int(ds.cardinality())
 
@@ -263,6 +266,32 @@ class PretrainingPreprocessor(keras.layers.Layer):
                 self._epoch = self._skip = None
 
         return epochs.flat_map(one_epoch).prefetch(AUTOTUNE)
+
+    def batches_per_epoch(self, ds, shuffle_batch_size=None):
+        """Checks `ds` as `prepare_epochs` takes it (strings, at least one) and returns how many
+        batches an epoch of `prepare_epochs(ds, ..., shuffle_batch_size=...)` gives, counted
+        without building the pipeline where `prepare` makes one batch of each input batch
+        (`_batches_of`) and the input's length is known; None where it is not known before the
+        epoch is read (pairs and blocks: as many as the documents make; a stream). A `fit`
+        takes its steps an epoch (the schedule's total steps) from it and builds the pipeline
+        once. A subclass whose `prepare` does not say (`_batches_of` defined beside it) is
+        counted on its `prepare`'s pipeline, built for that."""
+        strings = self._batched_strings(ds)  # checked here, eagerly
+        if shuffle_batch_size:
+            strings = ds.batch(shuffle_batch_size)
+        owner = next(c for c in type(self).__mro__ if "prepare" in c.__dict__)
+        if "_batches_of" not in owner.__dict__:
+            n = int(self.prepare(strings, training=True).cardinality())
+        else:
+            n = self._batches_of(int(strings.cardinality()))
+        return n if n is not None and n > 0 else None
+
+    def _batches_of(self, input_batches):
+        """The batches `prepare(training=True)` makes of `input_batches` (a count, or tf.data's
+        -1 / -2: infinite / unknown), or None where that depends on the input's content.
+        Defined beside each `prepare` (`batches_per_epoch`); kept equal to its pipeline's
+        cardinality by test_preprocessors."""
+        return None
 
     def _shuffled(self, instances, training):
         """Seeded instance shuffle before batching (training only; `shuffle_buffer=0`: off)."""
@@ -312,7 +341,7 @@ class PretrainingPreprocessor(keras.layers.Layer):
                 .flat_map(lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size))
                 .map(cut, num_parallel_calls=AUTOTUNE))
 
-    def _batched_strings(self, ds):
+    def _batched_strings(self, ds, check_empty=True):
         if self._epoch is not None:  # inside `prepare_epochs`: checked and batched already
             return ds
         if not isinstance(ds, tf.data.Dataset):
@@ -328,7 +357,8 @@ class PretrainingPreprocessor(keras.layers.Layer):
             )
         if spec.dtype != tf.string:
             raise TypeError(f"{type(self).__name__} takes strings, got {spec.dtype.name}.")
-        _check_not_empty(ds, type(self).__name__)
+        if check_empty:
+            _check_not_empty(ds, type(self).__name__)
         return ds.batch(self.batch_size) if spec.shape.rank == 0 else ds
 
     def get_config(self):
@@ -407,6 +437,11 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
         padding_mask = tf.ones_like(blocks, tf.int32).to_tensor(0, shape=[None, self.sequence_length])
         return self._mask(token_ids, tf.zeros_like(token_ids), padding_mask, seed=seed)
 
+    def _batches_of(self, input_batches):
+        if self.packing == "segments" and not self.group_by_length:
+            return input_batches  # one batch of each input batch (its strings, masked)
+        return None  # blocks (as many as the text fills), regrouped batches
+
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)
         if self.packing == "segments":
@@ -466,6 +501,9 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
         x, mask_ids, mask_weights = self._mask(token_ids, segment_ids, padding_mask, seed=seed)
         return x, {"mask_ids": mask_ids, "mask_weights": mask_weights,
                    "pair_labels": tf.cast(labels, tf.int32)}
+
+    def _batches_of(self, input_batches):
+        return None  # as many pairs as the documents' sentences make
 
     def prepare(self, ds, training=True):
         ds = self._batched_strings(ds)

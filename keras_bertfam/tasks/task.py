@@ -462,7 +462,13 @@ class Task(keras.Model):
 
     # === Raw inputs through the preprocessor ===
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True,
-                 shuffle=False):
+                 shuffle=False, epoch_keyed=False):
+        """Raw inputs (or model inputs, without a preprocessor) -> what Keras' `fit`, `evaluate`
+        and `predict` take: `(x, y, sample_weight, batch_size)`, the preprocessor's pipeline
+        built. `epoch_keyed` (`fit` without `steps_per_epoch`): a pretraining preprocessor's
+        raw training data is checked, kept for `_resume_position` / `_epoch_keyed`, which
+        build its pipeline once, at the run's position, and x is an `_EpochKeyedData` with
+        its steps an epoch (`batches_per_epoch`): no pipeline is built here."""
         batch_size = check_batch_size(batch_size)
         check_sample_weights(sample_weight, type(self).__name__)
         preprocessor = getattr(self, "preprocessor", None)
@@ -475,7 +481,8 @@ class Task(keras.Model):
         check_raw_inputs(x, type(self).__name__)
         check_example_counts(x, y, sample_weight, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
-        raw = None  # what `_resume_position` and `_epoch_keyed` build the pipeline from again
+        raw = None  # what `_resume_position` and `_epoch_keyed` build the pipeline from
+        keyed = training and epoch_keyed and hasattr(preprocessor, "prepare_epochs")
         if isinstance(x, tf.data.Dataset):
             if y is not None:
                 raise ValueError(
@@ -491,9 +498,14 @@ class Task(keras.Model):
                 return x, y, sample_weight, batch_size
             if training and shuffle and hasattr(preprocessor, "prepare_epochs"):
                 raw = (tf.data.Dataset.from_tensor_slices(examples), batch_size or 32)
-            x = batched_examples(examples, batch_size or 32, shuffle)
+            if raw is None or not keyed:
+                x = batched_examples(examples, batch_size or 32, shuffle)
         if training:
             object.__setattr__(self, "_raw_training_data", raw or (x, None))
+        if keyed:
+            data, shuffle_batch_size = self._raw_training_data
+            steps = preprocessor.batches_per_epoch(data, shuffle_batch_size=shuffle_batch_size)
+            return _EpochKeyedData(steps), None, None, None
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
@@ -557,24 +569,36 @@ class Task(keras.Model):
             kwargs["validation_split"] = split  # Keras' own: arrays, or validation_data wins
         # In-memory examples are shuffled every epoch (`shuffle=True`, Keras' default for arrays).
         shuffle = kwargs.get("shuffle", True) and not isinstance(x, tf.data.Dataset)
-        x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
-                                                        shuffle=shuffle)
-        if isinstance(x, tf.data.Dataset):
+        # A pretraining preprocessor's pipeline is built once, at the run's position, after
+        # the backups are restored (`_resume_position`, `_epoch_keyed`); not here too.
+        x, y, sample_weight, batch_size = self._prepare(
+            x, y, sample_weight, batch_size, shuffle=shuffle,
+            epoch_keyed=kwargs.get("steps_per_epoch") is None)
+        keyed = isinstance(x, _EpochKeyedData)
+        if isinstance(x, tf.data.Dataset) or keyed:
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
-        filled = self._fill_schedule(x, kwargs.get("epochs", 1), kwargs.get("steps_per_epoch"))
+        filled = self._fill_schedule(x, kwargs.get("epochs", 1),
+                                     x.steps if keyed else kwargs.get("steps_per_epoch"))
         try:
             # Keras keeps the epoch a BackupAndRestore restored (`_initial_epoch`) after that fit:
             # a later fit of this model started there, whatever its `initial_epoch`.
             self._initial_epoch = None
             for name in ("_epoch_record", "_fit_epoch_iterator", "_capture_epoch_iterator"):
                 object.__setattr__(self, name, None)
-            finite = x
-            x, kwargs = one_iterator(x, kwargs)
-            self._restore_backups(kwargs, kwargs.get("steps_per_epoch"))
-            if x is not finite:  # our pipeline, repeated: n batches an epoch
-                x, kwargs = self._resume_position(x, kwargs)
-            elif isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
-                x, kwargs = self._epoch_keyed(x, kwargs)
+            if keyed:  # n batches an epoch, counted without building the pipeline, or None
+                if x.steps:
+                    kwargs = dict(kwargs, steps_per_epoch=x.steps)
+                self._restore_backups(kwargs, x.steps)
+                build = self._resume_position if x.steps else self._epoch_keyed
+                x, kwargs = build(None, kwargs)
+            else:
+                finite = x
+                x, kwargs = one_iterator(x, kwargs)
+                self._restore_backups(kwargs, kwargs.get("steps_per_epoch"))
+                if x is not finite:  # our pipeline, repeated: n batches an epoch
+                    x, kwargs = self._resume_position(x, kwargs)
+                elif isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
+                    x, kwargs = self._epoch_keyed(x, kwargs)
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
@@ -725,7 +749,11 @@ class Task(keras.Model):
         so the skipped epochs are not read at all, and the resumed epoch's first batches not
         masked), a fine-tuning one's `prepare` (a map of each batch; not `group_by_length`'s
         regrouping) runs on the input from the position. Otherwise the preprocessing of every
-        batch skipped runs again."""
+        batch skipped runs again.
+
+        `ds` is None where `_prepare` built no pipeline (`_EpochKeyedData`: a pretraining
+        preprocessor's raw data, checked, of n batches an epoch): the pipeline built here is
+        the fit's only one."""
         callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
         n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
@@ -749,7 +777,8 @@ class Task(keras.Model):
             first, skip = divmod(position, n)
             epochs = tf.data.Dataset.range(first, np.iinfo(np.int64).max).map(
                 lambda e: (e, tf.where(e == first, tf.constant(skip, tf.int64), 0)))
-            x = preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size)
+            x = preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size,
+                                            checked=ds is None)
             return self._checked_features(self._drop_unused_features(x)), kwargs
         if position == 0:
             return ds, kwargs
@@ -773,7 +802,10 @@ class Task(keras.Model):
         the step at which that epoch began (`_epoch_record`, saved with every backup and
         checkpoint). Every epoch is read to its end: after a fit's first epoch Keras reads at
         most one batch more than that epoch had (then opens, and never reads, one more
-        iterator), so longer epochs were cut short, and differently in a resumed run."""
+        iterator), so longer epochs were cut short, and differently in a resumed run.
+
+        `ds` is None where `_prepare` built no pipeline (`_EpochKeyedData`: a pretraining
+        preprocessor's raw data, checked): the pipeline built here is the fit's only one."""
         callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
         epoch = self._initial_epoch or kwargs.get("initial_epoch", 0) or 0
@@ -811,7 +843,8 @@ class Task(keras.Model):
             iter(raw)
         if keyed:
             x = self.preprocessor.prepare_epochs(raw, epochs,
-                                                 shuffle_batch_size=shuffle_batch_size)
+                                                 shuffle_batch_size=shuffle_batch_size,
+                                                 checked=ds is None)
             x = self._checked_features(self._drop_unused_features(x))
         else:
             x = epochs.flat_map(lambda _, skip: ds.skip(skip))
@@ -1012,6 +1045,15 @@ def _differences(saved, current, where=""):
     if saved != current:
         return [f"{where or 'the run'}: {str(saved)[:60]} != {str(current)[:60]}"]
     return []
+
+
+class _EpochKeyedData:
+    """A pretraining preprocessor's raw training data, checked and kept for `fit`
+    (`Task._prepare(..., epoch_keyed=True)`), its pipeline not built yet: `steps`, the batches
+    an epoch gives, where known before the pipeline is built and read, else None."""
+
+    def __init__(self, steps):
+        self.steps = steps
 
 
 class _StopAtStep(keras.callbacks.Callback):
