@@ -1,10 +1,11 @@
 """Runs the `keras-bertfam pretrain` scenarios of tests/test_cli.py in ONE process (TensorFlow is
 imported and the graph libraries loaded once) and writes what the tests assert to a JSON file.
 
-    python tests/cli_scenarios.py WORKDIR KILLED_DIR
+    python tests/cli_scenarios.py WORKDIR KILLED_DIR PRESET_DIR
 
 WORKDIR receives every run's output directory; KILLED_DIR is the output of a run that the test
-killed (os._exit, as kill -9) at a file boundary of a checkpoint write, resumed here.
+killed (os._exit, as kill -9) at a file boundary of a checkpoint write, resumed here; PRESET_DIR
+the runs' --preset (`make_preset`).
 The first call goes through the console script (keras_bertfam_cli), so that TensorFlow is imported
 the way `keras-bertfam` imports it: the test checks this process's stderr for log lines.
 
@@ -21,9 +22,28 @@ import shutil
 import sys
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_corpus.txt")
-ARGS = ["pretrain", "--family", "bert", "--preset", "bert_tiny_en_uncased", "--steps", "6",
-        "--checkpoint-every", "2", "--batch-size", "2", "--sequence-length", "16",
-        "--deterministic", "--seed", "7", "--corpus", CORPUS]
+
+
+def pretrain_args(preset):
+    """The scenarios' `keras-bertfam pretrain` arguments, but --output."""
+    return ["pretrain", "--family", "bert", "--preset", preset, "--steps", "6",
+            "--checkpoint-every", "2", "--batch-size", "2", "--sequence-length", "16",
+            "--deterministic", "--seed", "7", "--corpus", CORPUS]
+
+
+def make_preset(path):
+    """The scenarios' --preset: a preset directory of a one-layer, 16-wide BERT with
+    bert_tiny_en_uncased's vocabulary (a directory is what `--preset` also takes). What the
+    scenarios check (checkpoints, resumes, signals, exports) does not depend on the model's
+    size; bert_tiny_en_uncased's two 128-wide layers made every run trace a second layer and
+    every checkpoint ~50 MB (the scenarios copy whole run directories a dozen times)."""
+    import keras_bertfam as kb
+
+    tokenizer = kb.preprocessing.Tokenizer.from_preset("bert_tiny_en_uncased")
+    backbone = kb.models.BertBackbone(tokenizer.vocabulary_size(), 1, 2, 16, 32,
+                                      max_sequence_length=16)
+    kb.presets.save_backbone(backbone, path, tokenizer=tokenizer)
+    return path
 
 
 def call(argv, env=None):
@@ -88,7 +108,8 @@ def temporaries(output):
                   if name.startswith("tmp-"))
 
 
-def main(work, killed):
+def main(work, killed, preset):
+    ARGS = pretrain_args(preset)
     results = {}
     out = lambda name: os.path.join(work, name)  # noqa: E731
 
@@ -220,4 +241,4 @@ if __name__ == "__main__":
     # caller's imports alone; the killed run (test_cli) starts as the console script does, which
     # skips all but matplotlib (`keras_bertfam_cli.main`), and its stderr is checked too.
     sys.modules.update(dict.fromkeys(("sklearn", "pandas", "matplotlib", "jax")))
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])

@@ -20,7 +20,7 @@ from keras_bertfam import cli, run_directory
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from cli_scenarios import ARGS  # noqa: E402
+from cli_scenarios import make_preset, pretrain_args  # noqa: E402
 
 
 EXIT_BOUNDARY = 10  # step-2: 3 files, manifest, rename (5); step-4: 3 files, manifest, RENAME
@@ -59,19 +59,23 @@ def scenarios(tmp_path_factory):
 
 def _run_scenarios(work):
     """Kills a run (os._exit, as kill -9) at the file boundary between renaming its step-4
-    checkpoint into place and removing step-2, then runs tests/cli_scenarios.py."""
+    checkpoint into place and removing step-2, then runs tests/cli_scenarios.py. Every run's
+    --preset: a small preset directory (`make_preset`)."""
+    preset = make_preset(str(work / "preset"))
     killed = work / "killed"
-    cmd = [sys.executable, "-m", "keras_bertfam_cli", *ARGS, "--output", str(killed)]
+    cmd = [sys.executable, "-m", "keras_bertfam_cli", *pretrain_args(preset), "--output",
+           str(killed)]
     env = dict(_env(), KERAS_BERTFAM_TEST_EXIT_AT_BOUNDARY=str(EXIT_BOUNDARY))
     kill = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     driver = subprocess.run([sys.executable, os.path.join(HERE, "cli_scenarios.py"), str(work),
-                             str(killed)], env=_env(), capture_output=True, text=True,
+                             str(killed), preset], env=_env(), capture_output=True, text=True,
                             timeout=3600)
     assert driver.returncode == 0, driver.stderr[-5000:]
     with open(work / "results.json") as f:
         results = json.load(f)
     results["kill"] = {"status": kill.returncode, "stdout": kill.stdout, "stderr": kill.stderr}
     results["work"] = str(work)
+    results["args"] = pretrain_args(preset)  # the runs' arguments, but --output
     results["driver_stderr"] = driver.stderr  # TensorFlow's C++ lines would land here (fd 2)
     return results
 
@@ -259,10 +263,12 @@ def _link_or_copy(source, dest):
         shutil.copy2(source, dest)
 
 
-def _pretrain(capsys, output, *extra):
-    argv = [*ARGS, "--output", str(output), *extra]
+def _pretrain(capsys, args, output, *extra):
+    """`keras-bertfam pretrain` in this process: `args` (the scenarios' `args`) with `output`
+    and `extra`. -> (exit status, stderr)."""
+    argv = [*args, "--output", str(output), *extra]
     for flag in extra[::2]:  # replace an argument given again
-        if flag in ARGS:
+        if flag in args:
             i = argv.index(flag)
             del argv[i:i + 2]
     status = cli.main(argv)
@@ -275,7 +281,7 @@ def _pretrain(capsys, output, *extra):
                                         ("--seed", "8")])
 def test_resume_with_changed_arguments_is_refused(scenarios, tmp_path, capsys, flag, value):
     output = _copy(scenarios, tmp_path)
-    status, err = _pretrain(capsys, output, flag, value)
+    status, err = _pretrain(capsys, scenarios["args"], output, flag, value)
     assert status == 1
     assert f"{flag} {value} (the checkpoints: " in err.replace("'", ""), err
     assert "other arguments" in err and "Traceback" not in err
@@ -283,7 +289,7 @@ def test_resume_with_changed_arguments_is_refused(scenarios, tmp_path, capsys, f
 
 def test_resume_with_another_family_is_refused(scenarios, tmp_path, capsys):
     output = _copy(scenarios, tmp_path)
-    status, err = _pretrain(capsys, output, "--family", "roberta")
+    status, err = _pretrain(capsys, scenarios["args"], output, "--family", "roberta")
     assert status == 1 and "--family 'roberta' (the checkpoint's: 'bert')" in err
 
 
@@ -291,9 +297,9 @@ def test_group_by_length_is_used_and_must_match_to_resume(scenarios, tmp_path, c
     """--group-by-length changes which examples share a batch: a run resumes only with the
     checkpoint's choice, and a checkpoint written before the flag existed ran without it."""
     output = _copy(scenarios, tmp_path)
-    status, err = _pretrain(capsys, output, "--group-by-length")
+    status, err = _pretrain(capsys, scenarios["args"], output, "--group-by-length")
     assert status == 1 and "--group-by-length True (the checkpoint's: False)" in err, err
-    args = cli._parser().parse_args([*ARGS, "--output", str(output)])
+    args = cli._parser().parse_args([*scenarios["args"], "--output", str(output)])
     cli._check_args(args)
     older = {k: v for k, v in cli._resume_args(args).items() if k != "group_by_length"}
     cli._check_resume(args, {"step": 6, "args": older}, "training_state.json")
@@ -322,7 +328,7 @@ def test_corrupt_or_missing_checkpoint_file_is_a_one_line_error(scenarios, tmp_p
         middle = len(data) // 2
         data[middle:middle + 64] = os.urandom(64)
         path.write_bytes(bytes(data))
-    status, err = _pretrain(capsys, output, "--steps", "8")
+    status, err = _pretrain(capsys, scenarios["args"], output, "--steps", "8")
     assert status == 1
     assert len(err.strip().splitlines()) == 1, err
     assert str(path) in err and "to start fresh" in err, err
@@ -340,12 +346,12 @@ def test_output_directory_is_locked_while_a_run_holds_it(scenarios, tmp_path, ca
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        status, err = _pretrain(capsys, output)
+        status, err = _pretrain(capsys, scenarios["args"], output)
         assert status == 1 and f"PID {holder.pid}" in err and "in use by another run" in err
     finally:
         holder.communicate("")
     # the holder exited: its lock is gone, a rerun proceeds (here: nothing to do)
-    assert _pretrain(capsys, output)[0] == 0
+    assert _pretrain(capsys, scenarios["args"], output)[0] == 0
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(scenarios, tmp_path, capsys):
@@ -353,7 +359,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over(scenarios, tmp_path, capsys)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     (output / ".lock").write_text(dead + "\n")  # as a kill -9 leaves it
-    status = cli.main([*ARGS, "--output", str(output)])
+    status = cli.main([*scenarios["args"], "--output", str(output)])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     assert f"Took over the lock of {output} from PID {dead}" in captured.out
@@ -370,10 +376,11 @@ def test_unwritable_output_is_refused_before_training(tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(run_directory, "open", read_only, raising=False)
     monkeypatch.setattr(cli, "_pretrain", lambda *a: pytest.fail("training started"))
-    status, err = _pretrain(capsys, tmp_path / "out")
+    args = pretrain_args("bert_tiny_en_uncased")  # refused before the preset is read
+    status, err = _pretrain(capsys, args, tmp_path / "out")
     assert status == 1 and "is not a writable directory" in err and "Permission denied" in err
     (tmp_path / "file").write_text("x")
-    status, err = _pretrain(capsys, tmp_path / "file" / "out")
+    status, err = _pretrain(capsys, args, tmp_path / "file" / "out")
     assert status == 1 and "is not a writable directory" in err
 
 
