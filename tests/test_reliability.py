@@ -733,3 +733,97 @@ def test_a_failed_fit_evaluate_or_predict_loses_nothing():
     for a, b in zip(failed.get_weights(), fresh.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert failed.predict(texts[:4], verbose=0).shape == (4, 2)
+
+
+# === TensorFlow errors under JAX and PyTorch ===
+@pytest.mark.multibackend
+def test_a_tensorflow_error_in_a_preprocessing_layer_keeps_its_message_on_every_backend():
+    """A preprocessing layer runs TensorFlow ops on every backend. Under JAX and PyTorch, Keras'
+    layer call re-raised their errors (a failed input check) as a RuntimeError with an empty
+    message: Keras reads a message from `args`, which TensorFlow's errors leave empty. Now the
+    same error on every backend: TensorFlow's InvalidArgumentError, also a ValueError, with
+    TensorFlow's message and Keras' context (the layer and its arguments)."""
+    from keras_bertfam.preprocessing.errors import InvalidInputError
+
+    tokens = kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8,
+                                                          num_classes=3)
+    qa = kb.preprocessing.QuestionAnswererPreprocessor(_tokenizer(), sequence_length=32,
+                                                       max_question_length=8)
+    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<mask>": 3, "a": 4, "Ġ": 5, "Ġa": 6}
+    bpe = kb.preprocessing.TextClassifierPreprocessor(kb.preprocessing.BytePairTokenizer(
+        vocabulary=vocabulary, merges=["Ġ a"]), sequence_length=8)
+    cases = [  # a label out of range, an answer that is not where answer_start says
+        (lambda: tokens(tf.ragged.constant([["good", "film"]]), tf.ragged.constant([[1, 9]])),
+         r"TokenClassifierPreprocessor.call\(\)(.|\n)*Invalid token label: got'\n9\n"
+         r"b'but the valid range is 0 to'\n2"),
+        (lambda: qa((["the film"], ["good film"]), ([0], ["bad"])),
+         r"QuestionAnswererPreprocessor(.|\n)*The answer is not in its context(.|\n)*b'bad'"),
+        # a nested layer's error (the preprocessor's byte-pair tokenizer, whose vocabulary has
+        # neither "b" nor an unknown token): carried once, not wrapped again
+        (lambda: bpe(["a b"]), r"BytePairTokenizer.call\(\)(.|\n)*assertion failed: "
+                               r"\[BytePairTokenizer: the piece \"b\" .GPT-2's byte symbols. is "
+                               r"not in the vocabulary"),
+    ]
+    for call, message in cases:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message) as error:
+            call()
+        assert isinstance(error.value, (InvalidInputError, ValueError))
+        assert str(error.value).count("Exception encountered when calling") == 1
+
+
+def test_tensorflow_errors_are_carried_by_class_without_a_traced_op_s_stack():
+    """`carry_tf_error` unit: each TensorFlow error class kept (an InvalidArgumentError also a
+    ValueError), under the TensorFlow backend (Keras' rebuilt error) and the others (Keras'
+    RuntimeError with the TensorFlow error as its context); a traced op's defining stack and an
+    assertion's C-escaped quotes are TensorFlow's noise; anything else is left alone."""
+    from keras_bertfam.preprocessing.errors import InvalidInputError, carry_tf_error
+
+    graph = ('Graph execution error:\n\nDetected at node Assert/Assert defined at (most recent '
+             'call last):\n  File "a.py", line 1, in <module>\n\n  File "b.py", line 2, in f\n'
+             '\nassertion failed: [the piece \\"T\\" is not in it]\n\t [[{{node Assert}}]]')
+    for op_error, expected in ((tf.errors.InvalidArgumentError(None, None, graph),
+                                InvalidInputError),
+                               (tf.errors.NotFoundError(None, None, "no such file"),
+                                tf.errors.NotFoundError)):
+        def keras_style():  # as Keras' layer call under JAX / PyTorch
+            try:
+                raise op_error
+            except Exception:
+                runtime = RuntimeError("Exception encountered when calling L.call().\n\n"
+                                       "\x1b[1m\x1b[0m\n\nArguments received by L.call():")
+                runtime._keras_call_info_injected = True
+                raise runtime from None
+
+        try:
+            keras_style()
+        except RuntimeError as runtime:
+            for error in (runtime, op_error):
+                carried = carry_tf_error(error)
+                assert type(carried) is expected, error
+                assert carry_tf_error(carried) is None  # carried once
+                text = str(carried)
+                assert "Detected at node" not in text and "File " not in text
+                if expected is InvalidInputError:
+                    assert isinstance(carried, ValueError)
+                    assert 'assertion failed: [the piece "T" is not in it]' in text
+                else:
+                    assert "no such file" in text
+            assert "L.call()" in str(carry_tf_error(runtime))
+    assert carry_tf_error(RuntimeError("ours")) is None
+    assert carry_tf_error(ValueError("ours")) is None
+
+
+def test_every_preprocessing_layer_keeps_tensorflow_errors():
+    """Every Keras layer of `kb.preprocessing` runs TensorFlow ops on every backend, so each
+    has `KeepsTFErrors` (a new layer cannot miss it)."""
+    import inspect
+
+    import keras
+
+    from keras_bertfam.preprocessing.errors import KeepsTFErrors
+
+    layers = [cls for _, cls in inspect.getmembers(kb.preprocessing, inspect.isclass)
+              if issubclass(cls, keras.layers.Layer)]
+    assert len(layers) >= 15
+    assert [cls.__name__ for cls in layers if not issubclass(cls, KeepsTFErrors)] == []
+

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bertfam import preset_hooks
+from keras_bertfam.preprocessing.errors import KeepsTFErrors
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
@@ -176,7 +177,7 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
             labels.with_flat_values(tf.identity(labels.flat_values))
 
 
-class FinetuningPreprocessor(keras.layers.Layer):
+class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
     """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`.
 
     `layout`: `"bert"` packs `[CLS] A [SEP] (B [SEP])`, padded on the right; `"xlnet"` packs

@@ -20,6 +20,7 @@ from keras_hub.src.utils import tensor_utils
 from tensorflow_text.python.ops import regex_split_ops
 
 from keras_bertfam import preset_hooks
+from keras_bertfam.preprocessing.errors import KeepsTFErrors
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
@@ -48,8 +49,9 @@ def bert_normalize(texts, lowercase, strip_accents=None):
     return texts
 
 
-class _SpecialTokens:
-    """Special tokens by role on top of keras-hub's mechanism, checked up front, TF outputs."""
+class _SpecialTokens(KeepsTFErrors):
+    """Special tokens by role on top of keras-hub's mechanism, checked up front, TF outputs,
+    TensorFlow errors' messages kept on every backend (`KeepsTFErrors`)."""
 
     ROLES = ("cls", "sep", "pad", "mask", "unk")
 
@@ -114,18 +116,7 @@ class _SpecialTokens:
                 # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
                 functions[rank] = tf.function(self.tokenize, input_signature=[spec],
                                               autograph=False)
-            try:
-                return functions[rank](inputs)
-            except tf.errors.InvalidArgumentError as error:
-                # The tokenizer's own refusal (a BPE piece outside the vocabulary), eagerly: a
-                # ValueError with its message (Keras on JAX / PyTorch re-raises a TF error from
-                # a layer as a RuntimeError without it).
-                found = re.search(r"assertion failed: \[(BytePairTokenizer: .*?unknown token\.)",
-                                  error.message)
-                if found is None:
-                    raise
-                raise ValueError(found.group(1).replace('\\"', '"').replace("\\'", "'")) \
-                    from None
+            return functions[rank](inputs)
         return self.tokenize(inputs)
 
     def detokenize(self, inputs):
