@@ -827,3 +827,39 @@ def test_every_preprocessing_layer_keeps_tensorflow_errors():
     assert len(layers) >= 15
     assert [cls.__name__ for cls in layers if not issubclass(cls, KeepsTFErrors)] == []
 
+@pytest.mark.multibackend
+def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):
+    """`fit(x, y={"labels": ...})` gave Keras' "Expected any non-tensor type, but got a tensor
+    instead" (no preprocessor) or "Could not build a TypeSpec for {'labels': ...}" (raw text).
+    keras-hub's tasks take no dict for their one output either (its TextClassifier: "Expected
+    float32, but got labels of type 'str'"): our error names the keys and the fix, on every
+    route."""
+    texts, labels = ["good film", "bad film"], np.array([1, 0])
+    expected = (r"TextClassifier takes its labels as one array \(one entry per example\), got "
+                r"{} with keys \['labels'\]: the task has one output; {}")
+    in_memory = expected.format("y as a dict", r"pass the array itself, e.g. y=y\['labels'\]")
+    ids = {"token_ids": np.array([[2, 31, 3, 0]] * 2), "segment_ids": np.zeros((2, 4), "int32"),
+           "padding_mask": np.array([[1, 1, 1, 0]] * 2)}
+    bare = kb.tasks.TextClassifier(_backbone(), num_classes=2)
+    for call in (lambda: classifier.fit(texts, {"labels": labels}, verbose=0),
+                 lambda: classifier.evaluate(texts, {"labels": labels}, verbose=0),
+                 lambda: classifier.train_on_batch(texts, {"labels": labels}),
+                 lambda: bare.fit(ids, {"labels": labels}, verbose=0),
+                 lambda: bare.test_on_batch(ids, {"labels": labels})):
+        with pytest.raises(ValueError, match=in_memory):
+            call()
+    ds = tf.data.Dataset.from_tensor_slices((texts, {"labels": labels})).batch(2)
+    with pytest.raises(ValueError, match=expected.format(
+            "a dataset whose labels are a dict",
+            r"map it to \(x, labels\), e.g. ds.map\(lambda x, y: \(x, y\['labels'\]\)\)")):
+        classifier.fit(ds, verbose=0)
+    with pytest.raises(ValueError, match=r"TextClassifierPreprocessor takes the labels "
+                                         r"themselves, not a dict: got labels with keys "
+                                         r"\['labels'\]"):
+        classifier.preprocessor.prepare(ds)  # the preprocessor alone
+    tokens = kb.tasks.TokenClassifier(_backbone(), num_classes=3)
+    assert tokens.labels_are_one_array and kb.tasks.MultipleChoice.labels_are_one_array
+    # a dict stays the format of the tasks whose labels are one (a pretrainer's mask_ids and
+    # mask_weights, a QuestionAnswerer's positions)
+    assert not kb.tasks.MaskedLM.labels_are_one_array
+    assert not kb.tasks.QuestionAnswerer.labels_are_one_array

@@ -373,6 +373,12 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         element = tuple(element)
         if len(element) == 1:
             return element[0], None, None
+        if isinstance(element[1], dict):  # no fine-tuning preprocessor's labels are a dict
+            key = next(iter(element[1]), "labels")
+            raise ValueError(
+                f"{type(self).__name__} takes the labels themselves, not a dict: got labels "
+                f"with keys {sorted(map(str, element[1]))}. Pass e.g. "
+                f"ds.map(lambda x, y: (x, y[{key!r}])).")
         if all(_is_string(tf.type_spec_from_value(e)) for e in element
                if not isinstance(e, (tuple, list))) and not isinstance(element[0], (tuple, list)):
             return element, None, None  # a sentence pair without labels

@@ -102,6 +102,7 @@ class TextClassifier(Task):
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
     global_attention_task = "TextClassifier"
+    labels_are_one_array = True
     follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,

@@ -47,6 +47,10 @@ class Task(keras.Model):
     # The task's name to a backbone that derives its global attention from the other inputs
     # (Longformer's `task_global_attention(features, task)`; None: no global attention).
     global_attention_task = None
+    # Whether the task's labels are one array (a fine-tuning task with one output): then `y` as
+    # a dict is refused by name (`check_labels_not_a_dict`); else a dict may be the task's
+    # format (a pretrainer's {"mask_ids", ...}, a QuestionAnswerer's preprocessed positions).
+    labels_are_one_array = False
 
     def __init__(self, *args, **kwargs):
         # Subclasses set their backbone and preprocessor, then build the functional graph here.
@@ -612,6 +616,7 @@ class Task(keras.Model):
     def _check_labels_given(self, x, y, method):
         """A fine-tuning task on in-memory raw examples trains and evaluates on labels: without
         `y` Keras' message was "None values not supported"."""
+        check_labels_not_a_dict(self, x, y)
         if (y is None and isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
                 and _num_examples(x) is not None):
             raise ValueError(
@@ -896,6 +901,7 @@ class Task(keras.Model):
         """A `*_on_batch` call's inputs: raw examples (texts, pairs) go through a fine-tuning
         task's preprocessor in memory, as keras-hub's `*_on_batch` preprocess them (ours gave
         Keras' input error), with `evaluate`'s checks; model inputs are checked as they are."""
+        check_labels_not_a_dict(self, x, y)
         if not isinstance(x, dict) and hasattr(getattr(self, "preprocessor", None),
                                                "call_in_memory"):
             x, y, sample_weight, _ = self._prepare(x, y, sample_weight, training=False)
@@ -1358,6 +1364,27 @@ def _num_examples(x):
     if isinstance(x, list) and x and isinstance(x[0], (str, bytes)):
         return len(x)
     return None
+
+
+def check_labels_not_a_dict(task, x, y):
+    """A task whose labels are one array (`labels_are_one_array`) refuses `y` as a dict, in
+    memory or as a dataset's labels, naming its keys (Keras' error was "Expected any non-tensor
+    type, but got a tensor instead", the preprocessor's "Could not build a TypeSpec"; keras-hub's
+    tasks take no dict either)."""
+    if not task.labels_are_one_array:
+        return
+    where = "y as a dict"
+    if isinstance(x, tf.data.Dataset) and y is None:
+        spec = x.element_spec
+        y = spec[1] if isinstance(spec, tuple) and len(spec) > 1 else None
+        where = "a dataset whose labels are a dict"
+    if isinstance(y, dict):
+        key = next(iter(y), "labels")
+        fix = (f"map it to (x, labels), e.g. ds.map(lambda x, y: (x, y[{key!r}]))"
+               if where.startswith("a dataset") else f"pass the array itself, e.g. y=y[{key!r}]")
+        raise ValueError(
+            f"{type(task).__name__} takes its labels as one array (one entry per example), got "
+            f"{where} with keys {sorted(map(str, y))}: the task has one output; {fix}.")
 
 
 def check_example_counts(x, y, sample_weight, task_name):

@@ -37,6 +37,7 @@ class TokenClassifier(Task):
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
     global_attention_task = "TokenClassifier"
+    labels_are_one_array = True
     follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, **kwargs):
