@@ -306,6 +306,47 @@ def test_from_preset_sequence_length_override_past_the_position_table(tmp_path):
     assert clf.preprocessor.sequence_length == 32
 
 
+def test_a_preset_preprocessor_s_sequence_length_must_fit_the_preset_s_position_table(
+        hf_dir, tmp_path):
+    """A standalone preprocessor's `from_preset(..., sequence_length=n)` past the preset's
+    backbone's position table was accepted, and refused only once attached to a task (or, fed
+    to a model, failed in a Slice of the position embedding): now at construction, from each
+    kind of preset (ours, an HF directory, a keras-hub directory, a registered name), read from
+    its config alone. A length set later is checked against the same table."""
+    import keras_hub
+
+    ours = str(tmp_path / "ours")
+    kb.presets.save_backbone(_backbone(num_layers=1), ours, tokenizer=_tokenizer())
+    keras_hub_dir = str(tmp_path / "kh")
+    keras_hub.models.BertBackbone(vocabulary_size=len(VOCAB), num_layers=1, num_heads=2,
+                                  hidden_dim=8, intermediate_dim=16,
+                                  max_sequence_length=16).save_to_preset(keras_hub_dir)
+    keras_hub.models.BertTokenizer(vocabulary=VOCAB).save_to_preset(keras_hub_dir)
+    for preset, limit in ((ours, 32), (hf_dir, 32), (keras_hub_dir, 16),
+                          ("bert_tiny_en_uncased", 512)):
+        for cls in (kb.preprocessing.TextClassifierPreprocessor,
+                    kb.preprocessing.MaskedLMPreprocessor):
+            with pytest.raises(ValueError, match=rf"sequence_length={limit + 1} is longer than "
+                                                 rf"BertBackbone's max_sequence_length={limit} "
+                                                 rf"\(its position table\)"):
+                cls.from_preset(preset, sequence_length=limit + 1)
+        fits = kb.preprocessing.TextClassifierPreprocessor.from_preset(preset,
+                                                                       sequence_length=limit)
+        with pytest.raises(ValueError, match=rf"max_sequence_length={limit} "):
+            fits.sequence_length = limit + 1
+        assert fits.sequence_length == limit
+    # the default length (128) past a 32-position preset: refused as a task's from_preset is
+    with pytest.raises(ValueError, match=r"sequence_length=128 is longer than BertBackbone's "
+                                         r"max_sequence_length=32"):
+        kb.preprocessing.TextClassifierPreprocessor.from_preset(ours)
+    # no table to fit: a tokenizer-only preset, XLNet's relative positions
+    tokenizer_only = str(tmp_path / "tokenizer_only")
+    keras_hub.models.BertTokenizer(vocabulary=VOCAB).save_to_preset(tokenizer_only)
+    assert kb.preprocessing.TextClassifierPreprocessor.from_preset(
+        tokenizer_only, sequence_length=600).sequence_length == 600
+    assert kb.presets.position_table("xlnet_base_en") == (None, None)
+
+
 def test_wrong_family_pretrainer_from_preset(tmp_path):
     path = str(tmp_path / "bert")
     kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())
@@ -826,6 +867,7 @@ def test_every_preprocessing_layer_keeps_tensorflow_errors():
               if issubclass(cls, keras.layers.Layer)]
     assert len(layers) >= 15
     assert [cls.__name__ for cls in layers if not issubclass(cls, KeepsTFErrors)] == []
+
 
 @pytest.mark.multibackend
 def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):

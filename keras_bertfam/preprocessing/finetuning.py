@@ -47,8 +47,17 @@ def check_fits_positions(sequence_length, limit, backbone_name):
 
 
 def preset_preprocessor(cls, preset, **kwargs):
-    """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`."""
-    return cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
+    """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`, whose `sequence_length` must fit the
+    position table of the preset's backbone (the check a task makes of the preprocessor it is
+    given, made here, where the preset's backbone config is known)."""
+    preprocessor = cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
+    table = preset_hooks.call("position_table", preset)
+    check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
+    if table[0] is not None:
+        # a `sequence_length` set later is checked then (a fine-tuning preprocessor's setter);
+        # a task the preprocessor is given sets its own backbone's table
+        object.__setattr__(preprocessor, "_position_table", table)
+    return preprocessor
 
 
 def _pack(x, y=None, sample_weight=None):
