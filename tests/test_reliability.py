@@ -905,3 +905,34 @@ def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):
     # mask_weights, a QuestionAnswerer's positions)
     assert not kb.tasks.MaskedLM.labels_are_one_array
     assert not kb.tasks.QuestionAnswerer.labels_are_one_array
+
+
+@pytest.mark.multibackend
+def test_a_hostile_script_s_inputs_are_named(classifier):
+    """A list of numbers as texts (the tokenizer's "takes strings, got a tensor of int32"), a
+    generator or a set as x or y (TensorFlow's "Attempt to convert a value (<generator ...>)"),
+    a missing label (our own TypeError: "'NoneType' object is not iterable") or regression
+    target: each named, with what was expected, before any step."""
+    texts = ["good film", "bad film"]
+    cases = [
+        (lambda: classifier.predict([1, 2], verbose=0),
+         r"TextClassifier got a list of texts whose item 0 is 1 \(int\): expected a string"),
+        (lambda: classifier.fit((t for t in texts), [1, 0], verbose=0),
+         r"TextClassifier got x as a generator: expected a list or an array \(one entry per "
+         r"example\), or a tf.data.Dataset. Pass list\(...\), or for a stream "
+         r"tf.data.Dataset.from_generator"),
+        (lambda: classifier.predict(set(texts), verbose=0),
+         r"TextClassifier got x as a set: .*A set has no order"),
+        (lambda: classifier.evaluate(texts, iter([1, 0]), verbose=0),
+         r"TextClassifier got y as a list_iterator: expected a list or an array"),
+        (lambda: classifier.fit(texts, [1, None], verbose=0),
+         r"Invalid label None \(flat index 1 of the labels\): expected an integer class id "
+         r"from 0 to 1 \(num_classes=2\). Drop or fill missing labels first."),
+    ]
+    regressor = kb.tasks.TextClassifier(_backbone(), num_classes=1, preprocessor=(
+        kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+    cases.append((lambda: regressor.fit(texts, [0.5, None], verbose=0),
+                  r"Invalid regression target None \(flat index 1\): expected a finite number"))
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()

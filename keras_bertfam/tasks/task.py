@@ -1326,6 +1326,7 @@ def check_raw_inputs(x, task_name):
                          "strings or a tf.data.Dataset.")
     if isinstance(x, tf.data.Dataset) or isinstance(x, dict):
         return
+    check_not_an_iterator(x, "x", task_name)
     parts = x if isinstance(x, tuple) else (x,)
     for part in parts:
         if isinstance(part, (str, bytes)):
@@ -1349,9 +1350,27 @@ def check_raw_inputs(x, task_name):
 
 
 def _check_text_items(texts, task_name):
-    """A list of texts where some items are not: None, numbers (a missing value in a column)."""
-    if any(isinstance(t, (str, bytes)) for t in texts[:1000]):
+    """A list of texts where some items are not: None, numbers (a missing value in a column, or
+    a column of numbers: its first item is named)."""
+    head = texts[:1000]
+    if any(isinstance(t, (str, bytes)) for t in head) or not any(
+            isinstance(t, (list, tuple, np.ndarray)) for t in head):
         check_text_items(texts, task_name)  # not lists of lists (words, choices): checked later
+
+
+def check_not_an_iterator(values, name, task_name):
+    """In-memory inputs are a batch that can be sliced: a generator, another one-pass iterator
+    or a set (no order) is refused by name (TensorFlow's message was "Attempt to convert a
+    value (<generator ...>) with an unsupported type")."""
+    if isinstance(values, (set, frozenset)) or (
+            hasattr(values, "__next__") and not isinstance(values, tf.data.Iterator)):
+        kind = type(values).__name__
+        raise ValueError(
+            f"{task_name} got {name} as a {kind}: expected a list or an array (one entry per "
+            f"example){', or a tf.data.Dataset' if name == 'x' else ''}. "
+            + ("A set has no order: pass sorted(...) or a list." if kind in ("set", "frozenset")
+               else "Pass list(...), or for a stream tf.data.Dataset.from_generator(...) "
+                    "yielding (x, y) examples."))
 
 
 def _num_examples(x):
@@ -1371,6 +1390,7 @@ def check_labels_not_a_dict(task, x, y):
     memory or as a dataset's labels, naming its keys (Keras' error was "Expected any non-tensor
     type, but got a tensor instead", the preprocessor's "Could not build a TypeSpec"; keras-hub's
     tasks take no dict either)."""
+    check_not_an_iterator(y, "y", type(task).__name__)
     if not task.labels_are_one_array:
         return
     where = "y as a dict"
