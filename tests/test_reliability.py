@@ -936,3 +936,34 @@ def test_a_hostile_script_s_inputs_are_named(classifier):
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+@pytest.mark.multibackend
+def test_a_hostile_script_s_inputs_to_a_token_classifier_and_a_tokenizer():
+    """A token classifier given a table (a pandas DataFrame, a dict: "KeyError: 0") or labels
+    as an array of rows (a pandas Series of lists, an object array: "'EagerTensor' object has
+    no attribute 'ragged_rank'"), and a tokenizer given a generator, a set, a dict or None
+    (TensorFlow's "Attempt to convert a value"): named, or taken as lists are."""
+    task = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
+        kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+
+    class Frame:  # what the task reads of a pandas DataFrame (the tests run without pandas)
+        columns = ["words", "tags"]
+
+    for x, what in ((Frame(), r"a Frame of columns \['words', 'tags'\]: pass one column, "
+                              r"e.g. x\['words'\]"),
+                    ({"words": [["good"]]}, r"a dict of columns \['words'\]")):
+        with pytest.raises(ValueError, match=r"TokenClassifier takes sentences \(a list of "
+                                             r"strings\) or their words .*got " + what):
+            task.predict(x, verbose=0)
+    rows = np.empty(2, object)
+    rows[:] = [[1, 0], [2]]  # a pandas Series of lists is such an array of rows
+    history = task.fit([["good", "film"], ["bad"]], rows, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+    tokenizer = _tokenizer()
+    for bad, kind in (((t for t in ["a"]), "generator"), ({"a"}, "set"), ({"text": "a"}, "dict"),
+                      (None, "NoneType")):
+        with pytest.raises(TypeError, match=rf"WordPieceTokenizer takes texts \(a string, a list "
+                                            rf"or array of strings, a string tensor\), got a "
+                                            rf"{kind}"):
+            tokenizer(bad)

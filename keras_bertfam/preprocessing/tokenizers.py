@@ -101,6 +101,11 @@ class _SpecialTokens(KeepsTFErrors):
         if isinstance(inputs, tf.RaggedTensor):
             # as keras-hub's: words of sentences (a ragged batch) -> one more ragged dimension
             return inputs.with_flat_values(self(inputs.flat_values))
+        if not isinstance(inputs, (tf.Tensor, str, bytes)) and not hasattr(inputs, "__array__"):
+            # a generator, a set, a dict, None: TensorFlow's "Attempt to convert a value"
+            raise TypeError(
+                f"{type(self).__name__} takes texts (a string, a list or array of strings, a "
+                f"string tensor), got a {type(inputs).__name__}: {inputs!r:.80}.")
         inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string:
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
