@@ -2,21 +2,25 @@
 
 A layer here runs TensorFlow ops under every Keras backend. When one fails in an eager call
 (a label out of range, a byte-pair piece outside the vocabulary: a `tf.debugging.Assert`, or
-any TensorFlow op's error), Keras' `Layer.__call__` re-raises the error with the call's
+any TensorFlow op's error), Keras' `Layer.__call__` re-raises the error of `call` with the call's
 arguments added (`keras.src.utils.traceback_utils.inject_argument_info_in_traceback`). It knows
 TensorFlow's errors only under the TensorFlow backend: under JAX and PyTorch it reads the
 message from `args`, which a `tf.errors.OpError` leaves empty, and rebuilds the error with one
 argument, which an OpError does not take, so the user got a RuntimeError whose message was empty
 ("Exception encountered when calling ...", then nothing, then the arguments).
 
-`KeepsTFErrors`, first among the bases of every such layer (`_TFLayer`, the tokenizers, the
-pretraining and fine-tuning preprocessors), gives the error its message back at the outermost
-layer call: the same error on every backend, the TensorFlow error's class with Keras' context
-and TensorFlow's message. An `InvalidArgumentError` (what an input check raises) becomes an
-`InvalidInputError`, both a `tf.errors.InvalidArgumentError` and a ValueError (Python's error
-for a wrong value). In a `tf.data` pipeline (`prepare`, a task's `fit` on raw text) the error
-comes from the iterator, not from a layer call, and keeps TensorFlow's class and message.
+`KeepsTFErrors`, among the bases of every such layer (`_TFLayer`, the tokenizers, the pretraining
+and fine-tuning preprocessors), wraps each `call` its subclasses define: a TensorFlow error
+leaves `call` with its message in `args` (TensorFlow's message, without a traced op's Python
+stack), so that Keras' context carries it on every backend. An `InvalidArgumentError` (what an
+input check raises) leaves as an `InvalidInputError`, both a `tf.errors.InvalidArgumentError`
+and a ValueError (Python's error for a wrong value), which Keras rebuilds as it is on every
+backend; another TensorFlow error keeps its class under TensorFlow and is Keras' RuntimeError,
+with the message, under JAX and PyTorch. `Layer.__call__` itself is Keras' (AutoGraph leaves it
+as written). In a `tf.data` pipeline (`prepare`, a task's `fit` on raw text) the error comes
+from the iterator, not from a layer call, and keeps TensorFlow's class and message.
 """
+import functools
 import re
 
 import tensorflow as tf
@@ -29,8 +33,14 @@ _GRAPH_STACK = re.compile(r"Graph execution error:\n\n|Detected at node [^\n]* d
 
 
 class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
-    """A preprocessing layer's eager call refused its input (a TensorFlow InvalidArgumentError,
-    e.g. a failed input check); also a ValueError."""
+    """A preprocessing layer's call refused its input (a TensorFlow InvalidArgumentError, e.g. a
+    failed input check); also a ValueError. Built as TensorFlow's errors are, or from a message
+    alone (as Keras rebuilds an error with its context under JAX and PyTorch)."""
+
+    def __init__(self, *args):
+        node_def, op, message = (None, None, args[0]) if len(args) == 1 else args[:3]
+        super().__init__(node_def, op, message)
+        self.args = (message,)
 
 
 def readable(message):
@@ -43,43 +53,40 @@ def readable(message):
 
 
 def carry_tf_error(error):
-    """The error to raise instead of `error` (out of a Keras layer call) so that a TensorFlow
-    error keeps its message on every backend; None: raise `error` itself."""
-    if getattr(error, "_tf_message_carried", False):  # by an inner layer's call
+    """The error to raise instead of `error` out of a layer's `call`, so that Keras' layer call
+    keeps a TensorFlow error's message on every backend; None: raise `error` itself."""
+    if not isinstance(error, tf.errors.OpError) or isinstance(error, InvalidInputError):
         return None
-    if isinstance(error, tf.errors.OpError):  # TensorFlow backend: Keras rebuilt it in context
-        op_error, message = error, readable(error.message)
-    elif (isinstance(error, RuntimeError) and hasattr(error, "_keras_call_info_injected")
-          and isinstance(error.__context__, tf.errors.OpError)):
-        # JAX / PyTorch: Keras' RuntimeError, whose message lacks the TensorFlow error's (its
-        # context); Keras' format puts the message between bold marks, left empty
-        op_error, message = error.__context__, str(error)
-        empty = "\x1b[1m\x1b[0m"
-        tf_message = readable(op_error.message)
-        message = (message.replace(empty, f"\x1b[1m{tf_message}\x1b[0m", 1)
-                   if empty in message else f"{tf_message}\n\n{message}")
+    message = readable(error.message)
+    if isinstance(error, tf.errors.InvalidArgumentError):
+        carried = InvalidInputError(error.node_def, error.op, message)
     else:
-        return None
-    cls = (InvalidInputError if isinstance(op_error, tf.errors.InvalidArgumentError)
-           else type(op_error))
-    if cls is tf.errors.OpError:
-        carried = cls(op_error.node_def, op_error.op, message, op_error.error_code)
-    else:
-        carried = cls(op_error.node_def, op_error.op, message)
-    carried._keras_call_info_injected = True  # outer Keras layer calls pass it on unchanged
-    carried._tf_message_carried = True
+        carried = type(error)(error.node_def, error.op, message, *(
+            (error.error_code,) if type(error) is tf.errors.OpError else ()))
+        carried.args = (message,)  # what Keras reads under JAX and PyTorch
     return carried.with_traceback(error.__traceback__)
 
 
-class KeepsTFErrors:
-    """Mixin (before the Keras layer class among the bases) of a layer that runs TensorFlow
-    ops: a TensorFlow error of its call keeps its message on every backend (module docstring)."""
-
-    def __call__(self, *args, **kwargs):
+def _carrying(call):
+    @functools.wraps(call)  # Keras and keras-hub read `call`'s signature
+    def carrying_call(*args, **kwargs):
         try:
-            return super().__call__(*args, **kwargs)
-        except Exception as error:
+            return call(*args, **kwargs)
+        except tf.errors.OpError as error:
             carried = carry_tf_error(error)
             if carried is None:
                 raise
             raise carried from None
+
+    return carrying_call
+
+
+class KeepsTFErrors:
+    """Mixin of a Keras layer that runs TensorFlow ops: each `call` of its subclasses lets a
+    TensorFlow error out with its message, on every backend (module docstring)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("call")
+        if call is not None and not hasattr(call, "__wrapped__"):
+            cls.call = _carrying(call)
