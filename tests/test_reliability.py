@@ -306,6 +306,47 @@ def test_from_preset_sequence_length_override_past_the_position_table(tmp_path):
     assert clf.preprocessor.sequence_length == 32
 
 
+def test_a_preset_preprocessor_s_sequence_length_must_fit_the_preset_s_position_table(
+        hf_dir, tmp_path):
+    """A standalone preprocessor's `from_preset(..., sequence_length=n)` past the preset's
+    backbone's position table was accepted, and refused only once attached to a task (or, fed
+    to a model, failed in a Slice of the position embedding): now at construction, from each
+    kind of preset (ours, an HF directory, a keras-hub directory, a registered name), read from
+    its config alone. A length set later is checked against the same table."""
+    import keras_hub
+
+    ours = str(tmp_path / "ours")
+    kb.presets.save_backbone(_backbone(num_layers=1), ours, tokenizer=_tokenizer())
+    keras_hub_dir = str(tmp_path / "kh")
+    keras_hub.models.BertBackbone(vocabulary_size=len(VOCAB), num_layers=1, num_heads=2,
+                                  hidden_dim=8, intermediate_dim=16,
+                                  max_sequence_length=16).save_to_preset(keras_hub_dir)
+    keras_hub.models.BertTokenizer(vocabulary=VOCAB).save_to_preset(keras_hub_dir)
+    for preset, limit in ((ours, 32), (hf_dir, 32), (keras_hub_dir, 16),
+                          ("bert_tiny_en_uncased", 512)):
+        for cls in (kb.preprocessing.TextClassifierPreprocessor,
+                    kb.preprocessing.MaskedLMPreprocessor):
+            with pytest.raises(ValueError, match=rf"sequence_length={limit + 1} is longer than "
+                                                 rf"BertBackbone's max_sequence_length={limit} "
+                                                 rf"\(its position table\)"):
+                cls.from_preset(preset, sequence_length=limit + 1)
+        fits = kb.preprocessing.TextClassifierPreprocessor.from_preset(preset,
+                                                                       sequence_length=limit)
+        with pytest.raises(ValueError, match=rf"max_sequence_length={limit} "):
+            fits.sequence_length = limit + 1
+        assert fits.sequence_length == limit
+    # the default length (128) past a 32-position preset: refused as a task's from_preset is
+    with pytest.raises(ValueError, match=r"sequence_length=128 is longer than BertBackbone's "
+                                         r"max_sequence_length=32"):
+        kb.preprocessing.TextClassifierPreprocessor.from_preset(ours)
+    # no table to fit: a tokenizer-only preset, XLNet's relative positions
+    tokenizer_only = str(tmp_path / "tokenizer_only")
+    keras_hub.models.BertTokenizer(vocabulary=VOCAB).save_to_preset(tokenizer_only)
+    assert kb.preprocessing.TextClassifierPreprocessor.from_preset(
+        tokenizer_only, sequence_length=600).sequence_length == 600
+    assert kb.presets.position_table("xlnet_base_en") == (None, None)
+
+
 def test_wrong_family_pretrainer_from_preset(tmp_path):
     path = str(tmp_path / "bert")
     kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())
@@ -733,3 +774,181 @@ def test_a_failed_fit_evaluate_or_predict_loses_nothing():
     for a, b in zip(failed.get_weights(), fresh.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert failed.predict(texts[:4], verbose=0).shape == (4, 2)
+
+
+# === TensorFlow errors under JAX and PyTorch ===
+@pytest.mark.multibackend
+def test_a_tensorflow_error_in_a_preprocessing_layer_keeps_its_message_on_every_backend():
+    """A preprocessing layer runs TensorFlow ops on every backend. Under JAX and PyTorch, Keras'
+    layer call re-raised their errors (a failed input check) as a RuntimeError with an empty
+    message: Keras reads a message from `args`, which TensorFlow's errors leave empty. Now the
+    same error on every backend: TensorFlow's InvalidArgumentError, also a ValueError, with
+    TensorFlow's message and Keras' context (the layer and its arguments)."""
+    from keras_bertfam.preprocessing.errors import InvalidInputError
+
+    tokens = kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8,
+                                                          num_classes=3)
+    qa = kb.preprocessing.QuestionAnswererPreprocessor(_tokenizer(), sequence_length=32,
+                                                       max_question_length=8)
+    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<mask>": 3, "a": 4, "Ġ": 5, "Ġa": 6}
+    bpe = kb.preprocessing.TextClassifierPreprocessor(kb.preprocessing.BytePairTokenizer(
+        vocabulary=vocabulary, merges=["Ġ a"]), sequence_length=8)
+    cases = [  # a label out of range, an answer that is not where answer_start says
+        (lambda: tokens(tf.ragged.constant([["good", "film"]]), tf.ragged.constant([[1, 9]])),
+         r"TokenClassifierPreprocessor.call\(\)(.|\n)*Invalid token label: got'\n9\n"
+         r"b'but the valid range is 0 to'\n2"),
+        (lambda: qa((["the film"], ["good film"]), ([0], ["bad"])),
+         r"QuestionAnswererPreprocessor(.|\n)*The answer is not in its context(.|\n)*b'bad'"),
+        # a nested layer's error (the preprocessor's byte-pair tokenizer, whose vocabulary has
+        # neither "b" nor an unknown token): carried once, not wrapped again
+        (lambda: bpe(["a b"]), r"BytePairTokenizer.call\(\)(.|\n)*assertion failed: "
+                               r"\[BytePairTokenizer: the piece \"b\" .GPT-2's byte symbols. is "
+                               r"not in the vocabulary"),
+    ]
+    for call, message in cases:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message) as error:
+            call()
+        assert isinstance(error.value, InvalidInputError)
+        assert isinstance(error.value, ValueError)
+        assert str(error.value).count("Exception encountered when calling") == 1
+
+
+def test_tensorflow_errors_are_carried_by_class_without_a_traced_op_s_stack():
+    """`carry_tf_error` unit: an InvalidArgumentError leaves a layer's `call` as an
+    `InvalidInputError` (also a ValueError) that Keras can rebuild from its message alone (what
+    it does under JAX and PyTorch); another TensorFlow error keeps its class, its message in
+    `args` (what Keras reads there); a traced op's defining stack and an assertion's C-escaped
+    quotes are TensorFlow's noise; anything else is left alone."""
+    from keras_bertfam.preprocessing.errors import InvalidInputError, carry_tf_error
+
+    graph = ('Graph execution error:\n\nDetected at node Assert/Assert defined at (most recent '
+             'call last):\n  File "a.py", line 1, in <module>\n\n  File "b.py", line 2, in f\n'
+             '\nassertion failed: [the piece \\"T\\" is not in it]\n\t [[{{node Assert}}]]')
+    carried = carry_tf_error(tf.errors.InvalidArgumentError(None, None, graph))
+    assert type(carried) is InvalidInputError and isinstance(carried, ValueError)
+    text = carried.args[0]
+    assert text == str(carried) and text.startswith('assertion failed: [the piece "T" is not')
+    assert "Detected at node" not in text and "File " not in text
+    rebuilt = InvalidInputError("in context: " + text)  # Keras' rebuild under JAX / PyTorch
+    assert str(rebuilt) == "in context: " + text and carry_tf_error(rebuilt) is None
+    assert InvalidInputError(None, None, "m", 3).message == "m"  # Keras' rebuild under TF
+    other = carry_tf_error(tf.errors.NotFoundError(None, None, "no such file"))
+    assert type(other) is tf.errors.NotFoundError and other.args == ("no such file",)
+    assert carry_tf_error(RuntimeError("ours")) is None
+    assert carry_tf_error(ValueError("ours")) is None
+
+
+def test_every_preprocessing_layer_keeps_tensorflow_errors():
+    """Every Keras layer of `kb.preprocessing` runs TensorFlow ops on every backend, so each
+    has `KeepsTFErrors` (a new layer cannot miss it)."""
+    import inspect
+
+    import keras
+
+    from keras_bertfam.preprocessing.errors import KeepsTFErrors
+
+    layers = [cls for _, cls in inspect.getmembers(kb.preprocessing, inspect.isclass)
+              if issubclass(cls, keras.layers.Layer)]
+    assert len(layers) >= 15
+    assert [cls.__name__ for cls in layers if not issubclass(cls, KeepsTFErrors)] == []
+    assert [cls.__name__ for cls in layers if not hasattr(cls.call, "__wrapped__")] == []
+
+
+@pytest.mark.multibackend
+def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):
+    """`fit(x, y={"labels": ...})` gave Keras' "Expected any non-tensor type, but got a tensor
+    instead" (no preprocessor) or "Could not build a TypeSpec for {'labels': ...}" (raw text).
+    keras-hub's tasks take no dict for their one output either (its TextClassifier: "Expected
+    float32, but got labels of type 'str'"): our error names the keys and the fix, on every
+    route."""
+    texts, labels = ["good film", "bad film"], np.array([1, 0])
+    expected = (r"TextClassifier takes its labels as one array \(one entry per example\), got "
+                r"{} with keys \['labels'\]: the task has one output; {}")
+    in_memory = expected.format("y as a dict", r"pass the array itself, e.g. y=y\['labels'\]")
+    ids = {"token_ids": np.array([[2, 31, 3, 0]] * 2), "segment_ids": np.zeros((2, 4), "int32"),
+           "padding_mask": np.array([[1, 1, 1, 0]] * 2)}
+    bare = kb.tasks.TextClassifier(_backbone(), num_classes=2)
+    for call in (lambda: classifier.fit(texts, {"labels": labels}, verbose=0),
+                 lambda: classifier.evaluate(texts, {"labels": labels}, verbose=0),
+                 lambda: classifier.train_on_batch(texts, {"labels": labels}),
+                 lambda: bare.fit(ids, {"labels": labels}, verbose=0),
+                 lambda: bare.test_on_batch(ids, {"labels": labels})):
+        with pytest.raises(ValueError, match=in_memory):
+            call()
+    ds = tf.data.Dataset.from_tensor_slices((texts, {"labels": labels})).batch(2)
+    with pytest.raises(ValueError, match=expected.format(
+            "a dataset whose labels are a dict",
+            r"map it to \(x, labels\), e.g. ds.map\(lambda x, y: \(x, y\['labels'\]\)\)")):
+        classifier.fit(ds, verbose=0)
+    with pytest.raises(ValueError, match=r"TextClassifierPreprocessor takes the labels "
+                                         r"themselves, not a dict: got labels with keys "
+                                         r"\['labels'\]"):
+        classifier.preprocessor.prepare(ds)  # the preprocessor alone
+    tokens = kb.tasks.TokenClassifier(_backbone(), num_classes=3)
+    assert tokens.labels_are_one_array and kb.tasks.MultipleChoice.labels_are_one_array
+    # a dict stays the format of the tasks whose labels are one (a pretrainer's mask_ids and
+    # mask_weights, a QuestionAnswerer's positions)
+    assert not kb.tasks.MaskedLM.labels_are_one_array
+    assert not kb.tasks.QuestionAnswerer.labels_are_one_array
+
+
+@pytest.mark.multibackend
+def test_a_hostile_script_s_inputs_are_named(classifier):
+    """A list of numbers as texts (the tokenizer's "takes strings, got a tensor of int32"), a
+    generator or a set as x or y (TensorFlow's "Attempt to convert a value (<generator ...>)"),
+    a missing label (our own TypeError: "'NoneType' object is not iterable") or regression
+    target: each named, with what was expected, before any step."""
+    texts = ["good film", "bad film"]
+    cases = [
+        (lambda: classifier.predict([1, 2], verbose=0),
+         r"TextClassifier got a list of texts whose item 0 is 1 \(int\): expected a string"),
+        (lambda: classifier.fit((t for t in texts), [1, 0], verbose=0),
+         r"TextClassifier got x as a generator: expected a list or an array \(one entry per "
+         r"example\), or a tf.data.Dataset. Pass list\(...\), or for a stream "
+         r"tf.data.Dataset.from_generator"),
+        (lambda: classifier.predict(set(texts), verbose=0),
+         r"TextClassifier got x as a set: .*A set has no order"),
+        (lambda: classifier.evaluate(texts, iter([1, 0]), verbose=0),
+         r"TextClassifier got y as a list_iterator: expected a list or an array"),
+        (lambda: classifier.fit(texts, [1, None], verbose=0),
+         r"Invalid label None \(flat index 1 of the labels\): expected an integer class id "
+         r"from 0 to 1 \(num_classes=2\). Drop or fill missing labels first."),
+    ]
+    regressor = kb.tasks.TextClassifier(_backbone(), num_classes=1, preprocessor=(
+        kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+    cases.append((lambda: regressor.fit(texts, [0.5, None], verbose=0),
+                  r"Invalid regression target None \(flat index 1\): expected a finite number"))
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+@pytest.mark.multibackend
+def test_a_hostile_script_s_inputs_to_a_token_classifier_and_a_tokenizer():
+    """A token classifier given a table (a pandas DataFrame, a dict: "KeyError: 0") or labels
+    as an array of rows (a pandas Series of lists, an object array: "'EagerTensor' object has
+    no attribute 'ragged_rank'"), and a tokenizer given a generator, a set, a dict or None
+    (TensorFlow's "Attempt to convert a value"): named, or taken as lists are."""
+    task = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
+        kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+
+    class Frame:  # what the task reads of a pandas DataFrame (the tests run without pandas)
+        columns = ["words", "tags"]
+
+    for x, what in ((Frame(), r"a Frame of columns \['words', 'tags'\]: pass one column, "
+                              r"e.g. x\['words'\]"),
+                    ({"words": [["good"]]}, r"a dict of columns \['words'\]")):
+        with pytest.raises(ValueError, match=r"TokenClassifier takes sentences \(a list of "
+                                             r"strings\) or their words .*got " + what):
+            task.predict(x, verbose=0)
+    rows = np.empty(2, object)
+    rows[:] = [[1, 0], [2]]  # a pandas Series of lists is such an array of rows
+    history = task.fit([["good", "film"], ["bad"]], rows, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+    tokenizer = _tokenizer()
+    for bad, kind in (((t for t in ["a"]), "generator"), ({"a"}, "set"), ({"text": "a"}, "dict"),
+                      (None, "NoneType")):
+        with pytest.raises(TypeError, match=rf"WordPieceTokenizer takes texts \(a string, a list "
+                                            rf"or array of strings, a string tensor\), got a "
+                                            rf"{kind}"):
+            tokenizer(bad)

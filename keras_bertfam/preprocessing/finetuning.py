@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bertfam import preset_hooks
+from keras_bertfam.preprocessing.errors import KeepsTFErrors
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
@@ -46,8 +47,17 @@ def check_fits_positions(sequence_length, limit, backbone_name):
 
 
 def preset_preprocessor(cls, preset, **kwargs):
-    """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`."""
-    return cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
+    """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`, whose `sequence_length` must fit the
+    position table of the preset's backbone (the check a task makes of the preprocessor it is
+    given, made here, where the preset's backbone config is known)."""
+    preprocessor = cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
+    table = preset_hooks.call("position_table", preset)
+    check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
+    if table[0] is not None:
+        # a `sequence_length` set later is checked then (a fine-tuning preprocessor's setter);
+        # a task the preprocessor is given sets its own backbone's table
+        object.__setattr__(preprocessor, "_position_table", table)
+    return preprocessor
 
 
 def _pack(x, y=None, sample_weight=None):
@@ -176,7 +186,7 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
             labels.with_flat_values(tf.identity(labels.flat_values))
 
 
-class FinetuningPreprocessor(keras.layers.Layer):
+class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
     """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`.
 
     `layout`: `"bert"` packs `[CLS] A [SEP] (B [SEP])`, padded on the right; `"xlnet"` packs
@@ -372,6 +382,12 @@ class FinetuningPreprocessor(keras.layers.Layer):
         element = tuple(element)
         if len(element) == 1:
             return element[0], None, None
+        if isinstance(element[1], dict):  # no fine-tuning preprocessor's labels are a dict
+            key = next(iter(element[1]), "labels")
+            raise ValueError(
+                f"{type(self).__name__} takes the labels themselves, not a dict: got labels "
+                f"with keys {sorted(map(str, element[1]))}. Pass e.g. "
+                f"ds.map(lambda x, y: (x, y[{key!r}])).")
         if all(_is_string(tf.type_spec_from_value(e)) for e in element
                if not isinstance(e, (tuple, list))) and not isinstance(element[0], (tuple, list)):
             return element, None, None  # a sentence pair without labels

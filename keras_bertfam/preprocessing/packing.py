@@ -18,14 +18,16 @@ a, b, is_random_next = NextSentencePairer(128, seed=1)(documents)  # [N, (T)], [
 import keras
 import tensorflow as tf
 
+from keras_bertfam.preprocessing.errors import KeepsTFErrors
 from keras_bertfam.preprocessing.seeding import SeededStage
 from keras_bertfam.preprocessing.tokenizers import merge_rows
 
 # === Helpers ===
 
 
-class _TFLayer(keras.layers.Layer):
-    """A Keras layer that keeps TensorFlow tensors (inputs are not converted to the backend)."""
+class _TFLayer(KeepsTFErrors, keras.layers.Layer):
+    """A Keras layer that keeps TensorFlow tensors (inputs are not converted to the backend)
+    and TensorFlow errors' messages (`KeepsTFErrors`)."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
+from keras_bertfam.preprocessing.errors import KeepsTFErrors
 from keras_bertfam.preprocessing.finetuning import (
     GROUP_BY_LENGTH_BATCHES,
     _cut_to_longest,
@@ -108,7 +109,7 @@ def _shuffled_by_tensor_seed(ds, buffer_size, seed):
         graph.seed = saved
 
 
-class PretrainingPreprocessor(keras.layers.Layer):
+class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
     """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out.
 
     `group_by_length=True` (training only; HF `Trainer`'s `group_by_length`): `prepare` takes

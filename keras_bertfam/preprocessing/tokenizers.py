@@ -20,6 +20,7 @@ from keras_hub.src.utils import tensor_utils
 from tensorflow_text.python.ops import regex_split_ops
 
 from keras_bertfam import preset_hooks
+from keras_bertfam.preprocessing.errors import KeepsTFErrors
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
@@ -48,8 +49,9 @@ def bert_normalize(texts, lowercase, strip_accents=None):
     return texts
 
 
-class _SpecialTokens:
-    """Special tokens by role on top of keras-hub's mechanism, checked up front, TF outputs."""
+class _SpecialTokens(KeepsTFErrors):
+    """Special tokens by role on top of keras-hub's mechanism, checked up front, TF outputs,
+    TensorFlow errors' messages kept on every backend (`KeepsTFErrors`)."""
 
     ROLES = ("cls", "sep", "pad", "mask", "unk")
 
@@ -99,6 +101,11 @@ class _SpecialTokens:
         if isinstance(inputs, tf.RaggedTensor):
             # as keras-hub's: words of sentences (a ragged batch) -> one more ragged dimension
             return inputs.with_flat_values(self(inputs.flat_values))
+        if not isinstance(inputs, (tf.Tensor, str, bytes)) and not hasattr(inputs, "__array__"):
+            # a generator, a set, a dict, None: TensorFlow's "Attempt to convert a value"
+            raise TypeError(
+                f"{type(self).__name__} takes texts (a string, a list or array of strings, a "
+                f"string tensor), got a {type(inputs).__name__}: {inputs!r:.80}.")
         inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string:
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
@@ -114,18 +121,7 @@ class _SpecialTokens:
                 # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
                 functions[rank] = tf.function(self.tokenize, input_signature=[spec],
                                               autograph=False)
-            try:
-                return functions[rank](inputs)
-            except tf.errors.InvalidArgumentError as error:
-                # The tokenizer's own refusal (a BPE piece outside the vocabulary), eagerly: a
-                # ValueError with its message (Keras on JAX / PyTorch re-raises a TF error from
-                # a layer as a RuntimeError without it).
-                found = re.search(r"assertion failed: \[(BytePairTokenizer: .*?unknown token\.)",
-                                  error.message)
-                if found is None:
-                    raise
-                raise ValueError(found.group(1).replace('\\"', '"').replace("\\'", "'")) \
-                    from None
+            return functions[rank](inputs)
         return self.tokenize(inputs)
 
     def detokenize(self, inputs):

@@ -17,6 +17,7 @@ Modules: `registry` (families and names), `loaders`, `hf_heads` (`convert_task`,
 `integrity` (checksums, finiteness), `params` (parameter counts), `deferred` (the loaders build
 without drawing the weights they load).
 """
+import inspect
 import json
 import math
 import os
@@ -161,6 +162,22 @@ def load_tokenizer(preset, download=False, **kwargs):
     return get_loader(preset, download).load_tokenizer(**kwargs)
 
 
+def position_table(preset, download=False):
+    """(max_sequence_length, backbone class name) of the backbone a preset builds, read from its
+    config (nothing built); (None, None) where it has no position table (XLNet) or no backbone
+    config (a tokenizer-only preset). A preprocessor's `from_preset` checks its
+    `sequence_length` against it (`check_fits_positions`)."""
+    found = get_loader(preset, download).backbone_config()
+    if found is None:
+        return None, None
+    cls, config = found
+    parameter = inspect.signature(cls).parameters.get("max_sequence_length")
+    if parameter is None:
+        return None, None
+    limit = config.get("max_sequence_length", parameter.default)
+    return (limit if isinstance(limit, int) else None), cls.__name__
+
+
 def save_tokenizer(tokenizer, preset_dir):
     """Copies the tokenizer's files into the preset's assets; returns its spec for the manifest."""
     assets = os.path.join(preset_dir, TOKENIZER_ASSETS)
@@ -267,6 +284,7 @@ def convert(path, load_weights=True, **overrides):
 
 
 preset_hooks.register(load_backbone=load_backbone, save_backbone=save_backbone,
-                      load_tokenizer=load_tokenizer, load_task=load_task, save_task=save_task,
+                      load_tokenizer=load_tokenizer, position_table=position_table,
+                      load_task=load_task, save_task=save_task,
                       load_hf_heads=load_hf_heads,
                       deferred_initialization=deferred_initialization)

@@ -190,6 +190,11 @@ class PresetLoader:
     def load_tokenizer(self, **kwargs):
         raise NotImplementedError
 
+    def backbone_config(self):
+        """(backbone class, its config) that `load_backbone` builds, read from the preset's
+        config alone (nothing built, no weights read); None where the preset has none."""
+        return None
+
     def saved_task(self, cls):
         """What a `cls` task saved in this preset: {"config", "preprocessor"} (or {})."""
         return {}
@@ -252,6 +257,9 @@ class OursLoader(PresetLoader):
             load_weights_file(backbone, os.path.join(self.where, BACKBONE_WEIGHTS), verification)
         return backbone
 
+    def backbone_config(self):
+        return self.family.backbone_cls, self.manifest["backbone"]
+
     def load_tokenizer(self, **kwargs):
         if "tokenizer" not in self.manifest:
             raise ValueError(f"The preset directory {self.where!r} was saved without a tokenizer.")
@@ -296,6 +304,13 @@ class KerasHubLoader(PresetLoader):
         spec, fmt = keras_hub_format.family_of(self.where, FAMILIES)
         return keras_hub_format.load_tokenizer(self.where, spec, fmt)
 
+    def backbone_config(self):
+        if not os.path.exists(os.path.join(self.where, "config.json")):
+            return None  # a tokenizer-only preset
+        spec, fmt = keras_hub_format.family_of(self.where, FAMILIES)
+        config = keras_hub_format.read_json(self.where, "config.json")["config"]
+        return spec.backbone_cls, fmt.config(config)
+
     def saved_task(self, cls):
         keras_hub_format.warn_task_head(self.where, cls)
         return {}
@@ -331,6 +346,10 @@ class HFDirLoader(PresetLoader):
     def load_tokenizer(self, **kwargs):
         return self.family.tokenizer_from_hf(self.where)
 
+    def backbone_config(self):
+        spec, cfg = hf_family(self.where)
+        return spec.backbone_cls, spec.config_from_hf(cfg)
+
     def hf_model_dir(self, download=False):
         return self.where
 
@@ -364,6 +383,9 @@ class HubCacheLoader(HFDirLoader):
 
     def load_tokenizer(self, **kwargs):
         return self.family.make_tokenizer(dict(self.registered.tokenizer, **kwargs), None)
+
+    def backbone_config(self):
+        return self.family.backbone_cls, self.registered.config
 
     def hf_model_dir(self, download=False):
         return registered_weights_dir(self.registered, download or self.download)

@@ -102,6 +102,7 @@ class TextClassifier(Task):
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
     global_attention_task = "TextClassifier"
+    labels_are_one_array = True
     follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,
@@ -186,14 +187,17 @@ def check_label_values(labels, num_classes, what="label", allow_negative=False,
         return
     flat = _flat_values(labels)
     if flat.size and flat.dtype.kind in "USO":
-        i = next((i for i, v in enumerate(flat) if isinstance(v, (str, bytes))), None)
+        i = next((i for i, v in enumerate(flat) if isinstance(v, (str, bytes)) or v is None),
+                 None)
         if i is not None:  # NumPy's str_ / bytes_ are str / bytes: item() gives the plain value
             value = flat[i].item() if hasattr(flat[i], "item") else flat[i]
+            hint = (" Map text labels to ids first, e.g. {name: i for i, name in "
+                    "enumerate(sorted(set(labels)))}." if value is not None else
+                    " Drop or fill missing labels first.")
             raise ValueError(
                 f"Invalid {what} {value!r} (flat index {i} of the labels): "
                 f"expected an integer class id from 0 to {num_classes - 1} ({count}="
-                f"{num_classes}). Map text labels to ids first, e.g. "
-                f"{{name: i for i, name in enumerate(sorted(set(labels)))}}.")
+                f"{num_classes}).{hint}")
     if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
         return
     if np.issubdtype(flat.dtype, np.floating):
@@ -221,6 +225,9 @@ def check_finite_target_values(targets):
     if targets is None or isinstance(targets, dict) or type(targets).__name__.endswith("Dataset"):
         return
     flat = _flat_values(targets)
+    missing = [i for i, v in enumerate(flat[:100000]) if v is None] if flat.dtype == object else []
+    if missing:
+        raise ValueError(NOT_FINITE.format(f"None (flat index {missing[0]})"))
     if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
         return
     bad = ~np.isfinite(flat.astype("float64"))
@@ -247,6 +254,8 @@ def _flat_values(labels):
     except ValueError:  # ragged nested lists
         values = None
     if values is None or values.dtype == object:
+        if values is not None and values.ndim == 0:  # one item that is not a number (None)
+            return values.reshape(1)
         parts = [_flat_values(row) for row in labels]
         return np.concatenate(parts) if parts else np.zeros(0)
     return values.ravel()

@@ -73,6 +73,7 @@ class MultipleChoice(Task):
     preprocessor_args = ("sequence_length",)
     default_learning_rate = 5e-5
     global_attention_task = "MultipleChoice"
+    labels_are_one_array = True
 
     def __init__(self, backbone, preprocessor=None, dropout=0.1, hidden_activation="auto",
                  cls_only=True, **kwargs):

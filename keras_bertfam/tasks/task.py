@@ -47,6 +47,10 @@ class Task(keras.Model):
     # The task's name to a backbone that derives its global attention from the other inputs
     # (Longformer's `task_global_attention(features, task)`; None: no global attention).
     global_attention_task = None
+    # Whether the task's labels are one array (a fine-tuning task with one output): then `y` as
+    # a dict is refused by name (`check_labels_not_a_dict`); else a dict may be the task's
+    # format (a pretrainer's {"mask_ids", ...}, a QuestionAnswerer's preprocessed positions).
+    labels_are_one_array = False
 
     def __init__(self, *args, **kwargs):
         # Subclasses set their backbone and preprocessor, then build the functional graph here.
@@ -636,6 +640,7 @@ class Task(keras.Model):
     def _check_labels_given(self, x, y, method):
         """A fine-tuning task on in-memory raw examples trains and evaluates on labels: without
         `y` Keras' message was "None values not supported"."""
+        check_labels_not_a_dict(self, x, y)
         if (y is None and isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
                 and _num_examples(x) is not None):
             raise ValueError(
@@ -929,6 +934,7 @@ class Task(keras.Model):
         """A `*_on_batch` call's inputs: raw examples (texts, pairs) go through a fine-tuning
         task's preprocessor in memory, as keras-hub's `*_on_batch` preprocess them (ours gave
         Keras' input error), with `evaluate`'s checks; model inputs are checked as they are."""
+        check_labels_not_a_dict(self, x, y)
         if not isinstance(x, dict) and hasattr(getattr(self, "preprocessor", None),
                                                "call_in_memory"):
             x, y, sample_weight, _ = self._prepare(x, y, sample_weight, training=False)
@@ -1362,6 +1368,7 @@ def check_raw_inputs(x, task_name):
                          "strings or a tf.data.Dataset.")
     if isinstance(x, tf.data.Dataset) or isinstance(x, dict):
         return
+    check_not_an_iterator(x, "x", task_name)
     parts = x if isinstance(x, tuple) else (x,)
     for part in parts:
         if isinstance(part, (str, bytes)):
@@ -1385,9 +1392,27 @@ def check_raw_inputs(x, task_name):
 
 
 def _check_text_items(texts, task_name):
-    """A list of texts where some items are not: None, numbers (a missing value in a column)."""
-    if any(isinstance(t, (str, bytes)) for t in texts[:1000]):
+    """A list of texts where some items are not: None, numbers (a missing value in a column, or
+    a column of numbers: its first item is named)."""
+    head = texts[:1000]
+    if any(isinstance(t, (str, bytes)) for t in head) or not any(
+            isinstance(t, (list, tuple, np.ndarray)) for t in head):
         check_text_items(texts, task_name)  # not lists of lists (words, choices): checked later
+
+
+def check_not_an_iterator(values, name, task_name):
+    """In-memory inputs are a batch that can be sliced: a generator, another one-pass iterator
+    or a set (no order) is refused by name (TensorFlow's message was "Attempt to convert a
+    value (<generator ...>) with an unsupported type")."""
+    if isinstance(values, (set, frozenset)) or (
+            hasattr(values, "__next__") and not isinstance(values, tf.data.Iterator)):
+        kind = type(values).__name__
+        raise ValueError(
+            f"{task_name} got {name} as a {kind}: expected a list or an array (one entry per "
+            f"example){', or a tf.data.Dataset' if name == 'x' else ''}. "
+            + ("A set has no order: pass sorted(...) or a list." if kind in ("set", "frozenset")
+               else "Pass list(...), or for a stream tf.data.Dataset.from_generator(...) "
+                    "yielding (x, y) examples."))
 
 
 def _num_examples(x):
@@ -1400,6 +1425,28 @@ def _num_examples(x):
     if isinstance(x, list) and x and isinstance(x[0], (str, bytes)):
         return len(x)
     return None
+
+
+def check_labels_not_a_dict(task, x, y):
+    """A task whose labels are one array (`labels_are_one_array`) refuses `y` as a dict, in
+    memory or as a dataset's labels, naming its keys (Keras' error was "Expected any non-tensor
+    type, but got a tensor instead", the preprocessor's "Could not build a TypeSpec"; keras-hub's
+    tasks take no dict either)."""
+    check_not_an_iterator(y, "y", type(task).__name__)
+    if not task.labels_are_one_array:
+        return
+    where = "y as a dict"
+    if isinstance(x, tf.data.Dataset) and y is None:
+        spec = x.element_spec
+        y = spec[1] if isinstance(spec, tuple) and len(spec) > 1 else None
+        where = "a dataset whose labels are a dict"
+    if isinstance(y, dict):
+        key = next(iter(y), "labels")
+        fix = (f"map it to (x, labels), e.g. ds.map(lambda x, y: (x, y[{key!r}]))"
+               if where.startswith("a dataset") else f"pass the array itself, e.g. y=y[{key!r}]")
+        raise ValueError(
+            f"{type(task).__name__} takes its labels as one array (one entry per example), got "
+            f"{where} with keys {sorted(map(str, y))}: the task has one output; {fix}.")
 
 
 def check_example_counts(x, y, sample_weight, task_name):

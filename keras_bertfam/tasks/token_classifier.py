@@ -37,6 +37,7 @@ class TokenClassifier(Task):
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
     global_attention_task = "TokenClassifier"
+    labels_are_one_array = True
     follows_xlnet_layout = True
 
     def __init__(self, backbone, num_classes, preprocessor=None, dropout=0.1, **kwargs):
@@ -86,7 +87,8 @@ class TokenClassifier(Task):
         words = _words(x)
         if y is None:
             return (words,)
-        y = y if isinstance(y, tf.RaggedTensor) else tf.ragged.constant(y, dtype=tf.int32)
+        if not isinstance(y, tf.RaggedTensor):  # lists, arrays, a pandas Series of lists
+            y = tf.ragged.constant(y.tolist() if hasattr(y, "tolist") else y, dtype=tf.int32)
         _check_one_label_per_word(self.preprocessor.words_of(words), y)
         return (words, y) if sample_weight is None else (words, y, sample_weight)
 
@@ -119,6 +121,12 @@ def _words(x):
 
     if isinstance(x, tf.RaggedTensor):
         return x
+    if isinstance(x, dict) or hasattr(x, "columns"):  # a pandas DataFrame
+        names = list(getattr(x, "columns", x))
+        raise ValueError(
+            f"TokenClassifier takes sentences (a list of strings) or their words (a list of word "
+            f"lists, a RaggedTensor), got a {type(x).__name__} of columns {names[:5]}: pass one "
+            f"column, e.g. x[{names[0] if names else 'name'!r}].")
     return tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x)
 
 
