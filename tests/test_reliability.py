@@ -640,6 +640,29 @@ def test_pretraining_on_a_corpus_without_documents_says_so():
                 pre.prepare(ds)
 
 
+def test_pretraining_texts_in_another_shape_are_named():
+    """A keras-hub user's first pretraining script passes what a fine-tuning task takes: a
+    dict or DataFrame of columns (was "'dict' object has no attribute 'dtype'"), documents as
+    lists of sentences (TensorFlow's "non-rectangular Python sequence"), a tuple of columns or
+    a 2-D array (a graph error in the epoch's pipeline). Refused by name, by the task's fit and
+    by the preprocessor alike, before any pipeline is built."""
+    texts = ["the cat sat on the mat", "a dog ran in the park"] * 4
+    pre = kb.preprocessing.MaskedLMPreprocessor(_tokenizer(), sequence_length=16, batch_size=4)
+    task = kb.tasks.MaskedLM(_backbone(num_layers=1), preprocessor=pre)
+    cases = [({"text": texts}, r"got a dict of columns \['text'\].*x\['text'\]"),
+             ([["the cat sat", "on the mat"], ["a dog"]], r"got list \['the cat sat', .* at index 0"),
+             (texts[:3] + [None], "item 3 is None|None at index 3"),
+             ((texts, texts), "a tuple of 2 columns: pretraining is self-supervised"),
+             (np.array([texts, texts]), r"an array of shape \(2, 8\)")]
+    for x, message in cases:
+        with pytest.raises(ValueError, match=message):
+            task.fit(x, epochs=1, verbose=0)
+        if not isinstance(x, tuple):  # the preprocessor's own message for a tuple: no labels
+            with pytest.raises(ValueError, match=message):
+                pre.prepare(x)
+    assert int(np.asarray(task.optimizer.iterations)) == 0
+
+
 def test_fit_that_gets_no_batch_says_so_instead_of_an_empty_history():
     """A first ALBERT script fits AlbertPretrainer on one-sentence strings: sentence-order
     prediction makes no example of a one-sentence document, the data gave no batch, and fit

@@ -95,6 +95,30 @@ def _check_not_empty(ds, name):
             "the corpus path and any filter upstream.")
 
 
+def check_texts(texts, name):
+    """In-memory raw text for pretraining: a list or 1-D array of strings, one document each.
+    A tuple of columns, a dict or table of columns (was "'dict' object has no attribute 'dtype'"), lists of
+    sentences (TensorFlow's "Can't convert non-rectangular Python sequence") and a 2-D array (a
+    graph error in the epoch's pipeline) are refused by name."""
+    expected = ("expected raw text: a list or 1-D array of strings, one document each (a "
+                "document's sentences joined into one string), or a tf.data.Dataset of strings")
+    if isinstance(texts, dict) or hasattr(texts, "columns"):  # a pandas DataFrame
+        columns = [str(c) for c in getattr(texts, "columns", texts)]
+        raise ValueError(f"{name} got a {type(texts).__name__} of columns {columns[:5]}: "
+                         f"{expected}. Pass the text column itself"
+                         f"{f', e.g. x[{columns[0]!r}]' if columns else ''}.")
+    if isinstance(texts, tuple):
+        raise ValueError(f"{name} got a tuple of {len(texts)} columns: pretraining is "
+                         f"self-supervised (no labels, no text pairs); {expected}.")
+    if isinstance(texts, list):
+        for i, text in enumerate(texts):
+            if not isinstance(text, (str, bytes)):
+                raise ValueError(f"{name} got {type(text).__name__} {text!r:.60} at index {i} "
+                                 f"of its input: {expected}.")
+    elif getattr(texts, "ndim", 1) != 1:
+        raise ValueError(f"{name} got an array of shape {tuple(texts.shape)}: {expected}.")
+
+
 def _shuffled_by_tensor_seed(ds, buffer_size, seed):
     """`ds.shuffle(buffer_size)` seeded by an int64 tensor (inside a `tf.data` function), the
     same whatever the global seed: the graph-level seed is 1 while the op is made. (TF's
@@ -346,6 +370,7 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         if self._epoch is not None:  # inside `prepare_epochs`: checked and batched already
             return ds
         if not isinstance(ds, tf.data.Dataset):
+            check_texts(ds, type(self).__name__)
             if hasattr(ds, "__len__") and len(ds) == 0:
                 _check_not_empty(tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string)),
                                  type(self).__name__)

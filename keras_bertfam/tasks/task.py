@@ -23,7 +23,7 @@ from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions)
-from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor
+from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 
@@ -483,6 +483,9 @@ class Task(keras.Model):
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__)
+        if isinstance(preprocessor, PretrainingPreprocessor) and \
+                not isinstance(x, tf.data.Dataset):
+            check_texts(x, type(self).__name__)
         check_example_counts(x, y, sample_weight, type(self).__name__)
         check_backbone_and_preprocessor(self)  # again: `preprocessor.sequence_length` is settable
         raw = None  # what `_resume_position` and `_epoch_keyed` build the pipeline from
