@@ -248,6 +248,11 @@ class PretrainingPreprocessor(keras.layers.Layer):
         if shuffle_batch_size:
             count = int(ds.cardinality())
 
+        # Not converted by AutoGraph: `prepare` has no tensor-dependent Python control flow
+        # (its map functions are converted by their own `map`), and converting it and
+        # everything it calls cost ~25% of a tiny pretraining fit's CPU (NSP: 7.9 -> 5.8 s,
+        # the same weights).
+        @tf.autograph.experimental.do_not_convert
         def one_epoch(epoch, skip):
             self._epoch, self._skip = epoch, skip
             try:
