@@ -250,8 +250,8 @@ class PretrainingPreprocessor(keras.layers.Layer):
 
         # Not converted by AutoGraph: `prepare` has no tensor-dependent Python control flow
         # (its map functions are converted by their own `map`), and converting it and
-        # everything it calls cost ~25% of a tiny pretraining fit's CPU (NSP: 7.9 -> 5.8 s,
-        # the same weights).
+        # everything it calls cost a fifth of a tiny pretraining fit's CPU (test_resume's NSP
+        # fit: 7.2-8.0 -> 4.8-7.0 s, the same weights; BUILD.md, "One pipeline a fit").
         @tf.autograph.experimental.do_not_convert
         def one_epoch(epoch, skip):
             self._epoch, self._skip = epoch, skip
