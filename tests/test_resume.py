@@ -5,8 +5,8 @@ and resumed as a user's script is re-run: a new task built the same way, the sam
 resumed run must end with the uninterrupted run's weights, optimizer state and seed generators'
 state, bit for bit, with dropout on. Each kind of run trains once uninterrupted (`reference`).
 On TensorFlow, but for one MaskedLM resume on every backend (the seed generators' and the
-optimizer's state saved and restored by JAX's and torch's variables; the raw-text pipelines
-are tf.data on every backend).
+optimizer's state saved and restored by JAX's and torch's variables, without dropout on torch;
+the raw-text pipelines are tf.data on every backend).
 """
 import os
 
@@ -111,7 +111,6 @@ def assert_same_state(expected, got):
 def fit(task, kind, callbacks, epochs=EPOCHS, **kwargs):
     x, options = data(kind)
     return task.fit(x, epochs=epochs, verbose=0, callbacks=callbacks, **options, **kwargs)
-
 
 
 @pytest.mark.parametrize("kind,save_freq,batch", [("mlm", 2, 1), ("classifier", "epoch", None),

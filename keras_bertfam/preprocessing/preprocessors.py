@@ -273,6 +273,11 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         if shuffle_batch_size:
             count = int(ds.cardinality())
 
+        # Not converted by AutoGraph: `prepare` has no tensor-dependent Python control flow
+        # (its map functions are converted by their own `map`), and converting it and
+        # everything it calls cost a fifth of a tiny pretraining fit's CPU (test_resume's NSP
+        # fit: 7.2-8.0 -> 4.8-7.0 s, the same weights; BUILD.md, "One pipeline a fit").
+        @tf.autograph.experimental.do_not_convert
         def one_epoch(epoch, skip):
             self._epoch, self._skip = epoch, skip
             try:
