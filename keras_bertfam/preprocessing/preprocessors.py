@@ -97,9 +97,9 @@ def _check_not_empty(ds, name):
 
 def check_texts(texts, name):
     """In-memory raw text for pretraining: a list or 1-D array of strings, one document each.
-    A tuple of columns, a dict or table of columns (was "'dict' object has no attribute 'dtype'"), lists of
-    sentences (TensorFlow's "Can't convert non-rectangular Python sequence") and a 2-D array (a
-    graph error in the epoch's pipeline) are refused by name."""
+    A tuple of columns, a dict or table of columns (was "'dict' object has no attribute
+    'dtype'"), lists of sentences (TensorFlow's "Can't convert non-rectangular Python
+    sequence") and a 2-D array (a graph error in the epoch's pipeline) are refused by name."""
     expected = ("expected raw text: a list or 1-D array of strings, one document each (a "
                 "document's sentences joined into one string), or a tf.data.Dataset of strings")
     if isinstance(texts, dict) or hasattr(texts, "columns"):  # a pandas DataFrame
