@@ -154,7 +154,7 @@ def test_trained_bpe_vocabulary(bpe_dir):
     assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id,
             tok.unk_token_id) == (0, 2, 1, 4, 3)
     with pytest.raises(ValueError, match="lacks the special token"):
-        kb.preprocessing.BytePairTokenizer({"a": 0, "b": 1}, [])
+        kb.preprocessing.BytePairTokenizer({"a": 0, "b": 1}, ["a b"])
 
 
 def test_bpe_ids_equal_hf_roberta_tokenizer(bpe_dir, imdb_sentences):

@@ -241,3 +241,19 @@ def _asserts(function):
     ops = list(graph.get_operations())
     ops += [op for f in graph._functions.values() for op in f.graph.get_operations()]
     return sum(op.type == "Assert" for op in ops)
+
+
+def test_bpe_merges_without_rules_or_with_a_malformed_rule_are_named(tmp_path):
+    """No merge rule at all (an empty list, a merges.txt of its "#version" line alone) gave
+    keras-hub's TensorFlow error "Could not find device for node HashTableV2"; a rule that is
+    not two pieces is named with its index."""
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4, "b": 5, "Ġ": 6}
+    header_only = tmp_path / "merges.txt"
+    header_only.write_text("#version: 0.2\n\n")
+    for merges, message in (([], "no merge rules in merges"),
+                            (str(header_only), "no merge rules in the merges file"),
+                            (["a b", "ab"], "merge rule 1 of merges is 'ab'")):
+        with pytest.raises(ValueError, match=message):
+            kb.preprocessing.BytePairTokenizer(vocabulary=vocab, merges=merges)
+    tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=vocab, merges=["a b"])
+    assert tokenizer(["a b"]).to_list() == [[4, 6, 5]]

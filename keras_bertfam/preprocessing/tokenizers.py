@@ -456,13 +456,25 @@ def _read_bpe_vocabulary(vocabulary):
 
 
 def _read_bpe_merges(merges):
-    """merges.txt path or list -> list of "a b" rules (the "#version" header dropped)."""
+    """merges.txt path or list -> list of "a b" rules (the "#version" header dropped). No rule
+    at all (keras-hub's table then failed with TensorFlow's "Could not find device for node
+    HashTableV2") or a rule that is not two pieces is refused, naming it and where it is."""
+    source = f"the merges file {merges!r}" if isinstance(merges, str) else "merges"
     if isinstance(merges, str):
         if not os.path.exists(merges):
             raise FileNotFoundError(f"BPE merges file {merges!r} does not exist.")
         with open(merges, encoding="utf-8") as f:
             merges = [line.rstrip("\n") for line in f]
-    return [m for m in merges if m and not m.startswith("#version")]
+    rules = [m for m in merges if m and not m.startswith("#version")]
+    if not rules:
+        raise ValueError(f"BytePairTokenizer got no merge rules in {source}: expected GPT-2 / "
+                         f"RoBERTa merges, one rule \"a b\" (two pieces and a space) per line.")
+    bad = next((i for i, m in enumerate(rules) if not isinstance(m, str) or
+                len(m.split(" ")) != 2), None)
+    if bad is not None:
+        raise ValueError(f"BytePairTokenizer: merge rule {bad} of {source} is {rules[bad]!r}: "
+                         f"expected two pieces separated by one space, e.g. \"Ġ t\".")
+    return rules
 
 
 UNKNOWN_PIECE = (
