@@ -13,6 +13,7 @@ mask every time an example is seen (RoBERTa's dynamic masking).
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
@@ -34,7 +35,7 @@ from keras_bertfam.preprocessing.packing import (
     NextSentencePairer,
     SegmentPacker,
 )
-from keras_bertfam.preprocessing.tokenizers import require_special_tokens
+from keras_bertfam.preprocessing.tokenizers import check_text_items, require_special_tokens
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Instances made from one document come out together; BERT's create_pretraining_data and
@@ -111,10 +112,12 @@ def check_texts(texts, name):
         raise ValueError(f"{name} got a tuple of {len(texts)} columns: pretraining is "
                          f"self-supervised (no labels, no text pairs); {expected}.")
     if isinstance(texts, list):
-        for i, text in enumerate(texts):
-            if not isinstance(text, (str, bytes)):
-                raise ValueError(f"{name} got {type(text).__name__} {text!r:.60} at index {i} "
-                                 f"of its input: {expected}.")
+        nested = next((i for i, t in enumerate(texts) if isinstance(t, (list, tuple, np.ndarray))),
+                      None)
+        if nested is not None:
+            raise ValueError(f"{name} got {type(texts[nested]).__name__} {texts[nested]!r:.60} at "
+                             f"index {nested} of its input: {expected}.")
+        check_text_items(texts, name)  # None, numbers: named by index
     elif getattr(texts, "ndim", 1) != 1:
         raise ValueError(f"{name} got an array of shape {tuple(texts.shape)}: {expected}.")
 
