@@ -144,9 +144,9 @@ def without_unused_imports(*more):
 # === A fresh serving process per test, TensorFlow imported once per xdist worker ===
 # test_export, test_longformer and test_roberta load their SavedModels in a process that imports
 # only TensorFlow and tf-text (a serving client's: our library and keras-hub must not be needed,
-# and each script asserts they are not in its sys.modules). Importing TensorFlow is ~4.2 s of CPU
-# a process (idle) and was paid by each of the three; `serving_process` forks every script's
-# process from one server per worker that has imported TensorFlow and NumPy and nothing else
+# and each script asserts they are not in its sys.modules). Importing TensorFlow was ~4.2 s of
+# CPU in each of the three (load 5; BUILD.md, Test, session 31); `serving_process` forks every
+# script's process from one server per worker that has imported TensorFlow and NumPy, no more
 # (no op run, so no TensorFlow thread pool yet: `import tensorflow` starts no thread; OpenBLAS'
 # is fork-safe). Each script still starts from that state alone, in its own process, which exits
 # after it: nothing a script loads or registers (tf-text's ops) reaches the next one, and
