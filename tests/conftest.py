@@ -141,6 +141,96 @@ def without_unused_imports(*more):
             f"import gc\ngc.set_threshold(*{GC_THRESHOLDS!r})\n")
 
 
+# === A fresh serving process per test, TensorFlow imported once per xdist worker ===
+# test_export, test_longformer and test_roberta load their SavedModels in a process that imports
+# only TensorFlow and tf-text (a serving client's: our library and keras-hub must not be needed,
+# and each script asserts they are not in its sys.modules). Importing TensorFlow was ~4.2 s of
+# CPU in each of the three (load 5; BUILD.md, Test, session 31); `serving_process` forks every
+# script's process from one server per worker that has imported TensorFlow and NumPy, no more
+# (no op run, so no TensorFlow thread pool yet: `import tensorflow` starts no thread; OpenBLAS'
+# is fork-safe). Each script still starts from that state alone, in its own process, which exits
+# after it: nothing a script loads or registers (tf-text's ops) reaches the next one, and
+# saved_model_cli in test_export still runs before tf-text is imported.
+SERVING_SERVER = without_unused_imports("jax") + r"""
+import json, os, traceback
+import numpy as np
+import tensorflow as tf
+requests = os.fdopen(os.dup(0), "r")  # the server's own ends; a script's child gets files on 0-2
+replies = os.fdopen(os.dup(1), "w")
+for line in requests:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            requests.close(); replies.close()
+            for fd, name, mode in ((0, os.devnull, os.O_RDONLY),
+                                   (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
+                                   (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
+                os.dup2(os.open(name, mode, 0o644), fd)
+            sys.argv = ["-c", *request["argv"]]
+            try:
+                exec(compile(request["script"], "<serving script>", "exec"),
+                     {"__name__": "__main__"})
+                code = 0
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else (exit.code is not None)
+            except BaseException:
+                traceback.print_exc()
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(code)
+    replies.write(json.dumps({"pid": pid}) + "\n"); replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+    replies.flush()
+"""
+
+
+@pytest.fixture(scope="session")
+def serving_process(tmp_path_factory):
+    """`run(script, *args)` runs a Python script (`python -c script *args`) in a new process
+    forked from this worker's serving server (above: TensorFlow imported, nothing else) and
+    returns a `subprocess.CompletedProcess` (returncode, stdout, stderr as text). The server
+    starts at the first call; a script that has not ended after `timeout` seconds is killed."""
+    import json
+    import signal
+    import subprocess
+    import threading
+
+    server, tmp, count = None, tmp_path_factory.mktemp("serving"), [0]
+
+    def run(script, *args, timeout=1800):
+        nonlocal server
+        if server is None or server.poll() is not None:
+            server = subprocess.Popen([sys.executable, "-c", SERVING_SERVER],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        count[0] += 1
+        out, err = tmp / f"{count[0]}.out", tmp / f"{count[0]}.err"
+        server.stdin.write(json.dumps({"script": script, "argv": [str(a) for a in args],
+                                       "stdout": str(out), "stderr": str(err)}) + "\n")
+        server.stdin.flush()
+        started = server.stdout.readline()
+        assert started, f"the serving server died (exit status {server.wait()})"
+        pid = json.loads(started)["pid"]
+        killer = threading.Timer(timeout, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        try:
+            reply = server.stdout.readline()
+        finally:
+            killer.cancel()
+        assert reply, f"the serving server died (exit status {server.wait()})"
+        returncode = json.loads(reply)["returncode"]
+        return subprocess.CompletedProcess(["<serving script>", *args], returncode,
+                                           out.read_text(), err.read_text())
+
+    yield run
+    if server is not None:
+        server.stdin.close()
+        server.wait(timeout=60)
+
+
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)
 

@@ -6,8 +6,6 @@ the audit catches keras-hub's round-robin packer; saved_model_cli lists the sign
 pretrainers' signatures compute (ELECTRA, SpanBERT, XLNet) is checked in process on every backend."""
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 import keras
@@ -303,9 +301,10 @@ def test_every_export_passes_the_tf_text_2_12_audit(exports):
 
 
 @pytest.fixture(scope="module")
-def fresh(exports, tmp_path_factory):
+def fresh(exports, tmp_path_factory, serving_process):
     """One fresh TensorFlow process for every export (and for saved_model_cli, run first, before
-    tf-text is imported). -> (jobs, the process, saved_model_cli's {"code", "stdout"})."""
+    tf-text is imported; conftest's `serving_process`). -> (jobs, the process,
+    saved_model_cli's {"code", "stdout"})."""
     done, features = exports[1], exports[4]
     tmp = tmp_path_factory.mktemp("fresh")
     jobs = []
@@ -318,8 +317,7 @@ def fresh(exports, tmp_path_factory):
     spec.write_text(json.dumps({"jobs": jobs, "cli_out": str(cli_out),
                                 "cli_dir": dict((n, p) for n, p, _, _ in done)["BertPretrainer"]},
                                default=lambda a: np.asarray(a).tolist()))
-    proc = subprocess.run([sys.executable, "-c", FRESH, str(spec)], capture_output=True, text=True,
-                          timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = serving_process(FRESH, spec)
     cli = json.loads(cli_out.read_text()) if cli_out.exists() else None
     return jobs, proc, cli
 

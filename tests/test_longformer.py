@@ -788,10 +788,8 @@ def longformer_exports(tmp_path_factory, bert_vocab):
 
 
 def test_longformer_task_exports_pass_audit_and_fresh_process(longformer_exports, tmp_path,
-                                                               bert_vocab):
+                                                               bert_vocab, serving_process):
     import json
-    import subprocess
-    import sys
 
     from tests import test_export as te
 
@@ -804,9 +802,7 @@ def test_longformer_task_exports_pass_audit_and_fresh_process(longformer_exports
                      "out": str(tmp_path / f"{name}.npz")})
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps(jobs, default=lambda a: np.asarray(a).tolist()))
-    proc = subprocess.run([sys.executable, "-c", te.FRESH, str(spec)], capture_output=True,
-                          text=True, timeout=1800,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = serving_process(te.FRESH, spec)  # a fresh process (conftest)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     for (name, path, inputs, ref), job in zip(longformer_exports, jobs):
         got = np.load(job["out"], allow_pickle=True)

@@ -227,10 +227,12 @@ def test_backup_dir_that_is_a_file_is_refused_before_training(bert_vocab, tmp_pa
     assert int(task.optimizer.iterations.numpy()) == 0
 
 
-@pytest.mark.parametrize("kind,file", [("mlm", "task.keras"), ("mlm", "task.weights.h5"),
-                                       ("nsp", "task.weights.h5")])
+CHECKPOINT_CASES = [("mlm", "task.keras"), ("mlm", "task.weights.h5"), ("nsp", "task.weights.h5")]
+
+
+@pytest.mark.parametrize("kind,file", CHECKPOINT_CASES)
 def test_model_checkpoint_reloaded_and_fit_on_is_the_uninterrupted_run(kind, file, bert_vocab,
-                                                                         tmp_path):
+                                                                         tmp_path_factory):
     """ModelCheckpoint every epoch, interrupted at epoch 2, reloaded (`load_model`, or a new
     task's `load_weights`) and `fit(initial_epoch=2)`: the uninterrupted run's weights and
     optimizer state (AdamW's moments and step count, the schedule's position). Before,
@@ -238,16 +240,12 @@ def test_model_checkpoint_reloaded_and_fit_on_is_the_uninterrupted_run(kind, fil
     and `load_weights` into a compiled task skipped the optimizer's state (a warning): both went
     on from a fresh optimizer; the pipeline read epoch 0's masks (or pairs) again."""
     expected = reference(kind, bert_vocab)
-    path = os.path.join(tmp_path, file)
-    task = make_task(kind, bert_vocab)
-    checkpoint = keras.callbacks.ModelCheckpoint(path, save_weights_only=file.endswith(".h5"))
-    with pytest.raises(RuntimeError, match="interrupted"):
-        fit(task, kind, [checkpoint, Interrupt(2)])
-    steps = int(task.optimizer.iterations.numpy())
+    preprocessor, paths, steps = checkpoints(kind, bert_vocab, tmp_path_factory)
+    path = paths[file]
     if file.endswith(".keras"):
         keras.utils.set_random_seed(1)  # as the script did
         resumed = keras.saving.load_model(path)
-        assert resumed.preprocessor.get_config() == task.preprocessor.get_config()
+        assert resumed.preprocessor.get_config() == preprocessor
         gamma = resumed.backbone.get_layer("embeddings").weights[3]
         assert gamma.path.endswith("layer_norm/gamma")
         assert not resumed.optimizer._use_weight_decay(gamma)
@@ -257,6 +255,27 @@ def test_model_checkpoint_reloaded_and_fit_on_is_the_uninterrupted_run(kind, fil
     assert int(resumed.optimizer.iterations.numpy()) == steps
     fit(resumed, kind, [], initial_epoch=2)
     assert_same_state(expected, state(resumed))
+
+
+_CHECKPOINTS = {}
+
+
+def checkpoints(kind, bert_vocab, tmp_path_factory):
+    """The interrupted run of `kind`, a ModelCheckpoint every epoch for each file its cases
+    reload (`task.keras`, `task.weights.h5`), interrupted at epoch 2: one run for those cases
+    (the callbacks only read the model). -> (its preprocessor's config, {file: path}, the steps
+    it took)."""
+    if kind not in _CHECKPOINTS:
+        root = tmp_path_factory.mktemp(f"checkpoints_{kind}")
+        paths = {file: str(root / file) for k, file in CHECKPOINT_CASES if k == kind}
+        task = make_task(kind, bert_vocab)
+        callbacks = [keras.callbacks.ModelCheckpoint(path, save_weights_only=file.endswith(".h5"))
+                     for file, path in paths.items()]
+        with pytest.raises(RuntimeError, match="interrupted"):
+            fit(task, kind, [*callbacks, Interrupt(2)])
+        _CHECKPOINTS[kind] = (task.preprocessor.get_config(), paths,
+                              int(task.optimizer.iterations.numpy()))
+    return _CHECKPOINTS[kind]
 
 
 @pytest.fixture(scope="module")

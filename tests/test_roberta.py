@@ -279,14 +279,12 @@ print("ok")
 '''
 
 
-def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path):
+def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path, serving_process):
     """MaskedLM, TextClassifier, TokenClassifier and the bare backbone with its
     preprocessor (`keras-bertfam pretrain --family roberta`'s export) save, pass the strict
     TF 2.12.1 + tf-text 2.12.1 audit, and load in a fresh process (TensorFlow + tf-text only)
     with the in-process outputs."""
     import json
-    import subprocess
-    import sys
 
     import tensorflow as tf
 
@@ -344,8 +342,7 @@ def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path):
         jobs.append({"dir": path, "inputs": inputs, "out": str(tmp_path / f"{name}.npz")})
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps(jobs))
-    proc = subprocess.run([sys.executable, "-c", FRESH_BPE, str(spec)], capture_output=True,
-                          text=True, timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = serving_process(FRESH_BPE, spec)  # a fresh process (conftest)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     for (name, _, _, _, ref), job in zip(cases, jobs):
         got = np.load(job["out"])
