@@ -955,3 +955,28 @@ def test_feedforward_runs_on_rows(activation):
     x = _x(2, 5, 8)
     rows = layer(ops.reshape(ops.convert_to_tensor(x), (10, 8)))
     np.testing.assert_array_equal(to_numpy(layer(x)), to_numpy(ops.reshape(rows, (2, 5, 8))))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="a property of the TensorFlow train step's graph")
+def test_stack_makes_the_attention_mask_once():
+    """The (B, 1, 1, T) boolean key mask of the padding mask is made once for every layer of a
+    stack (it was cast and reshaped in each layer); the outputs are those of the blocks called
+    one by one with the (B, T) padding mask."""
+    import tensorflow as tf
+
+    stack = TransformerStack(3, 8, 2, 16)
+    stack.build((None, None, 8))
+
+    def forward(x, mask):
+        return stack(x, padding_mask=mask)
+
+    graph_ops = _traced_ops(forward, tf.TensorSpec((None, None, 8)),
+                            tf.TensorSpec((None, None), tf.int32))
+    to_bool = [op.name for op in graph_ops if op.type == "Cast" and op.outputs[0].dtype == tf.bool]
+    assert len(to_bool) == 1, to_bool
+    x, mask = _x(2, 5, 8), np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], "int32")
+    expected = ops.convert_to_tensor(x)
+    for block in stack.blocks:
+        expected = block(expected, padding_mask=mask)
+    np.testing.assert_array_equal(to_numpy(stack(x, padding_mask=mask)), to_numpy(expected))

@@ -74,7 +74,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     Call args:
         x: (B, T, H).
-        padding_mask: (B, T), true/1 for real tokens; or a full (B, T, T) attention mask.
+        padding_mask: (B, T), true/1 for real tokens; or a full (B, T, T) attention mask; or
+            either as `attention_mask` makes it, (B, 1, 1|T, T) boolean.
         head_mask: optional (N,) or (B, N): multiplies each head's probabilities.
         return_attention_scores: also return the (B, N, T, T) probabilities.
         query_rows: a Python slice of positions: queries (and outputs) only at those rows,
@@ -262,9 +263,13 @@ def _large_negative(dtype):
 
 
 def attention_mask(padding_mask):
-    """(B, T) padding mask -> (B, 1, 1, T) boolean key mask; (B, T, S) -> (B, 1, T, S)."""
+    """(B, T) padding mask -> (B, 1, 1, T) boolean key mask; (B, T, S) -> (B, 1, T, S); a
+    mask of rank 4 is one of those already, returned as it is (`TransformerStack` makes its
+    padding mask's once for all its layers)."""
     if padding_mask is None:
         return None
+    if len(padding_mask.shape) == 4:
+        return padding_mask
     mask = ops.cast(padding_mask, "bool")
     if len(mask.shape) == 2:
         return mask[:, None, None, :]

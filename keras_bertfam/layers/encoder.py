@@ -13,7 +13,7 @@ its last layer that way (`TransformerStack(..., last_layer_rows=...)`).
 import keras
 from keras import ops
 
-from keras_bertfam.layers.attention import MultiHeadSelfAttention
+from keras_bertfam.layers.attention import MultiHeadSelfAttention, attention_mask
 from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import (
     _check_positive,
@@ -50,7 +50,7 @@ def _gelu_and_slope(x, approximate, zero=0.0):
     """gelu(x) and its derivative, from x, sharing Φ(x) (the tanh form: its tanh). gelu(x) is
     `tf.nn.gelu`'s formula, op for op: on TensorFlow the bits of Keras' GELU.
 
-    `zero` (0, or `zero_after`'s [1] zero) enters every op that reads x alone (`0.5·x`,
+    `zero` (0, or `zero_after`'s (1, ..., 1) zero) enters every op that reads x alone (`0.5·x`,
     `-x/√2`, `x³`), through the op's constant (no extra op of x's size), so that in a TensorFlow
     graph every op here runs once `zero`'s tensor exists.
     """
@@ -746,6 +746,9 @@ class TransformerStack(keras.layers.Layer):
         if head_mask is None:
             # Set by `kb.analysis` around a task's call, to differentiate with respect to it.
             head_mask = getattr(self, "head_mask_override", None)
+        if padding_mask is not None and len(padding_mask.shape) == 2:
+            # The (B, 1, 1, T) boolean key mask, made once for every layer, not once a layer.
+            padding_mask = attention_mask(padding_mask)
         hidden_states, attention_probs = [x], []
         calls = [(i, block) for i in range(self.num_layers) for block in self.layer_blocks(i)]
         for n, (i, block) in enumerate(calls):
