@@ -10,8 +10,9 @@ of the sum of its output).
 
 `--time`: the step's CPU and wall at batch 32 x T (T = 16 and 32), every `--rounds` round a
 fresh process per variant, variants alternating (`--variants LABEL=PYTHONPATH ...`; each
-process: its first step, which traces, then `--steps` steps at each T in turn, the medians),
-plus the first step's CPU (tracing the step, building the optimizer's slots). A variant may
+process: its first step, which traces, then `--steps` steps at each T in turn, the medians
+and the least CPU), the first step's CPU (tracing the step, its first run) and the least CPU of
+3 more traces of the step (tracing alone; the least is the least disturbed by other load). A variant may
 set TensorFlow's threads: `LABEL=PATH@INTER,INTRA`.
 
 Usage: python bench/bench_step_graph.py --count [--keras-hub]
@@ -158,6 +159,13 @@ def worker(steps, threads):
     for t, values in times.items():
         result[f"T{t}_cpu"] = statistics.median(v[0] for v in values)
         result[f"T{t}_wall"] = statistics.median(v[1] for v in values)
+        result[f"T{t}_cpu_min"] = min(v[0] for v in values)
+    traces = []
+    for _ in range(3):  # the step traced again (a new tf.function): tracing alone
+        start = _cpu()
+        tf.function(clf.train_step).get_concrete_function(_spec())
+        traces.append(_cpu() - start)
+    result["trace_cpu_min"] = min(traces)
     print(json.dumps(result))
 
 
