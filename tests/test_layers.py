@@ -980,3 +980,22 @@ def test_stack_makes_the_attention_mask_once():
     for block in stack.blocks:
         expected = block(expected, padding_mask=mask)
     np.testing.assert_array_equal(to_numpy(stack(x, padding_mask=mask)), to_numpy(expected))
+
+
+def test_heads_dense_with_a_bias_over_some_output_axes():
+    """A HeadsDense whose bias covers only the head width (bias_axes="h") broadcasts it over
+    the heads, as EinsumDense does (the rows path adds a bias over every output axis as a
+    vector, this one after the reshape)."""
+    from keras_bertfam.layers.attention import HeadsDense
+
+    layers = [cls("btd,dnh->btnh", output_shape=(None, 2, 4), bias_axes="h")
+              for cls in (HeadsDense, keras.layers.EinsumDense)]
+    rng = np.random.RandomState(0)
+    for layer in layers:
+        layer.build((3, 5, 8))
+    for w, v in zip(layers[0].weights, layers[1].weights):
+        v.assign(rng.randn(*w.shape).astype("float32"))
+        w.assign(to_numpy(v))
+    x = rng.randn(3, 5, 8).astype("float32")
+    np.testing.assert_allclose(to_numpy(layers[0](x)), to_numpy(layers[1](x)), rtol=1e-5,
+                               atol=1e-5)

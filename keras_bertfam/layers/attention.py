@@ -46,9 +46,14 @@ class HeadsDense(keras.layers.EinsumDense):
         output's axes. The same sums as EinsumDense's, bit for bit on TensorFlow."""
         outer = tuple(self.kernel.shape)[self._CONTRACTED[self.equation]:]
         x = rows_matmul(rows, self.kernel, self._CONTRACTED[self.equation], rows_given=True)
-        if self.bias is not None:
+        # A bias over every output axis ("nh", "d") is added to the rows as a vector; another
+        # (e.g. bias_axes="h") broadcasts over the output's axes, as EinsumDense adds it.
+        row_bias = self.bias is not None and tuple(self.bias.shape) == outer
+        if row_bias:
             x = ops.add(x, ops.reshape(self.bias, (-1,)) if len(outer) > 1 else self.bias)
         x = ops.reshape(x, tuple(lead) + outer)
+        if self.bias is not None and not row_bias:
+            x = ops.add(x, self.bias)
         if self.activation is not None:
             x = self.activation(x)
         return x
