@@ -93,8 +93,10 @@ def _loss_and_grads(task, x, y):
 
 
 def _rows_seen(task, x):
-    """The rows per example each feed-forward call of the backbone computes, in call order."""
+    """The rows per example each feed-forward call of the backbone computes, in call order
+    (the feed-forward's Dense layers take the rows (B·T, H) of its (B, T, H) input)."""
     seen, patched = [], []
+    batch = int(np.prod(np.shape(x["token_ids"])[:-1]))  # the backbone's rows (B·C for choices)
     for block in task.backbone.encoder.blocks:
         dense = block.feedforward.intermediate_dense
         if dense in patched:  # a feed-forward sublayer shared by several blocks
@@ -102,7 +104,7 @@ def _rows_seen(task, x):
         patched.append(dense)
 
         def recorded(inputs, *args, _call=dense.call, **kwargs):
-            seen.append(int(inputs.shape[1]))
+            seen.append(int(inputs.shape[0]) // batch)
             return _call(inputs, *args, **kwargs)
 
         dense.call = recorded

@@ -883,3 +883,119 @@ def test_attention_projections_run_as_2d_matmuls():
     assert not batched
     # forward and d kernel of the four, d input of the output projection (x is a constant)
     assert [op.type for op in ops_].count("MatMul") == 4 + 4 + 1
+
+
+def _traced_ops(fn, *specs):
+    """The ops of `fn`'s forward and backward graph, traced for `specs` (unknown batch and
+    length, as a `fit` with dynamic padding traces its step)."""
+    import tensorflow as tf
+
+    return tf.function(fn).get_concrete_function(*specs).graph.get_operations()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="a property of the TensorFlow train step's graph")
+def test_attention_reads_its_inputs_shape_once_and_adds_biases_to_rows():
+    """Issue #15 / #13: the train step's graph at unknown batch and length. The query, key and
+    value projections take x's rows from one Reshape and read x's shape once (each of the
+    four projections read it and flattened x for itself: 4 Shape ops); each bias is added to the
+    (B·T, N·Hd) product as a vector (BiasAdd, its gradient one BiasAddGrad) rather than to the
+    4-D output (a broadcast AddV2: the gradient's Shape / BroadcastGradientArgs / Sum / Reshape).
+    Same numbers: `test_heads_dense_is_einsum_dense` and the HF parity tests."""
+    import tensorflow as tf
+
+    layer = MultiHeadSelfAttention(num_heads=2, hidden_dim=8)
+    layer.build((None, None, 8))
+    spec = tf.TensorSpec((None, None, 8))
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, padding_mask=tf.ones(tf.shape(x)[:2]))
+        return tape.gradient(y, [x] + layer.trainable_variables)
+
+    graph_ops = _traced_ops(step, spec)
+    kinds = [op.type for op in graph_ops]
+    assert kinds.count("BiasAdd") == 4 and kinds.count("BiasAddGrad") == 4, kinds
+    projections = ("query", "key", "value", "attention_output")
+    in_projections = [op for op in graph_ops if any(f"/{p}/" in op.name for p in projections)]
+    # x's shape read once, by the attention layer itself (the backward pass's Reshape
+    # gradients read their inputs' shapes); no bias added by broadcasting
+    assert not [op.name for op in in_projections
+                if op.type == "Shape" and not op.name.startswith("gradient_tape")]
+    assert not [op.name for op in in_projections if op.type == "BroadcastGradientArgs"]
+    assert kinds.count("MatMul") == 4 + 4 + 4  # forward, d kernel, d rows of each projection
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="a property of the TensorFlow train step's graph")
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_feedforward_runs_on_rows(activation):
+    """The feed-forward sublayer computes on its input's rows (B·T, H): its Dense layers are
+    plain MatMuls, not TensorFlow's tensordot of a 3-D input at an unknown length (Shape,
+    GatherV2, Prod, ConcatV2, Transpose ... each way: ~20 ops a Dense), and its input's shape is
+    read once, for the reshape back. The output is the 3-D layers' bit for bit
+    (`test_feedforward_gelu_path_is_keras_dense_gelu_dense`, the parity tests)."""
+    import tensorflow as tf
+
+    from keras_bertfam.layers.encoder import FeedForwardSublayer
+
+    layer = FeedForwardSublayer(8, 24, activation=activation, dropout=0.1)
+    layer.build((None, None, 8))
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        return tape.gradient(y, [x] + layer.trainable_variables)
+
+    kinds = [op.type for op in _traced_ops(step, tf.TensorSpec((None, None, 8)))]
+    assert "Prod" not in kinds and "GatherV2" not in kinds and "ConcatV2" not in kinds, kinds
+    assert kinds.count("MatMul") == 2 * 3  # forward, d kernel, d input of the two Dense
+    x = _x(2, 5, 8)
+    rows = layer(ops.reshape(ops.convert_to_tensor(x), (10, 8)))
+    np.testing.assert_array_equal(to_numpy(layer(x)), to_numpy(ops.reshape(rows, (2, 5, 8))))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="a property of the TensorFlow train step's graph")
+def test_stack_makes_the_attention_mask_once():
+    """The (B, 1, 1, T) boolean key mask of the padding mask is made once for every layer of a
+    stack (it was cast and reshaped in each layer); the outputs are those of the blocks called
+    one by one with the (B, T) padding mask."""
+    import tensorflow as tf
+
+    stack = TransformerStack(3, 8, 2, 16)
+    stack.build((None, None, 8))
+
+    def forward(x, mask):
+        return stack(x, padding_mask=mask)
+
+    graph_ops = _traced_ops(forward, tf.TensorSpec((None, None, 8)),
+                            tf.TensorSpec((None, None), tf.int32))
+    to_bool = [op.name for op in graph_ops if op.type == "Cast" and op.outputs[0].dtype == tf.bool]
+    assert len(to_bool) == 1, to_bool
+    x, mask = _x(2, 5, 8), np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], "int32")
+    expected = ops.convert_to_tensor(x)
+    for block in stack.blocks:
+        expected = block(expected, padding_mask=mask)
+    np.testing.assert_array_equal(to_numpy(stack(x, padding_mask=mask)), to_numpy(expected))
+
+
+def test_heads_dense_with_a_bias_over_some_output_axes():
+    """A HeadsDense whose bias covers only the head width (bias_axes="h") broadcasts it over
+    the heads, as EinsumDense does (the rows path adds a bias over every output axis as a
+    vector, this one after the reshape)."""
+    from keras_bertfam.layers.attention import HeadsDense
+
+    layers = [cls("btd,dnh->btnh", output_shape=(None, 2, 4), bias_axes="h")
+              for cls in (HeadsDense, keras.layers.EinsumDense)]
+    rng = np.random.RandomState(0)
+    for layer in layers:
+        layer.build((3, 5, 8))
+    for w, v in zip(layers[0].weights, layers[1].weights):
+        v.assign(rng.randn(*w.shape).astype("float32"))
+        w.assign(to_numpy(v))
+    x = rng.randn(3, 5, 8).astype("float32")
+    np.testing.assert_allclose(to_numpy(layers[0](x)), to_numpy(layers[1](x)), rtol=1e-5,
+                               atol=1e-5)

@@ -209,6 +209,10 @@ def test_adamw_global_clipnorm_is_keras_bit_for_bit():
     graph = tf.function(optimizer._clip_gradients).get_concrete_function(grads).graph
     kernels = [op.type for op in graph.get_operations()]
     assert kernels.count("L2Loss") == len(shapes) and "Square" not in kernels
+    # The halves summed, then doubled once (exact: the same bits), not one Mul a gradient.
+    doubled = [op for op in graph.get_operations()
+               if op.type == "Mul" and any(t.op.type == "L2Loss" for t in op.inputs)]
+    assert not doubled, [op.name for op in doubled]
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",

@@ -2,6 +2,7 @@
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_bertfam.layers.utils import (
@@ -23,13 +24,35 @@ class HeadsDense(keras.layers.EinsumDense):
 
     _CONTRACTED = {"btd,dnh->btnh": 1, "btnh,nhd->btd": 2}
 
-    def call(self, inputs, training=None):
+    def takes_rows(self, rank):
+        """Whether an input of this rank takes the rows path (`call_on_rows`)."""
         contracted = self._CONTRACTED.get(self.equation)
-        if (contracted is None or self.lora_enabled or self.quantization_mode is not None
-                or len(inputs.shape) != 2 + contracted):
+        return (contracted is not None and not self.lora_enabled
+                and self.quantization_mode is None and rank == 2 + contracted)
+
+    def call(self, inputs, training=None):
+        if not self.takes_rows(len(inputs.shape)):
             return super().call(inputs, training=training)
-        x = rows_matmul(inputs, self.kernel, contracted)
-        if self.bias is not None:
+        contracted = self._CONTRACTED[self.equation]
+        width = int(np.prod(inputs.shape[len(inputs.shape) - contracted:]))
+        lead = tuple(ops.shape(inputs))[:2]  # (B, T)
+        return self.call_on_rows(ops.reshape(inputs, (-1, width)), lead)
+
+    def call_on_rows(self, rows, lead):
+        """The layer's output from its input's rows (B·T, K) (its contracted axes flattened)
+        and `lead`, (B, T): one MatMul, the bias added to the (B·T, M) product as a vector
+        (TensorFlow's BiasAdd, whose gradient is one BiasAddGrad, where a bias of two axes
+        added to the 4-D output took a broadcast gradient of ~7 ops), one reshape to the
+        output's axes. The same sums as EinsumDense's, bit for bit on TensorFlow."""
+        outer = tuple(self.kernel.shape)[self._CONTRACTED[self.equation]:]
+        x = rows_matmul(rows, self.kernel, self._CONTRACTED[self.equation], rows_given=True)
+        # A bias over every output axis ("nh", "d") is added to the rows as a vector; another
+        # (e.g. bias_axes="h") broadcasts over the output's axes, as EinsumDense adds it.
+        row_bias = self.bias is not None and tuple(self.bias.shape) == outer
+        if row_bias:
+            x = ops.add(x, ops.reshape(self.bias, (-1,)) if len(outer) > 1 else self.bias)
+        x = ops.reshape(x, tuple(lead) + outer)
+        if self.bias is not None and not row_bias:
             x = ops.add(x, self.bias)
         if self.activation is not None:
             x = self.activation(x)
@@ -56,7 +79,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     Call args:
         x: (B, T, H).
-        padding_mask: (B, T), true/1 for real tokens; or a full (B, T, T) attention mask.
+        padding_mask: (B, T), true/1 for real tokens; or a full (B, T, T) attention mask; or
+            either as `attention_mask` makes it, (B, 1, 1|T, T) boolean.
         head_mask: optional (N,) or (B, N): multiplies each head's probabilities.
         return_attention_scores: also return the (B, N, T, T) probabilities.
         query_rows: a Python slice of positions: queries (and outputs) only at those rows,
@@ -155,9 +179,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 return output
             shape = (ops.shape(x)[0], 0, ops.shape(xq)[1], ops.shape(x)[1])
             return output, ops.zeros(shape, dtype=x.dtype)
-        q = self.query_dense(xq)  # (B, Tq, N, Hd)
-        k = self.key_dense(x)  # (B, S, N, Hd)
-        v = self.value_dense(x)
+        q, k, v, lead = self._project(x, xq)  # (B, Tq, N, Hd), (B, S, N, Hd) x 2
         mask = attention_mask(padding_mask)  # (B, 1, 1|T, S) bool, or None
         if query_rows is not None and padding_mask is not None and len(padding_mask.shape) == 3:
             mask = mask[:, :, query_rows, :]  # (B, 1, Tq, S)
@@ -174,7 +196,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = ops.dot_product_attention(
                 q, k, v, mask=mask, scale=1.0 / math.sqrt(self.head_dim)
             )  # (B, Tq, N, Hd)
-            return self.output_dense(context)
+            return self._output(context, lead)
 
         # Scale q (B, T, N, Hd) rather than the larger scores (B, N, T, S).
         q = q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
@@ -187,15 +209,41 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # fit's path: the backward pass keeps probs (softmax's gradient keeps them anyway), v
             # and a bool mask, not the dropped probabilities.
             context = dropout_attention_context(probs, v, self.dropout_layer)
-            return self.output_dense(context)
+            return self._output(context, lead)
         probs = self.dropout_layer(probs, training=training)
         if head_mask is not None:
             head_mask = ops.cast(head_mask, probs.dtype)
             head_mask = ops.reshape(head_mask, (-1, self.num_heads, 1, 1))  # (1|B, N, 1, 1)
             probs = probs * head_mask
         context = ops.einsum("bnts,bsnh->btnh", probs, v)  # (B, Tq, N, Hd)
-        output = self.output_dense(context)
+        output = self._output(context, lead)
         return (output, probs) if return_attention_scores else output
+
+    def _project(self, x, xq):
+        """The queries of xq, keys and values of x, and (B, T) when they were computed on x's
+        rows (else None). When xq is x and the three projections
+        take the rows path, x is flattened to its rows once for all three (one Reshape and
+        one read of x's shape, not three): each layer's `call_on_rows`, in this layer's call
+        (the same dtype policy, so the same autocast of the kernels)."""
+        dense = (self.query_dense, self.key_dense, self.value_dense)
+        if xq is not x or not all(d.takes_rows(len(x.shape)) for d in dense):
+            return self.query_dense(xq), self.key_dense(x), self.value_dense(x), None
+        rows = ops.reshape(x, (-1, x.shape[-1]))  # (B·T, D)
+        lead = tuple(ops.shape(x))[:2]  # (B, T)
+        out = []
+        for d in dense:
+            with keras.name_scope(d.name):
+                out.append(d.call_on_rows(rows, lead))
+        return (*out, lead)
+
+    def _output(self, context, lead):
+        """The output projection of the context (B, T, N, Hd); with `lead` (B, T) from
+        `_project`, on its rows without reading its shape again."""
+        if lead is None or not self.output_dense.takes_rows(len(context.shape)):
+            return self.output_dense(context)
+        with keras.name_scope(self.output_dense.name):
+            rows = ops.reshape(context, (-1, self.num_heads * self.head_dim))  # (B·T, N·Hd)
+            return self.output_dense.call_on_rows(rows, lead)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -220,9 +268,13 @@ def _large_negative(dtype):
 
 
 def attention_mask(padding_mask):
-    """(B, T) padding mask -> (B, 1, 1, T) boolean key mask; (B, T, S) -> (B, 1, T, S)."""
+    """(B, T) padding mask -> (B, 1, 1, T) boolean key mask; (B, T, S) -> (B, 1, T, S); a
+    mask of rank 4 is one of those already, returned as it is (`TransformerStack` makes its
+    padding mask's once for all its layers)."""
     if padding_mask is None:
         return None
+    if len(padding_mask.shape) == 4:
+        return padding_mask
     mask = ops.cast(padding_mask, "bool")
     if len(mask.shape) == 2:
         return mask[:, None, None, :]

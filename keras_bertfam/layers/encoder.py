@@ -13,7 +13,7 @@ its last layer that way (`TransformerStack(..., last_layer_rows=...)`).
 import keras
 from keras import ops
 
-from keras_bertfam.layers.attention import MultiHeadSelfAttention
+from keras_bertfam.layers.attention import MultiHeadSelfAttention, attention_mask
 from keras_bertfam.layers.normalization import LayerNormalization
 from keras_bertfam.layers.utils import (
     _check_positive,
@@ -50,7 +50,7 @@ def _gelu_and_slope(x, approximate, zero=0.0):
     """gelu(x) and its derivative, from x, sharing Φ(x) (the tanh form: its tanh). gelu(x) is
     `tf.nn.gelu`'s formula, op for op: on TensorFlow the bits of Keras' GELU.
 
-    `zero` (0, or `zero_after`'s [1] zero) enters every op that reads x alone (`0.5·x`,
+    `zero` (0, or `zero_after`'s (1, ..., 1) zero) enters every op that reads x alone (`0.5·x`,
     `-x/√2`, `x³`), through the op's constant (no extra op of x's size), so that in a TensorFlow
     graph every op here runs once `zero`'s tensor exists.
     """
@@ -144,17 +144,23 @@ def gelu_dense_keeping_input(x, kernel, bias, approximate=False):
             upstream = upstream_of(args, upstream)
             units, width = kernel.shape
             y, slope = _gelu_and_slope_of(x, approximate, zero_after(upstream))
-            rows = ops.reshape(upstream, (-1, width))  # (N, H)
-            d_kernel = matmul_2d(ops.reshape(y, (-1, units)), rows, transpose_a=True)  # (F, H)
+            rows = _as_rows(upstream, width)  # (N, H)
+            d_kernel = matmul_2d(_as_rows(y, units), rows, transpose_a=True)  # (F, H)
             # In float32 at least, as BiasAdd's gradient (Keras' ops.add of a bias on TF) sums.
             total = keras.backend.result_type(upstream.dtype, "float32")
             d_bias = ops.cast(ops.sum(ops.cast(rows, total), axis=0), upstream.dtype)
             d_y = matmul_2d(rows, kernel, transpose_b=True)  # (N, F)
-            return ops.reshape(d_y, ops.shape(x)) * slope, d_kernel, d_bias
+            d_y = d_y if len(x.shape) == 2 else ops.reshape(d_y, ops.shape(x))
+            return d_y * slope, d_kernel, d_bias
 
         return out, grad
 
     return gelu_dense(x, kernel, bias)
+
+
+def _as_rows(x, width):
+    """x (..., width) as rows (N, width); a 2-D x as it is (no Reshape op)."""
+    return x if len(x.shape) == 2 else ops.reshape(x, (-1, width))
 
 
 def gelu_exact(x):
@@ -308,7 +314,14 @@ class FeedForwardSublayer(_Residual):
         self.built = True
 
     def call(self, x, training=False):
-        return self.residual(x, self._mlp, training)
+        if len(x.shape) < 3:
+            return self.residual(x, self._mlp, training)
+        # On the rows (B·T, H): the two Dense layers are then plain MatMuls (Keras' Dense on a
+        # 3-D input is TensorFlow's tensordot: ~20 shape ops each way) and x's shape is read
+        # once for the reshape back. Dropout draws the same numbers (a stateless draw is laid
+        # out flat), the LayerNorm and the residual are per row: the same output.
+        rows = self.residual(ops.reshape(x, (-1, x.shape[-1])), self._mlp, training)
+        return ops.reshape(rows, ops.shape(x))
 
     def _mlp(self, h):
         inner = self.intermediate_dense(h)
@@ -733,6 +746,9 @@ class TransformerStack(keras.layers.Layer):
         if head_mask is None:
             # Set by `kb.analysis` around a task's call, to differentiate with respect to it.
             head_mask = getattr(self, "head_mask_override", None)
+        if padding_mask is not None and len(padding_mask.shape) == 2:
+            # The (B, 1, 1, T) boolean key mask, made once for every layer, not once a layer.
+            padding_mask = attention_mask(padding_mask)
         hidden_states, attention_probs = [x], []
         calls = [(i, block) for i in range(self.num_layers) for block in self.layer_blocks(i)]
         for n, (i, block) in enumerate(calls):

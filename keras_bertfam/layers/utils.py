@@ -57,11 +57,13 @@ def upstream_of(args, upstream):
 
 
 def zero_after(upstream):
-    """A [1] zero read off `upstream`'s first element (NaN where that element is NaN), for a
-    written-out gradient that rebuilds a forward tensor: with this dependency a TensorFlow graph
-    computes the tensor once the upstream gradient exists, in the backward pass; without it, as
-    soon as its forward inputs exist, in the forward pass, and holds it until the gradient."""
-    first = keras.ops.reshape(upstream, (-1,))[:1]
+    """A zero of shape (1, ..., 1) (upstream's rank) read off `upstream`'s first element (NaN
+    where that element is NaN), for a written-out gradient that rebuilds a forward tensor: with
+    this dependency a TensorFlow graph computes the tensor once the upstream gradient exists, in
+    the backward pass; without it, as soon as its forward inputs exist, in the forward pass, and
+    holds it until the gradient. One slice of every axis (a StridedSlice; flattening first
+    added a Reshape and its shape, ~27 times a MiniLM train step)."""
+    first = upstream[(slice(0, 1),) * len(upstream.shape)]  # (1, ..., 1)
     return keras.ops.where(keras.ops.equal(first, first), 0.0, first)
 
 
@@ -95,7 +97,7 @@ def matmul_2d(a, b, transpose_a=False, transpose_b=False):
                             keras.ops.transpose(b) if transpose_b else b)
 
 
-def rows_matmul(x, kernel, contracted=1, transpose_kernel=False):
+def rows_matmul(x, kernel, contracted=1, transpose_kernel=False, rows_given=False):
     """`x` (..., *K) times `kernel` (*K, *M) over K (x's last `contracted` axes and as many
     leading axes of the kernel; with `transpose_kernel`, a kernel (*M, *K) and its last ones)
     -> (..., *M), as ONE 2-D matmul of x's rows (its leading axes flattened).
@@ -106,7 +108,10 @@ def rows_matmul(x, kernel, contracted=1, transpose_kernel=False):
     kernel gradient is a product per example reduced over the batch: fwd + bwd of one
     [16 x 128, 768] -> [12, 64] projection took 108.6 ms, 43.7 ms as this 2-D matmul (65.5 ms
     by TensorFlow's Einsum op, the path of an unknown length); at MiniLM's fine-tuning
-    [32 x 16, 384]: 14.0 / 5.5 -> 3.7 ms (float32, oneDNN on, idle)."""
+    [32 x 16, 384]: 14.0 / 5.5 -> 3.7 ms (float32, oneDNN on, idle).
+
+    `rows_given`: x is already the rows (N, prod K), and the product is returned as rows
+    (N, prod M), unreshaped. A 2-D kernel is used as it is (no Reshape op)."""
     kernel_shape = tuple(kernel.shape)
     if transpose_kernel:
         inner, outer = kernel_shape[len(kernel_shape) - contracted:], kernel_shape[
@@ -114,9 +119,12 @@ def rows_matmul(x, kernel, contracted=1, transpose_kernel=False):
     else:
         inner, outer = kernel_shape[:contracted], kernel_shape[contracted:]
     k, m = int(np.prod(inner)), int(np.prod(outer))
+    shape = (m, k) if transpose_kernel else (k, m)
+    matrix = kernel if kernel_shape == shape else keras.ops.reshape(kernel, shape)
+    if rows_given:
+        return matmul_2d(x, matrix, transpose_b=transpose_kernel)
     lead = tuple(keras.ops.shape(x))[:len(x.shape) - contracted]
     rows = keras.ops.reshape(x, (-1, k))
-    matrix = keras.ops.reshape(kernel, (m, k) if transpose_kernel else (k, m))
     return keras.ops.reshape(matmul_2d(rows, matrix, transpose_b=transpose_kernel),
                              lead + outer)
 
