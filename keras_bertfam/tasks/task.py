@@ -23,6 +23,7 @@ from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions)
+from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
@@ -482,7 +483,7 @@ class Task(keras.Model):
             # which Keras' data adapters take.
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
-        check_raw_inputs(x, type(self).__name__)
+        check_raw_inputs(x, type(self).__name__, getattr(preprocessor, "raw_inputs", "raw text"))
         if isinstance(preprocessor, PretrainingPreprocessor) and \
                 not isinstance(x, tf.data.Dataset):
             check_texts(x, type(self).__name__)
@@ -561,6 +562,7 @@ class Task(keras.Model):
             return ds.map(lambda x, *rest: (keep(x), *rest))
         return ds.map(keep)
 
+    @carries_tf_errors
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
             **kwargs):
         for name in ("epochs", "initial_epoch", "steps_per_epoch"):
@@ -889,6 +891,7 @@ class Task(keras.Model):
             self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force=force)
 
+    @carries_tf_errors
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if not self.compiled:
             self.compile()
@@ -904,6 +907,7 @@ class Task(keras.Model):
             return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                                     **kwargs)
 
+    @carries_tf_errors
     def predict(self, x=None, batch_size=None, **kwargs):
         x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
         if isinstance(x, tf.data.Dataset):
@@ -918,18 +922,21 @@ class Task(keras.Model):
     # A batch at a time (keras-hub's `*_on_batch`): model inputs get the same check as every
     # other route (JAX's traced step cannot raise: a Longformer row over its global cap would
     # give NaN there); raw examples go through the preprocessor (`_batch_inputs`).
+    @carries_tf_errors
     def train_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
         if not self.compiled:
             self.compile()  # the task's defaults, as `fit`
         x, y, sample_weight = self._batch_inputs(x, y, sample_weight)
         return super().train_on_batch(x, y, sample_weight, *args, **kwargs)
 
+    @carries_tf_errors
     def test_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
         if not self.compiled:
             self.compile()
         x, y, sample_weight = self._batch_inputs(x, y, sample_weight)
         return super().test_on_batch(x, y, sample_weight, *args, **kwargs)
 
+    @carries_tf_errors
     def predict_on_batch(self, x):
         return super().predict_on_batch(self._batch_inputs(x)[0])
 
@@ -1359,9 +1366,12 @@ def _check_count(value, name, minimum):
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
 
 
-def check_raw_inputs(x, task_name):
-    """Raw inputs for a task with a preprocessor: a batch (a list, an array, a tuple of them, a
-    dict or a dataset), not one string, not empty, not numbers where text is expected."""
+def check_raw_inputs(x, task_name, expected):
+    """Raw inputs for a task with a preprocessor: a batch (a list, an array, a tuple of them or
+    a dataset), not one string, not empty, not numbers where text is expected; not a dict or a
+    table of columns (`check_text_batch`, naming them and `expected`, what the preprocessor
+    takes: keras-hub's tasks take a dict of preprocessed features, raw text as a batch or a
+    tuple of segments)."""
     if isinstance(x, (str, bytes)):
         raise ValueError(
             f"{task_name} takes a batch of examples, got a single string {x[:40]!r}: pass a list, "
@@ -1369,8 +1379,10 @@ def check_raw_inputs(x, task_name):
     if x is None:
         raise ValueError(f"{task_name} got x=None: expected a list of strings, an array of "
                          "strings or a tf.data.Dataset.")
-    if isinstance(x, tf.data.Dataset) or isinstance(x, dict):
+    if isinstance(x, tf.data.Dataset):
         return
+    if isinstance(x, dict) or hasattr(x, "columns"):  # a pandas DataFrame
+        check_text_batch(x, task_name, expected)
     check_not_an_iterator(x, "x", task_name)
     parts = x if isinstance(x, tuple) else (x,)
     for part in parts:
@@ -1380,6 +1392,10 @@ def check_raw_inputs(x, task_name):
                 f"a batch; got a tuple of strings {x!r:.80}. For a batch of texts pass a list.")
         if isinstance(part, (tuple, dict)):
             continue
+        if getattr(part, "ndim", None) == 0:
+            raise ValueError(
+                f"{task_name} takes a batch of examples, got a 0-d {type(part).__name__} "
+                f"{part!r:.60}: pass a list or a 1-D array, e.g. [x.item()].")
         if isinstance(part, list):
             _check_text_items(part, task_name)
         if hasattr(part, "__len__") and len(part) == 0:
