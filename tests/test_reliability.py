@@ -1103,3 +1103,63 @@ def test_a_pipeline_s_error_reads_as_a_direct_call_s_on_every_backend():
     with pytest.raises(ValueError, match=r"^Invalid label 7: the valid range is 0 to 1 "
                                          r"\(num_classes=2\)\. \(in the tf.data input pipeline\)$"):
         task.fit(labels, verbose=0)
+
+
+@pytest.mark.multibackend
+def test_a_sweep_of_hostile_inputs_to_every_fine_tuning_task(classifier):
+    """Each was a Python or TensorFlow error about something else: an object array of mixed
+    types (a pandas column with a number: "Unsupported object type int"), an empty tuple
+    (IndexError), labels as a 0-d array ("len() of unsized object"), a dataset without labels
+    ("None values not supported"), of dicts ("Could not build a TypeSpec") or of single
+    examples (Keras' "Invalid input shape ... padding_mask"), token labels one per sentence
+    ("The rank of a RaggedTensor must be greater than 1"), a list as a QA / multiple-choice x
+    ("tuple index out of range"), QA labels as class ids ("'int' object is not iterable"),
+    choice labels as rows of different lengths (TensorFlow's "non-rectangular")."""
+    texts = ["good film", "bad film"]
+    mixed = np.array(["good", 3], object)
+    tokens = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
+        kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+    qa = kb.tasks.QuestionAnswerer(_backbone(), preprocessor=(
+        kb.preprocessing.QuestionAnswererPreprocessor(_tokenizer(), sequence_length=32,
+                                                      max_question_length=8)))
+    choices = kb.tasks.MultipleChoice(_backbone(), preprocessor=(
+        kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)))
+    batches = tf.data.Dataset.from_tensor_slices
+    cases = [
+        (lambda: classifier.predict(mixed, verbose=0),
+         r"TextClassifier got a list of texts whose item 1 is 3 \(int\): expected a string"),
+        (lambda: tokens.fit(mixed, [[0], [1]], verbose=0), r"item 1 is 3 \(int\)"),
+        (lambda: classifier.predict((), verbose=0),
+         r"TextClassifier got an empty tuple: it takes a batch of texts"),
+        (lambda: classifier.fit(texts, np.array(1), verbose=0),
+         r"TextClassifier got y as a 0-d array \(array\(1\)\): y needs one entry per example "
+         r"\(2 here\)"),
+        (lambda: classifier.fit(batches(texts).batch(2), verbose=0),
+         r"TextClassifier.fit needs labels: got a dataset whose elements are raw examples alone"),
+        (lambda: classifier.evaluate(batches((texts, texts)).batch(2), verbose=0),
+         r"TextClassifier.evaluate needs labels"),
+        (lambda: classifier.fit(batches(({"text": texts}, [0, 1])).batch(2), verbose=0),
+         r"TextClassifierPreprocessor takes a batch of texts .*; got a dict of columns "
+         r"\['text'\]"),
+        (lambda: classifier.fit(batches((texts, [0, 1])), verbose=0),
+         r"TextClassifierPreprocessor takes a dataset of batches: its elements are single "
+         r"examples .*Batch it first, e.g. ds.batch\(32\)"),
+        (lambda: tokens.fit(batches((texts, [0, 1])).batch(2), verbose=0),
+         r"TokenClassifierPreprocessor takes one label per word: labels \[B, \(W\)\] .*got "
+         r"labels of shape \(None,\), one per sentence"),
+        (lambda: qa.predict(texts, verbose=0),
+         r"QuestionAnswerer takes a tuple \(questions, contexts\): two batches of strings \[B\]; "
+         r"got a list of 2 items"),
+        (lambda: choices.predict(texts, verbose=0),
+         r"MultipleChoice takes a tuple \(contexts, choices\)"),
+        (lambda: qa.fit((texts, texts), [0, 1], verbose=0),
+         r"QuestionAnswerer takes labels y = \(answer_starts, answer_texts\): two lists"),
+        (lambda: choices.fit((texts, [["a", "b"], ["c", "d"]]), [[0], [1, 0]], verbose=0),
+         r"MultipleChoice takes one choice label per example .*rows of different lengths"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # what stays valid: bytes as texts, a text pair without labels to predict from a dataset
+    assert classifier.predict([b"good film"], verbose=0).shape == (1, 2)
+    assert classifier.predict(batches((texts, texts)).batch(2), verbose=0).shape == (2, 2)

@@ -325,14 +325,17 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         for batch in batches:
             check_text_batch(batch, type(self).__name__, self.raw_inputs, rank)
 
-    def _check_pair(self, x):
+    # Whether x is two batches (`check_pair`): questions and contexts, contexts and choices
+    takes_a_pair = False
+
+    def check_pair(self, x, who=None):
         """x is two batches (a tuple, or a list of two that are not strings), else an error
         naming what it is and `raw_inputs`."""
         if isinstance(x, (tuple, list)) and len(x) == 2 and not any(
                 isinstance(part, (str, bytes)) for part in x):
             return
         count = f" of {len(x)} items" if isinstance(x, (tuple, list)) else ""
-        raise ValueError(f"{type(self).__name__} takes {self.raw_inputs}; got a "
+        raise ValueError(f"{who or type(self).__name__} takes {self.raw_inputs}; got a "
                          f"{type(x).__name__}{count}: {x!r:.80}.")
 
     def _features(self, segments):
@@ -364,6 +367,13 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         in-memory examples and then an `evaluate` or `predict` on them trace the tokenizing graph
         once, not once each: `tf.data`'s own trace is not reused outside its pipeline)."""
         spec = ds.element_spec if isinstance(ds.element_spec, tuple) else (ds.element_spec,)
+        if isinstance(spec[0], dict):  # a table's columns (keras-hub's tasks: features)
+            self._check_text(spec[0])
+        first = tf.nest.flatten(spec[0])[0]
+        if isinstance(first, (tf.TensorSpec, tf.RaggedTensorSpec)) and first.shape.rank == 0:
+            raise ValueError(
+                f"{type(self).__name__} takes a dataset of batches: its elements are single "
+                f"examples ({ds.element_spec}). Batch it first, e.g. ds.batch(32).")
         traced = self._traced_call(len(spec)).get_concrete_function(*spec)
         return lambda *element: traced(*element)
 
@@ -637,6 +647,11 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         if y is None:
             return features
         y = as_labels(y)
+        if y.shape.rank == 1:
+            raise ValueError(
+                f"{type(self).__name__} takes one label per word: labels [B, (W)] (a list of "
+                f"lists, a RaggedTensor, or [B, W] padded with -1); got labels of shape "
+                f"{y.shape}, one per sentence.")
         if not isinstance(y, tf.RaggedTensor):  # dense [B, W]: one column per word, padded
             y = tf.RaggedTensor.from_tensor(y, lengths=words.row_lengths())
         y = tf.cast(y, tf.int32)
@@ -693,6 +708,7 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
 
     raw_inputs = ("a tuple (contexts, choices): a batch of strings [B] and a batch of lists of "
                   "strings [B, C] (C choices each)")
+    takes_a_pair = True
 
     def __init__(self, tokenizer, sequence_length=128, num_choices=None, **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
@@ -706,7 +722,7 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
             (element[3] if len(element) > 3 else None)
 
     def call(self, x, y=None, sample_weight=None):
-        self._check_pair(x)
+        self.check_pair(x)
         context, choices = x
         self._check_text(context)
         self._check_text(choices, rank=2)
@@ -752,6 +768,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     """
 
     raw_inputs = "a tuple (questions, contexts): two batches of strings [B]"
+    takes_a_pair = True
 
     def __init__(self, tokenizer, sequence_length=384, stride=128, max_question_length=64,
                  **kwargs):
@@ -862,7 +879,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         return features, meta
 
     def call(self, x, y=None, sample_weight=None):
-        self._check_pair(x)
+        self.check_pair(x)
         question, context = x
         self._check_text(question, context)
         features, meta = self.windows(question, context)

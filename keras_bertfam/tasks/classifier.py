@@ -241,9 +241,9 @@ def check_one_label_per_example(labels, task_name, what):
     """Labels as nested Python lists (or an object array of rows) of different lengths, e.g.
     [[0], [1, 0]]: named with the first row whose length differs (TensorFlow's message was
     "Can't convert non-rectangular Python sequence to Tensor")."""
-    if not isinstance(labels, (list, tuple, np.ndarray)) or _shape(labels) != () or not len(
-            labels):
-        return
+    if not isinstance(labels, (list, tuple, np.ndarray)) or getattr(labels, "ndim", 1) == 0 or \
+            _shape(labels) != () or not len(labels):
+        return  # (a 0-d array: named by check_example_counts)
     lengths = [len(row) if isinstance(row, (list, tuple, np.ndarray)) else None for row in labels]
     i = next((i for i, n in enumerate(lengths) if n != lengths[0]), None)
     if i is None:

@@ -484,6 +484,8 @@ class Task(keras.Model):
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__, getattr(preprocessor, "raw_inputs", "raw text"))
+        if getattr(preprocessor, "takes_a_pair", False) and not isinstance(x, tf.data.Dataset):
+            preprocessor.check_pair(x, type(self).__name__)
         if isinstance(preprocessor, PretrainingPreprocessor) and \
                 not isinstance(x, tf.data.Dataset):
             check_texts(x, type(self).__name__)
@@ -646,8 +648,13 @@ class Task(keras.Model):
         """A fine-tuning task on in-memory raw examples trains and evaluates on labels: without
         `y` Keras' message was "None values not supported"."""
         check_labels_not_a_dict(self, x, y)
-        if (y is None and isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
-                and _num_examples(x) is not None):
+        finetuning = isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
+        if finetuning and isinstance(x, tf.data.Dataset) and not _has_labels(x.element_spec):
+            raise ValueError(
+                f"{type(self).__name__}.{method} needs labels: got a dataset whose elements are "
+                f"raw examples alone ({x.element_spec}). Yield (x, labels) pairs, e.g. "
+                f"tf.data.Dataset.from_tensor_slices((texts, labels)) (predict takes x alone).")
+        if (y is None and finetuning and _num_examples(x) is not None):
             raise ValueError(
                 f"{type(self).__name__}.{method} needs labels: got x ({_num_examples(x)} "
                 f"examples) and y=None. Pass y=..., one label per example (predict takes x "
@@ -1384,6 +1391,8 @@ def check_raw_inputs(x, task_name, expected):
     if isinstance(x, dict) or hasattr(x, "columns"):  # a pandas DataFrame
         check_text_batch(x, task_name, expected)
     check_not_an_iterator(x, "x", task_name)
+    if isinstance(x, tuple) and not x:
+        raise ValueError(f"{task_name} got an empty tuple: it takes {expected}.")
     parts = x if isinstance(x, tuple) else (x,)
     for part in parts:
         if isinstance(part, (str, bytes)):
@@ -1396,8 +1405,8 @@ def check_raw_inputs(x, task_name, expected):
             raise ValueError(
                 f"{task_name} takes a batch of examples, got a 0-d {type(part).__name__} "
                 f"{part!r:.60}: pass a list or a 1-D array, e.g. [x.item()].")
-        if isinstance(part, list):
-            _check_text_items(part, task_name)
+        if isinstance(part, list) or (isinstance(part, np.ndarray) and part.dtype == object):
+            _check_text_items(part, task_name)  # an object array: a pandas column
         if hasattr(part, "__len__") and len(part) == 0:
             raise ValueError(
                 f"{task_name} got an empty input (0 examples, {type(part).__name__}): expected at "
@@ -1413,7 +1422,7 @@ def check_raw_inputs(x, task_name, expected):
 def _check_text_items(texts, task_name):
     """A list of texts where some items are not: None, numbers (a missing value in a column, or
     a column of numbers: its first item is named)."""
-    head = texts[:1000]
+    head = list(texts[:1000])
     if any(isinstance(t, (str, bytes)) for t in head) or not any(
             isinstance(t, (list, tuple, np.ndarray)) for t in head):
         check_text_items(texts, task_name)  # not lists of lists (words, choices): checked later
@@ -1432,6 +1441,16 @@ def check_not_an_iterator(values, name, task_name):
             + ("A set has no order: pass sorted(...) or a list." if kind in ("set", "frozenset")
                else "Pass list(...), or for a stream tf.data.Dataset.from_generator(...) "
                     "yielding (x, y) examples."))
+
+
+def _has_labels(spec):
+    """Whether a fine-tuning dataset's elements hold labels: a tuple whose parts are not all
+    string tensors (a text pair without labels is two string tensors, as the preprocessors'
+    `_split` reads it)."""
+    if not isinstance(spec, tuple) or len(spec) < 2:
+        return False
+    return not all(isinstance(part, (tf.TensorSpec, tf.RaggedTensorSpec))
+                   and part.dtype == tf.string for part in spec)
 
 
 def _num_examples(x):
@@ -1481,6 +1500,9 @@ def check_example_counts(x, y, sample_weight, task_name):
                     f"{task_name} got columns of different lengths: column 0 has {n} examples, "
                     f"column {i} has {len(part)}.")
     for name, values in (("y", y), ("sample_weight", sample_weight)):
+        if getattr(values, "ndim", None) == 0:
+            raise ValueError(f"{task_name} got {name} as a 0-d array ({values!r:.40}): {name} "
+                             f"needs one entry per example ({n} here), e.g. a list or 1-D array.")
         counted = isinstance(values, list) or (isinstance(values, np.ndarray) and values.ndim)
         if counted and len(values) != n:
             raise ValueError(
