@@ -224,6 +224,45 @@ class Task(keras.Model):
         object.__setattr__(self, "_loaded_epoch_record",
                            None if record is None else tuple(int(v) for v in record))
 
+    # === PyTorch: dropout masks that a resumed fit draws again ===
+    if keras.backend.backend() == "torch":
+
+        def train_step(self, data):
+            """Keras' torch `Dropout` (built without a seed) draws its masks from torch's
+            global random state (`torch.nn.functional.dropout`), which no checkpoint holds and
+            which Keras' torch loop also draws from when it opens a data iterator. Each step
+            seeds that state from the task's own saved state (`_seed_torch_step`): a fit
+            resumed from a backup draws the masks the uninterrupted run drew. The fast
+            unseeded dropout kernel stays (Keras' seeded torch dropout makes a generator and a
+            Bernoulli mask per call)."""
+            self._seed_torch_step()
+            return super().train_step(data)
+
+        def _seed_torch_step(self):
+            """Seeds torch's global random state for this step from the task's first seed
+            generator's seed (its state, saved with the weights: `save_own_variables`) and the
+            optimizer's step count (read at the first step of a fit, then counted). Nothing
+            without seed generators (no dropout: nothing random is drawn from torch's state in a
+            step). The CPU generator alone when no accelerator is in use: `torch.manual_seed`
+            also seeds every device's (~0.8 ms a call here, the CPU generator's ~5 us)."""
+            step = self.__dict__.get("_torch_step")
+            if step is None:
+                import torch
+
+                generators = self._all_seed_generators()
+                if not generators:
+                    object.__setattr__(self, "_torch_step", [])
+                    return
+                accelerated = torch.cuda.is_initialized() or torch.backends.mps.is_available()
+                seed = torch.manual_seed if accelerated else torch.default_generator.manual_seed
+                base = int(keras.ops.convert_to_numpy(generators[0].state)[0])
+                step = [seed, base, int(keras.ops.convert_to_numpy(self.optimizer.iterations))]
+                object.__setattr__(self, "_torch_step", step)
+            if step:
+                seed, base, count = step
+                step[2] += 1
+                seed((base * 1_000_003 + count) % (2 ** 63))
+
     # === tf.distribute (keras-team/keras#20585; see keras_bertfam/distribute.py) ===
     if keras.backend.backend() == "tensorflow":
 
@@ -594,7 +633,8 @@ class Task(keras.Model):
             # Keras keeps the epoch a BackupAndRestore restored (`_initial_epoch`) after that fit:
             # a later fit of this model started there, whatever its `initial_epoch`.
             self._initial_epoch = None
-            for name in ("_epoch_record", "_fit_epoch_iterator", "_capture_epoch_iterator"):
+            for name in ("_epoch_record", "_fit_epoch_iterator", "_capture_epoch_iterator",
+                         "_torch_step"):
                 object.__setattr__(self, name, None)
             if keyed:  # n batches an epoch, counted without building the pipeline, or None
                 if x.steps:
@@ -631,9 +671,10 @@ class Task(keras.Model):
                     # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
                     # end by running out of data and warns that training was cut short.
                     warnings.filterwarnings("ignore", message="Your input ran out of data")
-                history = super().fit(x=x, y=y, batch_size=batch_size,
-                                      sample_weight=sample_weight,
-                                      validation_data=validation_data, **kwargs)
+                with _global_torch_random_state_kept():
+                    history = super().fit(x=x, y=y, batch_size=batch_size,
+                                          sample_weight=sample_weight,
+                                          validation_data=validation_data, **kwargs)
             # (A BackupAndRestore may have restored the last epoch: nothing left to train.)
             start = max(kwargs.get("initial_epoch", 0) or 0, self._initial_epoch or 0)
             if not history.history and kwargs.get("epochs", 1) > start:
@@ -1068,6 +1109,16 @@ def _differences(saved, current, where=""):
     if saved != current:
         return [f"{where or 'the run'}: {str(saved)[:60]} != {str(current)[:60]}"]
     return []
+
+
+def _global_torch_random_state_kept():
+    """On PyTorch, torch's global random state as it was before a fit, after it (each train step
+    seeds it: `Task.train_step`); elsewhere nothing."""
+    if keras.backend.backend() != "torch":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.random.fork_rng()
 
 
 class _EpochKeyedData:
