@@ -650,10 +650,11 @@ def test_pretraining_texts_in_another_shape_are_named():
     pre = kb.preprocessing.MaskedLMPreprocessor(_tokenizer(), sequence_length=16, batch_size=4)
     task = kb.tasks.MaskedLM(_backbone(num_layers=1), preprocessor=pre)
     cases = [({"text": texts}, r"got a dict of columns \['text'\].*x\['text'\]"),
-             ([["the cat sat", "on the mat"], ["a dog"]], r"got list \['the cat sat', .* at index 0"),
+             ([["the cat sat", "on the mat"], ["a dog"]],
+              r"takes raw text: .*; got a list whose item 0 is a list \['the cat sat', "),
              (texts[:3] + [None], "item 3 is None|None at index 3"),
              ((texts, texts), "a tuple of 2 columns: pretraining is self-supervised"),
-             (np.array([texts, texts]), r"an array of shape \(2, 8\)")]
+             (np.array([texts, texts]), r"got a NumPy array of rank 2 \(shape \(2, 8\)\)")]
     for x, message in cases:
         with pytest.raises(ValueError, match=message):
             task.fit(x, epochs=1, verbose=0)
@@ -818,15 +819,18 @@ def test_a_tensorflow_error_in_a_preprocessing_layer_keeps_its_message_on_every_
         vocabulary=vocabulary, merges=["Ġ a"]), sequence_length=8)
     cases = [  # a label out of range, an answer that is not where answer_start says
         (lambda: tokens(tf.ragged.constant([["good", "film"]]), tf.ragged.constant([[1, 9]])),
-         r"TokenClassifierPreprocessor.call\(\)(.|\n)*Invalid token label: got'\n9\n"
-         r"b'but the valid range is 0 to'\n2"),
+         r"TokenClassifierPreprocessor.call\(\)(.|\n)*Invalid token label 9: the valid range is "
+         r"0 to 2 \(num_classes=3\)\."),
+        (lambda: tokens(tf.ragged.constant([["good", "film"]]), tf.ragged.constant([[1]])),
+         r"TokenClassifierPreprocessor.call\(\)(.|\n)*Each word needs one label: example 0 has 2 "
+         r"word\(s\) but 1 label\(s\)\."),
         (lambda: qa((["the film"], ["good film"]), ([0], ["bad"])),
-         r"QuestionAnswererPreprocessor(.|\n)*The answer is not in its context(.|\n)*b'bad'"),
+         r"QuestionAnswererPreprocessor(.|\n)*The answer is not in its context at answer_start: "
+         r"example 0 has answer_text \"bad\", but its context has \"goo\" there\."),
         # a nested layer's error (the preprocessor's byte-pair tokenizer, whose vocabulary has
         # neither "b" nor an unknown token): carried once, not wrapped again
-        (lambda: bpe(["a b"]), r"BytePairTokenizer.call\(\)(.|\n)*assertion failed: "
-                               r"\[BytePairTokenizer: the piece \"b\" .GPT-2's byte symbols. is "
-                               r"not in the vocabulary"),
+        (lambda: bpe(["a b"]), r"BytePairTokenizer.call\(\)(.|\n)*BytePairTokenizer: the piece "
+                               r"\"b\" .GPT-2's byte symbols. is not in the vocabulary"),
     ]
     for call, message in cases:
         with pytest.raises(tf.errors.InvalidArgumentError, match=message) as error:
@@ -834,6 +838,9 @@ def test_a_tensorflow_error_in_a_preprocessing_layer_keeps_its_message_on_every_
         assert isinstance(error.value, InvalidInputError)
         assert isinstance(error.value, ValueError)
         assert str(error.value).count("Exception encountered when calling") == 1
+        # TensorFlow's assertion formats, not the message: "Summarized data", b'...', \"
+        message = str(error.value).split("Arguments received")[0]  # not Keras' argument list
+        assert not re.search(r"Summarized data|assertion failed|b'|\\[\"']", message)
 
 
 def test_tensorflow_errors_are_carried_by_class_without_a_traced_op_s_stack():
@@ -850,8 +857,19 @@ def test_tensorflow_errors_are_carried_by_class_without_a_traced_op_s_stack():
     carried = carry_tf_error(tf.errors.InvalidArgumentError(None, None, graph))
     assert type(carried) is InvalidInputError and isinstance(carried, ValueError)
     text = carried.args[0]
-    assert text == str(carried) and text.startswith('assertion failed: [the piece "T" is not')
-    assert "Detected at node" not in text and "File " not in text
+    assert text == str(carried) and text == 'the piece "T" is not in it'
+    # an eager assertion's data: one item a line, strings as bytes literals, C-escaped
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Summarized data") as eager:
+        tf.debugging.Assert(False, ["Invalid label:", 9,
+                                    tf.strings.format("{}", tf.constant('it\'s "x"'))])
+    assert carry_tf_error(eager.value).args[0] == 'Invalid label: 9 "it\'s "x""'
+    # raised in a tf.data pipeline (a task's fit): said so, TensorFlow's node names dropped
+    pipeline = ("{{function_node __wrapped__IteratorGetNext}} Error in user-defined function "
+                "passed to ParallelMapDatasetV2:3 transformation with iterator: Iterator::Root: "
+                "assertion failed: [the piece \\\"T\\\" is not in it]\n\t [[{{node Assert}}]] "
+                "[Op:IteratorGetNext] name: ")
+    assert carry_tf_error(tf.errors.InvalidArgumentError(None, None, pipeline)).args[0] == (
+        'the piece "T" is not in it (in the tf.data input pipeline)')
     rebuilt = InvalidInputError("in context: " + text)  # Keras' rebuild under JAX / PyTorch
     assert str(rebuilt) == "in context: " + text and carry_tf_error(rebuilt) is None
     assert InvalidInputError(None, None, "m", 3).message == "m"  # Keras' rebuild under TF
@@ -975,3 +993,173 @@ def test_a_hostile_script_s_inputs_to_a_token_classifier_and_a_tokenizer():
                                             rf"or array of strings, a string tensor\), got a "
                                             rf"{kind}"):
             tokenizer(bad)
+
+
+@pytest.mark.multibackend
+def test_raw_text_in_another_shape_is_named_by_every_preprocessor_and_task(classifier):
+    """A preprocessor called directly on a table (a pandas DataFrame) or on lists of lists of
+    strings failed deep inside (SegmentPacker's "must be a rank-2 RaggedTensor", a mixed-type
+    conversion error), as did a task's fit on a one-column DataFrame; a dict of raw-text
+    columns gave a fine-tuning task's fit TensorFlow's "Could not build a TypeSpec" (keras-hub's
+    tasks take a dict of preprocessed features, raw text as a batch or a tuple of segments).
+    Each is named now, with its columns, type or shape and what is taken, by the task and by
+    its preprocessor alike (`check_text_batch`)."""
+
+    class Frame:  # what is read of a pandas DataFrame (the tests run without pandas)
+        columns = ["text", "label"]
+
+    pre = classifier.preprocessor
+    takes = (r"TextClassifierPreprocessor takes a batch of texts \(a list, 1-D array or pandas "
+             r"Series of strings, a string tensor \[B\]\), or a tuple of two such batches for "
+             r"text pairs; got ")
+    task_takes = takes.replace("TextClassifierPreprocessor", "TextClassifier")
+    texts = ["good film", "bad film"]
+    cases = [
+        (lambda: pre(Frame()), takes + r"a Frame of columns \['text', 'label'\]: pass one column, "
+                                       r"e.g. x\['text'\]"),
+        (lambda: pre([texts, ["a", "b"]]),
+         takes + r"a list whose item 0 is a list \['good film', 'bad film'\]"),
+        (lambda: pre(np.array([texts])), takes + r"a NumPy array of rank 2 \(shape \(1, 2\)\)"),
+        (lambda: pre(tf.ragged.constant([["a"], ["b", "c"]])),
+         takes + r"a RaggedTensor of rank 2 \(shape \(2, None\)\)"),
+        (lambda: pre.prepare(tf.data.Dataset.from_tensor_slices(np.array([texts])).batch(1)),
+         takes + r"a tf.Tensor of rank 2 \(shape \(None, 2\)\)"),
+        (lambda: classifier.fit(Frame(), [1, 0], verbose=0),
+         task_takes + r"a Frame of columns \['text', 'label'\]"),
+        (lambda: classifier.fit({"text": texts}, [1, 0], verbose=0),
+         task_takes + r"a dict of columns \['text'\]: pass one column, e.g. x\['text'\]"),
+        (lambda: classifier.predict({"text": texts}, verbose=0),
+         task_takes + r"a dict of columns \['text'\]"),
+        (lambda: classifier.predict({"token_ids": np.zeros((1, 4), "int32")}, verbose=0),
+         task_takes + r"a dict of columns \['token_ids'\]: model inputs. A task with a "
+                      r"preprocessor takes raw text; build it with preprocessor=None"),
+        (lambda: classifier.predict(np.array("good film"), verbose=0),
+         r"TextClassifier takes a batch of examples, got a 0-d ndarray"),
+    ]
+    tokens = kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)
+    cases.append((lambda: tokens([[["good"]]]),
+                  r"TokenClassifierPreprocessor takes sentences \(a list of strings\) or their "
+                  r"words \(a list of word lists, a RaggedTensor\); got a list whose item 0 is a "
+                  r"list \[\['good'\]\] \(lists nested deeper than words\)"))
+    qa = kb.preprocessing.QuestionAnswererPreprocessor(_tokenizer(), sequence_length=32,
+                                                       max_question_length=8)
+    cases.append((lambda: qa(texts), r"QuestionAnswererPreprocessor takes a tuple \(questions, "
+                                     r"contexts\): two batches of strings \[B\]; got a list of 2 "
+                                     r"items"))
+    choices = kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)
+    cases.append((lambda: choices({"context": texts}),
+                  r"MultipleChoicePreprocessor takes a tuple \(contexts, choices\).*; got a dict"))
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # what is clear works: a pandas Series (1-D), labels given as Python lists to a direct call
+    # (was "'list' object has no attribute 'dtype'"), word lists of different lengths
+    assert pre(np.array(texts, object), [1, 0])[0]["token_ids"].shape == (2, 16)
+    x, y, w = tokens([["good", "film"], ["bad"]], [[1, 0], [2]])
+    assert y.shape == w.shape == (2, 8)
+    with pytest.raises(ValueError, match=r"Invalid label 5: the valid range is 0 to 1 "
+                                         r"\(num_classes=2\)\."):
+        pre(texts, [1, 5])
+
+
+@pytest.mark.multibackend
+def test_class_labels_as_rows_of_different_lengths_are_named(classifier):
+    """TensorFlow's "Can't convert non-rectangular Python sequence to Tensor" before."""
+    texts = ["good film", "bad film"]
+    for labels, rows in (([[0], [1, 0]], r"row 0 has 1 value\(s\) \(\[0\]\), row 1 has 2 "
+                                         r"value\(s\) \(\[1, 0\]\)"),
+                         ([0, [1]], r"row 0 has a scalar \(0\), row 1 has 1 value\(s\)")):
+        with pytest.raises(ValueError, match=r"TextClassifier takes one class id per example "
+                                             r"\(labels of shape \(N,\) or \(N, 1\)\); got "
+                                             r"labels as rows of different lengths: " + rows):
+            classifier.fit(texts, labels, verbose=0)
+
+
+@pytest.mark.multibackend
+def test_a_pipeline_s_error_reads_as_a_direct_call_s_on_every_backend():
+    """A check failing in a task's data pipeline (fit) or in its in-memory preprocessing
+    (predict) surfaced as TensorFlow's message: C-escaped (the piece \\"b\\", GPT-2\\'s), between
+    TensorFlow's node names and "Summarized data" or "assertion failed" formats; now the text of
+    the preprocessor's own error, on every backend, saying when it came from the pipeline."""
+    from keras_bertfam.preprocessing.errors import InvalidInputError
+
+    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<mask>": 3, "a": 4, "Ġ": 5, "Ġa": 6}
+    tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=vocabulary, merges=["Ġ a"])
+    task = kb.tasks.TextClassifier(
+        kb.models.RobertaBackbone(vocabulary_size=7, num_layers=1, num_heads=2, hidden_dim=8,
+                                  intermediate_dim=16, max_sequence_length=16),
+        num_classes=2, preprocessor=kb.preprocessing.TextClassifierPreprocessor(
+            tokenizer, sequence_length=8))
+    refusal = (r"^BytePairTokenizer: the piece \"b\" \(GPT-2's byte symbols\) is not in the "
+               r"vocabulary, .* or one with an unknown token\.")
+    ds = tf.data.Dataset.from_tensor_slices((["a b"], [0])).batch(1)
+    for call, where in ((lambda: task.fit(["a b", "a"], [0, 1], verbose=0), " (in the tf.data "
+                                                                            "input pipeline)"),
+                        (lambda: task.fit(ds, verbose=0), " (in the tf.data input pipeline)"),
+                        (lambda: task.predict(["a b"], verbose=0), "")):
+        with pytest.raises(InvalidInputError, match=refusal + re.escape(where) + "$"):
+            call()
+    labels = tf.data.Dataset.from_tensor_slices((["a", "a"], [0, 7])).batch(2)
+    with pytest.raises(ValueError, match=r"^Invalid label 7: the valid range is 0 to 1 "
+                                         r"\(num_classes=2\)\. \(in the tf.data input pipeline\)$"):
+        task.fit(labels, verbose=0)
+
+
+@pytest.mark.multibackend
+def test_a_sweep_of_hostile_inputs_to_every_fine_tuning_task(classifier):
+    """Each was a Python or TensorFlow error about something else: an object array of mixed
+    types (a pandas column with a number: "Unsupported object type int"), an empty tuple
+    (IndexError), labels as a 0-d array ("len() of unsized object"), a dataset without labels
+    ("None values not supported"), of dicts ("Could not build a TypeSpec") or of single
+    examples (Keras' "Invalid input shape ... padding_mask"), token labels one per sentence
+    ("The rank of a RaggedTensor must be greater than 1"), a list as a QA / multiple-choice x
+    ("tuple index out of range"), QA labels as class ids ("'int' object is not iterable"),
+    choice labels as rows of different lengths (TensorFlow's "non-rectangular")."""
+    texts = ["good film", "bad film"]
+    mixed = np.array(["good", 3], object)
+    tokens = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
+        kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+    qa = kb.tasks.QuestionAnswerer(_backbone(), preprocessor=(
+        kb.preprocessing.QuestionAnswererPreprocessor(_tokenizer(), sequence_length=32,
+                                                      max_question_length=8)))
+    choices = kb.tasks.MultipleChoice(_backbone(), preprocessor=(
+        kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)))
+    batches = tf.data.Dataset.from_tensor_slices
+    cases = [
+        (lambda: classifier.predict(mixed, verbose=0),
+         r"TextClassifier got a list of texts whose item 1 is 3 \(int\): expected a string"),
+        (lambda: tokens.fit(mixed, [[0], [1]], verbose=0), r"item 1 is 3 \(int\)"),
+        (lambda: classifier.predict((), verbose=0),
+         r"TextClassifier got an empty tuple: it takes a batch of texts"),
+        (lambda: classifier.fit(texts, np.array(1), verbose=0),
+         r"TextClassifier got y as a 0-d array \(array\(1\)\): y needs one entry per example "
+         r"\(2 here\)"),
+        (lambda: classifier.fit(batches(texts).batch(2), verbose=0),
+         r"TextClassifier.fit needs labels: got a dataset whose elements are raw examples alone"),
+        (lambda: classifier.evaluate(batches((texts, texts)).batch(2), verbose=0),
+         r"TextClassifier.evaluate needs labels"),
+        (lambda: classifier.fit(batches(({"text": texts}, [0, 1])).batch(2), verbose=0),
+         r"TextClassifierPreprocessor takes a batch of texts .*; got a dict of columns "
+         r"\['text'\]"),
+        (lambda: classifier.fit(batches((texts, [0, 1])), verbose=0),
+         r"TextClassifierPreprocessor takes a dataset of batches: its elements are single "
+         r"examples .*Batch it first, e.g. ds.batch\(32\)"),
+        (lambda: tokens.fit(batches((texts, [0, 1])).batch(2), verbose=0),
+         r"TokenClassifierPreprocessor takes one label per word: labels \[B, \(W\)\] .*got "
+         r"labels of shape \(None,\), one per sentence"),
+        (lambda: qa.predict(texts, verbose=0),
+         r"QuestionAnswerer takes a tuple \(questions, contexts\): two batches of strings \[B\]; "
+         r"got a list of 2 items"),
+        (lambda: choices.predict(texts, verbose=0),
+         r"MultipleChoice takes a tuple \(contexts, choices\)"),
+        (lambda: qa.fit((texts, texts), [0, 1], verbose=0),
+         r"QuestionAnswerer takes labels y = \(answer_starts, answer_texts\): two lists"),
+        (lambda: choices.fit((texts, [["a", "b"], ["c", "d"]]), [[0], [1, 0]], verbose=0),
+         r"MultipleChoice takes one choice label per example .*rows of different lengths"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # what stays valid: bytes as texts, a text pair without labels to predict from a dataset
+    assert classifier.predict([b"good film"], verbose=0).shape == (1, 2)
+    assert classifier.predict(batches((texts, texts)).batch(2), verbose=0).shape == (2, 2)

@@ -20,6 +20,7 @@ with the message, under JAX and PyTorch. `Layer.__call__` itself is Keras' (Auto
 as written). In a `tf.data` pipeline (`prepare`, a task's `fit` on raw text) the error comes
 from the iterator, not from a layer call, and keeps TensorFlow's class and message.
 """
+import ast
 import functools
 import re
 
@@ -30,6 +31,19 @@ import tensorflow as tf
 # TensorFlow's message. The stack is the layer's own code (the traceback shows the user's call).
 _GRAPH_STACK = re.compile(r"Graph execution error:\n\n|Detected at node [^\n]* defined at "
                           r"\(most recent call last\):\n(?:[ \t][^\n]*\n|\n)*")
+
+
+# An eager `tf.debugging.Assert`: "Expected '<condition>' to be true. Summarized data: " then
+# its data items, one a line; string items as bytes literals (b'...', or b"..." around a ')
+_EAGER_ASSERT = re.compile(r"Expected '.*?' to be true\. Summarized data: (.*)\Z", re.S)
+# A traced `tf.debugging.Assert`: "assertion failed: [item] [item]", then its node or the end
+_GRAPH_ASSERT = re.compile(r"assertion failed: (\[.*?\])(?=\n\t \[\[|\s*\Z)", re.S)
+_IN_PIPELINE = "Error in user-defined function passed to"
+_BYTES_LITERAL = re.compile(r"b'(?:[^'\\]|\\.)*'" + r'|b"(?:[^"\\]|\\.)*"')
+
+
+def _decoded(literal):
+    return ast.literal_eval(literal.group(0)).decode("utf-8", "replace")
 
 
 class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
@@ -44,12 +58,23 @@ class InvalidInputError(tf.errors.InvalidArgumentError, ValueError):
 
 
 def readable(message):
-    """TensorFlow's message without a traced op's stack, with an assertion's quotes unescaped
-    (`tf.debugging.Assert` prints its string data C-escaped: \\"T\\" for "T")."""
+    """TensorFlow's message as plain text: without a traced op's stack; a failed assertion as
+    its data alone, one line (an eager `tf.debugging.Assert` says "Expected '<the condition
+    tensor>' to be true. Summarized data: " then one item a line, strings as Python bytes
+    literals; a traced one "assertion failed: [item] [item]" then the node; both print string
+    data C-escaped: \\"T\\" for "T"), followed by "(in the tf.data input pipeline)" where it
+    was raised there (TensorFlow's "Error in user-defined function passed to ...")."""
     message = _GRAPH_STACK.sub("", message)
-    if "assertion failed: [" in message:
-        message = message.replace('\\"', '"').replace("\\'", "'")
-    return message
+    eager, graph = _EAGER_ASSERT.search(message), _GRAPH_ASSERT.search(message)
+    if eager:
+        items = [_BYTES_LITERAL.sub(_decoded, line) for line in eager.group(1).splitlines()]
+    elif graph:
+        items = graph.group(1)[1:-1].split("] [")
+    else:
+        return message
+    text = " ".join(item.strip() for item in items if item.strip())
+    text = text.replace('\\"', '"').replace("\\'", "'")
+    return text + (" (in the tf.data input pipeline)" if _IN_PIPELINE in message else "")
 
 
 def carry_tf_error(error):
@@ -67,7 +92,12 @@ def carry_tf_error(error):
     return carried.with_traceback(error.__traceback__)
 
 
-def _carrying(call):
+def carries_tf_errors(call):
+    """`call` (a layer's `call`; a task's `fit`, `evaluate`, `predict`, ...) lets a TensorFlow
+    error out as `carry_tf_error` makes it: its message readable (`readable`), kept by Keras'
+    layer call on every backend. A task's data pipeline raises its errors (a failed check, a
+    byte-pair piece outside the vocabulary) from Keras' loop, C-escaped with TensorFlow's node
+    names around them, on every backend."""
     @functools.wraps(call)  # Keras and keras-hub read `call`'s signature
     def carrying_call(*args, **kwargs):
         try:
@@ -89,4 +119,56 @@ class KeepsTFErrors:
         super().__init_subclass__(**kwargs)
         call = cls.__dict__.get("call")
         if call is not None and not hasattr(call, "__wrapped__"):
-            cls.call = _carrying(call)
+            cls.call = carries_tf_errors(call)
+
+
+# === Raw text in another shape ===
+def check_text_batch(x, who, expected, rank=1):
+    """One batch of raw text, as a task's `fit` / `predict` or a preprocessor's call receives
+    it (a Python list, an array, a pandas Series, a tensor): refused, naming its type and shape
+    and what `who` takes (`expected`), where it is a dict or a table of columns (a pandas
+    DataFrame), lists nested deeper than `rank` (1: a batch of texts; 2: a batch of word
+    lists), or an array or tensor of a higher rank. These failed deep inside (SegmentPacker's
+    "must be a rank-2 RaggedTensor", TensorFlow's "Could not build a TypeSpec", a mixed-type
+    conversion error). Anything else passes (its items are checked where they are read)."""
+    if isinstance(x, dict) or hasattr(x, "columns"):  # a pandas DataFrame
+        columns = [str(c) for c in getattr(x, "columns", x)]
+        model_inputs = "token_ids" in columns
+        raise ValueError(
+            f"{who} takes {expected}; got {_a(type(x).__name__)} of columns {columns[:5]}: "
+            + ("model inputs. A task with a preprocessor takes raw text; build it with "
+               "preprocessor=None to feed token ids." if model_inputs else
+               f"pass one column, e.g. x[{columns[0] if columns else 'text'!r}]."))
+    if isinstance(x, list):
+        i = _too_deep(x, rank)
+        if i is not None:
+            raise ValueError(f"{who} takes {expected}; got a list whose item {i} is "
+                             f"{_a(type(x[i]).__name__)} {x[i]!r:.60}"
+                             + (" (lists nested deeper than words)." if rank > 1 else "."))
+        return
+    shape = getattr(x, "shape", None)
+    try:
+        dims = None if shape is None else len(shape)
+    except (TypeError, ValueError):  # a tensor of unknown rank
+        dims = None
+    if dims is not None and dims > rank:
+        shape = tuple(shape) if not hasattr(shape, "as_list") else tuple(shape.as_list())
+        kind = ("tf.Tensor" if isinstance(x, tf.Tensor) else  # a symbolic one too
+                "NumPy array" if type(x).__name__ == "ndarray" else type(x).__name__)
+        raise ValueError(f"{who} takes {expected}; got {_a(kind)} of rank {dims} "
+                         f"(shape {shape}).")
+
+
+def _a(noun):
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def _too_deep(items, rank):
+    """The index of the first of `items` (a Python list) that nests deeper than `rank` allows
+    (rank 1: any list, tuple or array; rank 2: one holding such), or None."""
+    for i, item in enumerate(items[:1000]):
+        if isinstance(item, (list, tuple)) or (
+                getattr(item, "ndim", 0) > 0 and not isinstance(item, (str, bytes))):
+            if rank <= 1 or _too_deep(list(item), rank - 1) is not None:
+                return i
+    return None

@@ -14,11 +14,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.preprocessing.errors import KeepsTFErrors
+from keras_bertfam.preprocessing.errors import KeepsTFErrors, check_text_batch
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
-from keras_bertfam.preprocessing.tokenizers import (XLNetTokenizer,
+from keras_bertfam.preprocessing.tokenizers import (XLNetTokenizer, python_texts_to_tensor,
                                                     merge_rows, require_special_tokens)
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -26,10 +26,16 @@ AUTOTUNE = tf.data.AUTOTUNE
 GROUP_BY_LENGTH_BATCHES = 50  # HF's megabatch of group_by_length: 50 batches sorted together
 
 
-def as_segments(x):
+def as_segments(x, who=None, expected=None):
     """keras-hub's convention: a tuple is segments (a sentence pair is a tuple of two batches);
-    anything else, a Python list of strings included, is one batch (or one string)."""
-    return x if isinstance(x, tuple) else (x,)
+    anything else, a Python list of strings included, is one batch (or one string). `who`: each
+    segment is checked to be one batch of texts (`check_text_batch`: not a table, lists of
+    lists, a 2-D array), which `expected` describes."""
+    segments = x if isinstance(x, tuple) else (x,)
+    if who is not None:
+        for segment in segments:
+            check_text_batch(segment, who, expected)
+    return segments
 
 
 def check_fits_positions(sequence_length, limit, backbone_name):
@@ -128,6 +134,9 @@ def _is_string(spec):
 NOT_AN_INTEGER = ("Invalid {what} {{}}: expected {expected} (a float is accepted only when "
                   "it is a whole number, e.g. 1.0); a fraction would be truncated.")
 ANSWER_START = "an integer character offset into the context (-1: no answer)"
+ONE_LABEL_PER_WORD = ("Each word needs one label: example {} has {} word(s) but {} label(s). "
+                      "Sentences are split on whitespace; pass lists of words to split them "
+                      "yourself.")
 NOT_FINITE = ("Invalid regression target {}: expected a finite number (not NaN or inf), which "
               "would turn every weight into NaN.")
 
@@ -136,14 +145,26 @@ def _flat(values):
     return tf.reshape(values.flat_values if isinstance(values, tf.RaggedTensor) else values, [-1])
 
 
-def _assert_then(values, ok, message, bad):
+def _assert_then(values, ok, message, bad, *more):
     """`values` once `ok`; else the pipeline stops with `message` formatted with the first of
-    `bad` (a vector, maybe empty)."""
+    `bad` (a vector, maybe empty) and `more` values: one string, which reads as a sentence
+    (an assertion's several data items print on lines of their own, strings as b'...')."""
     first = tf.concat([bad, tf.zeros([1], bad.dtype)], 0)[0]
-    check = tf.debugging.Assert(ok, [tf.strings.format(message, first)])
+    check = tf.debugging.Assert(ok, [tf.strings.format(message, (first, *more))])
     with tf.control_dependencies([check]):
         return tf.identity(values) if not isinstance(values, tf.RaggedTensor) else \
             values.with_flat_values(tf.identity(values.flat_values))
+
+
+def as_labels(labels):
+    """Labels as a tensor: a preprocessor called directly takes them as Python lists or
+    arrays too (lists of different lengths: a RaggedTensor, a token classifier's)."""
+    if isinstance(labels, (tf.Tensor, tf.RaggedTensor)):
+        return labels
+    try:
+        return tf.convert_to_tensor(labels)
+    except ValueError:  # non-rectangular
+        return tf.ragged.constant(labels)
 
 
 def check_integer_labels(labels, what="label", expected="an integer class id"):
@@ -170,20 +191,16 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
     """In the tf.data graph (so on every backend): stops the pipeline at the first label outside
     `0..num_classes-1`, naming its value and the range (`allow_negative`: labels < 0 pass, where
     they mean 'ignore'), or at a float label that is not a whole number. `num_classes` may be a
-    tensor (the number of choices)."""
-    labels = check_integer_labels(labels, what)
+    tensor (the number of choices). The message is `check_label_values`' (labels in memory)."""
+    labels = check_integer_labels(as_labels(labels), what)
     labels = tf.cast(labels, tf.int32)
     flat = tf.reshape(labels.flat_values if isinstance(labels, tf.RaggedTensor) else labels, [-1])
     bad = flat >= num_classes
     if not allow_negative:
         bad = tf.logical_or(bad, flat < 0)
-    check = tf.debugging.Assert(
-        tf.logical_not(tf.reduce_any(bad)),
-        [f"Invalid {what}: got", tf.boolean_mask(flat, bad)[:1], "but the valid range is 0 to",
-         num_classes - 1, f"({count} =", num_classes, ")"])
-    with tf.control_dependencies([check]):
-        return tf.identity(labels) if not isinstance(labels, tf.RaggedTensor) else \
-            labels.with_flat_values(tf.identity(labels.flat_values))
+    return _assert_then(labels, tf.logical_not(tf.reduce_any(bad)),
+                        f"Invalid {what} {{}}: the valid range is 0 to {{}} ({count}={{}}).",
+                        tf.boolean_mask(flat, bad)[:1], num_classes - 1, num_classes)
 
 
 class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
@@ -199,6 +216,8 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
     """
 
     LAYOUTS = ("auto", "bert", "xlnet")
+    # What `call` (and a task's fit / predict) takes as x, named by the errors of other shapes
+    raw_inputs = "a batch of texts (a list or 1-D array of strings, a string tensor [B])"
     # Whether this preprocessor can pack XLNet's layout (every fine-tuning preprocessor here
     # can; a subclass that cannot sets False and is refused layout="xlnet").
     xlnet_layout_supported = True
@@ -300,6 +319,25 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         """Separator tokens between two segments: 1 ([SEP]) or the tokenizer's (RoBERTa: 2)."""
         return getattr(self.tokenizer, "pair_separators", 1)
 
+    def _check_text(self, *batches, rank=1):
+        """Each of `batches` is one batch of texts (`rank` 2: of word lists), else an error
+        naming it and `raw_inputs` (`check_text_batch`)."""
+        for batch in batches:
+            check_text_batch(batch, type(self).__name__, self.raw_inputs, rank)
+
+    # Whether x is two batches (`check_pair`): questions and contexts, contexts and choices
+    takes_a_pair = False
+
+    def check_pair(self, x, who=None):
+        """x is two batches (a tuple, or a list of two that are not strings), else an error
+        naming what it is and `raw_inputs`."""
+        if isinstance(x, (tuple, list)) and len(x) == 2 and not any(
+                isinstance(part, (str, bytes)) for part in x):
+            return
+        count = f" of {len(x)} items" if isinstance(x, (tuple, list)) else ""
+        raise ValueError(f"{who or type(self).__name__} takes {self.raw_inputs}; got a "
+                         f"{type(x).__name__}{count}: {x!r:.80}.")
+
     def _features(self, segments):
         require_special_tokens(self.tokenizer, ["cls", "sep", "pad"], type(self).__name__)
         if self.packing_layout == "xlnet":
@@ -329,6 +367,13 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         in-memory examples and then an `evaluate` or `predict` on them trace the tokenizing graph
         once, not once each: `tf.data`'s own trace is not reused outside its pipeline)."""
         spec = ds.element_spec if isinstance(ds.element_spec, tuple) else (ds.element_spec,)
+        if isinstance(spec[0], dict):  # a table's columns (keras-hub's tasks: features)
+            self._check_text(spec[0])
+        first = tf.nest.flatten(spec[0])[0]
+        if isinstance(first, (tf.TensorSpec, tf.RaggedTensorSpec)) and first.shape.rank == 0:
+            raise ValueError(
+                f"{type(self).__name__} takes a dataset of batches: its elements are single "
+                f"examples ({ds.element_spec}). Batch it first, e.g. ds.batch(32).")
         traced = self._traced_call(len(spec)).get_concrete_function(*spec)
         return lambda *element: traced(*element)
 
@@ -431,6 +476,8 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     """
 
     group_by_length_batches = GROUP_BY_LENGTH_BATCHES
+    raw_inputs = ("a batch of texts (a list, 1-D array or pandas Series of strings, a string "
+                  "tensor [B]), or a tuple of two such batches for text pairs")
 
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, pad_to_batch_max=False,
                  group_by_length=False, pad_to_multiple_of="auto", **kwargs):
@@ -441,7 +488,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         self.pad_to_multiple_of = check_pad_to_multiple_of(pad_to_multiple_of)
 
     def call(self, x, y=None, sample_weight=None):
-        segments = as_segments(x)
+        segments = as_segments(x, type(self).__name__, self.raw_inputs)
         if len(segments) > 2:
             raise ValueError(f"TextClassifier takes one or two segments, got {len(segments)}.")
         features = self._features([self.tokenizer(s) for s in segments])
@@ -564,13 +611,21 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
     padding, words cut by truncation and labels < 0 have weight 0 (label 0).
     """
 
+    raw_inputs = ("sentences (a list of strings) or their words (a list of word lists, a "
+                  "RaggedTensor)")
+
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_classes = num_classes
 
     @staticmethod
     def words_of(x):
-        """Sentences [B] (split on whitespace) or word lists [B, (W)] -> words [B, (W)]."""
+        """Sentences [B] (split on whitespace) or word lists [B, (W)] (a RaggedTensor, Python
+        lists, a 2-D array or tensor) -> words [B, (W)]."""
+        if not isinstance(x, (tf.Tensor, tf.RaggedTensor)):
+            x = python_texts_to_tensor(x, "TokenClassifierPreprocessor")
+        if isinstance(x, tf.Tensor) and x.shape.rank == 2:
+            x = tf.RaggedTensor.from_tensor(x)
         return x if isinstance(x, tf.RaggedTensor) else tf.strings.split(x)
 
     def word_pieces(self, x):
@@ -586,20 +641,28 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         return merge_rows(by_word), merge_rows(word_index), merge_rows(first), words
 
     def call(self, x, y=None, sample_weight=None):
+        self._check_text(x, rank=2)
         pieces, word_index, first, words = self.word_pieces(x)
         features = self._features([pieces])
         if y is None:
             return features
+        y = as_labels(y)
+        if y.shape.rank == 1:
+            raise ValueError(
+                f"{type(self).__name__} takes one label per word: labels [B, (W)] (a list of "
+                f"lists, a RaggedTensor, or [B, W] padded with -1); got labels of shape "
+                f"{y.shape}, one per sentence.")
         if not isinstance(y, tf.RaggedTensor):  # dense [B, W]: one column per word, padded
             y = tf.RaggedTensor.from_tensor(y, lengths=words.row_lengths())
         y = tf.cast(y, tf.int32)
         if self.num_classes:
             y = check_labels(y, self.num_classes, what="token label", allow_negative=True)
-        check = tf.debugging.assert_equal(
-            y.row_lengths(), words.row_lengths(),
-            message="Each word needs one label: a row of labels and its words differ in length.")
-        with tf.control_dependencies([check]):
-            flat_labels = tf.identity(y.flat_values)
+        n_words, n_labels = words.row_lengths(), y.row_lengths()
+        differ = tf.where(tf.not_equal(n_labels, n_words))[:, 0]
+        row = tf.concat([differ, tf.zeros([1], differ.dtype)], 0)[0]
+        y = _assert_then(y, tf.equal(tf.size(differ), 0), ONE_LABEL_PER_WORD, differ,
+                         tf.gather(n_words, row), tf.gather(n_labels, row))
+        flat_labels = y.flat_values
         # label of each piece = y[b, word_index]; valid where first piece and label >= 0
         row_base = tf.gather(tf.cast(y.row_starts(), tf.int32), word_index.value_rowids())
         piece_labels = word_index.with_flat_values(
@@ -643,6 +706,10 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
     choice [SEP]` (SWAG / RACE; XLNet's layout: `context <sep> choice <sep> <cls>`); `y` [B] the
     index of the right choice."""
 
+    raw_inputs = ("a tuple (contexts, choices): a batch of strings [B] and a batch of lists of "
+                  "strings [B, C] (C choices each)")
+    takes_a_pair = True
+
     def __init__(self, tokenizer, sequence_length=128, num_choices=None, **kwargs):
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_choices = num_choices
@@ -655,7 +722,10 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
             (element[3] if len(element) > 3 else None)
 
     def call(self, x, y=None, sample_weight=None):
+        self.check_pair(x)
         context, choices = x
+        self._check_text(context)
+        self._check_text(choices, rank=2)
         choices = tf.convert_to_tensor(choices)  # [B, C]
         num_choices = tf.shape(choices)[1]
         contexts = tf.repeat(tf.convert_to_tensor(context), num_choices)  # [B*C]
@@ -696,6 +766,9 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     token's character span in the context (-1 outside the context), which `QuestionAnswerer`
     uses to map predicted spans back to text.
     """
+
+    raw_inputs = "a tuple (questions, contexts): two batches of strings [B]"
+    takes_a_pair = True
 
     def __init__(self, tokenizer, sequence_length=384, stride=128, max_question_length=64,
                  **kwargs):
@@ -806,7 +879,9 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         return features, meta
 
     def call(self, x, y=None, sample_weight=None):
+        self.check_pair(x)
         question, context = x
+        self._check_text(question, context)
         features, meta = self.windows(question, context)
         if y is None:
             return features
@@ -819,12 +894,11 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
                                   unit="UTF8_CHAR")
         ok = tf.logical_or(answer_start < 0, tf.equal(found, answer_text))
         bad = tf.where(tf.logical_not(ok))[:1, 0]
-        check = tf.debugging.Assert(
-            tf.reduce_all(ok),
-            ["The answer is not in its context at answer_start: example", bad, "answer",
-             tf.gather(answer_text, bad), "context has", tf.gather(found, bad)])
-        with tf.control_dependencies([check]):
-            answer_start = tf.identity(answer_start)
+        example = tf.concat([bad, tf.zeros([1], bad.dtype)], 0)[0]
+        answer_start = _assert_then(
+            answer_start, tf.reduce_all(ok), "The answer is not in its context at answer_start: "
+            "example {} has answer_text {}, but its context has {} there.", bad,
+            tf.gather(answer_text, example), tf.gather(found, example))
         # the answer's token span in the whole context, by HF run_qa.py's rule: from the last
         # token starting at or before its first character to the first token ending at or after
         # its end (offsets are ascending). Where tokens share a first character this is the

@@ -13,11 +13,10 @@ mask every time an example is seen (RoBERTa's dynamic masking).
 import math
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
-from keras_bertfam.preprocessing.errors import KeepsTFErrors
+from keras_bertfam.preprocessing.errors import KeepsTFErrors, check_text_batch
 from keras_bertfam.preprocessing.finetuning import (
     GROUP_BY_LENGTH_BATCHES,
     _cut_to_longest,
@@ -96,30 +95,23 @@ def _check_not_empty(ds, name):
             "the corpus path and any filter upstream.")
 
 
+# What a pretraining task's fit and its preprocessor take as raw text
+RAW_TEXT = ("raw text: a list or 1-D array of strings, one document each (a document's sentences "
+            "joined into one string), or a tf.data.Dataset of strings")
+
+
 def check_texts(texts, name):
     """In-memory raw text for pretraining: a list or 1-D array of strings, one document each.
     A tuple of columns, a dict or table of columns (was "'dict' object has no attribute
     'dtype'"), lists of sentences (TensorFlow's "Can't convert non-rectangular Python
-    sequence") and a 2-D array (a graph error in the epoch's pipeline) are refused by name."""
-    expected = ("expected raw text: a list or 1-D array of strings, one document each (a "
-                "document's sentences joined into one string), or a tf.data.Dataset of strings")
-    if isinstance(texts, dict) or hasattr(texts, "columns"):  # a pandas DataFrame
-        columns = [str(c) for c in getattr(texts, "columns", texts)]
-        raise ValueError(f"{name} got a {type(texts).__name__} of columns {columns[:5]}: "
-                         f"{expected}. Pass the text column itself"
-                         f"{f', e.g. x[{columns[0]!r}]' if columns else ''}.")
+    sequence") and a 2-D array (a graph error in the epoch's pipeline) are refused by name
+    (`check_text_batch`, the fine-tuning preprocessors' check)."""
     if isinstance(texts, tuple):
         raise ValueError(f"{name} got a tuple of {len(texts)} columns: pretraining is "
-                         f"self-supervised (no labels, no text pairs); {expected}.")
+                         f"self-supervised (no labels, no text pairs); it takes {RAW_TEXT}.")
+    check_text_batch(texts, name, RAW_TEXT)
     if isinstance(texts, list):
-        nested = next((i for i, t in enumerate(texts) if isinstance(t, (list, tuple, np.ndarray))),
-                      None)
-        if nested is not None:
-            raise ValueError(f"{name} got {type(texts[nested]).__name__} {texts[nested]!r:.60} at "
-                             f"index {nested} of its input: {expected}.")
         check_text_items(texts, name)  # None, numbers: named by index
-    elif getattr(texts, "ndim", 1) != 1:
-        raise ValueError(f"{name} got an array of shape {tuple(texts.shape)}: {expected}.")
 
 
 def _shuffled_by_tensor_seed(ds, buffer_size, seed):
@@ -149,6 +141,8 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
     BERT's NSP pairs of IMDB reviews at length 128 are 83% real tokens at a fixed width and
     99% grouped (the 10% short pairs and each document's last pair group together).
     """
+
+    raw_inputs = RAW_TEXT  # named by the errors of raw text in another shape
 
     group_by_length_batches = GROUP_BY_LENGTH_BATCHES
     # Whether `get_config` records the masker (XLNet's is made from its other arguments and the
@@ -460,7 +454,7 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
         return packer
 
     def call(self, x, y=None, sample_weight=None, seed=None):
-        segments = as_segments(x)
+        segments = as_segments(x, type(self).__name__, RAW_TEXT)
         segments = tuple(self.tokenizer(s) for s in segments)
         token_ids, segment_ids, padding_mask = self.packer(segments)
         return self._mask(token_ids, segment_ids, padding_mask, seed=seed)

@@ -134,6 +134,7 @@ class TextClassifier(Task):
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         if self.num_classes > 1:
             check_label_values(y, self.num_classes)
+            check_one_label_per_example(y, "TextClassifier", "class id")
             shape = _shape(y)
             if len(shape) == 2 and shape[1] == self.num_classes:
                 raise ValueError(
@@ -142,6 +143,7 @@ class TextClassifier(Task):
                     f"{self.num_classes}). Pass np.argmax(y, axis=-1).")
         else:
             check_finite_target_values(y)
+            check_one_label_per_example(y, "TextClassifier", "regression target")
         if isinstance(x, list) and x and isinstance(x[0], (list, tuple)):
             raise ValueError(
                 f"TextClassifier takes a list of texts, or a tuple of two lists for text pairs; "
@@ -233,6 +235,24 @@ def check_finite_target_values(targets):
     bad = ~np.isfinite(flat.astype("float64"))
     if bad.any():
         raise ValueError(NOT_FINITE.format(flat[int(np.argmax(bad))]))
+
+
+def check_one_label_per_example(labels, task_name, what):
+    """Labels as nested Python lists (or an object array of rows) of different lengths, e.g.
+    [[0], [1, 0]]: named with the first row whose length differs (TensorFlow's message was
+    "Can't convert non-rectangular Python sequence to Tensor")."""
+    if not isinstance(labels, (list, tuple, np.ndarray)) or getattr(labels, "ndim", 1) == 0 or \
+            _shape(labels) != () or not len(labels):
+        return  # (a 0-d array: named by check_example_counts)
+    lengths = [len(row) if isinstance(row, (list, tuple, np.ndarray)) else None for row in labels]
+    i = next((i for i, n in enumerate(lengths) if n != lengths[0]), None)
+    if i is None:
+        return
+    describe = ["a scalar" if n is None else f"{n} value(s)" for n in (lengths[0], lengths[i])]
+    raise ValueError(
+        f"{task_name} takes one {what} per example (labels of shape (N,) or (N, 1)); got labels "
+        f"as rows of different lengths: row 0 has {describe[0]} ({labels[0]!r:.40}), row {i} has "
+        f"{describe[1]} ({labels[i]!r:.40}).")
 
 
 def _shape(values):

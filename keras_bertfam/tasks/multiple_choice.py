@@ -7,6 +7,7 @@ from keras_bertfam.tasks.classifier import (
     _mean,
     build_classification_head,
     check_label_values,
+    check_one_label_per_example,
     class_outputs,
     classification_logits,
     pooled,
@@ -125,6 +126,7 @@ class MultipleChoice(Task):
             if y is not None:
                 check_label_values(y, len(x[1][0]), what="choice label",
                                    count="number of choices")
+                check_one_label_per_example(y, "MultipleChoice", "choice label")
         return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):

@@ -218,6 +218,7 @@ class QuestionAnswerer(Task):
 
     def _raw_examples(self, x, y, sample_weight):
         if y is not None:
+            check_answer_pair(y)
             check_answers(x[1], *y)
         return (tuple(x),) if y is None else (tuple(x), tuple(y))
 
@@ -326,6 +327,18 @@ def says_no_answer(null_score, span_score, null_score_diff_threshold):
     score by more than the threshold (float32 NumPy scalars in `answer()`, tensors in the
     export)."""
     return null_score > span_score + null_score_diff_threshold
+
+
+def check_answer_pair(y):
+    """`y` of a QuestionAnswerer's in-memory fit / evaluate is SQuAD's pair (answer_starts,
+    answer_texts), one entry per example each (a list of class ids gave "'int' object is not
+    iterable")."""
+    if not (isinstance(y, (tuple, list)) and len(y) == 2 and all(
+            isinstance(part, (list, tuple, np.ndarray)) for part in y)):
+        raise ValueError(
+            "QuestionAnswerer takes labels y = (answer_starts, answer_texts): two lists, the "
+            "answers' character offsets into their contexts (-1: no answer) and their texts; "
+            f"got {type(y).__name__} {y!r:.60}.")
 
 
 def check_answers(contexts, answer_starts, answer_texts):

@@ -23,6 +23,7 @@ from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions)
+from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
@@ -222,6 +223,45 @@ class Task(keras.Model):
         record = store[self.EPOCH_RECORD] if self.EPOCH_RECORD in keys else None
         object.__setattr__(self, "_loaded_epoch_record",
                            None if record is None else tuple(int(v) for v in record))
+
+    # === PyTorch: dropout masks that a resumed fit draws again ===
+    if keras.backend.backend() == "torch":
+
+        def train_step(self, data):
+            """Keras' torch `Dropout` (built without a seed) draws its masks from torch's
+            global random state (`torch.nn.functional.dropout`), which no checkpoint holds and
+            which Keras' torch loop also draws from when it opens a data iterator. Each step
+            seeds that state from the task's own saved state (`_seed_torch_step`): a fit
+            resumed from a backup draws the masks the uninterrupted run drew. The fast
+            unseeded dropout kernel stays (Keras' seeded torch dropout makes a generator and a
+            Bernoulli mask per call)."""
+            self._seed_torch_step()
+            return super().train_step(data)
+
+        def _seed_torch_step(self):
+            """Seeds torch's global random state for this step from the task's first seed
+            generator's seed (its state, saved with the weights: `save_own_variables`) and the
+            optimizer's step count (read at the first step of a fit, then counted). Nothing
+            without seed generators (no dropout: nothing random is drawn from torch's state in a
+            step). The CPU generator alone when no accelerator is in use: `torch.manual_seed`
+            also seeds every device's (~0.8 ms a call here, the CPU generator's ~5 us)."""
+            step = self.__dict__.get("_torch_step")
+            if step is None:
+                import torch
+
+                generators = self._all_seed_generators()
+                if not generators:
+                    object.__setattr__(self, "_torch_step", [])
+                    return
+                accelerated = torch.cuda.is_initialized() or torch.backends.mps.is_available()
+                seed = torch.manual_seed if accelerated else torch.default_generator.manual_seed
+                base = int(keras.ops.convert_to_numpy(generators[0].state)[0])
+                step = [seed, base, int(keras.ops.convert_to_numpy(self.optimizer.iterations))]
+                object.__setattr__(self, "_torch_step", step)
+            if step:
+                seed, base, count = step
+                step[2] += 1
+                seed((base * 1_000_003 + count) % (2 ** 63))
 
     # === tf.distribute (keras-team/keras#20585; see keras_bertfam/distribute.py) ===
     if keras.backend.backend() == "tensorflow":
@@ -482,7 +522,9 @@ class Task(keras.Model):
             # which Keras' data adapters take.
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
-        check_raw_inputs(x, type(self).__name__)
+        check_raw_inputs(x, type(self).__name__, getattr(preprocessor, "raw_inputs", "raw text"))
+        if getattr(preprocessor, "takes_a_pair", False) and not isinstance(x, tf.data.Dataset):
+            preprocessor.check_pair(x, type(self).__name__)
         if isinstance(preprocessor, PretrainingPreprocessor) and \
                 not isinstance(x, tf.data.Dataset):
             check_texts(x, type(self).__name__)
@@ -561,6 +603,7 @@ class Task(keras.Model):
             return ds.map(lambda x, *rest: (keep(x), *rest))
         return ds.map(keep)
 
+    @carries_tf_errors
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
             **kwargs):
         for name in ("epochs", "initial_epoch", "steps_per_epoch"):
@@ -590,7 +633,8 @@ class Task(keras.Model):
             # Keras keeps the epoch a BackupAndRestore restored (`_initial_epoch`) after that fit:
             # a later fit of this model started there, whatever its `initial_epoch`.
             self._initial_epoch = None
-            for name in ("_epoch_record", "_fit_epoch_iterator", "_capture_epoch_iterator"):
+            for name in ("_epoch_record", "_fit_epoch_iterator", "_capture_epoch_iterator",
+                         "_torch_step"):
                 object.__setattr__(self, name, None)
             if keyed:  # n batches an epoch, counted without building the pipeline, or None
                 if x.steps:
@@ -627,9 +671,10 @@ class Task(keras.Model):
                     # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
                     # end by running out of data and warns that training was cut short.
                     warnings.filterwarnings("ignore", message="Your input ran out of data")
-                history = super().fit(x=x, y=y, batch_size=batch_size,
-                                      sample_weight=sample_weight,
-                                      validation_data=validation_data, **kwargs)
+                with _global_torch_random_state_kept():
+                    history = super().fit(x=x, y=y, batch_size=batch_size,
+                                          sample_weight=sample_weight,
+                                          validation_data=validation_data, **kwargs)
             # (A BackupAndRestore may have restored the last epoch: nothing left to train.)
             start = max(kwargs.get("initial_epoch", 0) or 0, self._initial_epoch or 0)
             if not history.history and kwargs.get("epochs", 1) > start:
@@ -644,8 +689,13 @@ class Task(keras.Model):
         """A fine-tuning task on in-memory raw examples trains and evaluates on labels: without
         `y` Keras' message was "None values not supported"."""
         check_labels_not_a_dict(self, x, y)
-        if (y is None and isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
-                and _num_examples(x) is not None):
+        finetuning = isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
+        if finetuning and isinstance(x, tf.data.Dataset) and not _has_labels(x.element_spec):
+            raise ValueError(
+                f"{type(self).__name__}.{method} needs labels: got a dataset whose elements are "
+                f"raw examples alone ({x.element_spec}). Yield (x, labels) pairs, e.g. "
+                f"tf.data.Dataset.from_tensor_slices((texts, labels)) (predict takes x alone).")
+        if (y is None and finetuning and _num_examples(x) is not None):
             raise ValueError(
                 f"{type(self).__name__}.{method} needs labels: got x ({_num_examples(x)} "
                 f"examples) and y=None. Pass y=..., one label per example (predict takes x "
@@ -889,6 +939,7 @@ class Task(keras.Model):
             self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force=force)
 
+    @carries_tf_errors
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if not self.compiled:
             self.compile()
@@ -904,6 +955,7 @@ class Task(keras.Model):
             return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                                     **kwargs)
 
+    @carries_tf_errors
     def predict(self, x=None, batch_size=None, **kwargs):
         x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
         if isinstance(x, tf.data.Dataset):
@@ -918,18 +970,21 @@ class Task(keras.Model):
     # A batch at a time (keras-hub's `*_on_batch`): model inputs get the same check as every
     # other route (JAX's traced step cannot raise: a Longformer row over its global cap would
     # give NaN there); raw examples go through the preprocessor (`_batch_inputs`).
+    @carries_tf_errors
     def train_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
         if not self.compiled:
             self.compile()  # the task's defaults, as `fit`
         x, y, sample_weight = self._batch_inputs(x, y, sample_weight)
         return super().train_on_batch(x, y, sample_weight, *args, **kwargs)
 
+    @carries_tf_errors
     def test_on_batch(self, x, y=None, sample_weight=None, *args, **kwargs):
         if not self.compiled:
             self.compile()
         x, y, sample_weight = self._batch_inputs(x, y, sample_weight)
         return super().test_on_batch(x, y, sample_weight, *args, **kwargs)
 
+    @carries_tf_errors
     def predict_on_batch(self, x):
         return super().predict_on_batch(self._batch_inputs(x)[0])
 
@@ -1054,6 +1109,16 @@ def _differences(saved, current, where=""):
     if saved != current:
         return [f"{where or 'the run'}: {str(saved)[:60]} != {str(current)[:60]}"]
     return []
+
+
+def _global_torch_random_state_kept():
+    """On PyTorch, torch's global random state as it was before a fit, after it (each train step
+    seeds it: `Task.train_step`); elsewhere nothing."""
+    if keras.backend.backend() != "torch":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.random.fork_rng()
 
 
 class _EpochKeyedData:
@@ -1359,9 +1424,12 @@ def _check_count(value, name, minimum):
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
 
 
-def check_raw_inputs(x, task_name):
-    """Raw inputs for a task with a preprocessor: a batch (a list, an array, a tuple of them, a
-    dict or a dataset), not one string, not empty, not numbers where text is expected."""
+def check_raw_inputs(x, task_name, expected):
+    """Raw inputs for a task with a preprocessor: a batch (a list, an array, a tuple of them or
+    a dataset), not one string, not empty, not numbers where text is expected; not a dict or a
+    table of columns (`check_text_batch`, naming them and `expected`, what the preprocessor
+    takes: keras-hub's tasks take a dict of preprocessed features, raw text as a batch or a
+    tuple of segments)."""
     if isinstance(x, (str, bytes)):
         raise ValueError(
             f"{task_name} takes a batch of examples, got a single string {x[:40]!r}: pass a list, "
@@ -1369,9 +1437,13 @@ def check_raw_inputs(x, task_name):
     if x is None:
         raise ValueError(f"{task_name} got x=None: expected a list of strings, an array of "
                          "strings or a tf.data.Dataset.")
-    if isinstance(x, tf.data.Dataset) or isinstance(x, dict):
+    if isinstance(x, tf.data.Dataset):
         return
+    if isinstance(x, dict) or hasattr(x, "columns"):  # a pandas DataFrame
+        check_text_batch(x, task_name, expected)
     check_not_an_iterator(x, "x", task_name)
+    if isinstance(x, tuple) and not x:
+        raise ValueError(f"{task_name} got an empty tuple: it takes {expected}.")
     parts = x if isinstance(x, tuple) else (x,)
     for part in parts:
         if isinstance(part, (str, bytes)):
@@ -1380,8 +1452,12 @@ def check_raw_inputs(x, task_name):
                 f"a batch; got a tuple of strings {x!r:.80}. For a batch of texts pass a list.")
         if isinstance(part, (tuple, dict)):
             continue
-        if isinstance(part, list):
-            _check_text_items(part, task_name)
+        if getattr(part, "ndim", None) == 0:
+            raise ValueError(
+                f"{task_name} takes a batch of examples, got a 0-d {type(part).__name__} "
+                f"{part!r:.60}: pass a list or a 1-D array, e.g. [x.item()].")
+        if isinstance(part, list) or (isinstance(part, np.ndarray) and part.dtype == object):
+            _check_text_items(part, task_name)  # an object array: a pandas column
         if hasattr(part, "__len__") and len(part) == 0:
             raise ValueError(
                 f"{task_name} got an empty input (0 examples, {type(part).__name__}): expected at "
@@ -1397,7 +1473,7 @@ def check_raw_inputs(x, task_name):
 def _check_text_items(texts, task_name):
     """A list of texts where some items are not: None, numbers (a missing value in a column, or
     a column of numbers: its first item is named)."""
-    head = texts[:1000]
+    head = list(texts[:1000])
     if any(isinstance(t, (str, bytes)) for t in head) or not any(
             isinstance(t, (list, tuple, np.ndarray)) for t in head):
         check_text_items(texts, task_name)  # not lists of lists (words, choices): checked later
@@ -1416,6 +1492,16 @@ def check_not_an_iterator(values, name, task_name):
             + ("A set has no order: pass sorted(...) or a list." if kind in ("set", "frozenset")
                else "Pass list(...), or for a stream tf.data.Dataset.from_generator(...) "
                     "yielding (x, y) examples."))
+
+
+def _has_labels(spec):
+    """Whether a fine-tuning dataset's elements hold labels: a tuple whose parts are not all
+    string tensors (a text pair without labels is two string tensors, as the preprocessors'
+    `_split` reads it)."""
+    if not isinstance(spec, tuple) or len(spec) < 2:
+        return False
+    return not all(isinstance(part, (tf.TensorSpec, tf.RaggedTensorSpec))
+                   and part.dtype == tf.string for part in spec)
 
 
 def _num_examples(x):
@@ -1465,6 +1551,9 @@ def check_example_counts(x, y, sample_weight, task_name):
                     f"{task_name} got columns of different lengths: column 0 has {n} examples, "
                     f"column {i} has {len(part)}.")
     for name, values in (("y", y), ("sample_weight", sample_weight)):
+        if getattr(values, "ndim", None) == 0:
+            raise ValueError(f"{task_name} got {name} as a 0-d array ({values!r:.40}): {name} "
+                             f"needs one entry per example ({n} here), e.g. a list or 1-D array.")
         counted = isinstance(values, list) or (isinstance(values, np.ndarray) and values.ndim)
         if counted and len(values) != n:
             raise ValueError(

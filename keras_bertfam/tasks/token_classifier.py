@@ -9,6 +9,7 @@ from keras_bertfam.tasks.classifier import (
     class_outputs,
     share_num_classes,
 )
+from keras_bertfam.preprocessing.finetuning import ONE_LABEL_PER_WORD
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
@@ -121,12 +122,6 @@ def _words(x):
 
     if isinstance(x, tf.RaggedTensor):
         return x
-    if isinstance(x, dict) or hasattr(x, "columns"):  # a pandas DataFrame
-        names = list(getattr(x, "columns", x))
-        raise ValueError(
-            f"TokenClassifier takes sentences (a list of strings) or their words (a list of word "
-            f"lists, a RaggedTensor), got a {type(x).__name__} of columns {names[:5]}: pass one "
-            f"column, e.g. x[{names[0] if names else 'name'!r}].")
     return tf.ragged.constant(x) if len(x) and not isinstance(x[0], str) else tf.constant(x)
 
 
@@ -141,7 +136,4 @@ def _check_one_label_per_word(words, y):
     n_words, n_labels = words.row_lengths().numpy(), y.row_lengths().numpy()
     if len(n_words) == len(n_labels) and (n_words != n_labels).any():
         i = int(np.argmax(n_words != n_labels))
-        raise ValueError(
-            f"Each word needs one label: example {i} has {n_words[i]} word(s) but "
-            f"{n_labels[i]} label(s). Sentences are split on whitespace; pass lists of words to "
-            "split them yourself.")
+        raise ValueError(ONE_LABEL_PER_WORD.format(i, n_words[i], n_labels[i]))
