@@ -228,7 +228,7 @@ def serving_process(tmp_path_factory):
     yield run
     if server is not None:
         server.stdin.close()
-        server.wait(timeout=60)
+        server.wait(timeout=1800)  # only a hang: it exits as soon as its input closes
 
 
 def to_numpy(x):

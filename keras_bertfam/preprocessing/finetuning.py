@@ -145,12 +145,17 @@ def _flat(values):
     return tf.reshape(values.flat_values if isinstance(values, tf.RaggedTensor) else values, [-1])
 
 
+def _first_or_zero(values):
+    """The first of `values` (a vector, maybe empty), or 0 where it is empty: an index or value
+    a failed check names, read without a condition on the check."""
+    return tf.concat([values, tf.zeros([1], values.dtype)], 0)[0]
+
+
 def _assert_then(values, ok, message, bad, *more):
     """`values` once `ok`; else the pipeline stops with `message` formatted with the first of
     `bad` (a vector, maybe empty) and `more` values: one string, which reads as a sentence
     (an assertion's several data items print on lines of their own, strings as b'...')."""
-    first = tf.concat([bad, tf.zeros([1], bad.dtype)], 0)[0]
-    check = tf.debugging.Assert(ok, [tf.strings.format(message, (first, *more))])
+    check = tf.debugging.Assert(ok, [tf.strings.format(message, (_first_or_zero(bad), *more))])
     with tf.control_dependencies([check]):
         return tf.identity(values) if not isinstance(values, tf.RaggedTensor) else \
             values.with_flat_values(tf.identity(values.flat_values))
@@ -659,7 +664,7 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
             y = check_labels(y, self.num_classes, what="token label", allow_negative=True)
         n_words, n_labels = words.row_lengths(), y.row_lengths()
         differ = tf.where(tf.not_equal(n_labels, n_words))[:, 0]
-        row = tf.concat([differ, tf.zeros([1], differ.dtype)], 0)[0]
+        row = _first_or_zero(differ)
         y = _assert_then(y, tf.equal(tf.size(differ), 0), ONE_LABEL_PER_WORD, differ,
                          tf.gather(n_words, row), tf.gather(n_labels, row))
         flat_labels = y.flat_values
@@ -894,7 +899,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
                                   unit="UTF8_CHAR")
         ok = tf.logical_or(answer_start < 0, tf.equal(found, answer_text))
         bad = tf.where(tf.logical_not(ok))[:1, 0]
-        example = tf.concat([bad, tf.zeros([1], bad.dtype)], 0)[0]
+        example = _first_or_zero(bad)
         answer_start = _assert_then(
             answer_start, tf.reduce_all(ok), "The answer is not in its context at answer_start: "
             "example {} has answer_text {}, but its context has {} there.", bad,
