@@ -347,6 +347,31 @@ def test_a_preset_preprocessor_s_sequence_length_must_fit_the_preset_s_position_
     assert kb.presets.position_table("xlnet_base_en") == (None, None)
 
 
+def test_a_preset_preprocessor_resolves_its_preset_once(hf_dir, tmp_path, monkeypatch):
+    """A preprocessor's `from_preset` read its tokenizer and its position table each through
+    its own resolution of the preset (a directory's manifest read twice, a hub id's snapshot
+    looked up twice): now one loader serves both. Counted as the loaders built."""
+    from keras_bertfam.presets.loaders import PresetLoader
+
+    ours = str(tmp_path / "ours")
+    kb.presets.save_backbone(_backbone(num_layers=1), ours, tokenizer=_tokenizer())
+    built = []
+    init = PresetLoader.__init__
+
+    def counted(self, preset, where):
+        built.append(type(self).__name__)
+        init(self, preset, where)
+
+    monkeypatch.setattr(PresetLoader, "__init__", counted)
+    for preset, kind in ((ours, "OursLoader"), (hf_dir, "HFDirLoader"),
+                         ("bert_tiny_en_uncased", "HubCacheLoader")):
+        for cls in (kb.preprocessing.TextClassifierPreprocessor,
+                    kb.preprocessing.MaskedLMPreprocessor):
+            built.clear()
+            cls.from_preset(preset, sequence_length=16)
+            assert built == [kind], (cls.__name__, preset, built)
+
+
 def test_wrong_family_pretrainer_from_preset(tmp_path):
     path = str(tmp_path / "bert")
     kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())

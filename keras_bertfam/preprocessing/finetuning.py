@@ -55,9 +55,12 @@ def check_fits_positions(sequence_length, limit, backbone_name):
 def preset_preprocessor(cls, preset, **kwargs):
     """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`, whose `sequence_length` must fit the
     position table of the preset's backbone (the check a task makes of the preprocessor it is
-    given, made here, where the preset's backbone config is known)."""
-    preprocessor = cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
-    table = preset_hooks.call("position_table", preset)
+    given, made here, where the preset's backbone config is known). The preset is resolved
+    once (`get_loader`: a directory's manifest read, a hub id's snapshot found), and both are
+    read from that one loader."""
+    loader = preset_hooks.call("get_loader", preset)
+    preprocessor = cls(preset_hooks.call("load_tokenizer", loader), **kwargs)
+    table = preset_hooks.call("position_table", loader)
     check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
     if table[0] is not None:
         # a `sequence_length` set later is checked then (a fine-tuning preprocessor's setter);
