@@ -512,7 +512,11 @@ class Task(keras.Model):
         built. `epoch_keyed` (`fit` without `steps_per_epoch`): a pretraining preprocessor's
         raw training data is checked, kept for `_resume_position` / `_epoch_keyed`, which
         build its pipeline once, at the run's position, and x is an `_EpochKeyedData` with
-        its steps an epoch (`batches_per_epoch`): no pipeline is built here."""
+        its steps an epoch (`batches_per_epoch`): no pipeline is built here. So for a
+        fine-tuning preprocessor that maps each batch on its own (`prepares_batch_by_batch`)
+        on input of known length: its steps an epoch are the input's batches (a fit resumed
+        past its first batch built the pipeline here for the length, then again from the
+        position)."""
         batch_size = check_batch_size(batch_size)
         check_sample_weights(sample_weight, type(self).__name__)
         preprocessor = getattr(self, "preprocessor", None)
@@ -555,6 +559,10 @@ class Task(keras.Model):
             data, shuffle_batch_size = self._raw_training_data
             steps = preprocessor.batches_per_epoch(data, shuffle_batch_size=shuffle_batch_size)
             return _EpochKeyedData(steps), None, None, None
+        if training and epoch_keyed and getattr(preprocessor, "prepares_batch_by_batch", False):
+            steps = int(x.cardinality())
+            if steps > 0:  # an epoch is the input's batches: built once, at the run's position
+                return _EpochKeyedData(steps), None, None, None
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
@@ -844,8 +852,8 @@ class Task(keras.Model):
         batch skipped runs again.
 
         `ds` is None where `_prepare` built no pipeline (`_EpochKeyedData`: a pretraining
-        preprocessor's raw data, checked, of n batches an epoch): the pipeline built here is
-        the fit's only one."""
+        preprocessor's raw data, checked, of n batches an epoch, or a fine-tuning one's input
+        of n batches): the pipeline built here is the fit's only one."""
         callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
         n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
@@ -872,10 +880,11 @@ class Task(keras.Model):
             x = preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size,
                                             checked=ds is None)
             return self._checked_features(self._drop_unused_features(x)), kwargs
-        if position == 0:
+        if position == 0 and ds is not None:
             return ds, kwargs
         if raw is not None and getattr(preprocessor, "prepares_batch_by_batch", False):
-            x = preprocessor.prepare(raw.repeat().skip(position), training=True)
+            raw = raw.repeat()
+            x = preprocessor.prepare(raw.skip(position) if position else raw, training=True)
             return self._checked_features(self._drop_unused_features(x)), kwargs
         return ds.skip(position), kwargs
 
@@ -1156,9 +1165,10 @@ def _global_torch_random_state_kept():
 
 
 class _EpochKeyedData:
-    """A pretraining preprocessor's raw training data, checked and kept for `fit`
-    (`Task._prepare(..., epoch_keyed=True)`), its pipeline not built yet: `steps`, the batches
-    an epoch gives, where known before the pipeline is built and read, else None."""
+    """A pretraining preprocessor's raw training data (or a fine-tuning one's, mapped batch by
+    batch, of known length), checked and kept for `fit` (`Task._prepare(...,
+    epoch_keyed=True)`), its pipeline not built yet: `steps`, the batches an epoch gives, where
+    known before the pipeline is built and read, else None."""
 
     def __init__(self, steps):
         self.steps = steps
