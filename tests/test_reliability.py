@@ -493,7 +493,8 @@ def test_a_first_script_s_wrong_inputs_are_named(classifier):
         (lambda: classifier.predict(("good film", "bad film")),
          r"reads a tuple as columns .*got a tuple of strings \('good film', 'bad film'\)"),
         (lambda: classifier.predict([["good film", "bad film"]]),
-         r"takes a list of texts, or a tuple of two lists for text pairs; got a list of lists"),
+         r"TextClassifier takes a batch of texts \(.*\), or a tuple of two such batches for "
+         r"text pairs; got a list whose item 0 is a list \['good film', 'bad film'\]"),
         (lambda: classifier.predict(["good film", None]),
          r"list of texts whose item 1 is None \(NoneType\): expected a string"),
         (lambda: classifier.predict(["good film", 3]),
@@ -1128,6 +1129,30 @@ def test_a_pipeline_s_error_reads_as_a_direct_call_s_on_every_backend():
     with pytest.raises(ValueError, match=r"^Invalid label 7: the valid range is 0 to 1 "
                                          r"\(num_classes=2\)\. \(in the tf.data input pipeline\)$"):
         task.fit(labels, verbose=0)
+
+
+def test_a_pair_s_shape_is_checked_once_on_each_path(monkeypatch):
+    """A task with a pair preprocessor checked x's shape (`check_pair`) twice on its in-memory
+    path: itself, to name the task, then the preprocessor's `call` again. Now once where x
+    enters: the task's `_prepare` (in memory), the preprocessor's `__call__` (a direct call),
+    its `prepare` (a dataset's element spec); `call` no more."""
+    pre = kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)
+    choices = kb.tasks.MultipleChoice(_backbone(), preprocessor=pre)
+    checked = []
+    check_pair = type(pre).check_pair
+    monkeypatch.setattr(type(pre), "check_pair",
+                        lambda self, x, who=None: checked.append(who) or check_pair(self, x, who))
+    x = (["the film", "a film"], [["is good", "is bad"], ["is dull", "is great"]])
+    for call, who in ((lambda: choices.predict(x, verbose=0), "MultipleChoice"),
+                      (lambda: pre(x), None),
+                      (lambda: choices.predict(tf.data.Dataset.from_tensors(x), verbose=0),
+                       None)):
+        checked.clear()
+        call()
+        assert checked == [who]
+    with pytest.raises(ValueError, match=r"MultipleChoicePreprocessor takes a tuple \(contexts, "
+                                         r"choices\).*; got a tuple of 1 items: \(TensorSpec"):
+        choices.predict(tf.data.Dataset.from_tensors(x[0]), verbose=0)
 
 
 @pytest.mark.multibackend

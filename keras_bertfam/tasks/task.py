@@ -527,8 +527,8 @@ class Task(keras.Model):
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__, getattr(preprocessor, "raw_inputs", "raw text"))
-        if getattr(preprocessor, "takes_a_pair", False) and not isinstance(x, tf.data.Dataset):
-            preprocessor.check_pair(x, type(self).__name__)
+        if hasattr(preprocessor, "check_raw") and not isinstance(x, tf.data.Dataset):
+            preprocessor.check_raw(x, type(self).__name__)  # its one check of x's shape
         if isinstance(preprocessor, PretrainingPreprocessor) and \
                 not isinstance(x, tf.data.Dataset):
             check_texts(x, type(self).__name__)
