@@ -606,7 +606,8 @@ class Task(keras.Model):
     def _traced_checks(self, checks, spec):
         """`checks` of features of `spec` as one traced function, kept for the task: a dataset's
         checks are traced once, not again by every `fit` / `evaluate` / `predict` that maps
-        them (tf.data traces its map function anew in each pipeline: ~0.2 s of CPU a fit)."""
+        them (tf.data traces its map function anew in each pipeline; what that saves a fit was
+        not measurable on a loaded host: BUILD.md, "Ids out of range in a dataset")."""
         key = (tuple(c.__name__ for c in checks), tuple(sorted((k, repr(v))
                                                                for k, v in spec.items())))
         traced = self.__dict__.get("_checks_traced")
