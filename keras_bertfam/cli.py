@@ -1,8 +1,8 @@
 """`keras-bertfam`: pretrain | export | presets.
 
 `pretrain` trains in chunks of `--checkpoint-every` steps and writes a checkpoint after each: the
-weights with the optimizer state, the dropout generators' state and `training_state.json` (the
-step, the arguments and the whole loss history), in one directory whose manifest (every file's
+weights with the optimizer state and the dropout generators' state (`model.weights.h5`) and
+`training_state.json` (the step, the arguments and the whole loss history), in one directory whose manifest (every file's
 sha256 and the step) is written last before the directory is renamed into place
 (`keras_bertfam/run_directory.py`). A run killed at any moment resumes from its last complete
 checkpoint after verifying it; chunk c always sees the data and masks drawn from seed
@@ -36,8 +36,11 @@ PRETRAINERS = {
 PRETRAINING_TASKS = set(PRETRAINERS.values()) | {"Distiller"}
 STATE_FILE = "training_state.json"
 WEIGHTS = "model.weights.h5"  # weights and optimizer state
-RNG_STATE = "rng_state.npz"  # dropout seed generators: Keras' save_weights leaves them out
-CHECKPOINT_FILES = (WEIGHTS, RNG_STATE, STATE_FILE)
+# The seed generators' state, written beside the weights until session 32: `model.weights.h5`
+# holds it too (`Task.save_own_variables`), but not in checkpoints written before session 31's
+# change, whose rng_state.npz a resume still restores (`_restore`).
+RNG_STATE = "rng_state.npz"
+CHECKPOINT_FILES = (WEIGHTS, STATE_FILE)
 PRESET_MANIFEST = "keras_bertfam.json"  # presets.MANIFEST (read here without importing TF)
 PRODUCTS = "products.json"  # which step the preset and the SavedModel were written from
 # Arguments a resumed run must share with the run that wrote the checkpoint (--steps may grow).
@@ -386,15 +389,6 @@ def _rng_variables(task):
     return [v for v in task.non_trainable_variables if "seed_generator" in v.path]
 
 
-def _save_rng(task, step, path):
-    import keras
-    import numpy as np
-
-    arrays = {f"rng_{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(_rng_variables(task))}
-    with open(path, "wb") as f:
-        np.savez(f, step=np.int64(step), **arrays)
-
-
 def _restore(task, where, step, state):
     """Loads a verified checkpoint and checks that weights, optimizer, RNG and state agree."""
     import numpy as np
@@ -414,6 +408,8 @@ def _restore(task, where, step, state):
                            f"{STATE_FILE} step {step}: they do not belong together. Delete "
                            f"{where} (or use a new --output) to start fresh.")
     rng_path = os.path.join(where, RNG_STATE)
+    if not os.path.exists(rng_path):  # (its manifest lists it, if an older run wrote it)
+        return  # the seed generators' state came with the weights
     variables = _rng_variables(task)
     try:
         with np.load(rng_path) as saved:
@@ -610,8 +606,7 @@ def _pretrain(args, run, state, step, where, products):
         record = {"step": step, "args": _resume_args(args), "steps": args.steps,
                   "history": history, "sessions": now_sessions}
         state_path_of[step] = run.save(step, {
-            WEIGHTS: task.save_weights,
-            RNG_STATE: lambda p: _save_rng(task, step, p),
+            WEIGHTS: task.save_weights,  # the seed generators' state too
             STATE_FILE: lambda p: _dump(p, record),
         })
         _say(args, f"Checkpoint: step {step} saved to {state_path_of[step]}")

@@ -4,7 +4,7 @@ Layout of `OUTPUT/` (`keras-bertfam pretrain --output OUTPUT`):
 
     .lock                      the PID of the run writing here (flock'ed while it runs)
     checkpoints/step-200/      the newest complete checkpoint (older ones are deleted)
-        <files>                e.g. model.weights.h5, rng_state.npz, training_state.json
+        <files>                e.g. model.weights.h5, training_state.json
         manifest.json          written last: the step and every file's size and sha256
     preset/  export/1/         what a finished run produces
 

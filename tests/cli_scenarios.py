@@ -67,7 +67,8 @@ def call(argv, env=None):
 
 
 def final_arrays(output):
-    """Every array of the newest checkpoint: weights, optimizer state, RNG state."""
+    """Every array of the newest checkpoint: weights, optimizer state, RNG state (the seed
+    generators' state is in the weights file; an older checkpoint's rng_state.npz is read too)."""
     import h5py
     import numpy as np
 
@@ -78,8 +79,9 @@ def final_arrays(output):
     with h5py.File(os.path.join(where, "model.weights.h5"), "r") as f:
         f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
                      if isinstance(obj, h5py.Dataset) else None)
-    with np.load(os.path.join(where, "rng_state.npz")) as rng:
-        arrays.update({f"rng/{k}": rng[k] for k in rng.files})
+    if os.path.exists(os.path.join(where, "rng_state.npz")):
+        with np.load(os.path.join(where, "rng_state.npz")) as rng:
+            arrays.update({f"rng/{k}": rng[k] for k in rng.files})
     return step, arrays
 
 
@@ -106,6 +108,40 @@ def temporaries(output):
     return sorted(os.path.relpath(os.path.join(root, name), output)
                   for root, dirs, files in os.walk(output) for name in dirs + files
                   if name.startswith("tmp-"))
+
+
+def older_layout(where, argv):
+    """The checkpoint in `where` rewritten as checkpoints were before model.weights.h5 held the
+    seed generators' state (session 31) and while rng_state.npz held it (until session 32):
+    those states moved out of the weights file into rng_state.npz (`{"step", "rng_<i>"}` in
+    the order of `cli._rng_variables`, as `_save_rng` wrote it), the manifest rewritten.
+    -> the names of the states moved."""
+    import h5py
+    import numpy as np
+
+    import keras_bertfam as kb
+    from keras_bertfam import cli, run_directory
+
+    args = cli._parser().parse_args(argv)
+    cli._check_args(args)
+    task = cli._build_task(args, kb, kb.preprocessing.Tokenizer.from_preset(args.preset))
+    weights = os.path.join(where, "model.weights.h5")
+    task.load_weights(weights)
+    with open(os.path.join(where, run_directory.MANIFEST)) as f:
+        manifest = json.load(f)
+    rng = {f"rng_{i}": v.numpy() for i, v in enumerate(cli._rng_variables(task))}
+    with open(os.path.join(where, "rng_state.npz"), "wb") as f:
+        np.savez(f, step=np.int64(manifest["step"]), **rng)
+    with h5py.File(weights, "r+") as f:
+        moved = sorted(k for k in f["vars"] if k.startswith("seed_generator_"))
+        for k in moved:
+            del f["vars"][k]
+    manifest["files"] = {n: {"bytes": os.path.getsize(os.path.join(where, n)),
+                             "sha256": run_directory.sha256(os.path.join(where, n))}
+                         for n in ("model.weights.h5", "rng_state.npz", "training_state.json")}
+    with open(os.path.join(where, run_directory.MANIFEST), "w") as f:
+        json.dump(manifest, f)
+    return {"moved": moved, "rng": sorted(rng)}
 
 
 def main(work, killed, preset):
@@ -147,13 +183,12 @@ def main(work, killed, preset):
         copy = snap["dir"] + "-opened"
         shutil.copytree(snap["dir"], copy, symlinks=True)
         with run_directory.RunDirectory(copy) as run:
-            step, where = run.latest(["model.weights.h5", "rng_state.npz",
-                                      "training_state.json"])
+            step, where = run.latest(["model.weights.h5", "training_state.json"])
             # latest() has verified every file against its manifest's sha256: those sums
             with open(os.path.join(where, run_directory.MANIFEST)) as f:
                 files = json.load(f)["files"]
             sums = {n: files[n]["sha256"]
-                    for n in ("model.weights.h5", "rng_state.npz", "training_state.json")}
+                    for n in ("model.weights.h5", "training_state.json")}
             left = [t for t in temporaries(copy)]
         per_boundary.append({"label": snap["label"], "step": step, "sha256": sums,
                              "temporaries": left})
@@ -169,7 +204,7 @@ def main(work, killed, preset):
     results["killed_resume"] = {"status": status, "stdout": stdout, "stderr": stderr,
                                 "differences": differences(final_arrays(killed), reference),
                                 "state": state(killed)}
-    # 4. From the second snapshot (a kill after writing step-4's rng_state.npz: the resume starts
+    # 4. From the second snapshot (a kill after writing step-4's second file: the resume starts
     #    from step-2): SIGTERM at step 3 (inside a chunk), then resume to the end.
     signalled = snapshots[1]["dir"]
     status, stdout, stderr = call([*ARGS, "--output", signalled, "--no-export"],
@@ -203,6 +238,17 @@ def main(work, killed, preset):
                             "exports": sorted(os.listdir(os.path.join(continued, "export"))),
                             "products": json.load(open(os.path.join(continued,
                                                                     "products.json")))}
+
+    # 6b. A checkpoint of the older layout (rng_state.npz, the weights file without the seed
+    #     generators' state): step 4 of the snapshot after step-2's removal, resumed to 6.
+    older = out("older")
+    shutil.copytree(snapshots[-1]["dir"], older, symlinks=True)
+    moved = older_layout(os.path.join(older, "checkpoints", "step-4"),
+                         [*ARGS, "--output", older])
+    status, stdout, stderr = call([*ARGS, "--output", older, "--no-export"])
+    results["older_layout"] = dict(moved, status=status, stdout=stdout, stderr=stderr,
+                                   label=snapshots[-1]["label"],
+                                   differences=differences(final_arrays(older), reference))
 
     # 7. `keras-bertfam export` of the reference preset (next free version) against the
     #    SavedModel pretrain wrote: the same signatures and the same numbers.

@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 from cli_scenarios import make_preset, pretrain_args  # noqa: E402
 
 
-EXIT_BOUNDARY = 10  # step-2: 3 files, manifest, rename (5); step-4: 3 files, manifest, RENAME
+EXIT_BOUNDARY = 8  # step-2: 2 files, manifest, rename (4); step-4: 2 files, manifest, RENAME
 TF_LOG_MARKERS = ("I0000", "W0000", "E0000", "absl::InitializeLog", "cuInit", "cudart_stub",
                   "oneDNN", "TF-TRT")
 
@@ -84,10 +84,9 @@ def _run_scenarios(work):
 def test_kill_at_every_checkpoint_file_boundary_resumes_from_a_complete_checkpoint(scenarios):
     boundaries = scenarios["boundaries"]
     labels = [b["label"] for b in boundaries]
-    assert labels == ["wrote model.weights.h5", "wrote rng_state.npz", "wrote training_state.json",
-                      "wrote manifest.json", "renamed to step-4", "renamed step-2 for removal",
-                      "removed step-2"]
-    assert [b["step"] for b in boundaries] == [2, 2, 2, 2, 4, 4, 4]
+    assert labels == ["wrote model.weights.h5", "wrote training_state.json", "wrote manifest.json",
+                      "renamed to step-4", "renamed step-2 for removal", "removed step-2"]
+    assert [b["step"] for b in boundaries] == [2, 2, 2, 4, 4, 4]
     for b in boundaries:
         assert b["temporaries"] == [], b  # a resume starts by removing what the kill left
     # the checkpoint a resume starts from is byte-identical to the uninterrupted run's
@@ -312,9 +311,27 @@ def test_group_by_length_is_used_and_must_match_to_resume(scenarios, tmp_path, c
     assert cli._build_task(args, kb, tokenizer).preprocessor.group_by_length
 
 
+def test_a_checkpoint_of_the_older_layout_resumes_bit_identically(scenarios):
+    """Checkpoints hold `model.weights.h5` (weights, optimizer and the seed generators' state)
+    and `training_state.json`; until session 32 they also held `rng_state.npz`, the seed
+    generators' state again, which before session 31 `model.weights.h5` did not hold. Such a
+    checkpoint (made by the scenarios from the reference's step 4: the seed generators' state
+    moved out of the weights file into rng_state.npz, as those runs wrote it, the manifest
+    rewritten; `cli_scenarios.older_layout`) still resumes to the uninterrupted run's step-6
+    arrays, bit for bit: its rng_state.npz is verified and restored. (Without that restore the
+    dropout masks differ: checked by skipping it.) New checkpoints have no rng_state.npz."""
+    older = scenarios["older_layout"]
+    assert older["label"] == "removed step-2"
+    assert older["moved"] and len(older["moved"]) == len(older["rng"])
+    assert older["status"] == 0, older["stderr"]
+    assert "Resuming from step 4" in older["stdout"]
+    assert older["differences"] == []
+    for b in scenarios["boundaries"]:
+        assert "rng_state.npz" not in b["sha256"]
+
+
 @pytest.mark.parametrize("name,damage", [
     ("model.weights.h5", "corrupt"), ("model.weights.h5", "missing"),
-    ("rng_state.npz", "missing"), ("rng_state.npz", "corrupt"),
     ("training_state.json", "corrupt"), ("manifest.json", "corrupt"),
     ("manifest.json", "missing")])
 def test_corrupt_or_missing_checkpoint_file_is_a_one_line_error(scenarios, tmp_path, capsys,

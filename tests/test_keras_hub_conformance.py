@@ -599,6 +599,56 @@ def test_preprocessed_ids_outside_the_backbone_are_named_errors():
             call(long)
 
 
+def test_ids_outside_the_backbone_in_a_dataset_are_named_errors():
+    """Issue 13: a dataset of model inputs (preprocessor=None) with a token id past the
+    vocabulary, a negative one, or a segment id past the segment table: TensorFlow failed in the
+    embedding gather with its own message, JAX trained and predicted on (an out-of-range gather
+    is clamped or filled: a silently wrong answer). Now the task's tf.data pipeline stops at
+    the first such id, naming it, its position in the batch and the valid range, on every
+    backend: from fit, its validation data, evaluate and predict. Good ids pass unchanged."""
+    backbone = kb.models.BertBackbone(**TINY_BERT)
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=4, preprocessor=None)
+    ids = np.arange(24, dtype="int32").reshape(2, 12) + 1
+    good = {"token_ids": ids, "segment_ids": np.zeros((2, 12), "int32"),
+            "padding_mask": np.ones((2, 12), "int32")}
+
+    def dataset(changes=()):
+        x = {k: v.copy() for k, v in good.items()}
+        for (key, row, column), value in dict(changes).items():
+            x[key][row, column] = value
+        return tf.data.Dataset.from_tensor_slices((x, np.array(LABELS))).batch(2)
+
+    np.testing.assert_allclose(classifier.predict(dataset(), verbose=0),
+                               classifier.predict(good, verbose=0), atol=1e-6)
+    vocabulary = r"expected ids in \[0, 64\) \(BertBackbone's vocabulary_size\)\."
+    segments = r"expected ids in \[0, 2\) \(BertBackbone's num_segments\)\."
+    cases = [
+        (lambda: classifier.fit(dataset({("token_ids", 1, 3): 64}), verbose=0),
+         r"TextClassifier got token_ids 64 at token_ids\[1, 3\] of a batch: " + vocabulary),
+        (lambda: classifier.fit(dataset(), validation_data=dataset({("token_ids", 0, 0): 99}),
+                                verbose=0),
+         r"got token_ids 99 at token_ids\[0, 0\] of a batch: " + vocabulary),
+        (lambda: classifier.predict(dataset({("token_ids", 0, 7): -5,
+                                               ("token_ids", 1, 1): 70}), verbose=0),
+         r"got token_ids -5 at token_ids\[0, 7\] of a batch: " + vocabulary),
+        (lambda: classifier.evaluate(dataset({("segment_ids", 1, 11): 2}), verbose=0),
+         r"got segment_ids 2 at segment_ids\[1, 11\] of a batch: " + segments),
+        (lambda: classifier.predict(dataset({("segment_ids", 0, 2): -1}), verbose=0),
+         r"got segment_ids -1 at segment_ids\[0, 2\] of a batch: " + segments),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message + r" \(in the tf.data input pipeline\)"):
+            call()
+    # Choices (B, C, T): the position has three indices. Ids in memory: the same range.
+    choices = tf.data.Dataset.from_tensors({"token_ids": np.ones((2, 3, 4), "int32") * [
+        [[1], [1], [1]], [[1], [64], [1]]]})
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"got token_ids 64 at token_ids\[1, 1, 0\] of a batch"):
+        list(classifier._checked_model_inputs(choices))
+    with pytest.raises(ValueError, match=r"got segment_ids from 0 to 3: " + segments):
+        classifier.predict(dict(good, segment_ids=good["segment_ids"] + [[0], [3]]), verbose=0)
+
+
 def test_token_id_check_reads_the_batch_where_it_is(monkeypatch):
     """Issue 13: the model-input id check (every `*_on_batch` call, and fit / predict without a
     preprocessor) converted the whole batch to a new NumPy array each call; now it reads the

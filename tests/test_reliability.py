@@ -347,6 +347,31 @@ def test_a_preset_preprocessor_s_sequence_length_must_fit_the_preset_s_position_
     assert kb.presets.position_table("xlnet_base_en") == (None, None)
 
 
+def test_a_preset_preprocessor_resolves_its_preset_once(hf_dir, tmp_path, monkeypatch):
+    """A preprocessor's `from_preset` read its tokenizer and its position table each through
+    its own resolution of the preset (a directory's manifest read twice, a hub id's snapshot
+    looked up twice): now one loader serves both. Counted as the loaders built."""
+    from keras_bertfam.presets.loaders import PresetLoader
+
+    ours = str(tmp_path / "ours")
+    kb.presets.save_backbone(_backbone(num_layers=1), ours, tokenizer=_tokenizer())
+    built = []
+    init = PresetLoader.__init__
+
+    def counted(self, preset, where):
+        built.append(type(self).__name__)
+        init(self, preset, where)
+
+    monkeypatch.setattr(PresetLoader, "__init__", counted)
+    for preset, kind in ((ours, "OursLoader"), (hf_dir, "HFDirLoader"),
+                         ("bert_tiny_en_uncased", "HubCacheLoader")):
+        for cls in (kb.preprocessing.TextClassifierPreprocessor,
+                    kb.preprocessing.MaskedLMPreprocessor):
+            built.clear()
+            cls.from_preset(preset, sequence_length=16)
+            assert built == [kind], (cls.__name__, preset, built)
+
+
 def test_wrong_family_pretrainer_from_preset(tmp_path):
     path = str(tmp_path / "bert")
     kb.presets.save_backbone(_backbone(), path, tokenizer=_tokenizer())
@@ -468,7 +493,8 @@ def test_a_first_script_s_wrong_inputs_are_named(classifier):
         (lambda: classifier.predict(("good film", "bad film")),
          r"reads a tuple as columns .*got a tuple of strings \('good film', 'bad film'\)"),
         (lambda: classifier.predict([["good film", "bad film"]]),
-         r"takes a list of texts, or a tuple of two lists for text pairs; got a list of lists"),
+         r"TextClassifier takes a batch of texts \(.*\), or a tuple of two such batches for "
+         r"text pairs; got a list whose item 0 is a list \['good film', 'bad film'\]"),
         (lambda: classifier.predict(["good film", None]),
          r"list of texts whose item 1 is None \(NoneType\): expected a string"),
         (lambda: classifier.predict(["good film", 3]),
@@ -1103,6 +1129,30 @@ def test_a_pipeline_s_error_reads_as_a_direct_call_s_on_every_backend():
     with pytest.raises(ValueError, match=r"^Invalid label 7: the valid range is 0 to 1 "
                                          r"\(num_classes=2\)\. \(in the tf.data input pipeline\)$"):
         task.fit(labels, verbose=0)
+
+
+def test_a_pair_s_shape_is_checked_once_on_each_path(monkeypatch):
+    """A task with a pair preprocessor checked x's shape (`check_pair`) twice on its in-memory
+    path: itself, to name the task, then the preprocessor's `call` again. Now once where x
+    enters: the task's `_prepare` (in memory), the preprocessor's `__call__` (a direct call),
+    its `prepare` (a dataset's element spec); `call` no more."""
+    pre = kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)
+    choices = kb.tasks.MultipleChoice(_backbone(), preprocessor=pre)
+    checked = []
+    check_pair = type(pre).check_pair
+    monkeypatch.setattr(type(pre), "check_pair",
+                        lambda self, x, who=None: checked.append(who) or check_pair(self, x, who))
+    x = (["the film", "a film"], [["is good", "is bad"], ["is dull", "is great"]])
+    for call, who in ((lambda: choices.predict(x, verbose=0), "MultipleChoice"),
+                      (lambda: pre(x), None),
+                      (lambda: choices.predict(tf.data.Dataset.from_tensors(x), verbose=0),
+                       None)):
+        checked.clear()
+        call()
+        assert checked == [who]
+    with pytest.raises(ValueError, match=r"MultipleChoicePreprocessor takes a tuple \(contexts, "
+                                         r"choices\).*; got a tuple of 1 items: \(TensorSpec"):
+        choices.predict(tf.data.Dataset.from_tensors(x[0]), verbose=0)
 
 
 @pytest.mark.multibackend

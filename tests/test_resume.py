@@ -126,9 +126,10 @@ def test_backup_and_restore_resume_is_the_uninterrupted_run(kind, save_freq, bat
     SOP pairs, a stream) read epoch 0's pairs and masks again; with dropout, the resumed run
     drew other dropout masks.
 
-    A pretraining fit builds its pipeline once, interrupted or resumed: before, it was built
+    A fit builds its pipeline once, interrupted or resumed: before, a pretraining one was built
     (traced) for its length with `prepare`, then again epoch by epoch (`prepare_epochs`), even
-    at position 0."""
+    at position 0, and a fine-tuning one resumed past its first batch for its length, then
+    again from the position."""
     expected = reference(kind, bert_vocab)
     backup = os.path.join(tmp_path, "backup")
     task = make_task(kind, bert_vocab)
@@ -139,8 +140,7 @@ def test_backup_and_restore_resume_is_the_uninterrupted_run(kind, save_freq, bat
     with pipeline_builds(resumed) as resumed_builds:
         history = fit(resumed, kind,
                       [keras.callbacks.BackupAndRestore(backup, save_freq=save_freq)])
-    if kind != "classifier":  # a fine-tuning fit resumed past batch 0: for its length, then there
-        assert (len(builds), len(resumed_builds)) == (1, 1)
+    assert (len(builds), len(resumed_builds)) == (1, 1)
     assert len(history.history["loss"]) == 1
     assert_same_state(expected, state(resumed))
     # The schedule decays over epochs x batches an epoch where that is known before the data is

@@ -153,7 +153,7 @@ def check_text_batch(x, who, expected, rank=1):
         dims = None
     if dims is not None and dims > rank:
         shape = tuple(shape) if not hasattr(shape, "as_list") else tuple(shape.as_list())
-        kind = ("tf.Tensor" if isinstance(x, tf.Tensor) else  # a symbolic one too
+        kind = ("tf.Tensor" if isinstance(x, (tf.Tensor, tf.TensorSpec)) else  # symbolic too
                 "NumPy array" if type(x).__name__ == "ndarray" else type(x).__name__)
         raise ValueError(f"{who} takes {expected}; got {_a(kind)} of rank {dims} "
                          f"(shape {shape}).")

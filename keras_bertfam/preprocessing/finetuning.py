@@ -55,9 +55,12 @@ def check_fits_positions(sequence_length, limit, backbone_name):
 def preset_preprocessor(cls, preset, **kwargs):
     """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`, whose `sequence_length` must fit the
     position table of the preset's backbone (the check a task makes of the preprocessor it is
-    given, made here, where the preset's backbone config is known)."""
-    preprocessor = cls(preset_hooks.call("load_tokenizer", preset), **kwargs)
-    table = preset_hooks.call("position_table", preset)
+    given, made here, where the preset's backbone config is known). The preset is resolved
+    once (`get_loader`: a directory's manifest read, a hub id's snapshot found), and both are
+    read from that one loader."""
+    loader = preset_hooks.call("get_loader", preset)
+    preprocessor = cls(preset_hooks.call("load_tokenizer", loader), **kwargs)
+    table = preset_hooks.call("position_table", loader)
     check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
     if table[0] is not None:
         # a `sequence_length` set later is checked then (a fine-tuning preprocessor's setter);
@@ -333,6 +336,35 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
     # Whether x is two batches (`check_pair`): questions and contexts, contexts and choices
     takes_a_pair = False
 
+    def check_raw(self, x, who=None):
+        """The one check of raw x's shape (`who`: the task to name, else this preprocessor),
+        made where x enters: a direct call (`__call__`), a dataset's element spec (`prepare`),
+        a task's in-memory x (`Task._prepare`, before the examples become tensors). Not again
+        in `call`, which each of them reaches. Here: a pair preprocessor's x is two batches
+        (`check_pair`); a dict or table of columns is named (`check_text_batch`)."""
+        if self.takes_a_pair:
+            self.check_pair(x, who)
+        elif isinstance(x, dict) or hasattr(x, "columns"):
+            check_text_batch(x, who or type(self).__name__, self.raw_inputs)
+
+    def __call__(self, *args, **kwargs):
+        if args or "x" in kwargs:
+            self.check_raw(args[0] if args else kwargs["x"])
+        return super().__call__(*args, **kwargs)
+
+    def _check_element_spec(self, ds):
+        """A dataset's elements: x as `check_raw` takes it (its spec), batches, not single
+        examples. Returns the element spec as a tuple."""
+        spec = ds.element_spec if isinstance(ds.element_spec, tuple) else (ds.element_spec,)
+        pair = self.takes_a_pair and not isinstance(spec[0], dict)  # (a dict: named as it is)
+        self.check_raw(self._split(spec)[0] if pair else spec[0])
+        first = tf.nest.flatten(spec[0])[0]
+        if isinstance(first, (tf.TensorSpec, tf.RaggedTensorSpec)) and first.shape.rank == 0:
+            raise ValueError(
+                f"{type(self).__name__} takes a dataset of batches: its elements are single "
+                f"examples ({ds.element_spec}). Batch it first, e.g. ds.batch(32).")
+        return spec
+
     def check_pair(self, x, who=None):
         """x is two batches (a tuple, or a list of two that are not strings), else an error
         naming what it is and `raw_inputs`."""
@@ -371,14 +403,7 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         by `tf.data`: the same trace as `call_in_memory`'s on examples of that spec (a `fit` on
         in-memory examples and then an `evaluate` or `predict` on them trace the tokenizing graph
         once, not once each: `tf.data`'s own trace is not reused outside its pipeline)."""
-        spec = ds.element_spec if isinstance(ds.element_spec, tuple) else (ds.element_spec,)
-        if isinstance(spec[0], dict):  # a table's columns (keras-hub's tasks: features)
-            self._check_text(spec[0])
-        first = tf.nest.flatten(spec[0])[0]
-        if isinstance(first, (tf.TensorSpec, tf.RaggedTensorSpec)) and first.shape.rank == 0:
-            raise ValueError(
-                f"{type(self).__name__} takes a dataset of batches: its elements are single "
-                f"examples ({ds.element_spec}). Batch it first, e.g. ds.batch(32).")
+        spec = self._check_element_spec(ds)
         traced = self._traced_call(len(spec)).get_concrete_function(*spec)
         return lambda *element: traced(*element)
 
@@ -492,8 +517,12 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         self.group_by_length = check_flag("group_by_length", group_by_length)
         self.pad_to_multiple_of = check_pad_to_multiple_of(pad_to_multiple_of)
 
+    def check_raw(self, x, who=None):
+        """Each segment one batch of texts (`as_segments`: `check_text_batch`)."""
+        as_segments(x, who or type(self).__name__, self.raw_inputs)
+
     def call(self, x, y=None, sample_weight=None):
-        segments = as_segments(x, type(self).__name__, self.raw_inputs)
+        segments = as_segments(x)  # checked where x entered (`check_raw`)
         if len(segments) > 2:
             raise ValueError(f"TextClassifier takes one or two segments, got {len(segments)}.")
         features = self._features([self.tokenizer(s) for s in segments])
@@ -525,6 +554,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     def prepare(self, ds, training=True):
         if not (training and self.group_by_length):
             return super().prepare(ds, training)
+        self._check_element_spec(ds)
         call = self._traced_call(_arity(ds))
 
         def sorted_megabatch(*batches):  # [K, (B)] per part -> K·B examples, longest first
@@ -727,8 +757,7 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
             (element[3] if len(element) > 3 else None)
 
     def call(self, x, y=None, sample_weight=None):
-        self.check_pair(x)
-        context, choices = x
+        context, choices = x  # two batches: `check_raw` where x entered
         self._check_text(context)
         self._check_text(choices, rank=2)
         choices = tf.convert_to_tensor(choices)  # [B, C]
@@ -884,8 +913,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         return features, meta
 
     def call(self, x, y=None, sample_weight=None):
-        self.check_pair(x)
-        question, context = x
+        question, context = x  # two batches: `check_raw` where x entered
         self._check_text(question, context)
         features, meta = self.windows(question, context)
         if y is None:

@@ -284,7 +284,8 @@ def convert(path, load_weights=True, **overrides):
 
 
 preset_hooks.register(load_backbone=load_backbone, save_backbone=save_backbone,
-                      load_tokenizer=load_tokenizer, position_table=position_table,
+                      get_loader=get_loader, load_tokenizer=load_tokenizer,
+                      position_table=position_table,
                       load_task=load_task, save_task=save_task,
                       load_hf_heads=load_hf_heads,
                       deferred_initialization=deferred_initialization)

@@ -144,11 +144,6 @@ class TextClassifier(Task):
         else:
             check_finite_target_values(y)
             check_one_label_per_example(y, "TextClassifier", "regression target")
-        if isinstance(x, list) and x and isinstance(x[0], (list, tuple)):
-            raise ValueError(
-                f"TextClassifier takes a list of texts, or a tuple of two lists for text pairs; "
-                f"got a list of {type(x[0]).__name__}s (the first: {x[0]!r:.60}). For pairs "
-                f"pass (first_texts, second_texts).")
         return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
 
     def serving_outputs(self, features, outputs):

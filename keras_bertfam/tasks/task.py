@@ -512,7 +512,11 @@ class Task(keras.Model):
         built. `epoch_keyed` (`fit` without `steps_per_epoch`): a pretraining preprocessor's
         raw training data is checked, kept for `_resume_position` / `_epoch_keyed`, which
         build its pipeline once, at the run's position, and x is an `_EpochKeyedData` with
-        its steps an epoch (`batches_per_epoch`): no pipeline is built here."""
+        its steps an epoch (`batches_per_epoch`): no pipeline is built here. So for a
+        fine-tuning preprocessor that maps each batch on its own (`prepares_batch_by_batch`)
+        on input of known length: its steps an epoch are the input's batches (a fit resumed
+        past its first batch built the pipeline here for the length, then again from the
+        position)."""
         batch_size = check_batch_size(batch_size)
         check_sample_weights(sample_weight, type(self).__name__)
         preprocessor = getattr(self, "preprocessor", None)
@@ -523,8 +527,8 @@ class Task(keras.Model):
             x = _arrays(x)
             return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__, getattr(preprocessor, "raw_inputs", "raw text"))
-        if getattr(preprocessor, "takes_a_pair", False) and not isinstance(x, tf.data.Dataset):
-            preprocessor.check_pair(x, type(self).__name__)
+        if hasattr(preprocessor, "check_raw") and not isinstance(x, tf.data.Dataset):
+            preprocessor.check_raw(x, type(self).__name__)  # its one check of x's shape
         if isinstance(preprocessor, PretrainingPreprocessor) and \
                 not isinstance(x, tf.data.Dataset):
             check_texts(x, type(self).__name__)
@@ -555,33 +559,70 @@ class Task(keras.Model):
             data, shuffle_batch_size = self._raw_training_data
             steps = preprocessor.batches_per_epoch(data, shuffle_batch_size=shuffle_batch_size)
             return _EpochKeyedData(steps), None, None, None
+        if training and epoch_keyed and getattr(preprocessor, "prepares_batch_by_batch", False):
+            steps = int(x.cardinality())
+            if steps > 0:  # an epoch is the input's batches: built once, at the run's position
+                return _EpochKeyedData(steps), None, None, None
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
     def _checked_model_inputs(self, x):
-        """Model inputs a user gives (preprocessor=None, `*_on_batch`): in-memory token ids
-        checked against the backbone (`_check_token_ids`), then `_checked_features`."""
+        """Model inputs a user gives (preprocessor=None, `*_on_batch`): token and segment ids
+        checked against the backbone's tables, in memory now (`_check_token_ids`) or, for a
+        dataset, in its `tf.data` graph as it is read (`check_ids`); then `_checked_features`."""
         if isinstance(x, dict) and "token_ids" in x:
-            _check_token_ids(self, x["token_ids"])
-        return self._checked_features(x)
+            _check_token_ids(self, x)
+        return self._checked_features(x, ids=True)
 
-    def _checked_features(self, x):
+    def _checked_features(self, x, ids=False):
         """Model inputs (an in-memory dict, checked now, or a dataset, checked in its `tf.data`
-        graph as it is read) with `check_global_attention`: a row whose global attention would
-        not fit its Longformer backbone's `max_global_tokens` stops with an error naming its
-        count, before the model's (traced, maybe XLA-compiled) step."""
-        if not needs_global_attention_check(self):
+        graph as it is read, one map for every check) with `check_global_attention`: a row whose
+        global attention would not fit its Longformer backbone's `max_global_tokens` stops with
+        an error naming its count, before the model's (traced, maybe XLA-compiled) step. `ids`:
+        a dataset's token and segment ids are checked too (`check_ids`; a preprocessor's
+        output needs no such check: its tokenizer fits the backbone, checked when the task was
+        built)."""
+        checks = []
+        if ids and isinstance(x, tf.data.Dataset) and _id_tables(self):
+            checks.append(check_ids)
+        if needs_global_attention_check(self):
+            checks.append(check_global_attention)
+        if not checks:
             return x
+
         if isinstance(x, tf.data.Dataset):
             spec = x.element_spec
-            if isinstance(spec, tuple) and isinstance(spec[0], dict) and "token_ids" in spec[0]:
-                return x.map(lambda f, *rest: (check_global_attention(self, f), *rest))
-            if isinstance(spec, dict) and "token_ids" in spec:
-                return x.map(lambda f: check_global_attention(self, f))
-            return x
-        if isinstance(x, dict) and "token_ids" in x:
+            features = spec[0] if isinstance(spec, tuple) else spec
+            if not (isinstance(features, dict) and "token_ids" in features):
+                return x
+            checked = self._traced_checks(checks, features)
+            if isinstance(spec, tuple):
+                return x.map(lambda f, *rest: (checked(f), *rest))
+            return x.map(checked)
+        if isinstance(x, dict) and "token_ids" in x and check_global_attention in checks:
             check_global_attention(self, x)
         return x
+
+    def _traced_checks(self, checks, spec):
+        """`checks` of features of `spec` as one traced function, kept for the task: a dataset's
+        checks are traced once, not again by every `fit` / `evaluate` / `predict` that maps
+        them (tf.data traces its map function anew in each pipeline; what that saves a fit was
+        not measurable on a loaded host: BUILD.md, "Ids out of range in a dataset")."""
+        key = (tuple(c.__name__ for c in checks), tuple(sorted((k, repr(v))
+                                                               for k, v in spec.items())))
+        traced = self.__dict__.get("_checks_traced")
+        if traced is None:
+            traced = {}
+            object.__setattr__(self, "_checks_traced", traced)
+        if key not in traced:
+            def checked(features):
+                for check in checks:
+                    features = check(self, features)
+                return features
+
+            traced[key] = tf.function(checked, autograph=False).get_concrete_function(spec)
+        function = traced[key]
+        return lambda features: function(features)
 
     def _raw_examples(self, x, y, sample_weight):
         """In-memory raw inputs -> what `tf.data.Dataset.from_tensor_slices` takes."""
@@ -656,6 +697,8 @@ class Task(keras.Model):
                 vx, vy, vw, _ = self._prepare(*data, training=False)
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps")
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
+            elif isinstance(validation_data, tf.data.Dataset):  # model inputs: ids checked
+                validation_data = self._checked_model_inputs(validation_data)
             with warnings.catch_warnings():
                 for backbone in _backbones(self):
                     # XLNet's query stream (its mask embedding) is not on a fine-tuning task's
@@ -810,8 +853,8 @@ class Task(keras.Model):
         batch skipped runs again.
 
         `ds` is None where `_prepare` built no pipeline (`_EpochKeyedData`: a pretraining
-        preprocessor's raw data, checked, of n batches an epoch): the pipeline built here is
-        the fit's only one."""
+        preprocessor's raw data, checked, of n batches an epoch, or a fine-tuning one's input
+        of n batches): the pipeline built here is the fit's only one."""
         callbacks = _callback_list(kwargs)
         backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
         n, epochs = kwargs["steps_per_epoch"], kwargs.get("epochs", 1)
@@ -838,10 +881,11 @@ class Task(keras.Model):
             x = preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size,
                                             checked=ds is None)
             return self._checked_features(self._drop_unused_features(x)), kwargs
-        if position == 0:
+        if position == 0 and ds is not None:
             return ds, kwargs
         if raw is not None and getattr(preprocessor, "prepares_batch_by_batch", False):
-            x = preprocessor.prepare(raw.repeat().skip(position), training=True)
+            raw = raw.repeat()
+            x = preprocessor.prepare(raw.skip(position) if position else raw, training=True)
             return self._checked_features(self._drop_unused_features(x)), kwargs
         return ds.skip(position), kwargs
 
@@ -1122,9 +1166,10 @@ def _global_torch_random_state_kept():
 
 
 class _EpochKeyedData:
-    """A pretraining preprocessor's raw training data, checked and kept for `fit`
-    (`Task._prepare(..., epoch_keyed=True)`), its pipeline not built yet: `steps`, the batches
-    an epoch gives, where known before the pipeline is built and read, else None."""
+    """A pretraining preprocessor's raw training data (or a fine-tuning one's, mapped batch by
+    batch, of known length), checked and kept for `fit` (`Task._prepare(...,
+    epoch_keyed=True)`), its pipeline not built yet: `steps`, the batches an epoch gives, where
+    known before the pipeline is built and read, else None."""
 
     def __init__(self, steps):
         self.steps = steps
@@ -1351,26 +1396,99 @@ def check_batch_size(batch_size):
     return int(batch_size)
 
 
-def _check_token_ids(task, token_ids):
-    """In-memory `token_ids` (preprocessor=None): ids inside the backbone's vocabulary and no
-    more positions than its position table. Either gave a TensorFlow "Graph execution error"
-    from the embedding gather (and on JAX a silently clamped lookup).
+def _id_tables(task):
+    """The embedding tables a task's id inputs index: [(input name, rows, what bounds it)]:
+    `token_ids` by the backbone's `vocabulary_size`; `segment_ids` by its `num_segments` where
+    it has a segment embedding (not RoBERTa, DistilBERT, XLNet: its segment ids are compared,
+    not looked up)."""
+    backbone = getattr(task, "backbone", None)
+    tables = []
+    size = getattr(backbone, "vocabulary_size", None)
+    if isinstance(size, (int, np.integer)) and size > 0:
+        tables.append(("token_ids", int(size), "vocabulary_size"))
+    segments = getattr(backbone, "num_segments", None)
+    if isinstance(segments, (int, np.integer)) and segments > 0 and getattr(
+            backbone, "takes_segment_ids", False):
+        tables.append(("segment_ids", int(segments), "num_segments"))
+    return tables
+
+
+def _id_range(task, size, bound):
+    """How a wrong id's error ends: the valid range and what sets it."""
+    return f"expected ids in [0, {size}) ({type(task.backbone).__name__}'s {bound})."
+
+
+def check_ids(task, features):
+    """A dataset's model inputs (TensorFlow tensors in `tf.data`), once every token id is in
+    [0, the backbone's `vocabulary_size`) and every segment id in [0, `num_segments`) where it
+    has a segment embedding (`_id_tables`); else the pipeline stops with an error naming the
+    first id out of range, its position in the batch and the valid range. On TensorFlow the
+    embedding gather failed with its own message; on JAX and on GPUs it does not fail at all
+    (an out-of-range gather is clamped or filled: a silently wrong answer), so the check is
+    here, in the input pipeline, on every backend. A batch costs the ids' minimum and maximum;
+    the first wrong id is looked for only where there is one."""
+    name = type(task).__name__
+    checked = dict(features)
+    for key, size, bound in _id_tables(task):
+        ids = features.get(key)
+        if not isinstance(ids, tf.Tensor) or not (ids.dtype.is_integer or ids.dtype.is_floating):
+            continue  # another dtype: Keras' input check names it
+        limit = tf.cast(size, ids.dtype)
+        in_range = tf.logical_and(tf.reduce_min(ids) >= 0, tf.reduce_max(ids) < limit)
+
+        def refuse(ids=ids, key=key, size=size, bound=bound, limit=limit):
+            # built only where an id is out of range: the pass over the ids is the check's cost
+            first = tf.where(tf.logical_or(ids < 0, ids >= limit))[:1]  # (1, rank)
+            index = tf.unstack(first[0]) if ids.shape.rank else []
+            position = ", ".join(["{}"] * len(index))
+            message = f"{name} got {key} {{}} at {key}[{position}] of a batch: " + _id_range(
+                task, size, bound)
+            return _assert_then(ids, tf.constant(False), message, tf.gather_nd(ids, first),
+                                *index)
+
+        checked[key] = tf.cond(in_range, lambda ids=ids: tf.identity(ids), refuse)
+    return checked
+
+
+def _check_token_ids(task, x):
+    """In-memory model inputs (preprocessor=None): `token_ids` inside the backbone's vocabulary
+    and no more positions than its position table, `segment_ids` inside its segment table
+    (`_id_tables`). Either gave a TensorFlow "Graph execution error" from the embedding gather
+    (and on JAX a silently clamped lookup). A dataset's are checked in its graph (`check_ids`).
 
     Cheap on every `*_on_batch` call: the shape first (no pass over the ids), then the ids'
     minimum and maximum where they are (a NumPy array read in place, a backend tensor reduced by
     its backend: two scalars come back), never a copy of the batch (it was converted to a new
     NumPy array each call)."""
     backbone = getattr(task, "backbone", None)
-    if backbone is None or isinstance(token_ids, (tf.data.Dataset, str, bytes)):
+    if backbone is None:
         return
-    if isinstance(token_ids, (list, tuple)):
-        try:  # Python lists: one array (Keras' data adapters make one too)
-            token_ids = np.asarray(token_ids)
-        except ValueError:  # ragged lists: checked where they are read
-            return
-    shape, dtype = getattr(token_ids, "shape", None), getattr(token_ids, "dtype", None)
-    if shape is None or dtype is None or len(shape) < 2 or 0 in tuple(shape):
-        return
+    name = type(task).__name__
+    for key, size, bound in [("token_ids", None, None)] + _id_tables(task):
+        ids = x.get(key)
+        if ids is None or isinstance(ids, (tf.data.Dataset, str, bytes)):
+            continue
+        if isinstance(ids, (list, tuple)):
+            try:  # Python lists: one array (Keras' data adapters make one too)
+                ids = np.asarray(ids)
+            except ValueError:  # ragged lists: checked where they are read
+                continue
+        shape, dtype = getattr(ids, "shape", None), getattr(ids, "dtype", None)
+        if shape is None or dtype is None or len(shape) < 2 or 0 in tuple(shape):
+            continue
+        if size is None:  # the token ids' dtype and length, once
+            _check_token_ids_shape(task, shape, dtype)
+            continue
+        low, high = _min_max(ids)
+        if low is not None and (low < 0 or high >= size):
+            raise ValueError(f"{name} got {key} from {low} to {high}: "
+                             + _id_range(task, size, bound))
+
+
+def _check_token_ids_shape(task, shape, dtype):
+    """In-memory `token_ids`: integer (or whole-number float) ids, no longer than the
+    backbone's position table."""
+    backbone = task.backbone
     try:
         dtype = keras.backend.standardize_dtype(dtype)
     except ValueError:
@@ -1384,16 +1502,6 @@ def _check_token_ids(task, token_ids):
         raise ValueError(f"{name} got token_ids of {shape[-1]} positions: "
                          f"{type(backbone).__name__} takes at most max_sequence_length="
                          f"{max_length} (its position table).")
-    vocabulary_size = getattr(backbone, "vocabulary_size", None)
-    if not vocabulary_size:
-        return
-    low, high = _min_max(token_ids)
-    if low is None:
-        return
-    if low < 0 or high >= vocabulary_size:
-        raise ValueError(f"{name} got token_ids from {low} to {high}: expected ids in "
-                         f"[0, {vocabulary_size}) ({type(backbone).__name__}'s "
-                         "vocabulary_size).")
 
 
 def _min_max(values):
