@@ -12,6 +12,7 @@ from keras_bertfam.presets.families.albert import albert_backbone_map
 from tests.conftest import (
     ODD_SENTENCEPIECE_TEXTS,
     check_sentencepiece_offsets,
+    default_corpus_documents,
     equal_up_to_ties,
     slow_sentencepiece_ids,
     to_numpy,
@@ -245,7 +246,7 @@ def heldout_sentences():
     """The sentences of IMDB documents 20,000-20,249 (the models here train on the first 800)."""
     from keras_bertfam.preprocessing import corpus
 
-    docs = np.array(list(corpus.default_corpus().skip(20000).take(250).as_numpy_iterator()))
+    docs = default_corpus_documents(20000, 250)  # = default_corpus().skip(20000).take(250)
     return [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import default_corpus_documents, to_numpy
 from keras_bertfam.presets import checkpoints, keras_hub_format
 
 SIZES = dict(num_layers=2, num_heads=2, hidden_dim=8, intermediate_dim=16)
@@ -120,7 +120,7 @@ def texts():
     """Real sentences of the default corpus and a few with odd characters."""
     from keras_bertfam.preprocessing import corpus
 
-    docs = np.array(list(corpus.default_corpus().skip(20000).take(30).as_numpy_iterator()))
+    docs = default_corpus_documents(20000, 30)  # = default_corpus().skip(20000).take(30)
     lines = [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()][:50]
     return lines + [
         "Héllo wörld — naïve café, 1990, “quotes” ‘single’ … 東京 🙂 tabs\tand  spaces",

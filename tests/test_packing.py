@@ -8,6 +8,7 @@ import tensorflow as tf
 import keras_bertfam as kb
 from keras_bertfam.preprocessing import corpus
 from keras_bertfam.preprocessing import packing
+from tests.conftest import default_corpus_documents
 
 SEQ = 128
 MAX_TOKENS = SEQ - 3
@@ -27,7 +28,9 @@ def imdb_batches(bert_vocab):
         sentences = corpus.split_sentences(docs)
         return sentences.with_flat_values(tokenizer(sentences.flat_values))
 
-    return list(corpus.read_corpus().take(2000).batch(100).map(tokenize))
+    # = corpus.read_corpus().take(2000), without its per-document pipeline (conftest)
+    docs = tf.data.Dataset.from_tensor_slices(default_corpus_documents(0, 2000))
+    return list(docs.batch(100).map(tokenize))
 
 
 class _Doc:

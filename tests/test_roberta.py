@@ -8,7 +8,7 @@ import pytest
 
 import keras_bertfam as kb
 from keras_bertfam.models import backbone as backbone_module
-from tests.conftest import to_numpy, without_unused_imports
+from tests.conftest import default_corpus_documents, to_numpy, without_unused_imports
 
 TINY = dict(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
             max_sequence_length=30)
@@ -119,11 +119,10 @@ def test_config_round_trip_and_saving(tmp_path):
 
 @pytest.fixture(scope="module")
 def imdb():
-    """The default corpus' first 21,060 documents (bytes), read once: reading up to a document
-    cleans every one before it (3 s to reach the 20,000th)."""
-    from keras_bertfam.preprocessing import corpus
-
-    return list(corpus.default_corpus().take(21060).as_numpy_iterator())
+    """The default corpus' first 21,060 documents (bytes), read once
+    (`= list(default_corpus().take(21060).as_numpy_iterator())`, without its per-document
+    pipeline: conftest's `default_corpus_documents`)."""
+    return list(default_corpus_documents(0, 21060))
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import tensorflow as tf
 import keras_bertfam as kb
 from keras_bertfam.preprocessing import WordPieceTokenizer, train_word_piece_vocabulary
 from keras_bertfam.preprocessing.corpus import read_corpus
+from tests.conftest import default_corpus_documents
 
 ODD_TEXTS = [
     "Does BERT know Snuffleupagus?",
@@ -41,7 +42,7 @@ def test_seed_example(tokenizer, hf_tokenizer):
 
 
 def test_ids_equal_hf_on_real_and_odd_text(tokenizer, hf_tokenizer):
-    texts = [t.decode() for t in read_corpus().take(3000).as_numpy_iterator()] + ODD_TEXTS
+    texts = [t.decode() for t in default_corpus_documents(0, 3000)] + ODD_TEXTS  # read_corpus()'s
     ours = tokenizer(texts).to_list()
     theirs = hf_tokenizer(texts, add_special_tokens=False)["input_ids"]
     mismatched = [t for t, a, b in zip(texts, ours, theirs) if a != b]

@@ -11,6 +11,7 @@ from keras_bertfam.tasks.xlnet_pretrainer import XLNetPretrainer
 from tests.conftest import (
     ODD_SENTENCEPIECE_TEXTS,
     check_sentencepiece_offsets,
+    default_corpus_documents,
     equal_up_to_ties,
     slow_sentencepiece_ids,
 )
@@ -40,7 +41,7 @@ def heldout_sentences():
     """The sentences of IMDB documents 20,000-20,299 (the models here train on the first 800)."""
     from keras_bertfam.preprocessing import corpus
 
-    docs = np.array(list(corpus.default_corpus().skip(20000).take(300).as_numpy_iterator()))
+    docs = default_corpus_documents(20000, 300)  # = default_corpus().skip(20000).take(300)
     return [s.decode() for s in corpus.split_sentences(docs).flat_values.numpy()]
 
 
