@@ -2,14 +2,14 @@
 
 `pretrain` trains in chunks of `--checkpoint-every` steps and writes a checkpoint after each: the
 weights with the optimizer state and the dropout generators' state (`model.weights.h5`) and
-`training_state.json` (the step, the arguments and the whole loss history), in one directory whose manifest (every file's
-sha256 and the step) is written last before the directory is renamed into place
-(`keras_bertfam/run_directory.py`). A run killed at any moment resumes from its last complete
-checkpoint after verifying it; chunk c always sees the data and masks drawn from seed
-`seed + c`, so a resumed run repeats exactly what the interrupted one would have done
-(bit-identical with `--deterministic`). SIGINT / SIGTERM stop at the next step and checkpoint
-there; a NaN loss stops the run and keeps the last good checkpoint. Running a finished command
-again does nothing (a larger `--steps` continues training).
+`training_state.json` (the step, the arguments and the whole loss history), in one directory whose
+manifest (every file's sha256 and the step) is written last before the directory is renamed into
+place (`keras_bertfam/run_directory.py`). A run killed at any moment resumes from its last complete
+checkpoint after verifying it; chunk c always sees the data and masks drawn from seed `seed + c`,
+so a resumed run repeats exactly what the interrupted one would have done (bit-identical with
+`--deterministic`). SIGINT / SIGTERM stop at the next step and checkpoint there; a NaN loss stops
+the run and keeps the last good checkpoint. Running a finished command again does nothing (a larger
+`--steps` continues training).
 
 This module imports TensorFlow only when a command needs it: `--help` answers at once.
 """
@@ -36,9 +36,9 @@ PRETRAINERS = {
 PRETRAINING_TASKS = set(PRETRAINERS.values()) | {"Distiller"}
 STATE_FILE = "training_state.json"
 WEIGHTS = "model.weights.h5"  # weights and optimizer state
-# The seed generators' state, written beside the weights until session 32: `model.weights.h5`
-# holds it too (`Task.save_own_variables`), but not in checkpoints written before session 31's
-# change, whose rng_state.npz a resume still restores (`_restore`).
+# The seed generators' state, written beside the weights until 2026-11-27: `model.weights.h5`
+# holds it too (`Task.save_own_variables`), but not in checkpoints written before commit d61718f
+# (2026-11-26), whose rng_state.npz a resume still restores (`_restore`).
 RNG_STATE = "rng_state.npz"
 CHECKPOINT_FILES = (WEIGHTS, STATE_FILE)
 PRESET_MANIFEST = "keras_bertfam.json"  # presets.MANIFEST (read here without importing TF)
