@@ -642,7 +642,18 @@ def test_a_long_single_line_streams_in_bounded_pieces(tmp_path):
     first = next(iter(pre.prepare(docs.take(2))))
     assert first[0]["token_ids"].shape == (4, 16)
     cut = corpus.split_long_document(tf.constant("x" * 40 + "é" * 30), 16)
-    assert b"".join(cut.as_numpy_iterator()).decode() == "x" * 40 + "é" * 30  # valid UTF-8
+    assert b"".join(cut.numpy()).decode() == "x" * 40 + "é" * 30  # valid UTF-8
+    # Long and short documents mixed, empty ones too: every piece of each in the documents'
+    # order, the short ones whole (the later stages see at most about max_document_bytes).
+    lines = ["a" * 30, "one two three four five six seven eight nine", "", "é" * 25, "short"]
+    path.write_text("\n".join(lines))
+    pieces = [d.decode() for d in corpus.read_corpus(
+        str(path), document_format="line", max_document_bytes=16).as_numpy_iterator()]
+    assert pieces == ["a" * 16, "a" * 14, "one two three four", "five six seven", "eight nine",
+                      "é" * 8, "é" * 8, "é" * 8, "é", "short"]
+    for bad in (8, 10.5, "1000", True):
+        with pytest.raises(ValueError, match=f"max_document_bytes must be an int >= 16.*{bad!r}"):
+            corpus.read_corpus(str(path), max_document_bytes=bad)
 
 
 def test_binary_files_in_a_corpus_are_skipped_with_a_warning(tmp_path):

@@ -138,29 +138,38 @@ def _strip_html(text):
 def _clean_dataset(ds, strip_html, min_chars, max_document_bytes=MAX_DOCUMENT_BYTES):
     if max_document_bytes:
         # Long documents become a stream of pieces first: every later stage (cleaning included)
-        # works on at most `max_document_bytes` per element.
-        ds = ds.flat_map(lambda d: split_long_document(d, max_document_bytes))
+        # works on at most `max_document_bytes` per element. A map and an unbatch, not a
+        # `flat_map`: that made a dataset for every document (~0.5 ms each).
+        max_bytes = _check_max_bytes(max_document_bytes)
+        ds = ds.map(lambda d: split_long_document(d, max_bytes)).unbatch()
     return ds.batch(_BATCH).map(lambda d: _clean(d, strip_html, min_chars),
                                 num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
+def _check_max_bytes(max_bytes):
+    whole = isinstance(max_bytes, (int, np.integer, float, np.floating)) and float(
+        max_bytes).is_integer()
+    if isinstance(max_bytes, bool) or not whole or max_bytes < 16:
+        raise ValueError(f"max_document_bytes must be an int >= 16 (or None: never cut), got "
+                         f"{max_bytes!r}.")
+    return int(max_bytes)
+
+
 def split_long_document(document, max_bytes):
-    """A scalar document -> a `tf.data.Dataset` of its pieces of about `max_bytes` bytes (the
-    document itself when it is not longer).
+    """A scalar document -> its pieces of about `max_bytes` bytes, a [K] `tf.string` tensor
+    ([document] when it is not longer).
 
     Each cut goes after the first whitespace within `min(1000, max_bytes / 2)` bytes of a
     multiple of `max_bytes`, else (a run without whitespace) at that multiple, moved back to the
     start of a UTF-8 character. The cut points cost a few gathers (no pass over every byte but
-    a copy as uint8), and each piece is cut out when the pipeline reaches it, so the first piece
-    of a 100 MB line comes at once.
+    a copy as uint8), the pieces one copy of the document; a document that is not longer costs
+    a length and a reshape.
     """
-    max_bytes = int(max_bytes)
-    if max_bytes < 16:
-        raise ValueError(f"max_document_bytes must be an int >= 16, got {max_bytes!r}.")
+    max_bytes = _check_max_bytes(max_bytes)
     window = min(1000, max_bytes // 2)
     n = tf.strings.length(document)  # bytes
 
-    def cut_points():
+    def pieces():
         data = tf.io.decode_raw(document, tf.uint8)  # [n]
         targets = tf.range(max_bytes, n, max_bytes)  # [K]
         ahead = tf.gather(data, tf.minimum(targets[:, None] + tf.range(window)[None, :], n - 1))
@@ -172,12 +181,10 @@ def split_long_document(document, max_bytes):
         cuts = tf.where(tf.reduce_any(white, axis=1), targets + first + 1, targets - back)
         starts, ends = tf.concat([[0], cuts], 0), tf.concat([cuts, [n]], 0)
         keep = ends > starts
-        return tf.boolean_mask(starts, keep), tf.boolean_mask(ends - starts, keep)
+        starts, ends = tf.boolean_mask(starts, keep), tf.boolean_mask(ends, keep)
+        return tf.strings.substr(document, starts, ends - starts)
 
-    starts, lengths = tf.cond(n > max_bytes, cut_points, lambda: (n[tf.newaxis] * 0,
-                                                                   n[tf.newaxis]))
-    return tf.data.Dataset.from_tensor_slices((starts, lengths)).map(
-        lambda start, length: tf.strings.substr(document, start, length))
+    return tf.cond(n > max_bytes, pieces, lambda: tf.reshape(document, [1]))
 
 
 # === Sources ===

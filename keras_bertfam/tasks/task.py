@@ -568,10 +568,10 @@ class Task(keras.Model):
 
     def _checked_model_inputs(self, x):
         """Model inputs a user gives (preprocessor=None, `*_on_batch`): token and segment ids
-        checked against the backbone's tables, in memory now (`_check_token_ids`) or, for a
+        checked against the backbone's tables, in memory now (`_check_ids_in_memory`) or, for a
         dataset, in its `tf.data` graph as it is read (`check_ids`); then `_checked_features`."""
         if isinstance(x, dict) and "token_ids" in x:
-            _check_token_ids(self, x)
+            _check_ids_in_memory(self, x)
         return self._checked_features(x, ids=True)
 
     def _checked_features(self, x, ids=False):
@@ -595,34 +595,18 @@ class Task(keras.Model):
             features = spec[0] if isinstance(spec, tuple) else spec
             if not (isinstance(features, dict) and "token_ids" in features):
                 return x
-            checked = self._traced_checks(checks, features)
+            def checked(features):
+                for check in checks:
+                    features = check(self, features)
+                return features
+
+            checked = tf.autograph.experimental.do_not_convert(checked)  # plain TF ops: no AutoGraph
             if isinstance(spec, tuple):
                 return x.map(lambda f, *rest: (checked(f), *rest))
             return x.map(checked)
         if isinstance(x, dict) and "token_ids" in x and check_global_attention in checks:
             check_global_attention(self, x)
         return x
-
-    def _traced_checks(self, checks, spec):
-        """`checks` of features of `spec` as one traced function, kept for the task: a dataset's
-        checks are traced once, not again by every `fit` / `evaluate` / `predict` that maps
-        them (tf.data traces its map function anew in each pipeline; what that saves a fit was
-        not measurable on a loaded host: BUILD.md, "Ids out of range in a dataset")."""
-        key = (tuple(c.__name__ for c in checks), tuple(sorted((k, repr(v))
-                                                               for k, v in spec.items())))
-        traced = self.__dict__.get("_checks_traced")
-        if traced is None:
-            traced = {}
-            object.__setattr__(self, "_checks_traced", traced)
-        if key not in traced:
-            def checked(features):
-                for check in checks:
-                    features = check(self, features)
-                return features
-
-            traced[key] = tf.function(checked, autograph=False).get_concrete_function(spec)
-        function = traced[key]
-        return lambda features: function(features)
 
     def _raw_examples(self, x, y, sample_weight):
         """In-memory raw inputs -> what `tf.data.Dataset.from_tensor_slices` takes."""
@@ -1450,7 +1434,7 @@ def check_ids(task, features):
     return checked
 
 
-def _check_token_ids(task, x):
+def _check_ids_in_memory(task, x):
     """In-memory model inputs (preprocessor=None): `token_ids` inside the backbone's vocabulary
     and no more positions than its position table, `segment_ids` inside its segment table
     (`_id_tables`). Either gave a TensorFlow "Graph execution error" from the embedding gather
