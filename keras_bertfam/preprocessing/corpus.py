@@ -24,7 +24,7 @@ Documented behaviours of `read_corpus` (all tested in `tests/test_corpus.py`):
 - a document longer than `max_document_bytes` (default 100,000) is cut into pieces of about
   that many bytes, at whitespace where there is some, before any later stage (cleaning included)
   sees it: the work per element stays bounded, so a 100 MB single-line file streams (its first batch
-  comes as soon as its first pieces are through) instead of going through sentence splitting,
+  comes once the line is read and cut, in one copy) instead of going through sentence splitting,
   pairing and the shuffle buffer as one element. A sentence that straddles a cut becomes two;
 - a text file that looks binary (a NUL byte in its first 8 KB) is skipped with a warning naming
   it, instead of being read as U+FFFD text.
