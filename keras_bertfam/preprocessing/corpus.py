@@ -140,8 +140,7 @@ def _clean_dataset(ds, strip_html, min_chars, max_document_bytes=MAX_DOCUMENT_BY
         # Long documents become a stream of pieces first: every later stage (cleaning included)
         # works on at most `max_document_bytes` per element. A map and an unbatch, not a
         # `flat_map`: that made a dataset for every document (~0.5 ms each).
-        max_bytes = _check_max_bytes(max_document_bytes)
-        ds = ds.map(lambda d: split_long_document(d, max_bytes)).unbatch()
+        ds = ds.map(lambda d: split_long_document(d, max_document_bytes)).unbatch()
     return ds.batch(_BATCH).map(lambda d: _clean(d, strip_html, min_chars),
                                 num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
