@@ -82,8 +82,13 @@ test-tf: setup
 # run eagerly (0.05-0.1 s each): the other worker compiles many of the same, and a process
 # compiled ~5% of them again under a new in-memory key. Four files, 2 workers, load 4-6: 219 of
 # 2,101 compilations read back instead of 17-18, CPU 464 / 449 -> 410 / 416 s (BUILD.md, Test).
+# XLA compiles each JAX program in one piece, not split for parallel code generation (its
+# threads only add work on 2 busy cores): test_tasks + test_cls_only + test_electra, idle, two
+# interleaved rounds, 141.9 / 147.9 -> 135.2 / 135.4 s of CPU; on the TensorFlow run's masker
+# programs (optimization level 0) no difference could be told from the noise, so not there.
 test-jax: setup
-	$(TEST_ENV) cache=$$(mktemp -d); JAX_DISABLE_MOST_OPTIMIZATIONS=1 JAX_COMPILATION_CACHE_DIR=$$cache \
+	$(TEST_ENV) cache=$$(mktemp -d); XLA_FLAGS="$$XLA_FLAGS --xla_cpu_parallel_codegen_split_count=1" \
+	JAX_DISABLE_MOST_OPTIMIZATIONS=1 JAX_COMPILATION_CACHE_DIR=$$cache \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 KERAS_BACKEND=jax $(PYTEST) -m multibackend; \
 	status=$$?; rm -rf $$cache; $(TF_XLA_CLEAN); exit $$status
 
