@@ -882,7 +882,8 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         flat = ids.flat_values  # (N,)
         pieces = sp.id_to_string(flat)  # (N,)
         quirk = tf.strings.regex_full_match(pieces, r"(?s).*\p{Nd},")
-        q_pieces = tf.boolean_mask(pieces, quirk)  # (Q,)
+        q_index = tf.where(quirk)[:, 0]  # (Q,): the quirk pieces
+        q_pieces = tf.gather(pieces, q_index)
         core = tf.strings.regex_replace(tf.strings.regex_replace(q_pieces, ",$", ""), "\u2581", "")
         with_offsets = starts is not None
         if with_offsets:
@@ -900,44 +901,46 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         drop = fix & tf.equal(stripped, "")
         new_first = tf.cast(sp.string_to_id(stripped), flat.dtype)
         keep_head = ~drop & nonempty
-        # Where each piece's output goes, as flat positions: plain tensors, one scatter per
-        # output. (Ragged concats and gathers made the traced tokenizer 520 ops instead of 370,
-        # 2,199 instead of 1,235 with offsets, and twice as slow to trace.) A plain piece stays
-        # one piece; a quirk piece becomes [its first sub-piece unless dropped] + its other
-        # sub-pieces + [","].
+        # Each output piece's source, as one index into [the N pieces, the K sub-pieces, Q
+        # commas] (plain tensors; ragged concats and gathers made the traced tokenizer 520 ops
+        # instead of 272, 2,199 instead of 963 with offsets, and 2-3x as slow to trace). A
+        # plain piece stays one piece; a quirk piece becomes [its first sub-piece unless
+        # dropped] + its other sub-pieces + [","].
         n = tf.shape(flat, out_type=tf.int64)[0]
-        q_index = tf.where(quirk)  # (Q, 1)
         keep = tf.cast(keep_head, tf.int64)
         q_length = keep + tf.maximum(sub.row_lengths() - 1, 0) + 1  # (Q,)
-        length = tf.tensor_scatter_nd_add(tf.ones([n], tf.int64), q_index, q_length - 1)
-        end = tf.cumsum(length)  # (N,)
-        q_start = tf.gather_nd(end - length, q_index)  # (Q,)
+        length = tf.tensor_scatter_nd_add(tf.ones([n], tf.int64), q_index[:, None], q_length - 1)
+        end = tf.cumsum(length)  # (N,): where each piece's output ends
+        q_start = tf.gather(end - length, q_index)  # (Q,)
         row = sub.value_rowids()  # (K,): the quirk piece of each sub-piece
-        j = tf.range(tf.size(row, out_type=tf.int64)) - tf.gather(sub.row_starts(), row)
-        taken = (j > 0) | tf.gather(keep_head, row)  # a first sub-piece is dropped or kept
-        position = tf.concat([
-            tf.boolean_mask(end - 1, ~quirk),
-            tf.boolean_mask(tf.gather(q_start, row) + tf.where(j > 0, tf.gather(keep, row) + j - 1,
-                                                               0), taken),
-            q_start + q_length - 1], axis=0)
+        k = tf.size(row, out_type=tf.int64)
+        j = tf.range(k) - tf.gather(sub.row_starts(), row)  # its place in the piece
+        taken = tf.where((j > 0) | tf.gather(keep_head, row))[:, 0]  # the kept sub-pieces
+        plain = tf.where(~quirk)[:, 0]
+        sub_position = tf.gather(q_start, row) + tf.where(j > 0, tf.gather(keep, row) + j - 1, 0)
+        source = tf.scatter_nd(
+            tf.concat([tf.gather(end - 1, plain), tf.gather(sub_position, taken),
+                       q_start + q_length - 1], axis=0)[:, None],
+            tf.concat([plain, n + taken, n + k + tf.range(tf.size(q_index, out_type=tf.int64))],
+                      axis=0),
+            tf.reshape(tf.reduce_sum(length), [1]))
         row_splits = tf.cast(tf.gather(tf.pad(end, [[1, 0]]), ids.row_splits),
                              ids.row_splits.dtype)
 
         def assemble(values, sub_values, comma):  # (N,), (K,), (Q,) -> (B, (P'))
-            placed = tf.concat([tf.boolean_mask(values, ~quirk), tf.boolean_mask(sub_values, taken),
-                                comma], axis=0)
-            out = tf.scatter_nd(position[:, None], placed, tf.reshape(tf.reduce_sum(length), [1]))
-            return tf.RaggedTensor.from_row_splits(out, row_splits, validate=False)
+            return tf.RaggedTensor.from_row_splits(
+                tf.gather(tf.concat([values, sub_values, comma], axis=0), source), row_splits,
+                validate=False)
 
         head = tf.gather(tf.where(fix, new_first, first_id), row)
-        comma_id = tf.fill(tf.shape(q_pieces), tf.cast(sp.string_to_id(","), flat.dtype))
+        comma_id = tf.fill(tf.shape(q_index), tf.cast(sp.string_to_id(","), flat.dtype))
         new_ids = assemble(flat, tf.where(j == 0, head, sub.flat_values), comma_id)
         if not with_offsets:
             return new_ids
         # The number is the text just before the ",": its pieces' offsets shift there (kept
         # inside the piece, should SentencePiece's own normalization have changed the number).
-        q_start_byte = tf.boolean_mask(starts.flat_values, quirk)
-        q_end = tf.boolean_mask(ends.flat_values, quirk)
+        q_start_byte = tf.gather(starts.flat_values, q_index)
+        q_end = tf.gather(ends.flat_values, q_index)
         base = q_end - 1 - tf.cast(tf.strings.length(core), tf.int64)
 
         def shifted(sub_offsets):  # (Q, (k)) bytes of core -> (K,) bytes of the text
