@@ -589,6 +589,50 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
             tf.ensure_shape(tokens, shape=[self.sequence_length])
         return tokens
 
+    def _bpe_merge_tf(self, words):
+        """keras-hub's merge loop, the same merges on dense [words, symbols] tensors: ragged
+        words [W, (S)] of GPT-2 byte symbols -> their pieces [W, (S')]. Every step merges, in
+        each word that still has a rule's pair, the first pair of the lowest rank (keras-hub's
+        step: one pair a word a step); a word without one leaves the working set, which also
+        narrows to its longest word. keras-hub's ragged step traced ~1,400 ops (1.3-2.7 s in
+        every preprocessor's trace)."""
+        none = tf.constant(self.merge_ranks_lookup_default, tf.int64)
+        lengths = words.row_lengths()  # [W]
+        # Two empty columns at least: a word of one symbol (or none) has no pair to rank.
+        dense = tf.pad(words.to_tensor(""), [[0, 0], [0, 2]])  # [W, L]
+        width = tf.shape(dense, out_type=tf.int64)[1]
+
+        def step(done, lengths, index, work, length):  # the working set: rows `index` of W
+            column = tf.range(tf.shape(work, out_type=tf.int64)[1])[tf.newaxis, :]
+            pairs = tf.strings.join([work[:, :-1], work[:, 1:]], separator=" ")
+            rank = tf.cast(self.merge_ranks.lookup(pairs), tf.int64)
+            rank = tf.where(column[:, :-1] < (length - 1)[:, tf.newaxis], rank, none)
+            best = tf.argmin(rank, axis=1)[:, tf.newaxis]  # the first of the lowest rank
+            found = tf.reduce_min(rank, axis=1) < none
+            merged = tf.strings.join([tf.gather(work, best, batch_dims=1),
+                                      tf.gather(work, best + 1, batch_dims=1)])
+            # The pair becomes one symbol; the symbols after it move one to the left.
+            source = tf.minimum(column + tf.cast(column > best, tf.int64), column[:, -1:])
+            moved = tf.where(column == best, merged, tf.gather(work, source, batch_dims=1))
+            work = tf.where(found[:, tf.newaxis], moved, work)
+            length = length - tf.cast(found, tf.int64)
+            finished = tf.where(~found)[:, 0]
+            rows = tf.gather(index, finished)[:, tf.newaxis]
+            done = tf.tensor_scatter_nd_update(done, rows, tf.pad(
+                tf.gather(work, finished), [[0, 0], [0, width - tf.shape(work, tf.int64)[1]]]))
+            lengths = tf.tensor_scatter_nd_update(lengths, rows, tf.gather(length, finished))
+            going = tf.where(found)[:, 0]
+            keep = tf.reduce_max(tf.concat([tf.gather(length, going), [0]], 0)) + 2
+            return (done, lengths, tf.gather(index, going),
+                    tf.gather(work, going)[:, :keep], tf.gather(length, going))
+
+        done, lengths, *_ = tf.while_loop(
+            lambda done, lengths, index, work, length: tf.size(index) > 0, step,
+            [dense, lengths, tf.range(tf.shape(lengths, out_type=tf.int64)[0]), dense, lengths],
+            shape_invariants=[dense.shape, lengths.shape, tf.TensorShape([None]),
+                              tf.TensorShape([None, None]), tf.TensorShape([None])])
+        return tf.RaggedTensor.from_tensor(done, lengths=lengths)
+
     def piece_ids(self, pieces):
         """BPE pieces (a string tensor) -> their ids. A piece the vocabulary lacks (a vocabulary
         without some of the 256 byte symbols, or a merge whose result it lacks, as keras-hub's
