@@ -594,8 +594,8 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         words [W, (S)] of GPT-2 byte symbols -> their pieces [W, (S')]. Every step merges, in
         each word that still has a rule's pair, the first pair of the lowest rank (keras-hub's
         step: one pair a word a step); a word without one leaves the working set, which also
-        narrows to its longest word. keras-hub's ragged step traced ~1,400 ops (1.3-2.7 s in
-        every preprocessor's trace)."""
+        narrows to its longest word. With keras-hub's ragged step the traced tokenizer was
+        1,486 ops (1.1-2.5 s in every preprocessor's trace); with this one 654 (0.4 s)."""
         none = tf.constant(self.merge_ranks_lookup_default, tf.int64)
         lengths = words.row_lengths()  # [W]
         # Two empty columns at least: a word of one symbol (or none) has no pair to rank.
