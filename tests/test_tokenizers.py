@@ -237,7 +237,7 @@ def test_bpe_split_equals_keras_hubs_without_its_validation_graph():
 
 
 def test_bpe_merge_loop_equals_keras_hubs_step_for_step():
-    """Our dense merge loop (`BytePairTokenizer._bpe_merge_tf`: the traced tokenizer 654 ops
+    """Our dense merge loop (`BytePairTokenizer._bpe_merge_tf`: the traced tokenizer 647 ops
     where keras-hub's ragged loop made it 1,486) merges exactly as keras-hub's: the first pair of the
     lowest rank each step, one pair a word a step. Words where that order matters: runs of one
     symbol ("a a a a": the pair at 0 first, then the rank of "aa a" against "a a" decides), pairs
