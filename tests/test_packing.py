@@ -150,19 +150,20 @@ def test_segment_packer_sep_value_dict_and_unbatched():
         packing.SegmentPacker(2, 1, 2)((a, b))
 
 
-def test_round_robin_lengths_against_python():
+@pytest.mark.parametrize("segments", [1, 2, 3])  # closed forms for 1 and 2, a search for more
+def test_round_robin_lengths_against_python(segments):
     rng = np.random.default_rng(0)
-    lengths = rng.integers(0, 12, size=(300, 3))
-    budgets = [0, 1, 5, 10, 17, 40]
+    lengths = rng.integers(0, 12, size=(300, segments))
+    budgets = [0, 1, 5, 10, 11, 17, 40]
     for budget in budgets:
         got = packing.round_robin_lengths(tf.constant(lengths, tf.int32), budget).numpy()
         for row, out in zip(lengths, got):
-            want, left, i = [0, 0, 0], budget, 0
+            want, left, i = [0] * segments, budget, 0
             while left > 0 and any(w < r for w, r in zip(want, row)):
                 if want[i] < row[i]:
                     want[i] += 1
                     left -= 1
-                i = (i + 1) % 3
+                i = (i + 1) % segments
             assert out.tolist() == want, (row, budget)
 
 

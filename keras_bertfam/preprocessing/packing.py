@@ -120,6 +120,11 @@ def round_robin_lengths(lengths, budget):
     """
     lengths = tf.cast(lengths, tf.int32)
     budget = int(budget)
+    if lengths.shape[1] == 1:
+        return tf.minimum(lengths, budget)
+    if lengths.shape[1] == 2:  # the first segment gets its half (rounded up) or what b leaves
+        first = tf.minimum(lengths[:, :1], tf.maximum((budget + 1) // 2, budget - lengths[:, 1:]))
+        return tf.concat([first, tf.minimum(lengths[:, 1:], budget - first)], axis=1)
     lo = tf.zeros_like(lengths[:, 0])  # feasible level
     hi = tf.fill(tf.shape(lo), budget)  # upper bound
     for _ in range(max(budget, 1).bit_length() + 1):
@@ -294,38 +299,41 @@ class SegmentPacker(_TFLayer):
             keep = round_robin_lengths(lengths, budget)
         else:
             keep = waterfall_lengths(lengths, budget)
-        # Every kept token and special token is scattered to its column of the [B, L] output in
-        # one op (ragged concatenation and padding built ~3x the ops, and tracing them dominated
-        # a preprocessor's trace).
+        # Every token and special token is scattered to its column of the [B, L] output in one op
+        # (ragged concatenation and padding built ~3x the ops, and tracing them dominated a
+        # preprocessor's trace); a token trimmed off goes to a column past the end, cut after.
         batch = tf.cast(segments[0].nrows(), tf.int32)
         length = self.sequence_length
         closings = [self._end if i == len(segments) - 1 else self._sep
                     for i in range(len(segments))]
         pieces = keep + tf.constant([len(c) for c in closings], tf.int32)  # (B, K)
         first = len(self._start) + tf.cumsum(pieces, axis=1, exclusive=True)  # each's 1st column
-        rows, columns, values = [], [], []
-
-        def constants(tokens, at):  # the same tokens in every row, from column at[b]
-            if tokens:
-                n = len(tokens)
-                rows.append(tf.reshape(tf.tile(tf.range(batch)[:, None], [1, n]), [-1]))
-                columns.append(tf.reshape(at[:, None] + tf.range(n), [-1]))
-                values.append(tf.tile(tf.constant(tokens, dtype), [batch]))
-
-        constants(self._start, tf.zeros([batch], tf.int32))
+        # The special tokens, the same in every row: the start tokens from column 0, each
+        # segment's closing tokens from the column after its kept tokens.
+        specials = list(self._start) + [t for c in closings for t in c]
+        after = [0] * len(self._start) + [i + 1 for i, c in enumerate(closings) for _ in c]
+        offset = list(range(len(self._start))) + [j for c in closings for j in range(len(c))]
+        starts = tf.concat([tf.zeros_like(keep[:, :1]), first + keep], axis=1)  # (B, K + 1)
+        special_columns = (tf.gather(starts, tf.constant(after, tf.int32), axis=1)
+                           + tf.constant(offset, tf.int32))
+        rows = [tf.reshape(tf.broadcast_to(tf.range(batch)[:, None], tf.shape(special_columns)),
+                           [-1])]
+        columns = [tf.reshape(special_columns, [-1])]
+        values = [tf.tile(tf.constant(specials, dtype), [batch])]
         for i, segment in enumerate(segments):
-            starts = tf.cast(segment.row_starts(), tf.int32)
-            kept = tf.ragged.range(starts, starts + keep[:, i])  # indices into segment.values
-            row = tf.cast(kept.value_rowids(), tf.int32)
+            splits = tf.cast(segment.row_splits, tf.int32)
+            index = tf.range(splits[-1])  # into segment.values
+            row = tf.searchsorted(splits, index, side="right") - 1
+            local = index - tf.gather(splits, row)  # the token's place in its row
             rows.append(row)
-            columns.append(tf.gather(first[:, i] - starts, row) + kept.values)
-            values.append(tf.gather(segment.values, kept.values))
-            constants(closings[i], first[:, i] + keep[:, i])
+            columns.append(tf.where(local < tf.gather(keep[:, i], row),
+                                    tf.gather(first[:, i], row) + local, length))
+            values.append(segment.values)
         counts = tf.reduce_sum(pieces, axis=1) + len(self._start)  # (B,)
         scatter = tf.stack([tf.concat(rows, 0), tf.concat(columns, 0)], axis=1)
         token_ids = tf.tensor_scatter_nd_update(
-            tf.fill(tf.stack([batch, length]), tf.cast(self.pad_value, dtype)), scatter,
-            tf.concat(values, 0))
+            tf.fill(tf.stack([batch, length + 1]), tf.cast(self.pad_value, dtype)), scatter,
+            tf.concat(values, 0))[:, :length]
         position = tf.range(length)[None, :, None]
         mask = position[..., 0] < counts[:, None]
         segment_ids = tf.reduce_sum(tf.cast(position >= first[:, None, 1:], tf.int32), axis=2)
