@@ -122,9 +122,8 @@ def round_robin_lengths(lengths, budget):
     budget = int(budget)
     if lengths.shape[1] == 1:
         return tf.minimum(lengths, budget)
-    if lengths.shape[1] == 2:  # the first segment gets its half (rounded up) or what b leaves
-        first = tf.minimum(lengths[:, :1], tf.maximum((budget + 1) // 2, budget - lengths[:, 1:]))
-        return tf.concat([first, tf.minimum(lengths[:, 1:], budget - first)], axis=1)
+    if lengths.shape[1] == 2:  # the same lengths as BERT's `_truncate_seq_pair`, in closed form
+        return tf.stack(longest_first_lengths(lengths[:, 0], lengths[:, 1], budget), axis=1)
     lo = tf.zeros_like(lengths[:, 0])  # feasible level
     hi = tf.fill(tf.shape(lo), budget)  # upper bound
     for _ in range(max(budget, 1).bit_length() + 1):
@@ -313,8 +312,8 @@ class SegmentPacker(_TFLayer):
         specials = list(self._start) + [t for c in closings for t in c]
         after = [0] * len(self._start) + [i + 1 for i, c in enumerate(closings) for _ in c]
         offset = list(range(len(self._start))) + [j for c in closings for j in range(len(c))]
-        starts = tf.concat([tf.zeros_like(keep[:, :1]), first + keep], axis=1)  # (B, K + 1)
-        special_columns = (tf.gather(starts, tf.constant(after, tf.int32), axis=1)
+        closing_at = tf.concat([tf.zeros_like(keep[:, :1]), first + keep], axis=1)  # (B, K + 1)
+        special_columns = (tf.gather(closing_at, tf.constant(after, tf.int32), axis=1)
                            + tf.constant(offset, tf.int32))
         rows = [tf.reshape(tf.broadcast_to(tf.range(batch)[:, None], tf.shape(special_columns)),
                            [-1])]
