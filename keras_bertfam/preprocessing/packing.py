@@ -116,13 +116,15 @@ def round_robin_lengths(lengths, budget):
     Tokens are handed out one at a time to segments 0, 1, ..., K-1, 0, 1, ... (skipping segments
     already whole) until `budget` tokens are used. Equivalently: the largest level `k` with
     `sum(min(len, k)) <= budget`, plus one token for the first remaining segments longer than `k`.
-    Computed by a static binary search over `k` (about log2(budget) vectorized steps).
+    One segment keeps `min(len, budget)`; two keep what BERT's `_truncate_seq_pair` keeps
+    (`longest_first_lengths`: the same allocation, in closed form); more are computed by a static
+    binary search over `k` (about log2(budget) vectorized steps).
     """
     lengths = tf.cast(lengths, tf.int32)
     budget = int(budget)
     if lengths.shape[1] == 1:
         return tf.minimum(lengths, budget)
-    if lengths.shape[1] == 2:  # the same lengths as BERT's `_truncate_seq_pair`, in closed form
+    if lengths.shape[1] == 2:
         return tf.stack(longest_first_lengths(lengths[:, 0], lengths[:, 1], budget), axis=1)
     lo = tf.zeros_like(lengths[:, 0])  # feasible level
     hi = tf.fill(tf.shape(lo), budget)  # upper bound
