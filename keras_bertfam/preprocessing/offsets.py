@@ -64,13 +64,14 @@ the ids differ from HF's, and the words no longer concatenate back to it, so the
 it are off too.
 """
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_bertfam.preprocessing.tokenizers import (
     PYTHON_WHITESPACE,
     albert_normalize,
     bert_normalize,
     merge_rows,
+    regex_split,
+    row_ids,
 )
 
 _WHITESPACE = r"[\t\n\r\p{Zs}]"
@@ -128,22 +129,23 @@ def _wordpiece_offsets(tokenizer, texts):
                                          replacement_char=0xFFFD)
     # tf-text's regex split stops at NUL; \x01 is dropped by the normalization just as NUL is.
     texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    words, w_start, w_end = tf_text.regex_split_with_offsets(texts, _SPLIT, _KEEP)  # [B, (W)]
-    row_texts = tf.gather(texts, words.value_rowids())  # [N] the text of each word
+    words, w_start, w_end = regex_split(texts, _SPLIT, _KEEP, offsets=True)  # [B, (W)]
+    row_texts = tf.gather(texts, row_ids(words.row_splits))  # [N] the text of each word
     word_start = _char_index(row_texts, w_start.flat_values)  # [N] chars
 
     # Normalize character by character (HF's normalization is per character once Σ is handled),
     # so that each normalized character knows the original character it came from.
     chars = tf.strings.unicode_split(words.flat_values, "UTF-8")  # [N, (C)]
     norm_chars = bert_normalize(chars.flat_values, tokenizer.bert_lowercase)  # [K]
-    normalized = tf.strings.reduce_join(chars.with_flat_values(norm_chars), axis=1)  # [N]
+    normalized = tf.strings.unsorted_segment_join(
+        norm_chars, row_ids(chars.row_splits), chars.nrows())  # [N]
     produced = tf.strings.length(norm_chars, unit="UTF8_CHAR")  # [K] chars each one became
     cum = tf.cumsum(produced)  # [K] normalized-char end of each original char (global)
     word_base = tf.gather(tf.concat([[0], cum], 0), chars.row_starts())  # [N]
 
     tokenizer._maybe_initialized_tf()
     ids, p_start, p_end = tokenizer._fast_word_piece.tokenize_with_offsets(normalized)  # [N, (P)]
-    word_of_piece = ids.value_rowids()  # [M]
+    word_of_piece = row_ids(ids.row_splits)  # [M]
     piece_words = tf.gather(normalized, word_of_piece)
     start = _char_index(piece_words, tf.cast(p_start.flat_values, tf.int32))  # [M] in the word
     end = _char_index(piece_words, tf.cast(p_end.flat_values, tf.int32))
@@ -166,12 +168,13 @@ def _byte_pair_offsets(tokenizer, texts):
     flat_words = words.flat_values
     # 1. the words concatenate back to the text: each starts where the ones before it end
     before = tf.cumsum(tf.strings.length(flat_words, unit="UTF8_CHAR"), exclusive=True)  # [N]
-    word_start = before - tf.gather(before, tf.gather(words.row_starts(), words.value_rowids()))
+    word_start = before - tf.gather(before, tf.gather(words.row_starts(),
+                                                      row_ids(words.row_splits)))
     # 2. bytes of the word each piece covers: one per symbol; a word of one piece (a special
     # token written in the text among them) is covered whole
     symbols = pieces.flat_values  # [M]
     size = tf.strings.length(symbols, unit="UTF8_CHAR")
-    word_of_piece = pieces.value_rowids()
+    word_of_piece = row_ids(pieces.row_splits)
     word = tf.gather(flat_words, word_of_piece)
     before = tf.cumsum(size, exclusive=True)
     start = before - tf.gather(before, tf.gather(pieces.row_starts(), word_of_piece))
@@ -204,8 +207,9 @@ def _sentencepiece_offsets(tokenizer, texts):
     chars = tf.strings.unicode_split(texts, "UTF-8")  # [B, (C)]
     flat = chars.flat_values  # [K]
     n_chars = tf.shape(flat, out_type=tf.int64)[0]
-    row_start = tf.gather(chars.row_starts(), chars.value_rowids())  # [K] first char of its text
-    row_end = tf.gather(chars.row_limits(), chars.value_rowids())
+    char_row = row_ids(chars.row_splits)  # [K] the text of each character
+    row_start = tf.gather(chars.row_starts(), char_row)  # [K] first char of its text
+    row_end = tf.gather(chars.row_limits(), char_row)
 
     # 1. ALBERT's normalization one character at a time, so that each normalized byte knows
     # the original character it came from. Whitespace: the first character of a run between
@@ -230,14 +234,14 @@ def _sentencepiece_offsets(tokenizer, texts):
     alone = tf.gather(distinct_normalized, which)
     produced = tf.where(space, tf.where(~after_space & between, " ", ""),
                         tf.where(first, "", tf.where(second, '"', alone)))  # [K]
-    normalized = tf.strings.reduce_join(chars.with_flat_values(produced), axis=1)  # [B]
+    normalized = tf.strings.unsorted_segment_join(produced, char_row, chars.nrows())  # [B]
     cum = tf.cumsum(tf.cast(tf.strings.length(produced), tf.int64))  # [K] byte ends, global
     text_base = tf.gather(tf.concat([[0], cum], 0), chars.row_starts())  # [B]
 
     # 2. the tokenizer's ids with tf-text's byte offsets into the normalized text
     ids, starts, ends = sp.tokenize_with_offsets(normalized)
     ids, starts, ends = tokenizer._split_digit_comma(ids, starts, ends)
-    text_of_piece = ids.value_rowids()
+    text_of_piece = row_ids(ids.row_splits)
     base = tf.gather(text_base, text_of_piece)
     start = base + tf.cast(starts.flat_values, tf.int64)  # [M] global normalized bytes
     end = base + tf.cast(ends.flat_values, tf.int64)

@@ -214,17 +214,46 @@ def merge_rows(rt):
                                            validate=False)
 
 
-def regex_split(text, delimiter, keep):
+def row_ids(splits):
+    """Row splits [R + 1] -> the row of each of their `splits[-1]` values (`value_rowids()`, in
+    the splits' dtype)."""
+    return rows_and_index(splits)[0]
+
+
+def rows_and_index(splits):
+    """Row splits [R + 1] -> (the row of each value, `range(splits[-1])`), [N] each in the
+    splits' dtype: one binary search, 14 ops to trace where `value_rowids()` builds ~70 (and
+    `tf.searchsorted`'s reshapes 28)."""
+    index = tf.range(tf.reduce_max(splits))  # (the splits ascend: their max is their last)
+    found = tf.raw_ops.UpperBound(sorted_inputs=tf.expand_dims(splits, 0),
+                                  values=tf.expand_dims(index, 0), out_type=splits.dtype)
+    return tf.reshape(found, [-1]) - 1, index
+
+
+def ranges(starts, lengths):
+    """`tf.ragged.range(starts, starts + lengths)` as (values [N], row splits [R + 1], row of each
+    value [N]), in `starts`' dtype: the flat index of each row's run of values."""
+    splits = tf.concat([tf.zeros([1], lengths.dtype), tf.cumsum(lengths)], 0)
+    row, index = rows_and_index(splits)
+    return tf.gather(starts - splits[:-1], row) + index, splits, row
+
+
+def regex_split(text, delimiter, keep, offsets=False):
     """`tf_text.regex_split` (the same kernel and words) for [N] or ragged [N, (W)] strings,
     without validating the row splits the kernel itself made: tf-text's validated
-    `RaggedTensor`s build 12 assert `tf.cond`s a call, most of a tokenizer's trace."""
-    if isinstance(text, tf.RaggedTensor):
+    `RaggedTensor`s build 12 assert `tf.cond`s a call, most of a tokenizer's trace. With
+    `offsets`, of [N] strings: (words, byte starts, byte ends), each [N, (W)], as
+    `tf_text.regex_split_with_offsets`."""
+    if isinstance(text, tf.RaggedTensor) and not offsets:
         return text.with_flat_values(regex_split(text.flat_values, delimiter, keep))
     if text.shape.rank != 1:
-        return tf_text.regex_split(text, delimiter, keep)
-    words, _, _, splits = regex_split_ops.gen_regex_split_ops.regex_split_with_offsets(
+        return (tf_text.regex_split_with_offsets if offsets else tf_text.regex_split)(
+            text, delimiter, keep)
+    words, starts, ends, splits = regex_split_ops.gen_regex_split_ops.regex_split_with_offsets(
         text, f"({delimiter})".encode(), f"({keep})".encode())
-    return tf.RaggedTensor.from_row_splits(words, splits, validate=False)
+    out = tuple(tf.RaggedTensor.from_row_splits(v, splits, validate=False)
+                for v in ((words, starts, ends) if offsets else (words,)))
+    return out if offsets else out[0]
 
 
 def _split_for_bpe(inputs, unsplittable_tokens):
@@ -247,7 +276,7 @@ def _split_for_bpe(inputs, unsplittable_tokens):
     while words.shape.rank > 2:
         words = merge_rows(words)
     keep = tf.not_equal(words.values, mark)
-    lengths = tf.math.unsorted_segment_sum(tf.cast(keep, tf.int64), words.value_rowids(),
+    lengths = tf.math.unsorted_segment_sum(tf.cast(keep, tf.int64), row_ids(words.row_splits),
                                            words.nrows())
     return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(words.values, keep), lengths,
                                             validate=False)
@@ -790,7 +819,7 @@ def albert_normalize(texts, lowercase=True, keep_accents=False):
         # (The NULs go back as tensor values: a string attribute would end at the NUL too.)
         parts = tf.strings.split(tf.reshape(texts, [-1]), "\x00")
         last = tf.equal(tf.range(tf.size(parts.flat_values, out_type=tf.int64)) + 1,
-                        tf.gather(parts.row_limits(), parts.value_rowids()))
+                        tf.gather(parts.row_limits(), row_ids(parts.row_splits)))
         nul = tf.where(last, "", tf.constant("\x00"))
         texts = tf.strings.reduce_join(parts.with_flat_values(tf.strings.join(
             [tf.strings.lower(parts.flat_values, encoding="utf-8"), nul])), axis=-1)
@@ -955,7 +984,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         length = tf.tensor_scatter_nd_add(tf.ones([n], tf.int64), q_index[:, None], q_length - 1)
         end = tf.cumsum(length)  # (N,): where each piece's output ends
         q_start = tf.gather(end - length, q_index)  # (Q,)
-        row = sub.value_rowids()  # (K,): the quirk piece of each sub-piece
+        row = row_ids(sub.row_splits)  # (K,): the quirk piece of each sub-piece
         k = tf.size(row, out_type=tf.int64)
         j = tf.range(k) - tf.gather(sub.row_starts(), row)  # its place in the piece
         taken = tf.where((j > 0) | tf.gather(keep_head, row))[:, 0]  # the kept sub-pieces
