@@ -323,7 +323,10 @@ def test_question_answerer_windows_and_labels(tiny_preset):
     # consecutive windows start `stride` context tokens apart
     firsts = [t0[w][t0[w] >= 0][0] for w in range(n)]
     assert firsts == sorted(firsts) and len(set(firsts)) == n
-
+    # an empty batch: no windows (was a GatherV2 error from the answer check's message)
+    empty = tf.constant([], tf.string)
+    x, y = pre.call((empty, empty), (tf.constant([], tf.int32), empty))
+    assert x["token_ids"].shape == (0, 48) and y["start_positions"].shape == (0,)
 
 
 def test_question_answerer_windows_never_skip_context_tokens(tiny_preset):
