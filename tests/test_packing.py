@@ -148,6 +148,22 @@ def test_segment_packer_sep_value_dict_and_unbatched():
         packing.SegmentPacker(8, 1, 2, truncate="longest_first")
     with pytest.raises(ValueError, match="special tokens"):
         packing.SegmentPacker(2, 1, 2)((a, b))
+    # ids as NumPy integers (a vocabulary lookup's) pack as ints, and their config is JSON's;
+    # booleans are no ids (True was packed as id 1)
+    numpy_ids = packing.SegmentPacker(9, np.int64(101), [np.int32(102)], sep_value=(102, 102),
+                                      return_dict=True)
+    np.testing.assert_array_equal(numpy_ids((a, b))["token_ids"].numpy(),
+                                  out["token_ids"].numpy())
+    config = numpy_ids.get_config()
+    assert (config["start_value"], config["end_value"]) == (101, [102])
+    import json
+    json.dumps(config)
+    for bad in (True, [101, True], 1.0, "101"):
+        with pytest.raises(ValueError, match=r"`start_value` must be an int id or a list of int "
+                                             r"ids. Received: start_value="):
+            packing.SegmentPacker(9, bad, 102)
+    with pytest.raises(ValueError, match=r"cannot hold XLNet's 3 special tokens"):
+        packing.xlnet_pack(a, b, sequence_length=2)
 
 
 @pytest.mark.parametrize("segments", [1, 2, 3])  # closed forms for 1 and 2, a search for more

@@ -16,11 +16,12 @@ a, b, is_random_next = NextSentencePairer(128, seed=1)(documents)  # [N, (T)], [
 ```
 """
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.errors import KeepsTFErrors
 from keras_bertfam.preprocessing.seeding import SeededStage
-from keras_bertfam.preprocessing.tokenizers import merge_rows
+from keras_bertfam.preprocessing.tokenizers import merge_rows, rows_and_index
 
 # === Helpers ===
 
@@ -36,14 +37,23 @@ class _TFLayer(KeepsTFErrors, keras.layers.Layer):
         self.built = True
 
 
-def _as_list(value, name):
-    if value is None:
-        return []
-    if isinstance(value, (int,)) and not isinstance(value, bool):
-        return [int(value)]
-    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+def _is_id(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _plain_ids(value, name):
+    """An id or a list of ids (Python or NumPy integers; not booleans) as Python ints (what a
+    config holds), None as None."""
+    if value is None or _is_id(value):
+        return None if value is None else int(value)
+    if isinstance(value, (list, tuple)) and all(_is_id(v) for v in value):
         return [int(v) for v in value]
     raise ValueError(f"`{name}` must be an int id or a list of int ids. Received: {name}={value!r}")
+
+
+def _as_list(value, name):
+    value = _plain_ids(value, name)
+    return [] if value is None else [value] if isinstance(value, int) else value
 
 
 def _to_ragged(x, name="inputs"):
@@ -178,25 +188,22 @@ def xlnet_pack(segment_a, segment_b=None, sequence_length=128, sep_token_id=4, c
     are masked). Takes ragged (B, (L)) ids; returns dense (B, T) `token_ids`, `segment_ids`,
     `padding_mask`.
     """
-    a = tf.cast(segment_a, tf.int32)
-    specials = 2 if segment_b is None else 3
-    budget = sequence_length - specials
-    if segment_b is None:
-        keep_a = tf.minimum(a.row_lengths(), budget)
-        a = keep_first(a, keep_a)
-        pieces = [a, _col(a, sep_token_id), _col(a, cls_token_id)]
-        segs = [a * 0, _col(a, 0), _col(a, 2)]
-    else:
-        b = tf.cast(segment_b, tf.int32)
-        keep_a, keep_b = longest_first_lengths(a.row_lengths(), b.row_lengths(), budget)
-        a, b = keep_first(a, keep_a), keep_first(b, keep_b)
-        pieces = [a, _col(a, sep_token_id), b, _col(a, sep_token_id), _col(a, cls_token_id)]
-        segs = [a * 0, _col(a, 0), b * 0 + 1, _col(a, 1), _col(a, 2)]
-    ids = tf.concat(pieces, axis=1)
-    seg = tf.concat(segs, axis=1)
-    return dict(token_ids=left_pad(ids, sequence_length, pad_token_id),
-                segment_ids=left_pad(seg, sequence_length, pad_segment_id),
-                padding_mask=left_pad(tf.ones_like(ids), sequence_length, 0))
+    segments = [tf.cast(s, tf.int32) for s in
+                ((segment_a,) if segment_b is None else (segment_a, segment_b))]
+    budget = sequence_length - len(segments) - 1
+    if budget < 0:
+        raise ValueError(f"sequence_length={sequence_length} cannot hold XLNet's "
+                         f"{len(segments) + 1} special tokens.")
+    # kept: one segment's first `budget` tokens; two longest first (`longest_first_lengths`)
+    lengths = tf.stack([tf.cast(s.row_lengths(), tf.int32) for s in segments], axis=1)
+    closings = [[sep_token_id]] * (len(segments) - 1) + [[sep_token_id, cls_token_id]]
+    ids, segment_ids, mask = pack_segments(segments, [], closings,
+                                           round_robin_lengths(lengths, budget),
+                                           sequence_length, pad_token_id, right_align=True)
+    # <cls> (always the last column) is segment 2; padding pad_segment_id
+    last = tf.range(sequence_length) == sequence_length - 1
+    segment_ids = tf.where(last, 2, tf.where(mask, segment_ids, pad_segment_id))
+    return dict(token_ids=ids, segment_ids=segment_ids, padding_mask=tf.cast(mask, tf.int32))
 
 
 def left_pad(x, length, value):
@@ -208,10 +215,57 @@ def left_pad(x, length, value):
     return tf.where(src >= 0, gathered, tf.cast(value, dense.dtype))
 
 
-def _col(like, value):
-    """A ragged (B, 1) column of `value`."""
-    n = like.nrows()
-    return tf.RaggedTensor.from_tensor(tf.fill(tf.stack([n, 1]), tf.constant(value, tf.int32)))
+def pack_segments(segments, start, closings, keep, length, pad_value, right_align=False):
+    """Ragged segments [B, (T_k)] (one dtype), the start tokens, each segment's closing tokens
+    (lists of ids) and the tokens kept of each segment `keep` [B, K] -> (token_ids [B, length],
+    segment_ids [B, length] int32, mask [B, length] bool): `start A closing_A B closing_B ...`,
+    padded on the right, or on the left with `right_align`. A token's segment id is its
+    segment's, a closing token's the segment it closes, a start token's and padding's 0.
+
+    Every token and special token is scattered to its column in one op (ragged concatenation
+    and padding built ~3x the ops, and tracing them dominated a preprocessor's trace); a token
+    trimmed off goes to a column past the end, cut after."""
+    dtype = segments[0].dtype
+    batch = tf.cast(segments[0].nrows(), tf.int32)
+    pieces = keep + tf.constant([len(c) for c in closings], tf.int32)  # (B, K)
+    first = len(start) + tf.cumsum(pieces, axis=1, exclusive=True)  # each's 1st column
+    counts = tf.reduce_sum(pieces, axis=1) + len(start)  # (B,) the row's tokens
+    # The special tokens, the same in every row: the start tokens from column 0, each
+    # segment's closing tokens from the column after its kept tokens.
+    specials = list(start) + [t for c in closings for t in c]
+    after = [0] * len(start) + [i + 1 for i, c in enumerate(closings) for _ in c]
+    offset = list(range(len(start))) + [j for c in closings for j in range(len(c))]
+    closing_at = tf.concat([tf.zeros_like(keep[:, :1]), first + keep], axis=1)  # (B, K + 1)
+    special_columns = (tf.gather(closing_at, tf.constant(after, tf.int32), axis=1)
+                       + tf.constant(offset, tf.int32))  # (B, S)
+    shift = length - counts if right_align else None  # (B,) padding columns on the left
+    if right_align:
+        special_columns += shift[:, None]
+    rows = [tf.reshape(tf.broadcast_to(tf.range(batch)[:, None], tf.shape(special_columns)),
+                       [-1])]
+    columns = [tf.reshape(special_columns, [-1])]
+    values = [tf.tile(tf.constant(specials, dtype), [batch])]
+    for i, segment in enumerate(segments):
+        splits = tf.cast(segment.row_splits, tf.int32)
+        row, index = rows_and_index(splits)  # each token's row, its index in the values
+        local = index - tf.gather(splits, row)  # the token's place in its row
+        column = tf.gather(first[:, i] if shift is None else first[:, i] + shift, row) + local
+        rows.append(row)
+        columns.append(tf.where(local < tf.gather(keep[:, i], row), column, length))
+        values.append(segment.values)
+    scatter = tf.stack([tf.concat(rows, 0), tf.concat(columns, 0)], axis=1)
+    token_ids = tf.tensor_scatter_nd_update(
+        tf.fill(tf.stack([batch, length + 1]), tf.cast(pad_value, dtype)), scatter,
+        tf.concat(values, 0))[:, :length]
+    position = tf.range(length)[None, :]  # (1, L): the column in the unshifted row
+    if right_align:
+        position = position - shift[:, None]  # (B, L)
+        mask = (position >= 0) & (position < counts[:, None])
+    else:
+        mask = position < counts[:, None]
+    segment_ids = tf.reduce_sum(tf.cast(position[..., None] >= first[:, None, 1:], tf.int32),
+                                axis=2)
+    return token_ids, tf.where(mask, segment_ids, 0), mask
 
 
 # === SegmentPacker ===
@@ -266,11 +320,11 @@ class SegmentPacker(_TFLayer):
         if truncate not in ("round_robin", "waterfall"):
             raise ValueError(f"`truncate` must be 'round_robin' or 'waterfall'. Received: {truncate!r}")
         self.sequence_length = int(sequence_length)
-        self.start_value = start_value
-        self.end_value = end_value
+        self.start_value = _plain_ids(start_value, "start_value")
+        self.end_value = _plain_ids(end_value, "end_value")
         self.pad_value = pad_value
         self.truncate = truncate
-        self.sep_value = sep_value
+        self.sep_value = _plain_ids(sep_value, "sep_value")
         self.return_dict = return_dict
         self._start = _as_list(start_value, "start_value")
         self._end = _as_list(end_value, "end_value")
@@ -300,45 +354,10 @@ class SegmentPacker(_TFLayer):
             keep = round_robin_lengths(lengths, budget)
         else:
             keep = waterfall_lengths(lengths, budget)
-        # Every token and special token is scattered to its column of the [B, L] output in one op
-        # (ragged concatenation and padding built ~3x the ops, and tracing them dominated a
-        # preprocessor's trace); a token trimmed off goes to a column past the end, cut after.
-        batch = tf.cast(segments[0].nrows(), tf.int32)
-        length = self.sequence_length
         closings = [self._end if i == len(segments) - 1 else self._sep
                     for i in range(len(segments))]
-        pieces = keep + tf.constant([len(c) for c in closings], tf.int32)  # (B, K)
-        first = len(self._start) + tf.cumsum(pieces, axis=1, exclusive=True)  # each's 1st column
-        # The special tokens, the same in every row: the start tokens from column 0, each
-        # segment's closing tokens from the column after its kept tokens.
-        specials = list(self._start) + [t for c in closings for t in c]
-        after = [0] * len(self._start) + [i + 1 for i, c in enumerate(closings) for _ in c]
-        offset = list(range(len(self._start))) + [j for c in closings for j in range(len(c))]
-        closing_at = tf.concat([tf.zeros_like(keep[:, :1]), first + keep], axis=1)  # (B, K + 1)
-        special_columns = (tf.gather(closing_at, tf.constant(after, tf.int32), axis=1)
-                           + tf.constant(offset, tf.int32))
-        rows = [tf.reshape(tf.broadcast_to(tf.range(batch)[:, None], tf.shape(special_columns)),
-                           [-1])]
-        columns = [tf.reshape(special_columns, [-1])]
-        values = [tf.tile(tf.constant(specials, dtype), [batch])]
-        for i, segment in enumerate(segments):
-            splits = tf.cast(segment.row_splits, tf.int32)
-            index = tf.range(splits[-1])  # into segment.values
-            row = tf.searchsorted(splits, index, side="right") - 1
-            local = index - tf.gather(splits, row)  # the token's place in its row
-            rows.append(row)
-            columns.append(tf.where(local < tf.gather(keep[:, i], row),
-                                    tf.gather(first[:, i], row) + local, length))
-            values.append(segment.values)
-        counts = tf.reduce_sum(pieces, axis=1) + len(self._start)  # (B,)
-        scatter = tf.stack([tf.concat(rows, 0), tf.concat(columns, 0)], axis=1)
-        token_ids = tf.tensor_scatter_nd_update(
-            tf.fill(tf.stack([batch, length + 1]), tf.cast(self.pad_value, dtype)), scatter,
-            tf.concat(values, 0))[:, :length]
-        position = tf.range(length)[None, :, None]
-        mask = position[..., 0] < counts[:, None]
-        segment_ids = tf.reduce_sum(tf.cast(position >= first[:, None, 1:], tf.int32), axis=2)
-        segment_ids = tf.where(mask, segment_ids, 0)
+        token_ids, segment_ids, mask = pack_segments(segments, self._start, closings, keep,
+                                                     self.sequence_length, self.pad_value)
         if unbatched:
             token_ids, segment_ids, mask = token_ids[0], segment_ids[0], mask[0]
         if self.return_dict:
@@ -883,8 +902,8 @@ class DocumentPacker(_TFLayer):
             raise ValueError(f"`mode` must be one of {self.MODES}. Received: {mode!r}")
         self.sequence_length = int(sequence_length)
         self.mode = mode
-        self.start_value = start_value
-        self.end_value = end_value
+        self.start_value = _plain_ids(start_value, "start_value")
+        self.end_value = _plain_ids(end_value, "end_value")
         self.separator_value = separator_value
         self.pad_value = pad_value
         self._start = _as_list(start_value, "start_value")
