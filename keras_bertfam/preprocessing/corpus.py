@@ -38,6 +38,8 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from keras_bertfam.preprocessing.ragged import keep_values
+
 # === Constants ===
 
 DOCUMENT_FORMATS = ("auto", "blank_line", "line", "file")
@@ -413,5 +415,5 @@ def split_sentences(documents, strip_html=True):
     text = tf.strings.regex_replace(text, r"\r\n?|\n", _MARK)
     text = tf.strings.regex_replace(text, "([.!?]+[\"')\\]\u201d\u2019]*)[ \t\f\v]+", "\\1" + _MARK)
     sentences = tf.strings.strip(tf.strings.split(text, sep=_MARK))  # [B, (S)]
-    sentences = tf.ragged.boolean_mask(sentences, tf.strings.length(sentences) > 0)
+    sentences = keep_values(sentences, tf.strings.length(sentences.values) > 0)
     return sentences[0] if scalar else sentences

@@ -18,9 +18,9 @@ from keras_bertfam.preprocessing.errors import KeepsTFErrors, check_text_batch
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
+from keras_bertfam.preprocessing.ragged import merge_rows, ranges, row_ids
 from keras_bertfam.preprocessing.tokenizers import (XLNetTokenizer, python_texts_to_tensor,
-                                                    merge_rows, ranges, require_special_tokens,
-                                                    row_ids)
+                                                    require_special_tokens)
 
 AUTOTUNE = tf.data.AUTOTUNE
 

@@ -65,13 +65,12 @@ it are off too.
 """
 import tensorflow as tf
 
+from keras_bertfam.preprocessing.ragged import merge_rows, row_ids
 from keras_bertfam.preprocessing.tokenizers import (
     PYTHON_WHITESPACE,
     albert_normalize,
     bert_normalize,
-    merge_rows,
     regex_split,
-    row_ids,
 )
 
 _WHITESPACE = r"[\t\n\r\p{Zs}]"

@@ -21,6 +21,7 @@ from tensorflow_text.python.ops import regex_split_ops
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.errors import KeepsTFErrors
+from keras_bertfam.preprocessing.ragged import keep_values, merge_rows, row_ids
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
@@ -206,38 +207,6 @@ def require_special_tokens(tokenizer, roles, objective):
             f"{', '.join(f'{r}_token=' for r in absent)} when building the tokenizer.")
 
 
-def merge_rows(rt):
-    """Ragged [B, (W), (P), ...] -> [B, (W·P), ...]: `rt.merge_dims(1, 2)` without validating the
-    row splits again (3 assert `tf.cond`s a merge, all valid by construction)."""
-    return tf.RaggedTensor.from_row_splits(rt.values.values,
-                                           tf.gather(rt.values.row_splits, rt.row_splits),
-                                           validate=False)
-
-
-def row_ids(splits):
-    """Row splits [R + 1] -> the row of each of their `splits[-1]` values (`value_rowids()`, in
-    the splits' dtype)."""
-    return rows_and_index(splits)[0]
-
-
-def rows_and_index(splits):
-    """Row splits [R + 1] -> (the row of each value, `range(splits[-1])`), [N] each in the
-    splits' dtype: one binary search, 14 ops to trace where `value_rowids()` builds ~70 (and
-    `tf.searchsorted`'s reshapes 28)."""
-    index = tf.range(tf.reduce_max(splits))  # (the splits ascend: their max is their last)
-    found = tf.raw_ops.UpperBound(sorted_inputs=tf.expand_dims(splits, 0),
-                                  values=tf.expand_dims(index, 0), out_type=splits.dtype)
-    return tf.reshape(found, [-1]) - 1, index
-
-
-def ranges(starts, lengths):
-    """`tf.ragged.range(starts, starts + lengths)` as (values [N], row splits [R + 1], row of each
-    value [N]), in `starts`' dtype: the flat index of each row's run of values."""
-    splits = tf.concat([tf.zeros([1], lengths.dtype), tf.cumsum(lengths)], 0)
-    row, index = rows_and_index(splits)
-    return tf.gather(starts - splits[:-1], row) + index, splits, row
-
-
 def regex_split(text, delimiter, keep, offsets=False):
     """`tf_text.regex_split` (the same kernel and words) for [N] or ragged [N, (W)] strings,
     without validating the row splits the kernel itself made: tf-text's validated
@@ -275,11 +244,7 @@ def _split_for_bpe(inputs, unsplittable_tokens):
         words = tf.strings.regex_replace(words, re.escape(alt), token)
     while words.shape.rank > 2:
         words = merge_rows(words)
-    keep = tf.not_equal(words.values, mark)
-    lengths = tf.math.unsorted_segment_sum(tf.cast(keep, tf.int64), row_ids(words.row_splits),
-                                           words.nrows())
-    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(words.values, keep), lengths,
-                                            validate=False)
+    return keep_values(words, tf.not_equal(words.values, mark))
 
 
 # tf-text's WordPiece model (a flatbuffer) of each vocabulary, built once per process: every
