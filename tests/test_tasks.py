@@ -101,6 +101,42 @@ def test_pretrainers_fit_on_raw_text(bert_vocab):
         assert history["mlm_loss"][-1] < history["mlm_loss"][0]
 
 
+def test_fit_evaluate_and_predict_read_datasets_without_the_autotune_model(bert_vocab,
+                                                                          monkeypatch):
+    """TensorFlow 2.21 deletes an iterator whose tf.data autotuning model thread has run a while
+    only after the thread's next wake-up (its sleep doubles up to 60 s, and the deletion holds
+    the GIL): a 41 s `fit` spent 16.9 s after its last callback. fit, its validation, evaluate
+    and predict hand Keras their datasets without the model thread; a dataset whose options set
+    `autotune.enabled` keeps that setting."""
+    from keras_bertfam.tasks import task as task_module
+
+    handed = []
+    original = task_module.without_autotune_model
+
+    def spy(ds):
+        handed.append(original(ds))
+        return handed[-1]
+
+    monkeypatch.setattr(task_module, "without_autotune_model", spy)
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
+    backbone = kb.models.BertBackbone(**dict(TINY, num_layers=1))
+    preprocessor = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, batch_size=2, seed=0)
+    mlm = kb.tasks.MaskedLM(backbone, preprocessor=preprocessor)
+    texts = tf.data.Dataset.from_tensor_slices(["a good film", "a dull plot", "fine acting",
+                                                "no story at all"]).batch(2)
+    mlm.fit(texts, validation_data=texts, epochs=1, verbose=0)
+    mlm.evaluate(texts, verbose=0)
+    mlm.predict(texts, verbose=0)
+    datasets = [d for d in handed if isinstance(d, tf.data.Dataset)]
+    assert len(datasets) == 4, handed  # fit's, its validation's, evaluate's, predict's
+    assert all(d.options().autotune.enabled is False for d in datasets)
+    chosen = tf.data.Options()
+    chosen.autotune.enabled = True
+    assert original(tf.data.Dataset.range(3).with_options(chosen)).options().autotune.enabled
+    assert original(tf.data.Dataset.range(3)).options().autotune.enabled is False
+    assert original([1, 2]) == [1, 2]  # in-memory data: Keras' own adapters
+
+
 def test_raw_list_of_strings_and_from_preset():
     task = kb.tasks.MaskedLM.from_preset("bert_tiny_en_uncased", load_weights=False,
                                          sequence_length=16, batch_size=2)
