@@ -18,7 +18,7 @@ from keras_bertfam.preprocessing.errors import KeepsTFErrors, check_text_batch
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
-from keras_bertfam.preprocessing.ragged import merge_rows, ranges, row_ids
+from keras_bertfam.preprocessing.ragged import merge_rows, ranges, row_ids, rows_and_index
 from keras_bertfam.preprocessing.tokenizers import (XLNetTokenizer, python_texts_to_tensor,
                                                     require_special_tokens)
 
@@ -732,8 +732,8 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
 
 def _first_flags(pieces):
     """[N, (P)] pieces of N words -> flat bool, True at each word's first piece."""
-    index = tf.range(tf.size(pieces.flat_values, out_type=tf.int64))
-    return tf.equal(index, tf.gather(pieces.row_starts(), row_ids(pieces.row_splits)))
+    row, index = rows_and_index(pieces.row_splits)
+    return tf.equal(index, tf.gather(pieces.row_starts(), row))
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -887,7 +887,8 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
                            tf.gather(c_len, window_example) - w_start)
         w_len = tf.maximum(w_len, 0)
         # each window's tokens: flat indices into the tokens, and its row of them
-        index, w_splits, w_row = ranges(tf.gather(c_first, window_example) + w_start, w_len)
+        w_first = tf.gather(c_first, window_example) + w_start  # [W] the first token's index
+        index, w_splits, w_row = ranges(w_first, w_len)
         q_index, q_splits, _ = ranges(tf.gather(q_first, window_example),
                                       tf.gather(q_len, window_example))
         flat_ids = ids.flat_values
@@ -909,7 +910,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
             features = self._features([q_win, win_ids])
             lead = w_q_len + 1 + self.pair_separators  # [W]
         # character spans of each packed position (context tokens from `lead` on; -1 elsewhere)
-        column = tf.gather(lead - w_splits[:-1], w_row) + tf.range(w_splits[-1])
+        column = index + tf.gather(lead - w_first, w_row)  # a window's tokens from `lead` on
         shape = [tf.size(window_example), self.sequence_length]
         scatter_idx = tf.stack([w_row, column], axis=1)
         flat_start, flat_end = starts.flat_values, ends.flat_values

@@ -21,7 +21,7 @@ from tensorflow_text.python.ops import regex_split_ops
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.errors import KeepsTFErrors
-from keras_bertfam.preprocessing.ragged import keep_values, merge_rows, row_ids
+from keras_bertfam.preprocessing.ragged import keep_values, merge_rows, row_ids, rows_and_index
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
@@ -220,9 +220,9 @@ def regex_split(text, delimiter, keep, offsets=False):
             text, delimiter, keep)
     words, starts, ends, splits = regex_split_ops.gen_regex_split_ops.regex_split_with_offsets(
         text, f"({delimiter})".encode(), f"({keep})".encode())
-    out = tuple(tf.RaggedTensor.from_row_splits(v, splits, validate=False)
-                for v in ((words, starts, ends) if offsets else (words,)))
-    return out if offsets else out[0]
+    rows = [tf.RaggedTensor.from_row_splits(v, splits, validate=False)
+            for v in (words, starts, ends)]
+    return tuple(rows) if offsets else rows[0]
 
 
 def _split_for_bpe(inputs, unsplittable_tokens):
@@ -783,8 +783,8 @@ def albert_normalize(texts, lowercase=True, keep_accents=False):
         # tf.strings.lower ends a string at its first NUL: lowercase the parts between NULs.
         # (The NULs go back as tensor values: a string attribute would end at the NUL too.)
         parts = tf.strings.split(tf.reshape(texts, [-1]), "\x00")
-        last = tf.equal(tf.range(tf.size(parts.flat_values, out_type=tf.int64)) + 1,
-                        tf.gather(parts.row_limits(), row_ids(parts.row_splits)))
+        part_row, part_index = rows_and_index(parts.row_splits)
+        last = tf.equal(part_index + 1, tf.gather(parts.row_limits(), part_row))
         nul = tf.where(last, "", tf.constant("\x00"))
         texts = tf.strings.reduce_join(parts.with_flat_values(tf.strings.join(
             [tf.strings.lower(parts.flat_values, encoding="utf-8"), nul])), axis=-1)
@@ -949,9 +949,9 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         length = tf.tensor_scatter_nd_add(tf.ones([n], tf.int64), q_index[:, None], q_length - 1)
         end = tf.cumsum(length)  # (N,): where each piece's output ends
         q_start = tf.gather(end - length, q_index)  # (Q,)
-        row = row_ids(sub.row_splits)  # (K,): the quirk piece of each sub-piece
+        row, index = rows_and_index(sub.row_splits)  # (K,): each sub-piece's quirk piece
         k = tf.size(row, out_type=tf.int64)
-        j = tf.range(k) - tf.gather(sub.row_starts(), row)  # its place in the piece
+        j = index - tf.gather(sub.row_starts(), row)  # its place in the piece
         taken = tf.where((j > 0) | tf.gather(keep_head, row))[:, 0]  # the kept sub-pieces
         plain = tf.where(~quirk)[:, 0]
         sub_position = tf.gather(q_start, row) + tf.where(j > 0, tf.gather(keep, row) + j - 1, 0)
