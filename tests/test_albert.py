@@ -93,7 +93,7 @@ TABLE_4 = {768: {"all": 31, "attention": 83, "ffn": 57, "none": 108},
 # The count tests build full-size models on TensorFlow only: a count is the layers' weight shapes,
 # the same on every backend (the small-model parity and sharing tests run on all three).
 @pytest.mark.parametrize("embedding_dim", [768, 128])
-def test_table_4_sharing_ablation_counts(embedding_dim, zero_init):
+def test_table_4_sharing_ablation_counts(embedding_dim, zero_init, collect_only_new_objects):
     pooler = 768 * 768 + 768
     for share, paper in TABLE_4[embedding_dim].items():
         backbone = kb.models.AlbertBackbone(30000, 12, 12, embedding_dim, 768, 3072,
@@ -139,7 +139,7 @@ SIZE_TABLE = {"albert_base_en_uncased": (12, 768, 3072),
               "albert_extra_extra_large_en_uncased": (235, 4096, 16384)}
 
 
-def test_size_table_counts(zero_init):
+def test_size_table_counts(zero_init, collect_only_new_objects):
     for name, (printed, hidden, intermediate) in SIZE_TABLE.items():
         preset = kb.presets.get(name)
         backbone = kb.models.AlbertBackbone.from_preset(name, load_weights=False)

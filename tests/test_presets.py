@@ -103,7 +103,7 @@ def test_xlnet_analytic_count_equals_built_model(options):
     assert kb.models.XLNetBackbone(**config).num_params() == xlnet_param_count(config)
 
 
-def test_every_registered_preset_count():
+def test_every_registered_preset_count(collect_only_new_objects):
     """Each preset's registered count equals its config's, computed without building anything
     (analytic per family, cross-checked against built models above and below); the small ones
     are also built."""
