@@ -162,6 +162,27 @@ def test_segment_packer_sep_value_dict_and_unbatched():
         with pytest.raises(ValueError, match=r"`start_value` must be an int id or a list of int "
                                              r"ids. Received: start_value="):
             packing.SegmentPacker(9, bad, 102)
+    # the padding and separator ids too: NumPy integers kept as ints, lists and bools refused
+    padded = packing.SegmentPacker(9, 101, 102, pad_value=np.int64(7))
+    assert padded(a)[0].numpy()[0, -1] == 7 and type(padded.get_config()["pad_value"]) is int
+    documents = packing.DocumentPacker(8, "token_blocks", 101, 102, separator_value=np.int32(102),
+                                       pad_value=np.int64(0))
+    assert documents([[[1, 2]], [[3]]])["token_ids"].numpy().tolist() == [
+        [101, 1, 2, 102, 3, 102, 0, 0]]
+    config = documents.get_config()
+    assert type(config["separator_value"]) is int and type(config["pad_value"]) is int
+    json.dumps(config)
+    for make, name in ((lambda bad: packing.SegmentPacker(9, 101, 102, pad_value=bad), "pad_value"),
+                       (lambda bad: packing.DocumentPacker(8, separator_value=bad),
+                        "separator_value"),
+                       (lambda bad: packing.DocumentPacker(8, pad_value=bad), "pad_value")):
+        for bad in (True, [0], 0.0, "0"):
+            with pytest.raises(ValueError, match=rf"`{name}` must be an int id. Received: "
+                                                 rf"{name}="):
+                make(bad)
+    with pytest.raises(ValueError, match=r"`pad_value` must be an int id. Received: "
+                                         r"pad_value=None"):
+        packing.SegmentPacker(9, 101, 102, pad_value=None)
     with pytest.raises(ValueError, match=r"cannot hold XLNet's 3 special tokens"):
         packing.xlnet_pack(a, b, sequence_length=2)
 

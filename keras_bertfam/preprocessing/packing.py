@@ -51,9 +51,19 @@ def _plain_ids(value, name):
     raise ValueError(f"`{name}` must be an int id or a list of int ids. Received: {name}={value!r}")
 
 
-def _as_list(value, name):
-    value = _plain_ids(value, name)
-    return [] if value is None else [value] if isinstance(value, int) else value
+def _one_id(value, name, optional=True):
+    """One id (a Python or NumPy integer; not a boolean) as a Python int; None as None where
+    `optional`."""
+    if _is_id(value):
+        return int(value)
+    if value is None and optional:
+        return None
+    raise ValueError(f"`{name}` must be an int id. Received: {name}={value!r}")
+
+
+def _as_list(ids):
+    """What `_plain_ids` returns, as a list."""
+    return [] if ids is None else [ids] if isinstance(ids, int) else ids
 
 
 def _to_ragged(x, name="inputs"):
@@ -326,13 +336,13 @@ class SegmentPacker(_TFLayer):
         self.sequence_length = int(sequence_length)
         self.start_value = _plain_ids(start_value, "start_value")
         self.end_value = _plain_ids(end_value, "end_value")
-        self.pad_value = pad_value
+        self.pad_value = _one_id(pad_value, "pad_value", optional=False)
         self.truncate = truncate
         self.sep_value = _plain_ids(sep_value, "sep_value")
         self.return_dict = return_dict
-        self._start = _as_list(start_value, "start_value")
-        self._end = _as_list(end_value, "end_value")
-        self._sep = self._end if sep_value is None else _as_list(sep_value, "sep_value")
+        self._start = _as_list(self.start_value)
+        self._end = _as_list(self.end_value)
+        self._sep = self._end if sep_value is None else _as_list(self.sep_value)
 
     # === Call ===
 
@@ -908,10 +918,10 @@ class DocumentPacker(_TFLayer):
         self.mode = mode
         self.start_value = _plain_ids(start_value, "start_value")
         self.end_value = _plain_ids(end_value, "end_value")
-        self.separator_value = separator_value
-        self.pad_value = pad_value
-        self._start = _as_list(start_value, "start_value")
-        self._end = _as_list(end_value, "end_value")
+        self.separator_value = _one_id(separator_value, "separator_value")
+        self.pad_value = _one_id(pad_value, "pad_value")
+        self._start = _as_list(self.start_value)
+        self._end = _as_list(self.end_value)
         self.capacity = self.sequence_length - len(self._start) - len(self._end)
         if self.capacity < 1:
             raise ValueError(f"sequence_length={sequence_length} leaves no room for content tokens.")
