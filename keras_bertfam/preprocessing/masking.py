@@ -881,7 +881,7 @@ class TokenMasker(_Masker):
     `mask_token_rate` (0.8), a random token with `random_token_rate` (0.1), else stays.
 
     Selection is exact: the original shuffles the candidates and takes the first
-    `num_to_predict`; we draw one uniform key per token and take the `num_to_predict` smallest
+    `num_to_predict`; we draw one uniform key per token and take the `num_to_predict` largest
     keys (`top_k`), which is the same distribution (a uniform random subset of that size).
 
     Args (keras-hub `MaskedLMMaskGenerator`'s, then ours):
