@@ -416,12 +416,11 @@ def check_sentencepiece_offsets(tok, hf, sp, texts, lowercase):
 def null_scores_by_hand(qa, questions, contexts):
     """HF's SQuAD v2 null score of each example (`utils_qa.py`): the minimum over its windows of
     the start + end logits at the classification token (`meta["cls_index"]`)."""
+    import keras
     import tensorflow as tf
 
     features, meta = qa.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
     # the packed windows straight into the model (`predict` would read a dict as raw text)
-    import keras
-
     out = keras.Model.predict(qa, {k: to_numpy(v) for k, v in features.items()}, verbose=0)
     example, cls = to_numpy(meta["example_index"]), to_numpy(meta["cls_index"])
     rows = np.arange(len(cls))
