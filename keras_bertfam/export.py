@@ -230,21 +230,9 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         run_tokenizer = getattr(tokenizer, "serving_tokenize", tokenizer)
 
         def tokenize(texts):
-            # A literal mask token in the text (e.g. "[MASK]") becomes its id, as in HF's
-            # tokenizers: split on it, tokenize the pieces, put the id back between them.
             if mask_token is None or special["mask"] is None:
                 return run_tokenizer(texts)
-            pieces = tf.strings.split(texts, sep=mask_token)  # [B, (P)]
-            tokens = run_tokenizer(pieces.flat_values)  # [N, (W)]
-            dtype = tokens.dtype
-            is_last = tf.equal(tf.ragged.range(pieces.row_lengths()).flat_values,
-                               tf.gather(pieces.row_lengths(), pieces.value_rowids()) - 1)
-            marks = tf.RaggedTensor.from_row_lengths(
-                tf.fill([tf.reduce_sum(tf.cast(~is_last, tf.int64))],
-                        tf.cast(special["mask"], dtype)),
-                tf.cast(~is_last, tf.int64))  # [N, (0 or 1)]
-            joined = tf.concat([tokens, marks], axis=1)  # [N, (W + 0/1)]
-            return tf.RaggedTensor.from_row_lengths(joined, pieces.row_lengths()).merge_dims(1, 2)
+            return _join_at_mask_tokens(texts, mask_token, special["mask"], run_tokenizer)
 
         def serve_text(*texts):
             if is_task:
@@ -307,6 +295,25 @@ def _clean_text(texts, sequence_length):
     texts = tf.strings.substr(texts, 0, 4 * characters)
     texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
     return tf.strings.substr(texts, 0, characters, unit="UTF8_CHAR")
+
+
+def _join_at_mask_tokens(texts, mask_token, mask_id, tokenize):
+    """`tokenize(texts)` where a literal mask token in a text ("[MASK]") becomes `mask_id`, as in
+    HF's tokenizers: each text split on the mask token, its pieces tokenized, the id put back
+    between them. Flat values and row splits (`preprocessing.ragged`)."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.ragged import merge_rows, rows_and_index
+
+    pieces = tf.strings.split(texts, sep=mask_token)  # [B, (P)]
+    tokens = tokenize(pieces.flat_values)  # [N, (W)]
+    row, index = rows_and_index(pieces.row_splits)
+    followed = tf.cast(index < tf.gather(pieces.row_splits, row + 1) - 1, tf.int64)  # not last
+    marks = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(followed)], tf.cast(mask_id, tokens.dtype)), followed,
+        validate=False)  # [N, (0 or 1)]
+    joined = tf.concat([tokens, marks], axis=1)  # [N, (W + 0/1)]
+    return merge_rows(tf.RaggedTensor.from_row_splits(joined, pieces.row_splits, validate=False))
 
 
 def trim_padding(features, side="right"):
