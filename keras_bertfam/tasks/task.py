@@ -700,8 +700,7 @@ class Task(keras.Model):
                     warnings.filterwarnings("ignore", message="Your input ran out of data")
                 # (our pipelines' and the user's datasets alike: see without_autotune_model)
                 x = without_autotune_model(x)
-                if isinstance(validation_data, tf.data.Dataset):
-                    validation_data = without_autotune_model(validation_data)
+                validation_data = without_autotune_model(validation_data)
                 with _global_torch_random_state_kept():
                     history = super().fit(x=x, y=y, batch_size=batch_size,
                                           sample_weight=sample_weight,
