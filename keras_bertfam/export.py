@@ -225,14 +225,22 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
                             for k in feature_names}
             return trim_padding(features, side) if dynamic_padding else features
 
-        mask_token = getattr(tokenizer, "mask_token", None)
+        # a literal "[MASK]" is the mask id for a fill-mask task only: elsewhere text, as in
+        # the task's preprocessor (served outputs equal `predict`'s)
+        reads_masks = is_task and model.serving_reads_mask_tokens
+        mask_token = getattr(tokenizer, "mask_token", None) if reads_masks else None
         # a tokenizer whose training-time graph is not servable gives a stateless one (BPE)
         run_tokenizer = getattr(tokenizer, "serving_tokenize", tokenizer)
 
-        def tokenize(texts):
+        def tokenize_text(texts):
             if mask_token is None or special["mask"] is None:
                 return run_tokenizer(texts)
             return _join_at_mask_tokens(texts, mask_token, special["mask"], run_tokenizer)
+
+        def tokenize(texts):  # as the task's preprocessor (a TokenClassifier: word by word)
+            if not is_task:
+                return tokenize_text(texts)
+            return model.serving_tokenize(texts, tokenizer, tokenize_text)
 
         def serve_text(*texts):
             if is_task:

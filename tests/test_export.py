@@ -139,9 +139,15 @@ def cases(tok, vocab_file, xlnet_spiece):
     clf = kb.tasks.TextClassifier(backbone(), num_classes=3,
                                   preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
     text_a = packed(tok, tok(TEXT_A))  # the classifiers' and the sentence encoder's features
-    ref = reference(clf, text_a)
-    np.testing.assert_allclose(ref["logits"], clf.predict(TEXT_A, verbose=0), atol=1e-6)
-    out.append(("text_classifier", clf, {"text": TEXT_A}, ref, text_a))
+    # a literal "[MASK]" is text to a classifier, as to its preprocessor (the export once read
+    # it as the mask id in every task's signature: served logits differed from predict's)
+    clf_texts = TEXT_A[:2] + ["ada wrote [MASK] it"]
+    for w in clf.weights:  # large enough weights that the logits tell the inputs apart
+        w.assign(w * 30.0)
+    f = packed(tok, tok(clf_texts))
+    ref = reference(clf, f)
+    np.testing.assert_allclose(ref["logits"], clf.predict(clf_texts, verbose=0), atol=1e-6)
+    out.append(("text_classifier", clf, {"text": clf_texts}, ref, f))
 
     # Every family's fine-tuning tasks serve strings (issue 13: SpanBERT's and DistilBERT's were
     # never exported): the task types spread over the families instead of one more export each

@@ -328,7 +328,11 @@ def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path, serving_process)
         ("masked_lm", mlm, None, {"text": masked}, mlm_ref),
         ("text_classifier", clf, None, {"text": texts},
          {"logits": clf.predict(texts, verbose=0)}),
-        ("token_classifier", tagger, None, {"text": texts}, reference(tagger, text_features)),
+        # predict's own path (word by word, as TokenClassifierPreprocessor): the served
+        # tagger once tokenized whole sentences, pieces that predict never sees
+        ("token_classifier", tagger, None, {"text": texts},
+         {"logits": tagger.predict(texts, verbose=0),
+          "padding_mask": tagger.preprocessor(texts)["padding_mask"].numpy()}),
         ("backbone", bb, mlm_pre, {"text": texts}, bb_ref),
     ]
     assert mlm_ref["mask_weights"].sum(1).tolist() == [1, 1, 1, 0]
@@ -350,6 +354,33 @@ def test_every_roberta_task_exports_with_bpe(bpe_dir, tmp_path, serving_process)
             # dynamic padding: per-position outputs cover the batch's longest row
             expected = expected[tuple(slice(0, n) for n in value.shape)]
             np.testing.assert_allclose(value, expected, atol=1e-5, err_msg=f"{name}:{key}")
+
+
+def test_token_classifier_words_are_hf_split_words(bpe_dir):
+    """A TokenClassifier's words are tokenized one by one as HF's RoBERTa tokenizer does with
+    `is_split_into_words=True` (which needs `add_prefix_space=True`): each word starts with `Ġ`,
+    the first one too. Before, each word was tokenized as a text of its own, without `Ġ`: pieces
+    a pretrained RoBERTa sees only inside words ("film" as "f", "ilm")."""
+    import tensorflow as tf
+    import transformers
+
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    vocab, merges = os.path.join(bpe_dir, "vocab.json"), os.path.join(bpe_dir, "merges.txt")
+    hf = transformers.RobertaTokenizerFast(vocab, merges, add_prefix_space=True)
+    words = [["The", "film", "was", "great!"], ["Café", "naïve", "東京", "<mask>", "😀"], ["x"]]
+    for prefix in (False, True):
+        tok = kb.preprocessing.BytePairTokenizer(vocab, merges, add_prefix_space=prefix)
+        # (a tokenizer made with add_prefix_space=True puts a space before "<mask>" too)
+        rows = words if not prefix else [w for w in words if "<mask>" not in w]
+        got = ft.TokenClassifierPreprocessor(tok, 32)(tf.ragged.constant(rows))["token_ids"]
+        for row, w in zip(got.numpy().tolist(), rows):
+            expected = hf(w, is_split_into_words=True)["input_ids"]
+            assert row == expected + [tok.pad_token_id] * (32 - len(expected)), (prefix, w)
+    # sentences split on whitespace: the same as their words
+    sentences = tf.constant([" ".join(w) for w in rows])
+    assert (ft.TokenClassifierPreprocessor(tok, 32)(sentences)["token_ids"].numpy().tolist()
+            == got.numpy().tolist())
 
 
 def test_pairs_pack_as_hf_roberta_and_longformer_puts_global_attention_on_the_question(bpe_dir):

@@ -668,8 +668,8 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         """-> (pieces [B, (T)], word index of each piece [B, (T)], is first piece [B, (T)],
         words [B, (W)])."""
         words = self.words_of(x)
-        pieces = self.tokenizer(words.flat_values)  # [N, (P)]
-        by_word = words.with_flat_values(pieces)  # [B, (W), (P)]
+        by_word = tokenize_words(words, self.tokenizer)  # [B, (W), (P)]
+        pieces = by_word.values  # [N, (P)]
         local = tf.ragged.range(words.row_lengths()).flat_values  # [N] index of the word in its row
         word_index = by_word.with_flat_values(
             tf.cast(tf.gather(local, row_ids(pieces.row_splits)), tf.int32))
@@ -728,6 +728,22 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
 
     def get_config(self):
         return dict(super().get_config(), num_classes=self.num_classes)
+
+
+def tokenize_words(words, tokenizer, tokenize=None):
+    """Words [B, (W)] -> their pieces [B, (W), (P)], each word tokenized on its own, as HF's
+    tokenizers do with `is_split_into_words=True`: a byte-level BPE word after a space (HF's
+    RoBERTa tokenizer takes split words only with `add_prefix_space=True`), so that every word
+    starts with `Ġ` as it does inside a sentence; a word that is a special token ("<mask>") is
+    that token alone. `tokenize`: the tokenizer's call (default the tokenizer; the export
+    passes its servable one)."""
+    flat = words.flat_values
+    if getattr(tokenizer, "add_prefix_space", None) is False:
+        special = tf.zeros_like(flat, tf.bool)
+        for token in tokenizer.unsplittable_tokens or ():
+            special |= tf.equal(flat, token)
+        flat = tf.where(special, flat, tf.strings.join([" ", flat]))
+    return words.with_flat_values((tokenize or tokenizer)(flat))
 
 
 def _first_flags(pieces):

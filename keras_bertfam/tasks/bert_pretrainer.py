@@ -25,6 +25,8 @@ class BertPretrainer(Task):
     SOP reuses this class through `AlbertPretrainer` (label 1 = swapped).
     """
 
+    serving_reads_mask_tokens = True
+
     pair_task = "nsp"
     preprocessor_args = ("sequence_length", "batch_size", "masker", "pairer", "seed",
                          "group_by_length", "pad_to_multiple_of")

@@ -166,6 +166,8 @@ class ElectraPretrainer(Task):
     >>> model = kb.tasks.ElectraPretrainer(discriminator=disc)                  # doctest: +SKIP
     """
 
+    serving_reads_mask_tokens = True
+
     uses_pooled_output = False  # the pooler is not trained by this task
 
     def __init__(

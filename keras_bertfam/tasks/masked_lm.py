@@ -75,6 +75,8 @@ class MaskedLM(Task):
     >>> mlm = kb.tasks.MaskedLM(backbone)                     # doctest: +SKIP
     """
 
+    serving_reads_mask_tokens = True
+
     uses_pooled_output = False  # the pooler is not trained by this task
 
     def __init__(self, backbone, preprocessor=None, **kwargs):

@@ -39,6 +39,8 @@ class SpanBertPretrainer(Task):
     >>> model = kb.tasks.SpanBertPretrainer(backbone)              # doctest: +SKIP
     """
 
+    serving_reads_mask_tokens = True
+
     uses_pooled_output = False  # the pooler is not trained by this task
 
     def __init__(self, backbone, preprocessor=None, max_span_length=20,

@@ -350,6 +350,10 @@ class Task(keras.Model):
     # === Serving (kb.export) ===
     # String inputs of the exported `serving_default` signature, one per packed segment.
     serving_inputs = ("text",)
+    # Whether the string signature reads a literal mask token in its text ("[MASK]", "<mask>")
+    # as the mask id, as HF's fill-mask pipeline does: the tasks whose served outputs are at the
+    # mask positions. Any other task's signature tokenizes it as text, as its preprocessor does.
+    serving_reads_mask_tokens = False
     # Whether the task packs XLNet's layout on an XLNet backbone (the tasks of HF's XLNetFor*
     # heads: classification reads `<cls>` last, tagging every piece where XLNet's puts it).
     follows_xlnet_layout = False
@@ -397,6 +401,11 @@ class Task(keras.Model):
         context); None for the export's tokenize-and-pack. `outputs_of(features)` runs the
         model and `serving_outputs`; `options` come from `serving_options`."""
         return None
+
+    def serving_tokenize(self, texts, tokenizer, tokenize):
+        """The string signature's texts [B] -> token ids [B, (P)], as this task's preprocessor
+        tokenizes a text (`tokenize`: `tokenizer`'s servable call)."""
+        return tokenize(texts)
 
     def serving_pack(self, segments, sequence_length, special_token_ids):
         """Ragged token ids per segment -> packed features, or None for `[CLS] A [SEP] (B [SEP])`

@@ -64,6 +64,15 @@ class TokenClassifier(Task):
 
         return TokenClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes)
 
+    def serving_tokenize(self, texts, tokenizer, tokenize):
+        # as TokenClassifierPreprocessor: the text's words (split on whitespace), each on its own
+        import tensorflow as tf
+
+        from keras_bertfam.preprocessing.finetuning import tokenize_words
+        from keras_bertfam.preprocessing.ragged import merge_rows
+
+        return merge_rows(tokenize_words(tf.strings.split(texts), tokenizer, tokenize))
+
     def serving_outputs(self, features, outputs):
         return dict(class_outputs(ops.cast(outputs, "float32")),
                     padding_mask=features["padding_mask"])

@@ -83,6 +83,8 @@ class XLNetPretrainer(Task):
     >>> task = kb.tasks.XLNetPretrainer(backbone)              # doctest: +SKIP
     """
 
+    serving_reads_mask_tokens = True
+
     uses_pooled_output = False  # the pooler is not trained by this task
 
     preprocessor_args = ("sequence_length", "batch_size", "seed", "reuse_len", "num_predict",
