@@ -209,6 +209,27 @@ QA_CONFIGS = dict(HEAD_FAMILIES, bert=("Bert", lambda **kw: transformers.BertCon
     albert=("Albert", lambda **kw: _albert_config(num_hidden_layers=1, **kw)))
 
 
+@pytest.mark.parametrize("family", ["bert", "albert", "roberta", "electra", "distil_bert"])
+def test_untied_mlm_decoder_is_refused_not_replaced(family, tmp_path):
+    """An HF `*ForMaskedLM` saved with `tie_word_embeddings=False` holds its own decoder. Ours
+    ties the decoder to the word embeddings, so loading it replaced the decoder with the
+    embeddings silently (logits off by up to ~13, other argmax tokens): now refused, naming
+    the tensors, by `from_preset` and `convert_task`; its backbone and a classifier still load."""
+    prefix, make_config = QA_CONFIGS[family]
+    hf = getattr(transformers, f"{prefix}ForMaskedLM")(make_config(tie_word_embeddings=False))
+    decoder = hf.get_output_embeddings()
+    with torch.no_grad():
+        decoder.weight.normal_(0.0, 0.5)
+    path = _save(hf, tmp_path / "hf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no pooler weights
+        for load in (lambda: kb.tasks.MaskedLM.from_preset(path, preprocessor=None),
+                     lambda: kb.presets.convert_task(path, kb.tasks.MaskedLM, preprocessor=None)):
+            with pytest.raises(ValueError, match=r"differs from .*word_embeddings.* untied"):
+                load()
+        kb.tasks.TextClassifier.from_preset(path, num_classes=2, preprocessor=None)
+
+
 @pytest.mark.parametrize("family", sorted(QA_CONFIGS))
 def test_question_answering_heads(family, tmp_path):
     """HF `*ForQuestionAnswering` -> QuestionAnswerer (`from_preset` and strict `convert_task`):
@@ -984,7 +1005,7 @@ def test_another_tasks_head_is_dropped_with_a_warning(tmp_path):
 def test_every_hf_head_tensor_is_known(family):
     """Each of the family's HF head models, with the tied decoders a `.bin` checkpoint saves: every
     tensor outside the base model is read by a head of the family or declared unused
-    (`hf_head_unused`, each of which some head model has)."""
+    (`hf_tied_heads`, each of which some head model has)."""
     spec = kb.presets.FAMILIES[family]
     known = hf_heads.known_head_keys(spec)
     seen = set()
@@ -994,7 +1015,7 @@ def test_every_hf_head_tensor_is_known(family):
                 if not k.endswith(checkpoints.HF_BUFFERS)}
         assert keys and keys <= known, (architecture, sorted(keys - known))
         seen |= keys
-    assert set(spec.hf_head_unused) <= seen
+    assert set(spec.hf_tied_heads) <= seen
 
 
 def test_legacy_layer_norm_names(tmp_path):

@@ -73,11 +73,14 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
         mapping = heads(task) if heads is not None else []
         if not mapping or not all(key in state for _, key, _ in mapping):
             return []
+        check_tied_heads(mapping, state, spec, checkpoints.weights_file(model_dir))
         _check_head_config(mapping, spec, cfg, checkpoints.weights_file(model_dir))
         checkpoints.assign(mapping, state, what=f"{type(task).__name__} head",
                            source=checkpoints.weights_file(model_dir))
         return mapping
     except checkpoints.CheckpointError as e:
+        if isinstance(e, TiedHeadError):  # no new head either: the task would predict otherwise
+            raise
         # A head of another shape; or, with no mapping, one HF's cannot fill (TextClassifier's
         # hidden_activation), news only from a checkpoint of that head.
         if mapping or architecture in (cfg.get("architectures") or ()):
@@ -109,7 +112,7 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     naming it.
     A checkpoint without the head's weights, or of another family than the task's heads, is an
     error naming what was expected. Every tensor outside the checkpoint's base model must fill the
-    task's heads, be declared unused (`hf_head_unused`) or be another task's head of the family,
+    task's heads, be tied to another tensor (`hf_tied_heads`) or be another task's head of the family,
     dropped with a warning (`BertForPreTraining`'s NSP head converted into `MaskedLM`): any other
     is an error. So is a checkpoint whose config names another fine-tuning task's architecture
     (a `BertForSequenceClassification` into `TokenClassifier`: the same `classifier` tensors);
@@ -232,6 +235,27 @@ def _check_head_config(mapping, spec, cfg, source):
                 f"the {spec.name} heads here compute HF's with {assumed} and nothing else.")
 
 
+class TiedHeadError(checkpoints.CheckpointError):
+    """An HF checkpoint's head is untied where ours is tied (see `check_tied_heads`)."""
+
+
+def check_tied_heads(mapping, state, spec, source):
+    """A head tensor HF ties to another (the MLM decoder to the word embeddings: the family's
+    `hf_tied_heads`) must hold that tensor's values where `mapping` loads its head: ours computes
+    with the tie, so a checkpoint saved untied (`tie_word_embeddings=false`) would predict
+    otherwise (it loaded, its decoder silently replaced by the embeddings)."""
+    heads = {key.split(".")[0] for _, key, _ in mapping}
+    for key, tied_to in (spec.hf_tied_heads or {}).items():
+        if key.split(".")[0] not in heads or key not in state or tied_to not in state:
+            continue
+        value, tied = np.asarray(state[key]), np.asarray(state[tied_to])
+        if value.shape != tied.shape or not np.array_equal(value, tied):
+            raise TiedHeadError(
+                f"{source!r}: its {key} differs from {tied_to}, which the {spec.name} head here "
+                f"ties it to (an untied checkpoint: config.json's tie_word_embeddings=false?). "
+                f"Loaded, this head would not give the checkpoint's predictions: not loaded.")
+
+
 def _assign_heads(mapping, where, spec, name, expected):
     cfg = checkpoints.read_hf_config(where)
     hint = (f"{where!r} is a {', '.join(cfg.get('architectures') or ['headless'])} checkpoint; "
@@ -239,8 +263,9 @@ def _assign_heads(mapping, where, spec, name, expected):
     raw = checkpoints.load_state_dict(where)
     source = checkpoints.weights_file(where)
     _check_head_config(mapping, spec, cfg, source)
-    checkpoints.assign(mapping, checkpoints.strip_prefix(raw, spec.hf_prefixes),
-                       what=f"{name} head", hint=hint, source=source)
+    state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
+    check_tied_heads(mapping, state, spec, source)
+    checkpoints.assign(mapping, state, what=f"{name} head", hint=hint, source=source)
     _check_heads_used(mapping, raw, spec, source, expected)
 
 
@@ -262,11 +287,11 @@ class _AnyTask:
 
 def known_head_keys(spec):
     """Every HF task-head tensor the family knows: the keys of each task's heads (companions'
-    too) and its declared `hf_head_unused`."""
+    too) and its tied ones (`hf_tied_heads`)."""
     heads = list((spec.hf_task_heads or {}).values()) + [
         companion_heads for companions in (spec.hf_task_companions or {}).values()
         for _, companion_heads, _ in companions.values()]
-    return {key for h in heads for _, key, _ in h(_AnyTask())} | set(spec.hf_head_unused)
+    return {key for h in heads for _, key, _ in h(_AnyTask())} | set(spec.hf_tied_heads or ())
 
 
 def _check_heads_used(mapping, raw, spec, source, expected, strict=True):
@@ -289,7 +314,7 @@ def _check_heads_used(mapping, raw, spec, source, expected, strict=True):
             raise checkpoints.CheckpointError(message + ". A head with more or other layers "
                                               "than HF's does not convert.")
         warnings.warn(message + "; they are not loaded.", stacklevel=4)
-    dropped = [k for k in left if k in known and k not in spec.hf_head_unused]
+    dropped = [k for k in left if k in known and k not in (spec.hf_tied_heads or ())]
     if strict and dropped:
         warnings.warn(f"Some weights of {source!r} were not used: {dropped}, another task's head "
                       f"of the {spec.name} family ({expected}).", stacklevel=4)

@@ -44,10 +44,12 @@ class FamilySpec:
         count_params: `(config) -> int` where the backbone is not an EncoderBackbone.
         hf_unused: key prefixes of the HF base model that have no counterpart here (declared
             unused; every other tensor of a checkpoint must be used).
-        hf_head_unused: keys of HF task-head tensors no `hf_task_heads` mapping reads, declared
-            unused: the MLM decoder weights HF ties to the word embeddings (and decoder biases
-            tied to the head's `bias`), which `.bin` checkpoints save. Every other head tensor must
-            be read by the task's heads or belong to another task's (`convert_task`).
+        hf_tied_heads: `{HF head key: the key of the tensor HF ties it to}` (keys without the
+            base model's prefix): the MLM decoder weight tied to the word embeddings, a decoder
+            bias to the head's `bias`. No head mapping reads them (ours computes with the tie);
+            `.bin` checkpoints save them, and one saved untied (`tie_word_embeddings=false`)
+            is refused where its head is loaded: ours would predict otherwise. Every other head
+            tensor must be read by the task's heads or belong to another task's (`convert_task`).
         hf_head_config: `{HF head key prefix: {config key: value}}`: the HF config settings the
             heads under that prefix assume (ELECTRA's and XLNet's `sequence_summary`: its
             `summary_type`, `summary_use_proj`, `summary_activation`); a checkpoint whose config
@@ -72,7 +74,7 @@ class FamilySpec:
     hf_other_architectures: Optional[dict] = None
     count_params: Optional[Callable] = None
     hf_unused: tuple = ()
-    hf_head_unused: tuple = ()
+    hf_tied_heads: dict = None
     # backbone -> HF keys this configuration reads from layer 0 only (XLNet's untie_r=False)
     hf_unused_of: Optional[Callable] = None
     hf_head_config: Optional[dict] = None

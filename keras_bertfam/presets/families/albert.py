@@ -167,7 +167,8 @@ FAMILY = FamilySpec(
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
     # the MLM decoder, tied to the word embeddings and `predictions.bias` (HF's _tied_weights_keys)
-    hf_head_unused=("predictions.decoder.weight", "predictions.decoder.bias"),
+    hf_tied_heads={"predictions.decoder.weight": "embeddings.word_embeddings.weight",
+                   "predictions.decoder.bias": "predictions.bias"},
 )
 
 TOKENIZER = {"kind": "sentencepiece", "proto": "albert_spiece", "lowercase": True}

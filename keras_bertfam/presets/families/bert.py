@@ -65,7 +65,8 @@ HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertF
                          "QuestionAnswerer": "BertForQuestionAnswering",
                          "MultipleChoice": "BertForMultipleChoice"}
 # The MLM decoder, tied to the word embeddings and `cls.predictions.bias` (HF's _tied_weights_keys).
-HF_HEAD_UNUSED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+HF_TIED_HEADS = {"cls.predictions.decoder.weight": "embeddings.word_embeddings.weight",
+                 "cls.predictions.decoder.bias": "cls.predictions.bias"}
 
 
 FAMILY = FamilySpec(
@@ -83,7 +84,7 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=wordpiece_to_hf,
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
-    hf_head_unused=HF_HEAD_UNUSED,
+    hf_tied_heads=HF_TIED_HEADS,
 )
 
 UNCASED = {"kind": "wordpiece", "vocabulary": "bert_uncased", "lowercase": True}

@@ -112,7 +112,7 @@ FAMILY = FamilySpec(
                            "TokenClassifier": "DistilBertForTokenClassification",
                            "QuestionAnswerer": "DistilBertForQuestionAnswering",
                            "MultipleChoice": "DistilBertForMultipleChoice"},
-    hf_head_unused=("vocab_projector.weight",),  # tied to the word embeddings
+    hf_tied_heads={"vocab_projector.weight": "embeddings.word_embeddings.weight"},
 )
 
 PRESETS = [

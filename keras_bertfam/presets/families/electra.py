@@ -95,7 +95,7 @@ FAMILY = FamilySpec(
     hf_task_companions={"ElectraPretrainer": {"generator_preset": (
         "ElectraForMaskedLM", lambda task: generator_head_map(task.mlm_head),
         lambda task: checkpoints.bert_embeddings_map(task.generator.embeddings))}},
-    hf_head_unused=("generator_lm_head.weight",),  # tied to the word embeddings
+    hf_tied_heads={"generator_lm_head.weight": "embeddings.word_embeddings.weight"},
 )
 
 

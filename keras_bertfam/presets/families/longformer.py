@@ -84,7 +84,7 @@ FAMILY = FamilySpec(
                            "TokenClassifier": "LongformerForTokenClassification",
                            "QuestionAnswerer": "LongformerForQuestionAnswering",
                            "MultipleChoice": "LongformerForMultipleChoice"},
-    hf_head_unused=roberta.HF_HEAD_UNUSED,
+    hf_tied_heads=roberta.HF_TIED_HEADS,
     count_params=longformer_param_count,
 )
 

@@ -80,7 +80,8 @@ def _mlm_head(task):
 
 
 # The MLM decoder, tied to the word embeddings and `lm_head.bias` (HF's _tied_weights_keys).
-HF_HEAD_UNUSED = ("lm_head.decoder.weight", "lm_head.decoder.bias")
+HF_TIED_HEADS = {"lm_head.decoder.weight": "embeddings.word_embeddings.weight",
+                 "lm_head.decoder.bias": "lm_head.bias"}
 
 
 def _text_classifier(task):
@@ -114,7 +115,7 @@ FAMILY = FamilySpec(
                            "TokenClassifier": "RobertaForTokenClassification",
                            "QuestionAnswerer": "RobertaForQuestionAnswering",
                            "MultipleChoice": "RobertaForMultipleChoice"},
-    hf_head_unused=HF_HEAD_UNUSED,
+    hf_tied_heads=HF_TIED_HEADS,
 )
 
 TOKENIZER = {"kind": "byte_pair", "vocabulary": "roberta_vocab", "merges": "roberta_merges"}

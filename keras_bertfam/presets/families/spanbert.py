@@ -5,7 +5,7 @@ from keras_bertfam.models.spanbert import SpanBertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.families.bert import (
     CASED,
-    HF_HEAD_UNUSED,
+    HF_TIED_HEADS,
     HF_TASK_ARCHITECTURES,
     HF_TASK_HEADS,
     WordPieceTokenizer,
@@ -31,7 +31,7 @@ FAMILY = FamilySpec(
     tokenizer_to_hf=wordpiece_to_hf,
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
-    hf_head_unused=HF_HEAD_UNUSED,
+    hf_tied_heads=HF_TIED_HEADS,
 )
 
 

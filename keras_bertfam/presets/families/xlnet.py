@@ -196,7 +196,7 @@ FAMILY = FamilySpec(
                                      "candidates, an end head conditioned on each start, "
                                      "answer_class), another model than QuestionAnswerer's one "
                                      "Linear over the hidden states"}},
-    hf_head_unused=("lm_loss.weight",),  # tied to the word embedding
+    hf_tied_heads={"lm_loss.weight": "word_embedding.weight"},
     count_params=xlnet_param_count,
 )
 
