@@ -139,6 +139,90 @@ def test_our_preset_dir_round_trip(tmp_path, bert_vocab):
     assert tok(["Hello world"]).to_list() == tokenizer(["Hello world"]).to_list()
 
 
+def test_preset_paths_as_pathlib_and_home(tmp_path, bert_vocab, monkeypatch):
+    """`from_preset` and `save_to_preset` take a `pathlib.Path` (from_preset refused one) and
+    expand "~" (save_to_preset("~/x") made a directory named "~" in the working directory;
+    from_preset("~/x") looked for an HF hub model)."""
+    import pathlib
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    backbone = kb.models.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32, max_sequence_length=16)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=(
+        kb.preprocessing.finetuning.TextClassifierPreprocessor(
+            kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True), 8)))
+    clf.save_to_preset("~/task")
+    backbone.save_to_preset(pathlib.Path("~/backbone").expanduser())
+    assert sorted(os.listdir(tmp_path / "home")) == ["backbone", "task"]
+    assert not os.path.exists(tmp_path / "~")
+    x = _ids()
+    for preset in ("~/task", tmp_path / "home" / "task", pathlib.Path("~/backbone")):
+        again = kb.models.BertBackbone.from_preset(preset)
+        np.testing.assert_allclose(to_numpy(again(x)["sequence_output"]),
+                                   to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+    assert kb.preprocessing.Tokenizer.from_preset(pathlib.Path("~/task")).vocabulary_size() == 30522
+    kb.tasks.TextClassifier.from_preset(tmp_path / "home" / "task")
+    with pytest.raises(TypeError, match=r"a name or a directory path \(str or pathlib.Path\), got 3"):
+        kb.models.BertBackbone.from_preset(3)
+
+
+def test_damaged_json_files_and_decoder_configs_are_refused_naming_the_file(tmp_path,
+                                                                          hf_pretraining_dir):
+    """A truncated, binary or non-object config.json / keras_bertfam.json is an error naming the
+    file, not json's or the codec's bare error; an HF decoder's config (`is_decoder`,
+    `add_cross_attention`: causal, cross-attending) is refused (it loaded as a bidirectional
+    encoder, outputs off by ~3e-2)."""
+    bad = str(tmp_path / "hf")
+    shutil.copytree(hf_pretraining_dir, bad)
+    config_file = os.path.join(bad, "config.json")
+    config = open(config_file).read()
+    for content, match in ((config[:40], "not a readable JSON file"),
+                           (b"\xff\xfe\x00binary", "not a readable JSON file"),
+                           ("[1, 2]", "holds a JSON list")):
+        with open(config_file, "wb") as f:
+            f.write(content if isinstance(content, bytes) else content.encode())
+        with pytest.raises(checkpoints.CheckpointError, match=match) as e:
+            kb.models.BertBackbone.from_preset(bad)
+        assert "config.json" in str(e.value)
+    for key in ("is_decoder", "add_cross_attention"):
+        with open(config_file, "w") as f:
+            json.dump(dict(json.loads(config), **{key: True}), f)
+        with pytest.raises(checkpoints.CheckpointError, match=f"a decoder's config.*{key}"):
+            kb.models.BertBackbone.from_preset(bad)
+    ours = str(tmp_path / "ours")
+    kb.models.BertBackbone(vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=16,
+                           intermediate_dim=32).save_to_preset(ours)
+    manifest = os.path.join(ours, "keras_bertfam.json")
+    with open(manifest, "w") as f:
+        f.write('{"format_version": 1, "fam')
+    with pytest.raises(checkpoints.CheckpointError, match="keras_bertfam.json.*not a readable"):
+        kb.models.BertBackbone.from_preset(ours)
+
+
+def test_a_preset_without_checksums_is_checked_finite(tmp_path):
+    """A preset directory saved before checksums existed (its manifest has no "files") loaded
+    NaN weights silently: its weights are checked finite, as HF's and keras-hub's are."""
+    import h5py
+
+    path = str(tmp_path / "legacy")
+    kb.models.BertBackbone(vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=16,
+                           intermediate_dim=32).save_to_preset(path)
+    manifest = os.path.join(path, "keras_bertfam.json")
+    with open(manifest) as f:
+        config = json.load(f)
+    del config["files"]
+    with open(manifest, "w") as f:
+        json.dump(config, f)
+    kb.models.BertBackbone.from_preset(path)  # finite: loads
+    with h5py.File(os.path.join(path, "backbone.weights.h5"), "r+") as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        f[names[-1]][...] = np.nan
+    with pytest.raises(checkpoints.CheckpointError, match=r"backbone.weights.h5.*non-finite"):
+        kb.models.BertBackbone.from_preset(path)
+
+
 def test_a_preset_reloads_the_tokenizer_it_was_saved_with(tmp_path, bert_vocab):
     """A preset rebuilds its tokenizer from the class and options it was saved with: a WordPiece
     vocabulary on an XLNet backbone, XLNet's SentencePiece on a BERT one (both failed to load:

@@ -28,6 +28,7 @@ from keras_bertfam.presets.deferred import deferred_initialization, deferring
 from keras_bertfam.presets.hf_export import export_to_transformers  # noqa: F401
 from keras_bertfam.presets.hf_heads import convert_task, load_hf_heads  # noqa: F401
 from keras_bertfam.presets.loaders import (  # noqa: F401
+    preset_path,
     BACKBONE_WEIGHTS,
     MANIFEST,
     TASK_WEIGHTS,
@@ -109,6 +110,7 @@ def save_backbone(backbone, preset_dir, tokenizer=None):
 def _write_preset(preset_dir, backbone, tokenizer=None, task=None):
     """Weights and assets first, then the manifest with their sha256: a directory whose manifest
     exists is complete, and every file it names is verified on load."""
+    preset_dir = preset_path(preset_dir, "save_to_preset")
     spec = family_of_class(type(backbone))
     if spec is None:
         raise ValueError(f"{type(backbone).__name__} is not a registered family's backbone.")

@@ -18,8 +18,16 @@ def read_hf_config(model_dir):
     path = os.path.join(model_dir, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{model_dir!r} has no config.json: not an HF-format model directory.")
-    with open(path) as f:
-        return json.load(f)
+    cfg = integrity.read_json_object(path)
+    # A decoder's checkpoint (HF's BertLMHeadModel, an encoder-decoder's decoder) attends
+    # causally and may cross-attend: loaded here it would run as a bidirectional encoder.
+    decoder = {k: cfg[k] for k in ("is_decoder", "add_cross_attention") if cfg.get(k)}
+    if decoder:
+        raise CheckpointError(f"{path!r} is a decoder's config ({decoder}: causal attention"
+                              f"{', cross-attention' if 'add_cross_attention' in decoder else ''}"
+                              "); the encoders here attend both ways, so it would load as "
+                              "another model.")
+    return cfg
 
 
 def weights_file(model_dir):

@@ -26,6 +26,24 @@ class IntegrityError(CheckpointError):
     """A file that does not match its manifest, or weights that are not finite."""
 
 
+def read_json_object(path):
+    """A JSON file holding an object (config.json, tokenizer.json, keras_bertfam.json) -> dict;
+    a damaged, truncated or binary file, or another JSON type, is a `CheckpointError` naming the
+    file (not json's or the codec's bare error)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise CheckpointError(f"{path!r} is not a readable JSON file ({type(e).__name__}: {e}): "
+                              "a damaged or truncated file?") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path!r} holds a JSON {type(data).__name__}, not an object of "
+                              "keys.")
+    return data
+
+
 def sha256(path):
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -77,6 +95,11 @@ class Verification:
             pool = concurrent.futures.ThreadPoolExecutor(1)
             self._future = pool.submit(verify, root, recorded, names)
             pool.shutdown(wait=False)
+
+    @property
+    def recorded(self):
+        """Whether the manifest records a checksum of the files (else nothing is verified)."""
+        return self._future is not None
 
     def result(self):
         if self._future is not None:

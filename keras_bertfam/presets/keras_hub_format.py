@@ -22,14 +22,13 @@ WordPiece `lowercase=True` keeps accents (an accented word becomes [UNK]) and ap
 turns "``" and "''" into '"', keras-hub does not.
 """
 import dataclasses
-import json
 import os
 import warnings
 from typing import Callable, Optional
 
 import numpy as np
 
-from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets import checkpoints, integrity
 
 TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
 
@@ -39,9 +38,8 @@ def _keras_hub_class(path, name):
     file = os.path.join(path, name)
     if not os.path.exists(file):
         return None
-    with open(file) as f:
-        data = json.load(f)
-    if isinstance(data, dict) and str(data.get("registered_name", "")).startswith("keras_hub>"):
+    data = integrity.read_json_object(file)
+    if str(data.get("registered_name", "")).startswith("keras_hub>"):
         return data.get("class_name")
     return None
 
@@ -53,8 +51,7 @@ def is_keras_hub_dir(path):
 
 
 def read_json(path, name):
-    with open(os.path.join(path, name)) as f:
-        return json.load(f)
+    return integrity.read_json_object(os.path.join(path, name))
 
 
 # === The per-family table ===

@@ -12,9 +12,10 @@ backbone (with or without weights), its tokenizer, what a task saved there, and 
 directory holding task heads, if any. Nothing is downloaded unless the caller asks with
 `download=True`.
 """
-import json
 import os
 import warnings
+
+import keras
 
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format
 from keras_bertfam.presets.deferred import deferring
@@ -28,6 +29,17 @@ TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
 
 
 # === Resolution ===
+def preset_path(preset, what):
+    """A preset name or directory as a string: a `pathlib.Path` (any `os.PathLike`) as its path,
+    "~" expanded (as a shell would: `save_to_preset("~/x")` made a directory named "~")."""
+    if isinstance(preset, os.PathLike):
+        preset = os.fspath(preset)
+    if not isinstance(preset, str) or not preset:
+        raise TypeError(f"{what} is a name or a directory path (str or pathlib.Path), got "
+                        f"{preset!r}.")
+    return os.path.expanduser(preset)
+
+
 def get_loader(preset, download=False):
     """The `PresetLoader` of `preset` (a name, a directory, an HF hub id or "hf://" id).
 
@@ -37,8 +49,7 @@ def get_loader(preset, download=False):
     """
     if isinstance(preset, PresetLoader):
         return preset
-    if not isinstance(preset, str) or not preset:
-        raise TypeError(f"A preset is a name or a directory path, got {preset!r}.")
+    preset = preset_path(preset, "A preset")
     if preset.startswith("hf://"):
         return HFDirLoader(preset, hub_snapshot(preset[len("hf://"):], download))
     if os.path.isdir(preset):
@@ -85,8 +96,7 @@ def hub_snapshot(repo_id, download=False):
 
 
 def read_manifest(path):
-    with open(os.path.join(path, MANIFEST)) as f:
-        return json.load(f)
+    return integrity.read_json_object(os.path.join(path, MANIFEST))
 
 
 def hf_family(model_dir):
@@ -102,7 +112,9 @@ def hf_family(model_dir):
 def load_weights_file(model, path, verification=None):
     """`model.load_weights(path)`, returned only once `verification` (an
     `integrity.Verification`, hashing the file in its thread meanwhile) passes. A file that
-    fails it is refused with the integrity error, also when Keras could not read it."""
+    fails it is refused with the integrity error, also when Keras could not read it. A file no
+    checksum covers (a preset saved before checksums existed) has its weights checked finite,
+    as HF's and keras-hub's files are."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file {path!r} is missing.")
     verify = verification.result if verification is not None else lambda: None
@@ -115,6 +127,9 @@ def load_weights_file(model, path, verification=None):
             f"saved from another config ({type(e).__name__}: {e})."
         ) from e
     verify()
+    if verification is None or not verification.recorded:
+        for variable in model.weights:
+            integrity.check_finite(variable.path, keras.ops.convert_to_numpy(variable), path)
 
 
 # === HF conversion (HF dirs and the hub cache) ===
