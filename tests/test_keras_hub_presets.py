@@ -347,6 +347,25 @@ def test_keras_hub_corrupt_weights(tmp_path):
         kb.models.BertBackbone.from_preset(str(tmp_path))
 
 
+def test_keras_hub_config_with_fewer_layers_than_its_weights_is_refused(tmp_path):
+    """Keras' load_weights fills the model's variables and skips the file's others: a keras-hub
+    config.json saying 1 layer over a 2-layer model.weights.h5 loaded silently, the second
+    layer dropped (outputs off by ~3e-2). As with HF's checkpoints, every stored weight must
+    be used."""
+    import json
+
+    _keras_hub_backbone("bert").save_to_preset(str(tmp_path))
+    assert kb.models.BertBackbone.from_preset(str(tmp_path)).num_layers == SIZES["num_layers"]
+    with open(tmp_path / "config.json") as f:
+        config = json.load(f)
+    config["config"]["num_layers"] = SIZES["num_layers"] - 1
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(config, f)
+    with pytest.raises(checkpoints.CheckpointError, match=r"model.weights.h5' holds \d+ weight "
+                       r"arrays.*config.json \d+.*num_layers"):
+        kb.models.BertBackbone.from_preset(str(tmp_path))
+
+
 def test_keras_hub_task_dir_warns_that_its_head_is_not_loaded(tmp_path, bert_vocab):
     m = keras_hub.models
     backbone = _keras_hub_backbone("bert")

@@ -276,6 +276,14 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
             f"Could not load the keras-hub weights {weights!r}: the file is corrupt or does "
             f"not match its config.json ({type(e).__name__}: {e})."
         ) from e
+    # Keras' load_weights fills the model's variables and skips the file's other entries: a
+    # config.json with fewer layers than its weights loaded silently, the extra layers dropped.
+    stored = _count_arrays(weights)
+    if stored != len(kh.weights):
+        raise checkpoints.CheckpointError(
+            f"{weights!r} holds {stored} weight arrays, the keras-hub {config['class_name']} of "
+            f"its config.json {len(kh.weights)}: config.json does not describe this checkpoint "
+            f"(another num_layers?); every stored weight must be used.")
     state = {v.path: keras.ops.convert_to_numpy(v) for v in kh.weights}
     mapping = fmt.weights(backbone)
     used = {key for _, key, _ in mapping}
@@ -290,6 +298,20 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
     checkpoints.assign([m for m in mapping if m[1] is not None], state,
                        what=type(backbone).__name__, source=weights)
     return backbone
+
+
+def _count_arrays(h5_path):
+    """The number of arrays (datasets) in a Keras `.weights.h5` file."""
+    import h5py
+
+    count = [0]
+
+    def visit(_, item):
+        count[0] += isinstance(item, h5py.Dataset)
+
+    with h5py.File(h5_path, "r") as f:
+        f.visititems(visit)
+    return count[0]
 
 
 def load_tokenizer(path, spec, fmt):
