@@ -378,3 +378,34 @@ def test_first_fit_traces_once_after_the_preprocessor_is_detached(bert_vocab):
     del classifier.train_step
     expected = 2 if keras.backend.backend() == "torch" else 1
     assert len(traces) == expected, f"the train step ran {len(traces)} times, not {expected}"
+
+
+def test_task_keyword_arguments_are_checked_and_a_frozen_backbone_stays_frozen(tmp_path):
+    """keras.Model's functional constructor dropped a task's unknown keyword arguments silently:
+    `num_clases=3` built 2 classes, keras-hub's `activation="softmax"` still returned logits,
+    `dtype="bfloat16"` a float32 task. Unknown names are a TypeError naming them; `dtype` must
+    be the backbone's policy (`from_preset(..., dtype=)` builds the backbone with it). And a
+    task's `trainable=True` in its config unfroze a frozen backbone on JAX and torch when it
+    was rebuilt (`from_config`, `load_model`)."""
+    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['num_clases'\]"):
+        kb.tasks.TextClassifier(backbone, num_clases=3)
+    with pytest.raises(TypeError, match=r"\['activation'\] \(the task returns logits"):
+        kb.tasks.TextClassifier(backbone, num_classes=3, activation="softmax")
+    with pytest.raises(TypeError, match=r"\['mask_selection_rate'\]"):
+        kb.tasks.MaskedLM(backbone, mask_selection_rate=0.2)
+    with pytest.raises(ValueError, match=r"dtype='bfloat16'.*'float32'"):
+        kb.tasks.TextClassifier(backbone, dtype="bfloat16")
+    assert kb.tasks.TextClassifier(backbone, dtype="float32", name="clf").name == "clf"
+    half = kb.tasks.MaskedLM.from_preset("bert_tiny_en_uncased", load_weights=False,
+                                         dtype="mixed_bfloat16", preprocessor=None)
+    assert half.backbone.dtype_policy.name == "mixed_bfloat16"
+
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2)
+    clf.backbone.trainable = False
+    assert len(clf.trainable_weights) == 2  # the head's kernel and bias
+    again = kb.tasks.TextClassifier.from_config(clf.get_config())
+    assert not again.backbone.trainable and len(again.trainable_weights) == 2
+    clf.save(str(tmp_path / "frozen.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "frozen.keras"))
+    assert not loaded.backbone.trainable and len(loaded.trainable_weights) == 2

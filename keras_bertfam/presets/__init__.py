@@ -208,8 +208,11 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     saved = loader.saved_task(cls) if load_weights or loader.kind == "ours" else {}
     kwargs = dict(saved.get("config", {}), **kwargs)
     from_hf = load_weights and isinstance(loader, HFDirLoader)
+    # keras-hub's `dtype=` builds the backbone with that policy (the task's layers follow it)
+    dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
     backbone = loader.load_backbone(load_weights=load_weights,
-                                    warn_no_pooler=not from_hf)  # load_hf_heads warns: heads may
+                                    warn_no_pooler=not from_hf,  # load_hf_heads warns: heads may
+                                    **dtype)
     if preprocessor == "default":
         tokenizer = loader.load_tokenizer()
         args = dict(saved.get("preprocessor", {}))

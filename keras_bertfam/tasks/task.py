@@ -56,6 +56,7 @@ class Task(keras.Model):
     def __init__(self, *args, **kwargs):
         # Subclasses set their backbone and preprocessor, then build the functional graph here.
         check_backbone_and_preprocessor(self)
+        _check_model_kwargs(self, kwargs)
         super().__init__(*args, **kwargs)
 
     def __call__(self, inputs, *args, **kwargs):
@@ -1107,7 +1108,14 @@ class Task(keras.Model):
         for key, value in config.items():
             if isinstance(value, dict) and "class_name" in value:
                 config[key] = keras.saving.deserialize_keras_object(value)
-        return cls(**config)
+        # Setting a model's `trainable` sets every sublayer's: a task's trainable=True passed to
+        # the constructor unfroze a frozen backbone (`backbone.trainable = False`) on JAX and
+        # torch, after load_model or from_config. The sublayers' configs keep their own.
+        trainable = config.pop("trainable", True)
+        task = cls(**config)
+        if not trainable:
+            task.trainable = False
+        return task
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
@@ -1116,6 +1124,33 @@ class Task(keras.Model):
 
     def save_to_preset(self, preset_dir):
         preset_hooks.call("save_task", self, preset_dir)
+
+
+# What keras.Model's functional constructor takes from a task's keyword arguments; it drops
+# anything else without a word (a misspelled `num_clases=3` built 2 classes).
+_MODEL_KWARGS = ("inputs", "outputs", "name", "trainable")
+
+
+def _check_model_kwargs(task, kwargs):
+    """A task's keyword arguments left for keras.Model: `dtype` (keras-hub's: the task's layers
+    follow its backbone's policy, so it must be the backbone's; `from_preset(..., dtype=)` builds
+    the backbone with it), and nothing unknown."""
+    dtype = kwargs.pop("dtype", None)
+    if dtype is not None:
+        policy, own = keras.dtype_policies.get(dtype), task.backbone.dtype_policy
+        if policy.name != own.name:
+            raise ValueError(
+                f"{type(task).__name__}(dtype={dtype!r}): a task's dtype policy is its "
+                f"backbone's dtype policy, {own.name!r}; build the backbone with dtype="
+                f"{policy.name!r} (from_preset(..., dtype={policy.name!r}) does).")
+    unknown = sorted(k for k in kwargs if k not in _MODEL_KWARGS)
+    if unknown:
+        own = [n for n in inspect.signature(type(task).__init__).parameters
+               if n not in ("self", "kwargs")]
+        hint = (" (the task returns logits, keras-hub's activation=None: apply "
+                "keras.activations.softmax to its predictions)" if "activation" in unknown else "")
+        raise TypeError(f"{type(task).__name__} got unexpected keyword argument(s) {unknown}"
+                        f"{hint}; it takes {own + ['dtype', 'name']}.")
 
 
 # The file in a BackupAndRestore directory that records the run the backup belongs to.
