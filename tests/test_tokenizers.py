@@ -287,3 +287,35 @@ def test_bpe_merges_without_rules_or_with_a_malformed_rule_are_named(tmp_path):
             kb.preprocessing.BytePairTokenizer(vocabulary=vocab, merges=merges)
     tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=vocab, merges=["a b"])
     assert tokenizer(["a b"]).to_list() == [[4, 6, 5]]
+
+
+def _largest_intermediate(function, texts):
+    """Bytes of the largest tensor `function` ([None] strings -> anything) computes on `texts`,
+    every op output of its graph fetched (a string tensor: its strings' bytes, 1 more each)."""
+    wrapped = tf.compat.v1.wrap_function(function, [tf.TensorSpec([None], tf.string)])
+    outputs = [o for op in wrapped.graph.get_operations() if op.type != "Placeholder"
+               for o in op.outputs if o.dtype not in (tf.resource, tf.variant)]
+    values = wrapped.prune(wrapped.inputs[0], outputs)(tf.constant(texts))
+    sizes = [sum(map(len, v.ravel())) + v.size if v.dtype == object else v.nbytes
+             for v in (np.asarray(t.numpy()) for t in values)]
+    return max(sizes)
+
+
+def test_offsets_memory_grows_linearly_with_the_text(tokenizer):
+    """`tokenize_with_offsets` (QA's `answer()` and its export read a whole context through it)
+    held a copy of the text for each of its words (WordPiece: [words] strings of the text) and of
+    a BPE word for each of its pieces: memory quadratic in the length (a 40k-word context took
+    4.2 GB, a 0.41 MB one the process). Every tensor it computes now grows as the text: 4 times
+    the text, at most ~4 times the largest tensor (it was ~16 times)."""
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4, "b": 5, "c": 6, "Ġ": 7, "ab": 8}
+    bpe = kb.preprocessing.BytePairTokenizer(vocabulary=vocab, merges=["a b"])
+    for tok, unit in ((tokenizer, "Ada wrote the film in 1843, café 東京 😀. "),
+                      (bpe, "ab c ")):
+        def sizes(n):  # n words, one of n * 4 bytes (BPE: a piece each)
+            texts = ["who?", unit * n + "c" * (4 * n)]
+            return _largest_intermediate(lambda t: tokenize_with_offsets(tok, t), texts)
+
+        small, large = sizes(100), sizes(400)
+        assert large < 5 * small, (type(tok).__name__, small, large)

@@ -81,10 +81,25 @@ _SPLIT = "|".join([_WHITESPACE, _PUNCTUATION, _CJK])
 _KEEP = "|".join([_PUNCTUATION, _CJK])
 
 
-def _char_index(strings, byte_offsets):
-    """Characters in `strings[:byte_offsets]` (same shapes)."""
-    return tf.strings.length(tf.strings.substr(strings, tf.zeros_like(byte_offsets),
-                                               byte_offsets), unit="UTF8_CHAR")
+def _char_index(strings, rows, *byte_offsets):
+    """Strings [S], the string of each of M offsets ([M] `rows`) and byte offsets ([M] each, not
+    negative) -> the characters before each offset in its string, [M] int32 each: `tf.strings.
+    length(tf.strings.substr(tf.gather(strings, rows), 0, offsets), unit="UTF8_CHAR")`, the bytes
+    that are not UTF-8 continuation bytes (`10xxxxxx`), for any bytes.
+
+    Without a copy of its string for each offset: that gather held a copy of a text for each of
+    its words (of a word for each of its pieces), memory quadratic in its length (a 40k-word
+    context: gigabytes). Here every byte of the batch is read once, as a byte: a running count
+    of the characters started before each byte, read at the offsets."""
+    lengths = tf.strings.length(strings)  # [S] bytes
+    data = tf.io.decode_raw(tf.strings.reduce_join(strings), tf.uint8)  # [T] the bytes, once
+    starts_char = tf.cast((data < 0x80) | (data >= 0xC0), tf.int32)
+    before = tf.concat([[0], tf.cumsum(starts_char)], 0)  # [T + 1] characters before byte t
+    base = tf.gather(tf.cumsum(lengths, exclusive=True), rows)  # [M] each string's first byte
+    limit = base + tf.gather(lengths, rows)  # (substr stops at the string's end)
+    first = tf.gather(before, base)
+    return [tf.gather(before, tf.minimum(base + tf.cast(b, tf.int32), limit)) - first
+            for b in byte_offsets]
 
 
 def _strings(texts):
@@ -129,8 +144,7 @@ def _wordpiece_offsets(tokenizer, texts):
     # tf-text's regex split stops at NUL; \x01 is dropped by the normalization just as NUL is.
     texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
     words, w_start, w_end = regex_split(texts, _SPLIT, _KEEP, offsets=True)  # [B, (W)]
-    row_texts = tf.gather(texts, row_ids(words.row_splits))  # [N] the text of each word
-    word_start = _char_index(row_texts, w_start.flat_values)  # [N] chars
+    word_start, = _char_index(texts, row_ids(words.row_splits), w_start.flat_values)  # [N]
 
     # Normalize character by character (HF's normalization is per character once Σ is handled),
     # so that each normalized character knows the original character it came from.
@@ -145,9 +159,8 @@ def _wordpiece_offsets(tokenizer, texts):
     tokenizer._maybe_initialized_tf()
     ids, p_start, p_end = tokenizer._fast_word_piece.tokenize_with_offsets(normalized)  # [N, (P)]
     word_of_piece = row_ids(ids.row_splits)  # [M]
-    piece_words = tf.gather(normalized, word_of_piece)
-    start = _char_index(piece_words, tf.cast(p_start.flat_values, tf.int32))  # [M] in the word
-    end = _char_index(piece_words, tf.cast(p_end.flat_values, tf.int32))
+    start, end = _char_index(normalized, word_of_piece, p_start.flat_values,
+                             p_end.flat_values)  # [M] chars in the word
     base = tf.gather(word_base, word_of_piece)
     # the original character holding normalized char g is the first k with cum[k] > g
     first_char = tf.searchsorted(cum, base + start, side="right", out_type=tf.int32)
@@ -174,11 +187,10 @@ def _byte_pair_offsets(tokenizer, texts):
     symbols = pieces.flat_values  # [M]
     size = tf.strings.length(symbols, unit="UTF8_CHAR")
     word_of_piece = row_ids(pieces.row_splits)
-    word = tf.gather(flat_words, word_of_piece)
     before = tf.cumsum(size, exclusive=True)
     start = before - tf.gather(before, tf.gather(pieces.row_starts(), word_of_piece))
     whole = tf.equal(tf.gather(pieces.row_lengths(), word_of_piece), 1)
-    end = tf.where(whole, tf.strings.length(word), start + size)
+    end = tf.where(whole, tf.gather(tf.strings.length(flat_words), word_of_piece), start + size)
     # 3. HF's trim_offsets: leading and trailing spaces are not part of the span
     lead = size - tf.strings.length(tf.strings.regex_replace(symbols, f"^{_SPACE}+", ""),
                                     unit="UTF8_CHAR")
@@ -188,8 +200,8 @@ def _byte_pair_offsets(tokenizer, texts):
     end = tf.maximum(end - trail, start)
     # 4. bytes -> characters: from the character holding the first byte to after the one
     # holding the last; an empty span sits where it ends
-    char_end = _char_index(word, end)
-    char_start = tf.where(start < end, _char_index(word, start + 1) - 1, char_end)
+    char_end, after_first = _char_index(flat_words, word_of_piece, end, start + 1)
+    char_start = tf.where(start < end, after_first - 1, char_end)
     base = tf.gather(word_start, word_of_piece) - int(bool(tokenizer.add_prefix_space))
     ids = pieces.with_flat_values(
         tf.cast(tokenizer.piece_ids(symbols), tokenizer.compute_dtype))

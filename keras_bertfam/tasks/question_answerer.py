@@ -183,8 +183,9 @@ class QuestionAnswerer(Task):
         window_example = meta["example_index"]
         # the classification token as a packed feature: dynamic padding trims it with the rows
         is_cls = cls_mask(meta["cls_index"], sequence_length)
-        out = outputs_of(dict(features, context=tf.gather(context, window_example),
-                              context_char_start=meta["token_start"],
+        # (no copy of the context per window: a long context has thousands of windows, and
+        # their copies took memory quadratic in its length; the answer text is cut once below)
+        out = outputs_of(dict(features, context_char_start=meta["token_start"],
                               context_char_end=meta["token_end"],
                               is_cls=tf.cast(is_cls, tf.int32)))
         score, count = out["span_score"], tf.size(question)
@@ -194,6 +195,8 @@ class QuestionAnswerer(Task):
             tf.where(score >= tf.gather(best, window_example), window, tf.size(window)),
             window_example, count)
         result = {k: tf.gather(v, first_best) for k, v in out.items()}
+        result["answer_text"] = answer_text(context, result["answer_start"],
+                                            result["answer_end"])
         result["null_score"] = tf.math.unsorted_segment_min(out["null_score"], window_example,
                                                             count)
         if handle_impossible_answer:
@@ -360,9 +363,9 @@ def check_answers(contexts, answer_starts, answer_texts):
 
 
 def answer_in_context(features, span_start, span_end, span_score):
-    """Token span -> character offsets into the original context and the answer text (serving
-    only: TensorFlow string ops). The offsets come from `tokenize_with_offsets`, packed like the
-    tokens (-1 off the context)."""
+    """Token span -> character offsets into the original context (serving only: TensorFlow
+    ops), and the answer text where `features` hold each row's `context`. The offsets come from
+    `tokenize_with_offsets`, packed like the tokens (-1 off the context)."""
     import tensorflow as tf
 
     found = span_score > -1e8  # some context token was allowed
@@ -370,6 +373,15 @@ def answer_in_context(features, span_start, span_end, span_score):
     char_end = tf.gather(features["context_char_end"], span_end, batch_dims=1)
     char_start = tf.where(found, char_start, -1)
     char_end = tf.where(found, char_end, -1)
-    text = tf.strings.substr(features["context"], tf.maximum(char_start, 0),
+    out = {"answer_start": char_start, "answer_end": char_end}
+    if "context" in features:
+        out["answer_text"] = answer_text(features["context"], char_start, char_end)
+    return out
+
+
+def answer_text(context, char_start, char_end):
+    """`context[char_start:char_end]` in Unicode characters ("" where -1)."""
+    import tensorflow as tf
+
+    return tf.strings.substr(context, tf.maximum(char_start, 0),
                              tf.maximum(char_end - char_start, 0), unit="UTF8_CHAR")
-    return {"answer_start": char_start, "answer_end": char_end, "answer_text": text}
