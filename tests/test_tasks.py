@@ -409,3 +409,29 @@ def test_task_keyword_arguments_are_checked_and_a_frozen_backbone_stays_frozen(t
     clf.save(str(tmp_path / "frozen.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "frozen.keras"))
     assert not loaded.backbone.trainable and len(loaded.trainable_weights) == 2
+
+
+def test_steps_per_execution_never_reads_past_the_data():
+    """Keras runs whole executions of `steps_per_execution` steps; on our repeated pipelines
+    (one iterator a fit) the last one of an epoch read the next epoch's batches: 5 batches at
+    2 a run trained 6 steps, and evaluate / predict scored 6 batches. A fit whose epoch it does
+    not divide is refused; evaluate and predict read the data once, as Keras does arrays."""
+    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefgh")
+    pre = kb.preprocessing.finetuning.TextClassifierPreprocessor(
+        kb.preprocessing.WordPieceTokenizer(vocabulary=vocab), 8)
+    x, y = ["a b", "c", "d e f", "g", "h a", "b c"], np.array([1, 0, 1, 0, 1, 0])
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre)
+    clf.compile(steps_per_execution=1)
+    once = clf.evaluate(x[:5], y[:5], batch_size=1, return_dict=True, verbose=0)
+    expected = clf.predict(x[:5], batch_size=1, verbose=0)
+    if keras.backend.backend() == "torch":
+        return  # Keras' torch trainer takes steps_per_execution=1 only
+    clf.compile(steps_per_execution=2)
+    got = clf.evaluate(x[:5], y[:5], batch_size=1, return_dict=True, verbose=0)
+    assert got["loss"] == pytest.approx(once["loss"], rel=1e-5)
+    np.testing.assert_allclose(clf.predict(x[:5], batch_size=1, verbose=0), expected, atol=1e-5)
+    clf.fit(x, y, batch_size=1, epochs=2, verbose=0)
+    assert int(keras.ops.convert_to_numpy(clf.optimizer.iterations)) == 12
+    with pytest.raises(ValueError, match="steps_per_execution=2 does not divide the 5 batches"):
+        clf.fit(x[:5], y[:5], batch_size=1, verbose=0)

@@ -672,6 +672,15 @@ class Task(keras.Model):
                          "_torch_step"):
                 object.__setattr__(self, name, None)
             if keyed:  # n batches an epoch, counted without building the pipeline, or None
+                every = self._steps_per_execution()
+                if x.steps and x.steps % every:
+                    # Keras runs whole executions on our repeated pipeline: the epoch's last
+                    # one would train on the next epoch's batches (5 batches, 2 a run: 6 steps)
+                    raise ValueError(
+                        f"steps_per_execution={every} does not divide the {x.steps} batches of "
+                        f"an epoch: the last execution would train on the next epoch's "
+                        f"batches. Compile with a steps_per_execution that divides {x.steps}, "
+                        f"or choose batch_size so that it does.")
                 if x.steps:
                     kwargs = dict(kwargs, steps_per_epoch=x.steps)
                 self._restore_backups(kwargs, x.steps)
@@ -679,7 +688,7 @@ class Task(keras.Model):
                 x, kwargs = build(None, kwargs)
             else:
                 finite = x
-                x, kwargs = one_iterator(x, kwargs)
+                x, kwargs = one_iterator(x, kwargs, every=self._steps_per_execution())
                 self._restore_backups(kwargs, kwargs.get("steps_per_epoch"))
                 if x is not finite:  # our pipeline, repeated: n batches an epoch
                     x, kwargs = self._resume_position(x, kwargs)
@@ -689,7 +698,8 @@ class Task(keras.Model):
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
                 vx, vy, vw, _ = self._prepare(*data, training=False)
-                vx, kwargs = one_iterator(vx, kwargs, "validation_steps")
+                vx, kwargs = one_iterator(vx, kwargs, "validation_steps",
+                                          every=self._steps_per_execution())
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
             elif isinstance(validation_data, tf.data.Dataset):  # model inputs: ids checked
                 validation_data = self._checked_model_inputs(validation_data)
@@ -776,6 +786,10 @@ class Task(keras.Model):
         held = tuple(v for v in (part(x, cut, n), part(y, cut, n), part(sample_weight, cut, n))
                      if v is not None)
         return part(x, 0, cut), part(y, 0, cut), part(sample_weight, 0, cut), held
+
+    def _steps_per_execution(self):
+        """Keras' `steps_per_execution` of the compiled model (1 before `compile`)."""
+        return int(getattr(self, "steps_per_execution", None) or 1)
 
     def _restore_backups(self, kwargs, steps_per_epoch):
         """Restores the `BackupAndRestore` callbacks' backups now (Keras restores in
@@ -991,7 +1005,7 @@ class Task(keras.Model):
         self._check_labels_given(x, y, "evaluate")
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
-        x, kwargs = one_iterator(x, kwargs, "steps")
+        x, kwargs = one_iterator(x, kwargs, "steps", every=self._steps_per_execution())
         with self._variables_restored_on_error():
             return super().evaluate(x=without_autotune_model(x), y=y, batch_size=batch_size,
                                     sample_weight=sample_weight, **kwargs)
@@ -1000,7 +1014,8 @@ class Task(keras.Model):
     def predict(self, x=None, batch_size=None, **kwargs):
         x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
         if isinstance(x, tf.data.Dataset):
-            x, kwargs = one_iterator(x.map(lambda *data: data[0]), kwargs, "steps")
+            x, kwargs = one_iterator(x.map(lambda *data: data[0]), kwargs, "steps",
+                                     every=self._steps_per_execution())
         elif (isinstance(x, dict) and "padding_mask" in x and set(kwargs) <= {"verbose"}
               and keras.backend.backend() != "jax"  # JAX would compile once per length
               and getattr(self.preprocessor, "dynamic_padding", False)):
@@ -1399,18 +1414,23 @@ def batched_examples(examples, batch_size, shuffle=False):
     return ds.ragged_batch(batch_size) if ragged else ds.batch(batch_size)
 
 
-def one_iterator(ds, kwargs, steps="steps_per_epoch"):
+def one_iterator(ds, kwargs, steps="steps_per_epoch", every=1):
     """A dataset of known length n (as our preprocessors make), repeated, with `steps=n` in
     Keras' `kwargs` (`steps_per_epoch` of fit, `validation_steps`, `steps` of evaluate and
     predict): Keras then opens one iterator per fit (per evaluation) and reads n batches from
     it. Given the finite dataset it opens a new iterator every epoch and one more at the end
     that is never read: each instantiates the preprocessing graph again (0.3-1 s for a
     tokenizing pipeline) and refills the shuffle and length-grouping buffers. The batches are
-    the same (each repetition of a shuffled dataset reshuffles, as each new iterator did)."""
+    the same (each repetition of a shuffled dataset reshuffles, as each new iterator did).
+
+    Not when `every` (the model's `steps_per_execution`) does not divide n: Keras runs whole
+    executions of `every` steps on a repeated dataset, so the epoch's last one read the next
+    epoch's batches (5 batches, steps_per_execution=2: 6 optimizer steps, evaluation and
+    predictions over 6); a finite dataset ends it where the data ends, as for arrays."""
     if not isinstance(ds, tf.data.Dataset) or kwargs.get(steps) is not None:
         return ds, kwargs
     n = int(ds.cardinality())
-    if n <= 0:  # unknown (a corpus stream) or infinite: Keras opens one iterator per epoch
+    if n <= 0 or n % max(int(every), 1):  # unknown (a stream) or infinite; or see above
         return ds, kwargs
     return ds.repeat(), dict(kwargs, **{steps: n})
 
