@@ -435,3 +435,36 @@ def test_steps_per_execution_never_reads_past_the_data():
     assert int(keras.ops.convert_to_numpy(clf.optimizer.iterations)) == 12
     with pytest.raises(ValueError, match="steps_per_execution=2 does not divide the 5 batches"):
         clf.fit(x[:5], y[:5], batch_size=1, verbose=0)
+
+
+def test_model_inputs_mask_positions_and_lengths_are_checked_in_memory_and_in_datasets():
+    """`preprocessor=None`: a MaskedLM's `mask_positions` outside the rows were gathered clamped
+    on JAX (NaN losses), wrapped on torch (a wrong finite loss), an error of TF's own on TF;
+    rows longer than the position table in a `tf.data` dataset met a slice or Pad error deep in
+    the model. Both are refused naming the values, in memory and in the input pipeline."""
+    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    mlm.compile(learning_rate=1e-3)
+    x = {"token_ids": np.full((2, 8), 5, "int32"), "segment_ids": np.zeros((2, 8), "int32"),
+         "padding_mask": np.ones((2, 8), "int32"), "mask_positions": np.array([[1, 40], [2, 3]])}
+    y, w = np.array([[5, 6], [7, 8]]), np.ones((2, 2), "float32")
+    with pytest.raises(ValueError, match=r"mask_positions from 1 to 40 for rows of 8 positions"):
+        mlm.fit(x, y, sample_weight=w, verbose=0)
+    data = tf.data.Dataset.from_tensor_slices((x, y, w)).batch(2)
+    with pytest.raises(Exception, match=r"mask_positions from 1 to 40 in a batch of rows of 8"):
+        mlm.fit(data, verbose=0)
+    mlm.fit(dict(x, mask_positions=np.array([[1, 7], [0, 3]])), y, sample_weight=w, verbose=0)
+
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    clf.compile(learning_rate=1e-3)
+    long = {k: np.ones((2, 20), "int32") for k in ("token_ids", "segment_ids", "padding_mask")}
+    labels = np.array([0, 1])
+    message = r"token_ids of 20 positions.*max_sequence_length=16"
+    with pytest.raises(ValueError, match=message):  # a static length: before any tracing
+        clf.fit(tf.data.Dataset.from_tensor_slices((long, labels)).batch(2), verbose=0)
+    unknown = tf.data.Dataset.from_generator(
+        lambda: iter([(long, labels)]), output_signature=(
+            {k: tf.TensorSpec([None, None], tf.int32) for k in long},
+            tf.TensorSpec([None], tf.int64)))
+    with pytest.raises(Exception, match=message):  # in the input pipeline
+        clf.fit(unknown, verbose=0)

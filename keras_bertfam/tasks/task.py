@@ -605,6 +605,9 @@ class Task(keras.Model):
             features = spec[0] if isinstance(spec, tuple) else spec
             if not (isinstance(features, dict) and "token_ids" in features):
                 return x
+            if ids:  # a length known before the data is read: refused before any tracing
+                _check_token_ids_shape(self, tuple(features["token_ids"].shape),
+                                       features["token_ids"].dtype.name)
             def checked(features):
                 for check in checks:
                     features = check(self, features)
@@ -1517,6 +1520,25 @@ def check_ids(task, features):
                                 *index)
 
         checked[key] = tf.cond(in_range, lambda ids=ids: tf.identity(ids), refuse)
+    ids = checked.get("token_ids")
+    if isinstance(ids, tf.Tensor) and ids.shape.rank is not None and ids.shape.rank >= 2:
+        # rows longer than the position table (a JAX or torch slice error, deep in the model)
+        # and MaskedLM's mask_positions outside the row (gathered clamped on JAX: NaN losses)
+        length = tf.shape(ids, out_type=tf.int64)[-1]
+        max_length = getattr(task.backbone, "max_sequence_length", None)
+        if isinstance(max_length, (int, np.integer)) and max_length > 0:
+            checked["token_ids"] = _assert_then(
+                ids, length <= max_length, f"{name} got token_ids of {{}} positions in a batch: "
+                f"{type(task.backbone).__name__} takes at most max_sequence_length={max_length} "
+                "(its position table).", tf.reshape(length, [1]))
+        positions = features.get("mask_positions")
+        if isinstance(positions, tf.Tensor) and positions.dtype.is_integer:
+            wide = tf.cast(positions, tf.int64)  # (none: min is int64's max, max its min)
+            low, high = tf.reduce_min(wide), tf.reduce_max(wide)
+            checked["mask_positions"] = _assert_then(
+                positions, (low >= 0) & (high < length), f"{name} got mask_positions from {{}} "
+                "to {} in a batch of rows of {} positions: expected positions in [0, the rows' "
+                "length).", tf.reshape(low, [1]), high, length)
     return checked
 
 
@@ -1553,6 +1575,17 @@ def _check_ids_in_memory(task, x):
         if low is not None and (low < 0 or high >= size):
             raise ValueError(f"{name} got {key} from {low} to {high}: "
                              + _id_range(task, size, bound))
+    positions, ids = x.get("mask_positions"), x.get("token_ids")
+    length = getattr(ids, "shape", (None,))[-1] if ids is not None else None
+    if positions is not None and isinstance(length, (int, np.integer)) and not isinstance(
+            positions, (tf.data.Dataset, str, bytes)):
+        if isinstance(positions, (list, tuple)):
+            positions = np.asarray(positions)
+        if 0 not in tuple(getattr(positions, "shape", (0,))):
+            low, high = _min_max(positions)
+            if low is not None and (low < 0 or high >= length):
+                raise ValueError(f"{name} got mask_positions from {low} to {high} for rows of "
+                                 f"{length} positions: expected positions in [0, {length}).")
 
 
 def _check_token_ids_shape(task, shape, dtype):
