@@ -74,6 +74,15 @@ def test_spans_start_at_start_pieces_and_are_at_most_max_gram_tokens():
         assert not spans[row, -1]  # a span never reaches the last position (original quirk)
 
 
+def test_span_targets_of_one_row_in_a_traced_function():
+    """A batch of one with a static shape (`XLNetPretrainer(batch_size=1)`'s pipeline) failed to
+    trace: the sampling loop's carried rows had shape (1,) on entry and (None,) after a step."""
+    starts = tf.constant(np.arange(32) % 3 == 0)[None, :]
+    traced = tf.function(lambda s: sample_span_targets(s, tf.constant([1, 2], tf.int64), goal=5))
+    spans = traced(starts).numpy()
+    assert spans.shape == (1, 32) and spans.sum() == 5
+
+
 def test_local_permutation_permutes_within_blocks():
     rank = local_permutation(4, 12, 4, tf.constant([1, 2], tf.int64)).numpy()
     for row in rank:

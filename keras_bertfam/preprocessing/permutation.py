@@ -122,9 +122,11 @@ def sample_span_targets(is_start, seed, goal=None, max_gram=5, mask_alpha=6, mas
         return step + 1, cur, count, stop, mask
 
     zeros = tf.zeros([batch], tf.int32)
-    _, _, count, _, mask = tf.while_loop(
+    rows = tf.TensorShape([None])  # a static batch (1 row) is not the body's: a traced loop
+    _, _, count, _, mask = tf.while_loop(  # refused batch_size=1 ("enters the loop with shape")
         cond, body, [tf.constant(0, tf.int64), zeros, zeros, tf.zeros([batch], tf.bool),
-                     tf.zeros_like(is_start, tf.bool)])
+                     tf.zeros_like(is_start, tf.bool)],
+        shape_invariants=[tf.TensorShape([]), rows, rows, rows, tf.TensorShape([None, None])])
     if goal is not None:  # top-up: uniform without replacement among the unchosen positions
         free = ~mask if valid is None else (~mask & valid)
         keys = tf.random.stateless_uniform(tf.shape(mask), _fold(seed, -1))
