@@ -258,6 +258,23 @@ def test_question_answering_heads(family, tmp_path):
 
 
 @pytest.mark.multibackend  # no tf.data: HF (torch) is only the reference
+@pytest.mark.parametrize("head,task", [("SequenceClassification", kb.tasks.TextClassifier),
+                                       ("TokenClassification", kb.tasks.TokenClassifier)])
+def test_hf_classifier_labels_are_read_when_num_classes_is_not_given(head, task, tmp_path):
+    """HF's `AutoModelFor*.from_pretrained` reads the checkpoint's labels (`id2label`); ours
+    built 2 classes and dropped the 3-label head with a shape warning. Given, `num_classes`
+    still wins."""
+    hf = _hf_head_model("electra", head, num_labels=3)
+    path = _save(hf, tmp_path / "hf")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = task.from_preset(path, preprocessor=None)
+    assert clf.num_classes == 3
+    assert not [w for w in caught if "not loaded" in str(w.message)]
+    x = _family_inputs("electra", clf.backbone)
+    assert _max_diff(clf(x, training=False), _hf(hf, x).logits) <= 1e-4
+
+
 @pytest.mark.parametrize("num_labels", [3, 1])
 @pytest.mark.parametrize("family", sorted(HEAD_FAMILIES))
 def test_sequence_classification_heads(family, num_labels, tmp_path):

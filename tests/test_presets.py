@@ -223,6 +223,27 @@ def test_a_preset_without_checksums_is_checked_finite(tmp_path):
         kb.models.BertBackbone.from_preset(path)
 
 
+def test_a_task_preset_reloaded_with_another_num_classes_gets_a_new_head(tmp_path, bert_vocab):
+    """keras-hub's `from_preset(..., num_classes=)` on a fine-tuned task builds a new head; ours
+    said the task weights file was "corrupt or saved from another config". Now the head is new,
+    with a warning naming the saved and given values, and the backbone is the preset's."""
+    backbone = kb.models.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32, max_sequence_length=16)
+    pre = kb.preprocessing.finetuning.TextClassifierPreprocessor(
+        kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True), 8)
+    kb.tasks.TextClassifier(backbone, num_classes=3, preprocessor=pre).save_to_preset(
+        str(tmp_path / "clf"))
+    same = kb.tasks.TextClassifier.from_preset(str(tmp_path / "clf"))
+    assert same.num_classes == 3
+    with pytest.warns(UserWarning, match=r"saved with \{'num_classes': 3\}; with "
+                      r"\{'num_classes': 5\}.*the head is new"):
+        other = kb.tasks.TextClassifier.from_preset(str(tmp_path / "clf"), num_classes=5)
+    assert other.num_classes == 5
+    x = _ids()
+    np.testing.assert_allclose(to_numpy(other.backbone(x)["sequence_output"]),
+                               to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+
+
 def test_a_preset_reloads_the_tokenizer_it_was_saved_with(tmp_path, bert_vocab):
     """A preset rebuilds its tokenizer from the class and options it was saved with: a WordPiece
     vocabulary on an XLNet backbone, XLNet's SentencePiece on a BERT one (both failed to load:

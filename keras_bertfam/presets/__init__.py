@@ -206,8 +206,17 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     loader = get_loader(preset, download)
     check_task_family(cls, loader)
     saved = loader.saved_task(cls) if load_weights or loader.kind == "ours" else {}
+    # the saved task's arguments the caller gives other values (num_classes=5 on a 3-class
+    # preset): its head weights then do not fit, and the head is new (as keras-hub's)
+    changed = {k: v for k, v in kwargs.items()
+               if k in saved.get("config", {}) and saved["config"][k] != v}
     kwargs = dict(saved.get("config", {}), **kwargs)
     from_hf = load_weights and isinstance(loader, HFDirLoader)
+    if from_hf and loader.kind == "hf" and "num_classes" not in kwargs and "num_classes" in (
+            inspect.signature(cls.__init__).parameters):
+        labels = _hf_num_labels(cls, loader)
+        if labels:  # HF's *ForSequenceClassification / *ForTokenClassification: its labels
+            kwargs["num_classes"] = labels
     # keras-hub's `dtype=` builds the backbone with that policy (the task's layers follow it)
     dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
     backbone = loader.load_backbone(load_weights=load_weights,
@@ -225,10 +234,33 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         _pop_preprocessor_args(cls, kwargs)
     task = cls(backbone=backbone, preprocessor=preprocessor, **kwargs)
     if saved and load_weights:
-        loader.load_task_weights(task)
+        try:
+            loader.load_task_weights(task)
+        except checkpoints.CheckpointError as e:
+            if not changed or isinstance(e, integrity.IntegrityError):
+                raise
+            import warnings
+
+            warnings.warn(
+                f"{preset!r} holds a {cls.__name__} saved with "
+                f"{ {k: saved['config'][k] for k in changed} }; with {changed} its task weights do "
+                f"not fit, so the head is new (its backbone's weights are the preset's).",
+                stacklevel=3)
     elif from_hf:
         load_hf_heads(task, loader, download=download, warn_no_pooler=True)
     return task
+
+
+def _hf_num_labels(cls, loader):
+    """The label count of an HF checkpoint of `cls`'s own head (its config's `id2label`, or
+    `num_labels`), as HF's `AutoModelFor*.from_pretrained` reads it; None for another model."""
+    cfg = checkpoints.read_hf_config(loader.hf_model_dir())
+    architecture = (loader.family.hf_task_architectures or {}).get(cls.__name__)
+    if architecture is None or architecture not in (cfg.get("architectures") or ()):
+        return None
+    labels = cfg.get("id2label")
+    count = len(labels) if isinstance(labels, dict) and labels else cfg.get("num_labels")
+    return count if isinstance(count, int) and count > 0 else None
 
 
 def check_task_family(cls, loader):
