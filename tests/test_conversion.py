@@ -257,7 +257,6 @@ def test_question_answering_heads(family, tmp_path):
                                ref.start_logits, atol=1e-5)
 
 
-@pytest.mark.multibackend  # no tf.data: HF (torch) is only the reference
 @pytest.mark.parametrize("head,task", [("SequenceClassification", kb.tasks.TextClassifier),
                                        ("TokenClassification", kb.tasks.TokenClassifier)])
 def test_hf_classifier_labels_are_read_when_num_classes_is_not_given(head, task, tmp_path):
@@ -275,6 +274,7 @@ def test_hf_classifier_labels_are_read_when_num_classes_is_not_given(head, task,
     assert _max_diff(clf(x, training=False), _hf(hf, x).logits) <= 1e-4
 
 
+@pytest.mark.multibackend  # no tf.data: HF (torch) is only the reference
 @pytest.mark.parametrize("num_labels", [3, 1])
 @pytest.mark.parametrize("family", sorted(HEAD_FAMILIES))
 def test_sequence_classification_heads(family, num_labels, tmp_path):
