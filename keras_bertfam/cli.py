@@ -948,9 +948,9 @@ def export(args):
     _import_tensorflow(args)
     tf_text = args.tf_text if args.audit else None
     if tf_text:  # checked before anything is written
-        from keras_bertfam.export import TF_TEXT_OPS
+        from keras_bertfam.export import TF_TEXT_OPS, tf_text_ops
 
-        if ".".join(str(tf_text).split(".")[:2]) not in TF_TEXT_OPS:
+        if tf_text_ops(tf_text) is None:
             raise CommandError(
                 f"--tf-text {tf_text} is not a tf-text release the audit knows: expected "
                 f"{', '.join(k + '.x' for k in sorted(TF_TEXT_OPS))} (2.12.1: TF Serving "

@@ -80,29 +80,14 @@ def core_registry(version):
     return _read_core_registry(version)
 
 
+def tf_text_ops(release):
+    """The op set of a tf-text release ("2.12.1", "2.20"; by major.minor), or None for one the
+    audit does not know."""
+    return TF_TEXT_OPS.get(".".join(str(release).split(".")[:2]))
+
+
 class UnsupportedOpsError(ValueError):
     """The SavedModel uses ops the target TF Serving does not register."""
-
-
-def _check_tokenizer_fits(tokenizer, model):
-    """Every id the tokenizer emits has a row in each backbone's embedding table (the check a
-    task makes of its preprocessor's tokenizer when built): else every request would fail."""
-    import numpy as np
-
-    from keras_bertfam.tasks.task import _backbones, _vocabulary_size
-
-    size = _vocabulary_size(tokenizer)
-    if size is None:
-        return
-    backbones = _backbones(model) if hasattr(model, "backbone") else [model]
-    for backbone in backbones or [getattr(model, "backbone", model)]:
-        rows = getattr(backbone, "vocabulary_size", None)
-        if isinstance(rows, (int, np.integer)) and size > rows:
-            raise ValueError(
-                f"The tokenizer's vocabulary has {size} tokens but {type(backbone).__name__}'s "
-                f"embedding table has vocabulary_size={rows} rows: ids {rows}..{size - 1} have "
-                f"no embedding, and every request holding one would fail. Expected a tokenizer "
-                f"of at most {rows} tokens (the model's own: tokenizer=None).")
 
 
 def _require_tensorflow():
@@ -195,7 +180,11 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             "A string signature needs a tokenizer: attach a preprocessor (from_preset does) or "
             "pass tokenizer=, or export with include_preprocessing=False."
         )
-    _check_tokenizer_fits(tokenizer, model)
+    # the check a task makes of its preprocessor's tokenizer when built, for a tokenizer= given
+    from keras_bertfam.tasks.task import _backbones, check_tokenizer_fits
+
+    check_tokenizer_fits(tokenizer, (_backbones(model) if is_task else None) or [backbone],
+                         served=True)
     # XLNet's relative positions have no maximum length
     max_length = getattr(backbone, "max_sequence_length", None)
     sequence_length = sequence_length or getattr(preprocessor, "sequence_length", None) or max_length
@@ -581,10 +570,9 @@ def audit_ops(export_dir, tf_text="2.12.1", tensorflow="auto", raise_on_error=Tr
     """
     allowed_text = frozenset()
     if tf_text is not None:
-        key = ".".join(str(tf_text).split(".")[:2])
-        if key not in TF_TEXT_OPS:
+        allowed_text = tf_text_ops(tf_text)
+        if allowed_text is None:
             raise ValueError(f"Unknown tf-text release {tf_text!r}; known: 2.12.x, 2.20.x, 2.21.x.")
-        allowed_text = TF_TEXT_OPS[key]
     if tensorflow == "auto":
         tensorflow = _TF_FOR_TF_TEXT.get(".".join(str(tf_text).split(".")[:2])) if tf_text else None
     if tensorflow is None:

@@ -134,7 +134,7 @@ class QuestionAnswerer(Task):
         as `answer()` scores one window. From strings (`serving_default`) also the answer in the
         context: `answer_start` / `answer_end`, Unicode-character offsets into the original
         context string (`context[answer_start:answer_end]` in Python; -1 when the context is
-        empty), and `answer_text`. Each window's `null_score`: the start + end logits at its
+        empty; `serving_strings` adds the example's `answer_text`). Each window's `null_score`: the start + end logits at its
         classification token (`is_cls`; NaN for a packed row without one), of which
         `serving_strings` keeps each example's minimum (the `token_ids` signature gives it per
         row)."""
@@ -364,8 +364,8 @@ def check_answers(contexts, answer_starts, answer_texts):
 
 def answer_in_context(features, span_start, span_end, span_score):
     """Token span -> character offsets into the original context (serving only: TensorFlow
-    ops), and the answer text where `features` hold each row's `context`. The offsets come from
-    `tokenize_with_offsets`, packed like the tokens (-1 off the context)."""
+    ops; `serving_strings` cuts the answer text once per example, `answer_text`). The offsets
+    come from `tokenize_with_offsets`, packed like the tokens (-1 off the context)."""
     import tensorflow as tf
 
     found = span_score > -1e8  # some context token was allowed
@@ -373,10 +373,7 @@ def answer_in_context(features, span_start, span_end, span_score):
     char_end = tf.gather(features["context_char_end"], span_end, batch_dims=1)
     char_start = tf.where(found, char_start, -1)
     char_end = tf.where(found, char_end, -1)
-    out = {"answer_start": char_start, "answer_end": char_end}
-    if "context" in features:
-        out["answer_text"] = answer_text(features["context"], char_start, char_end)
-    return out
+    return {"answer_start": char_start, "answer_end": char_end}
 
 
 def answer_text(context, char_start, char_end):

@@ -1321,23 +1321,32 @@ def check_backbone_and_preprocessor(task):
                 f"{called[layout]}'s."
                 f" Give each task a preprocessor of its own.")
         preprocessor._task_layout = layout
-    tokenizer = getattr(preprocessor, "tokenizer", None)
-    for backbone in backbones:
-        size = _vocabulary_size(tokenizer)
-        if size is not None:
-            if size > backbone.vocabulary_size:
-                raise ValueError(
-                    f"The tokenizer's vocabulary has {size} tokens but {type(backbone).__name__}"
-                    f"'s embedding table has vocabulary_size={backbone.vocabulary_size} rows: "
-                    f"ids {backbone.vocabulary_size}..{size - 1} have no embedding. Expected a "
-                    f"tokenizer of at most {backbone.vocabulary_size} tokens (or a backbone built "
-                    f"with vocabulary_size >= {size}).")
+    check_tokenizer_fits(getattr(preprocessor, "tokenizer", None), backbones)
     tables = [(b.max_sequence_length, type(b).__name__) for b in backbones
               if isinstance(getattr(b, "max_sequence_length", None), (int, np.integer))]
     if preprocessor is not None and tables:
         table = min(tables)  # the shortest table bounds every model the task runs
         check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
         preprocessor._position_table = table  # a `sequence_length` set later is checked then
+
+
+def check_tokenizer_fits(tokenizer, backbones, served=False):
+    """Every token id `tokenizer` can emit has a row in each backbone's embedding table (JAX
+    would gather out of range silently: NaN logits). `served`: the export's string signature,
+    whose every request holding such an id would fail."""
+    size = _vocabulary_size(tokenizer)
+    if size is None:
+        return
+    for backbone in backbones:
+        rows = getattr(backbone, "vocabulary_size", None)
+        if isinstance(rows, (int, np.integer)) and size > rows:
+            raise ValueError(
+                f"The tokenizer's vocabulary has {size} tokens but {type(backbone).__name__}'s "
+                f"embedding table has vocabulary_size={rows} rows: ids {rows}..{size - 1} have "
+                f"no embedding" + (", and every request holding one would fail" if served else "")
+                + f". Expected a tokenizer of at most {rows} tokens ("
+                + ("the model's own: tokenizer=None" if served else
+                   f"or a backbone built with vocabulary_size >= {size}") + ").")
 
 
 def _vocabulary_size(tokenizer):
