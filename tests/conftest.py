@@ -23,6 +23,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# A worker's own temporary directory (TMPDIR, so its subprocesses use it too), which it removes
+# as it leaves (pytest_unconfigure). TensorFlow's autograph writes each function it converts to a
+# temporary .py file and deletes it in an atexit hook, which a worker's `os._exit` skips: ~700
+# files were left in /tmp by each `make test`. (Test files import this module a second time as
+# `tests.conftest`: the variable keeps that from making a second directory.)
+if os.environ.get("PYTEST_XDIST_WORKER") and "KB_TEST_TMPDIR" not in os.environ:
+    import tempfile
+
+    os.environ["KB_TEST_TMPDIR"] = os.environ["TMPDIR"] = tempfile.tempdir = tempfile.mkdtemp(
+        prefix=f"kb-test-{os.environ['PYTEST_XDIST_WORKER']}-")
+
 # Keras imports scikit-learn and pandas when they are installed (its scikit-learn wrappers, its
 # pandas inputs), TensorFlow imports JAX (tf.lite): ~2.7 s of CPU in every test process, for
 # modules no test here uses (JAX: none outside the JAX run; test_distribute's JAX engines are
@@ -140,6 +151,10 @@ def pytest_unconfigure(config):
     `make test`. A test's subprocesses are waited for by the test; the XLA and JAX caches
     are written as each program compiles."""
     if hasattr(config, "workerinput"):
+        import shutil
+
+        if os.environ.get("KB_TEST_TMPDIR"):
+            shutil.rmtree(os.environ["KB_TEST_TMPDIR"], ignore_errors=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
