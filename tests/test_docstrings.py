@@ -17,6 +17,7 @@ MODULES = [
     "keras_bertfam.layers.longformer_attention",
     "keras_bertfam.layers.relative_attention",
     "keras_bertfam.models.albert",
+    "keras_bertfam.models.backbone",
     "keras_bertfam.models.bert",
     "keras_bertfam.models.distil_bert",
     "keras_bertfam.models.electra",

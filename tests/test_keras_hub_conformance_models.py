@@ -464,3 +464,188 @@ def test_bert_from_preset_dtype():
     backbone = kb.models.BertBackbone.from_preset("bert_tiny_en_uncased", load_weights=False,
                                                   dtype="bfloat16")
     _check_policy(backbone, "bfloat16")
+
+
+# === LoRA: keras-hub's Backbone.enable_lora / save_lora_weights / load_lora_weights ===
+LORA_FAMILIES = {
+    "bert": (kb.models.BertBackbone, {}, None),
+    "albert": (kb.models.AlbertBackbone, {"embedding_dim": 8, "num_groups": 1}, None),
+    # the global projections too (their attention reads `kernel` itself: LoRA's merged one)
+    "longformer": (kb.models.LongformerBackbone, {"attention_window": 2},
+                   ["query", "value", "key_global", "value_global"]),
+}
+
+
+def _lora_inputs(family):
+    x = dict(X)
+    if family == "longformer":
+        x = {"token_ids": X["token_ids"], "padding_mask": X["padding_mask"],
+             "global_attention_mask": np.array([[1, 0, 0, 0, 0]], "int32")}
+    return x
+
+
+def _perturb_lora(backbone, seed=0):
+    rng = np.random.default_rng(seed)
+    for w in backbone.weights:
+        if w.path.endswith(("lora_kernel_a", "lora_kernel_b")):
+            w.assign(rng.normal(0.0, 0.5, tuple(w.shape)).astype("float32"))
+
+
+def test_enable_lora_adapts_what_keras_hubs_adapts():
+    """keras-hub's `backbone.enable_lora(4)` on the same BERT: the same trainable weights (the
+    query / value projections' factors and biases), the output unchanged until they train."""
+    config = dict(vocabulary_size=50, num_layers=2, num_heads=2, hidden_dim=16,
+                  intermediate_dim=32)
+    theirs = keras_hub.models.BertBackbone(**config, max_sequence_length=32)
+    ours = kb.models.BertBackbone(**config, max_sequence_length=32)
+    before = to_numpy(ours(X)["sequence_output"])
+    theirs.enable_lora(4)
+    ours.enable_lora(4)
+
+    def trainable(model):
+        return sorted((w.path.split("/")[-2], w.path.split("/")[-1], tuple(w.shape))
+                      for w in model.trainable_weights)
+
+    assert trainable(ours) == trainable(theirs)
+    assert len(ours.trainable_weights) == 2 * 2 * 3
+    np.testing.assert_array_equal(to_numpy(ours(X)["sequence_output"]), before)
+
+
+@pytest.mark.parametrize("family", sorted(LORA_FAMILIES))
+def test_lora_weights_round_trip_and_saving_merges_them(family, tmp_path):
+    cls, extra, targets = LORA_FAMILIES[family]
+    keras.utils.set_random_seed(1)
+    backbone = cls(**TINY, **extra)
+    x = _lora_inputs(family)
+    plain = to_numpy(backbone(x)["sequence_output"])
+    backbone.save_weights(str(tmp_path / "base.weights.h5"))
+    backbone.enable_lora(2, target_layer_names=targets)
+    _perturb_lora(backbone)
+    adapted = to_numpy(backbone(x)["sequence_output"])
+    assert np.abs(adapted - plain).max() > 1e-2  # every adapted layer is read through LoRA
+
+    # The factors alone, into a fresh backbone with the same base weights.
+    backbone.save_lora_weights(str(tmp_path / "adapter.lora.h5"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter.lora.h5", "base.weights.h5"]
+    fresh = cls(**TINY, **extra)
+    fresh.load_weights(str(tmp_path / "base.weights.h5"))
+    if targets is not None:
+        fresh.enable_lora(2, target_layer_names=targets)
+    fresh.load_lora_weights(str(tmp_path / "adapter.lora.h5"))
+    np.testing.assert_allclose(to_numpy(fresh(x)["sequence_output"]), adapted, atol=1e-5)
+
+    # A `.keras` file and a preset hold the merged kernels: the same outputs, no LoRA left.
+    backbone.save(str(tmp_path / "merged.keras"))
+    reloaded = keras.saving.load_model(str(tmp_path / "merged.keras"))
+    np.testing.assert_allclose(to_numpy(reloaded(x)["sequence_output"]), adapted, atol=1e-5)
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    preset = cls.from_preset(str(tmp_path / "preset"))
+    assert not any("lora" in w.path for w in preset.weights)
+    np.testing.assert_allclose(to_numpy(preset(x)["sequence_output"]), adapted, atol=1e-5)
+
+
+def test_lora_trains_only_the_factors_biases_and_the_task_head():
+    backbone = kb.models.BertBackbone(**TINY)
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    classifier.backbone.enable_lora(rank=2)
+    before = {w.path: to_numpy(w) for w in classifier.weights}
+    classifier.compile(optimizer=keras.optimizers.Adam(1e-2))
+    x = {k: np.repeat(v, 4, axis=0) for k, v in X.items()}
+    classifier.fit(x, np.array([0, 1, 0, 1]), batch_size=4, epochs=2, verbose=0)
+    changed = {w.path for w in classifier.weights
+               if not np.array_equal(to_numpy(w), before[w.path])}
+    assert changed and all("lora_kernel" in p or "/query/bias" in p or "/value/bias" in p
+                           or not p.startswith(backbone.name) for p in changed), changed
+    assert any("lora_kernel_b" in p for p in changed)
+    assert any(not p.startswith(backbone.name) for p in changed)  # the head trains
+
+
+def test_lora_arguments_and_files_are_checked(tmp_path):
+    backbone = kb.models.BertBackbone(**TINY)
+    for rank in (0, -1, True, 2.0, "4"):
+        with pytest.raises(ValueError, match=f"rank must be a positive integer, got {rank!r}"):
+            backbone.enable_lora(rank)
+    with pytest.raises(ValueError, match="must be a list of layer names, got 'query'"):
+        backbone.enable_lora(2, target_layer_names="query")
+    with pytest.raises(ValueError, match=r"no layer .* named one of \['qkv'\].*'query'"):
+        backbone.enable_lora(2, target_layer_names=["qkv"])
+    with pytest.raises(ValueError, match="has no LoRA layers; call `enable_lora"):
+        backbone.save_lora_weights(str(tmp_path / "a.lora.h5"))
+    xlnet = kb.models.XLNetBackbone(**TINY)
+    with pytest.raises(ValueError, match="XLNet's relative attention .* takes no LoRA"):
+        xlnet.enable_lora(2)
+
+    backbone.enable_lora(2)
+    with pytest.raises(ValueError, match=r"already enabled .* \(rank 2\)"):
+        backbone.enable_lora(2)
+    with pytest.raises(ValueError, match=r"must end in `\.lora\.h5`, got '.*a\.h5'"):
+        backbone.save_lora_weights(str(tmp_path / "a.h5"))
+    path = str(tmp_path / "a.lora.h5")
+    backbone.save_lora_weights(path)
+
+    with pytest.raises(ValueError, match=r"holds rank-2 LoRA weights, .*enable_lora\(rank=3\)"):
+        other = kb.models.BertBackbone(**TINY)
+        other.enable_lora(3)
+        other.load_lora_weights(path)
+    deeper = kb.models.BertBackbone(**dict(TINY, num_layers=3))
+    with pytest.raises(ValueError, match=r"for layers \[.*\], this backbone's LoRA layers are"):
+        deeper.load_lora_weights(path)
+    wider = kb.models.BertBackbone(**dict(TINY, hidden_dim=32))
+    with pytest.raises(ValueError, match=r"lora_kernel_a has shape \(16, 2, 2\), expected "
+                                         r"\(32, 2, 2\)"):
+        wider.load_lora_weights(path)
+    for name, data in (("missing.lora.h5", None), ("text.lora.h5", b"not an h5 file")):
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match=f"'{tmp_path / name}' is not a readable LoRA"):
+            kb.models.BertBackbone(**TINY).load_lora_weights(str(tmp_path / name))
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        key = sorted(f["lora"].keys(), key=int)[0]
+        data = f["lora"][key]["lora_kernel_b"]
+        data[...] = np.full(data.shape, np.nan, "float32")
+    fresh = kb.models.BertBackbone(**TINY)
+    with pytest.raises(ValueError, match="lora_kernel_b holds non-finite values"):
+        fresh.load_lora_weights(path)
+    # nothing changed: no LoRA enabled, nothing frozen, nothing assigned
+    assert not any("lora" in w.path for w in fresh.weights)
+    assert len(fresh.trainable_weights) == len(fresh.weights)
+
+
+def _lora_classifier():
+    keras.utils.set_random_seed(0)
+    backbone = kb.models.BertBackbone(**TINY)
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    backbone.enable_lora(2)
+    classifier.compile(optimizer=kb.tasks.AdamW(1e-2))
+    return classifier
+
+
+def test_lora_weights_file_restores_the_factors(tmp_path):
+    """Keras saves a LoRA layer's merged kernel and zeroes its factors on load (a run resumed
+    from a backup on TensorFlow then diverged by 0.43 in 2 steps); ours keep the factors apart,
+    so a backup or checkpoint restores every variable, optimizer included. A plain kernel loaded
+    into a LoRA layer gets new factors whose product is zero (not two zero factors, which get
+    no gradient)."""
+    x = {k: np.repeat(v, 4, axis=0) for k, v in X.items()}
+    trained = _lora_classifier()
+    trained.fit(x, np.array([0, 1, 0, 1]), batch_size=4, epochs=2, verbose=0)
+    trained.save_weights(str(tmp_path / "half.weights.h5"))
+    resumed = _lora_classifier()
+    resumed.optimizer.build(resumed.trainable_variables)
+    resumed.load_weights(str(tmp_path / "half.weights.h5"))
+    saved = trained.weights + trained.optimizer.variables
+    for a, b in zip(saved, resumed.weights + resumed.optimizer.variables):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b), err_msg=a.path)
+    assert any(w.path.endswith("lora_kernel_b") for w in saved)
+
+    plain = kb.models.BertBackbone(**TINY)
+    plain.save_weights(str(tmp_path / "plain.weights.h5"))
+    adapted = kb.models.BertBackbone(**TINY)
+    adapted.enable_lora(2)
+    adapted.load_weights(str(tmp_path / "plain.weights.h5"))
+    np.testing.assert_allclose(to_numpy(adapted(X)["sequence_output"]),
+                               to_numpy(plain(X)["sequence_output"]), atol=1e-6)
+    factors = [to_numpy(w) for w in adapted.weights if w.path.endswith("lora_kernel_a")]
+    assert factors and all(np.abs(f).max() > 0 for f in factors)

@@ -38,6 +38,45 @@ class HeadsDense(keras.layers.EinsumDense):
         lead = tuple(ops.shape(inputs))[:2]  # (B, T)
         return self.call_on_rows(ops.reshape(inputs, (-1, width)), lead)
 
+    # === Saving: a LoRA layer's factors kept apart ===
+    # Keras' EinsumDense saves a LoRA layer's merged kernel and zeroes both factors when loading
+    # into one, after which neither gets a gradient: a LoRA run resumed from a backup or a
+    # checkpoint (`load_weights`) would train its biases only. Here a LoRA layer saves its base
+    # kernel, bias, factors and scale; a layer without LoRA merges them when it loads them (a
+    # `.keras` file or preset of a LoRA model loads as plain layers); a LoRA layer given a plain
+    # kernel keeps it and starts new factors (as `enable_lora` does) instead of zeros.
+    def _lora_values(self):
+        bias = [] if self.bias is None else [self.bias]
+        scale = np.float32(self.lora_alpha / self.lora_rank)
+        return [self._kernel, *bias, self.lora_kernel_a, self.lora_kernel_b, scale]
+
+    def save_own_variables(self, store):
+        if not (self.built and self.lora_enabled and self.quantization_mode is None):
+            return super().save_own_variables(store)
+        for i, value in enumerate(self._lora_values()):
+            store[str(i)] = value
+
+    def load_own_variables(self, store):
+        plain = 1 + (self.bias is not None)
+        if self.quantization_mode is not None or len(store.keys()) not in (plain, plain + 3):
+            return super().load_own_variables(store)
+        values = [store[str(i)] for i in range(len(store.keys()))]
+        if len(values) == plain + 3:  # saved with LoRA
+            kernel, (a, b, scale) = values[0], values[plain:]
+            if self.lora_enabled:
+                for variable, value in zip(self._lora_values()[:-1], values[:-1]):
+                    variable.assign(value)
+                return
+            merged = ops.add(kernel, ops.multiply(
+                ops.cast(np.asarray(scale), "float32"), ops.matmul(a, b)))
+            values = [ops.cast(merged, self._kernel.dtype)] + values[1:plain]
+        self._kernel.assign(values[0])
+        if self.bias is not None:
+            self.bias.assign(values[1])
+        if self.lora_enabled:  # a plain kernel: new factors, their product zero
+            self.lora_kernel_a.assign(keras.initializers.HeUniform()(self.lora_kernel_a.shape))
+            self.lora_kernel_b.assign(ops.zeros(self.lora_kernel_b.shape))
+
     def call_on_rows(self, rows, lead):
         """The layer's output from its input's rows (B·T, K) (its contracted axes flattened)
         and `lead`, (B, T): one MatMul, the bias added to the (B·T, M) product as a vector

@@ -165,6 +165,162 @@ class Backbone(keras.Model):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
 
+    # === LoRA (keras-hub's `Backbone` API) ===
+    def default_lora_layer_names(self):
+        """The names of the layers `enable_lora()` adapts by default: each attention's query
+        and value projections (ours are named "query" / "value"; keras-hub's "query_dense" /
+        "value_dense" are kept so that target lists written for keras-hub work)."""
+        return ["query_dense", "value_dense", "query", "value"]
+
+    def _weighted_layers(self):
+        """The backbone's layers that hold weights, in Keras' order (each shared layer once):
+        the LoRA file's layer indices count these, as keras-hub's do."""
+        return [layer for layer in self._flatten_layers(include_self=False) if layer.weights]
+
+    def enable_lora(self, rank, target_layer_names=None):
+        """Freezes every weight of the backbone and gives the layers named in
+        `target_layer_names` (default `default_lora_layer_names()`) a trainable low-rank
+        update of `rank` (LoRA, Hu et al. 2021; Keras' `EinsumDense.enable_lora`), as
+        keras-hub's `Backbone.enable_lora`: the adapted layers' biases stay trainable, a task's
+        own head stays trainable. Saving (`.keras`, `save_weights`, `save_to_preset`) writes
+        the merged kernels; `save_lora_weights` writes the low-rank factors alone.
+
+        >>> import keras_bertfam as kb
+        >>> backbone = kb.models.BertBackbone(vocabulary_size=100, num_layers=2, num_heads=2,
+        ...                                   hidden_dim=8, intermediate_dim=16)
+        >>> backbone.enable_lora(rank=2)
+        >>> [w.path.split("/")[-2:] for w in backbone.trainable_weights][:3]
+        [['query', 'bias'], ['query', 'lora_kernel_a'], ['query', 'lora_kernel_b']]
+        """
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
+            raise ValueError(f"enable_lora: rank must be a positive integer, got {rank!r}.")
+        if target_layer_names is None:
+            target_layer_names = self.default_lora_layer_names()
+        if isinstance(target_layer_names, str) or not all(
+                isinstance(name, str) for name in target_layer_names):
+            raise ValueError(
+                f"enable_lora: target_layer_names must be a list of layer names, got "
+                f"{target_layer_names!r}.")
+        if getattr(self, "_lora_enabled_layers", None):
+            raise ValueError(
+                f"enable_lora: LoRA is already enabled on this {type(self).__name__} (rank "
+                f"{self._lora_rank}); it can be enabled once.")
+        layers, targets = self._weighted_layers(), self._lora_targets(target_layer_names)
+        self.trainable = True
+        for layer in self._flatten_layers(include_self=False):
+            layer.trainable = False
+        for i in targets:
+            layers[i].trainable = True
+            layers[i].enable_lora(int(rank))
+        self._lora_rank = int(rank)
+        self._lora_enabled_layers = targets
+
+    # Where a family's attention keeps its projections outside EinsumDense layers (XLNet).
+    _lora_note = ""
+
+    def _lora_targets(self, names):
+        """The indices (in `_weighted_layers()`) of the layers named in `names` that take LoRA."""
+        layers = self._weighted_layers()
+        targets = [i for i, layer in enumerate(layers)
+                   if layer.name in names and hasattr(layer, "enable_lora")]
+        if not targets:
+            adaptable = sorted({layer.name for layer in layers if hasattr(layer, "enable_lora")})
+            raise ValueError(
+                f"enable_lora: no layer of this {type(self).__name__} named one of "
+                f"{list(names)} takes LoRA; its layers that do are named {adaptable}."
+                + self._lora_note)
+        return targets
+
+    def save_lora_weights(self, filepath):
+        """Writes the LoRA factors of `enable_lora()` to `filepath` (a name ending in
+        `.lora.h5`, as keras-hub's), whole or not at all (written beside it, then renamed)."""
+        import os
+
+        import h5py
+
+        if not getattr(self, "_lora_enabled_layers", None):
+            raise ValueError(
+                f"save_lora_weights: this {type(self).__name__} has no LoRA layers; call "
+                f"`enable_lora(rank)` first.")
+        filepath = os.path.expanduser(os.fspath(filepath))
+        if not filepath.endswith(".lora.h5"):
+            raise ValueError(
+                f"save_lora_weights: the file name must end in `.lora.h5`, got {filepath!r}.")
+        layers = self._weighted_layers()
+        partial = f"{filepath}.partial-{os.getpid()}"
+        try:
+            with h5py.File(partial, "w") as f:
+                group = f.create_group("lora")
+                group.attrs["rank"] = self._lora_rank
+                group.attrs["backbone"] = type(self).__name__
+                for i in self._lora_enabled_layers:
+                    layer = layers[i]
+                    inner = group.create_group(str(i))
+                    inner.attrs["path"] = layer.path
+                    for name in ("lora_kernel_a", "lora_kernel_b"):
+                        inner[name] = keras.ops.convert_to_numpy(getattr(layer, name))
+            os.replace(partial, filepath)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+
+    def load_lora_weights(self, filepath):
+        """Reads a `save_lora_weights` file: checks that its rank, layers, shapes and values
+        (finite) fit this backbone, then enables LoRA at its rank if it is not enabled (on the
+        default layers) and assigns the factors. A file that does not fit changes nothing."""
+        import os
+
+        import h5py
+
+        filepath = os.path.expanduser(os.fspath(filepath))
+        try:
+            f = h5py.File(filepath, "r")
+        except (OSError, ValueError) as e:
+            raise ValueError(
+                f"load_lora_weights: {filepath!r} is not a readable LoRA file "
+                f"(save_lora_weights writes them): {e}") from None
+        with f:
+            group = f.get("lora")
+            rank = None if group is None else group.attrs.get("rank")
+            if rank is None:
+                raise ValueError(
+                    f"load_lora_weights: {filepath!r} holds no LoRA weights (no 'lora' group "
+                    f"with a rank; save_lora_weights writes them).")
+            rank, enabled = int(rank), getattr(self, "_lora_enabled_layers", None)
+            if enabled and self._lora_rank != rank:
+                raise ValueError(
+                    f"load_lora_weights: {filepath!r} holds rank-{rank} LoRA weights, but this "
+                    f"backbone was given `enable_lora(rank={self._lora_rank})`. Both ranks "
+                    f"must match.")
+            targets = enabled or self._lora_targets(self.default_lora_layer_names())
+            if sorted(group.keys(), key=int) != [str(i) for i in targets]:
+                raise ValueError(
+                    f"load_lora_weights: {filepath!r} holds LoRA weights for layers "
+                    f"{sorted(map(int, group.keys()))}, this backbone's LoRA layers are "
+                    f"{targets} (another architecture or other target layers).")
+            layers, values = self._weighted_layers(), {}
+            for i in targets:
+                kernel = tuple(layers[i].kernel.shape)
+                expected = {"lora_kernel_a": kernel[:-1] + (rank,),
+                            "lora_kernel_b": (rank, kernel[-1])}
+                for name, shape in expected.items():
+                    value = group[str(i)].get(name)
+                    value = None if value is None else np.asarray(value)
+                    if value is None or value.shape != shape:
+                        raise ValueError(
+                            f"load_lora_weights: {filepath!r}: layer {i} ({layers[i].path}) "
+                            f"{name} has shape {None if value is None else value.shape}, "
+                            f"expected {shape}.")
+                    if not np.isfinite(value).all():
+                        raise ValueError(
+                            f"load_lora_weights: {filepath!r}: layer {i} ({layers[i].path}) "
+                            f"{name} holds non-finite values (a damaged file?).")
+                    values[i, name] = value
+        if not enabled:
+            self.enable_lora(rank)
+        for (i, name), value in values.items():
+            getattr(layers[i], name).assign(value)
+
     # === Presets ===
     @classmethod
     def from_preset(cls, preset, load_weights=True, **overrides):

@@ -73,6 +73,9 @@ class XLNetBackbone(Backbone):
     # padded (HF `XLNetForSequenceClassification`'s `summary_type="last"`), through a tanh
     # projection (its `sequence_summary.summary`: TextClassifier's hidden layer).
     cls_token_index = -1
+    _lora_note = (" XLNet's relative attention keeps its q / k / v / o projections as weights "
+                  "of one layer (HF's layout), not as EinsumDense layers: its attention takes "
+                  "no LoRA (its feed-forward Dense layers do).")
     classifier_hidden_activation = "tanh"
     classifier_dropout_first = False
 
