@@ -1103,3 +1103,114 @@ def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
         kb.presets.export_to_transformers(kb.tasks.TextClassifier(backbone, num_classes=2),
                                           str(tmp_path / "clf"))
     assert not os.path.exists(tmp_path / "clf")
+
+
+# === Sharded checkpoints (save_pretrained(max_shard_size=...)) ===
+def _sharded(tmp_path, fmt):
+    """A BertForPreTraining saved in shards: HF's model.safetensors.index.json +
+    model-0000i-of-0000N.safetensors, or (fmt "bin", which transformers 5 no longer writes) the
+    same shards as pytorch_model.bin.index.json + pytorch_model-0000i-of-0000N.bin."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    hf = _perturbed(transformers.BertForPreTraining(_bert_config()))
+    path = str(tmp_path / fmt)
+    hf.save_pretrained(path, max_shard_size="20KB")
+    index = os.path.join(path, "model.safetensors.index.json")
+    with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+    assert len(set(weight_map.values())) > 2
+    if fmt == "bin":
+        for shard in sorted(set(weight_map.values())):
+            state = {k: torch.from_numpy(v)
+                     for k, v in load_file(os.path.join(path, shard)).items()}
+            os.remove(os.path.join(path, shard))
+            torch.save(state, os.path.join(path, shard.replace("model-", "pytorch_model-")
+                                           .replace(".safetensors", ".bin")))
+        weight_map = {k: v.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+                      for k, v in weight_map.items()}
+        os.remove(index)
+        index = os.path.join(path, "pytorch_model.bin.index.json")
+        with open(index, "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    return hf, path, index, weight_map
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_sharded_checkpoint_loads_as_hfs_model(fmt, tmp_path):
+    """Every shard read: the backbone and the pretraining heads give HF's outputs."""
+    hf, path, _, _ = _sharded(tmp_path, fmt)
+    x = _inputs()
+    ref = _hf(hf, x)
+    task = kb.presets.convert_task(path, kb.tasks.BertPretrainer, preprocessor=None)
+    out = task(dict(x, mask_positions=POSITIONS))
+    assert _max_diff(out["mlm_logits"], _at_positions(ref.prediction_logits)) <= 1e-4
+    assert _max_diff(out["pair_logits"], ref.seq_relationship_logits) <= 1e-4
+    backbone = kb.models.BertBackbone.from_preset(path)
+    with torch.no_grad():
+        hidden = hf.bert(input_ids=torch.tensor(x["token_ids"]).long(),
+                         attention_mask=torch.tensor(x["padding_mask"]).long()).last_hidden_state
+    assert _max_diff(backbone(x)["sequence_output"], hidden) <= 1e-4
+
+
+def test_sharded_checkpoint_errors_name_the_shard(tmp_path):
+    """A shard missing, a tensor the index lists but its shard lacks, a tensor two shards claim,
+    a shard the index does not list, non-finite values and a tensor the config has no place
+    for: each refused, naming the file and tensor."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    _, path, index, weight_map = _sharded(tmp_path, "safetensors")
+    shards = sorted(set(weight_map.values()))
+    key = "bert.encoder.layer.1.output.dense.weight"
+    shard = os.path.join(path, weight_map[key])
+
+    def edited(name, edit):
+        bad = str(tmp_path / name)
+        shutil.copytree(path, bad)
+        edit(bad)
+        return bad
+
+    def rewrite(shard_path, change):
+        state = load_file(shard_path)
+        change(state)
+        save_file(state, shard_path, metadata={"format": "pt"})
+
+    bad = edited("missing", lambda d: os.remove(os.path.join(d, shards[-1])))
+    with pytest.raises(FileNotFoundError, match=re.escape(shards[-1]) + ".*" + re.escape(
+            "model.safetensors.index.json")):
+        kb.models.BertBackbone.from_preset(bad)
+
+    bad = edited("lacks", lambda d: rewrite(os.path.join(d, weight_map[key]),
+                                            lambda s: s.pop(key)))
+    with pytest.raises(checkpoints.CheckpointError, match=re.escape(weight_map[key]) +
+                       r"' lacks 1 tensor\(s\) .*index.json' lists in it.*" + re.escape(key)):
+        kb.models.BertBackbone.from_preset(bad)
+
+    other = weight_map["bert.embeddings.word_embeddings.weight"]
+    assert other != weight_map[key]
+    bad = edited("twice", lambda d: rewrite(
+        os.path.join(d, other), lambda s: s.update({key: load_file(shard)[key]})))
+    with pytest.raises(checkpoints.CheckpointError, match=re.escape(other) + r"' holds " +
+                       re.escape(repr(key)) + r", which .*index.json' lists in " +
+                       re.escape(weight_map[key])):
+        kb.models.BertBackbone.from_preset(bad)
+
+    def unlist(d):
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"weight_map": {k: v for k, v in weight_map.items() if v != shards[0]}}, f)
+    with pytest.raises(checkpoints.CheckpointError, match=re.escape(shards[0]) + r"' is shard 1 "
+                       r"of \d+, but .*index.json' lists no tensor in it"):
+        kb.models.BertBackbone.from_preset(edited("unlisted", unlist))
+
+    bad = edited("nan", lambda d: rewrite(os.path.join(d, weight_map[key]),
+                                          lambda s: s[key].__setitem__((0, 0), np.nan)))
+    with pytest.raises(checkpoints.CheckpointError, match=re.escape(weight_map[key]) +
+                       r"': tensor " + re.escape(repr(key)) + r".* 1 non-finite"):
+        kb.models.BertBackbone.from_preset(bad)
+
+    with pytest.raises(checkpoints.CheckpointError, match=r"holds \d+ tensor\(s\) the "
+                       r"BertBackbone has no place for, e\.g\. \['encoder\.layer\.1\."):
+        kb.models.BertBackbone.from_preset(path, num_layers=1)

@@ -380,3 +380,28 @@ def test_keras_hub_task_dir_warns_that_its_head_is_not_loaded(tmp_path, bert_voc
         warnings.simplefilter("always")
         assert kb.models.BertBackbone.from_preset(str(tmp_path)).num_layers == 2
     assert not [w for w in caught if "head weights" in str(w.message)]
+
+
+def test_frozen_backbone_stays_frozen(tmp_path):
+    """keras-hub's config.json keeps `trainable: false` (its from_preset gives a frozen
+    backbone): ours loads it frozen, and our save_to_preset keeps it, for the backbone and for a
+    task's backbone."""
+    kh = _keras_hub_backbone("bert", vocabulary_size=50)
+    kh.trainable = False
+    kh.save_to_preset(str(tmp_path / "kh"))
+    assert not keras_hub.models.Backbone.from_preset(str(tmp_path / "kh")).trainable
+    ours = kb.models.BertBackbone.from_preset(str(tmp_path / "kh"))
+    assert not ours.trainable and not ours.trainable_weights
+    ours.save_to_preset(str(tmp_path / "ours"))
+    again = kb.models.BertBackbone.from_preset(str(tmp_path / "ours"))
+    assert not again.trainable and not again.trainable_weights
+    task = kb.tasks.TextClassifier.from_preset(str(tmp_path / "ours"), num_classes=2,
+                                               preprocessor=None)
+    assert not task.backbone.trainable and task.trainable_weights  # the head trains
+    task.save_to_preset(str(tmp_path / "task"))
+    task = kb.tasks.TextClassifier.from_preset(str(tmp_path / "task"), preprocessor=None)
+    assert not task.backbone.trainable and len(task.trainable_weights) == 2
+    # unfrozen again, it saves trainable
+    again.trainable = True
+    again.save_to_preset(str(tmp_path / "thawed"))
+    assert kb.models.BertBackbone.from_preset(str(tmp_path / "thawed")).trainable

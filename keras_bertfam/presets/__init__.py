@@ -122,6 +122,8 @@ def _write_preset(preset_dir, backbone, tokenizer=None, task=None):
     config = backbone.get_config()
     for key in ("name", "trainable", "dtype"):
         config.pop(key, None)
+    if not backbone.trainable:
+        config["trainable"] = False  # loads frozen (`OursLoader`), as keras-hub's presets do
     manifest = {"format_version": 1, "family": spec.name, "backbone": config}
     files = [BACKBONE_WEIGHTS]
     backbone.save_weights(os.path.join(preset_dir, BACKBONE_WEIGHTS))
@@ -232,7 +234,9 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         preprocessor = cls.default_preprocessor(tokenizer, backbone, **args)
     else:
         _pop_preprocessor_args(cls, kwargs)
-    task = cls(backbone=backbone, preprocessor=preprocessor, **kwargs)
+    # a saved model argument (ElectraPretrainer's generator) as `Task.from_config` rebuilds it
+    kwargs = {k: keras_object(v) for k, v in kwargs.items()}
+    task = cls(**{backbone_argument(cls): backbone}, preprocessor=preprocessor, **kwargs)
     if saved and load_weights:
         try:
             loader.load_task_weights(task)
@@ -297,9 +301,25 @@ def _pop_preprocessor_args(cls, kwargs):
     return {k: kwargs.pop(k) for k in [*kwargs] if k in names}
 
 
+def backbone_argument(cls):
+    """The argument a task class takes its backbone in (ElectraPretrainer: `discriminator`): the
+    preset's backbone, which `load_task` passes there and `_task_entry` leaves to the manifest's
+    "backbone"."""
+    return getattr(cls, "backbone_argument", "backbone")
+
+
+def keras_object(value):
+    """A task argument saved as a serialized Keras object (a dict with "class_name"), rebuilt."""
+    if isinstance(value, dict) and "class_name" in value:
+        import keras
+
+        return keras.saving.deserialize_keras_object(value)
+    return value
+
+
 def _task_entry(task):
     config = task.get_config()
-    for key in ("backbone", "preprocessor", "name", "trainable"):
+    for key in ("backbone", backbone_argument(type(task)), "preprocessor", "name", "trainable"):
         config.pop(key, None)
     entry = {"class_name": type(task).__name__, "config": config}
     preprocessor = getattr(task, "preprocessor", None)

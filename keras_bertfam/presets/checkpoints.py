@@ -5,13 +5,17 @@ Each family contributes one function `(backbone, state_dict) -> [(variable, key,
 """
 import json
 import os
+import re
 
 import numpy as np
 
 from keras_bertfam.presets import integrity
 from keras_bertfam.presets.integrity import CheckpointError  # noqa: F401 - its public home
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# In HF's order of preference; an ".index.json" names the shards of a checkpoint saved in parts
+# (`save_pretrained(max_shard_size=...)`: model-00001-of-00003.safetensors, ...).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 
 
 def read_hf_config(model_dir):
@@ -31,7 +35,8 @@ def read_hf_config(model_dir):
 
 
 def weights_file(model_dir):
-    """The weights file `load_state_dict(model_dir)` reads (for messages)."""
+    """The weights file `load_state_dict(model_dir)` reads (for messages; a sharded
+    checkpoint's index)."""
     for name in WEIGHT_FILES:
         if os.path.exists(os.path.join(model_dir, name)):
             return os.path.join(model_dir, name)
@@ -39,26 +44,88 @@ def weights_file(model_dir):
 
 
 def load_state_dict(model_dir):
-    """Numpy arrays by HF parameter name, from model.safetensors or pytorch_model.bin."""
+    """Numpy arrays by HF parameter name, from model.safetensors or pytorch_model.bin, or from
+    the shards their ".index.json" lists (see `_read_shards`)."""
     for name in WEIGHT_FILES:
         path = os.path.join(model_dir, name)
         if not os.path.exists(path):
             continue
-        try:
-            if name.endswith(".safetensors"):
-                from safetensors.numpy import load_file
-
-                state = dict(load_file(path))
-            else:
-                import torch
-
-                state = torch.load(path, map_location="cpu", weights_only=True)
-                state = {k: v.float().numpy() for k, v in state.items()}
-        except Exception as e:  # a truncated or foreign file
-            raise CheckpointError(f"Could not read weights file {path!r}: it is corrupt or not a "
-                                  f"{name} file ({type(e).__name__}: {e}).") from e
+        state = _read_shards(model_dir, path) if name.endswith(".index.json") else _read(path)
         return {_legacy_layer_norm_key(k): v for k, v in state.items()}
     raise FileNotFoundError(f"{model_dir!r} has none of {WEIGHT_FILES}.")
+
+
+def _read(path):
+    """One safetensors or torch .bin file -> {name: numpy array}."""
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.numpy import load_file
+
+            return dict(load_file(path))
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        return {k: v.float().numpy() for k, v in state.items()}
+    except Exception as e:  # a truncated or foreign file
+        kind = "safetensors" if path.endswith(".safetensors") else "torch .bin"
+        raise CheckpointError(f"Could not read weights file {path!r}: it is corrupt or not a "
+                              f"{kind} file ({type(e).__name__}: {e}).") from e
+
+
+_SHARD_NAME = re.compile(r"^(.*)-(\d+)-of-(\d+)(\.[^-]+)$")
+
+
+def _numbered_shards(shards):
+    """Every shard of a set named `<stem>-<i>-of-<N><ext>` (HF's names): 1 .. N, also those the
+    index lists no tensor in; other names as they are."""
+    parts = [_SHARD_NAME.match(s) for s in shards]
+    if not all(parts) or len({(m[1], m[3], m[4], len(m[2])) for m in parts}) != 1:
+        return shards
+    stem, total, ext, width = parts[0][1], parts[0][3], parts[0][4], len(parts[0][2])
+    return [f"{stem}-{i:0{width}d}-of-{total}{ext}" for i in range(1, int(total) + 1)]
+
+
+def _read_shards(model_dir, index_path):
+    """A sharded checkpoint: its index's `weight_map` ({tensor: shard file}) checked against the
+    shards, read one at a time. A shard absent, one the index lists no tensor in, a tensor the
+    index lists but its shard lacks, or one a shard holds that the index puts in another, is an
+    error naming the file and tensor; each shard's values are checked finite naming it."""
+    weight_map = integrity.read_json_object(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index_path!r} has no \"weight_map\" of tensor names to shard "
+                              "files: not the index of a sharded checkpoint.")
+    listed = sorted(set(weight_map.values()))
+    numbered = _numbered_shards(listed)
+    absent = [s for s in numbered if not os.path.exists(os.path.join(model_dir, s))]
+    if absent:
+        raise FileNotFoundError(
+            f"{model_dir!r} lacks {len(absent)} of the {len(numbered)} shards of its sharded "
+            f"checkpoint, {absent}, which {index_path!r} lists: copy or download every shard.")
+    for i, shard in enumerate(numbered):
+        if shard not in listed:
+            raise CheckpointError(
+                f"{os.path.join(model_dir, shard)!r} is shard {i + 1} of {len(numbered)}, but "
+                f"{index_path!r} lists no tensor in it: the index is incomplete or from another "
+                "save.")
+    state = {}
+    for shard in listed:
+        path = os.path.join(model_dir, shard)
+        part = _read(path)
+        lacks = sorted(k for k, s in weight_map.items() if s == shard and k not in part)
+        if lacks:
+            raise CheckpointError(
+                f"{path!r} lacks {len(lacks)} tensor(s) {index_path!r} lists in it, e.g. "
+                f"{lacks[:3]}: the shard or the index is from another save.")
+        for key, value in part.items():
+            owner = weight_map.get(key, shard)
+            if owner != shard:
+                raise CheckpointError(f"{path!r} holds {key!r}, which {index_path!r} lists in "
+                                      f"{owner}: the shard or the index is from another save.")
+            integrity.check_finite(key, value, path)
+        state.update(part)
+        del part
+    return state
 
 
 def _legacy_layer_norm_key(key):

@@ -260,6 +260,8 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
                                 "tokenizer only, no backbone.")
     config = read_json(path, "config.json")
     backbone = spec.backbone_cls(**dict(fmt.config(config["config"]), **overrides))
+    if config["config"].get("trainable") is False and "trainable" not in overrides:
+        backbone.trainable = False  # frozen when saved: keras-hub's from_preset keeps it so
     if not load_weights:
         return backbone
     weights = os.path.join(path, "model.weights.h5")

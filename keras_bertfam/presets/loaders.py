@@ -267,13 +267,18 @@ class OursLoader(PresetLoader):
         spec = self.family_for(cls)
         # The checksum runs in a thread while the backbone is built.
         verification = self._verification(BACKBONE_WEIGHTS) if load_weights else None
-        backbone = spec.backbone_cls(**dict(self.manifest["backbone"], **overrides))
+        config = dict(self.manifest["backbone"], **overrides)
+        trainable = config.pop("trainable", True)  # saved only when False (a frozen backbone)
+        backbone = spec.backbone_cls(**config)
+        if not trainable:
+            backbone.trainable = False
         if load_weights:
             load_weights_file(backbone, os.path.join(self.where, BACKBONE_WEIGHTS), verification)
         return backbone
 
     def backbone_config(self):
-        return self.family.backbone_cls, self.manifest["backbone"]
+        config = {k: v for k, v in self.manifest["backbone"].items() if k != "trainable"}
+        return self.family.backbone_cls, config
 
     def load_tokenizer(self, **kwargs):
         if "tokenizer" not in self.manifest:
@@ -332,8 +337,9 @@ class KerasHubLoader(PresetLoader):
 
 
 class HFDirLoader(PresetLoader):
-    """An HF-format model directory: config.json, model.safetensors / pytorch_model.bin and the
-    tokenizer's files; converted by the family claiming its `model_type`."""
+    """An HF-format model directory: config.json, model.safetensors / pytorch_model.bin (or their
+    shards with the ".index.json" listing them) and the tokenizer's files; converted by the
+    family claiming its `model_type`."""
 
     kind = "hf"
 
@@ -431,10 +437,10 @@ def missing_weights_message(preset):
     return (
         f"The weights of {preset.name!r} are not available offline: they are the HF checkpoint "
         f"{preset.hf_id!r}, which is not in the local HF cache. Either put its config.json, "
-        f"model.safetensors (or pytorch_model.bin) and tokenizer files in one directory and pass "
-        f"that directory as the preset, or place that snapshot under {cache}/snapshots/<revision>/ "
-        f"with {cache}/refs/main holding <revision> (what `huggingface-cli download "
-        f"{preset.hf_id}` writes; the cache is HF_HUB_CACHE, else HF_HOME/hub); or pass "
-        "download=True when online, or load_weights=False for a randomly initialized model of "
-        "this config."
+        f"model.safetensors (or pytorch_model.bin, or the shards and .index.json of either) and "
+        f"tokenizer files in one directory and pass that directory as the preset, or place that "
+        f"snapshot under {cache}/snapshots/<revision>/ with {cache}/refs/main holding "
+        f"<revision> (what `huggingface-cli download {preset.hf_id}` writes; the cache is "
+        "HF_HUB_CACHE, else HF_HOME/hub); or pass download=True when online, or "
+        "load_weights=False for a randomly initialized model of this config."
     )
