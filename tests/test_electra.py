@@ -232,3 +232,52 @@ def test_save_reload(tmp_path):
         to_numpy(again.discriminator(features)["sequence_output"]),
         to_numpy(backbone(features)["sequence_output"]), atol=1e-6)
     assert again.generator.hidden_dim == 8
+
+
+def test_pretrainer_preset_keeps_generator_and_heads(tmp_path):
+    """`save_to_preset` saves the generator, its MLM head and the discriminator's head, as the
+    other pretrainers save theirs: `from_preset` gives the same generator and discriminator
+    logits, and the preset exports its heads the way `keras-bertfam export --heads` loads them
+    (`from_preset(preset, **the saved task's config)`)."""
+    import json
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(55)]
+    tok = kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
+    disc = kb.models.ElectraBackbone(**TINY)
+    model = ElectraPretrainer(discriminator=disc, generator_hidden_fraction=0.5, rtd_weight=20.0,
+                              seed=5, preprocessor=ElectraPretrainer.default_preprocessor(
+                                  tok, disc, sequence_length=10))
+    rng = np.random.default_rng(0)
+    for w in model.weights:  # no head or generator weight at its initial value
+        if "seed" not in w.path:
+            w.assign(to_numpy(w) + rng.normal(0, 0.1, w.shape).astype(w.dtype))
+    x, _, _ = batch()
+
+    def logits(m):
+        features = {k: x[k] for k in m.discriminator.input}
+        generated = m.generator({k: features[k] for k in m.generator.input})["sequence_output"]
+        return (to_numpy(m.mlm_head(generated, x["mask_positions"])),
+                to_numpy(m.rtd_head(m.discriminator(features)["sequence_output"])))
+
+    preset = str(tmp_path / "preset")
+    model.save_to_preset(preset)
+    again = ElectraPretrainer.from_preset(preset)
+    for ours, theirs in zip(logits(model), logits(again)):
+        np.testing.assert_allclose(theirs, ours, atol=1e-6)
+    assert again.generator.hidden_dim == 16 and again.rtd_weight == 20.0
+    assert again.generator.token_embedding is again.discriminator.token_embedding
+    assert again.preprocessor.sequence_length == 10
+    # the discriminator is still the backbone preset fine-tuning loads
+    np.testing.assert_array_equal(
+        to_numpy(kb.models.ElectraBackbone.from_preset(preset).token_embedding.embeddings),
+        to_numpy(disc.token_embedding.embeddings))
+
+    with open(os.path.join(preset, "keras_bertfam.json")) as f:
+        saved = json.load(f)["task"]
+    assert saved["class_name"] == "ElectraPretrainer"
+    heads = ElectraPretrainer.from_preset(preset, **saved["config"])  # as the CLI's --heads
+    for ours, theirs in zip(logits(model), logits(heads)):
+        np.testing.assert_allclose(theirs, ours, atol=1e-6)
+    if keras.backend.backend() == "tensorflow":
+        names = kb.export.export_saved_model(heads, str(tmp_path / "export" / "1"))
+        assert names == ["serving_default", "token_ids"]

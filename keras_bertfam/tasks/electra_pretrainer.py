@@ -150,8 +150,9 @@ class ElectraPretrainer(Task):
     "mask_positions": (B, P), "padding_mask": (B, T)}` (the last two so that the loss can place
     the labels).
 
-    After pretraining, `pretrainer.discriminator` is the backbone to fine-tune (and
-    `save_to_preset` saves it).
+    After pretraining, `pretrainer.discriminator` is the backbone to fine-tune: `save_to_preset`
+    saves it as the preset's backbone, with the generator, the heads and the task's arguments,
+    which `ElectraPretrainer.from_preset` loads back.
 
     Export (`kb.export.export_saved_model`): `text` -> the discriminator's
     `replaced_probabilities` (B, T) (sigmoid of its head, 0 on padding) with the `token_ids` and
@@ -167,6 +168,8 @@ class ElectraPretrainer(Task):
     """
 
     serving_reads_mask_tokens = True
+
+    backbone_argument = "discriminator"  # the backbone of its presets
 
     uses_pooled_output = False  # the pooler is not trained by this task
 
@@ -245,7 +248,11 @@ class ElectraPretrainer(Task):
         or a directory) and, optionally, a generator preset with the same embedding sizes;
         without one the generator is built at `generator_hidden_fraction` of the width. HF
         checkpoints that have the heads (`ElectraForPreTraining`, `ElectraForMaskedLM`) give
-        theirs."""
+        theirs. A preset an `ElectraPretrainer` saved gives its generator, heads and arguments
+        back (unless `generator_preset` replaces its generator), as other tasks' presets."""
+        if generator_preset is None and preset_hooks.call("get_loader", preset).saved_task(cls):
+            return super().from_preset(preset, load_weights=load_weights,
+                                       preprocessor=preprocessor, **kwargs)
         preprocessor_kwargs = {k: kwargs.pop(k) for k in list(kwargs)
                                if k in cls.preprocessor_args}
         # Built and loaded as `Task.from_preset` does: no initial values drawn for what loads.
@@ -318,8 +325,3 @@ class ElectraPretrainer(Task):
             "mlm_loss": mlm_loss, "mlm_accuracy": mlm_accuracy,
             "rtd_loss": rtd_loss, "rtd_accuracy": rtd_accuracy,
         }
-
-    def save_to_preset(self, preset_dir):
-        """Saves the discriminator (and the preprocessor's tokenizer) as a backbone preset."""
-        tokenizer = getattr(self.preprocessor, "tokenizer", None)
-        preset_hooks.call("save_backbone", self.discriminator, preset_dir, tokenizer=tokenizer)
