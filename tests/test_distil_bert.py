@@ -168,3 +168,82 @@ def test_save_reload(tmp_path):
     features = {k: x[k] for k in student.input}
     np.testing.assert_allclose(to_numpy(student(features)["sequence_output"]),
                                before["student_hidden"], atol=1e-5)
+
+
+def test_save_reload_with_shared_preprocessors(tmp_path):
+    """A preprocessor or tokenizer the Distiller shares with its teacher or student (Keras saves
+    a shared object's vocabulary once) reloads from `.keras`, shared again; unshared ones too."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(55)]
+    tok = kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
+    config = dict(TEACHER, num_layers=2)
+
+    def pre(tokenizer=tok):
+        return kb.preprocessing.MaskedLMPreprocessor(tokenizer, 10)
+
+    def teacher(preprocessor=None):
+        return kb.tasks.MaskedLM(kb.models.BertBackbone(**config), preprocessor=preprocessor)
+
+    def student(t, preprocessor=None):
+        backbone = student_from_teacher(t.backbone, layers=(0,))
+        return backbone if preprocessor is None else kb.tasks.MaskedLM(backbone,
+                                                                       preprocessor=preprocessor)
+
+    def teachers(t):
+        return Distiller(t, student(t))
+
+    def distillers(t):
+        return Distiller(t, student(t), preprocessor=pre())
+
+    def with_teachers(t):
+        return Distiller(t, student(t), preprocessor=t.preprocessor)
+
+    def student_with_teachers(t):
+        return Distiller(t, student(t, t.preprocessor))
+
+    def all_three(t):
+        return Distiller(t, student(t, t.preprocessor), preprocessor=t.preprocessor)
+
+    def student_with_distillers(t):
+        p = pre()
+        return Distiller(t, student(t, p), preprocessor=p)
+
+    def teachers_tokenizer(t):
+        return Distiller(t, student(t), preprocessor=pre(t.preprocessor.tokenizer))
+
+    def own(d):
+        return d.preprocessor
+
+    def teachers_pre(d):
+        return d.teacher.preprocessor
+
+    def students_pre(d):
+        return d.student.preprocessor
+
+    cases = {"teachers": (teachers, True, []),
+             "distillers": (distillers, False, []),
+             "default_preprocessor": (lambda t: Distiller(t, student(t), preprocessor=(
+                 Distiller.default_preprocessor(tok, t.backbone, sequence_length=10))), False, []),
+             "with_teachers": (with_teachers, True, [(own, teachers_pre)]),
+             "student_with_teachers": (student_with_teachers, True, [(students_pre, teachers_pre)]),
+             "all_three": (all_three, True, [(own, teachers_pre), (students_pre, teachers_pre)]),
+             "student_with_distillers": (student_with_distillers, False, [(own, students_pre)]),
+             "teachers_tokenizer": (teachers_tokenizer, True, [
+                 (lambda d: d.preprocessor.tokenizer, lambda d: d.teacher.preprocessor.tokenizer)])}
+    x, _, _ = batch(b=2)
+    text = ["w1 w2 w3", "w4 w5"]
+    for name, (make, teacher_has_one, shared) in cases.items():
+        distiller = make(teacher(pre() if teacher_has_one else None))
+        path = str(tmp_path / f"{name}.keras")
+        distiller.save(path)
+        loaded = keras.saving.load_model(path)
+        for a, b in shared:
+            assert a(distiller) is b(distiller) and a(loaded) is b(loaded), name
+        for model, again in ((distiller, loaded), (distiller.teacher, loaded.teacher),
+                             (distiller.student, loaded.student)):
+            if model.preprocessor is None:
+                assert again.preprocessor is None, name
+                continue
+            assert (again.preprocessor.tokenizer(text).to_list()
+                    == model.preprocessor.tokenizer(text).to_list()), name
+        np.testing.assert_allclose(to_numpy(loaded(x)["mlm_logits"]),
+                                   to_numpy(distiller(x)["mlm_logits"]), atol=1e-5, err_msg=name)

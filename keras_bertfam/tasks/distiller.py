@@ -199,6 +199,63 @@ class Distiller(Task):
         """The student's backbone: the model distillation produces."""
         return self.student.backbone
 
+    # === Config ===
+    # Keras saves the files of an object held twice once (under its first place), so a
+    # preprocessor or tokenizer the distiller shares with its teacher or student
+    # (`preprocessor=teacher.preprocessor`) came back as two objects, the second without its
+    # vocabulary. Each repeat is written as {"shared_with": its first place}, and shared again
+    # on load.
+    _SHARED_PLACES = ("preprocessor", "teacher.preprocessor", "student.preprocessor")
+
+    def get_config(self):
+        config = super().get_config()
+        first = {}
+        for place in self._SHARED_PLACES:
+            owner, holder = self, config
+            if place != "preprocessor":
+                model = place.split(".")[0]
+                owner, holder = getattr(self, model), config[model]["config"]
+            preprocessor = owner.preprocessor
+            if preprocessor is None:
+                continue
+            if id(preprocessor) in first:
+                holder["preprocessor"] = {"shared_with": first[id(preprocessor)]}
+                continue
+            first[id(preprocessor)] = place
+            tokenizer = getattr(preprocessor, "tokenizer", None)
+            if tokenizer is None:
+                continue
+            if id(tokenizer) in first:
+                holder["preprocessor"]["config"]["tokenizer"] = {
+                    "shared_with": first[id(tokenizer)]}
+            else:
+                first[id(tokenizer)] = place + ".tokenizer"
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        objects = {}
+        for place in cls._SHARED_PLACES:
+            model = None if place == "preprocessor" else place.split(".")[0]
+            if model is not None and not (isinstance(config[model], dict)
+                                          and "config" in config[model]):
+                continue  # given as an object
+            holder = config if model is None else dict(config[model]["config"])
+            value = holder.get("preprocessor")
+            if isinstance(value, dict) and "shared_with" in value:
+                value = objects[value["shared_with"]]
+            elif isinstance(value, dict) and "class_name" in value:
+                value = _deserialize_sharing(value, objects)
+            if value is not None:
+                objects[place] = value
+                objects[place + ".tokenizer"] = getattr(value, "tokenizer", None)
+            holder["preprocessor"] = value  # Task.from_config passes an object on as it is
+            if model is not None:
+                config[model] = keras.saving.deserialize_keras_object(
+                    dict(config[model], config=holder))
+        return super().from_config(config)
+
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, **kwargs):
         from keras_bertfam.preprocessing import MaskedLMPreprocessor
@@ -234,6 +291,18 @@ class Distiller(Task):
         """Saves the student backbone (and the preprocessor's tokenizer) as a backbone preset."""
         tokenizer = getattr(self.preprocessor, "tokenizer", None)
         preset_hooks.call("save_backbone", self.student.backbone, preset_dir, tokenizer=tokenizer)
+
+
+def _deserialize_sharing(preprocessor, objects):
+    """A preprocessor's config -> the preprocessor, its tokenizer the object `objects` holds at
+    the place its {"shared_with": place} names (if it names one)."""
+    tokenizer = preprocessor.get("config", {}).get("tokenizer")
+    if not (isinstance(tokenizer, dict) and "shared_with" in tokenizer):
+        return keras.saving.deserialize_keras_object(preprocessor)
+    name = "keras_bertfam>shared:" + tokenizer["shared_with"]  # resolved by the scope below
+    preprocessor = dict(preprocessor, config=dict(preprocessor["config"], tokenizer=name))
+    with keras.saving.custom_object_scope({name: objects[tokenizer["shared_with"]]}):
+        return keras.saving.deserialize_keras_object(preprocessor)
 
 
 def _copy_head_if_same_size(source, target):
