@@ -315,3 +315,66 @@ def test_batches_per_epoch_is_the_pipelines_length_without_building_it(tokenizer
         pre.batches_per_epoch(strings.take(0))
     with pytest.raises(TypeError, match="strings"):
         pairs.batches_per_epoch(tf.data.Dataset.from_tensor_slices([1, 2]))
+
+
+def test_keras_hub_s_masking_and_truncation_arguments_are_taken(tokenizer, tmp_path):
+    """keras-hub's `MaskedLMPreprocessor(..., mask_selection_rate=, mask_selection_length=,
+    mask_token_rate=, random_token_rate=, truncate=)`, a keras-hub user's first script: Keras'
+    "Unrecognized keyword arguments" (and the task's `from_preset` "unexpected keyword
+    argument(s)"). They set the masker's (the default one, or the one a preprocessor or preset
+    has), the number of predictions following the rate where it is the default one's."""
+    pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 40, mask_selection_rate=0.3,
+                                                mask_token_rate=0.9, random_token_rate=0.05)
+    config = pre.masker.get_config()
+    assert (config["mask_selection_rate"], config["mask_selection_length"]) == (0.3, 12)
+    assert (config["mask_token_rate"], config["random_token_rate"]) == (0.9, 0.05)
+    again = kb.preprocessing.MaskedLMPreprocessor.from_config(pre.get_config())
+    assert again.masker.get_config() == config
+    pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 40, mask_selection_length=5)
+    assert pre.masker.mask_selection_length == 5 and pre.masker.mask_selection_rate == 0.15
+    x, mask_ids, _ = pre(tf.constant(["a long sentence of many words " * 4]))
+    assert mask_ids.shape == (1, 5)
+    # a masker of another kind keeps its kind (ALBERT's n-grams, SpanBERT's spans)
+    albert = kb.tasks.AlbertPretrainer.default_preprocessor(tokenizer, None, sequence_length=40,
+                                                            mask_selection_rate=0.2)
+    assert type(albert.masker).__name__ == "NgramMasker"
+    assert (albert.masker.mask_selection_rate, albert.masker.mask_selection_length) == (0.2, 8)
+    span = kb.preprocessing.SpanBertPreprocessor(tokenizer, 40, mask_token_rate=1.0,
+                                                 random_token_rate=0.0)
+    assert type(span.masker).__name__ == "SpanMasker" and span.masker.mask_token_rate == 1.0
+    # truncate: as keras-hub's (the packer's), for one example a string
+    waterfall = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 8, truncate="waterfall",
+                                                      mask_selection_rate=0.0)
+    x, _, _ = waterfall((tf.constant(["a b c d e f"]), tf.constant(["g h"])))
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    assert x["token_ids"].numpy()[0].tolist() == [cls, *tokenizer(["a b c d e"]).to_list()[0],
+                                                  sep, sep]
+    assert kb.preprocessing.MaskedLMPreprocessor.from_config(
+        waterfall.get_config()).truncate == "waterfall"
+    for kwargs, message in (
+            (dict(truncate="longest"), r"truncate must be 'round_robin' or 'waterfall', got "
+                                       r"'longest'"),
+            (dict(truncate="waterfall", packing="token_blocks"),
+             r"truncate='waterfall' is for packing='segments'.*'token_blocks'"),
+            (dict(mask_selection_rate="0.3"), r"mask_selection_rate must be a number in \[0, 1\]"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, **kwargs)
+    with pytest.raises(ValueError, match=r"XLNetPreprocessor got mask_selection_rate=0.3: its "
+                                         r"masker \(PermutationMasker\) takes"):
+        kb.preprocessing.XLNetPreprocessor(tokenizer, 32, mask_selection_rate=0.3)
+
+    # through a task's from_preset, also over a task preset's saved masker
+    mlm = kb.tasks.MaskedLM.from_preset("bert_tiny_en_uncased", load_weights=False,
+                                        sequence_length=16, mask_selection_rate=0.25,
+                                        truncate="waterfall")
+    assert mlm.preprocessor.masker.mask_selection_rate == 0.25
+    assert mlm.preprocessor.masker.mask_selection_length == 4
+    assert mlm.preprocessor.truncate == "waterfall"
+    mlm.save_to_preset(str(tmp_path / "mlm"))
+    again = kb.tasks.MaskedLM.from_preset(str(tmp_path / "mlm"), mask_selection_rate=0.5)
+    assert again.preprocessor.masker.mask_selection_rate == 0.5
+    assert again.preprocessor.masker.mask_selection_length == 8
+    nsp = kb.tasks.BertPretrainer.from_preset("bert_tiny_en_uncased", load_weights=False,
+                                              sequence_length=16, mask_token_rate=0.5)
+    assert nsp.preprocessor.masker.mask_token_rate == 0.5

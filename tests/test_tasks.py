@@ -468,3 +468,92 @@ def test_model_inputs_mask_positions_and_lengths_are_checked_in_memory_and_in_da
             tf.TensorSpec([None], tf.int64)))
     with pytest.raises(Exception, match=message):  # in the input pipeline
         clf.fit(unknown, verbose=0)
+
+
+def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused():
+    """`preprocessor=None`: a MaskedLM's label ids (`y`, the target ids at the mask positions)
+    outside the vocabulary gave a NaN or wrong finite loss on JAX (its gather is clamped), a
+    graph error of TF's own on TF; a pretrainer's NSP / SOP labels outside {0, 1} likewise.
+    Refused naming the value, its position and the valid range: in memory (fit, evaluate,
+    validation data, `*_on_batch`) and in a dataset's input pipeline."""
+    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    x = {"token_ids": np.full((2, 8), 5, "int32"), "segment_ids": np.zeros((2, 8), "int32"),
+         "padding_mask": np.ones((2, 8), "int32"), "mask_positions": np.array([[1, 4], [2, 3]])}
+    good, w = np.array([[5, 6], [7, 8]]), np.ones((2, 2), "float32")
+    vocabulary = r"expected ids in \[0, 100\) \(BertBackbone's vocabulary_size\)"
+    bad = np.array([[5, 6], [7, 100]])
+    message = r"MaskedLM got label mask_ids 100 at mask_ids\[1, 1\]: " + vocabulary
+    for call in (lambda: mlm.fit(x, bad, sample_weight=w, verbose=0),
+                 lambda: mlm.evaluate(x, bad, verbose=0),
+                 lambda: mlm.fit(x, good, validation_data=(x, bad), verbose=0),
+                 lambda: mlm.train_on_batch(x, bad),
+                 lambda: mlm.test_on_batch(x, bad)):
+        with pytest.raises(ValueError, match=message):
+            call()
+    with pytest.raises(ValueError, match=r"got label mask_ids -100 at mask_ids\[0, 0\]: "
+                                         + vocabulary + r"\. A label to ignore takes weight 0"):
+        mlm.fit(x, np.array([[-100, 6], [7, 8]]), verbose=0)
+    data = tf.data.Dataset.from_tensor_slices((x, bad, w)).batch(2)
+    with pytest.raises(Exception, match=r"MaskedLM got label mask_ids 100 at mask_ids\[1, 1\] "
+                                        r"of a batch: " + vocabulary):
+        mlm.fit(data, verbose=0)
+    history = mlm.fit(x, good, sample_weight=w, verbose=0).history
+    assert np.isfinite(history["loss"]).all()
+
+    pretrainer = kb.tasks.BertPretrainer(backbone, preprocessor=None)
+    y = {"mask_ids": good, "mask_weights": w, "pair_labels": np.array([0, 2])}
+    with pytest.raises(ValueError, match=r"BertPretrainer got label pair_labels 2 at "
+                                         r"pair_labels\[1\]: expected labels in \[0, 2\) "
+                                         r"\(the nsp head's two classes\)"):
+        pretrainer.fit(x, y, verbose=0)
+    with pytest.raises(ValueError, match=r"BertPretrainer got label mask_ids 100 at "
+                                         r"mask_ids\[1, 1\]: " + vocabulary):
+        pretrainer.fit(x, dict(y, mask_ids=bad, pair_labels=np.array([0, 1])), verbose=0)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
+    with pytest.raises(Exception, match=r"got label pair_labels 2 at pair_labels\[1\] of a "
+                                        r"batch: expected labels in \[0, 2\)"):
+        pretrainer.fit(data, verbose=0)
+
+    span = kb.tasks.SpanBertPretrainer(
+        kb.models.SpanBertBackbone(100, 1, 2, 8, 16, max_sequence_length=16), preprocessor=None)
+    features = dict(x, span_starts=x["mask_positions"], span_ends=x["mask_positions"])
+    with pytest.raises(ValueError, match=r"SpanBertPretrainer got label mask_ids 100 at "
+                                         r"mask_ids\[1, 1\]: expected ids in \[0, 100\) "
+                                         r"\(SpanBertBackbone's vocabulary_size\)"):
+        span.fit(features, bad, verbose=0)
+    with pytest.raises(ValueError, match=r"SpanBertPretrainer got label mask_ids 100"):
+        span.fit(features, {"mask_ids": bad, "mask_weights": w}, verbose=0)
+
+
+def test_model_inputs_from_python_generators_are_checked():
+    """`preprocessor=None` inputs from a Python generator (`fit(gen())`, `predict(gen())`)
+    passed unchecked: token ids outside the vocabulary gave NaN on JAX, a graph error of TF's
+    own on TF; label ids too. Each batch is checked as it is read, as in-memory inputs are."""
+    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
+    bad = dict(good, token_ids=np.full((2, 8), 999, "int32"))
+    labels = np.array([0, 1])
+    vocabulary = r"expected ids in \[0, 100\) \(BertBackbone's vocabulary_size\)"
+    message = r"TextClassifier got token_ids from 999 to 999: " + vocabulary
+
+    def batches(*xs, labelled=True):
+        for x in xs:
+            yield (x, labels) if labelled else (x,)
+
+    for call in (lambda: clf.fit(batches(bad), verbose=0),
+                 lambda: clf.fit(batches(good, good, bad), verbose=0),  # a later batch
+                 lambda: clf.evaluate(batches(bad), verbose=0),
+                 lambda: clf.predict(batches(bad, labelled=False), verbose=0),
+                 lambda: clf.fit(good, labels, validation_data=batches(bad), verbose=0)):
+        with pytest.raises(ValueError, match=message):
+            call()
+    history = clf.fit(batches(good, good), verbose=0).history
+    assert np.isfinite(history["loss"]).all()
+    assert clf.predict(batches(good, labelled=False), verbose=0).shape == (2, 2)
+
+    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    x = dict(good, segment_ids=np.zeros((2, 8), "int32"), mask_positions=np.array([[1, 2]] * 2))
+    with pytest.raises(ValueError, match=r"MaskedLM got label mask_ids 100 at mask_ids\[0, 1\]"):
+        mlm.fit(((x, np.array([[5, 100], [5, 6]])) for _ in range(1)), verbose=0)

@@ -11,6 +11,7 @@ pipeline gives the same examples for the same seed whatever `num_parallel_calls`
 mask every time an example is seen (RoBERTa's dynamic masking).
 """
 import math
+import numbers
 
 import keras
 import tensorflow as tf
@@ -28,7 +29,7 @@ from keras_bertfam.preprocessing.finetuning import (
     preset_preprocessor,
     width_multiple,
 )
-from keras_bertfam.preprocessing.masking import TokenMasker
+from keras_bertfam.preprocessing.masking import TokenMasker, _Masker
 from keras_bertfam.preprocessing.packing import (
     DocumentPacker,
     NextSentencePairer,
@@ -42,20 +43,57 @@ AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 1024
 
 
-def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None, **kwargs):
+# keras-hub's `MaskedLMPreprocessor` arguments that are our maskers' own (the same names and
+# meanings): a pretraining preprocessor takes them for its masker (`masker_with`).
+MASKING_ARGS = ("mask_selection_rate", "mask_selection_length", "mask_token_rate",
+                "random_token_rate")
+
+
+def _predictions(sequence_length, rate):
+    """BERT's max_predictions_per_seq for a rate: ceil(rate · length), at least 1 (None for a
+    rate that is not a number: the masker names it)."""
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
+        return None
+    return max(1, math.ceil(sequence_length * rate))
+
+
+def default_masker(tokenizer, sequence_length, mask_selection_rate=0.15, seed=None,
+                   mask_selection_length=None, **kwargs):
     """BERT's masking for this tokenizer: 15%, 80/10/10, at most ceil(0.15 · length) predictions
     (20 at length 128, as BERT's max_predictions_per_seq), never a special token."""
     require_special_tokens(tokenizer, ["mask"], "Masked-language-model pretraining")
+    if mask_selection_length is None:
+        mask_selection_length = _predictions(sequence_length, mask_selection_rate) or 1
     return TokenMasker(
         vocabulary_size=tokenizer.vocabulary_size(),
         mask_selection_rate=mask_selection_rate,
         mask_token_id=tokenizer.mask_token_id,
-        mask_selection_length=max(1, math.ceil(sequence_length * mask_selection_rate)),
+        mask_selection_length=mask_selection_length,
         unselectable_token_ids=tokenizer.special_token_ids,
         padding_token_id=tokenizer.pad_token_id,
         seed=seed,
         **kwargs,
     )
+
+
+def masker_with(masker, sequence_length, args, who):
+    """`masker` (a `_Masker`: token, whole-word, n-gram, span masking) rebuilt with keras-hub's
+    masking arguments `args` (`MASKING_ARGS`) set; its kind and other settings kept. Its number
+    of predictions follows a new `mask_selection_rate` where it was the rate's default
+    (ceil(rate · sequence_length)) and `args` set none. A masker of another kind (XLNet's
+    `PermutationMasker`) is refused naming the argument."""
+    if not isinstance(masker, _Masker):
+        given = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        raise ValueError(
+            f"{who} got {given}: its masker ({type(masker).__name__}) takes other arguments "
+            f"(keras-hub's masking arguments set a token, word, n-gram or span masker's).")
+    config = masker.get_config()
+    if "mask_selection_rate" in args and "mask_selection_length" not in args and \
+            config["mask_selection_length"] == _predictions(sequence_length,
+                                                            config["mask_selection_rate"]):
+        length = _predictions(sequence_length, args["mask_selection_rate"])
+        args = dict(args, **({"mask_selection_length": length} if length else {}))
+    return type(masker).from_config(dict(config, **args))
 
 
 def deserialize_stage(stage):
@@ -153,6 +191,8 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
 
     def __init__(self, tokenizer, sequence_length=128, masker=None, batch_size=32, seed=None,
                  group_by_length=False, pad_to_multiple_of="auto", **kwargs):
+        # keras-hub's masking arguments (`MASKING_ARGS`): the masker's, not saved apart from it
+        masking = {k: kwargs.pop(k) for k in MASKING_ARGS if k in kwargs}
         super().__init__(**kwargs)
         self.group_by_length = check_flag("group_by_length", group_by_length)
         self.pad_to_multiple_of = check_pad_to_multiple_of(pad_to_multiple_of)
@@ -165,8 +205,12 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         self.batch_size = batch_size
         self.seed = seed
         require_special_tokens(tokenizer, ["cls", "sep", "pad"], type(self).__name__)
-        self.masker = deserialize_stage(masker) or default_masker(tokenizer, sequence_length,
-                                                                  seed=seed)
+        masker = deserialize_stage(masker)
+        if masker is None:
+            masker = default_masker(tokenizer, sequence_length, seed=seed, **masking)
+        elif masking:
+            masker = masker_with(masker, sequence_length, masking, type(self).__name__)
+        self.masker = masker
         self.built = True
 
     @property
@@ -178,10 +222,12 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         values not supported")."""
         tok = self.tokenizer
         ids = (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id)
+        truncate = getattr(self, "truncate", "round_robin")
         packer = self.__dict__.get("_segment_packer")
-        if packer is None or (packer.start_value, packer.end_value, packer.pad_value) != ids:
+        if packer is None or (packer.start_value, packer.end_value, packer.pad_value) != ids \
+                or packer.truncate != truncate:
             packer = SegmentPacker(self.sequence_length, start_value=ids[0], end_value=ids[1],
-                                   pad_value=ids[2])
+                                   pad_value=ids[2], truncate=truncate)
             object.__setattr__(self, "_segment_packer", packer)
         return packer
 
@@ -427,16 +473,28 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
 
     Returns `(x, mask_ids, mask_weights)` with x = {token_ids, segment_ids, padding_mask,
     mask_positions}: keras-hub's format. A new mask is drawn every time an example is seen.
+
+    keras-hub's arguments: `truncate` ("round_robin", or "waterfall": the first segment keeps
+    what fits; `packing="segments"`), `mask_selection_rate`, `mask_selection_length`,
+    `mask_token_rate`, `random_token_rate` (the masker's: `MASKING_ARGS`).
     """
 
     def __init__(self, tokenizer, sequence_length=128, masker=None, packing="segments",
-                 batch_size=32, seed=None, shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, **kwargs):
+                 batch_size=32, seed=None, shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
+                 truncate="round_robin", **kwargs):
         super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
         self.shuffle_buffer = shuffle_buffer
         if packing != "segments" and packing not in DocumentPacker.MODES:
             raise ValueError(f"packing must be 'segments' or one of {DocumentPacker.MODES}, "
                              f"got {packing!r}.")
+        if truncate not in ("round_robin", "waterfall"):
+            raise ValueError(f"truncate must be 'round_robin' or 'waterfall', got {truncate!r}.")
+        if truncate != "round_robin" and packing != "segments":
+            raise ValueError(f"truncate={truncate!r} is for packing='segments' (each string an "
+                             f"example, cut to sequence_length); packing={packing!r} cuts "
+                             "documents into blocks and truncates nothing.")
         self.packing = packing
+        self.truncate = truncate
 
     @property
     def document_packer(self):
@@ -482,8 +540,11 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
         return self._grouped(batches, training).prefetch(AUTOTUNE)
 
     def get_config(self):
-        return dict(super().get_config(), packing=self.packing,
-                    shuffle_buffer=self.shuffle_buffer)
+        config = dict(super().get_config(), packing=self.packing,
+                      shuffle_buffer=self.shuffle_buffer)
+        if self.truncate != "round_robin":
+            config["truncate"] = self.truncate
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")

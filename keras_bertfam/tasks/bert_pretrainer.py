@@ -4,9 +4,11 @@ from keras import ops
 
 from keras_bertfam.layers import PairHead
 from keras_bertfam.models.backbone import head_initializer
+from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
 from keras_bertfam.tasks.losses import mean_sparse_ce, mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
+    mask_id_table,
     masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
@@ -29,7 +31,7 @@ class BertPretrainer(Task):
 
     pair_task = "nsp"
     preprocessor_args = ("sequence_length", "batch_size", "masker", "pairer", "seed",
-                         "group_by_length", "pad_to_multiple_of")
+                         "group_by_length", "pad_to_multiple_of") + MASKING_ARGS
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         if "pooled_output" not in backbone.output:
@@ -56,6 +58,12 @@ class BertPretrainer(Task):
         return SentencePairPreprocessor(tokenizer, sequence_length, **kwargs)
 
     serving_inputs = ("text_a", "text_b")
+
+    def label_id_tables(self):
+        """Labels checked before training (preprocessor=None): `mask_ids` in the vocabulary,
+        `pair_labels` 0 or 1."""
+        return [mask_id_table(self), ("pair_labels", 2, f"expected labels in [0, 2) (the "
+                                                        f"{self.pair_task} head's two classes).")]
 
     def serving_features(self, features, special_token_ids):
         return serving_mask_positions(features, special_token_ids["mask"])

@@ -4,8 +4,9 @@ from keras import ops
 
 from keras_bertfam.layers import MaskedLMHead
 from keras_bertfam.models.backbone import head_initializer
+from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
 from keras_bertfam.tasks.losses import weighted_sparse_ce
-from keras_bertfam.tasks.task import Task
+from keras_bertfam.tasks.task import Task, _id_range
 
 
 def backbone_inputs(backbone, extra=(), task=None, fold=None):
@@ -40,6 +41,13 @@ def masked_lm_head(backbone, token_embedding=None, name="mlm_head"):
         dtype=backbone.dtype_policy,
         name=name,
     )
+
+
+def mask_id_table(task):
+    """The table a pretraining task's `mask_ids` labels index, as its `label_id_tables` gives it
+    (task.py `_label_tables`): the backbone's vocabulary."""
+    size = task.backbone.vocabulary_size
+    return ("mask_ids", size, _id_range(task, size, "vocabulary_size"))
 
 
 def serving_mask_positions(features, mask_token_id):
@@ -78,6 +86,8 @@ class MaskedLM(Task):
     serving_reads_mask_tokens = True
 
     uses_pooled_output = False  # the pooler is not trained by this task
+    # keras-hub's MaskedLMPreprocessor arguments too (`from_preset(..., mask_selection_rate=)`)
+    preprocessor_args = Task.preprocessor_args + MASKING_ARGS + ("truncate",)
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
         self.backbone = backbone
@@ -94,6 +104,11 @@ class MaskedLM(Task):
         from keras_bertfam.preprocessing import MaskedLMPreprocessor
 
         return MaskedLMPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    def label_id_tables(self):
+        """Labels checked before training (preprocessor=None: `y`, the target ids at the mask
+        positions, in the vocabulary)."""
+        return [mask_id_table(self)]
 
     def serving_features(self, features, special_token_ids):
         return serving_mask_positions(features, special_token_ids["mask"])

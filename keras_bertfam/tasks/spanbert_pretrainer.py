@@ -5,9 +5,11 @@ from keras import ops
 
 from keras_bertfam.layers import SpanBoundaryHead, span_boundary_weights
 from keras_bertfam.models.backbone import head_initializer
+from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
+    mask_id_table,
     masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
@@ -42,6 +44,8 @@ class SpanBertPretrainer(Task):
     serving_reads_mask_tokens = True
 
     uses_pooled_output = False  # the pooler is not trained by this task
+    # keras-hub's MaskedLMPreprocessor arguments too (`from_preset(..., mask_selection_rate=)`)
+    preprocessor_args = Task.preprocessor_args + MASKING_ARGS + ("truncate",)
 
     def __init__(self, backbone, preprocessor=None, max_span_length=20,
                  position_embedding_dim=200, **kwargs):
@@ -75,6 +79,10 @@ class SpanBertPretrainer(Task):
         from keras_bertfam.preprocessing.span_preprocessor import SpanBertPreprocessor
 
         return SpanBertPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    def label_id_tables(self):
+        """Labels checked before training (preprocessor=None: `mask_ids` in the vocabulary)."""
+        return [mask_id_table(self)]
 
     def serving_features(self, features, special_token_ids):
         features = serving_mask_positions(features, special_token_ids["mask"])

@@ -534,8 +534,8 @@ class Task(keras.Model):
             check_model_inputs(x, type(self).__name__)
             # Model inputs as Python lists (keras-hub's `fit(x=features, y=[0, 3])`): arrays,
             # which Keras' data adapters take.
-            x = _arrays(x)
-            return self._checked_model_inputs(x), _arrays(y), _arrays(sample_weight), batch_size
+            x, y = _arrays(x), _arrays(y)
+            return self._checked_model_inputs(x, y), y, _arrays(sample_weight), batch_size
         check_raw_inputs(x, type(self).__name__, getattr(preprocessor, "raw_inputs", "raw text"))
         if hasattr(preprocessor, "check_raw") and not isinstance(x, tf.data.Dataset):
             preprocessor.check_raw(x, type(self).__name__)  # its one check of x's shape
@@ -576,12 +576,18 @@ class Task(keras.Model):
         prepared = preprocessor.prepare(x, training=training)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
-    def _checked_model_inputs(self, x):
+    def _checked_model_inputs(self, x, y=None):
         """Model inputs a user gives (preprocessor=None, `*_on_batch`): token and segment ids
-        checked against the backbone's tables, in memory now (`_check_ids_in_memory`) or, for a
-        dataset, in its `tf.data` graph as it is read (`check_ids`); then `_checked_features`."""
+        checked against the backbone's tables, and label ids against theirs (`y`, or a
+        dataset's labels: `_label_tables`), in memory now (`_check_ids_in_memory`) or, for a
+        dataset, in its `tf.data` graph as it is read (`check_ids`), or, for a Python
+        generator, batch by batch as Keras reads it (`_checked_batches`); then
+        `_checked_features`."""
+        if isinstance(x, types.GeneratorType):
+            return _checked_batches(self, x)
         if isinstance(x, dict) and "token_ids" in x:
             _check_ids_in_memory(self, x)
+            _check_labels_in_memory(self, y)
         return self._checked_features(x, ids=True)
 
     def _checked_features(self, x, ids=False):
@@ -614,6 +620,8 @@ class Task(keras.Model):
                 return features
 
             checked = tf.autograph.experimental.do_not_convert(checked)  # plain TF ops: no AutoGraph
+            if ids and isinstance(spec, tuple) and len(spec) > 1 and _label_tables(self, spec[1]):
+                return x.map(lambda f, y, *rest: (checked(f), check_label_ids(self, y), *rest))
             if isinstance(spec, tuple):
                 return x.map(lambda f, *rest: (checked(f), *rest))
             return x.map(checked)
@@ -663,7 +671,7 @@ class Task(keras.Model):
             x, y, sample_weight, batch_size, shuffle=shuffle,
             epoch_keyed=kwargs.get("steps_per_epoch") is None)
         keyed = isinstance(x, _EpochKeyedData)
-        if isinstance(x, tf.data.Dataset) or keyed:
+        if isinstance(x, (tf.data.Dataset, types.GeneratorType)) or keyed:
             kwargs.setdefault("shuffle", False)  # a dataset is shuffled upstream, if at all
         filled = self._fill_schedule(x, kwargs.get("epochs", 1),
                                      x.steps if keyed else kwargs.get("steps_per_epoch"))
@@ -704,8 +712,10 @@ class Task(keras.Model):
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps",
                                           every=self._steps_per_execution())
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
-            elif isinstance(validation_data, tf.data.Dataset):  # model inputs: ids checked
-                validation_data = self._checked_model_inputs(validation_data)
+            elif isinstance(validation_data, (tf.data.Dataset, types.GeneratorType)):
+                validation_data = self._checked_model_inputs(validation_data)  # ids checked
+            elif isinstance(validation_data, (tuple, list)) and validation_data:
+                self._checked_model_inputs(*validation_data[:2])  # in memory: checked now
             with warnings.catch_warnings():
                 for backbone in _backbones(self):
                     # XLNet's query stream (its mask embedding) is not on a fine-tuning task's
@@ -1056,7 +1066,7 @@ class Task(keras.Model):
                                                "call_in_memory"):
             x, y, sample_weight, _ = self._prepare(x, y, sample_weight, training=False)
             return x, y, sample_weight
-        return self._checked_model_inputs(x), y, sample_weight
+        return self._checked_model_inputs(x, y), y, sample_weight
 
     def _predict_by_length(self, x, batch_size, verbose):
         """In-memory inputs with dynamic padding: batches of similar lengths, each cut to its
@@ -1513,22 +1523,9 @@ def check_ids(task, features):
     checked = dict(features)
     for key, size, bound in _id_tables(task):
         ids = features.get(key)
-        if not isinstance(ids, tf.Tensor) or not (ids.dtype.is_integer or ids.dtype.is_floating):
-            continue  # another dtype: Keras' input check names it
-        limit = tf.cast(size, ids.dtype)
-        in_range = tf.logical_and(tf.reduce_min(ids) >= 0, tf.reduce_max(ids) < limit)
-
-        def refuse(ids=ids, key=key, size=size, bound=bound, limit=limit):
-            # built only where an id is out of range: the pass over the ids is the check's cost
-            first = tf.where(tf.logical_or(ids < 0, ids >= limit))[:1]  # (1, rank)
-            index = tf.unstack(first[0]) if ids.shape.rank else []
-            position = ", ".join(["{}"] * len(index))
-            message = f"{name} got {key} {{}} at {key}[{position}] of a batch: " + _id_range(
-                task, size, bound)
-            return _assert_then(ids, tf.constant(False), message, tf.gather_nd(ids, first),
-                                *index)
-
-        checked[key] = tf.cond(in_range, lambda ids=ids: tf.identity(ids), refuse)
+        if isinstance(ids, tf.Tensor):
+            checked[key] = _checked_in_range(ids, size, f"{name} got {key}", key,
+                                             _id_range(task, size, bound))
     ids = checked.get("token_ids")
     if isinstance(ids, tf.Tensor) and ids.shape.rank is not None and ids.shape.rank >= 2:
         # rows longer than the position table (a JAX or torch slice error, deep in the model)
@@ -1549,6 +1546,106 @@ def check_ids(task, features):
                 "to {} in a batch of rows of {} positions: expected positions in [0, the rows' "
                 "length).", tf.reshape(low, [1]), high, length)
     return checked
+
+
+def _checked_in_range(ids, size, what, key, expected):
+    """`ids` (a tensor in `tf.data`) once every one is in [0, size); else the pipeline stops
+    with "<what> <the first id out of range> at <key>[<its position>] of a batch: <expected>".
+    A batch costs the ids' minimum and maximum; the first wrong id is looked for only where
+    there is one. Ids of another dtype pass (Keras' input check names it)."""
+    if not (ids.dtype.is_integer or ids.dtype.is_floating):
+        return ids
+    limit = tf.cast(size, ids.dtype)
+    in_range = tf.logical_and(tf.reduce_min(ids) >= 0, tf.reduce_max(ids) < limit)
+
+    def refuse():
+        # built only where an id is out of range: the pass over the ids is the check's cost
+        first = tf.where(tf.logical_or(ids < 0, ids >= limit))[:1]  # (1, rank)
+        index = tf.unstack(first[0]) if ids.shape.rank else []
+        position = ", ".join(["{}"] * len(index))
+        message = f"{what} {{}} at {key}[{position}] of a batch: " + expected
+        return _assert_then(ids, tf.constant(False), message, tf.gather_nd(ids, first), *index)
+
+    return tf.cond(in_range, lambda: tf.identity(ids), refuse)
+
+
+def _label_tables(task, y):
+    """The label ids of `y` that index a table of the task's (its `label_id_tables()`: a
+    MaskedLM's `mask_ids` the vocabulary, a pretrainer's `pair_labels` its two classes), as
+    [(key, labels, size, what the error expects)]: a dict's entries by key, one array (or
+    tensor, or spec) as the first table's. On JAX an out-of-range label is a clamped gather (a
+    NaN or wrong loss, silently), on TensorFlow an error of the loss op's own."""
+    tables = getattr(task, "label_id_tables", None)
+    if tables is None or y is None:
+        return []
+    tables = tables()
+    if isinstance(y, dict):
+        return [(key, y[key], size, expected) for key, size, expected in tables
+                if y.get(key) is not None]
+    if not tables or isinstance(y, (tuple, list, str, bytes)):
+        return []
+    key, size, expected = tables[0]
+    return [(key, y, size, expected)]
+
+
+def check_label_ids(task, y):
+    """A dataset's labels (`tf.data`: a tensor or a dict of them) once their label ids are in
+    range (`_label_tables`), else the pipeline stops naming the first one out of range, its
+    position in the batch and the valid range (as `check_ids` the inputs')."""
+    name = type(task).__name__
+    checked = dict(y) if isinstance(y, dict) else y
+    for key, labels, size, expected in _label_tables(task, y):
+        if isinstance(labels, tf.Tensor):
+            labels = _checked_in_range(labels, size, f"{name} got label {key}", key, expected)
+            if isinstance(checked, dict):
+                checked[key] = labels
+            else:
+                checked = labels
+    return checked
+
+
+def _check_labels_in_memory(task, y):
+    """In-memory labels (preprocessor=None): every label id in its table (`_label_tables`),
+    else an error naming the first one out of range, its position and the valid range. The
+    labels' minimum and maximum where they are; the position only where one is wrong."""
+    name = type(task).__name__
+    for key, labels, size, expected in _label_tables(task, y):
+        if isinstance(labels, (tf.data.Dataset, str, bytes)):
+            continue
+        if isinstance(labels, (list, tuple)):
+            try:
+                labels = np.asarray(labels)
+            except ValueError:  # ragged lists: Keras' own error names them
+                continue
+        dtype = getattr(labels, "dtype", None)
+        try:
+            kind = np.dtype(keras.backend.standardize_dtype(dtype)).kind
+        except (TypeError, ValueError):
+            continue
+        if kind not in "iuf" or 0 in tuple(getattr(labels, "shape", (0,))):
+            continue
+        low, high = _min_max(labels)
+        if low is None or (low >= 0 and high < size):  # (NaN: neither, so looked at)
+            continue
+        values = keras.ops.convert_to_numpy(labels) if not isinstance(labels, np.ndarray) \
+            else labels
+        index = tuple(int(i) for i in np.argwhere(~((values >= 0) & (values < size)))[0])
+        hint = (" A label to ignore takes weight 0 (sample_weight, mask_weights), not a "
+                "negative id." if values[index] < 0 else "")
+        raise ValueError(f"{name} got label {key} {values[index].item()} at "
+                         f"{key}[{', '.join(map(str, index))}]: {expected}{hint}")
+
+
+def _checked_batches(task, batches):
+    """A Python generator's batches of model inputs (preprocessor=None), each checked as it is
+    read, as in-memory inputs are (`_checked_model_inputs`): Keras' generator adapter reads them
+    on every backend (on TensorFlow through `tf.data.Dataset.from_generator`), where ids out of
+    range passed unchecked (NaN on JAX). A generator again, which Keras takes as the one it
+    wraps."""
+    for batch in batches:
+        if isinstance(batch, tuple) and batch and isinstance(batch[0], dict):
+            task._checked_model_inputs(batch[0], batch[1] if len(batch) > 1 else None)
+        yield batch
 
 
 def _check_ids_in_memory(task, x):
