@@ -525,6 +525,21 @@ def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused():
     with pytest.raises(ValueError, match=r"SpanBertPretrainer got label mask_ids 100"):
         span.fit(features, {"mask_ids": bad, "mask_weights": w}, verbose=0)
 
+    # ELECTRA's generator, XLNet's permutation LM and the Distiller predict vocabulary ids too
+    electra = kb.tasks.ElectraPretrainer(
+        discriminator=kb.models.ElectraBackbone(100, 1, 2, 8, 8, 16, max_sequence_length=16),
+        preprocessor=None)
+    xlnet = kb.tasks.XLNetPretrainer(kb.models.XLNetBackbone(100, 1, 2, 8, 16),
+                                     preprocessor=None)
+    distiller = kb.tasks.Distiller(kb.tasks.MaskedLM(backbone, preprocessor=None),
+                                   kb.models.BertBackbone(100, 1, 2, 8, 16,
+                                                          max_sequence_length=16),
+                                   preprocessor=None)
+    for task, key in ((electra, "mask_ids"), (xlnet, "target"), (distiller, "mask_ids")):
+        with pytest.raises(ValueError, match=rf"{type(task).__name__} got label {key} 100 at "
+                                             rf"{key}\[1, 1\]: expected ids in \[0, 100\)"):
+            task.train_on_batch(x, bad)
+
 
 def test_model_inputs_from_python_generators_are_checked():
     """`preprocessor=None` inputs from a Python generator (`fit(gen())`, `predict(gen())`)

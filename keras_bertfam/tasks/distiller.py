@@ -8,7 +8,7 @@ from keras_bertfam import preset_hooks
 from keras_bertfam.layers.heads import gather_positions
 from keras_bertfam.models.distil_bert import DistilBertBackbone
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
-from keras_bertfam.tasks.masked_lm import MaskedLM
+from keras_bertfam.tasks.masked_lm import MaskedLM, mask_id_table
 from keras_bertfam.tasks.task import Task
 
 DISTILBERT_LAYERS = (0, 2, 4, 7, 9, 11)
@@ -261,6 +261,10 @@ class Distiller(Task):
         from keras_bertfam.preprocessing import MaskedLMPreprocessor
 
         return MaskedLMPreprocessor(tokenizer, sequence_length, **kwargs)
+
+    def label_id_tables(self):
+        """Labels checked before training (preprocessor=None: `mask_ids` in the vocabulary)."""
+        return [mask_id_table(self)]
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         mask_ids, weights = mlm_targets(y, sample_weight)

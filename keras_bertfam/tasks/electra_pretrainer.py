@@ -14,6 +14,7 @@ from keras_bertfam.models.electra import ElectraBackbone
 from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
+    mask_id_table,
     masked_lm_head,
     serving_mask_positions,
     serving_mlm_outputs,
@@ -304,6 +305,10 @@ class ElectraPretrainer(Task):
         slot_labels = ops.cast(ops.logical_and(valid, differs), "int32")  # (B, P)
         zeros = ops.zeros_like(ops.cast(y_pred["padding_mask"], "int32"))  # (B, T)
         return replace_at_positions(zeros, positions, slot_labels, valid)
+
+    def label_id_tables(self):
+        """Labels checked before training (preprocessor=None: `mask_ids` in the vocabulary)."""
+        return [mask_id_table(self)]
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if sample_weight is None and not (isinstance(y, dict) and "mask_weights" in y):

@@ -14,7 +14,11 @@ import keras
 from keras import ops
 
 from keras_bertfam.tasks.losses import weighted_sparse_ce
-from keras_bertfam.tasks.masked_lm import serving_mask_positions, serving_mlm_outputs
+from keras_bertfam.tasks.masked_lm import (
+    mask_id_table,
+    serving_mask_positions,
+    serving_mlm_outputs,
+)
 from keras_bertfam.tasks.task import Task
 
 
@@ -157,6 +161,11 @@ class XLNetPretrainer(Task):
 
     def serving_outputs(self, features, outputs):
         return serving_mlm_outputs(features, outputs)
+
+    def label_id_tables(self):
+        """Labels checked before training (preprocessor=None: `target`, the ids at the
+        predicted positions, in the vocabulary)."""
+        return [("target",) + mask_id_table(self)[1:]]
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if isinstance(y, dict):
