@@ -225,26 +225,77 @@ def regex_split(text, delimiter, keep, offsets=False):
     return tuple(rows) if offsets else rows[0]
 
 
-def _split_for_bpe(inputs, unsplittable_tokens):
-    """keras-hub's `split_strings_for_bpe` ([B] strings -> [B, (W)] GPT-2 words, special tokens
-    kept whole) built with `regex_split`: the same words, a third of the graph."""
-    from keras_hub.src.tokenizers import byte_pair_tokenizer as hub
+# GPT-2's pre-split, as HF's `ByteLevel` pre-tokenizer: its regex
+# `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` with Oniguruma's `\s`
+# (Unicode's White_Space: \t-\r, U+0085 and \p{Z}; RE2's `\s` is ASCII). RE2 has no lookahead:
+# `_split_for_bpe` does the `\s+(?!\S)` part (a whitespace run before a word gives up its last
+# character) and this pattern the rest.
+_BPE_SPACE = r"[\t-\r\x{85}\p{Z}]"
+_BPE_WORD = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\t-\r\x{85}\p{Z}\p{L}\p{N}]+|"
+             + _BPE_SPACE + "+")
 
-    mark = "\u096c"  # "६", keras-hub's stand-in for GPT-2's lookahead
-    inputs = tf.strings.regex_replace(inputs, rf"( )([^\s{hub.SPECIAL_WHITESPACES}])",
-                                      mark + r"\1\2")
-    inputs = tf.strings.regex_replace(inputs, rf"(\s{hub.SPECIAL_WHITESPACES})$", r"\1" + mark)
-    alts = hub.create_alts_for_unsplittable_tokens(unsplittable_tokens or [])
-    for token, alt in zip(unsplittable_tokens or [], alts):
-        inputs = regex_split(inputs, re.escape(token), re.escape(token))
-        inputs = tf.strings.regex_replace(inputs, re.escape(token), alt)
-    words = regex_split(inputs, hub.SPLIT_PATTERN_1, hub.SPLIT_PATTERN_1)
-    words = regex_split(words, hub.SPLIT_PATTERN_2, hub.SPLIT_PATTERN_2)
-    for token, alt in zip(unsplittable_tokens or [], alts):
-        words = tf.strings.regex_replace(words, re.escape(alt), token)
-    while words.shape.rank > 2:
-        words = merge_rows(words)
-    return keep_values(words, tf.not_equal(words.values, mark))
+
+def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed=False):
+    """[B] strings -> [B, (W)] words as HF's byte-level BPE tokenizers (`RobertaTokenizerFast`,
+    GPT-2's) split them, with no Python per text and no row-split checks.
+
+    As HF: the text is cut at its special tokens first (each a word of its own; the longest where
+    two start at one place), and each part between them is split alone, so a whitespace run that
+    ends a part ("a  <mask>", "x  ") is one word. With `add_prefix_space`, a space is put before
+    each part that does not start with one (HF's `ByteLevel(add_prefix_space=True)`): none before
+    a special token, the empty text or " x". Within a part, GPT-2's `\\s+(?!\\S)`: a whitespace
+    run before a word gives its last character up, to start the word if it is " ". (keras-hub's
+    `split_strings_for_bpe`, which this replaced, put a space before the whole text, split "  "
+    into two words, and dropped U+096C "६", its stand-in for the lookahead.)
+
+    With `prefixed`, also returns which of the words ([N], bool) start with an added space."""
+    tokens = sorted(set(unsplittable_tokens or ()), key=len, reverse=True)
+    if tokens:
+        pattern = "|".join(re.escape(t) for t in tokens)
+        parts = regex_split(inputs, pattern, pattern)  # [B, (S)], no empty parts
+        is_token = tf.equal(parts.flat_values[:, None], tokens)  # [S, T]
+        special = tf.reduce_any(is_token, axis=1)
+        token = tf.gather(tokens, tf.argmax(is_token, axis=1))  # (a copy of the text: no)
+    else:
+        parts = keep_values(tf.RaggedTensor.from_tensor(inputs[:, None]), inputs != "")
+        special = tf.zeros_like(parts.flat_values, tf.bool)
+    text = parts.flat_values  # [S]
+    added = ~special & tf.not_equal(tf.strings.substr(text, 0, 1), " ")
+    if add_prefix_space:
+        text = tf.where(added, tf.strings.join([" ", text]), text)
+    # A special token goes through the split as "x" (one word), then becomes itself again.
+    text = tf.where(special, "x", text)
+    # Whitespace runs and the text between them: a run followed by more of its part gives up its
+    # last character, which starts the next chunk if it is " " and is a word of its own if not.
+    chunks = regex_split(text, _BPE_SPACE + "+", _BPE_SPACE + "+")  # [S, (K)]
+    chunk = chunks.flat_values
+    part, index = rows_and_index(chunks.row_splits)
+    follow = tf.strings.regex_full_match(chunk, _BPE_SPACE + "+") & tf.not_equal(
+        index + 1, tf.gather(chunks.row_splits[1:], part))
+    last = tf.where(follow, tf.strings.regex_replace(chunk, f"^{_BPE_SPACE}*({_BPE_SPACE})$",
+                                                     r"\1"), "")
+    head = tf.where(follow, tf.strings.regex_replace(chunk, _BPE_SPACE + "$", ""), chunk)
+    joins = tf.equal(last, " ")
+    joined = tf.concat([[False], joins], 0)[:-1]  # after a joining run: in its part
+    head = tf.where(joined, tf.strings.join([" ", head]), head)
+    keep = tf.stack([tf.not_equal(head, ""), follow & ~joins], axis=1)  # [K, 2]
+    pieces = tf.boolean_mask(tf.stack([head, last], axis=1), keep)  # [F]
+    piece_splits = tf.gather(tf.concat([[0], tf.cumsum(tf.reduce_sum(
+        tf.cast(keep, chunks.row_splits.dtype), axis=1))], 0), chunks.row_splits)  # [S + 1]
+    words = regex_split(pieces, _BPE_WORD, _BPE_WORD)  # [F, (W)]
+    word_splits = tf.gather(words.row_splits, piece_splits)  # [S + 1]: each part's words
+    values = words.flat_values
+    if tokens:
+        part_of_word = row_ids(word_splits)
+        values = tf.where(tf.gather(special, part_of_word), tf.gather(token, part_of_word),
+                          values)
+    words = tf.RaggedTensor.from_row_splits(values, tf.gather(word_splits, parts.row_splits),
+                                            validate=False)  # [B, (W)]
+    if not prefixed:
+        return words
+    first = tf.gather(word_splits, tf.where(added & add_prefix_space)[:, 0])  # their first words
+    return words, tf.scatter_nd(first[:, None], tf.ones_like(first, tf.bool),
+                                tf.shape(values, out_type=first.dtype))
 
 
 # tf-text's WordPiece model (a flatbuffer) of each vocabulary, built once per process: every
@@ -483,8 +534,11 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
 
     keras-hub's TF implementation (GPT-2's pre-split regex, byte-to-unicode table, merge ranks)
     with RoBERTa's special tokens by role: `<s>` (cls), `</s>` (sep), `<pad>`, `<mask>`, `<unk>`.
-    Special tokens written in the text are kept whole, as HF does. No prefix space is added
-    (HF's `add_prefix_space=False` default): a text's first word is encoded without `Ġ`.
+    Special tokens written in the text are kept whole and split the text, as HF does. No prefix
+    space is added (HF's `add_prefix_space=False` default): a text's first word is encoded
+    without `Ġ`. With `add_prefix_space=True`, as HF's fast tokenizer, a space goes before each
+    part of the text between special tokens that does not start with one ("x<s>y" is "Ġx <s>
+    Ġy"; "" is no token, " x" is "Ġx", "<mask> is" is "<mask> Ġis").
 
     Args:
         vocabulary: a `vocab.json` path or a `{token: id}` dict.
@@ -546,21 +600,22 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
     @tensor_utils.preprocessing_function
     def _tokenize_tf(self, inputs):
         """keras-hub's cached tokenize (merged words kept in its `MutableHashTable`), with two
-        changes that leave the ids as they are: the words come from `_split_for_bpe` (keras-hub's
-        pre-split builds ~2,000 ops of row-split checks a trace: 2 s of every tf.data pipeline's
-        trace) and only a batch's distinct unseen words go through the merge loop (keras-hub
-        merges every occurrence: a cold 3,000-sentence batch took 5.7 s instead of 1.5)."""
+        changes: the words come from `_split_for_bpe` (HF's words where keras-hub's differed:
+        texts starting with a space or a special token, the empty text, whitespace runs before a
+        special token; and keras-hub's pre-split built ~2,000 ops of row-split checks a trace: 2 s
+        of every tf.data pipeline's trace) and only a batch's distinct unseen words go through
+        the merge loop (keras-hub merges every occurrence: a cold 3,000-sentence batch took 5.7 s
+        instead of 1.5)."""
         self._maybe_initialized_tf()
         inputs = tf.convert_to_tensor(inputs)
-        if self.add_prefix_space:
-            inputs = tf.strings.join([" ", inputs])
         unbatched = inputs.shape.rank == 0
         if unbatched:
             inputs = tf.expand_dims(inputs, 0)
         if inputs.shape.rank > 1:
             raise ValueError("`tokenize()` inputs should be a string, list of strings, or "
                              f"string tensor with rank < 2. Received: {inputs}")
-        words = _split_for_bpe(inputs, self.unsplittable_tokens)  # [B, (W)]
+        words = _split_for_bpe(inputs, self.unsplittable_tokens,
+                               self.add_prefix_space)  # [B, (W)]
         distinct, index = tf.unique(words.flat_values)
         cached = self.cache.lookup(distinct)  # special tokens are in it: themselves
         unseen = tf.equal(cached, "") & tf.not_equal(distinct, "")
@@ -659,11 +714,13 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         ids = tf.cast(self.piece_ids(pieces.flat_values), self.compute_dtype)
         return merge_rows(words.with_flat_values(pieces.with_flat_values(ids)))
 
-    def split_and_merge(self, inputs):
-        """Strings [B] -> `(words [B, (W)], pieces [N, (P)])`: keras-hub's pre-split words (after
-        the prefix space when `add_prefix_space`) and the BPE pieces of each of the N words, as
-        GPT-2's printable symbols (one symbol per byte of the word). A special token written in
-        the text (`<s>`, `<mask>`, ...) is a word of its own and its one piece is itself.
+    def split_and_merge(self, inputs, prefixed=False):
+        """Strings [B] -> `(words [B, (W)], pieces [N, (P)])`: HF's pre-split words
+        (`_split_for_bpe`: with `add_prefix_space`, a part of the text that does not start with
+        " " starts with an added one) and the BPE pieces of each of the N words, as GPT-2's
+        printable symbols (one symbol per byte of the word). A special token written in the text
+        (`<s>`, `<mask>`, ...) is a word of its own and its one piece is itself. With
+        `prefixed`, a third output [N] (bool) tells the words that start with an added space.
 
         Stateless (no cache written): each request's distinct words (`tf.unique`) go once through
         keras-hub's merge-rank loop. `serving_tokenize` maps the pieces to ids;
@@ -672,9 +729,10 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string:
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
-        if self.add_prefix_space:
-            inputs = tf.strings.join([" ", inputs])
-        words = _split_for_bpe(inputs, self.unsplittable_tokens)  # (B, (W))
+        words = _split_for_bpe(inputs, self.unsplittable_tokens, self.add_prefix_space,
+                               prefixed)  # (B, (W))
+        if prefixed:
+            words, added = words
         distinct, index = tf.unique(words.flat_values)  # (U,), (N,)
         special = tf.zeros_like(distinct, dtype=tf.bool)
         for token in self.unsplittable_tokens or ():
@@ -689,7 +747,8 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         special_64 = tf.cast(special, tf.int64)
         order = tf.where(special, num_ordinary + tf.cumsum(special_64) - 1,
                          tf.cumsum(1 - special_64) - 1)  # word u -> its row in `rows`
-        return words, tf.gather(rows, tf.gather(order, index))  # (N, (P))
+        pieces = tf.gather(rows, tf.gather(order, index))  # (N, (P))
+        return (words, pieces, added) if prefixed else (words, pieces)
 
     def get_config(self):
         config = super().get_config()
