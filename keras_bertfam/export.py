@@ -23,6 +23,12 @@ Signatures:
   `answer_*`); QA's `null_score` is then each row's (window's), the minimum of which over an
   example's windows is the string signature's.
 
+Both check their inputs in the graph: a malformed request (a scalar or a matrix where a batch of
+strings is expected, segments of different counts, no choices, rank-1 or zero-length token ids,
+ids out of range) fails with an InvalidArgumentError naming the input and what was expected; an
+empty batch gives outputs with no row. Invalid UTF-8 is read as U+FFFD (one a sequence), as
+WordPiece and SentencePiece tokenizers read it in `predict`, and QA's `answer()`.
+
 Tokenization (keras-hub WordPiece: `NormalizeUTF8`, `RegexSplitWithOffsets`,
 `FastWordpieceTokenizeWithOffsets`) and `SegmentPacker` (round-robin in core TF) keep the graph
 inside core TensorFlow + the 35 ops of tf-text 2.12.1, the set stock TF Serving 2.12-2.19 links.
@@ -200,7 +206,7 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     choices = is_task and len(model.input["token_ids"].shape) == 3
     text_inputs = model.serving_inputs if is_task else ("text",)
 
-    def outputs_of(features):
+    def run(features):
         # raw strings (for tasks that read their inputs' text, e.g. QA answers) stay strings
         features = {k: v if v.dtype == tf.string else tf.cast(v, tf.int32)
                     for k, v in features.items()}
@@ -211,10 +217,14 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         inputs = model.serving_features(features, special)
         return model.serving_outputs(inputs, model.serving_call(inputs))
 
+    def outputs_of(features):
+        return _on_at_least_one_row(features, run)
+
     ids_shape = [None, None, None] if choices else [None, None]
     ids_spec = {n: tf.TensorSpec(ids_shape, tf.int32, name=n) for n in feature_names}
-    serve_ids = tf.function(lambda features: outputs_of(_checked_ids(features, backbone)),
-                            input_signature=[ids_spec])
+    serve_ids = tf.function(
+        lambda features: outputs_of(_checked_ids(features, backbone, len(ids_shape))),
+        input_signature=[ids_spec])
 
     module = tf.Module()
     module.model_variables = [getattr(v, "value", v) for v in model.variables]
@@ -266,6 +276,7 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
             return model.serving_tokenize(texts, tokenizer, tokenize_text)
 
         def serve_text(*texts):
+            texts = _checked_texts(texts, text_inputs, choices)
             if is_task:
                 trimmed = ((lambda f: outputs_of(trim_padding(f, side))) if dynamic_padding
                            else outputs_of)
@@ -273,13 +284,14 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
                                             **string_options)
                 if own is not None:
                     return own
-            texts = [_clean_text(t, sequence_length) for t in texts]
+            texts = [_clean_text(t, sequence_length, tokenizer) for t in texts]
             if choices:  # prompt [B], choices [B, C] -> (B, C, T)
                 prompt, options = texts
                 num = tf.shape(options)[1]
                 repeated = tf.reshape(tf.repeat(prompt[:, None], num, axis=1), [-1])
                 features = pack([tokenize(repeated), tokenize(tf.reshape(options, [-1]))])
-                features = {k: tf.reshape(v, [-1, num, tf.shape(v)[-1]])
+                rows = tf.shape(prompt)[0]  # (not -1: no choices would make it 1)
+                features = {k: tf.reshape(v, [rows, num, tf.shape(v)[-1]])
                             for k, v in features.items()}
             else:
                 features = pack([tokenize(t) for t in texts])
@@ -310,22 +322,133 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
     return sorted(signatures)
 
 
-# Characters kept per text before tokenizing: sequence_length tokens never need more unless the
-# text is mostly whitespace (a WordPiece word over 100 characters is one [UNK]).
+# Characters kept per position of a text before tokenizing: sequence_length tokens never need
+# more unless the text is mostly characters that tokenize to nothing (below; a WordPiece word
+# over 100 characters is one [UNK], so a text of such words is cut after half its positions).
 CHARACTERS_PER_POSITION = 50
+# For a tokenizer that normalizes them away (WordPiece, SentencePiece), whitespace, control and
+# format characters (zero-width), combining marks and U+FFFD count 1/SILENT_PER_CHARACTER of a
+# character towards the cut: a text of 800 spaces (or zero-width characters, or a combining
+# accent repeated) before its words at sequence_length=16 is served as `predict` reads it, not as
+# empty (up to SILENT_PER_CHARACTER * 800 such characters, then the cut), and a text of nothing
+# else keeps SILENT_PER_CHARACTER times the characters: still a bound on the work. Measured
+# (2 shared cores; the cut and WordPiece, a batch of 32, sequence_length=512): 1 MB texts of
+# words 0.86 s (0.28 s with every character counted), 1 MB of spaces 2.1 s (0.63 s); 1 KB
+# reviews, which are never cut, skip the count (5 ms, as before). Byte-level BPE reads every
+# character (a space is a token): no such weight.
+SILENT_PER_CHARACTER = 4
+_SILENT = r"[\s\p{Z}\p{Cc}\p{Cf}\p{Mn}\p{Me}\x{FFFD}]"
 
 
-def _clean_text(texts, sequence_length):
+def _clean_text(texts, sequence_length, tokenizer=None):
     """Invalid UTF-8 bytes become U+FFFD (which BERT's normalization drops, as HF's), and each
     text is cut to `CHARACTERS_PER_POSITION * sequence_length` characters before tokenizing, so a
-    1 MB request costs what a long review costs. The bytes are cut first (4 per character, UTF-8's
-    most): a character split there lies past the characters kept."""
+    1 MB request costs what a long review costs; for a WordPiece or SentencePiece `tokenizer`,
+    characters it reads as nothing count `1 / SILENT_PER_CHARACTER` (at most
+    `SILENT_PER_CHARACTER` times as many characters kept). The bytes are cut first (4 per
+    character, UTF-8's most): a character split there lies past the characters kept."""
     import tensorflow as tf
 
+    from keras_bertfam.preprocessing.offsets import valid_utf8
+
     characters = CHARACTERS_PER_POSITION * sequence_length
-    texts = tf.strings.substr(texts, 0, 4 * characters)
-    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace")
-    return tf.strings.substr(texts, 0, characters, unit="UTF8_CHAR")
+    weighted = getattr(tokenizer, "kind", None) in ("wordpiece", "sentencepiece")
+    most = characters * (SILENT_PER_CHARACTER if weighted else 1)
+    texts = valid_utf8(tf.strings.substr(texts, 0, 4 * most))
+    texts = tf.strings.substr(texts, 0, most, unit="UTF8_CHAR")
+    if not weighted:
+        return texts
+    shape, texts = tf.shape(texts), tf.reshape(texts, [-1])  # (multiple choice's [B, C])
+    # only texts longer than `characters` can be cut (the others, most, skip the count)
+    long = tf.where(tf.strings.length(texts, unit="UTF8_CHAR") > characters)[:, 0]
+    cut = _weighted_cut(tf.gather(texts, long), characters)
+    texts = tf.tensor_scatter_nd_update(texts, long[:, None], cut)
+    return tf.reshape(texts, shape)
+
+
+def _weighted_cut(texts, characters):
+    """`_clean_text`'s cut of texts [B] (valid UTF-8) where silent characters weigh less."""
+    import tensorflow as tf
+
+    # each silent character one byte, 0x01; a character starts at any other byte but UTF-8's
+    # continuation bytes, and weighs SILENT_PER_CHARACTER (a silent one: 1)
+    marks = tf.strings.regex_replace(texts, _SILENT, "\x01")
+    data = tf.cast(tf.io.decode_raw(tf.strings.reduce_join(marks), tf.uint8), tf.int32)  # [N]
+    starts = (data < 0x80) | (data >= 0xC0)
+    weight = tf.where(tf.equal(data, 1), 1, tf.where(starts, SILENT_PER_CHARACTER, 0))
+    lengths = tf.strings.length(marks)  # [B] bytes
+    row = tf.repeat(tf.range(tf.size(lengths)), lengths)  # [N] the text of each byte
+    total = tf.cumsum(tf.cast(weight, tf.int64))
+    first = tf.cumsum(lengths, exclusive=True)  # [B] each text's first byte
+    spent = total - tf.gather(tf.concat([[0], total], 0), tf.gather(first, row))
+    kept = tf.math.unsorted_segment_sum(  # [B] characters
+        tf.cast(starts & (spent <= characters * SILENT_PER_CHARACTER), tf.int32), row,
+        tf.size(lengths))
+    return tf.strings.substr(texts, tf.zeros_like(kept), kept, unit="UTF8_CHAR")
+
+
+def _checked_texts(texts, names, choices):
+    """The string signature's inputs, checked in the graph before anything reads them: each a
+    vector of strings [B] (`choices` [B, C]: C >= 1 choices unless B = 0), all with the same B.
+    A violation fails the request with an InvalidArgumentError naming the input and what was
+    expected (they met TensorFlow's errors inside the tokenizer and packer)."""
+    import tensorflow as tf
+
+    ranks = [2 if choices and name == "choices" else 1 for name in names]
+    shapes = [_assert_rank(text, rank, f"string signature: {name} must be " + (
+        "a matrix of strings [batch, choices]" if rank == 2 else "a vector of strings [batch]"))
+              for text, rank, name in zip(texts, ranks, names)]
+    checks = list(shapes)
+    with tf.control_dependencies(shapes):  # the shapes are read once they hold
+        counts = [tf.shape(text)[0] for text in texts]
+        what = "rows" if choices else "strings"
+        for name, count in zip(names[1:], counts[1:]):
+            checks.append(tf.debugging.Assert(tf.equal(count, counts[0]), [
+                f"string signature: {names[0]} and {name} must have the same number of {what}; "
+                "got", counts[0], "and", count], name=f"check_{name}_count"))
+        if choices:
+            shape = tf.shape(texts[list(names).index("choices")])
+            checks.append(tf.debugging.Assert((shape[0] == 0) | (shape[1] > 0), [
+                "string signature: choices must hold at least one choice per prompt (a [batch, "
+                "choices] matrix of strings); got shape", shape], name="check_choices"))
+    with tf.control_dependencies(checks):
+        return [tf.identity(text) for text in texts]
+
+
+def _assert_rank(value, rank, message):
+    """An in-graph check that `value` has `rank` axes (`message`, then its shape, if not).
+    Neither `tf.debugging.assert_rank` nor `tf.rank`: both read the rank the signature declares,
+    which a request need not have (a loaded signature and TF Serving pass a scalar on to the
+    graph), and are folded to constants. The shape read at run time, padded with -1s, tells."""
+    import tensorflow as tf
+
+    shape = tf.shape(value)
+    padded = tf.concat([shape, tf.fill([rank + 1], -1)], 0)
+    ok = tf.reduce_all(padded[:rank] >= 0) & tf.equal(padded[rank], -1)
+    return tf.debugging.Assert(ok, [f"{message}; got shape", shape], name="check_rank")
+
+
+def _on_at_least_one_row(features, run):
+    """`run(features)` (the model and its serving outputs) for a batch of any size: an empty
+    batch gives outputs with no row, as every model's from a batch of one row of padding
+    (zeros) less that row. (A Longformer's banded attention fails on no row: "condition
+    [0,4,1,1], then [0,2,2,16] ... must be broadcastable"; multiple choice's labels, an argmax,
+    on no choice.) The leading axes of the features but their positions (the batch; multiple
+    choice's choices) that are empty get one row, and the outputs lose it again."""
+    import tensorflow as tf
+
+    ids = features["token_ids"]
+    lead = ids.shape.rank - 1
+    sizes = tf.shape(ids)[:-1]
+    extra = tf.cast(tf.equal(sizes, 0), tf.int32)  # [lead]
+    padded = {}
+    for key, value in features.items():
+        paddings = tf.concat([tf.stack([tf.zeros_like(extra), extra], 1),
+                              tf.zeros([value.shape.rank - lead, 2], tf.int32)], 0)
+        padded[key] = tf.pad(value, paddings,
+                             constant_values="" if value.dtype == tf.string else 0)
+    return {k: v[tuple(slice(0, sizes[i]) for i in range(min(lead, v.shape.rank)))]
+            for k, v in run(padded).items()}
 
 
 def _join_at_mask_tokens(texts, mask_token, mask_id, tokenize):
@@ -367,13 +490,37 @@ def trim_padding(features, side="right"):
     return out
 
 
-def _checked_ids(features, backbone):
-    """The `token_ids` signature's inputs, checked in the graph: the same shape for every
+def _checked_ids(features, backbone, rank=2):
+    """The `token_ids` signature's inputs, checked in the graph: `rank` axes ([B, T], or
+    [B, C, T] for multiple choice) and at least one position, the same shape for every
     feature, ids in [0, vocabulary_size), segment ids in [0, num_segments), a 0/1 padding mask,
     and no more positions than the backbone's `max_sequence_length`. A violation fails the
     request with an InvalidArgumentError naming the feature, the bound and the offending value.
     (A Longformer's global tokens a row are checked in its own graph, for every signature and
     for the global attention a task derives: `kb.models.longformer.check_global_tokens`.)"""
+    import tensorflow as tf
+
+    ids = features["token_ids"]
+    layout = "a [batch, length] int32 matrix" if rank == 2 else (
+        "a [batch, choices, length] int32 tensor")
+    first = _assert_rank(ids, rank, f"token_ids signature: token_ids must be {layout}")
+    with tf.control_dependencies([first]):  # what follows reads the axes
+        checks = [first, tf.debugging.Assert(tf.shape(ids)[-1] > 0, [
+            "token_ids signature: token_ids must have at least one position; got shape",
+            tf.shape(ids)], name="check_positions")]
+        checks += [_assert_rank(value, rank, f"token_ids signature: {name} must be {layout}")
+                   for name, value in features.items() if name != "token_ids"]
+        if rank == 3:
+            shape = tf.shape(ids)
+            checks.append(tf.debugging.Assert((shape[0] == 0) | (shape[1] > 0), [
+                "token_ids signature: token_ids must hold at least one choice per example; got "
+                "shape", shape], name="check_choices"))
+    with tf.control_dependencies(checks):  # the values, once the shapes hold
+        return _checked_values(features, backbone)
+
+
+def _checked_values(features, backbone):
+    """`_checked_ids`' checks of the values."""
     import tensorflow as tf
 
     ids = features["token_ids"]

@@ -777,3 +777,160 @@ def test_export_refuses_a_tokenizer_larger_than_the_embedding_table(tmp_path, id
                                          r"embedding table has vocabulary_size=28 rows"):
         kb.export.export_saved_model(ids_export[0], str(tmp_path / "t"), tokenizer=big)
     assert not (tmp_path / "t").exists()
+
+
+# === Requests the string and token_ids signatures must serve as predict does, or refuse by name
+def test_qa_export_reads_invalid_utf8_as_answer_does(exports):
+    """Contexts that are not valid UTF-8: each invalid sequence is one U+FFFD (as for every
+    other signature and in `answer()`); offsets and answer text are the cleaned context's. The
+    string signature answered from the raw bytes: a text shifted off its offsets ("da " for
+    "Ada"), or a failed request (a surrogate's 3 bytes, 1 character to `substr`, are 3 U+FFFD
+    to the tokenizer)."""
+    _, done, models, _, _ = exports
+    qa = models["question_answerer"]
+    serve = tf.saved_model.load(dict((n, p) for n, p, _, _ in done)["question_answerer"]) \
+        .signatures["serving_default"]
+    questions = [b"Who wrote it?", b"Who?", b"Who \xff wrote?", b"Where?", b"Who?"]
+    contexts = [b"\xed\xa0\x80 Ada Lovelace wrote it in 1843.", b"\x80\x80 Ada wrote it",
+                b"Ada wrote \xff the film \xc3", b"Ada \xf0\x9f\x98 wrote",
+                "Zoë Brontë lives in Zürich.".encode()]
+    want = qa.answer(questions, contexts)
+    got = serve(question=tf.constant(questions), context=tf.constant(contexts))
+    np.testing.assert_array_equal(got["answer_start"].numpy(), [a["start"] for a in want])
+    np.testing.assert_array_equal(got["answer_end"].numpy(), [a["end"] for a in want])
+    assert got["answer_text"].numpy().tolist() == [a["text"] for a in want]
+    for context, answer in zip(contexts, want):  # bytes in, bytes out: the cleaned context's
+        text = context.decode("utf-8", "replace")
+        assert answer["text"] == text[answer["start"]:answer["end"]].encode()
+    # valid UTF-8 bytes answer as the same text as a str (offsets in characters, not bytes)
+    as_str = qa.answer([questions[-1].decode()], [contexts[-1].decode()])[0]
+    assert (want[-1]["start"], want[-1]["end"]) == (as_str["start"], as_str["end"])
+    assert want[-1]["text"] == as_str["text"].encode() and as_str["end"] > as_str["start"]
+
+
+def test_string_signature_reads_past_text_that_tokenizes_to_nothing(exports):
+    """A text whose first CHARACTERS_PER_POSITION * sequence_length characters are whitespace,
+    zero-width or combining characters was served as empty (the cut came first) while predict
+    read the words after them. Such characters now count 1/SILENT_PER_CHARACTER of a character
+    towards the cut (WordPiece, SentencePiece)."""
+    _, done, models, _, _ = exports
+    paths = dict((n, p) for n, p, _, _ in done)
+    clf = models["text_classifier"]
+    serve = tf.saved_model.load(paths["text_classifier"]).signatures["serving_default"]
+    budget = kb.export.CHARACTERS_PER_POSITION * SEQ
+    texts = [" " * budget + "the film was great", "\u200b" * budget + "ada wrote it",
+             "a" + "\u0301" * budget + " dull plot",
+             "\n\t\u3000\u00a0" * (budget // 2) + "bad actor", "the film"]
+    np.testing.assert_allclose(serve(text=tf.constant(texts))["logits"].numpy(),
+                               clf.predict(texts, verbose=0), atol=1e-5)
+    tag = models["token_classifier"]
+    serve_tag = tf.saved_model.load(paths["token_classifier"]).signatures["serving_default"]
+    got = serve_tag(text=tf.constant(texts[:2]))
+    mask = got["padding_mask"].numpy()
+    assert (mask.sum(1) == [6, 5]).all()  # [CLS] the film was great [SEP]; [CLS] ada wrote it
+    np.testing.assert_allclose(got["logits"].numpy() * mask[..., None],
+                               tag.predict(texts[:2], verbose=0)[:, :mask.shape[1]]
+                               * mask[..., None], atol=1e-5)
+
+
+def test_requests_are_cut_after_a_bounded_number_of_silent_characters():
+    """The cut still bounds each text's work: silent characters count 1/SILENT_PER_CHARACTER,
+    so a 1 MB run of them keeps SILENT_PER_CHARACTER * CHARACTERS_PER_POSITION *
+    sequence_length; other characters count 1 (and every character for byte-level BPE, whose
+    whitespace and zero-width characters are tokens)."""
+    from keras_bertfam.export import CHARACTERS_PER_POSITION, SILENT_PER_CHARACTER, _clean_text
+
+    budget = CHARACTERS_PER_POSITION * 2
+    texts = [" " * 1_000_000, " " * (budget * 3) + "word " * budget, "\u200bé" * budget]
+    got = [g.decode() for g in _clean_text(tf.constant(texts), 2, tokenizer()).numpy()]
+    assert got[0] == " " * (SILENT_PER_CHARACTER * budget)
+    assert texts[1].startswith(got[1]) and got[1].startswith(" " * (budget * 3) + "word word")
+    assert 0 < got[1].count("word") <= budget // 4
+    assert got[2] == texts[2][:len(got[2])] and got[2].count("é") <= budget
+    bpe = type("BPE", (), {"kind": "byte_pair"})()
+    assert len(_clean_text(tf.constant(texts[:1]), 2, bpe).numpy()[0]) == budget
+
+
+def _error(call, *args, **kwargs):
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        call(*args, **kwargs)
+    return " ".join(str(caught.value).split())
+
+
+def test_malformed_string_requests_are_refused_by_name(exports):
+    """Scalars or matrices where a batch of strings is expected, segments of different counts,
+    a multiple-choice request without choices: a message naming the input and what was
+    expected, where they met TensorFlow's errors inside the graph ("input must be a vector",
+    "Incompatible shapes: [3] vs. [2]", "Reduction axis -1 is empty"). An empty batch is an
+    empty result."""
+    _, done, models, _, _ = exports
+    paths = dict((n, p) for n, p, _, _ in done)
+
+    def signature(name):
+        return tf.saved_model.load(paths[name]).signatures["serving_default"]
+
+    clf = signature("text_classifier")
+    assert "text must be a vector of strings [batch]; got shape] []" in _error(
+        clf, text=tf.constant("the film"))
+    assert "text must be a vector of strings [batch]; got shape] [1 1]" in _error(
+        clf, text=tf.constant([["the film"]]))
+    qa = signature("question_answerer")
+    message = _error(qa, question=tf.constant(["a", "b"]), context=tf.constant(["a", "b", "c"]))
+    assert "question and context must have the same number of strings; got] [2] [and] [3]" \
+        in message
+    assert "context must be a vector" in _error(qa, question=tf.constant(["a"]),
+                                                context=tf.constant("a"))
+    pair = signature("BertPretrainer")
+    assert "text_a and text_b must have the same number of strings; got] [1] [and] [3]" in \
+        _error(pair, text_a=tf.constant(["a"]), text_b=tf.constant(["a", "b", "c"]))
+    mc = signature("multiple_choice")
+    assert ("choices must hold at least one choice per prompt (a [batch, choices] matrix of "
+            "strings); got shape] [2 0]") in _error(
+        mc, prompt=tf.constant(["a", "b"]), choices=tf.zeros([2, 0], tf.string))
+    assert "prompt and choices must have the same number of rows; got] [3] [and] [1]" in _error(
+        mc, prompt=tf.constant(["a", "b", "c"]), choices=tf.constant([["x", "y"]]))
+    assert "choices must be a matrix of strings [batch, choices]; got shape] [2]" in _error(
+        mc, prompt=tf.constant(["a"]), choices=tf.constant(["x", "y"]))
+    for choices in ([0, 2], [0, 0]):  # empty batches
+        out = mc(prompt=tf.constant([], tf.string), choices=tf.zeros(choices, tf.string))
+        assert out["logits"].shape == (0, choices[1])
+    out = qa(question=tf.constant([], tf.string), context=tf.constant([], tf.string))
+    assert out["answer_text"].shape == (0,) and out["start_logits"].shape[0] == 0
+
+
+def test_malformed_token_ids_are_refused_by_name(ids_export):
+    """Rank-1 or zero-length token_ids met "Invalid reduction dimension" or "slice index 0 of
+    dimension 1 out of bounds" inside the model."""
+    serve = tf.saved_model.load(ids_export[1]).signatures["token_ids"]
+
+    def call(ids):
+        ids = tf.constant(np.asarray(ids, np.int32))
+        return serve(token_ids=ids, segment_ids=tf.zeros_like(ids), padding_mask=tf.ones_like(ids))
+
+    assert ("token_ids signature: token_ids must be a [batch, length] int32 matrix; got shape] "
+            "[4]") in _error(call, [2, 5, 6, 3])
+    assert ("token_ids signature: token_ids must have at least one position; got shape] "
+            "[2 0]") in _error(call, np.zeros([2, 0]))
+    assert call(np.zeros([0, 4]))["logits"].shape == (0, 2)
+
+
+def test_longformer_token_ids_serve_an_empty_batch(tmp_path):
+    """A Longformer's empty batch met "condition [0,4,1,1], then [0,2,2,16] ... must be
+    broadcastable" in its attention; every other model returned an empty result."""
+    keras.utils.set_random_seed(3)
+    bb = kb.models.LongformerBackbone(vocabulary_size=len(VOCAB), num_layers=1, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32, attention_window=4,
+                                      max_sequence_length=32)
+    task = kb.tasks.TextClassifier(bb, num_classes=2)
+    path = str(tmp_path / "1")
+    kb.export.export_saved_model(task, path, include_preprocessing=False)
+    serve = tf.saved_model.load(path).signatures["token_ids"]
+    ids = np.array([[0, 5, 6, 2]], np.int32)
+    inputs = {n: tf.constant(ids if n == "token_ids" else (np.ones_like(ids) if n ==
+                                                             "padding_mask" else 0 * ids))
+              for n in serve.structured_input_signature[1]}
+    np.testing.assert_allclose(serve(**inputs)["logits"].numpy(),
+                               task.predict({k: v.numpy() for k, v in inputs.items()},
+                                            verbose=0), atol=1e-5)
+    out = serve(**{k: v[:0] for k, v in inputs.items()})
+    assert out["logits"].shape == (0, 2)

@@ -102,11 +102,22 @@ def _char_index(strings, rows, *byte_offsets):
             for b in byte_offsets]
 
 
+def valid_utf8(texts):
+    """Strings -> the same, each invalid UTF-8 sequence replaced by U+FFFD (TensorFlow's
+    replacement: one per maximal invalid subpart, as Python's `bytes.decode("utf-8",
+    "replace")`). The text offsets index: `tokenize_with_offsets` reads this, and so do
+    `QuestionAnswerer.answer` and the exported QA signature when they cut an answer."""
+    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
+                                        replacement_char=0xFFFD)
+
+
 def _strings(texts):
     texts = tf.convert_to_tensor(texts)
     if texts.dtype != tf.string:
         raise TypeError(f"tokenize_with_offsets takes strings, got {texts.dtype.name}.")
-    return texts
+    # Offsets are characters of a text: bytes that are not UTF-8 are no characters (byte-level
+    # BPE tokenized them raw, at offsets no reader of the text could slice by)
+    return valid_utf8(texts)
 
 
 def _per_text(words, pieces, starts, ends):
@@ -120,10 +131,11 @@ def tokenize_with_offsets(tokenizer, texts):
     """Strings [B] -> (ids [B, (T)], starts [B, (T)], ends [B, (T)]) with character offsets.
 
     For WordPiece, byte-level BPE and SentencePiece tokenizers (see the module docstring for how
-    each maps its pieces back to the original text). The ids equal `tokenizer(texts)`'s and the
-    offsets HF's fast tokenizers' (tested against `BertTokenizerFast`, `RobertaTokenizerFast`
-    with `trim_offsets=True`, `AlbertTokenizer` and `XLNetTokenizer` on accented, CJK, emoji,
-    whitespace and special-token text).
+    each maps its pieces back to the original text). Bytes that are not UTF-8 are read as
+    U+FFFD first (`valid_utf8`: the text the offsets index). The ids equal `tokenizer(texts)`'s
+    (of valid UTF-8) and the offsets HF's fast tokenizers' (tested against `BertTokenizerFast`,
+    `RobertaTokenizerFast` with `trim_offsets=True`, `AlbertTokenizer` and `XLNetTokenizer` on
+    accented, CJK, emoji, whitespace and special-token text).
     """
     kind = getattr(tokenizer, "kind", None)
     if kind == "wordpiece":
@@ -139,8 +151,6 @@ def tokenize_with_offsets(tokenizer, texts):
 
 
 def _wordpiece_offsets(tokenizer, texts):
-    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
-                                         replacement_char=0xFFFD)
     # tf-text's regex split stops at NUL; \x01 is dropped by the normalization just as NUL is.
     texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
     words, w_start, w_end = regex_split(texts, _SPLIT, _KEEP, offsets=True)  # [B, (W)]
@@ -213,8 +223,6 @@ _QUOTE_PAIRS = r"(`)`|(')'"  # albert_normalize's "``" and "''", each pair's fir
 
 
 def _sentencepiece_offsets(tokenizer, texts):
-    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
-                                         replacement_char=0xFFFD)
     chars = tf.strings.unicode_split(texts, "UTF-8")  # [B, (C)]
     flat = chars.flat_values  # [K]
     n_chars = tf.shape(flat, out_type=tf.int64)[0]

@@ -62,7 +62,8 @@ class QuestionAnswerer(Task):
 
     Export (`kb.export.export_saved_model`): `question`, `context` strings -> `answer_text`,
     `answer_start`, `answer_end` (offsets in Unicode characters into the original context, as
-    `answer()` and HF's offsets: lowercasing and accent stripping do not shift them), plus the
+    `answer()` and HF's offsets: lowercasing and accent stripping do not shift them; bytes that
+    are not UTF-8 are one U+FFFD a sequence, in both), plus the
     token span, its score (`span_score`) and the logits of the window it was found in, and
     `null_score`. The string signature cuts long contexts into the preprocessor's strided
     windows and keeps each example's best span over its windows, so it gives `answer()`'s
@@ -176,9 +177,12 @@ class QuestionAnswerer(Task):
 
         windowing = {k: getattr(self.preprocessor, k) for k in ("stride", "max_question_length")
                      if self.preprocessor is not None}
+        from keras_bertfam.preprocessing.offsets import valid_utf8
+
         preprocessor = QuestionAnswererPreprocessor(tokenizer, sequence_length,
                                                     layout=self.packing_layout, **windowing)
         question, context = texts
+        context = valid_utf8(context)  # the text the offsets index, as `answer()`'s
         features, meta = preprocessor.windows(question, context)
         window_example = meta["example_index"]
         # the classification token as a packed feature: dynamic padding trims it with the rows
@@ -229,7 +233,10 @@ class QuestionAnswerer(Task):
                handle_impossible_answer=False, null_score_diff_threshold=0.0):
         """Best answer span per example: `[{"text", "start", "end", "score", "null_score"}]`
         (character offsets into the context, `context[start:end] == text`; `score` the span's
-        start + end logit; "" with start = end = -1 when the context has no token).
+        start + end logit; "" with start = end = -1 when the context has no token). A context
+        given as bytes is read as UTF-8, an invalid sequence as U+FFFD (as the tokenizer and
+        the exported signature read it): offsets are characters of that text, `text` its UTF-8
+        bytes (`context.decode("utf-8", "replace")[start:end].encode()`).
 
         `null_score` is HF's SQuAD v2 null score (`postprocess_qa_predictions` in its
         `utils_qa.py`): the minimum over the example's windows of the classification token's
@@ -260,7 +267,15 @@ class QuestionAnswerer(Task):
                              f"{max_answer_length!r}.")
         if len(questions) == 0:
             return []
-        features, meta = self.preprocessor.windows(tf.constant(questions), tf.constant(contexts))
+        from keras_bertfam.preprocessing.offsets import valid_utf8
+
+        # Offsets index the context's characters; bytes are read as UTF-8, an invalid sequence
+        # as U+FFFD (as the tokenizer reads them, and the exported signature): their answers are
+        # that text's, as UTF-8 bytes.
+        cleaned = valid_utf8(tf.constant(contexts)).numpy()
+        texts = [c if isinstance(c, str) else t.decode("utf-8")
+                 for c, t in zip(contexts, cleaned)]
+        features, meta = self.preprocessor.windows(tf.constant(questions), cleaned)
         features = self._checked_features(features)
         out = super(Task, self).predict(features, batch_size=batch_size, verbose=0)
         starts, ends = out["start_logits"], out["end_logits"]
@@ -283,11 +298,13 @@ class QuestionAnswerer(Task):
             b = int(example[w])
             if np.isfinite(score) and (best[b] is None or score > best[b]["score"]):
                 start, end = int(t0[w, i]), int(t1[w, j])
-                best[b] = {"text": contexts[b][start:end], "start": start, "end": end,
-                           "score": score}
-        none = {"text": "", "start": -1, "end": -1, "score": np.float32(-np.inf)}
+                text = texts[b][start:end]
+                best[b] = {"text": text if isinstance(contexts[b], str) else text.encode(),
+                           "start": start, "end": end, "score": score}
         answers = []
         for b, found in enumerate(best):
+            none = {"text": "" if isinstance(contexts[b], str) else b"", "start": -1, "end": -1,
+                    "score": np.float32(-np.inf)}
             found = found or none
             if handle and says_no_answer(null[b], found["score"], np.float32(threshold)):
                 found = dict(none, score=null[b])
