@@ -58,10 +58,9 @@ each piece spans exactly the original characters it came from. So it does with `
 on decomposed text ("cafe\u0301"), where the SentencePiece model's NFKC composes a letter and its
 combining accent into one character: the piece spans both (HF's, the letter alone).
 
-keras-hub's pre-split (and so the BPE tokenizer) drops a literal `६` (U+0966, its look-ahead
-marker) and reads `ĴA`, `ĴB`, ... as the special tokens they stand for internally: on such text
-the ids differ from HF's, and the words no longer concatenate back to it, so the offsets after
-it are off too.
+Byte-level BPE words are split as HF's tokenizers split them (tokenizers.py `_split_for_bpe`:
+special tokens first, then the prefix space per part, which the offsets leave out of a piece's
+span as HF's `trim_offsets=True` does).
 """
 import tensorflow as tf
 
@@ -186,12 +185,15 @@ _SPACE = "\u0120"  # Ġ, GPT-2's symbol for the space byte
 
 
 def _byte_pair_offsets(tokenizer, texts):
-    words, pieces = tokenizer.split_and_merge(texts)  # [B, (W)], [N, (P)]
+    # [B, (W)], [N, (P)], [N]
+    words, pieces, added = tokenizer.split_and_merge(texts, prefixed=True)
     flat_words = words.flat_values
-    # 1. the words concatenate back to the text: each starts where the ones before it end
-    before = tf.cumsum(tf.strings.length(flat_words, unit="UTF8_CHAR"), exclusive=True)  # [N]
+    added = tf.cast(added, tf.int32)  # 1: the word starts with a space the text does not have
+    # 1. the words concatenate back to the text, less their added spaces: each starts where the
+    # ones before it end
+    before = tf.cumsum(tf.strings.length(flat_words, unit="UTF8_CHAR") - added, exclusive=True)
     word_start = before - tf.gather(before, tf.gather(words.row_starts(),
-                                                      row_ids(words.row_splits)))
+                                                      row_ids(words.row_splits)))  # [N]
     # 2. bytes of the word each piece covers: one per symbol; a word of one piece (a special
     # token written in the text among them) is covered whole
     symbols = pieces.flat_values  # [M]
@@ -201,22 +203,32 @@ def _byte_pair_offsets(tokenizer, texts):
     start = before - tf.gather(before, tf.gather(pieces.row_starts(), word_of_piece))
     whole = tf.equal(tf.gather(pieces.row_lengths(), word_of_piece), 1)
     end = tf.where(whole, tf.gather(tf.strings.length(flat_words), word_of_piece), start + size)
-    # 3. HF's trim_offsets: leading and trailing spaces are not part of the span
+    # 3. characters, as HF aligns them: an added space stands for the first character of its
+    # word (a piece of it alone spans that character)
+    shift = tf.gather(added, word_of_piece)
+    after_first, last = _char_index(flat_words, word_of_piece, tf.maximum(start, shift) + 1,
+                                    tf.maximum(end, 1 + shift))
+    base = tf.gather(word_start, word_of_piece)
+    first = base + tf.maximum(after_first - 1 - shift, 0)  # [first, last): of the text
+    last = tf.maximum(base + last - shift, first + 1)  # (an added space alone: its character)
+    # 4. HF's trim_offsets (RobertaProcessing), on characters: the leading and trailing spaces
+    # (Ġ) come off a piece's span, an added one too (so "Ġthe" after "<s>" loses its "t", as in
+    # HF); with add_prefix_space, not the one leading space of the text's first piece or of a
+    # piece starting at 0
     lead = size - tf.strings.length(tf.strings.regex_replace(symbols, f"^{_SPACE}+", ""),
                                     unit="UTF8_CHAR")
     trail = size - tf.strings.length(tf.strings.regex_replace(symbols, f"{_SPACE}+$", ""),
                                      unit="UTF8_CHAR")
-    start = tf.minimum(start + lead, end)
-    end = tf.maximum(end - trail, start)
-    # 4. bytes -> characters: from the character holding the first byte to after the one
-    # holding the last; an empty span sits where it ends
-    char_end, after_first = _char_index(flat_words, word_of_piece, end, start + 1)
-    char_start = tf.where(start < end, after_first - 1, char_end)
-    base = tf.gather(word_start, word_of_piece) - int(bool(tokenizer.add_prefix_space))
-    ids = pieces.with_flat_values(
+    token_ids = pieces.with_flat_values(
         tf.cast(tokenizer.piece_ids(symbols), tokenizer.compute_dtype))
-    # the prefix space is not in the text: a span over it starts at 0
-    return _per_text(words, ids, tf.maximum(base + char_start, 0), tf.maximum(base + char_end, 0))
+    merged_splits = tf.gather(pieces.row_splits, words.row_splits)  # [B + 1]: each text's pieces
+    index = tf.range(tf.size(symbols, out_type=merged_splits.dtype))
+    row_first = tf.equal(index, tf.gather(merged_splits, row_ids(merged_splits)))
+    if tokenizer.add_prefix_space:
+        lead = tf.where((row_first | tf.equal(first, 0)) & tf.equal(lead, 1), 0, lead)
+    starts = tf.minimum(first + lead, last)
+    ends = tf.where(last >= trail, tf.maximum(last - trail, starts), last)
+    return _per_text(words, token_ids, starts, ends)
 
 
 _QUOTE_PAIRS = r"(`)`|(')'"  # albert_normalize's "``" and "''", each pair's first char captured
