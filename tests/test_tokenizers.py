@@ -410,3 +410,11 @@ def test_bpe_ids_equal_hf_fast_on_hostile_texts(bpe_pairs, add_prefix_space):
     assert not wrong(ids)
     spans = [[tuple(o) for o in w["offset_mapping"]] for w in want]
     assert [list(zip(*row)) for row in zip(starts, ends)] == spans
+
+    # Bytes that are not UTF-8: read as U+FFFD on every path, as HF reads the text decoded with
+    # "replace" (the exported signatures read them so; tf.data tokenized the raw bytes)
+    raw = [b"caf\xe9 ok", b"\xff\xfe<mask> x", b"a \xed\xa0\x80 b"]
+    decoded = [t.decode("utf-8", "replace") for t in raw]
+    expected = [hf(t, add_special_tokens=False)["input_ids"] for t in decoded]
+    for path in (ours, serving, lambda t: with_offsets(t)[0]):
+        assert path(tf.constant(raw)).to_list() == expected

@@ -70,6 +70,7 @@ from keras_bertfam.preprocessing.tokenizers import (
     albert_normalize,
     bert_normalize,
     regex_split,
+    valid_utf8,
 )
 
 _WHITESPACE = r"[\t\n\r\p{Zs}]"
@@ -99,15 +100,6 @@ def _char_index(strings, rows, *byte_offsets):
     first = tf.gather(before, base)
     return [tf.gather(before, tf.minimum(base + tf.cast(b, tf.int32), limit)) - first
             for b in byte_offsets]
-
-
-def valid_utf8(texts):
-    """Strings -> the same, each invalid UTF-8 sequence replaced by U+FFFD (TensorFlow's
-    replacement: one per maximal invalid subpart, as Python's `bytes.decode("utf-8",
-    "replace")`). The text offsets index: `tokenize_with_offsets` reads this, and so do
-    `QuestionAnswerer.answer` and the exported QA signature when they cut an answer."""
-    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
-                                        replacement_char=0xFFFD)
 
 
 def _strings(texts):

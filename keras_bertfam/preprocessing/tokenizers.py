@@ -235,6 +235,16 @@ _BPE_WORD = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\t-\r\x{85}\p{Z}\p{
              + _BPE_SPACE + "+")
 
 
+def valid_utf8(texts):
+    """Strings -> the same, each invalid UTF-8 sequence replaced by U+FFFD (TensorFlow's
+    replacement: one per maximal invalid subpart, as Python's `bytes.decode("utf-8",
+    "replace")`). What byte-level BPE splits (`_split_for_bpe`), the text offsets index
+    (`offsets.tokenize_with_offsets`), and what `QuestionAnswerer.answer` and the exported QA
+    signature cut an answer from."""
+    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
+                                        replacement_char=0xFFFD)
+
+
 def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed=False):
     """[B] strings -> [B, (W)] words as HF's byte-level BPE tokenizers (`RobertaTokenizerFast`,
     GPT-2's) split them, with no Python per text and no row-split checks.
@@ -248,7 +258,10 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
     `split_strings_for_bpe`, which this replaced, put a space before the whole text, split "  "
     into two words, and dropped U+096C "६", its stand-in for the lookahead.)
 
-    With `prefixed`, also returns which of the words ([N], bool) start with an added space."""
+    With `prefixed`, also returns which of the words ([N], bool) start with an added space.
+    Bytes that are not UTF-8 are read as U+FFFD (`valid_utf8`), as the exported signatures and
+    the offsets read them (HF's tokenizers take Python strings: decoded with "replace")."""
+    inputs = valid_utf8(inputs)
     tokens = sorted(set(unsplittable_tokens or ()), key=len, reverse=True)
     if tokens:
         pattern = "|".join(re.escape(t) for t in tokens)
