@@ -206,6 +206,25 @@ def test_text_classifier_preprocessor_docstring_custom_vocabulary_and_tf_data():
     assert to_numpy(next(iter(pairs))["segment_ids"]).max() == 1
 
 
+@pytest.mark.parametrize("truncate", ["round_robin", "waterfall"])
+def test_text_classifier_preprocessor_truncates_pairs_as_keras_hub(truncate):
+    """keras-hub's `truncate=` on sentence pairs: the same token ids as its
+    BertTextClassifierPreprocessor (round robin is what BERT's longest-first cut keeps), kept
+    by the config."""
+    theirs = keras_hub.models.BertTextClassifierPreprocessor(
+        keras_hub.models.BertTokenizer(vocabulary=WORDPIECE_VOCAB), sequence_length=9,
+        truncate=truncate)
+    ours = kb.preprocessing.TextClassifierPreprocessor(
+        kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB), sequence_length=9,
+        truncate=truncate)
+    again = type(ours).from_config(ours.get_config())
+    want = to_numpy(theirs(x=(FIRST, SECOND))["token_ids"]).tolist()
+    assert to_numpy(ours((FIRST, SECOND))["token_ids"]).tolist() == want
+    assert again.truncate == truncate  # (the vocabulary is an asset: not in the config)
+    with pytest.raises(ValueError, match="truncate must be 'round_robin' or 'waterfall'"):
+        kb.preprocessing.TextClassifierPreprocessor(ours.tokenizer, truncate="longest_first")
+
+
 def test_masked_lm_preprocessor_docstring_tf_data():
     preprocessor = kb.preprocessing.MaskedLMPreprocessor.from_preset(PRESET)
     ds = tf.data.Dataset.from_tensor_slices(FIRST).map(preprocessor)

@@ -317,9 +317,10 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         packer = getattr(self, "_segment_packer", None)
         if packer is None or (packer.start_value, packer.end_value, packer.pad_value,
                               packer.sep_value) != ids or \
-                packer.sequence_length != self.sequence_length:
+                packer.sequence_length != self.sequence_length or \
+                packer.truncate != self.truncate:
             packer = SegmentPacker(self.sequence_length, start_value=ids[0], end_value=ids[1],
-                                   pad_value=ids[2], sep_value=ids[3])
+                                   pad_value=ids[2], sep_value=ids[3], truncate=self.truncate)
             object.__setattr__(self, "_segment_packer", packer)
         return packer
 
@@ -376,9 +377,18 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         raise ValueError(f"{who or type(self).__name__} takes {self.raw_inputs}; got a "
                          f"{type(x).__name__}{count}: {x!r:.80}.")
 
+    # How two segments share `sequence_length` (keras-hub's `truncate`): "round_robin" (BERT's
+    # longest-first `_truncate_seq_pair`: the same lengths) or "waterfall" (the first segment
+    # whole, the second what is left); TextClassifierPreprocessor takes it as an argument.
+    truncate = "round_robin"
+
     def _features(self, segments):
         require_special_tokens(self.tokenizer, ["cls", "sep", "pad"], type(self).__name__)
         if self.packing_layout == "xlnet":
+            if self.truncate != "round_robin":
+                raise ValueError(
+                    f"{type(self).__name__}(truncate={self.truncate!r}): XLNet's layout is "
+                    f"truncated longest first (HF's XLNetTokenizer); use truncate='round_robin'.")
             tok = self.tokenizer
             features = xlnet_pack(*segments, sequence_length=self.sequence_length,
                                   sep_token_id=tok.sep_token_id, cls_token_id=tok.cls_token_id,
@@ -511,7 +521,12 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
                   "tensor [B]), or a tuple of two such batches for text pairs")
 
     def __init__(self, tokenizer, sequence_length=128, num_classes=None, pad_to_batch_max=False,
-                 group_by_length=False, pad_to_multiple_of="auto", **kwargs):
+                 group_by_length=False, pad_to_multiple_of="auto", truncate="round_robin",
+                 **kwargs):
+        if truncate not in ("round_robin", "waterfall"):
+            raise ValueError(f"{type(self).__name__}: truncate must be 'round_robin' or "
+                             f"'waterfall' (keras-hub's), got {truncate!r}.")
+        self.truncate = truncate
         super().__init__(tokenizer, sequence_length, **kwargs)
         self.num_classes = num_classes
         self.pad_to_batch_max = check_flag("pad_to_batch_max", pad_to_batch_max)
@@ -581,9 +596,13 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
         return grouped.prefetch(AUTOTUNE)
 
     def get_config(self):
-        return dict(super().get_config(), num_classes=self.num_classes,
-                    pad_to_batch_max=self.pad_to_batch_max, group_by_length=self.group_by_length,
-                    pad_to_multiple_of=self.pad_to_multiple_of)
+        config = dict(super().get_config(), num_classes=self.num_classes,
+                      pad_to_batch_max=self.pad_to_batch_max,
+                      group_by_length=self.group_by_length,
+                      pad_to_multiple_of=self.pad_to_multiple_of)
+        if self.truncate != "round_robin":
+            config["truncate"] = self.truncate
+        return config
 
 
 def check_flag(name, value):

@@ -98,7 +98,7 @@ class TextClassifier(Task):
     """
 
     preprocessor_args = ("sequence_length", "pad_to_batch_max", "group_by_length",
-                         "pad_to_multiple_of")
+                         "pad_to_multiple_of", "truncate")
     preprocessor_shared_args = ("num_classes",)
     default_learning_rate = 5e-5
     global_attention_task = "TextClassifier"
@@ -129,7 +129,7 @@ class TextClassifier(Task):
         return TextClassifierPreprocessor(tokenizer, sequence_length, num_classes=num_classes,
                                           pad_to_batch_max=pad_to_batch_max,
                                           group_by_length=group_by_length,
-                                          pad_to_multiple_of=pad_to_multiple_of)
+                                          pad_to_multiple_of=pad_to_multiple_of, **kwargs)
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         if self.num_classes > 1:
