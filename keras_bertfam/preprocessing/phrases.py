@@ -6,6 +6,7 @@ pretraining; the masker then matches the phrases in TF ops inside `tf.data`.
 import collections
 import math
 import re
+import warnings
 
 import numpy as np
 
@@ -91,9 +92,12 @@ def learn_phrases(corpus, min_count=5, threshold=0.5, max_words=3, max_phrases=N
         raise ValueError("corpus has no two adjacent words: no phrase can be learned")
 
     scores = {}
+    first_pairs = None  # the first pass's pair counts, to say why nothing was learned
     for _ in range(int(max_words) - 1):
         unigrams = collections.Counter(u for c in chunks for u in c)
         bigrams = collections.Counter(p for c in chunks for p in zip(c, c[1:]))
+        if first_pairs is None:
+            first_pairs, num_words = bigrams, sum(unigrams.values())
         total = sum(unigrams.values())
         merge = {}
         for (a, b), n in bigrams.items():
@@ -132,4 +136,16 @@ def learn_phrases(corpus, min_count=5, threshold=0.5, max_words=3, max_phrases=N
     phrases.sort(key=lambda p: (-scores[p], p))
     if max_phrases is not None:
         phrases = phrases[: int(max_phrases)]
+    if not phrases:
+        (a, b), n = first_pairs.most_common(1)[0]
+        frequent = sum(1 for count in first_pairs.values() if count >= min_count)
+        why = (f"no pair of adjacent words occurs min_count={min_count} times (the most "
+               f"frequent pair, {' '.join(a + b)!r}, occurs {n} time{'s' * (n != 1)} in "
+               f"{num_words} words): the corpus is too small for min_count; lower it or pass "
+               "a larger corpus" if not frequent else
+               f"{len(scores)} candidate phrase(s) occur fewer than min_count={min_count} times "
+               "as whole units once merged into longer ones" if scores else
+               f"{frequent} pair(s) occur at least min_count={min_count} times, but none has "
+               f"npmi >= threshold={threshold} without a stop word at its edge; lower threshold")
+        warnings.warn(f"learn_phrases found no phrase: {why}.", stacklevel=2)
     return [" ".join(p) for p in phrases]
