@@ -700,7 +700,7 @@ def _pretrain(args, run, state, step, where, products):
     if step < args.steps:  # its documents are checked before the model is built
         import warnings
 
-        with warnings.catch_warnings(record=True) as skipped:  # files skipped (binary ones)
+        with warnings.catch_warnings(record=True) as skipped:  # files skipped (binary, special)
             warnings.simplefilter("always")
             try:
                 corpus = kb.preprocessing.read_corpus(args.corpus)

@@ -440,3 +440,253 @@ def test_probe_reads_one_iterator_per_probe(monkeypatch):
     # per probe: one for its 10 epochs (18 training examples: 3 batches each) and those of its
     # two evaluations (Keras opens 2 per evaluation of arrays); it was 24 per probe
     assert len(opened) <= 2 * 5, len(opened)
+
+
+# === Sweep fixes ===
+@pytest.mark.multibackend
+def test_albert_inner_repetitions_one_state_and_map_per_layer():
+    """num_inner_repetitions=2: inspect returns one hidden state / attention map per LAYER (the
+    layer's output after its last inner block; the last inner block's map); prune_heads prunes
+    every inner block of a layer."""
+    b = kb.models.AlbertBackbone(len(VOCAB), 2, 4, 8, 16, 32, max_sequence_length=32,
+                                 num_inner_repetitions=2)
+    x = inputs()
+    out = b.inspect(x)
+    assert len(out["hidden_states"]) == 3 and len(out["attention_probs"]) == 2
+    np.testing.assert_allclose(to_numpy(out["hidden_states"][-1]),
+                               to_numpy(out["sequence_output"]), atol=1e-6)
+    reps = kb.analysis.representations(b, x)
+    np.testing.assert_allclose(reps[2], to_numpy(out["sequence_output"]), atol=1e-6)
+    with pytest.warns(UserWarning, match="share one attention"):
+        pruned = kb.analysis.prune_heads(b, {0: [1]})
+    ref = to_numpy(b.inspect(x, head_mask=masked({0: [1], 1: [1]}, [4, 4]))["sequence_output"])
+    assert np.abs(to_numpy(pruned(x)["sequence_output"]) - ref).max() <= 1e-5
+
+
+def test_masked_metric_weights_batches_by_the_metric_denominator():
+    """evaluate_with_mask / head_importance's baseline: the metric over the whole dataset (sample
+    weights; a token classifier's real tokens), whatever the batch size."""
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    clf = classifier(bert(num_layers=1))
+    pred = np.argmax(clf.predict(TEXTS, verbose=0), -1)
+    sw = np.array([1.0, 0.0, 0.0, 0.0], "float32")
+    expected = float(pred[0] == LABELS[0])
+    ds = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS, sw)).batch(2)
+    assert kb.analysis.evaluate_with_mask(clf, ds) == pytest.approx(expected)
+    assert kb.analysis.head_importance(clf, ds, accuracy_drop=False).baseline == pytest.approx(
+        expected)
+    tc = kb.tasks.TokenClassifier(bert(num_layers=1), num_classes=3, preprocessor=None)
+    x = inputs(batch=4, length=8, pad=0)
+    x["padding_mask"][2:, 2:] = 0
+    y = np.random.default_rng(0).integers(0, 3, (4, 8)).astype("int32")
+    w = x["padding_mask"].astype("float32")
+    pred = np.argmax(to_numpy(tc(x)), -1)
+    expected = float(((pred == y) * w).sum() / w.sum())
+    for size in (2, 4):
+        data = tf.data.Dataset.from_tensor_slices((x, y, w)).batch(size)
+        assert kb.analysis.evaluate_with_mask(tc, data) == pytest.approx(expected, abs=1e-6)
+
+
+def test_head_importance_of_a_masked_lm_reports_its_accuracy():
+    """A MaskedLM: the accuracy-like `mlm_accuracy`, not `mlm_loss`; with only a loss (a
+    regression classifier's mse), the drop is the loss's increase, named so."""
+    mlm = kb.tasks.MaskedLM(bert(num_layers=1), preprocessor=None)
+    x = inputs(batch=4)
+    y = np.full((4, 2), 7, "int32")
+    data = ({**x, "mask_positions": np.tile(np.array([[1, 2]], "int32"), (4, 1))}, y)
+    r = kb.analysis.head_importance(mlm, data)
+    assert r.metric == "mlm_accuracy" and not r.lower_is_better
+    assert r.drop_name == "mlm_accuracy_drop"
+    reg = kb.tasks.TextClassifier(bert(num_layers=1), num_classes=1, preprocessor=None)
+    r = kb.analysis.head_importance(reg, (x, np.array([0.5, 1.0, -1.0, 2.0], "float32")))
+    assert r.metric == "mse" and r.lower_is_better and r.drop_name == "mse_increase"
+    base = r.baseline
+    worse = kb.analysis.evaluate_with_mask(reg, (x, np.array([0.5, 1.0, -1.0, 2.0], "float32")),
+                                           mask=masked({0: [1]}, [4]))
+    assert r.accuracy_drop[0, 1] == pytest.approx(worse - base, rel=1e-4, abs=1e-6)
+
+
+def test_iterative_pruning_of_albert_masks_shared_heads_together():
+    """ALBERT's layers share one attention: the curve masks a head in every layer sharing it,
+    counts distinct heads, and its plan builds the model it measured (no union warning)."""
+    b = kb.models.AlbertBackbone(len(VOCAB), 3, 4, 8, 16, 32, max_sequence_length=32)
+    clf = classifier(b)
+    curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.5, step=0.25)
+    assert [r["heads_pruned"] for r in curve.rows] == [0, 1, 2]
+    plan = curve.plan()
+    assert sorted(plan) == [0, 1, 2] and plan[0] == plan[1] == plan[2] and len(plan[0]) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pruned = kb.analysis.prune_heads(clf, plan)
+    with kb.analysis._common.head_mask_override(clf.backbone, keras.ops.convert_to_tensor(
+            curve.masks[-1])):
+        ref = clf.predict(TEXTS, verbose=0)
+    assert np.abs(pruned.predict(TEXTS, verbose=0) - ref).max() <= 1e-5
+
+
+def test_probe_first_pooling_takes_the_first_real_token(monkeypatch):
+    """XLNet left-pads: pooling="first" takes each row's first real token, not a padding one."""
+    b = kb.models.XLNetBackbone(len(VOCAB), 1, 2, 16, 32)
+    ids = np.random.default_rng(0).integers(5, len(VOCAB), (8, 6)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[::2, :3] = 0  # left padding
+    ids[mask == 0] = 0
+    features = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask}
+    labels = np.arange(8) % 2
+    seen = []
+    monkeypatch.setattr(kb.analysis.probing, "_fit",
+                        lambda model, train, val, *a: seen.append(train[0]) or (1.0, 1.0))
+    kb.analysis.probe(b, (features, labels), layers=[0], pooling="first")
+    rows, _ = kb.analysis.probing._split(8, 0.25, 0)
+    reps = kb.analysis.representations(b, features, [0])[0]
+    pooled = reps[rows, mask[rows].argmax(1)]
+    expected = (pooled - pooled.mean(0)) / (pooled.std(0) + 1e-6)
+    np.testing.assert_allclose(seen[0], expected, atol=1e-4)
+
+
+def test_export_to_transformers_refuses_a_pruned_model(tmp_path):
+    pruned = kb.analysis.prune_heads(bert(num_layers=2), {1: [0, 2]})
+    with pytest.raises(ValueError, match=r"pruned.*layer 1 \(2 of 4 heads\)"):
+        kb.presets.export_to_transformers(pruned, str(tmp_path / "hf"))
+    assert not os.path.exists(tmp_path / "hf")
+
+
+def test_plots_return_the_file_they_write(tmp_path):
+    values = np.ones((2, 2))
+    got = kb.analysis.plot_heads(values, str(tmp_path / "heads"))
+    assert got == str(tmp_path / "heads.png") and os.path.isfile(got)
+    with pytest.raises(ValueError, match="path"):
+        kb.analysis.plot_heads(values, "")
+
+
+def test_evaluate_with_mask_checks_the_mask():
+    clf = classifier(bert(num_layers=2))
+    for bad in (np.ones((3, 4)), np.ones((4, 2)), np.ones((2,)), np.ones((2, 8))):
+        with pytest.raises(ValueError, match=r"mask must have shape \(2, 4\)"):
+            kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), bad)
+    with pytest.raises(TypeError, match=r"mask must be an \(L, N\) array.*dict"):
+        kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), {0: [1]})
+    assert 0 <= kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), [[1] * 4, [1] * 4]) <= 1
+
+
+def test_iterative_pruning_says_when_it_prunes_less_than_asked():
+    clf = classifier(bert(num_layers=2))
+    with pytest.raises(ValueError, match=r"target=0.05 of the 8 heads rounds to 0"):
+        kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.05, step=0.05)
+    with pytest.warns(UserWarning, match=r"pruned 6 of the 7 heads asked.*allow_empty_layers"):
+        curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.9, step=0.25)
+    assert curve.rows[-1]["heads_pruned"] == 6
+
+
+def test_prune_a_model_with_an_empty_layer_again():
+    b = bert(num_layers=2)
+    empty = kb.analysis.prune_heads(b, {0: [0, 1, 2, 3]}, allow_empty_layers=True)
+    again = kb.analysis.prune_heads(empty, {1: [0]})
+    assert again.get_config()["heads_per_layer"] == [0, 3]
+    x = inputs()
+    ref = to_numpy(b.inspect(x, head_mask=masked({0: [0, 1, 2, 3], 1: [0]}, [4, 4]))[
+        "sequence_output"])
+    assert np.abs(to_numpy(again(x)["sequence_output"]) - ref).max() <= 1e-5
+
+
+def test_prune_heads_of_a_task_without_one_backbone_is_a_clear_error():
+    d = kb.models.ElectraBackbone(len(VOCAB), 2, 4, 16, 8, 32, max_sequence_length=32)
+    e = kb.tasks.ElectraPretrainer(discriminator=d, preprocessor=None, seed=1)
+    with pytest.raises(TypeError, match=r"ElectraPretrainer.*its backbone"):
+        kb.analysis.prune_heads(e, {0: [1]})
+
+
+def test_probe_input_errors_name_the_value():
+    b = bert(num_layers=1)
+    ids = np.random.default_rng(0).integers(5, len(VOCAB), (8, 6)).astype("int32")
+    f = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+    lab = np.arange(8) % 2
+    cases = [
+        ((f, np.where(lab == 0, -1, 1)), {}, r"sentence labels.*-1 at example 0"),
+        (({k: v[:1] for k, v in f.items()}, lab[:1]), {}, r"validation_split=0.25 of 1 examples"),
+        ((f, lab), dict(validation_split=0.99), r"validation_split=0.99 of 8 examples"),
+        (({"token_ids": ids}, lab), {}, r"features lack \['padding_mask'\]"),
+        (({**f, "token_ids": ids + 100}, lab), {},
+         r"token_ids hold 1\d\d, outside the model's vocabulary of 28"),
+        (({k: np.tile(v, (1, 6)) for k, v in f.items()}, lab), {},
+         r"36 tokens.*max_sequence_length=32"),
+        ((f, lab), dict(layers=[]), r"layers is empty"),
+        ((f, lab), dict(layers="last"), r"layers must be 'all' or a list of layer indices, got "
+                                         r"'last'"),
+        ((f, np.zeros((8, 6), "int64")), dict(pooling="max"), r"pooling must be 'mean' or "
+                                                              r"'first', got 'max'"),
+    ]
+    for data, kw, match in cases:
+        with pytest.raises(ValueError, match=match):
+            kb.analysis.probe(b, data, epochs=1, **kw)
+    assert kb.analysis.probe(b, (f, lab), layers=np.int64(1), epochs=1).layers == [1]
+    s = np.array([[1, 2]] * 8)
+    with pytest.raises(ValueError, match=r"spans1 must be \(B, 2\).*B=8.*\(7, 2\)"):
+        kb.analysis.edge_probe(b, (f, s[:-1], s, lab), epochs=1)
+
+
+def test_attention_maps_and_plot_input_errors_name_the_value(tmp_path):
+    b = bert(num_layers=1)
+    t = tokenizer()
+    with pytest.raises(ValueError, match=r"texts must be a string or a list of strings, got int"):
+        kb.analysis.attention_maps(b, 5, tokenizer=t)
+    with pytest.raises(ValueError, match=r"texts\[1\] is None"):
+        kb.analysis.attention_maps(b, ["a", None], tokenizer=t)
+    with pytest.raises(ValueError, match=r"max_length must be an int.*4.5"):
+        kb.analysis.attention_maps(b, ["the film"], tokenizer=t, max_length=4.5)
+    maps = kb.analysis.attention_maps(b, np.array(["the film"]), tokenizer=t)
+    with pytest.raises(ValueError, match=r"layer 1.0 is out of range"):
+        kb.analysis.plot_attention(maps, str(tmp_path / "x.png"), layer=1.0, head=0)
+    with pytest.raises(ValueError, match=r"is a directory"):
+        kb.analysis.plot_attention(maps, str(tmp_path))
+    with pytest.raises(ValueError, match=r"\(L, N\) array.*\(0, 0\)"):
+        kb.analysis.plot_heads(np.zeros((0, 0)), str(tmp_path / "h.png"))
+    curve = kb.analysis.PruningCurve([{"step": 0}], [np.ones((1, 2))], "accuracy")
+    with pytest.raises(ValueError, match=r"step 5 is out of range: the curve has 1 steps"):
+        curve.plan(5)
+
+
+def test_longformer_in_analysis_gives_the_true_reasons():
+    b = kb.models.LongformerBackbone(len(VOCAB), 1, 2, 16, 32, attention_window=4,
+                                     max_sequence_length=32)
+    with pytest.raises(ValueError, match=r"banded.*\(N, T, G \+ w \+ 1\)"):
+        kb.analysis.attention_maps(b, ["the film"], tokenizer=tokenizer())
+    with pytest.raises(ValueError, match=r"'longformer' family.*sliding-window"):
+        kb.analysis.prune_heads(b, {0: [1]})
+    x = inputs(batch=2, length=8, pad=0)
+    x.pop("segment_ids")
+    reps = kb.analysis.representations(b, x, layers=[1])  # no global_attention_mask: all local
+    assert reps[1].shape == (2, 8, 16)
+
+
+def test_cli_analyze_user_errors_are_one_line(tmp_path, capsys):
+    """An XLNet preset with the default flags (importance skipped, said in the summary); labels
+    outside the classes and an --output that is a file: one-line errors naming them."""
+    import json
+
+    from keras_bertfam import cli
+
+    xl = kb.tasks.TextClassifier(kb.models.XLNetBackbone(len(VOCAB), 1, 2, 16, 32),
+                                 num_classes=2,
+                                 preprocessor=ft.TextClassifierPreprocessor(tokenizer(), 16))
+    xl.save_to_preset(str(tmp_path / "xlnet"))
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("the film\t1\ngood story\t0\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert cli.main(["analyze", "--task", str(tmp_path / "xlnet"), "--texts", str(texts),
+                     "--output", str(out), "--plot-texts", "0", "--quiet"]) == 0
+    assert "skipped" in json.load(open(out / "summary.json"))["importance"]
+    classifier(bert(num_layers=1)).save_to_preset(str(tmp_path / "bert"))
+    for label in ("2020", "-1"):
+        texts.write_text(f"the film\t1\ngood story\t{label}\n", encoding="utf-8")
+        capsys.readouterr()
+        assert cli.main(["analyze", "--task", str(tmp_path / "bert"), "--texts", str(texts),
+                         "--output", str(out), "--plot-texts", "0", "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"line 2: label {label}" in err, err
+        assert "2 classes" in err, err
+    assert cli.main(["analyze", "--task", str(tmp_path / "bert"), "--texts", str(texts),
+                     "--output", str(texts), "--quiet"]) == 2
+    assert "--output" in capsys.readouterr().err

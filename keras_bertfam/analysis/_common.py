@@ -23,14 +23,26 @@ def family_name(backbone):
     return getattr(backbone, "family", None) or type(backbone).__name__
 
 
+def banded_attention(backbone):
+    """Longformer: sliding-window attention, whose probabilities are (N, T, G + w + 1) bands."""
+    return "global_attention_mask" in getattr(backbone, "input", {})
+
+
 def require_head_mask(backbone, what):
-    """Head masks and pruning run on the shared encoder (every family but XLNet)."""
-    if not isinstance(backbone, EncoderBackbone):
-        raise ValueError(
-            f"{what} needs a head_mask, which the {family_name(backbone)!r} family "
-            f"({type(backbone).__name__}) does not take: its two-stream relative attention has "
-            "no per-head mask. Attention maps and their statistics work for it; head importance "
-            "and pruning work for BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA and SpanBERT.")
+    """Head masks and pruning run on the shared encoder (every family but XLNet, Longformer)."""
+    if isinstance(backbone, EncoderBackbone):
+        return
+    if banded_attention(backbone):
+        why = ("its sliding-window attention (a local window plus separate global query / key / "
+               "value projections) is not the shared encoder stack that kb.analysis masks and "
+               "prunes. Probes work for it")
+    else:
+        why = ("its two-stream relative attention has no per-head mask. Attention maps and "
+               "their statistics work for it")
+    raise ValueError(
+        f"{what} needs a head_mask, which the {family_name(backbone)!r} family "
+        f"({type(backbone).__name__}) does not take: {why}; head importance and pruning work "
+        "for BERT, RoBERTa, ALBERT, DistilBERT, ELECTRA and SpanBERT.")
 
 
 def heads_per_layer(backbone):
@@ -39,6 +51,16 @@ def heads_per_layer(backbone):
     if counts is not None:
         return [int(n) for n in counts]
     return [int(backbone.num_heads)] * int(backbone.num_layers)
+
+
+def attention_groups(backbone):
+    """The layers of each attention sublayer, in order: `[[0], [1], ...]`, or ALBERT's shared
+    groups (`[[0, 1, 2, 3]]` when every layer shares one), whose heads are one set of weights."""
+    encoder = backbone.encoder
+    groups = {}
+    for i in range(int(backbone.num_layers)):
+        groups.setdefault(id(encoder.layer_block(i).attention), []).append(i)
+    return list(groups.values())
 
 
 def full_mask(counts, fill=1.0):

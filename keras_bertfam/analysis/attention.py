@@ -5,7 +5,8 @@ import warnings
 
 import numpy as np
 
-from keras_bertfam.analysis._common import backbone_of, family_name, to_numpy
+from keras_bertfam.analysis._common import (
+    backbone_of, banded_attention, family_name, to_numpy)
 
 _PUNCTUATION = set(string.punctuation) | {"``", "''", "\u2019", "\u2018", "\u201c", "\u201d"}
 # Word-piece markers of the families' tokenizers (WordPiece, SentencePiece, byte-level BPE).
@@ -95,12 +96,31 @@ def attention_maps(model, texts, tokenizer=None, max_length=None, progress=None)
     if not hasattr(backbone, "inspect"):
         raise ValueError(f"The {family_name(backbone)!r} family ({type(backbone).__name__}) "
                          "cannot return attention probabilities.")
+    if banded_attention(backbone):
+        raise ValueError(
+            f"attention_maps does not take the {family_name(backbone)!r} family "
+            f"({type(backbone).__name__}): its sliding-window attention gives banded "
+            "probabilities, (N, T, G + w + 1) per layer (global-key columns, then the window), "
+            "not the (N, T, T) maps the statistics and plots read; backbone.inspect(...) "
+            "returns them as they are.")
     if isinstance(texts, (str, bytes)):
         texts = [texts]
+    elif isinstance(texts, np.ndarray):
+        texts = texts.reshape(-1).tolist()
+    elif not hasattr(texts, "__iter__") or isinstance(texts, dict):
+        raise ValueError(f"texts must be a string or a list of strings, got "
+                         f"{type(texts).__name__} {texts!r}.")
     texts = [t.decode("utf-8") if isinstance(t, bytes) else t for t in texts]
-    if not texts or not all(isinstance(t, str) for t in texts):
-        raise ValueError("attention_maps takes a non-empty list of strings.")
+    if not texts:
+        raise ValueError("attention_maps takes a non-empty list of strings, got none.")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ValueError(f"texts[{i}] is {t!r} ({type(t).__name__}): attention_maps takes "
+                             "a non-empty list of strings.")
     positions = getattr(backbone, "max_sequence_length", None)
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(
+            max_length, (int, np.integer))):
+        raise ValueError(f"max_length must be an int (tokens), got {max_length!r}.")
     if max_length is not None and (max_length < 3 or (positions and max_length > positions)):
         raise ValueError(f"max_length must be in [3, {positions}] (the model's positions), got "
                          f"{max_length}.")

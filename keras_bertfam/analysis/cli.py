@@ -12,9 +12,9 @@ import os
 def _read_texts(path, limit):
     if not os.path.isfile(path):
         raise SystemExit(f"--texts {path!r} is not a file.")
-    texts, labels = [], []
+    texts, labels, numbers = [], [], []
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             line = line.rstrip("\n")
             if not line.strip():
                 continue
@@ -25,11 +25,25 @@ def _read_texts(path, limit):
             else:
                 texts.append(line)
                 labels.append(None)
+            numbers.append(number)
             if len(texts) == limit:
                 break
     if not texts:
         raise SystemExit(f"--texts {path!r} has no text.")
-    return texts, (labels if all(x is not None for x in labels) else None)
+    return texts, (labels if all(x is not None for x in labels) else None), numbers
+
+
+def _check_labels(path, labels, numbers, model):
+    """Labels of --texts outside the classifier's classes: a one-line error naming the line."""
+    num_classes = getattr(model, "num_classes", None)
+    if labels is None or not isinstance(num_classes, int) or num_classes < 2:
+        return
+    for label, number in zip(labels, numbers):
+        if not 0 <= label < num_classes:
+            from keras_bertfam.cli import UserError
+
+            raise UserError(f"--texts {path} line {number}: label {label} is out of range: the "
+                            f"model has {num_classes} classes (0 to {num_classes - 1}).")
 
 
 def _write_heads_csv(path, tables):
@@ -57,6 +71,11 @@ def analyze(args):
         raise SystemExit("--max-texts must be positive and --plot-texts >= 0.")
     if not os.path.isdir(args.task):
         raise SystemExit(f"--task {args.task!r} is not a preset directory.")
+    from keras_bertfam.cli import UserError
+
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise UserError(f"--output {args.output} is a file: expected a directory (created if "
+                        "missing).")
     manifest = presets._read_manifest(args.task)
     saved = manifest.get("task")
     if saved:
@@ -65,7 +84,13 @@ def analyze(args):
     else:
         model = presets.load_backbone(args.task)
         tokenizer = presets.load_tokenizer(args.task)
-    texts, labels = _read_texts(args.texts, args.max_texts)
+    texts, labels, numbers = _read_texts(args.texts, args.max_texts)
+    backbone = kb.analysis._common.backbone_of(model, "analyze")
+    if kb.analysis._common.banded_attention(backbone):
+        raise UserError(f"--task {args.task} is a {manifest['family']} model: its sliding-window "
+                        "attention has no (T, T) attention maps for analyze (use "
+                        "kb.analysis.probe in Python).")
+    _check_labels(args.texts, labels, numbers, model)
     os.makedirs(args.output, exist_ok=True)
     summary = {"task": args.task, "texts": len(texts), "family": manifest["family"]}
 
@@ -96,7 +121,8 @@ def analyze(args):
                                title=f"{name} (Clark et al. 2019)", cmap="viridis")
     summary["statistics"] = {k: float(np.nanmean(v)) for k, v in stats.items()}
 
-    if args.importance and saved and hasattr(model, "losses_and_metrics"):
+    takes_mask = isinstance(backbone, kb.models.backbone.EncoderBackbone)
+    if args.importance and saved and hasattr(model, "losses_and_metrics") and takes_mask:
         if labels is None:
             labels = [int(v) for v in np.argmax(model.predict(texts, verbose=0), -1)]
             summary["labels"] = "the model's own predictions (no labels in --texts)"
@@ -111,16 +137,21 @@ def analyze(args):
             progress=bar.update)
         tables = {"importance": result.importance, "raw_importance": result.raw}
         if result.accuracy_drop is not None:
-            tables[f"{result.metric}_drop"] = result.accuracy_drop
+            tables[result.drop_name] = result.accuracy_drop
             kb.analysis.plot_heads(result.accuracy_drop,
                                    os.path.join(args.output, "accuracy_drop.png"),
-                                   title=f"{result.metric} drop when masking one head",
+                                   title=f"{result.drop_name.replace('_', ' ')} when masking "
+                                         "one head",
                                    cmap="coolwarm", fmt=".3f")
         _write_heads_csv(os.path.join(args.output, "head_importance.csv"), tables)
         kb.analysis.plot_heads(result.importance,
                                os.path.join(args.output, "head_importance.png"),
                                title="head importance (per-layer L2 normalized)")
         summary["baseline_" + str(result.metric)] = result.baseline
+    elif args.importance and not takes_mask:
+        summary["importance"] = (f"skipped: the {manifest['family']} family takes no head mask "
+                                 "(head importance works for the shared-encoder families)")
+        print(f"head importance {summary['importance']}")
     elif args.importance:
         summary["importance"] = "skipped: a backbone preset has no task loss"
     with open(os.path.join(args.output, "summary.json"), "w") as f:

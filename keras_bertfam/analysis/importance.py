@@ -2,6 +2,7 @@
 import csv
 import dataclasses
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -9,21 +10,29 @@ import tensorflow as tf
 from keras import ops
 
 from keras_bertfam.analysis._common import (
-    backbone_of, full_mask, head_mask_override, heads_per_layer, per_layer, require_head_mask,
-    value_and_grad)
+    attention_groups, backbone_of, full_mask, head_mask_override, heads_per_layer, per_layer,
+    require_head_mask, value_and_grad)
 
 
 @dataclasses.dataclass
 class HeadImportance:
     """`importance` (L, N): the normalized scores; `raw`: before normalization; `accuracy_drop`
-    (L, N): baseline metric minus the metric with only that head masked (None when not asked);
-    `baseline`: the metric of the unmasked model; `metric`: its name. NaN marks pruned heads."""
+    (L, N): how much the metric worsens with only that head masked (None when not asked): the
+    baseline minus the masked metric for an accuracy, the masked minus the baseline for a loss
+    (`lower_is_better`, e.g. a regression's `mse`), so that positive always means the head
+    helps; `drop_name` names it (`accuracy_drop`, `mse_increase`); `baseline`: the metric of the
+    unmasked model; `metric`: its name. NaN marks pruned heads."""
 
     importance: np.ndarray
     raw: np.ndarray
     accuracy_drop: np.ndarray
     baseline: float
     metric: str
+    lower_is_better: bool = False
+
+    @property
+    def drop_name(self):
+        return f"{self.metric}_increase" if self.lower_is_better else f"{self.metric}_drop"
 
 
 def _batches(task, data, batch_size):
@@ -52,23 +61,39 @@ def _batches(task, data, batch_size):
     return out
 
 
+_HIGHER_IS_BETTER = ("accuracy", "f1", "exact_match")
+_LOWER_IS_BETTER = ("loss", "mse", "error")
+
+
 def _metric_name(task, batch):
+    """The task's accuracy-like metric (a name ending in accuracy / f1 / exact_match: a
+    classifier's `accuracy`, a MaskedLM's `mlm_accuracy`), else its first metric."""
     x, y, sw = batch
     _, metrics = task.losses_and_metrics(y, task(x, training=False), sw)
-    for name in ("accuracy", "f1", "exact_match"):
-        if name in metrics:
+    for suffix in _HIGHER_IS_BETTER:
+        if suffix in metrics:
+            return suffix
+    for name in metrics:
+        if name.endswith(_HIGHER_IS_BETTER):
             return name
     return next(iter(metrics), None)
 
 
+def _lower_is_better(metric):
+    """A loss (`mlm_loss`, a regression's `mse`): masking an important head raises it."""
+    return bool(metric) and metric.endswith(_LOWER_IS_BETTER)
+
+
 class _Evaluator:
-    """`evaluator(mask)`: the example-weighted mean of `metric` over `batches` with head mask
+    """`evaluator(mask)`: `metric` over all of `batches` (each batch's value weighted by its
+    denominator, `_denominator`: the metric of the whole data) with head mask
     `mask` (L, N). On TensorFlow the forward pass is one `tf.function` taking the mask as an
     argument, traced once per batch shape: the accuracy-drop loop runs it L x N times, and eager
     MiniLM forwards made that loop 35 s on four sentences."""
 
     def __init__(self, task, backbone, batches, metric, counts):
         self.batches = batches
+        self.weights = [_denominator(y, sw) for _, y, sw in batches]
 
         def run(x, y, sw, mask):
             with head_mask_override(backbone, per_layer(mask, counts)):
@@ -80,11 +105,25 @@ class _Evaluator:
 
     def __call__(self, mask):
         m = ops.convert_to_tensor(np.nan_to_num(mask).astype("float32"))
-        total, n = 0.0, 0
-        for x, y, sw in self.batches:
-            total += float(ops.convert_to_numpy(self.run(x, y, sw, m))) * len(y)
-            n += len(y)
-        return total / n
+        total, n = 0.0, 0.0
+        for (x, y, sw), weight in zip(self.batches, self.weights):
+            if weight:
+                total += float(ops.convert_to_numpy(self.run(x, y, sw, m))) * weight
+                n += weight
+        return total / n if n else float("nan")
+
+
+def _denominator(y, sample_weight):
+    """The denominator of a batch's weighted-mean metric: the sum of its sample weights
+    (broadcast over the labels: a token classifier's real tokens, MLM's masked slots), else the
+    number of labels. The batch means weighted by it add up to the metric of the whole data,
+    whatever the batching (`task.evaluate` weights by rows instead; see Task.compute_loss)."""
+    labels = np.asarray(tf.nest.flatten(y)[0])
+    if sample_weight is None:
+        return float(labels.size)
+    weights = np.asarray(sample_weight, "float64")
+    weights = weights.reshape(weights.shape + (1,) * max(labels.ndim - weights.ndim, 0))
+    return float(np.broadcast_to(weights, np.broadcast_shapes(weights.shape, labels.shape)).sum())
 
 
 def evaluate_with_mask(task, data, mask=None, batch_size=32, metric=None):
@@ -94,8 +133,22 @@ def evaluate_with_mask(task, data, mask=None, batch_size=32, metric=None):
     batches = _batches(task, data, batch_size)
     metric = metric or _metric_name(task, batches[0])
     counts = heads_per_layer(backbone)
-    return _Evaluator(task, backbone, batches, metric, counts)(
-        full_mask(counts) if mask is None else mask)
+    return _Evaluator(task, backbone, batches, metric, counts)(_check_mask(mask, counts))
+
+
+def _check_mask(mask, counts):
+    """An (L, N) head mask as float32 (all ones when None), or a clear error."""
+    if mask is None:
+        return full_mask(counts)
+    if isinstance(mask, dict) or isinstance(mask, (str, bytes)):
+        raise TypeError(
+            f"mask must be an (L, N) array of head multipliers (0 = masked), got a "
+            f"{type(mask).__name__}; a {{layer: [heads]}} plan is what prune_heads takes.")
+    mask = np.asarray(mask, "float32")
+    expected = (len(counts), max(counts))
+    if mask.shape != expected:
+        raise ValueError(f"mask must have shape {expected} (layers, heads), got {mask.shape}.")
+    return mask
 
 
 def _importance(task, backbone, batches, mask, counts):
@@ -153,15 +206,15 @@ def head_importance(task, data, batch_size=32, accuracy_drop=True, normalize_glo
         raise TypeError(f"head_importance takes a kb.tasks task (it needs the task's loss), got "
                         f"{type(task).__name__}.")
     counts = heads_per_layer(backbone)
-    start = full_mask(counts) if mask is None else np.asarray(mask, "float32")
-    if start.shape != (len(counts), max(counts)):
-        raise ValueError(f"mask must have shape {(len(counts), max(counts))}, got {start.shape}.")
+    start = _check_mask(mask, counts)
     batches = _batches(task, data, batch_size)
     raw = _importance(task, backbone, batches, start, counts)
     importance = normalize_importance(raw, normalize_global=normalize_global)
     metric = _metric_name(task, batches[0])
     evaluate = _Evaluator(task, backbone, batches, metric, counts) if metric else None
     baseline = evaluate(start) if metric else None
+    lower = _lower_is_better(metric)
+    sign = -1.0 if lower else 1.0
     drop = None
     done = 0
     if accuracy_drop and metric:
@@ -172,13 +225,13 @@ def head_importance(task, data, batch_size=32, accuracy_drop=True, normalize_glo
                     continue
                 masked = start.copy()
                 masked[layer, head] = 0.0
-                drop[layer, head] = baseline - evaluate(masked)
+                drop[layer, head] = sign * (baseline - evaluate(masked))
                 done += 1
                 if progress is not None:
                     progress(done)
     elif progress is not None:
         progress(1)
-    return HeadImportance(importance, raw, drop, baseline, metric)
+    return HeadImportance(importance, raw, drop, baseline, metric, lower)
 
 
 @dataclasses.dataclass
@@ -191,6 +244,11 @@ class PruningCurve:
 
     def plan(self, step=-1):
         """`{layer: [heads]}` masked at `step`, for `prune_heads`."""
+        n = len(self.masks)
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or not (
+                -n <= step < n):
+            raise ValueError(f"step {step!r} is out of range: the curve has {n} steps (0 to "
+                             f"{n - 1}, or negative from the end).")
         mask = self.masks[step]
         return {i: [int(h) for h in np.flatnonzero(row == 0)] for i, row in enumerate(mask)
                 if (row == 0).any()}
@@ -220,7 +278,9 @@ def iterative_pruning(task, data, target=0.5, step=0.1, importance_data=None, ba
     Importance is scored on `importance_data` (default: `data`) with the heads masked so far;
     masked heads are never picked again. A layer keeps at least one head unless
     `allow_empty_layers`. The heads are masked, not removed: `prune_heads(task, curve.plan())`
-    removes them.
+    removes them, and gives the model the curve measured. Layers sharing one attention sublayer
+    (ALBERT) share their heads: a head is scored by the sum of its scores over those layers and
+    masked in all of them at once, and `heads_pruned` counts distinct heads (weights removed).
 
     Returns:
         `PruningCurve` (`.rows`, `.masks`, `.plan(step)`, `.write(dir)` -> CSV + PNG).
@@ -232,9 +292,14 @@ def iterative_pruning(task, data, target=0.5, step=0.1, importance_data=None, ba
     if not 0 < step <= target:
         raise ValueError(f"step must be in (0, target={target}], got {step!r}.")
     counts = heads_per_layer(backbone)
-    total = sum(counts)
+    groups = attention_groups(backbone)
+    first = [members[0] for members in groups]  # a group's heads, as one row of the mask
+    total = sum(counts[i] for i in first)
     per_step = max(1, int(round(step * total)))
     goal = int(round(target * total))
+    if not goal:
+        raise ValueError(f"target={target} of the {total} heads rounds to 0 heads: nothing to "
+                         f"prune; give a target of at least {0.5 / total:.3g}.")
     batches = _batches(task, data, batch_size)
     score_batches = batches if importance_data is None else _batches(task, importance_data,
                                                                      batch_size)
@@ -243,9 +308,12 @@ def iterative_pruning(task, data, target=0.5, step=0.1, importance_data=None, ba
     rows, masks = [], []
     evaluate = _Evaluator(task, backbone, batches, metric, counts)
 
+    def pruned_heads():
+        return int(np.nansum(mask[first] == 0))
+
     def record(i):
         value = evaluate(mask)
-        pruned = int(np.nansum(mask == 0))
+        pruned = pruned_heads()
         rows.append({"step": i, "heads_pruned": pruned, "fraction_pruned": pruned / total,
                      metric: value})
         masks.append(mask.copy())
@@ -254,23 +322,31 @@ def iterative_pruning(task, data, target=0.5, step=0.1, importance_data=None, ba
 
     record(0)
     i = 0
-    while int(np.nansum(mask == 0)) < goal:
+    while pruned_heads() < goal:
         i += 1
-        scores = normalize_importance(_importance(task, backbone, score_batches, mask, counts))
-        scores = np.where(np.isnan(mask) | (mask == 0), np.inf, scores)
-        alive = np.nansum(mask, -1)
-        n = min(per_step, goal - int(np.nansum(mask == 0)))
+        layer_scores = normalize_importance(_importance(task, backbone, score_batches, mask,
+                                                        counts))
+        scores = np.stack([layer_scores[members].sum(0) for members in groups])  # (G, N)
+        group_mask = mask[first]
+        scores = np.where(np.isnan(group_mask) | (group_mask == 0), np.inf, scores)
+        alive = np.nansum(group_mask, -1)
+        n = min(per_step, goal - pruned_heads())
         chosen = 0
         for idx in np.argsort(scores, axis=None):
             if chosen == n or not np.isfinite(scores.flat[idx]):
                 break
-            layer = idx // mask.shape[1]
-            if alive[layer] <= 1 and not allow_empty_layers:
+            group, head = divmod(int(idx), mask.shape[1])
+            if alive[group] <= 1 and not allow_empty_layers:
                 continue  # the last head of a layer stays
-            mask.flat[idx] = 0.0
-            alive[layer] -= 1
+            mask[groups[group], head] = 0.0
+            alive[group] -= 1
             chosen += 1
         if not chosen:
             break
         record(i)
+    if pruned_heads() < goal:
+        warnings.warn(
+            f"iterative_pruning pruned {pruned_heads()} of the {goal} heads asked (target="
+            f"{target}): every layer keeps one head; pass allow_empty_layers=True to prune "
+            "further.", stacklevel=2)
     return PruningCurve(rows, masks, metric)

@@ -17,11 +17,27 @@ def _pyplot():
 
 
 def _save(fig, path):
+    """Writes the figure to `path` (".png" appended when it has no extension, as matplotlib
+    does) and returns the path of the file written."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        _pyplot().close(fig)
+        raise ValueError(f"The path of a plot must be a file name, got {path!r}.")
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        _pyplot().close(fig)
+        raise ValueError(f"The path of a plot must be a file name, got {path!r}, which is a "
+                         "directory.")
+    if not os.path.splitext(path)[1]:
+        path += ".png"
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     _pyplot().close(fig)
     return path
+
+
+def _is_index(i, n):
+    return not isinstance(i, bool) and isinstance(i, (int, np.integer)) and 0 <= i < n
 
 
 def plot_attention(maps, path, index=0, layer=None, head=None):
@@ -34,16 +50,16 @@ def plot_attention(maps, path, index=0, layer=None, head=None):
 
     if not isinstance(maps, AttentionMaps):
         raise TypeError("plot_attention takes the AttentionMaps of kb.analysis.attention_maps.")
-    if not 0 <= index < len(maps):
+    if not _is_index(index, len(maps)):
         raise ValueError(f"index {index} is out of range: there are {len(maps)} texts.")
     layers, tokens = maps.maps[index], maps.tokens[index]
     plt = _pyplot()
     if (layer is None) != (head is None):
         raise ValueError("Give both layer and head (a single map) or neither (the grid).")
     if layer is not None:
-        if not 0 <= layer < len(layers):
+        if not _is_index(layer, len(layers)):
             raise ValueError(f"layer {layer} is out of range: the model has {len(layers)} layers.")
-        if not 0 <= head < layers[layer].shape[0]:
+        if not _is_index(head, layers[layer].shape[0]):
             raise ValueError(f"head {head} is out of range: layer {layer} has "
                              f"{layers[layer].shape[0]} heads.")
         t = len(tokens)
@@ -85,7 +101,7 @@ def plot_heads(values, path, title="head importance", cmap="magma", fmt=".2f"):
     """An (L, N) per-head table (importance, accuracy drop, a statistic) as an annotated heat map;
     NaN cells (pruned heads) stay blank."""
     values = np.asarray(values, dtype="float64")
-    if values.ndim != 2:
+    if values.ndim != 2 or not values.size:
         raise ValueError(f"plot_heads takes an (L, N) array, got shape {values.shape}.")
     plt = _pyplot()
     rows, cols = values.shape

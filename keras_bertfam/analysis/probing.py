@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_bertfam.analysis._common import backbone_of, to_numpy
+from keras_bertfam.analysis._common import backbone_of, banded_attention, to_numpy
 
 
 @dataclasses.dataclass
@@ -27,9 +27,15 @@ class ProbeResult:
 
 def _layers(backbone, layers):
     total = int(backbone.num_layers) + 1  # the embedding output, then every layer
-    if layers == "all":
+    if isinstance(layers, str) and layers == "all":
         return list(range(total))
-    layers = [layers] if isinstance(layers, int) else list(layers)
+    if isinstance(layers, str) or not isinstance(layers, (int, np.integer, list, tuple,
+                                                          range, np.ndarray)):
+        raise ValueError(f"layers must be 'all' or a list of layer indices, got {layers!r}.")
+    layers = [layers] if isinstance(layers, (int, np.integer)) else (
+        layers.reshape(-1).tolist() if isinstance(layers, np.ndarray) else list(layers))
+    if not layers:
+        raise ValueError(f"layers is empty: give 'all' or indices 0 (embeddings) to {total - 1}.")
     for layer in layers:
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not (
                 0 <= layer < total):
@@ -44,6 +50,10 @@ def representations(backbone, features, layers="all", batch_size=32):
     layers = _layers(backbone, layers)
     n = len(features["token_ids"])
     out = {layer: [] for layer in layers}
+    if banded_attention(backbone) and "global_attention_mask" not in features:
+        # Longformer without global tokens: every token attends in its window (HF's default)
+        features = dict(features, global_attention_mask=np.zeros_like(
+            np.asarray(features["token_ids"]), "int32"))
     for start in range(0, n, batch_size):
         batch = {k: np.asarray(v)[start:start + batch_size] for k, v in features.items()}
         states = backbone.inspect(batch)["hidden_states"]
@@ -57,6 +67,10 @@ def _split(n, validation_split, seed):
         raise ValueError(f"validation_split must be in (0, 1), got {validation_split!r}.")
     order = np.random.default_rng(seed).permutation(n)
     k = max(1, int(round(n * validation_split)))
+    if k >= n:
+        raise ValueError(
+            f"validation_split={validation_split} of {n} examples leaves no example to train "
+            "on: a probe needs at least 2 examples and a split that keeps some for training.")
     return order[k:], order[:k]
 
 
@@ -97,7 +111,9 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
         backbone: a backbone of any family (or a task: its backbone). Its weights are not trained.
         data: `(features, labels)`: packed model inputs (`token_ids`, `padding_mask`, ...: (B, T))
             and labels, (B,) for a sentence-level property (the sequence is pooled: `pooling`
-            "mean" over real tokens or "first"), or (B, T) for a token-level one (-1: ignored,
+            "mean" over real tokens or "first", each row's first real token: [CLS] for
+            BERT-like families; XLNet, left-padded, its first text token, as its <cls> summary
+            token is last), or (B, T) for a token-level one (-1: ignored,
             e.g. padding and special tokens).
         layers: "all" (0 = the embedding output, then each layer) or a list of indices.
         kind: "linear" (a softmax regression) or "mlp" (one ReLU layer of `hidden_dim`).
@@ -108,8 +124,10 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
         initialized model of the same architecture, Hewitt & Liang 2019).
     """
     backbone = backbone_of(backbone, "probe")
-    features, labels = _check_data(data)
+    features, labels = _check_data(data, backbone)
     layers = _layers(backbone, layers)
+    if pooling not in ("mean", "first"):
+        raise ValueError(f"pooling must be 'mean' or 'first', got {pooling!r}.")
     reps = representations(backbone, features, layers, batch_size)
     token_level = labels.ndim == 2
     mask = np.asarray(features["padding_mask"]).astype(bool)
@@ -122,10 +140,8 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
         if pooling == "mean":
             m = mask[rows][..., None].astype("float32")
             pooled = (x[rows] * m).sum(1) / np.maximum(m.sum(1), 1.0)
-        elif pooling == "first":
-            pooled = x[rows][:, 0]
-        else:
-            raise ValueError(f"pooling must be 'mean' or 'first', got {pooling!r}.")
+        else:  # "first": the first real token (XLNet left-pads)
+            pooled = x[rows][np.arange(len(rows)), mask[rows].argmax(1)]
         return pooled, labels[rows]
 
     num_classes = int(labels.max()) + 1
@@ -144,13 +160,29 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
     return ProbeResult(layers, scores, train_scores, majority, kind)
 
 
-def _check_data(data):
+def _check_data(data, backbone=None):
     if not (isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], dict)):
         raise TypeError("data must be (features, labels): a dict of packed model inputs "
                         "(token_ids, padding_mask, ...) and an array of labels.")
     features, labels = data
+    missing = [k for k in ("token_ids", "padding_mask") if k not in features]
+    if missing:
+        raise ValueError(f"features lack {missing}: a probe takes packed model inputs, a dict "
+                         f"with token_ids and padding_mask (B, T); got {sorted(features)}.")
+    ids = np.asarray(features["token_ids"])
+    if ids.ndim != 2 or not ids.size:
+        raise ValueError(f"token_ids must be a non-empty (B, T) array, got shape {ids.shape}.")
+    vocabulary = getattr(backbone, "vocabulary_size", None)
+    if vocabulary and (ids.min() < 0 or ids.max() >= vocabulary):
+        bad = ids.max() if ids.max() >= vocabulary else ids.min()
+        raise ValueError(f"token_ids hold {bad}, outside the model's vocabulary of "
+                         f"{vocabulary} ids (0 to {vocabulary - 1}).")
+    positions = getattr(backbone, "max_sequence_length", None)
+    if positions and getattr(backbone, "family", None) != "xlnet" and ids.shape[1] > positions:
+        raise ValueError(f"The features have {ids.shape[1]} tokens per example, more than the "
+                         f"model's max_sequence_length={positions}.")
     labels = np.asarray(labels)
-    n = len(features["token_ids"])
+    n = len(ids)
     if labels.ndim not in (1, 2) or len(labels) != n:
         raise ValueError(f"labels must be (B,) or (B, T) with B={n} examples, got shape "
                          f"{labels.shape}.")
@@ -159,6 +191,10 @@ def _check_data(data):
                          f"{np.asarray(features['token_ids']).shape}.")
     if not np.issubdtype(labels.dtype, np.integer) or labels.max() < 0:
         raise ValueError("labels must be integer class ids (>= 0; -1 ignores a token).")
+    if labels.ndim == 1 and labels.min() < 0:
+        i = int(np.argmax(labels < 0))
+        raise ValueError(f"sentence labels must be class ids >= 0, got {labels[i]} at example "
+                         f"{i} (-1 ignores a token only in (B, T) token labels).")
     return features, labels.astype("int64")
 
 
@@ -198,11 +234,11 @@ def _edge_model(length, width, num_classes, hidden_dim, projection_dim, seed):
     return keras.Model({"states": states, "span1": span1, "span2": span2}, logits)
 
 
-def _span_masks(spans, length, name):
+def _span_masks(spans, length, name, n):
     spans = np.asarray(spans)
-    if spans.ndim != 2 or spans.shape[1] != 2:
-        raise ValueError(f"{name} must be (B, 2) [start, end) token positions, got shape "
-                         f"{spans.shape}.")
+    if spans.ndim != 2 or spans.shape[1] != 2 or len(spans) != n:
+        raise ValueError(f"{name} must be (B, 2) [start, end) token positions with B={n} "
+                         f"examples, got shape {spans.shape}.")
     if (spans[:, 0] < 0).any() or (spans[:, 1] > length).any() or (
             spans[:, 1] <= spans[:, 0]).any():
         raise ValueError(f"{name} must hold non-empty [start, end) spans within the {length} "
@@ -227,11 +263,12 @@ def edge_probe(backbone, data, layers="all", validation_split=0.25, epochs=30,
     if not (isinstance(data, (tuple, list)) and len(data) == 4):
         raise TypeError("edge_probe data must be (features, spans1, spans2, labels).")
     features, spans1, spans2, labels = data
-    features, labels = _check_data((features, labels))
+    features, labels = _check_data((features, labels), backbone)
     if labels.ndim != 1:
         raise ValueError("edge_probe labels are one class per span pair: shape (B,).")
     length = np.asarray(features["token_ids"]).shape[1]
-    m1, m2 = _span_masks(spans1, length, "spans1"), _span_masks(spans2, length, "spans2")
+    m1 = _span_masks(spans1, length, "spans1", len(labels))
+    m2 = _span_masks(spans2, length, "spans2", len(labels))
     layers = _layers(backbone, layers)
     reps = representations(backbone, features, layers, batch_size)
     train, val = _split(len(labels), validation_split, seed)

@@ -3,7 +3,8 @@ import warnings
 
 import numpy as np
 
-from keras_bertfam.analysis._common import backbone_of, heads_per_layer, require_head_mask
+from keras_bertfam.analysis._common import (
+    attention_groups, backbone_of, heads_per_layer, require_head_mask)
 from keras_bertfam.models.backbone import _unique
 from keras_bertfam.presets.deferred import deferred_initialization
 
@@ -36,6 +37,12 @@ def prune_heads(model, heads, allow_empty_layers=False):
     """
     backbone = backbone_of(model, "prune_heads")
     require_head_mask(backbone, "prune_heads")
+    if model is not backbone and "backbone" not in model.get_config():
+        raise TypeError(
+            f"prune_heads rebuilds a task around its pruned backbone, and "
+            f"{type(model).__name__} is not built on one backbone (it takes "
+            f"{sorted(k for k in model.get_config() if k not in ('name', 'dtype', 'trainable'))})"
+            f": prune its backbone (model.backbone) and build the task on it.")
     counts = heads_per_layer(backbone)
     plan = _plan(backbone, heads, counts, allow_empty_layers)
     if not any(plan.values()):
@@ -77,12 +84,7 @@ def _plan(backbone, heads, counts, allow_empty_layers):
         plan.setdefault(layer, set()).update(int(h) for h in layer_heads)
 
     # Layers that share one attention sublayer prune together.
-    encoder = backbone.encoder
-    attention_of = [id(encoder.layer_block(i).attention) for i in range(num_layers)]
-    groups = {}
-    for i, key in enumerate(attention_of):
-        groups.setdefault(key, []).append(i)
-    for members in groups.values():
+    for members in attention_groups(backbone):
         if len(members) == 1:
             continue
         union = set().union(*(plan.get(i, set()) for i in members))
@@ -107,15 +109,17 @@ def _plan(backbone, heads, counts, allow_empty_layers):
 def _copy_pruned_weights(old, new, plan, counts):
     """Copies every weight of `old` into `new`, slicing the attention projections by head."""
     done = set()
-    for i in range(len(counts)):
-        old_mha = old.encoder.layer_block(i).attention.attention
-        new_mha = new.encoder.layer_block(i).attention.attention
+    pairs = [(i, o.attention.attention, n.attention.attention) for i in range(len(counts))
+             for o, n in zip(old.encoder.layer_blocks(i), new.encoder.layer_blocks(i))]
+    for i, old_mha, new_mha in pairs:  # every inner block of a layer (ALBERT's repetitions)
         if id(old_mha) in done:
             continue
         done.add(id(old_mha))
         keep = [h for h in range(counts[i]) if h not in plan.get(i, ())]
-        if not keep:
-            new_mha.output_bias.assign(np.asarray(old_mha.output_dense.bias))
+        if not keep:  # the old layer may already be empty: its bias alone
+            old_bias = old_mha.output_bias if old_mha.output_dense is None else (
+                old_mha.output_dense.bias)
+            new_mha.output_bias.assign(np.asarray(old_bias))
         else:
             for name in ("query_dense", "key_dense", "value_dense"):
                 src, dst = getattr(old_mha, name), getattr(new_mha, name)

@@ -498,7 +498,13 @@ class EncoderBackbone(Backbone):
         )  # (B, T, H), or the [CLS] row (B, 1, H) with cls_only
         outputs = {}
         if return_all:
-            x, outputs["hidden_states"], outputs["attention_probs"] = x
+            x, states, probs = x
+            # One entry per layer: with `num_inner_repetitions=R` (ALBERT) the stack returns one
+            # per block call; keep each layer's output (after its last inner block) and the
+            # attention of its last inner block.
+            repeats = getattr(self.encoder, "num_inner_repetitions", 1) or 1
+            outputs["hidden_states"] = [states[0]] + list(states[repeats::repeats])
+            outputs["attention_probs"] = list(probs[repeats - 1::repeats])
         outputs["sequence_output"] = x
         if self.pooler_dense is not None:
             outputs["pooled_output"] = self.pooler_dense(x[:, 0 if cls_only else cls, :])
@@ -510,7 +516,9 @@ class EncoderBackbone(Backbone):
         For probing and head pruning (`head_mask`: (L, N) or (L, B, N) multipliers, 0 removes a
         head; a list of per-layer masks when `heads_per_layer` differ). Returns the backbone
         outputs plus `hidden_states` (L+1 tensors: the embedding output, then each layer's) and
-        `attention_probs` (L tensors, (B, N, T, T)).
+        `attention_probs` (L tensors, (B, N, T, T)). With `num_inner_repetitions=R` (ALBERT) a
+        layer runs R blocks: its hidden state is its output (after the last inner block) and its
+        attention map that of its last inner block.
         """
         inputs = {k: ops.convert_to_tensor(v) for k, v in inputs.items() if k in self.input}
         return self._forward(inputs, head_mask=head_mask, return_all=True, training=False)

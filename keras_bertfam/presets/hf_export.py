@@ -30,6 +30,8 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
         raise NotImplementedError(
             f"export_to_transformers does not know {type(backbone).__name__}'s HF format "
             "(its family gives no config_to_hf).")
+    for part in (backbone, getattr(model, "generator", None)):
+        _refuse_pruned(part)
     config = spec.config_to_hf(backbone)
     task_name = type(model).__name__
     heads = (spec.hf_task_heads or {}).get(task_name) if model is not backbone else None
@@ -78,6 +80,21 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
                             generator_mapping, generator_heads, None, tokenizer)
     return _write_transformers(path, config, spec, task_name if heads else None, written,
                                head_mapping, getattr(model, "num_classes", None), tokenizer)
+
+
+def _refuse_pruned(backbone):
+    """A backbone of `kb.analysis.prune_heads` (fewer heads in some layers): its HF config would
+    declare the full head count, and transformers could not load the smaller kernels."""
+    counts = getattr(backbone, "heads_per_layer", None)
+    if not counts or all(int(n) == int(backbone.num_heads) for n in counts):
+        return
+    layers = ", ".join(f"layer {i} ({n} of {backbone.num_heads} heads)"
+                       for i, n in enumerate(counts) if int(n) != int(backbone.num_heads))
+    raise ValueError(
+        f"export_to_transformers cannot write a model whose attention heads were pruned "
+        f"(kb.analysis.prune_heads): {layers}. Its HF config would declare "
+        f"{backbone.num_heads} heads per layer and transformers could not load the smaller "
+        "kernels. Keep the pruned model with save_to_preset (or export it as a SavedModel).")
 
 
 def _backbone_mapping(backbone, spec, head_mapping):
