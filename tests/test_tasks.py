@@ -572,3 +572,44 @@ def test_model_inputs_from_python_generators_are_checked():
     x = dict(good, segment_ids=np.zeros((2, 8), "int32"), mask_positions=np.array([[1, 2]] * 2))
     with pytest.raises(ValueError, match=r"MaskedLM got label mask_ids 100 at mask_ids\[0, 1\]"):
         mlm.fit(((x, np.array([[5, 100], [5, 6]])) for _ in range(1)), verbose=0)
+
+
+def test_evaluate_gives_the_metric_of_the_whole_data_whatever_the_batching():
+    """Tracked metrics are weighted means (real tokens, masked slots, sample weights); the
+    epoch's mean weighted each batch by its rows, so a token accuracy of 0.20 read 0.22 at batch
+    size 1 and 2, and a batch with 1 masked slot counted as much as one with 3. Each batch now
+    counts for what its mean is over (`Task.metric_weights`)."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    backbone = kb.models.BertBackbone(50, 1, 2, 8, 16, max_sequence_length=16)
+    ids = rng.integers(5, 50, (4, 8)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[2:, 2:] = 0
+    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": mask}
+
+    def evaluate(task, x, y, w, key):
+        return [task.evaluate(x, y, sample_weight=w, batch_size=b, verbose=0,
+                              return_dict=True)[key] for b in (1, 2, 4)]
+
+    tagger = kb.tasks.TokenClassifier(backbone, num_classes=3, preprocessor=None)
+    tagger.compile()
+    labels, weights = rng.integers(0, 3, (4, 8)), mask.astype("float32")
+    right = np.argmax(to_numpy(tagger.predict(x, verbose=0)), -1) == labels
+    np.testing.assert_allclose(evaluate(tagger, x, labels, weights, "accuracy"),
+                               (right * weights).sum() / weights.sum(), rtol=1e-5)
+
+    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    mlm.compile()
+    xm = dict(x, mask_positions=np.tile([[1, 2, 3]], (4, 1)))
+    targets, slots = rng.integers(5, 50, (4, 3)), np.array(
+        [[1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]], "float32")
+    right = np.argmax(to_numpy(mlm.predict(xm, verbose=0)), -1) == targets
+    np.testing.assert_allclose(evaluate(mlm, xm, targets, slots, "mlm_accuracy"),
+                               (right * slots).sum() / slots.sum(), rtol=1e-5)
+
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    classifier.compile()
+    labels, weights = np.array([0, 1, 1, 0]), np.array([1.0, 0.0, 0.0, 3.0], "float32")
+    right = np.argmax(to_numpy(classifier.predict(x, verbose=0)), -1) == labels
+    np.testing.assert_allclose(evaluate(classifier, x, labels, weights, "accuracy"),
+                               (right * weights).sum() / weights.sum(), rtol=1e-5)

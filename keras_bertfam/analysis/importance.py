@@ -85,20 +85,21 @@ def _lower_is_better(metric):
 
 
 class _Evaluator:
-    """`evaluator(mask)`: `metric` over all of `batches` (each batch's value weighted by its
-    denominator, `_denominator`: the metric of the whole data) with head mask
+    """`evaluator(mask)`: `metric` over all of `batches` (each batch's value weighted as the
+    task's epoch means weight it, `Task.metric_weights`: the metric of the whole data) with head mask
     `mask` (L, N). On TensorFlow the forward pass is one `tf.function` taking the mask as an
     argument, traced once per batch shape: the accuracy-drop loop runs it L x N times, and eager
     MiniLM forwards made that loop 35 s on four sentences."""
 
     def __init__(self, task, backbone, batches, metric, counts):
         self.batches = batches
-        self.weights = [_denominator(y, sw) for _, y, sw in batches]
 
         def run(x, y, sw, mask):
             with head_mask_override(backbone, per_layer(mask, counts)):
-                _, metrics = task.losses_and_metrics(y, task(x, training=False), sw)
-            return metrics[metric]
+                y_pred = task(x, training=False)
+                _, metrics = task.losses_and_metrics(y, y_pred, sw)
+                rows = ops.cast(ops.shape(tf.nest.flatten(y_pred)[0])[0], "float32")
+            return metrics[metric], task.metric_weights(y, y_pred, sw).get(metric, rows)
 
         self.run = tf.function(run, reduce_retracing=True) \
             if keras.backend.backend() == "tensorflow" else run
@@ -106,24 +107,12 @@ class _Evaluator:
     def __call__(self, mask):
         m = ops.convert_to_tensor(np.nan_to_num(mask).astype("float32"))
         total, n = 0.0, 0.0
-        for (x, y, sw), weight in zip(self.batches, self.weights):
+        for x, y, sw in self.batches:
+            value, weight = (float(ops.convert_to_numpy(v)) for v in self.run(x, y, sw, m))
             if weight:
-                total += float(ops.convert_to_numpy(self.run(x, y, sw, m))) * weight
+                total += value * weight
                 n += weight
         return total / n if n else float("nan")
-
-
-def _denominator(y, sample_weight):
-    """The denominator of a batch's weighted-mean metric: the sum of its sample weights
-    (broadcast over the labels: a token classifier's real tokens, MLM's masked slots), else the
-    number of labels. The batch means weighted by it add up to the metric of the whole data,
-    whatever the batching (`task.evaluate` weights by rows instead; see Task.compute_loss)."""
-    labels = np.asarray(tf.nest.flatten(y)[0])
-    if sample_weight is None:
-        return float(labels.size)
-    weights = np.asarray(sample_weight, "float64")
-    weights = weights.reshape(weights.shape + (1,) * max(labels.ndim - weights.ndim, 0))
-    return float(np.broadcast_to(weights, np.broadcast_shapes(weights.shape, labels.shape)).sum())
 
 
 def evaluate_with_mask(task, data, mask=None, batch_size=32, metric=None):

@@ -5,7 +5,12 @@ from keras import ops
 from keras_bertfam.layers import PairHead
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
-from keras_bertfam.tasks.losses import mean_sparse_ce, mlm_targets, weighted_sparse_ce
+from keras_bertfam.tasks.losses import (
+    mean_sparse_ce,
+    mlm_targets,
+    weight_sum,
+    weighted_sparse_ce,
+)
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     mask_id_table,
@@ -73,6 +78,10 @@ class BertPretrainer(Task):
         pair_logits = ops.cast(outputs["pair_logits"], "float32")
         return dict(serving_mlm_outputs(features, outputs["mlm_logits"]),
                     **{f"{self.pair_task}_probabilities": ops.softmax(pair_logits, axis=-1)})
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        n = weight_sum(*mlm_targets(y, sample_weight))
+        return {"mlm_loss": n, "mlm_accuracy": n}
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         mask_ids, weights = mlm_targets(y, sample_weight)

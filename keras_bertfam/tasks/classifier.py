@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.finetuning import NOT_AN_INTEGER, NOT_FINITE
+from keras_bertfam.tasks.losses import weight_sum
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
@@ -152,6 +153,10 @@ class TextClassifier(Task):
             return {"scores": logits[:, 0]}
         return class_outputs(logits)
 
+    def metric_weights(self, y, y_pred, sample_weight):
+        return label_weights(self, ops.reshape(y, (-1,)), None if sample_weight is None
+                             else ops.reshape(sample_weight, (-1,)))
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")
         w = None if sample_weight is None else ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
@@ -280,6 +285,13 @@ def class_outputs(logits):
     """Serving outputs of a classification head: logits, softmax probabilities, argmax labels."""
     return {"logits": logits, "probabilities": ops.softmax(logits, axis=-1),
             "labels": ops.cast(ops.argmax(logits, axis=-1), "int32")}
+
+
+def label_weights(task, labels, sample_weight):
+    """`metric_weights` of a classifier, whose tracked metrics are all means over its labels
+    weighted by `sample_weight`: each batch counts for their sum."""
+    n = weight_sum(labels, sample_weight)
+    return {name: n for name in task._trackers}
 
 
 def _mean(values, weights=None):

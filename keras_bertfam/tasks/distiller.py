@@ -7,7 +7,7 @@ from keras import ops
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers.heads import gather_positions
 from keras_bertfam.models.distil_bert import DistilBertBackbone
-from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
+from keras_bertfam.tasks.losses import mlm_targets, weight_sum, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import MaskedLM, mask_id_table
 from keras_bertfam.tasks.task import Task
 
@@ -265,6 +265,13 @@ class Distiller(Task):
     def label_id_tables(self):
         """Labels checked before training (preprocessor=None: `mask_ids` in the vocabulary)."""
         return [mask_id_table(self)]
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        mask_ids, weights = mlm_targets(y, sample_weight)
+        n = weight_sum(mask_ids, weights)
+        tokens = ops.sum(ops.cast(y_pred["padding_mask"], "float32"))
+        return {"ce_loss": n if self.restrict_ce_to_mask else tokens, "mlm_loss": n,
+                "cos_loss": tokens, "mlm_accuracy": n}
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         mask_ids, weights = mlm_targets(y, sample_weight)

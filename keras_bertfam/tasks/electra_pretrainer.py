@@ -11,7 +11,7 @@ from keras_bertfam import preset_hooks
 from keras_bertfam.layers import ReplacedTokenHead
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.models.electra import ElectraBackbone
-from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
+from keras_bertfam.tasks.losses import mlm_targets, weight_sum, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     mask_id_table,
@@ -310,12 +310,21 @@ class ElectraPretrainer(Task):
         """Labels checked before training (preprocessor=None: `mask_ids` in the vocabulary)."""
         return [mask_id_table(self)]
 
-    def losses_and_metrics(self, y, y_pred, sample_weight):
+    @staticmethod
+    def _mlm_targets(y, y_pred, sample_weight):
         if sample_weight is None and not (isinstance(y, dict) and "mask_weights" in y):
             # No weights: every slot at a real position (> 0: position 0 is [CLS], never
             # masked, and pads the slots), so padded slots mark no token as replaced.
             sample_weight = ops.cast(y_pred["mask_positions"] > 0, "float32")
-        mask_ids, weights = mlm_targets(y, sample_weight)
+        return mlm_targets(y, sample_weight)
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        n = weight_sum(*self._mlm_targets(y, y_pred, sample_weight))
+        tokens = ops.sum(ops.cast(y_pred["padding_mask"], "float32"))
+        return {"mlm_loss": n, "mlm_accuracy": n, "rtd_loss": tokens, "rtd_accuracy": tokens}
+
+    def losses_and_metrics(self, y, y_pred, sample_weight):
+        mask_ids, weights = self._mlm_targets(y, y_pred, sample_weight)
         mlm_loss, mlm_accuracy = weighted_sparse_ce(mask_ids, y_pred["mlm_logits"], weights)
 
         labels = ops.cast(self.rtd_labels(mask_ids, weights, y_pred), "float32")  # (B, T)

@@ -19,6 +19,14 @@ def weighted_sparse_ce(labels, logits, weights, epsilon=1e-5):
     return loss, accuracy
 
 
+def weight_sum(labels, weights):
+    """What a weighted mean over `labels` (`weighted_sparse_ce`, a token accuracy) averages
+    over: the sum of `weights` (broadcast to the labels), or the number of labels without them
+    (`Task.metric_weights`)."""
+    ones = ops.ones_like(labels, "float32")
+    return ops.sum(ones if weights is None else ones * ops.cast(weights, "float32"))
+
+
 def mean_sparse_ce(labels, logits):
     """Mean CE over examples (NSP, SOP) and the accuracy."""
     logits = ops.cast(logits, "float32")

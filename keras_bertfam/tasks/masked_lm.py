@@ -5,7 +5,7 @@ from keras import ops
 from keras_bertfam.layers import MaskedLMHead
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
-from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.losses import mlm_targets, weight_sum, weighted_sparse_ce
 from keras_bertfam.tasks.task import Task, _id_range
 
 
@@ -115,6 +115,10 @@ class MaskedLM(Task):
 
     def serving_outputs(self, features, outputs):
         return serving_mlm_outputs(features, outputs)
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        n = weight_sum(*mlm_targets(y, sample_weight))
+        return {"mlm_loss": n, "mlm_accuracy": n}
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         loss, accuracy = weighted_sparse_ce(y, y_pred, sample_weight)

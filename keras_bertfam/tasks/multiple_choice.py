@@ -10,6 +10,7 @@ from keras_bertfam.tasks.classifier import (
     check_one_label_per_example,
     class_outputs,
     classification_logits,
+    label_weights,
     pooled,
 )
 from keras_bertfam.tasks.masked_lm import backbone_inputs
@@ -128,6 +129,10 @@ class MultipleChoice(Task):
                                    count="number of choices")
                 check_one_label_per_example(y, "MultipleChoice", "choice label")
         return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        return label_weights(self, ops.reshape(y, (-1,)), None if sample_weight is None
+                             else ops.reshape(sample_weight, (-1,)))
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")

@@ -6,7 +6,7 @@ from keras import ops
 from keras_bertfam.layers import SpanBoundaryHead, span_boundary_weights
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
-from keras_bertfam.tasks.losses import mlm_targets, weighted_sparse_ce
+from keras_bertfam.tasks.losses import mlm_targets, weight_sum, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     mask_id_table,
@@ -98,6 +98,13 @@ class SpanBertPretrainer(Task):
                     sbo_top_ids=ops.cast(top_ids, "int32"), sbo_top_probabilities=top_probabilities,
                     sbo_weights=ops.cast(outputs["sbo_weights"], "float32")
                     * features["mask_weights"])
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        mask_ids, weights = mlm_targets(y, sample_weight)
+        n = weight_sum(mask_ids, weights)
+        sbo = weight_sum(mask_ids, ops.cast(weights, "float32") * ops.cast(
+            y_pred["sbo_weights"], "float32"))
+        return {"mlm_loss": n, "mlm_accuracy": n, "sbo_loss": sbo, "sbo_accuracy": sbo}
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         mask_ids, weights = mlm_targets(y, sample_weight)

@@ -89,6 +89,14 @@ class Task(keras.Model):
         """-> (total loss, {name: value}) for the named trackers."""
         raise NotImplementedError
 
+    def metric_weights(self, y, y_pred, sample_weight):
+        """{name: what a batch's value of that tracked metric averages over} (the sum of the
+        weights of a weighted mean: masked slots, real tokens, sample weights), by which the
+        epoch's mean weights the batch, so that it is the metric of the whole data whatever the
+        batching; a name left out counts its batch's rows (a per-example mean without weights).
+        Rows alone gave a batch with 3 masked slots the weight of one with 30."""
+        return {}
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if self._user_loss():
             # `compile(loss=...)` given: Keras' compiled loss, as keras-hub's tasks do.
@@ -99,8 +107,9 @@ class Task(keras.Model):
         # dataset of unknown length, TensorFlow runs the data-independent part of the step that
         # finds the end of the data, which would count one more (empty) step in every mean.
         batch = ops.cast(ops.shape(tree.flatten(y_pred)[0])[0], "float32")
+        weights = self.metric_weights(y, y_pred, sample_weight)
         for name, value in values.items():
-            self._trackers[name].update_state(value, sample_weight=batch)
+            self._trackers[name].update_state(value, sample_weight=weights.get(name, batch))
         loss = loss + ops.cast(sum(self.losses), loss.dtype) if self.losses else loss
         return _scale_for_replicas(loss)
 

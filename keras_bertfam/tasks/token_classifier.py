@@ -7,6 +7,7 @@ from keras_bertfam.tasks.classifier import (
     _mean,
     check_label_values,
     class_outputs,
+    label_weights,
     share_num_classes,
 )
 from keras_bertfam.preprocessing.finetuning import ONE_LABEL_PER_WORD
@@ -76,6 +77,9 @@ class TokenClassifier(Task):
     def serving_outputs(self, features, outputs):
         return dict(class_outputs(ops.cast(outputs, "float32")),
                     padding_mask=features["padding_mask"])
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        return label_weights(self, y, sample_weight)
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         logits = ops.cast(y_pred, "float32")

@@ -13,7 +13,7 @@ not be shuffled. `reset_memory()` zeroes it (e.g. between epochs or documents st
 import keras
 from keras import ops
 
-from keras_bertfam.tasks.losses import weighted_sparse_ce
+from keras_bertfam.tasks.losses import weight_sum, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     mask_id_table,
     serving_mask_positions,
@@ -166,6 +166,12 @@ class XLNetPretrainer(Task):
         """Labels checked before training (preprocessor=None: `target`, the ids at the
         predicted positions, in the vocabulary)."""
         return [("target",) + mask_id_table(self)[1:]]
+
+    def metric_weights(self, y, y_pred, sample_weight):
+        if isinstance(y, dict):
+            y, sample_weight = y["target"], y.get("target_mask", sample_weight)
+        n = weight_sum(y, sample_weight)
+        return {"plm_loss": n, "plm_accuracy": n}
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
         if isinstance(y, dict):
