@@ -516,3 +516,158 @@ def test_corrupt_weights_files(tmp_path, hf_pretraining_dir):
         f.write(b"not an h5 file")
     with pytest.raises(checkpoints.CheckpointError, match="corrupt"):
         kb.models.BertBackbone.from_preset(ours)
+
+
+# === HF directories saved by transformers 5 (tokenizer.json only) ===
+TOKENIZER_TEXTS = ["Héllo, World! naïve café", "the quick brown fox jumps.", "  two  spaces"]
+
+
+def _hf_ids(hf_tokenizer, texts):
+    return [hf_tokenizer(t)["input_ids"] for t in texts]
+
+
+def _our_ids(preprocessor, texts):
+    """The packed ids the preprocessor gives, without padding."""
+    out = preprocessor(texts)
+    out = out[0] if isinstance(out, tuple) else out
+    ids, mask = to_numpy(out["token_ids"]), to_numpy(out["padding_mask"]).astype(bool)
+    return [row[keep].tolist() for row, keep in zip(ids, mask)]
+
+
+@pytest.mark.parametrize("options", [dict(do_lower_case=True),
+                                     dict(do_lower_case=False, strip_accents=True)])
+def test_hf_bert_dir_with_only_tokenizer_json(tmp_path, hf_pretraining_dir, bert_vocab, options):
+    """transformers 5's `save_pretrained` of a BERT tokenizer writes tokenizer.json and
+    tokenizer_config.json, no vocab.txt: the vocabulary and normalization come from those."""
+    import transformers
+
+    path = str(tmp_path / "hf")
+    shutil.copytree(hf_pretraining_dir, path)
+    os.remove(os.path.join(path, "vocab.txt"))
+    transformers.BertTokenizerFast(bert_vocab, **options).save_pretrained(path)
+    assert "tokenizer.json" in os.listdir(path) and "vocab.txt" not in os.listdir(path)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(path)
+    hf_ids = _hf_ids(hf_tok, TOKENIZER_TEXTS)
+    assert tokenizer(TOKENIZER_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
+    task = kb.tasks.TextClassifier.from_preset(path, num_classes=2, sequence_length=32)
+    assert _our_ids(task.preprocessor, TOKENIZER_TEXTS) == hf_ids
+    # tokenizer_config.json's options win over tokenizer.json's normalizer, as in transformers 5
+    with open(os.path.join(path, "tokenizer_config.json")) as f:
+        config = json.load(f)
+    config.update(do_lower_case=not options["do_lower_case"], strip_accents=None)
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    hf_ids = [i[1:-1] for i in _hf_ids(transformers.AutoTokenizer.from_pretrained(path),
+                                       TOKENIZER_TEXTS)]
+    assert kb.preprocessing.Tokenizer.from_preset(path)(TOKENIZER_TEXTS).to_list() == hf_ids
+    hf = transformers.BertModel.from_pretrained(path).eval()
+    x = _ids()
+    ours = kb.models.BertBackbone.from_preset(path)(x)
+    assert _max_diff_on_tokens(to_numpy(ours["sequence_output"]),
+                               _hf_sequence(hf, x).last_hidden_state.numpy(),
+                               x["padding_mask"]) <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def byte_pair_files(tmp_path_factory):
+    import random
+
+    words = "the quick brown fox jumps over lazy dog while seven wizards box jugs".split()
+    rng = random.Random(0)
+    docs = [" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(200)]
+    root = tmp_path_factory.mktemp("bpe")
+    kb.preprocessing.train_byte_pair_vocabulary(docs, 300, output_dir=str(root))
+    return str(root / "vocab.json"), str(root / "merges.txt")
+
+
+def _tiny_roberta_dir(path, **config):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.RobertaConfig(**dict(dict(
+        vocab_size=300, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=34), **config))
+    hf = transformers.RobertaModel(cfg).eval()
+    hf.save_pretrained(path)
+    return hf
+
+
+def _roberta_ids():
+    x = _ids(length=9)
+    x["token_ids"] = x["token_ids"] % 295 + 5
+    x["token_ids"][:, 0] = 0
+    x["token_ids"][x["padding_mask"] == 0] = 1
+    return x
+
+
+@pytest.mark.parametrize("add_prefix_space,merges_as", [(False, "pairs"), (True, "strings")])
+def test_hf_roberta_dir_with_only_tokenizer_json(tmp_path, byte_pair_files, add_prefix_space,
+                                                 merges_as):
+    """A byte-level BPE tokenizer.json: `model.vocab` and `model.merges` (pairs [a, b] from
+    tokenizers >= 0.20, "a b" strings before), add_prefix_space from tokenizer_config.json."""
+    import torch
+    import transformers
+
+    path = str(tmp_path / "hf")
+    hf = _tiny_roberta_dir(path, type_vocab_size=1)
+    transformers.RobertaTokenizerFast(*byte_pair_files, add_prefix_space=add_prefix_space
+                                      ).save_pretrained(path)
+    assert not {"vocab.json", "merges.txt"} & set(os.listdir(path))
+    if merges_as == "strings":
+        with open(os.path.join(path, "tokenizer.json")) as f:
+            spec = json.load(f)
+        spec["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m
+                                   for m in spec["model"]["merges"]]
+        with open(os.path.join(path, "tokenizer.json"), "w") as f:
+            json.dump(spec, f)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(path)
+    assert tokenizer.add_prefix_space == add_prefix_space
+    hf_ids = _hf_ids(hf_tok, TOKENIZER_TEXTS)
+    assert tokenizer(TOKENIZER_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
+    task = kb.tasks.TextClassifier.from_preset(path, num_classes=2, sequence_length=32)
+    assert _our_ids(task.preprocessor, TOKENIZER_TEXTS) == hf_ids
+    x = _roberta_ids()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(x["token_ids"]).long(),
+                 attention_mask=torch.tensor(x["padding_mask"]).long()).last_hidden_state
+    ours = kb.models.RobertaBackbone.from_preset(path)(x)
+    assert _max_diff_on_tokens(to_numpy(ours["sequence_output"]), ref.numpy(),
+                               x["padding_mask"]) <= 1e-4
+
+
+def test_hf_sentencepiece_dir_without_spiece_model_names_the_file(tmp_path):
+    import transformers
+
+    path = str(tmp_path / "hf")
+    transformers.AlbertModel(transformers.AlbertConfig(
+        vocab_size=100, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32)).save_pretrained(path)
+    with open(os.path.join(path, "tokenizer.json"), "w") as f:
+        json.dump({"model": {"type": "Unigram", "vocab": [["<pad>", 0.0]]}}, f)
+    with pytest.raises(FileNotFoundError, match="spiece.model"):
+        kb.preprocessing.Tokenizer.from_preset(path)
+
+
+def test_hf_roberta_config_default_two_token_types(tmp_path):
+    """HF's `RobertaConfig()` has type_vocab_size=2 (roberta-base: 1). RobertaModel adds row 0
+    (token_type_ids default to zeros; RobertaTokenizer gives none), which is what ours reads."""
+    import torch
+    import transformers
+
+    path = str(tmp_path / "hf")
+    hf = _tiny_roberta_dir(path)
+    assert hf.config.type_vocab_size == 2
+    x = _roberta_ids()
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(x["token_ids"]).long(),
+                 attention_mask=torch.tensor(x["padding_mask"]).long())
+    backbone = kb.models.RobertaBackbone.from_preset(path)
+    np.testing.assert_array_equal(to_numpy(backbone.embeddings.segment_embedding.embeddings),
+                                  hf.embeddings.token_type_embeddings.weight[:1].detach().numpy())
+    ours = backbone(x)
+    assert _max_diff_on_tokens(to_numpy(ours["sequence_output"]), ref.last_hidden_state.numpy(),
+                               x["padding_mask"]) <= 1e-4
+    assert np.abs(to_numpy(ours["pooled_output"]) - ref.pooler_output.numpy()).max() <= 1e-4

@@ -5,7 +5,9 @@ from keras_bertfam.models.bert import BertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
 from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer
-from keras_bertfam.presets.vocabularies import tokenizer_options, vocabulary_path
+from keras_bertfam.presets.vocabularies import (hf_tokenizer_config, hf_tokenizer_json,
+                                                hf_vocabulary_list, tokenizer_options,
+                                                vocabulary_path)
 
 
 def make_wordpiece(spec, assets_dir=None):
@@ -22,17 +24,23 @@ def make_wordpiece(spec, assets_dir=None):
 
 
 def wordpiece_from_hf(model_dir):
-    cfg = {}
-    path = os.path.join(model_dir, "tokenizer_config.json")
-    if os.path.exists(path):
-        import json
-
-        with open(path) as f:
-            cfg = json.load(f)
+    """vocab.txt, or tokenizer.json's WordPiece "vocab" (transformers 5 saves no vocab.txt).
+    Lowercasing and accent stripping: tokenizer_config.json's, which transformers 5 applies over
+    tokenizer.json's BertNormalizer (read where the config has none)."""
+    cfg = hf_tokenizer_config(model_dir)
     vocab = os.path.join(model_dir, "vocab.txt")
+    options = dict(do_lower_case=True, strip_accents=None)
     if not os.path.exists(vocab):
-        raise FileNotFoundError(f"{model_dir!r} has no vocab.txt for its WordPiece tokenizer.")
-    return WordPieceTokenizer(vocabulary=vocab, lowercase=cfg.get("do_lower_case", True))
+        spec = hf_tokenizer_json(model_dir, "WordPiece", "vocab.txt", "WordPiece")
+        vocab = hf_vocabulary_list(spec["model"]["vocab"],
+                                   os.path.join(model_dir, "tokenizer.json"))
+        normalizer = spec.get("normalizer") or {}
+        if normalizer.get("type") == "BertNormalizer":
+            options.update(do_lower_case=normalizer.get("lowercase", True),
+                           strip_accents=normalizer.get("strip_accents"))
+    options.update((k, cfg[k]) for k in options if k in cfg)
+    return WordPieceTokenizer(vocabulary=vocab, lowercase=options["do_lower_case"],
+                              strip_accents=options["strip_accents"])
 
 
 def wordpiece_to_hf(tokenizer, model_dir, tokenizer_class="BertTokenizer"):

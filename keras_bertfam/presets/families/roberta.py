@@ -1,10 +1,12 @@
 """RoBERTa presets (Liu et al. 2019) and HF conversion."""
+import functools
 import os
 
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET, RobertaBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import tokenizer_options, vocabulary_path
+from keras_bertfam.presets.vocabularies import (hf_tokenizer_config, hf_tokenizer_json,
+                                                tokenizer_options, vocabulary_path)
 from keras_bertfam.preprocessing.tokenizers import BytePairTokenizer
 
 VOCABULARY_FILE = "vocabulary.json"  # keras-hub's BytePairTokenizer asset names
@@ -20,24 +22,52 @@ def make_byte_pair(spec, assets_dir=None):
     return BytePairTokenizer(vocabulary=vocab, merges=merges, **tokenizer_options(spec))
 
 
+def _byte_level(pre_tokenizer):
+    """The ByteLevel step of a tokenizer.json's pre_tokenizer (alone or in a Sequence)."""
+    steps = (pre_tokenizer or {}).get("pretokenizers") or [pre_tokenizer or {}]
+    return next((s for s in steps if s.get("type") == "ByteLevel"), None)
+
+
 def byte_pair_from_hf(model_dir):
+    """vocab.json + merges.txt, or tokenizer.json's BPE "vocab" and "merges" (transformers 5
+    saves only it; merges are [a, b] pairs from tokenizers 0.20, "a b" strings before).
+    add_prefix_space: tokenizer_config.json's, which transformers 5 applies over tokenizer.json's
+    ByteLevel pre-tokenizer (read where the config has none)."""
+    cfg = hf_tokenizer_config(model_dir)
     vocab, merges = os.path.join(model_dir, "vocab.json"), os.path.join(model_dir, "merges.txt")
-    for path in (vocab, merges):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{model_dir!r} has no {os.path.basename(path)} for its "
-                                    "byte-level BPE tokenizer.")
-    return BytePairTokenizer(vocabulary=vocab, merges=merges)
+    add_prefix_space = False
+    if not (os.path.exists(vocab) and os.path.exists(merges)):
+        missing = " and ".join(os.path.basename(p) for p in (vocab, merges)
+                               if not os.path.exists(p))
+        spec = hf_tokenizer_json(model_dir, "BPE", missing, "byte-level BPE")
+        byte_level = _byte_level(spec.get("pre_tokenizer"))
+        if byte_level is None:
+            raise ValueError(f"{os.path.join(model_dir, 'tokenizer.json')!r} holds a BPE model "
+                             f"whose pre_tokenizer {spec.get('pre_tokenizer')!r} is not byte-level "
+                             "(ByteLevel): not RoBERTa's tokenizer.")
+        add_prefix_space = byte_level.get("add_prefix_space", False)
+        vocab = spec["model"]["vocab"]
+        merges = [" ".join(m) if isinstance(m, (list, tuple)) else m
+                  for m in spec["model"].get("merges", [])]
+    return BytePairTokenizer(vocabulary=vocab, merges=merges,
+                             add_prefix_space=bool(cfg.get("add_prefix_space", add_prefix_space)))
 
 
-def roberta_config_from_hf(cfg):
-    """HF RobertaConfig -> RobertaBackbone arguments."""
+def roberta_config_from_hf(cfg, token_type_row_0=False):
+    """HF RobertaConfig -> RobertaBackbone arguments.
+
+    `token_type_row_0`: a checkpoint of more than one token type (HF's `RobertaConfig()` default
+    is 2; roberta-base has 1) loads its row 0, which is all HF's RobertaModel adds when not
+    given token_type_ids (its buffer of zeros; RobertaTokenizer returns none) and what our
+    single-row table adds to every token (`roberta_backbone_map` reads it)."""
     if cfg.get("hidden_act", "gelu") != "gelu":
         raise checkpoints.CheckpointError(f"hidden_act={cfg['hidden_act']!r} is not RoBERTa's GELU.")
     if cfg.get("pad_token_id", 1) + 1 != ROBERTA_POSITION_OFFSET:
         raise checkpoints.CheckpointError(
             f"pad_token_id={cfg['pad_token_id']}: RobertaBackbone counts positions from "
             f"{ROBERTA_POSITION_OFFSET} (fairseq's padding_idx 1 + 1).")
-    if cfg.get("type_vocab_size", 1) != 1:
+    types = cfg.get("type_vocab_size", 1)
+    if types != 1 and not (token_type_row_0 and types > 1):
         raise checkpoints.CheckpointError(
             f"type_vocab_size={cfg['type_vocab_size']}: RoBERTa has a single token type.")
     return dict(
@@ -51,6 +81,16 @@ def roberta_config_from_hf(cfg):
         layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-5),
         initializer_range=cfg.get("initializer_range", 0.02),
     )
+
+
+# Row 0 of the checkpoint's token-type table (see `roberta_config_from_hf`); exported as is.
+_token_type_row_0 = checkpoints.invertible(lambda w: w[:1], lambda w: w)
+
+
+def roberta_backbone_map(backbone):
+    """BERT's layout, reading row 0 of a token-type table of more than one row."""
+    return [(v, key, _token_type_row_0 if key == "embeddings.token_type_embeddings.weight" else t)
+            for v, key, t in checkpoints.bert_backbone_map(backbone)]
 
 
 def roberta_config_to_hf(backbone):
@@ -98,8 +138,8 @@ FAMILY = FamilySpec(
     tokenizer_class=BytePairTokenizer,
     tokenizer_files=(VOCABULARY_FILE, MERGES_FILE),
     hf_model_types=("roberta",),
-    config_from_hf=roberta_config_from_hf,
-    weights_from_hf=checkpoints.bert_backbone_map,  # BERT's layout; a one-row token-type table
+    config_from_hf=functools.partial(roberta_config_from_hf, token_type_row_0=True),
+    weights_from_hf=roberta_backbone_map,
     hf_prefixes=("roberta.",),
     tokenizer_from_hf=byte_pair_from_hf,
     config_to_hf=roberta_config_to_hf,
