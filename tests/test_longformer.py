@@ -953,3 +953,19 @@ def test_from_bert_refuses_other_sources_and_fewer_positions(tmp_path):
     with pytest.raises(ValueError, match="from_bert cannot convert this BertBackbone: it has "
                                          "activation='gelu_approximate'"):
         kb.models.LongformerBackbone.from_bert(approximate, attention_window=4)
+
+
+def test_hf_default_two_token_types_load_row_0(tmp_path):
+    """HF's `LongformerConfig()` has type_vocab_size=2 (as RobertaConfig's); its model adds row 0
+    of that table when not given token_type_ids: ours loads that row (it was refused)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(1)
+    hf = transformers.LongformerModel(_hf_config(type_vocab_size=2)).eval()
+    hf.save_pretrained(str(tmp_path))
+    ours = kb.models.LongformerBackbone.from_preset(str(tmp_path))
+    x = _inputs(16)
+    ref = _hf_run(hf, x, global_attention_mask=torch.tensor(x["global_attention_mask"]))
+    assert _max_diff(ours(x)["sequence_output"], ref.last_hidden_state.numpy(),
+                     x["padding_mask"]) <= 1e-4

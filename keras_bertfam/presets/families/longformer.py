@@ -14,8 +14,9 @@ GLOBAL_PROJECTIONS = (("query_global_dense", "query_global"), ("key_global_dense
 
 
 def longformer_config_from_hf(cfg):
-    """HF LongformerConfig -> LongformerBackbone arguments."""
-    config = roberta.roberta_config_from_hf(cfg)
+    """HF LongformerConfig -> LongformerBackbone arguments (a table of more than one token
+    type, HF's `LongformerConfig()` default, loads its row 0, as RoBERTa's)."""
+    config = roberta.roberta_config_from_hf(cfg, token_type_row_0=True)
     window = cfg.get("attention_window", 512)
     if isinstance(window, list) and len(set(window)) == 1:
         window = window[0]
@@ -25,7 +26,9 @@ def longformer_config_from_hf(cfg):
 
 def longformer_backbone_map(backbone):
     """RoBERTa's (BERT's) layout + `attention.self.{query,key,value}_global` per layer."""
-    mapping = checkpoints.bert_embeddings_map(backbone.embeddings)
+    mapping = [(v, key, roberta.token_type_row_0_map
+                if key.endswith("token_type_embeddings.weight") else t)
+               for v, key, t in checkpoints.bert_embeddings_map(backbone.embeddings)]
     heads = backbone.num_heads
     for i, block in enumerate(backbone.blocks):
         prefix = f"encoder.layer.{i}"

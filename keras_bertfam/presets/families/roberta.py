@@ -84,13 +84,13 @@ def roberta_config_from_hf(cfg, token_type_row_0=False):
 
 
 # Row 0 of the checkpoint's token-type table (see `roberta_config_from_hf`); exported as is.
-_token_type_row_0 = checkpoints.invertible(lambda w: w[:1], lambda w: w)
+token_type_row_0_map = checkpoints.invertible(lambda w: w[:1], lambda w: w)
 
 
 def roberta_backbone_map(backbone):
     """BERT's layout, reading row 0 of a token-type table of more than one row."""
-    return [(v, key, _token_type_row_0 if key == "embeddings.token_type_embeddings.weight" else t)
-            for v, key, t in checkpoints.bert_backbone_map(backbone)]
+    return [(v, key, token_type_row_0_map if key == "embeddings.token_type_embeddings.weight"
+             else t) for v, key, t in checkpoints.bert_backbone_map(backbone)]
 
 
 def roberta_config_to_hf(backbone):
