@@ -274,6 +274,25 @@ def test_hf_classifier_labels_are_read_when_num_classes_is_not_given(head, task,
     assert _max_diff(clf(x, training=False), _hf(hf, x).logits) <= 1e-4
 
 
+def test_hf_multi_label_checkpoint_warns_that_it_loads_single_label(tmp_path):
+    """An HF classifier saved with problem_type="multi_label_classification" (a sigmoid and
+    BCE per label) loaded silently as a softmax single-label TextClassifier."""
+    hf = _hf_head_model("electra", "SequenceClassification", num_labels=3,
+                        problem_type="multi_label_classification")
+    path = _save(hf, tmp_path / "hf")
+    for load in (lambda: kb.tasks.TextClassifier.from_preset(path, preprocessor=None),
+                 lambda: kb.presets.convert_task(path, kb.tasks.TextClassifier,
+                                                 preprocessor=None)):
+        with pytest.warns(UserWarning, match=r"multi_label_classification.*single-label"):
+            assert load().num_classes == 3
+    single = _save(_hf_head_model("electra", "SequenceClassification", num_labels=3),
+                   tmp_path / "single")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kb.tasks.TextClassifier.from_preset(single, preprocessor=None)
+    assert not [w for w in caught if "multi_label" in str(w.message)]
+
+
 @pytest.mark.multibackend  # no tf.data: HF (torch) is only the reference
 @pytest.mark.parametrize("num_labels", [3, 1])
 @pytest.mark.parametrize("family", sorted(HEAD_FAMILIES))

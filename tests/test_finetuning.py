@@ -936,3 +936,76 @@ def test_pad_to_multiple_of_rounds_the_dynamic_width(tiny_preset):
         with pytest.raises(ValueError, match=rf"pad_to_multiple_of must be a positive int or "
                                              rf"'auto', got {bad!r}"):
             task(pad_to_multiple_of=bad)
+
+
+# === SentenceEncoder ===
+@pytest.mark.multibackend
+def test_sentence_encoder_encodes_a_string_a_list_and_nothing_padded_per_batch(tiny_preset):
+    """sentence-transformers' `encode`: a string -> one vector (H,) (ours gave one embedding per
+    character), a list -> (B, H), [] -> (0, H); each batch padded to its longest sentence (ours
+    padded every one to 256: the same embeddings at 20-50x the work), and `from_preset` passes
+    `pad_to_batch_max` on (it was a TypeError)."""
+    sentences = ["hello world", "a much longer sentence about the weather in the town"]
+    enc = kb.tasks.SentenceEncoder.from_preset(tiny_preset, sequence_length=64)
+    assert enc.preprocessor.pad_to_batch_max
+    assert enc.preprocessor(sentences[:1])["token_ids"].shape[1] < 64
+    batch = enc.encode(sentences)
+    assert batch.shape == (2, 32)
+    one = enc.encode(sentences[0])
+    assert one.shape == (32,)
+    np.testing.assert_allclose(one, batch[0], atol=1e-5)
+    empty = enc.encode([])
+    assert empty.shape == (0, 32) and empty.dtype == batch.dtype
+    fixed = kb.tasks.SentenceEncoder.from_preset(tiny_preset, sequence_length=64,
+                                                 pad_to_batch_max=False)
+    assert not fixed.preprocessor.pad_to_batch_max
+    assert fixed.preprocessor(sentences[:1])["token_ids"].shape[1] == 64
+    np.testing.assert_allclose(fixed.encode(sentences), batch, atol=1e-5)
+
+
+# === QuestionAnswerer: sample_weight and batch_size ===
+@pytest.mark.multibackend
+def test_question_answerer_sample_weight_is_used(tiny_preset):
+    """Each window takes its example's sample_weight, and the loss and accuracies are means
+    weighted by it (the weights were dropped silently: the same loss for [0, 0] and [1, 0]), in
+    memory and in a dataset."""
+    import tensorflow as tf
+
+    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=48, stride=16,
+                                               max_question_length=16)
+    qa.compile()
+    start = CONTEXT.index(ANSWER)
+    x, y = ([QUESTION, "Who?"], [CONTEXT, "Zoë lives here."]), ([start, 0], [ANSWER, "Zoë"])
+    first = qa.evaluate((x[0][:1], x[1][:1]), (y[0][:1], y[1][:1]), return_dict=True, verbose=0)
+    both = qa.evaluate(x, y, return_dict=True, verbose=0)
+    weighted = qa.evaluate(x, y, sample_weight=np.array([1.0, 0.0]), return_dict=True,
+                           verbose=0)
+    assert not np.isclose(both["loss"], first["loss"])
+    for k in first:
+        np.testing.assert_allclose(weighted[k], first[k], rtol=1e-5, err_msg=k)
+    assert qa.evaluate(x, y, sample_weight=np.array([0.0, 0.0]), return_dict=True,
+                       verbose=0)["loss"] == 0
+    ds = tf.data.Dataset.from_tensor_slices((x, y, [1.0, 0.0])).batch(2)
+    np.testing.assert_allclose(qa.evaluate(ds, return_dict=True, verbose=0)["loss"],
+                               first["loss"], rtol=1e-5)
+    _, _, w = qa.preprocessor.call_in_memory(
+        qa._raw_examples(x, y, np.array([2.0, 0.5], "float32")))
+    n = len(w) - 1  # the short context has one window, the long one the rest
+    assert n > 1 and w.tolist() == [2.0] * n + [0.5]
+
+
+def test_question_answerer_fit_batches_windows_by_batch_size(tiny_preset):
+    """fit's batch_size is the number of windows a step (HF's batch of features); windows were
+    always re-batched by 32 whatever it was. Zero sample weights train on a zero loss."""
+    qa = kb.tasks.QuestionAnswerer.from_preset(tiny_preset, sequence_length=32, stride=8,
+                                               max_question_length=8)
+    context = " ".join(f"w{i}" for i in range(60))  # 13 windows an example: 26 in all
+    x, y = (["q?", "r?"], [context] * 2), ([0, 0], ["w0"] * 2)
+    steps = []
+    count = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: steps.append(1))
+    for batch_size, expected in ((4, 7), (None, 1)):
+        steps.clear()
+        history = qa.fit(x, y, batch_size=batch_size, sample_weight=np.zeros(2), verbose=0,
+                         callbacks=[count])
+        assert len(steps) == expected, batch_size
+        assert history.history["loss"] == [0.0]

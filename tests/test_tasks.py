@@ -613,3 +613,118 @@ def test_evaluate_gives_the_metric_of_the_whole_data_whatever_the_batching():
     right = np.argmax(to_numpy(classifier.predict(x, verbose=0)), -1) == labels
     np.testing.assert_allclose(evaluate(classifier, x, labels, weights, "accuracy"),
                                (right * weights).sum() / weights.sum(), rtol=1e-5)
+
+
+def _tiny_backbone(vocabulary_size=30522):  # (the WordPiece vocabulary of `bert_vocab`)
+    return kb.models.BertBackbone(vocabulary_size, 1, 2, 8, 16, max_sequence_length=16,
+                                  dropout=0.0)
+
+
+def test_token_labels_below_zero_are_ignored_as_hfs_minus_100():
+    """HF's preprocessed token labels mark special tokens, later pieces and padding with -100
+    (CrossEntropyLoss' ignore_index): the loss and accuracy are means over the labels >= 0.
+    The loss weighted them as labels: a clamped gather on JAX / PyTorch (silently wrong), an
+    "outside the valid range" error on TensorFlow, even with sample_weight=(y >= 0)."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 50, (4, 8)).astype("int32")
+    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+    y = rng.integers(0, 3, (4, 8)).astype("int32")
+    y[:, 0] = y[:, 3] = y[:, -1] = -100
+    tagger = kb.tasks.TokenClassifier(_tiny_backbone(50), num_classes=3, preprocessor=None)
+    tagger.compile()
+    logits = to_numpy(tagger.predict(x, verbose=0)).astype("float64")
+    valid = y >= 0
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(log_p, np.where(valid, y, 0)[..., None], -1)[..., 0]
+    right = logits.argmax(-1) == y
+    for weights in (None, valid.astype("float32")):
+        for batch_size in (1, 4):
+            got = tagger.evaluate(x, y, sample_weight=weights, batch_size=batch_size, verbose=0,
+                                  return_dict=True)
+            np.testing.assert_allclose(got["loss"], ce[valid].mean(), rtol=1e-4)
+            np.testing.assert_allclose(got["accuracy"], right[valid].mean(), rtol=1e-5)
+
+
+def _tagger(bert_vocab, length=8, **kwargs):
+    tokenizer = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    preprocessor = kb.preprocessing.TokenClassifierPreprocessor(tokenizer, length)
+    return kb.tasks.TokenClassifier(_tiny_backbone(), num_classes=3, preprocessor=preprocessor,
+                                    dropout=0.0, **kwargs)
+
+
+def test_dense_token_labels_padded_with_minus_one_fit_in_memory(bert_vocab):
+    """[B, W] labels padded with -1 (TokenClassifierPreprocessor's documented format, which a
+    dataset took) failed in `fit` on arrays: "example 1 has 2 word(s) but 3 label(s)"."""
+    tagger = _tagger(bert_vocab)
+    tagger.compile()
+    x = ["a b c", "d e"]
+    history = tagger.fit(x, np.array([[0, 1, 2], [1, 1, -1]]), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    padded = tagger.evaluate(x, np.array([[0, 1, 2], [1, 1, -1]]), verbose=0, return_dict=True)
+    ragged = tagger.evaluate(x, [[0, 1, 2], [1, 1]], verbose=0, return_dict=True)
+    np.testing.assert_allclose(padded["loss"], ragged["loss"], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"example 1 has 2 word\(s\) but 3 label\(s\)"):
+        tagger.fit(x, np.array([[0, 1, 2], [1, 1, 2]]), epochs=1, verbose=0)
+
+
+def test_token_classifier_takes_class_weight(bert_vocab):
+    """`class_weight` weighs each token by its label's weight; Keras refused it ("You cannot
+    `class_weight` and `sample_weight` at the same time": the preprocessor's token weights),
+    and without a preprocessor read the token labels as one-hot rows."""
+    keras.utils.set_random_seed(0)
+    tagger = _tagger(bert_vocab)
+    tagger.compile(optimizer=keras.optimizers.SGD(0.0))
+    x, y = ["a b c", "d e"], [[0, 1, 2], [1, 1]]
+    weights = {0: 1.0, 1: 3.0, 2: 0.5}
+    logits = to_numpy(tagger.predict(x, verbose=0)).astype("float64")
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = np.array([-log_p[b, 1 + i, label] for b, row in enumerate(y)
+                   for i, label in enumerate(row)])  # one piece a word: word i at position 1 + i
+    w = np.array([weights[label] for row in y for label in row])
+    history = tagger.fit(x, y, class_weight=weights, batch_size=2, epochs=1, shuffle=False,
+                         verbose=0)
+    np.testing.assert_allclose(history.history["loss"][0], (w * ce).sum() / w.sum(), rtol=1e-4)
+    plain = tagger.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0)  # not kept
+    np.testing.assert_allclose(plain.history["loss"][0], ce.mean(), rtol=1e-4)
+    with pytest.raises(ValueError, match=r"class_weight.*3.*num_classes=3"):
+        tagger.fit(x, y, class_weight={0: 1.0, 3: 2.0}, epochs=1, verbose=0)
+
+
+def test_label_matrices_are_refused_by_shape(bert_vocab):
+    """Multi-label / multi-target label matrices failed inside the step ("Incompatible shapes:
+    [4] vs. [12]"); string regression targets with "None values not supported"; multi-hot rows
+    were advised np.argmax."""
+    tokenizer = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    backbone = _tiny_backbone()
+
+    def classifier(n):
+        return kb.tasks.TextClassifier(backbone, num_classes=n, preprocessor=(
+            kb.preprocessing.TextClassifierPreprocessor(tokenizer, 8)))
+
+    x = ["good film", "bad plot", "dull", "fine"]
+    multi_hot = np.array([[1, 0, 1], [0, 1, 1], [0, 0, 1], [1, 1, 0]])
+    for n in (2, 4):
+        with pytest.raises(ValueError, match=r"shape \(4, 3\).*(?s:.*)[Mm]ulti-label"):
+            classifier(n).fit(x, multi_hot, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"[Mm]ulti-label") as error:
+        classifier(3).fit(x, multi_hot, epochs=1, verbose=0)
+    assert "argmax" not in str(error.value)
+    with pytest.raises(ValueError, match=r"argmax"):  # one-hot rows: the advice stands
+        classifier(3).fit(x, np.eye(3)[[0, 1, 2, 0]], epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"one regression target per example.*shape \(4, 2\)"):
+        classifier(1).fit(x, multi_hot[:, :2].astype("float32"), epochs=1, verbose=0)
+    with pytest.raises(ValueError, match=r"Invalid regression target '0.5'"):
+        classifier(1).fit(x, ["0.5", "1", "2", "3"], epochs=1, verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices((x, multi_hot[:, :2])).batch(2)
+    with pytest.raises(ValueError, match=r"shape \(None, 2\).*(?s:.*)[Mm]ulti-label"):
+        classifier(2).fit(ds, epochs=1, verbose=0)
+    choices = kb.tasks.MultipleChoice(backbone, preprocessor=kb.preprocessing.
+                                      MultipleChoicePreprocessor(tokenizer, 8))
+    with pytest.raises(ValueError, match=r"one choice label per example.*shape \(2, 2\)"):
+        choices.fit((x[:2], [["a", "b"], ["c", "d"]]), [[1, 0], [0, 1]], epochs=1, verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices(
+        ((x[:2], [["a", "b"], ["c", "d"]]), [[1, 0], [0, 1]])).batch(2)
+    with pytest.raises(ValueError, match=r"one choice label per example.*shape \(None, 2\)"
+                                         r".*tf\.argmax"):
+        choices.fit(ds, epochs=1, verbose=0)

@@ -145,6 +145,28 @@ NOT_FINITE = ("Invalid regression target {}: expected a finite number (not NaN o
               "would turn every weight into NaN.")
 
 
+MULTI_LABEL = ("Multi-label classification (several labels per example, a sigmoid each) is "
+               "not supported: TextClassifier is single-label (a softmax over num_classes).")
+MULTI_TARGET = ("Multi-target regression is not supported: num_classes=1 predicts one score per "
+                "example.")
+
+
+ONE_CHOICE_LABEL = ("The label is the index of the right choice: for one-hot rows pass "
+                    "np.argmax(y, axis=-1) (a dataset: ds.map(lambda x, y: (x, "
+                    "tf.argmax(y, axis=-1))).")
+
+
+def check_label_shape(shape, who, what, note):
+    """Labels of one value per example, of shape (N,) or (N, 1) (`shape` a tuple, dims maybe
+    None), else a ValueError naming the shape, and `note` (a label matrix failed inside the
+    step: "Incompatible shapes: [4] vs. [12]")."""
+    shape = tuple(shape)
+    if len(shape) <= 1 or (len(shape) == 2 and shape[1] == 1):
+        return
+    raise ValueError(f"{who} takes one {what} per example (labels of shape (N,) or (N, 1)); got "
+                     f"labels of shape {shape}. {note}")
+
+
 def _flat(values):
     return tf.reshape(values.flat_values if isinstance(values, tf.RaggedTensor) else values, [-1])
 
@@ -546,8 +568,15 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
             features = _cut_to_longest(features, self.width_multiple, self.padding_side)
         if y is not None:
             if self.num_classes and self.num_classes > 1:
+                y = as_labels(y)
+                one_hot = y.shape.rank == 2 and y.shape[1] == self.num_classes
+                check_label_shape(y.shape, "TextClassifier", "class id", MULTI_LABEL + (
+                    " One-hot labels: map them to class ids, e.g. ds.map(lambda x, y: (x, "
+                    "tf.argmax(y, axis=-1)))." if one_hot else ""))
                 y = check_labels(y, self.num_classes)
             elif self.num_classes == 1:  # regression: finite float32 targets
+                y = as_labels(y)
+                check_label_shape(y.shape, "TextClassifier", "regression target", MULTI_TARGET)
                 y = check_finite_targets(y)
             else:  # no task attached: the labels as given (integer labels stay integer)
                 y = tf.convert_to_tensor(y)
@@ -804,6 +833,8 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
         features = {k: tf.reshape(v, [-1, num_choices, self.sequence_length])
                     for k, v in flat.items()}  # [B, C, T]
         if y is not None:
+            y = as_labels(y)
+            check_label_shape(y.shape, "MultipleChoice", "choice label", ONE_CHOICE_LABEL)
             y = check_labels(y, num_choices, what="choice label", count="number of choices")
         return _pack(features, y, sample_weight)
 
@@ -830,7 +861,7 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     answer"). In each window the label is the token span of the answer, or the classification
     token (`[CLS]` at 0; XLNet's `<cls>`, the last position) when the answer is not wholly inside
     the window. The text at `answer_start` must equal `answer_text`: anything else is an error
-    naming the example.
+    naming the example. A `sample_weight` [B] gives each window its example's weight.
 
     `windows(question, context)` also returns, per window, the example it came from and each
     token's character span in the context (-1 outside the context), which `QuestionAnswerer`
@@ -875,7 +906,8 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     def _split(self, element):
         element = tuple(element)
         if isinstance(element[0], (tuple, list)):
-            return element[0], element[1] if len(element) > 1 else None, None
+            return element[0], element[1] if len(element) > 1 else None, \
+                element[2] if len(element) > 2 else None
         return element[:2], None, None
 
     def _xlnet(self):
@@ -1008,11 +1040,15 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
         # `input_ids.index(cls_token_id)`), never a padding position
         start = tf.where(has, meta["lead"] + tok0 - w0, meta["cls_index"])
         end = tf.where(has, meta["lead"] + tok1 - w0, meta["cls_index"])
-        return features, {"start_positions": start, "end_positions": end}
+        if sample_weight is not None:  # each window takes its example's weight
+            sample_weight = tf.gather(tf.cast(sample_weight, tf.float32), e)
+        return _pack(features, {"start_positions": start, "end_positions": end}, sample_weight)
 
-    def prepare(self, ds, training=True):
+    def prepare(self, ds, training=True, batch_size=None):
+        """Windows re-batched by `batch_size` (a task's `fit(batch_size=...)`: windows a step,
+        as HF's batch of features), 32 without one."""
         windows = ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE)
-        return windows.unbatch().batch(32).prefetch(AUTOTUNE)
+        return windows.unbatch().batch(batch_size or 32).prefetch(AUTOTUNE)
 
     def get_config(self):
         return dict(super().get_config(), stride=self.stride,

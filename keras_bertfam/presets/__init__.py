@@ -219,6 +219,8 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         labels = _hf_num_labels(cls, loader)
         if labels:  # HF's *ForSequenceClassification / *ForTokenClassification: its labels
             kwargs["num_classes"] = labels
+    if from_hf and loader.kind == "hf":
+        _warn_if_multi_label(cls, loader)
     # keras-hub's `dtype=` builds the backbone with that policy (the task's layers follow it)
     dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
     backbone = loader.load_backbone(load_weights=load_weights,
@@ -255,16 +257,41 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     return task
 
 
-def _hf_num_labels(cls, loader):
-    """The label count of an HF checkpoint of `cls`'s own head (its config's `id2label`, or
-    `num_labels`), as HF's `AutoModelFor*.from_pretrained` reads it; None for another model."""
+def _own_head_config(cls, loader):
+    """The HF config of a checkpoint of `cls`'s own head (its architecture is the family's HF
+    model of `cls`), else None."""
     cfg = checkpoints.read_hf_config(loader.hf_model_dir())
     architecture = (loader.family.hf_task_architectures or {}).get(cls.__name__)
     if architecture is None or architecture not in (cfg.get("architectures") or ()):
         return None
+    return cfg
+
+
+def _hf_num_labels(cls, loader):
+    """The label count of an HF checkpoint of `cls`'s own head (its config's `id2label`, or
+    `num_labels`), as HF's `AutoModelFor*.from_pretrained` reads it; None for another model."""
+    cfg = _own_head_config(cls, loader)
+    if cfg is None:
+        return None
     labels = cfg.get("id2label")
     count = len(labels) if isinstance(labels, dict) and labels else cfg.get("num_labels")
     return count if isinstance(count, int) and count > 0 else None
+
+
+def _warn_if_multi_label(cls, loader):
+    """An HF classifier trained for multi-label classification (`problem_type`, HF's sigmoid
+    and BCE per label) loads as our single-label one (a softmax): its weights load, the labels'
+    meaning does not; said, not silent."""
+    cfg = _own_head_config(cls, loader)
+    if cfg is None or cfg.get("problem_type") != "multi_label_classification":
+        return
+    import warnings
+
+    warnings.warn(
+        f"{loader.preset!r} is an HF classifier with problem_type='multi_label_classification' "
+        f"(a sigmoid per label, several labels per example); {cls.__name__} is single-label: "
+        f"its head loads, but it predicts a softmax over the labels (one label per example) and "
+        f"fit takes one class id per example.", stacklevel=3)
 
 
 def check_task_family(cls, loader):

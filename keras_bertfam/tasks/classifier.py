@@ -4,7 +4,8 @@ import numpy as np
 from keras import ops
 
 from keras_bertfam.models.backbone import head_initializer
-from keras_bertfam.preprocessing.finetuning import NOT_AN_INTEGER, NOT_FINITE
+from keras_bertfam.preprocessing.finetuning import (MULTI_LABEL, MULTI_TARGET, NOT_AN_INTEGER,
+                                                    NOT_FINITE, check_label_shape)
 from keras_bertfam.tasks.losses import weight_sum
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
@@ -133,18 +134,20 @@ class TextClassifier(Task):
                                           pad_to_multiple_of=pad_to_multiple_of, **kwargs)
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
+        shape = _shape(y)
         if self.num_classes > 1:
-            check_label_values(y, self.num_classes)
             check_one_label_per_example(y, "TextClassifier", "class id")
-            shape = _shape(y)
-            if len(shape) == 2 and shape[1] == self.num_classes:
+            if len(shape) == 2 and shape[1] == self.num_classes and not _multi_hot(y):
                 raise ValueError(
                     f"TextClassifier takes one class id per example, labels of shape (N,); got "
                     f"labels of shape {shape}, one-hot or probabilities (num_classes="
                     f"{self.num_classes}). Pass np.argmax(y, axis=-1).")
+            check_label_shape(shape, "TextClassifier", "class id", MULTI_LABEL)
+            check_label_values(y, self.num_classes)
         else:
-            check_finite_target_values(y)
             check_one_label_per_example(y, "TextClassifier", "regression target")
+            check_label_shape(shape, "TextClassifier", "regression target", MULTI_TARGET)
+            check_finite_target_values(y)
         return super()._prepare(x, y, sample_weight, batch_size, training, **kwargs)
 
     def serving_outputs(self, features, outputs):
@@ -230,6 +233,13 @@ def check_finite_target_values(targets):
     missing = [i for i, v in enumerate(flat[:100000]) if v is None] if flat.dtype == object else []
     if missing:
         raise ValueError(NOT_FINITE.format(f"None (flat index {missing[0]})"))
+    text = next((i for i, v in enumerate(flat[:100000]) if isinstance(v, (str, bytes))), None) \
+        if flat.dtype.kind in "USO" else None
+    if text is not None:  # TensorFlow's message was "None values not supported"
+        value = flat[text].item() if hasattr(flat[text], "item") else flat[text]
+        raise ValueError(
+            f"Invalid regression target {value!r} (flat index {text}): expected a "
+            f"number (num_classes=1: regression), not text; e.g. np.asarray(y, dtype='float32').")
     if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
         return
     bad = ~np.isfinite(flat.astype("float64"))
@@ -253,6 +263,16 @@ def check_one_label_per_example(labels, task_name, what):
         f"{task_name} takes one {what} per example (labels of shape (N,) or (N, 1)); got labels "
         f"as rows of different lengths: row 0 has {describe[0]} ({labels[0]!r:.40}), row {i} has "
         f"{describe[1]} ({labels[i]!r:.40}).")
+
+
+def _multi_hot(labels):
+    """Whether label rows (an array or lists [N, K]) hold several labels: a row summing to more
+    than 1 (one-hot rows and probabilities sum to 1)."""
+    try:
+        values = np.asarray(labels, dtype="float64")
+    except (TypeError, ValueError):
+        return False
+    return bool((values.sum(axis=-1) > 1 + 1e-6).any())
 
 
 def _shape(values):

@@ -3,8 +3,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_bertfam.preprocessing.finetuning import ONE_CHOICE_LABEL, check_label_shape
 from keras_bertfam.tasks.classifier import (
     _mean,
+    _shape,
     build_classification_head,
     check_label_values,
     check_one_label_per_example,
@@ -112,6 +114,7 @@ class MultipleChoice(Task):
         return class_outputs(ops.cast(outputs, "float32"))
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
+        check_label_shape(_shape(y), "MultipleChoice", "choice label", ONE_CHOICE_LABEL)
         if y is not None and isinstance(x, dict):  # model inputs (B, C, T)
             check_label_values(y, int(x["token_ids"].shape[1]), what="choice label",
                                count="number of choices")

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.finetuning import ANSWER_START, NOT_AN_INTEGER
+from keras_bertfam.tasks.classifier import _mean, label_weights
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
 
@@ -50,11 +51,14 @@ class QuestionAnswerer(Task):
     `XLNetForQuestionAnsweringSimple` is fine-tuned on): `context <sep> question <sep> <cls>`,
     padded on the left, the no-answer label at `<cls>`, the last position. Raw input:
     `x = (questions, contexts)`, `y = (answer_starts, answer_texts)` (character offsets, SQuAD's
-    format). `answer(questions, contexts)` returns the best span of each example, over all its
-    windows, as text with its character offsets, and the example's null score (HF's SQuAD v2
-    post-processing: the minimum over its windows of the classification token's start + end
-    logits); `handle_impossible_answer=True` (HF's pipeline option) answers "" (start = end = -1)
-    where that null score beats the best span's score by more than `null_score_diff_threshold`.
+    format); a `sample_weight` per example weights each of its windows (the loss and accuracies
+    are weighted means over windows), and `fit`'s `batch_size` counts windows (HF's batch of
+    features; 32 by default). `answer(questions, contexts)` returns the best span of each
+    example, over all its windows, as text with its character offsets, and the example's null
+    score (HF's SQuAD v2 post-processing: the minimum over its windows of the classification
+    token's start + end logits); `handle_impossible_answer=True` (HF's pipeline option) answers
+    "" (start = end = -1) where that null score beats the best span's score by more than
+    `null_score_diff_threshold`.
     Any family whose tokenizer gives character offsets (`tokenize_with_offsets`): every family's
     (WordPiece: BERT and its kin; byte-level BPE: RoBERTa, Longformer; SentencePiece: ALBERT,
     XLNet). Answers are spans of context tokens only (never the question, a special token or
@@ -212,22 +216,32 @@ class QuestionAnswerer(Task):
                 result[key] = tf.where(empty, tf.constant(none, result[key].dtype), result[key])
         return result
 
+    def metric_weights(self, y, y_pred, sample_weight):
+        return label_weights(self, ops.reshape(y["start_positions"], (-1,)),
+                             window_weights(sample_weight))
+
     def losses_and_metrics(self, y, y_pred, sample_weight):
+        """Means over the windows, weighted by `sample_weight` (each window takes its
+        example's weight: `QuestionAnswererPreprocessor`)."""
         losses, metrics = [], {}
+        w = window_weights(sample_weight)
         for key, name in (("start_positions", "start"), ("end_positions", "end")):
             labels = ops.cast(ops.reshape(y[key], (-1,)), "int32")
             logits = y_pred[f"{name}_logits"]
-            losses.append(ops.mean(ops.sparse_categorical_crossentropy(labels, logits,
-                                                                       from_logits=True)))
-            metrics[f"{name}_accuracy"] = ops.mean(
-                ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32"))
+            losses.append(_mean(ops.sparse_categorical_crossentropy(labels, logits,
+                                                                    from_logits=True), w))
+            metrics[f"{name}_accuracy"] = _mean(
+                ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32"), w)
         return (losses[0] + losses[1]) / 2.0, metrics
 
     def _raw_examples(self, x, y, sample_weight):
         if y is not None:
             check_answer_pair(y)
             check_answers(x[1], *y)
-        return (tuple(x),) if y is None else (tuple(x), tuple(y))
+        if y is None:
+            return (tuple(x),)
+        return (tuple(x), tuple(y)) if sample_weight is None else \
+            (tuple(x), tuple(y), sample_weight)
 
     def answer(self, questions, contexts, max_answer_length=30, batch_size=32,
                handle_impossible_answer=False, null_score_diff_threshold=0.0):
@@ -310,6 +324,15 @@ class QuestionAnswerer(Task):
                 found = dict(none, score=null[b])
             answers.append(dict(found, score=float(found["score"]), null_score=float(null[b])))
         return answers
+
+
+def window_weights(sample_weight):
+    """A batch's sample weights as (W,) float32, or None. Keras gives in-memory weights once per
+    label (a dict like the labels', the same weights twice): the start positions' are taken."""
+    if isinstance(sample_weight, dict):
+        sample_weight = sample_weight["start_positions"]
+    return None if sample_weight is None else ops.cast(ops.reshape(sample_weight, (-1,)),
+                                                       "float32")
 
 
 def check_no_answer_options(handle_impossible_answer, null_score_diff_threshold):

@@ -1,5 +1,6 @@
 """Sentence embeddings: mean pooling over non-pad tokens + L2 normalization (sentence-transformers)."""
 import keras
+import numpy as np
 from keras import ops
 
 from keras_bertfam.tasks.masked_lm import backbone_inputs
@@ -35,9 +36,11 @@ class MeanPooling(keras.layers.Layer):
 class SentenceEncoder(Task):
     """A backbone + mean pooling (+ L2 normalization): sentence-transformers' encoder.
 
-    `encode(sentences)` returns (B, H) embeddings; with `all_minilm_l6_v2` they equal
-    sentence-transformers' `all-MiniLM-L6-v2` (tested ≤ 1e-4; sequence length 256 as its
-    `max_seq_length`). Not trained here (no loss); fine-tune a `TextClassifier` instead.
+    `encode(sentences)` returns (B, H) embeddings (one string: one (H,) vector); with
+    `all_minilm_l6_v2` they equal sentence-transformers' `all-MiniLM-L6-v2` (tested ≤ 1e-4;
+    sequence length 256 as its `max_seq_length`). Each batch is padded to its longest sentence
+    (`pad_to_batch_max=True`, as sentence-transformers pads; the embeddings do not depend on
+    the padding). Not trained here (no loss); fine-tune a `TextClassifier` instead.
 
     Example:
     >>> enc = kb.tasks.SentenceEncoder.from_preset("all_minilm_l6_v2")  # doctest: +SKIP
@@ -47,7 +50,7 @@ class SentenceEncoder(Task):
 
     uses_pooled_output = False  # the pooler is not trained by this task
 
-    preprocessor_args = ("sequence_length",)
+    preprocessor_args = ("sequence_length", "pad_to_batch_max", "pad_to_multiple_of")
 
     def __init__(self, backbone, preprocessor=None, normalize=True, **kwargs):
         self.backbone = backbone
@@ -60,10 +63,13 @@ class SentenceEncoder(Task):
         super().__init__(inputs=inputs, outputs=embedding, **kwargs)
 
     @classmethod
-    def default_preprocessor(cls, tokenizer, backbone, sequence_length=256, **kwargs):
+    def default_preprocessor(cls, tokenizer, backbone, sequence_length=256, pad_to_batch_max=True,
+                             pad_to_multiple_of="auto", **kwargs):
         from keras_bertfam.preprocessing.finetuning import TextClassifierPreprocessor
 
-        return TextClassifierPreprocessor(tokenizer, sequence_length)
+        return TextClassifierPreprocessor(tokenizer, sequence_length,
+                                          pad_to_batch_max=pad_to_batch_max,
+                                          pad_to_multiple_of=pad_to_multiple_of)
 
     def serving_outputs(self, features, outputs):
         return {"embedding": outputs}
@@ -72,5 +78,12 @@ class SentenceEncoder(Task):
         raise NotImplementedError("SentenceEncoder has no training loss; it encodes sentences.")
 
     def encode(self, sentences, batch_size=32):
-        """Strings -> (B, H) numpy embeddings."""
-        return self.predict(list(sentences), batch_size=batch_size, verbose=0)
+        """Strings -> (B, H) numpy embeddings; one string -> its (H,) embedding; [] -> (0, H)
+        (sentence-transformers' `encode`)."""
+        if isinstance(sentences, (str, bytes)):
+            return self.encode([sentences], batch_size=batch_size)[0]
+        sentences = list(sentences)
+        if not sentences:
+            return np.zeros((0, self.output.shape[-1]), keras.backend.standardize_dtype(
+                self.output.dtype))
+        return self.predict(sentences, batch_size=batch_size, verbose=0)

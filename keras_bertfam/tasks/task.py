@@ -582,7 +582,11 @@ class Task(keras.Model):
             steps = int(x.cardinality())
             if steps > 0:  # an epoch is the input's batches: built once, at the run's position
                 return _EpochKeyedData(steps), None, None, None
-        prepared = preprocessor.prepare(x, training=training)
+        # a preprocessor that re-batches what it makes (QuestionAnswerer's windows) takes the
+        # batch size given (None: its default)
+        takes = "batch_size" in inspect.signature(preprocessor.prepare).parameters
+        prepared = preprocessor.prepare(x, training=training,
+                                        **({"batch_size": batch_size} if takes else {}))
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
     def _checked_model_inputs(self, x, y=None):
