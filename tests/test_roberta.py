@@ -61,8 +61,9 @@ def test_parity_with_random_hf_roberta(tmp_path):
 def test_hf_config_checks(tmp_path):
     import transformers
 
-    transformers.RobertaModel(_hf_config(type_vocab_size=2)).save_pretrained(tmp_path)
-    with pytest.raises(kb.presets.checkpoints.CheckpointError, match="single token type"):
+    # (two token types load their row 0: test_presets' test_hf_roberta_config_default_...)
+    transformers.RobertaModel(_hf_config(hidden_act="relu")).save_pretrained(tmp_path)
+    with pytest.raises(kb.presets.checkpoints.CheckpointError, match="is not RoBERTa's GELU"):
         kb.presets.convert(str(tmp_path))
 
 

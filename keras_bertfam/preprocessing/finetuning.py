@@ -160,6 +160,8 @@ def check_label_shape(shape, who, what, note):
     """Labels of one value per example, of shape (N,) or (N, 1) (`shape` a tuple, dims maybe
     None), else a ValueError naming the shape, and `note` (a label matrix failed inside the
     step: "Incompatible shapes: [4] vs. [12]")."""
+    if getattr(shape, "rank", 0) is None:  # unknown rank (a dataset's): its values' checks
+        return
     shape = tuple(shape)
     if len(shape) <= 1 or (len(shape) == 2 and shape[1] == 1):
         return
