@@ -291,6 +291,23 @@ def test_fifos_and_dangling_links_are_skipped_without_opening_them(tmp_path):
     assert docs == ["A real document."]
 
 
+def test_a_fifo_among_tfrecords_is_skipped_without_opening_it(tmp_path, monkeypatch):
+    with tf.io.TFRecordWriter(str(tmp_path / "shard-0.tfrecord")) as w:
+        w.write(tf.train.Example(features=tf.train.Features(feature={"text": tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[b"A real document."]))})).SerializeToString())
+    os.mkfifo(tmp_path / "pipe.tfrecord")
+    read = corpus._tfrecord_dataset
+    given = []
+    # (TFRecordDataset would block on the FIFO: what it is handed is checked instead)
+    monkeypatch.setattr(corpus, "_tfrecord_dataset",
+                        lambda files, *a: given.append(files) or read(
+                            [f for f in files if "pipe" not in f], *a))
+    with pytest.warns(UserWarning, match=r"pipe\.tfrecord.*not a regular file"):
+        docs = _texts(corpus.read_corpus(str(tmp_path)))
+    assert docs == ["A real document."]
+    assert given == [[str(tmp_path / "shard-0.tfrecord")]]
+
+
 def test_gzip_files_are_read_in_every_format(tmp_path):
     import gzip
 

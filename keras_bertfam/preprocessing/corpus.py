@@ -265,6 +265,33 @@ def _file_kind(mode):
     return "not a file"
 
 
+def _not_regular(path):
+    """Why `path` is not read (it is not a regular file, or cannot be looked at), found with
+    `os.stat` before any open (opening a FIFO blocks), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return f"it cannot be read ({e.strerror}; a dangling symlink?)"
+    return None if stat.S_ISREG(mode) else f"it is not a regular file ({_file_kind(mode)})"
+
+
+def _regular_tfrecords(files, source):
+    """TFRecord `files` without those that are not regular files (each skipped with a warning
+    naming it: TFRecordDataset would block on a FIFO); a ValueError if none is left."""
+    kept = []
+    for path in files:
+        why = _not_regular(path)
+        if why:
+            warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: {why}.",
+                          stacklevel=3)
+        else:
+            kept.append(path)
+    if not kept:
+        raise ValueError(f"Empty corpus: every file of {os.fspath(source)!r} was skipped (not "
+                         "regular files); expected TFRecord files.")
+    return kept
+
+
 def _has_lone_cr(path, compression):
     """Whether the file has a CR not followed by LF (old Mac line endings), read in 1 MB chunks."""
     tail = b""
@@ -294,13 +321,9 @@ def _text_files(files, source, document_format):
                       stacklevel=4)
 
     for path in files:
-        try:
-            mode = os.stat(path).st_mode  # before any open: opening a FIFO blocks
-        except OSError as e:
-            skip(path, f"it cannot be read ({e.strerror}; a dangling symlink?)")
-            continue
-        if not stat.S_ISREG(mode):
-            skip(path, f"it is not a regular file ({_file_kind(mode)})")
+        why = _not_regular(path)
+        if why:
+            skip(path, why)
             continue
         compression = "GZIP" if path.lower().endswith(".gz") else ""
         try:
@@ -492,7 +515,8 @@ def read_corpus(
         files, kind = _list_files(source)
         tfrecord = [_is_tfrecord(f) for f in files]
         if all(tfrecord):
-            ds = _tfrecord_dataset(files, text_key, shuffle_files, seed)
+            ds = _tfrecord_dataset(_regular_tfrecords(files, source), text_key, shuffle_files,
+                                   seed)
         elif any(tfrecord):
             raise ValueError(
                 f"{source!r} mixes TFRecord files and text files; point at one kind of file."
