@@ -376,6 +376,9 @@ def test_edge_probe_learns_a_span_pair_relation():
     assert result.scores[0] >= 0.8 > result.majority
     with pytest.raises(ValueError, match=r"spans2 must hold non-empty"):
         kb.analysis.edge_probe(b, (features, spans1, np.stack([s2, s2], 1), labels))
+    with pytest.raises(ValueError, match=r"spans1 must hold integer token positions, got "
+                                         r"dtype float64 \(e\.g\. \[\d\.5, \d\.5\]\)"):
+        kb.analysis.edge_probe(b, (features, spans1 + 0.5, spans2, labels))
 
 
 @pytest.mark.multibackend

@@ -239,6 +239,9 @@ def _span_masks(spans, length, name, n):
     if spans.ndim != 2 or spans.shape[1] != 2 or len(spans) != n:
         raise ValueError(f"{name} must be (B, 2) [start, end) token positions with B={n} "
                          f"examples, got shape {spans.shape}.")
+    if not np.issubdtype(spans.dtype, np.integer):
+        raise ValueError(f"{name} must hold integer token positions, got dtype {spans.dtype} "
+                         f"(e.g. {spans.ravel()[:2].tolist()}).")
     if (spans[:, 0] < 0).any() or (spans[:, 1] > length).any() or (
             spans[:, 1] <= spans[:, 0]).any():
         raise ValueError(f"{name} must hold non-empty [start, end) spans within the {length} "
