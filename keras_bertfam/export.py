@@ -349,7 +349,7 @@ def _clean_text(texts, sequence_length, tokenizer=None):
     character, UTF-8's most): a character split there lies past the characters kept."""
     import tensorflow as tf
 
-    from keras_bertfam.preprocessing.offsets import valid_utf8
+    from keras_bertfam.preprocessing.tokenizers import valid_utf8
 
     characters = CHARACTERS_PER_POSITION * sequence_length
     weighted = getattr(tokenizer, "kind", None) in ("wordpiece", "sentencepiece")

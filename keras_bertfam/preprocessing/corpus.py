@@ -265,6 +265,11 @@ def _file_kind(mode):
     return "not a file"
 
 
+def _warn_skipped(path, source, why, stacklevel):
+    warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: {why}.",
+                  stacklevel=stacklevel)
+
+
 def _not_regular(path):
     """Why `path` is not read (it is not a regular file, or cannot be looked at), found with
     `os.stat` before any open (opening a FIFO blocks), or None."""
@@ -282,8 +287,7 @@ def _regular_tfrecords(files, source):
     for path in files:
         why = _not_regular(path)
         if why:
-            warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: {why}.",
-                          stacklevel=3)
+            _warn_skipped(path, source, why, stacklevel=4)
         else:
             kept.append(path)
     if not kept:
@@ -317,8 +321,7 @@ def _text_files(files, source, document_format):
 
     def skip(path, why):
         skipped.append((path, why))
-        warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: {why}.",
-                      stacklevel=4)
+        _warn_skipped(path, source, why, stacklevel=5)
 
     for path in files:
         why = _not_regular(path)

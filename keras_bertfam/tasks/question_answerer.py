@@ -178,11 +178,10 @@ class QuestionAnswerer(Task):
         import tensorflow as tf
 
         from keras_bertfam.preprocessing.finetuning import QuestionAnswererPreprocessor
+        from keras_bertfam.preprocessing.tokenizers import valid_utf8
 
         windowing = {k: getattr(self.preprocessor, k) for k in ("stride", "max_question_length")
                      if self.preprocessor is not None}
-        from keras_bertfam.preprocessing.offsets import valid_utf8
-
         preprocessor = QuestionAnswererPreprocessor(tokenizer, sequence_length,
                                                     layout=self.packing_layout, **windowing)
         question, context = texts
@@ -281,7 +280,7 @@ class QuestionAnswerer(Task):
                              f"{max_answer_length!r}.")
         if len(questions) == 0:
             return []
-        from keras_bertfam.preprocessing.offsets import valid_utf8
+        from keras_bertfam.preprocessing.tokenizers import valid_utf8
 
         # Offsets index the context's characters; bytes are read as UTF-8, an invalid sequence
         # as U+FFFD (as the tokenizer reads them, and the exported signature): their answers are
