@@ -431,9 +431,8 @@ def _assert_rank(value, rank, message):
 def _on_at_least_one_row(features, run):
     """`run(features)` (the model and its serving outputs) for a batch of any size: an empty
     batch gives outputs with no row, as every model's from a batch of one row of padding
-    (zeros) less that row. (A Longformer's banded attention fails on no row: "condition
-    [0,4,1,1], then [0,2,2,16] ... must be broadcastable"; multiple choice's labels, an argmax,
-    on no choice.) The leading axes of the features but their positions (the batch; multiple
+    (zeros) less that row, so no output meets an empty axis (multiple choice's labels, an
+    argmax, on no choice). The leading axes of the features but their positions (the batch; multiple
     choice's choices) that are empty get one row, and the outputs lose it again."""
     import tensorflow as tf
 

@@ -461,6 +461,39 @@ def test_xla_compiled_equals_eager():
     assert _max_diff(got["sequence_output"], eager, valid) <= 1e-5
 
 
+@pytest.mark.multibackend
+def test_empty_batch_and_a_missing_global_mask():
+    """A batch of no rows gives outputs of no rows, eagerly on both attention paths (fused;
+    explicit through `inspect`) and traced for an unknown batch size (the reshapes named every
+    size: -1 cannot be inferred for no elements; the global-slot count took the max of nothing).
+    Without `global_attention_mask` the backbone runs with none, as HF's LongformerModel does."""
+    backbone = kb.models.LongformerBackbone(**TINY)
+    x = _inputs(13)
+    empty = {k: v[:0] for k, v in x.items()}
+    assert tuple(backbone(empty)["sequence_output"].shape) == (0, 13, 16)
+    inspected = backbone.inspect(empty)
+    assert [tuple(p.shape) for p in inspected["attention_probs"]] == [(0, 2, 13, 5), (0, 2, 13, 9)]
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        spec = {k: tf.TensorSpec([None, None], tf.int32) for k in x}
+        traced = tf.function(lambda x: backbone(x)["sequence_output"], input_signature=[spec])
+        assert tuple(traced(empty).shape) == (0, 13, 16)
+        assert tuple(traced(x).shape) == (3, 13, 16)
+    elif backend == "jax":
+        import jax
+
+        traced = jax.jit(lambda x: backbone.stateless_call(
+            [v.value for v in backbone.trainable_variables],
+            [v.value for v in backbone.non_trainable_variables], x)[0]["sequence_output"])
+        assert tuple(traced(empty).shape) == (0, 13, 16)
+    no_global = dict(x, global_attention_mask=np.zeros_like(x["token_ids"]))
+    without = {k: v for k, v in x.items() if k != "global_attention_mask"}
+    np.testing.assert_array_equal(to_numpy(backbone(without)["sequence_output"]),
+                                  to_numpy(backbone(no_global)["sequence_output"]))
+
+
 def test_inspect_returns_windowed_probabilities():
     backbone = kb.models.LongformerBackbone(**TINY)
     x = _inputs(16)

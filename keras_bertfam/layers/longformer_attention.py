@@ -80,7 +80,7 @@ def _blocks_with_neighbours(x, h):
     x = ops.pad(x, [[0, 0], [h, h]] + [[0, 0]] * len(rest))  # (B, T + 2h, ...)
     if is_bool:
         x = ops.cast(x, "bool")
-    x = ops.reshape(x, (ops.shape(x)[0], -1, h) + rest)  # (B, T/h + 2, h, ...)
+    x = ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1] // h, h) + rest)  # (B, T/h + 2, h, ...)
     return ops.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)  # (B, T/h, 3h, ...)
 
 
@@ -94,11 +94,11 @@ def _band(h):
 def _diagonals(block_probs, h):
     """(B, N, T/h, h, 3h) block probabilities -> (B, N, T, 2h + 1), HF's layout: column j is the
     key at offset j - h of the query."""
-    b, n = ops.shape(block_probs)[0], ops.shape(block_probs)[1]
-    x = ops.reshape(block_probs, (b, n, -1, h * 3 * h))
+    b, n, blocks = (ops.shape(block_probs)[i] for i in range(3))
+    x = ops.reshape(block_probs, (b, n, blocks, h * 3 * h))
     x = ops.pad(x, [[0, 0], [0, 0], [0, 0], [0, h]])  # (B, N, T/h, h·(3h + 1))
-    x = ops.reshape(x, (b, n, -1, h, 3 * h + 1))[..., : 2 * h + 1]  # row r: columns r..r+2h
-    return ops.reshape(x, (b, n, -1, 2 * h + 1))
+    x = ops.reshape(x, (b, n, blocks, h, 3 * h + 1))[..., : 2 * h + 1]  # row r: columns r..r+2h
+    return ops.reshape(x, (b, n, blocks * h, 2 * h + 1))
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -266,9 +266,9 @@ class LongformerSelfAttention(keras.layers.Layer):
             # (B·G, N, D) rows (an index per token, not per element).
             slot = ops.clip(rank - 1, 0, num_global - 1)  # (B, Tp)
             slot = ops.arange(batch, dtype="int32")[:, None] * num_global + slot
-            row_context = ops.take(ops.reshape(row_context, (-1, n, d)),
-                                   ops.reshape(slot, (-1,)), axis=0)
-            row_context = ops.reshape(row_context, (batch, -1, n, d))  # (B, Tp, N, D)
+            row_context = ops.take(ops.reshape(row_context, (batch * num_global, n, d)),
+                                   ops.reshape(slot, (batch * padded_length,)), axis=0)
+            row_context = ops.reshape(row_context, (batch, padded_length, n, d))  # (B, Tp, N, D)
             context = ops.where(is_global[:, :, None, None], row_context, context)
 
         output = self.output_dense(context[:, :length])  # (B, T, H)
@@ -283,7 +283,7 @@ class LongformerSelfAttention(keras.layers.Layer):
             local_probs = probs
         windows = _diagonals(local_probs, h)[:, :, :length]  # (B, N, T, w + 1)
         if num_global:
-            g_cols = ops.reshape(g_probs, (batch, n, -1, num_global))[:, :, :length]
+            g_cols = ops.reshape(g_probs, (batch, n, padded_length, num_global))[:, :, :length]
             windows = ops.concatenate([g_cols, windows], axis=-1)
         return output, windows
 
@@ -294,9 +294,9 @@ class LongformerSelfAttention(keras.layers.Layer):
         (B, N, Tp/h, h, G + 3h) probabilities."""
         h = self.attention_window // 2
         n, d = self.num_heads, self.head_dim
-        batch = ops.shape(q)[0]
+        batch, padded_length = ops.shape(q)[0], ops.shape(q)[1]
         q = q * ops.cast(1.0 / math.sqrt(d), q.dtype)
-        q_blocks = ops.reshape(q, (batch, -1, h, n, d))  # (B, Tp/h, h, N, D)
+        q_blocks = ops.reshape(q, (batch, padded_length // h, h, n, d))  # (B, Tp/h, h, N, D)
         k_blocks = _blocks_with_neighbours(k, h)  # (B, Tp/h, 3h, N, D)
         v_blocks = _blocks_with_neighbours(v, h)
         key_ok = _blocks_with_neighbours(key_ok, h)  # (B, Tp/h, 3h)
@@ -315,7 +315,7 @@ class LongformerSelfAttention(keras.layers.Layer):
 
         probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), q.dtype)
         # Padding queries attend nowhere (HF zeroes their rows).
-        query_ok = ops.reshape(valid, (batch, 1, -1, h, 1))
+        query_ok = ops.reshape(valid, (batch, 1, padded_length // h, h, 1))
         probs = ops.where(query_ok, probs, ops.zeros_like(probs))
         probs = self.dropout_layer(probs, training=training)
         probs = self._apply_head_mask(probs, head_mask)
@@ -324,7 +324,7 @@ class LongformerSelfAttention(keras.layers.Layer):
         if num_global:
             context = context + ops.einsum("bncqg,bgnd->bcqnd", probs[..., :num_global],
                                            v_global)
-        return ops.reshape(context, (batch, -1, n, d)), probs  # (B, Tp, N, D)
+        return ops.reshape(context, (batch, padded_length, n, d)), probs  # (B, Tp, N, D)
 
     def _window_fused(self, q, k, v, global_idx, num_global, valid, key_ok, slot_ok):
         """The same window as one `dot_product_attention` over the blocks: the B·Tp/h blocks
@@ -346,7 +346,7 @@ class LongformerSelfAttention(keras.layers.Layer):
             ops.take(ops.cast(key_ok, "int32"), position, axis=1) > 0, inside)  # (B, Tp/h, 3h)
         band = ops.convert_to_tensor(_band(h))  # (h, 3h)
         itself = ops.convert_to_tensor(np.eye(h, 3 * h, h, dtype=bool))  # (h, 3h): c == r + h
-        query_pad = ops.reshape(ops.logical_not(valid), (batch, -1, h, 1))  # (B, Tp/h, h, 1)
+        query_pad = ops.reshape(ops.logical_not(valid), (batch, blocks, h, 1))  # (B, Tp/h, h, 1)
         allowed = ops.logical_or(ops.logical_and(band[None, None], key_ok[:, :, None, :]),
                                  ops.logical_and(itself[None, None], query_pad))  # (B, Tp/h, h, 3h)
         # Keys and values of block c: its G global keys, then blocks c - 1, c, c + 1 (rolled:
@@ -363,21 +363,22 @@ class LongformerSelfAttention(keras.layers.Layer):
                 x_global = ops.transpose(x_global, (0, 2, 1, 3))[:, None]  # (B, 1, N, G, D)
                 parts.insert(0, ops.broadcast_to(x_global, (batch, blocks, n, num_global, d)))
             x_blocks = ops.concatenate(parts, axis=3)  # (B, Tp/h, N, G + 3h, D)
-            return ops.transpose(ops.reshape(x_blocks, (-1, n, width, d)), (0, 2, 1, 3))
+            return ops.transpose(ops.reshape(x_blocks, (batch * blocks, n, width, d)),
+                                 (0, 2, 1, 3))
 
         if num_global:
             slots = ops.broadcast_to(slot_ok[:, None, None, :], (batch, blocks, h, num_global))
             allowed = ops.concatenate([slots, allowed], axis=-1)  # (B, Tp/h, h, G + 3h)
         k_blocks, v_blocks = neighbourhoods(k), neighbourhoods(v)
         context = ops.dot_product_attention(
-            ops.reshape(q, (-1, h, n, d)),  # (B·Tp/h, h, N, D)
+            ops.reshape(q, (batch * blocks, h, n, d)),  # (B·Tp/h, h, N, D)
             k_blocks,  # (B·Tp/h, G + 3h, N, D)
             v_blocks,
-            mask=ops.reshape(allowed, (-1, 1, h, width)),
+            mask=ops.reshape(allowed, (batch * blocks, 1, h, width)),
             scale=1.0 / math.sqrt(d),
             flash_attention=False,  # Keras' TPU flash path reads one mask for the whole batch
         )  # (B·Tp/h, h, N, D)
-        context = ops.reshape(context, (batch, -1, n, d))  # (B, Tp, N, D)
+        context = ops.reshape(context, (batch, padded_length, n, d))  # (B, Tp, N, D)
         # Padding queries attend nowhere (HF zeroes their rows).
         return ops.where(valid[:, :, None, None], context, ops.zeros_like(context))
 
@@ -429,7 +430,8 @@ class LongformerSelfAttention(keras.layers.Layer):
         """(G, exact): G the static number of global slots: the exact maximum count in eager
         calls (0 when there is no global token; exact=True), else min(max_global_tokens, padded
         length)."""
-        count = _concrete_int(ops.max(ops.sum(ops.cast(is_global, "int32"), axis=1)))
+        counts = ops.sum(ops.cast(is_global, "int32"), axis=1)  # (B,)
+        count = _concrete_int(ops.max(ops.pad(counts, [[0, 1]])))  # 0 for an empty batch
         if count is not None:
             if count > self.max_global_tokens:
                 raise ValueError(

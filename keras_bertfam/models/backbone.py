@@ -33,7 +33,8 @@ def complete_inputs(model, inputs):
     """A backbone's or task's dict of inputs, matched to its inputs by name.
 
     keras-hub's inputs are enough: a missing `segment_ids` is all zeros and a missing
-    `padding_mask` all ones (no padding); Python lists become int32 arrays. A backbone or head
+    `padding_mask` all ones (no padding); a Longformer's missing `global_attention_mask` is all
+    zeros (no global token, HF's `global_attention_mask=None`); Python lists become int32 arrays. A backbone or head
     input the model does not take is dropped: RoBERTa's and DistilBERT's `segment_ids`, and the
     `mask_positions` that keras.io's "Getting Started with KerasHub" passes to a backbone along
     with its inputs. Any other key the model does not take (a typo) is an error: Keras would
@@ -61,6 +62,8 @@ def complete_inputs(model, inputs):
         out["segment_ids"] = xp.zeros_like(token_ids, dtype="int32")
     if "padding_mask" in names and "padding_mask" not in out:
         out["padding_mask"] = xp.ones_like(token_ids, dtype="int32")
+    if "global_attention_mask" in names and "global_attention_mask" not in out:
+        out["global_attention_mask"] = xp.zeros_like(token_ids, dtype="int32")  # HF's None
     return out
 
 
