@@ -713,7 +713,12 @@ def _pretrain(args, run, state, step, where, products):
     if args.strategy:
         from keras_bertfam import distribute
 
-        strategy = distribute.get_strategy(args.strategy)
+        try:
+            strategy = distribute.get_strategy(args.strategy)
+        except ValueError as e:  # an unknown name: the message names the known ones
+            if args.verbose:
+                raise
+            raise UsageError(f"--strategy {args.strategy}: {_one_line(e)}") from None
     scope = strategy.scope() if strategy is not None and hasattr(strategy, "scope") else _null()
     corpus = None
     if step < args.steps:  # its documents are checked before the model is built

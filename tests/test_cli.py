@@ -784,3 +784,10 @@ def test_an_interrupt_outside_trainings_own_stop_is_one_line_and_status_130(caps
                     "the same command resumes from the last checkpoint")
     with pytest.raises(KeyboardInterrupt):
         cli.main(["presets", "--verbose"])
+
+
+def test_an_unknown_strategy_is_a_usage_error(tmp_path, capsys):
+    """--strategy bogus: one line naming the known strategies, status 2 (it was a traceback)."""
+    status = cli.main(["pretrain", "--strategy", "bogus", "--output", str(tmp_path / "run")])
+    _one_line_error(capsys, status, 2, "keras-bertfam pretrain: error: --strategy bogus: Unknown "
+                    "strategy 'bogus'; choose one of default, mirrored")
