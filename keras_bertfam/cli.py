@@ -13,11 +13,15 @@ the run and keeps the last good checkpoint. Running a finished command again doe
 
 This module imports TensorFlow only when a command needs it: `--help` answers at once.
 
-Errors a user can fix are one line, `keras-bertfam CMD: error: MESSAGE`: the CLI's own checks of
-its arguments and run directory exit with status 1; an error the library reports about what the
-user gave (a damaged or unknown preset, a corpus without text, an unreadable file, a failed op
-audit) with status 2. Other exceptions are bugs and keep their traceback (as every error does
-with --verbose).
+Exit statuses (argparse's and the shell's conventions): 0 done; 2 the command line is wrong
+(argparse's own errors, printed with the usage, and the CLI's checks of an argument's value or
+of arguments that do not go together, also given the preset --task / --preset names: one line
+`keras-bertfam CMD: error: MESSAGE`, naming the flag); 1 the command line is right but the run
+could not be done (a missing, unknown or damaged file, preset or corpus, a locked or unwritable
+output, a checkpoint that does not resume, a NaN loss, a failed op audit: one line too);
+128 + N a run stopped by signal N (130 SIGINT, 143 SIGTERM), after its checkpoint when it was
+training. Other exceptions are bugs and keep their traceback (as every error does with
+--verbose).
 """
 import argparse
 import json
@@ -63,13 +67,14 @@ SIGNATURES_HELP = (
 
 
 class CommandError(Exception):
-    """An error the CLI reports in one line (exit status 1)."""
+    """The run could not be done: reported in one line, exit status 1."""
 
     status = 1
 
 
-class UserError(CommandError):
-    """A user error the library reported (its message, in one line; exit status 2)."""
+class UsageError(CommandError):
+    """The command line is wrong (an argument's value, arguments that do not go together):
+    reported in one line, exit status 2 (argparse's own usage errors' status)."""
 
     status = 2
 
@@ -78,9 +83,9 @@ def _one_line(e):
     return " ".join(str(e).split())
 
 
-def _is_user_error(e):
-    """The library's exceptions about what the user gave: files (OSError), damaged or
-    mismatched weights (presets' CheckpointError, IntegrityError), a failed op audit."""
+def _is_run_error(e):
+    """The library's refusals of what a run was given (exit status 1): files (OSError), damaged
+    or mismatched weights (presets' CheckpointError, IntegrityError), a failed op audit."""
     if isinstance(e, OSError):
         return True
     for module, name in (("keras_bertfam.presets.integrity", "CheckpointError"),
@@ -217,38 +222,51 @@ def main(argv=None):
     except (CommandError, RunDirectoryError) as e:
         print(f"keras-bertfam {args.command}: error: {e}", file=sys.stderr)
         return getattr(e, "status", 1)
-    except Exception as e:  # noqa: BLE001 - the library's user errors in one line; bugs raise
-        if args.verbose or not _is_user_error(e):
+    except KeyboardInterrupt:  # outside training's own SIGINT stop (a second Ctrl-C, a load)
+        if args.verbose:
+            raise
+        resume = ("; the same command resumes from the last checkpoint, if any"
+                  if args.command == "pretrain" else "")
+        print(f"keras-bertfam {args.command}: interrupted (SIGINT){resume}.", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except Exception as e:  # noqa: BLE001 - the library's refusals in one line; bugs raise
+        if args.verbose or not _is_run_error(e):
             raise
         print(f"keras-bertfam {args.command}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
+        return CommandError.status
     return 1
 
 
 def _check_analyze(args):
-    """`analyze`'s inputs, checked before a model is loaded: --texts is UTF-8 text, --head names
-    a head of the preset's model (its manifest's config)."""
-    if os.path.isfile(args.texts):
-        try:
-            with open(args.texts, encoding="utf-8") as f:
-                for number, line in enumerate(f, 1):
-                    if "\x00" in line:
-                        raise CommandError(f"--texts {args.texts} is not a text file (a NUL byte "
-                                           f"on line {number}): expected UTF-8 text, one text "
-                                           "a line.")
-                    if number >= 100 * max(args.max_texts, 1):
-                        break
-        except UnicodeDecodeError as e:
-            raise CommandError(f"--texts {args.texts} is not UTF-8 text ({e.reason}: byte "
-                               f"0x{e.object[e.start]:02x}): expected UTF-8 text, one text a "
-                               "line.") from None
+    """`analyze`'s inputs, checked before a model is loaded: --max-texts and --plot-texts,
+    --texts is a file of UTF-8 text, --head names a head of the preset's model (its manifest's
+    config)."""
+    if args.max_texts <= 0 or args.plot_texts < 0:
+        raise UsageError(f"--max-texts {args.max_texts} --plot-texts {args.plot_texts}: "
+                         "expected --max-texts of 1 or more and --plot-texts of 0 or more.")
+    if not os.path.isfile(args.texts):
+        raise CommandError(f"--texts {args.texts} is not a file: expected UTF-8 text, one text "
+                           "a line.")
+    try:
+        with open(args.texts, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if "\x00" in line:
+                    raise CommandError(f"--texts {args.texts} is not a text file (a NUL byte "
+                                       f"on line {number}): expected UTF-8 text, one text "
+                                       "a line.")
+                if number >= 100 * max(args.max_texts, 1):
+                    break
+    except UnicodeDecodeError as e:
+        raise CommandError(f"--texts {args.texts} is not UTF-8 text ({e.reason}: byte "
+                           f"0x{e.object[e.start]:02x}): expected UTF-8 text, one text a "
+                           "line.") from None
     if args.head is None:
         return
     try:
         layer, head = (int(v) for v in args.head.split(","))
     except ValueError:
-        raise CommandError(f"--head {args.head} is not LAYER,HEAD: expected two integers, e.g. "
-                           "--head 0,1.") from None
+        raise UsageError(f"--head {args.head} is not LAYER,HEAD: expected two integers, e.g. "
+                         "--head 0,1.") from None
     manifest_path = os.path.join(args.task, PRESET_MANIFEST)
     if not os.path.isfile(manifest_path):
         return  # analyze says what --task is missing
@@ -259,12 +277,12 @@ def _check_analyze(args):
     if not isinstance(heads, list) or len(heads) != layers:
         heads = [config.get("num_heads")] * layers
     if not 0 <= layer < layers:
-        raise CommandError(f"--head {args.head}: layer {layer} is out of range: the model of "
-                           f"--task {args.task} has {layers} layers (expected 0..{layers - 1}).")
+        raise UsageError(f"--head {args.head}: layer {layer} is out of range: the model of "
+                         f"--task {args.task} has {layers} layers (expected 0..{layers - 1}).")
     if isinstance(heads[layer], int) and not 0 <= head < heads[layer]:
-        raise CommandError(f"--head {args.head}: head {head} is out of range: layer {layer} of "
-                           f"--task {args.task} has {heads[layer]} heads (expected "
-                           f"0..{heads[layer] - 1}).")
+        raise UsageError(f"--head {args.head}: head {head} is out of range: layer {layer} of "
+                         f"--task {args.task} has {heads[layer]} heads (expected "
+                         f"0..{heads[layer] - 1}).")
 
 
 def _quiet_logs(verbose):
@@ -338,7 +356,7 @@ def presets_command(args):
     except ValueError as e:  # an unknown family: the message names the known ones
         if args.verbose:
             raise
-        raise UserError(f"--family {args.family}: {_one_line(e)}") from None
+        raise UsageError(f"--family {args.family}: {_one_line(e)}") from None
     rows = [(presets.get(n), presets.offline_status(n)) for n in names]
     width = max(len(n) for n in names)
     print(f"{'name':<{width}}  {'family':<11} {'size':<17} {'params':>9}  {'weights':<8} "
@@ -358,15 +376,16 @@ def presets_command(args):
 def _check_args(args):
     for name in ("steps", "checkpoint_every", "batch_size", "sequence_length"):
         if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name.replace('_', '-')} must be positive.")
+            raise UsageError(f"{_flag(name)} {getattr(args, name)} is not positive: expected "
+                             "a positive number.")
     if not math.isfinite(args.learning_rate) or args.learning_rate <= 0:
-        raise CommandError(f"--learning-rate {args.learning_rate} is not a positive finite "
-                           "number: expected the peak learning rate, e.g. 1e-3.")
+        raise UsageError(f"--learning-rate {args.learning_rate} is not a positive finite "
+                         "number: expected the peak learning rate, e.g. 1e-3.")
     if args.warmup_steps is not None and args.warmup_steps < 0:
-        raise CommandError(f"--warmup-steps {args.warmup_steps} is negative: expected 0 or more "
-                           "steps (default: 10% of --steps).")
+        raise UsageError(f"--warmup-steps {args.warmup_steps} is negative: expected 0 or more "
+                         "steps (default: 10% of --steps).")
     if args.group_by_length and args.family == "xlnet":
-        raise SystemExit("--group-by-length does not apply to --family xlnet: its examples "
+        raise UsageError("--group-by-length does not apply to --family xlnet: its examples "
                          "have no padding (each is exactly --sequence-length tokens).")
     args.given_warmup_steps = args.warmup_steps
     if args.warmup_steps is None:
@@ -446,7 +465,7 @@ def _check_position_table(args, kb):
     --sequence-length must fit in it."""
     limit, name = kb.presets.position_table(args.preset)
     if limit is not None and args.sequence_length > limit:
-        raise CommandError(
+        raise UsageError(
             f"--sequence-length {args.sequence_length} is longer than the position table of "
             f"--preset {args.preset} ({name}: max_sequence_length={limit}), whose weights "
             f"--init-weights loads: expected --sequence-length <= {limit}.")
@@ -483,8 +502,8 @@ def _build_task(args, kb, tokenizer):
         overrides["vocabulary_size"] = tokenizer.vocabulary_size()
     backbone = kb.presets.load_backbone(args.preset, load_weights=args.init_weights, **overrides)
     if backbone.family != args.family:
-        raise CommandError(f"--preset {args.preset} is a {backbone.family} model, not "
-                           f"{args.family}.")
+        raise UsageError(f"--preset {args.preset} is a {backbone.family} model, not "
+                         f"{args.family}.")
     grouping = {"group_by_length": True} if args.group_by_length else {}
     preprocessor = task_cls.default_preprocessor(
         tokenizer, backbone, sequence_length=args.sequence_length, batch_size=args.batch_size,
@@ -694,7 +713,12 @@ def _pretrain(args, run, state, step, where, products):
     if args.strategy:
         from keras_bertfam import distribute
 
-        strategy = distribute.get_strategy(args.strategy)
+        try:
+            strategy = distribute.get_strategy(args.strategy)
+        except ValueError as e:  # an unknown name: the message names the known ones
+            if args.verbose:
+                raise
+            raise UsageError(f"--strategy {args.strategy}: {_one_line(e)}") from None
     scope = strategy.scope() if strategy is not None and hasattr(strategy, "scope") else _null()
     corpus = None
     if step < args.steps:  # its documents are checked before the model is built
@@ -707,7 +731,7 @@ def _pretrain(args, run, state, step, where, products):
             except (ValueError, OSError) as e:  # missing, empty, only binary files: one line
                 if args.verbose:
                     raise
-                raise UserError(f"--corpus {args.corpus}: {_one_line(e)}") from None
+                raise CommandError(f"--corpus {args.corpus}: {_one_line(e)}") from None
         for w in skipped:  # a corpus that has text: say which files it skipped
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     try:
@@ -882,15 +906,15 @@ def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf
             what = "task" if task["class_name"] not in PRETRAINING_TASKS else "pretraining heads"
         else:
             if heads:
-                raise CommandError(f"{preset_dir} holds no task (a backbone preset): --heads "
-                                   "needs a task preset.")
+                raise UsageError(f"{preset_dir} holds no task (a backbone preset): --heads "
+                                 "needs a task preset.")
             model = presets.load_backbone(preset_dir)
             tokenizer = presets.load_tokenizer(preset_dir)
             what = "encoder"
     except (ValueError, OSError) as e:  # a damaged preset: the library's message, in one line
         if verbose:
             raise
-        raise UserError(f"--task {preset_dir}: {_one_line(e)}") from None
+        raise CommandError(f"--task {preset_dir}: {_one_line(e)}") from None
     head, name = os.path.split(os.path.normpath(export_dir))
     os.makedirs(head or ".", exist_ok=True)
     tmp = os.path.join(head, f"tmp-{name}.{os.getpid()}")  # not a number: TF Serving ignores it
@@ -903,9 +927,9 @@ def _export_preset(preset_dir, export_dir, heads=False, sequence_length=None, tf
             try:
                 report = kb.export.audit_ops(tmp, tf_text=tf_text)
             except kb.export.UnsupportedOpsError as e:
-                raise UserError(f"The SavedModel fails the op audit for tf-text {tf_text}, so "
-                                f"{export_dir} was not written: "
-                                f"{_one_line(str(e).replace(tmp, export_dir))}") from None
+                raise CommandError(f"The SavedModel fails the op audit for tf-text {tf_text}, so "
+                                   f"{export_dir} was not written: "
+                                   f"{_one_line(str(e).replace(tmp, export_dir))}") from None
         export_dir = _rename_into_place(tmp, export_dir, auto_version)
     finally:
         if os.path.isdir(tmp):
@@ -936,7 +960,7 @@ def export(args):
     manifest = _read_json(os.path.join(args.task, PRESET_MANIFEST), "preset manifest")
     task = (manifest.get("task") or {}).get("class_name")
     if args.heads and task and task not in PRETRAINING_TASKS:
-        raise CommandError(
+        raise UsageError(
             f"--heads exports a pretraining preset's heads; --task {args.task} holds a {task} "
             f"(a fine-tuned task: its export is the {task} itself): expected no --heads.")
     options = _no_answer_options(args, task)
@@ -951,7 +975,7 @@ def export(args):
         from keras_bertfam.export import TF_TEXT_OPS, tf_text_ops
 
         if tf_text_ops(tf_text) is None:
-            raise CommandError(
+            raise UsageError(
                 f"--tf-text {tf_text} is not a tf-text release the audit knows: expected "
                 f"{', '.join(k + '.x' for k in sorted(TF_TEXT_OPS))} (2.12.1: TF Serving "
                 "2.12-2.19; 2.20.0: 2.20 on), or --no-audit.")
@@ -971,10 +995,10 @@ def _export_sequence_length(args, manifest, task):
     given = args.sequence_length
     if given is not None:
         if given <= 0:
-            raise CommandError(f"--sequence-length {given} is not positive: expected the packed "
-                               "length of the string signature (e.g. 128).")
+            raise UsageError(f"--sequence-length {given} is not positive: expected the packed "
+                             "length of the string signature (e.g. 128).")
         if isinstance(limit, int) and given > limit:
-            raise CommandError(
+            raise UsageError(
                 f"--sequence-length {given} is longer than the position table of --task "
                 f"{args.task} (max_sequence_length={limit}): expected --sequence-length <= "
                 f"{limit}.")
@@ -986,7 +1010,7 @@ def _export_sequence_length(args, manifest, task):
     if isinstance(length, int) and length > 0:
         return length  # the task's own (what its preprocessor packs), for its encoder too
     family = manifest.get("family", "this")
-    raise CommandError(
+    raise UsageError(
         f"--task {args.task} holds a {family} {'backbone' if not task else task} without a "
         "preprocessor length and its positions have no maximum length: pass --sequence-length "
         "N (the packed length of the string signature, e.g. 128).")
@@ -1007,13 +1031,13 @@ def _no_answer_options(args, task):
         except ValueError:
             value = None
         if value is None or not math.isfinite(value):
-            raise CommandError(
+            raise UsageError(
                 f"--null-score-diff-threshold {threshold!r} is not a finite number: expected "
                 "the margin (e.g. 0.0, HF's default, or -1.5) by which an example's null score "
                 "must beat its best span's score for the answer \"\".")
         threshold = value
         if not handle:
-            raise CommandError(
+            raise UsageError(
                 f"--null-score-diff-threshold {threshold} changes nothing without "
                 "--handle-impossible-answer (without it every example gets its best span): "
                 "expected both flags, or neither.")
@@ -1021,7 +1045,7 @@ def _no_answer_options(args, task):
     holds = (f"--task {args.task} holds a {task}" if task else
              f"--task {args.task} holds no task (a backbone preset)")
     if task != "QuestionAnswerer":
-        raise CommandError(
+        raise UsageError(
             f"{flag} sets a QuestionAnswerer's string signature (SQuAD 2.0's \"no answer\"); "
             f"{holds}{' (exported with --heads: its pretraining heads)' if args.heads else ''}: "
             "expected a QuestionAnswerer preset.")

@@ -195,7 +195,7 @@ def test_export_refuses_the_no_answer_flags_for_another_task(scenarios, capsys):
     versions = sorted(os.listdir(export))
     for extra in ([], ["--heads"]):
         assert cli.main(["export", "--task", preset, *extra, "--handle-impossible-answer",
-                         "--null-score-diff-threshold", "0.5"]) == 1
+                         "--null-score-diff-threshold", "0.5"]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert (f"--handle-impossible-answer sets a QuestionAnswerer's string signature (SQuAD "
@@ -402,11 +402,12 @@ def test_unwritable_output_is_refused_before_training(tmp_path, capsys, monkeypa
 
 
 def test_bad_arguments(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="--steps must be positive"):
-        cli.main(["pretrain", "--steps", "0", "--output", str(tmp_path / "never")])
-    with pytest.raises(SystemExit, match="--group-by-length does not apply to --family xlnet"):
-        cli.main(["pretrain", "--family", "xlnet", "--preset", "xlnet_base_cased",
-                  "--group-by-length", "--output", str(tmp_path / "never")])
+    status = cli.main(["pretrain", "--steps", "0", "--output", str(tmp_path / "never")])
+    _one_line_error(capsys, status, 2, "keras-bertfam pretrain: error: --steps 0 is not positive")
+    status = cli.main(["pretrain", "--family", "xlnet", "--preset", "xlnet_base_cased",
+                       "--group-by-length", "--output", str(tmp_path / "never")])
+    _one_line_error(capsys, status, 2, "--group-by-length does not apply to --family xlnet")
+    assert not (tmp_path / "never").exists()
     status = cli.main(["pretrain", "--preset", "bert_tiny_en_uncasd", "--output",
                        str(tmp_path / "typo")])
     err = capsys.readouterr().err
@@ -478,7 +479,7 @@ def test_export_sequence_length_of_a_preset_without_a_position_table(tmp_path, c
     backbone = _fake_preset(tmp_path / "xlnet_backbone", "xlnet", xlnet)
     out = tmp_path / "export"
     status = cli.main(["export", "--task", backbone, "--output", str(out), "--no-audit"])
-    _one_line_error(capsys, status, 1, f"--task {backbone} holds a xlnet backbone",
+    _one_line_error(capsys, status, 2, f"--task {backbone} holds a xlnet backbone",
                     "pass --sequence-length N")
     assert not calls and not out.exists()
     assert cli.main(["export", "--task", backbone, "--output", str(out), "--no-audit",
@@ -508,7 +509,7 @@ def test_init_weights_keeps_the_presets_position_table(tiny_preset, tmp_path, ca
     monkeypatch.setattr(cli, "_build_task", lambda *a: pytest.fail("the model was built"))
     argv[argv.index("8")] = "32"
     status = cli.main(argv)
-    _one_line_error(capsys, status, 1, "--sequence-length 32 is longer than the position table "
+    _one_line_error(capsys, status, 2, "--sequence-length 32 is longer than the position table "
                     f"of --preset {tiny_preset}", "expected --sequence-length <= 16")
 
 
@@ -572,7 +573,7 @@ def test_bad_pretrain_values_are_refused_before_anything(tmp_path, capsys, monke
     monkeypatch.setattr(cli, "_pretrain", lambda *a: pytest.fail("training started"))
     out = tmp_path / "out"
     status = cli.main(["pretrain", "--output", str(out), f"{flag}={value}"])
-    _one_line_error(capsys, status, 1, message)
+    _one_line_error(capsys, status, 2, message)
     assert not out.exists()
 
 
@@ -587,7 +588,7 @@ def test_bad_export_sequence_length_is_refused_before_anything(tmp_path, capsys,
     out = tmp_path / "export"
     status = cli.main(["export", "--task", preset, "--output", str(out),
                        f"--sequence-length={value}"])
-    _one_line_error(capsys, status, 1, message)
+    _one_line_error(capsys, status, 2, message)
     assert not out.exists()
 
 
@@ -605,7 +606,7 @@ def test_a_corpus_without_text_is_refused_before_the_model_is_built(tiny_preset,
     path = str(tmp_path / corpus)
     status, err = _pretrain(capsys, pretrain_args(tiny_preset), tmp_path / "out", "--corpus",
                             path)
-    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
     assert f"keras-bertfam pretrain: error: --corpus {path}: " in err and message in err, err
 
 
@@ -622,7 +623,7 @@ def test_library_user_errors_are_one_line_and_bugs_keep_their_traceback(tmp_path
 
     monkeypatch.setattr(cli, "presets_command", fails(PermissionError(13, "Permission denied",
                                                                       "/x")))
-    _one_line_error(capsys, cli.main(["presets"]), 2, "Permission denied")
+    _one_line_error(capsys, cli.main(["presets"]), 1, "Permission denied")
     monkeypatch.setattr(cli, "presets_command", fails(KeyError("a bug")))
     with pytest.raises(KeyError):
         cli.main(["presets"])
@@ -643,7 +644,7 @@ def test_export_refuses_an_output_file_and_reports_a_damaged_preset(tiny_preset,
     data[len(data) // 2:len(data) // 2 + 64] = bytes(64)
     weights.write_bytes(bytes(data))
     status = cli.main(["export", "--task", str(damaged), "--output", str(tmp_path / "e")])
-    _one_line_error(capsys, status, 2, f"--task {damaged}:", "backbone.weights.h5' is corrupt")
+    _one_line_error(capsys, status, 1, f"--task {damaged}:", "backbone.weights.h5' is corrupt")
     assert not (tmp_path / "e").exists()  # refused before a version directory is made
 
 
@@ -659,9 +660,9 @@ def test_analyze_checks_texts_and_head_before_computing(tiny_preset, tmp_path, c
     _one_line_error(capsys, status, 1, f"--texts {binary} is not")
     texts = os.path.join(HERE, "cli_corpus.txt")
     status = cli.main([*base, "--texts", texts, "--head", "9,9"])
-    _one_line_error(capsys, status, 1, "--head 9,9: layer 9 is out of range", "has 1 layers")
+    _one_line_error(capsys, status, 2, "--head 9,9: layer 9 is out of range", "has 1 layers")
     status = cli.main([*base, "--texts", texts, "--head", "0,2"])
-    _one_line_error(capsys, status, 1, "--head 0,2: head 2 is out of range", "has 2 heads")
+    _one_line_error(capsys, status, 2, "--head 0,2: head 2 is out of range", "has 2 heads")
     assert not (tmp_path / "an").exists()
 
 
@@ -683,7 +684,7 @@ def test_export_checks_tf_text_before_writing_and_audits_before_the_rename(
 
     out = tmp_path / "m"
     status = cli.main(["export", "--task", tiny_preset, "--output", str(out), "--tf-text", "9.9"])
-    _one_line_error(capsys, status, 1, "--tf-text 9.9 is not a tf-text release the audit knows")
+    _one_line_error(capsys, status, 2, "--tf-text 9.9 is not a tf-text release the audit knows")
     assert not out.exists()
 
     def audit(path, tf_text):
@@ -691,7 +692,7 @@ def test_export_checks_tf_text_before_writing_and_audits_before_the_rename(
 
     monkeypatch.setattr(kb.export, "audit_ops", audit)
     status = cli.main(["export", "--task", tiny_preset, "--output", str(out)])
-    _one_line_error(capsys, status, 2, "fails the op audit for tf-text 2.12.1",
+    _one_line_error(capsys, status, 1, "fails the op audit for tf-text 2.12.1",
                     f"{out / '1'} was not written", "BadOp")
     assert os.listdir(out) == []  # no version, no temporary
 
@@ -723,3 +724,70 @@ def test_concurrent_exports_take_the_next_version(tiny_preset, tmp_path, capsys,
                        "--no-audit"])
     _one_line_error(capsys, status, 1, f"{out / '1'} was written by another export meanwhile")
     assert sorted(os.listdir(out)) == ["1", "2"]
+
+
+# === #13: exit statuses: 2 the command line is wrong, 1 the run could not be done ===
+@pytest.mark.parametrize("argv,status,message", [
+    (["pretrain", "--steps", "abc"], 2, "argument --steps: invalid int value: 'abc'"),  # argparse
+    (["pretrain", "--no-such-flag"], 2, "unrecognized arguments: --no-such-flag"),
+    (["pretrain", "--batch-size", "-1"], 2, "--batch-size -1 is not positive"),
+    (["analyze", "--texts", "TEXTS", "--head", "a,b"], 2, "--head a,b is not LAYER,HEAD"),
+    (["analyze", "--texts", "TEXTS", "--max-texts", "0"], 2, "--max-texts 0 --plot-texts 2:"),
+    (["export", "--heads"], 2, "holds no task (a backbone preset): --heads needs a task"),
+    (["analyze", "--texts", "OUT/none.txt"], 1, "none.txt is not a file"),
+    (["export", "--task", "OUT"], 1, "is not a preset directory (no keras_bertfam.json)"),
+])
+def test_exit_status_says_whether_the_command_line_is_wrong(tiny_preset, tmp_path, capsys,
+                                                            monkeypatch, argv, status, message):
+    """2 (argparse's own status): an argument's value or arguments that do not go together,
+    argparse's errors with its usage, ours in one line; 1: a run the command line is right for
+    could not be done. (Every other refusal's status is checked where it is tested.)"""
+    monkeypatch.setattr(cli, "_pretrain", lambda *a: pytest.fail("training started"))
+    monkeypatch.setattr(cli, "_import_tensorflow", lambda args: None)
+    texts = os.path.join(HERE, "cli_corpus.txt")
+    given = {"pretrain": ["--output", str(tmp_path / "run")],
+             "analyze": ["--task", tiny_preset, "--output", str(tmp_path / "an")],
+             "export": ["--task", tiny_preset, "--output", str(tmp_path / "e"), "--no-audit"]}
+    argv = [argv[0], *given[argv[0]], *argv[1:]]
+    argv = [a.replace("TEXTS", texts).replace("OUT", str(tmp_path)) for a in argv]
+    if status == 2 and "argument" in message:  # argparse's: its usage line, then the error
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: keras-bertfam ") and message in err, err
+    else:
+        _one_line_error(capsys, cli.main(argv), status, f"keras-bertfam {argv[0]}: error: ",
+                        message)
+    assert sorted(os.listdir(tmp_path)) == []  # refused before anything was written
+
+
+def test_an_interrupt_outside_trainings_own_stop_is_one_line_and_status_130(capsys,
+                                                                            monkeypatch):
+    """Ctrl-C while a model loads or exports (or a second Ctrl-C while training, which stops
+    at once): `interrupted` in one line and 128 + SIGINT, the status of a run a SIGINT ends
+    (training's own stop checkpoints first and exits with it too: the scenarios' SIGTERM);
+    --verbose: the traceback."""
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def main(argv):
+        try:
+            return cli.main(argv)
+        except KeyboardInterrupt:  # (not to pytest: it would end the session)
+            pytest.fail("the KeyboardInterrupt went through with its traceback")
+
+    monkeypatch.setattr(cli, "presets_command", interrupted)
+    _one_line_error(capsys, main(["presets"]), 130, "keras-bertfam presets: interrupted")
+    monkeypatch.setattr(cli, "pretrain", interrupted)
+    _one_line_error(capsys, main(["pretrain", "--output", "x"]), 130,
+                    "the same command resumes from the last checkpoint")
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["presets", "--verbose"])
+
+
+def test_an_unknown_strategy_is_a_usage_error(tmp_path, capsys):
+    """--strategy bogus: one line naming the known strategies, status 2 (it was a traceback)."""
+    status = cli.main(["pretrain", "--strategy", "bogus", "--output", str(tmp_path / "run")])
+    _one_line_error(capsys, status, 2, "keras-bertfam pretrain: error: --strategy bogus: Unknown "
+                    "strategy 'bogus'; choose one of default, mirrored")

@@ -439,8 +439,8 @@ def test_question_answerer_says_no_answer(qa, tiny_preset, tmp_path, capsys):
     check_export_answers_as_answer_does(qa, questions, contexts, str(tmp_path / "qa" / "1"),
                                         options, export=export_with_cli)
 
-    def refused(*argv):
-        assert cli.main(["export", *argv]) == 1
+    def refused(*argv):  # the command line is wrong: exit status 2
+        assert cli.main(["export", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err, err
         return err

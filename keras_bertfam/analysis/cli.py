@@ -8,10 +8,10 @@ import csv
 import json
 import os
 
+from keras_bertfam.cli import CommandError
+
 
 def _read_texts(path, limit):
-    if not os.path.isfile(path):
-        raise SystemExit(f"--texts {path!r} is not a file.")
     texts, labels, numbers = [], [], []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -29,7 +29,8 @@ def _read_texts(path, limit):
             if len(texts) == limit:
                 break
     if not texts:
-        raise SystemExit(f"--texts {path!r} has no text.")
+        raise CommandError(f"--texts {path} has no text: expected UTF-8 text, one text a "
+                           "line.")
     return texts, (labels if all(x is not None for x in labels) else None), numbers
 
 
@@ -40,10 +41,8 @@ def _check_labels(path, labels, numbers, model):
         return
     for label, number in zip(labels, numbers):
         if not 0 <= label < num_classes:
-            from keras_bertfam.cli import UserError
-
-            raise UserError(f"--texts {path} line {number}: label {label} is out of range: the "
-                            f"model has {num_classes} classes (0 to {num_classes - 1}).")
+            raise CommandError(f"--texts {path} line {number}: label {label} is out of range: "
+                               f"the model has {num_classes} classes (0 to {num_classes - 1}).")
 
 
 def _write_heads_csv(path, tables):
@@ -67,15 +66,12 @@ def analyze(args):
     import keras_bertfam as kb
     from keras_bertfam import presets
 
-    if args.max_texts <= 0 or args.plot_texts < 0:
-        raise SystemExit("--max-texts must be positive and --plot-texts >= 0.")
+    # (--max-texts, --plot-texts and --texts: checked by cli._check_analyze)
     if not os.path.isdir(args.task):
-        raise SystemExit(f"--task {args.task!r} is not a preset directory.")
-    from keras_bertfam.cli import UserError
-
+        raise CommandError(f"--task {args.task} is not a preset directory.")
     if os.path.exists(args.output) and not os.path.isdir(args.output):
-        raise UserError(f"--output {args.output} is a file: expected a directory (created if "
-                        "missing).")
+        raise CommandError(f"--output {args.output} is a file: expected a directory (created "
+                           "if missing).")
     manifest = presets._read_manifest(args.task)
     saved = manifest.get("task")
     if saved:
@@ -87,9 +83,9 @@ def analyze(args):
     texts, labels, numbers = _read_texts(args.texts, args.max_texts)
     backbone = kb.analysis._common.backbone_of(model, "analyze")
     if kb.analysis._common.banded_attention(backbone):
-        raise UserError(f"--task {args.task} is a {manifest['family']} model: its sliding-window "
-                        "attention has no (T, T) attention maps for analyze (use "
-                        "kb.analysis.probe in Python).")
+        raise CommandError(f"--task {args.task} is a {manifest['family']} model: its "
+                           "sliding-window attention has no (T, T) attention maps for analyze "
+                           "(use kb.analysis.probe in Python).")
     _check_labels(args.texts, labels, numbers, model)
     os.makedirs(args.output, exist_ok=True)
     summary = {"task": args.task, "texts": len(texts), "family": manifest["family"]}
@@ -105,10 +101,7 @@ def analyze(args):
         json.dump(maps.tokens, f)
     layer, head = maps.num_layers - 1, 0
     if args.head:
-        try:
-            layer, head = (int(v) for v in args.head.split(","))
-        except ValueError:
-            raise SystemExit(f"--head must be LAYER,HEAD, got {args.head!r}.")
+        layer, head = (int(v) for v in args.head.split(","))  # checked: cli._check_analyze
     for i in range(min(args.plot_texts, len(texts))):
         kb.analysis.plot_attention(maps, os.path.join(args.output, f"attention_text{i}.png"), i)
         kb.analysis.plot_attention(

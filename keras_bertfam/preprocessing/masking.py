@@ -50,6 +50,7 @@ permutation from 24-bit random keys with ties (probability ~T**2 / 2**25 per row
 position. SpanMasker keeps spans disjoint and whole-word, which the original does not (see its
 docstring).
 """
+import functools
 import math
 import numbers
 import os
@@ -1524,6 +1525,18 @@ def _unit_words(ids, selectable, start, lengths, bits, nested, prefer_units):
 _unit_words_xla = tf.function(_unit_words, jit_compile=True, autograph=False)
 
 
+def _window_widths(longest, row_length=None, narrowest=16):
+    """The matcher's window widths: the longest entry's length, cut to a static row length;
+    with an unknown one, the widths doubling from `narrowest` below the longest entry's length
+    and that length (the narrowest that covers a batch's rows runs)."""
+    if row_length is not None or longest <= narrowest:
+        return [min(longest, row_length or longest)]
+    widths = [narrowest]
+    while widths[-1] * 2 < longest:
+        widths.append(widths[-1] * 2)
+    return widths + [longest]
+
+
 def _pair_slot(first, second):
     """Slot in [0, 2**16) of an id pair (NumPy or TF ints; no int32 overflow for any ids)."""
     band = np.bitwise_and if isinstance(first, np.integer) else tf.bitwise.bitwise_and
@@ -1544,7 +1557,9 @@ class _LexiconMasker(WholeWordMasker):
     Entries that can never match (tokenized to nothing, or holding an unselectable token such
     as `[UNK]`) are skipped with one warning naming them; an empty lexicon is a warning (the
     masker is then `WholeWordMasker`); ids outside the vocabulary are a `ValueError`. Entries
-    longer than the rows cost nothing when the row length is static (windows stop there).
+    longer than the rows cost nothing (the windows stop at the rows' length: a static one at
+    trace time; an unknown one, ragged or unpadded rows, picks the narrowest of a few widths at
+    run time, `_window_widths`).
     """
 
     _lexicon_arg = "lexicon"
@@ -1634,11 +1649,8 @@ class _LexiconMasker(WholeWordMasker):
 
         One pass: only the positions whose token begins some entry and whose next token can
         continue one (a `[V]` table) look up their windows of 1..L tokens, all lengths at once
-        (hash, sorted search); the ids are checked at the hash hits only."""
+        (hash, sorted search); the ids are checked at the hash hits only (`_window_lengths`)."""
         T = tf.shape(ids)[1]
-        # Entries longer than the rows can never match: with a static row length the windows
-        # stop there (exact: a hit needs the entry's length), however long the longest entry.
-        L = min(self.max_unit_length, ids.shape[1] or self.max_unit_length)
         band = tf.bitwise.bitwise_and
         # A word ends at t when t + 1 does not continue it.
         word_end = selectable & ~_shift_left(selectable & ~start, 1, False)
@@ -1651,13 +1663,31 @@ class _LexiconMasker(WholeWordMasker):
         pair = tf.gather(self._pairs, _pair_slot(ids, _shift_left(ids, 1, 0)))
         alive = start & ((band(sc, 1) > 0) | ((band(sc, 2) > 0) & pair))
         where = tf.cast(tf.where(alive), tf.int32)  # (K, 2) rows, columns of live starts
+        # One gather for ids, selectability and word ends: id * 4 + 2 * selectable + end.
+        code = ids * 4 + tf.cast(selectable, tf.int32) * 2 + tf.cast(word_end, tf.int32)
+        code = tf.reshape(code, [-1])
+        # Entries longer than the rows can never match (a hit needs the entry's length): the
+        # windows stop at the row length, however long the longest entry. A static row length
+        # gives the width at trace time; else the narrowest of a few widths (doubling) that
+        # covers the batch's rows is chosen at run time, and only its branch runs.
+        widths = _window_widths(self.max_unit_length, ids.shape[1])
+        if len(widths) == 1:
+            best_k = self._window_lengths(where, code, T, widths[0])
+        else:
+            narrower = tf.reduce_sum(tf.cast(tf.constant(widths[:-1]) < T, tf.int32))
+            best_k = tf.switch_case(narrower, [
+                functools.partial(self._window_lengths, where, code, T, L) for L in widths])
+        return tf.scatter_nd(where, best_k, tf.shape(ids))
+
+    def _window_lengths(self, where, code, T, L):
+        """The longest match of at most `L` tokens at each live start `where` (K, 2) of the
+        [B, T] rows (`code`: the flat id * 4 + 2 * selectable + word end), 0 if none: (K,)."""
+        band = tf.bitwise.bitwise_and
         l_range = tf.range(L)[tf.newaxis, :]
         cols = where[:, 1:] + l_range  # (K, L)
         inside = cols < T
         at = tf.where(inside, where[:, :1] * T + cols, 0)
-        # One gather for ids, selectability and word ends: id * 4 + 2 * selectable + end.
-        code = ids * 4 + tf.cast(selectable, tf.int32) * 2 + tf.cast(word_end, tf.int32)
-        code = tf.where(inside, tf.gather(tf.reshape(code, [-1]), at), 0)
+        code = tf.where(inside, tf.gather(code, at), 0)
         window = tf.bitwise.right_shift(code, 2)  # (K, L)
         not_ok = 1 - tf.bitwise.right_shift(band(code, 2), 1)
         sel_prefix = tf.equal(_cumsum(not_ok, tri=_triangular(L)), 0)  # all selectable so far
@@ -1680,8 +1710,7 @@ class _LexiconMasker(WholeWordMasker):
             tf.equal(tf.gather(self._entry_ids[:, :L], tf.gather_nd(slot, kl)),
                      tf.gather(window, kl[:, 0])) | (l_range > kl[:, 1:]), axis=1)  # (H,)
         match = tf.scatter_nd(kl, tf.cast(same, tf.int32), [K, L]) > 0
-        best_k = tf.reduce_max(tf.where(match, n, 0), axis=1)
-        return tf.scatter_nd(where, best_k, tf.shape(ids))
+        return tf.reduce_max(tf.where(match, n, 0), axis=1)
 
     def _covered_words(self, ids, selectable, budget, seed):
         seed_order, _ = _split_seeds(seed, 2)
