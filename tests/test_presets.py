@@ -802,6 +802,33 @@ def test_hf_albert_dir_with_only_tokenizer_json(tmp_path, albert_spiece, config)
                                x["padding_mask"]) <= 1e-4
 
 
+def test_hf_xlnet_dir_with_only_tokenizer_json(tmp_path):
+    """XLNet's Unigram tokenizer.json (cased, no Lowercase step) converts too: its control pieces
+    and its user-defined "<eop>" (a non-special added token) as in the spiece.model it came from,
+    which gives the same ids; HF's on text without "<eop>"."""
+    import transformers
+
+    from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
+
+    spm_dir, path = tmp_path / "spm", str(tmp_path / "hf")
+    spm_dir.mkdir()
+    lines = [f"The film number {i} was great and the plot was dull {i % 7}, café."
+             for i in range(300)]
+    train_xlnet_sentencepiece_model(lines * 3, 60, output_file=str(spm_dir / "spiece.model"))
+    transformers.XLNetModel(transformers.XLNetConfig(vocab_size=60, d_model=16, n_layer=1,
+                                                     n_head=2, d_inner=32)).save_pretrained(path)
+    transformers.XLNetTokenizer.from_pretrained(str(spm_dir)).save_pretrained(path)
+    assert "spiece.model" not in os.listdir(path)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(path)
+    assert isinstance(tokenizer, kb.preprocessing.XLNetTokenizer) and not tokenizer.lowercase
+    same = kb.preprocessing.XLNetTokenizer(str(spm_dir / "spiece.model"))
+    texts = UNIGRAM_TEXTS + ["a <eop> b<eop>", "The FILM number 12 was"]
+    assert tokenizer(texts).to_list() == same(texts).to_list()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    assert tokenizer(UNIGRAM_TEXTS).to_list() == [
+        hf_tok(t, add_special_tokens=False)["input_ids"] for t in UNIGRAM_TEXTS]
+
+
 def test_hf_unigram_tokenizer_json_that_does_not_convert_is_refused(tmp_path, albert_spiece):
     """What the SentencePiece tokenizer cannot do as HF's does is refused naming it and the
     file: another normalizer, byte fallback, a token added beyond the vocabulary."""
@@ -832,7 +859,7 @@ def test_hf_unigram_tokenizer_json_that_does_not_convert_is_refused(tmp_path, al
     hf_tok.save_pretrained(path)
     with open(json_path) as f:
         spec = json.load(f)
-    refused("tokenizer.json.*'NewWord'")
+    refused("tokenizer.json.*'NewWord'.*beyond")
 
 
 def test_hf_roberta_config_default_two_token_types(tmp_path):

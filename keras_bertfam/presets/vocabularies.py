@@ -169,7 +169,7 @@ def hf_unigram_proto(model_dir, spec, source):
     piece, the special tokens as control pieces and the Precompiled character map (the model's
     own normalizer) go back into a proto, as HF's converter took them out. What the proto and our
     preprocessing cannot do the same is refused, naming it: another normalizer or pre-tokenizer,
-    byte fallback, tokens added beyond the special ones."""
+    byte fallback, tokens added beyond the vocabulary."""
     import base64
 
     from sentencepiece import sentencepiece_model_pb2
@@ -214,11 +214,14 @@ def hf_unigram_proto(model_dir, spec, source):
     pieces = {piece: i for i, (piece, _) in enumerate(vocab)}
     tokens = hf_special_tokens(model_dir, spec)
     new, kept = hf_added_tokens(spec, source, pieces, set(tokens.values()))
-    beyond = new + [e["content"] for e in kept if not e.get("special")]
-    if beyond:
-        raise ValueError(f"{source!r} adds the token(s) {sorted(set(beyond))}, which the "
-                         "SentencePiece tokenizer here cannot keep whole as HF's does.")
-    control = set(tokens.values()) | {e["content"] for e in spec.get("added_tokens") or []}
+    if new:
+        raise ValueError(f"{source!r} adds the token(s) {new} beyond its Unigram vocabulary, "
+                         "which the SentencePiece tokenizer here cannot keep whole as HF's does.")
+    # HF's converter made the model's control pieces special added tokens and its user-defined
+    # pieces (XLNet's "<eop>", found whole in a text) non-special ones.
+    entries = [e for e in spec.get("added_tokens") or [] if isinstance(e, dict)]
+    control = set(tokens.values()) | {e["content"] for e in entries if e.get("special")}
+    user = {e["content"] for e in kept if not e.get("special")}
     unk = model.get("unk_id")
     if not isinstance(unk, int) or not 0 <= unk < len(vocab):
         raise ValueError(f"{source!r} has no unk_id of its Unigram vocabulary (got {unk!r}).")
@@ -227,7 +230,7 @@ def hf_unigram_proto(model_dir, spec, source):
     for i, (piece, score) in enumerate(vocab):
         proto.pieces.add(piece=piece, score=float(score),
                          type=types.UNKNOWN if i == unk else types.CONTROL if piece in control
-                         else types.NORMAL)
+                         else types.USER_DEFINED if piece in user else types.NORMAL)
     proto.trainer_spec.model_type = sentencepiece_model_pb2.TrainerSpec.UNIGRAM
     proto.trainer_spec.vocab_size = len(vocab)
     proto.trainer_spec.unk_id, proto.trainer_spec.bos_id, proto.trainer_spec.eos_id = unk, -1, -1
