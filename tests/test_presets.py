@@ -862,6 +862,49 @@ def test_hf_unigram_tokenizer_json_that_does_not_convert_is_refused(tmp_path, al
     refused("tokenizer.json.*'NewWord'.*beyond")
 
 
+def test_hf_added_tokens_the_tokenizer_does_not_read_are_refused(tmp_path, hf_pretraining_dir,
+                                                                 byte_pair_files, albert_spiece):
+    """A slow tokenizer's save (vocab.txt / vocab.json + merges.txt / spiece.model, no
+    tokenizer.json) keeps added tokens in added_tokens.json or tokenizer_config.json's
+    "added_tokens_decoder"; a SentencePiece directory's tokenizer.json is not read. They loaded
+    silently without them: now refused, naming the file and the tokens."""
+    import transformers
+
+    bert = str(tmp_path / "bert")
+    shutil.copytree(hf_pretraining_dir, bert)
+    with open(os.path.join(bert, "added_tokens.json"), "w") as f:
+        json.dump({"newword": 30522}, f)
+    with pytest.raises(ValueError, match="added_tokens.json.*'newword'.*vocab.txt"):
+        kb.preprocessing.Tokenizer.from_preset(bert)
+    os.remove(os.path.join(bert, "added_tokens.json"))
+    with open(os.path.join(bert, "tokenizer_config.json"), "w") as f:
+        json.dump({"added_tokens_decoder": {
+            "103": {"content": "[MASK]", "special": True},
+            "30522": {"content": "<ENT>", "special": True}}}, f)
+    with pytest.raises(ValueError, match="tokenizer_config.json.*'<ENT>'"):
+        kb.preprocessing.Tokenizer.from_preset(bert)
+    roberta = str(tmp_path / "roberta")
+    _tiny_roberta_dir(roberta)
+    for name in byte_pair_files:
+        shutil.copy(name, roberta)
+    with open(os.path.join(roberta, "added_tokens.json"), "w") as f:
+        json.dump({"NewWord": 300}, f)
+    with pytest.raises(ValueError, match="added_tokens.json.*'NewWord'.*vocab.json"):
+        kb.preprocessing.Tokenizer.from_preset(roberta)
+    albert, spm_dir = str(tmp_path / "albert"), str(tmp_path / "spm")
+    os.makedirs(spm_dir)
+    shutil.copy(albert_spiece, spm_dir)
+    transformers.AlbertModel(transformers.AlbertConfig(
+        vocab_size=121, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32)).save_pretrained(albert)
+    hf_tok = transformers.AlbertTokenizer.from_pretrained(spm_dir)
+    hf_tok.add_tokens(["NewWord"])
+    hf_tok.save_pretrained(albert)
+    shutil.copy(albert_spiece, albert)
+    with pytest.raises(ValueError, match="tokenizer.json.*'NewWord'.*spiece.model"):
+        kb.preprocessing.Tokenizer.from_preset(albert)
+
+
 def test_hf_roberta_config_default_two_token_types(tmp_path):
     """HF's `RobertaConfig()` has type_vocab_size=2 (roberta-base: 1). RobertaModel adds row 0
     (token_type_ids default to zeros; RobertaTokenizer gives none), which is what ours reads."""

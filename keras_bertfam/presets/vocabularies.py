@@ -243,3 +243,30 @@ def hf_unigram_proto(model_dir, spec, source):
     spec_n.remove_extra_whitespaces = True
     spec_n.escape_whitespaces = True
     return proto.SerializeToString(), options, tokens
+
+
+def hf_refuse_unread_added_tokens(model_dir, vocabulary, what="vocab.txt",
+                                  files=("added_tokens.json", "tokenizer_config.json")):
+    """Tokens an HF directory adds beyond the `vocabulary` (its tokens) that the tokenizer is
+    not built with (a slow tokenizer's save keeps them in added_tokens.json and
+    tokenizer_config.json's "added_tokens_decoder"; a SentencePiece model's, also in
+    tokenizer.json) are refused, naming them and the file: loaded without them, their ids would
+    never come out and the texts holding them would tokenize unlike HF's."""
+    from keras_bertfam.presets import integrity
+
+    vocabulary = set(vocabulary)
+    tokens_of = {
+        "added_tokens.json": lambda c: list(c),
+        "tokenizer_config.json": lambda c: [_token_content(e) for e in (
+            c.get("added_tokens_decoder") or {}).values() if isinstance(e, dict)],
+        "tokenizer.json": lambda c: [_token_content(e) for e in c.get("added_tokens") or []]}
+    for name in files:
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            absent = [t for t in tokens_of[name](integrity.read_json_object(path))
+                      if isinstance(t, str) and t not in vocabulary]
+            if absent:
+                raise ValueError(
+                    f"{path!r} adds the token(s) {absent} beyond the vocabulary of {what}, "
+                    "which this tokenizer cannot keep as HF's does (WordPiece and byte-level "
+                    "BPE read the added tokens of a tokenizer.json).")

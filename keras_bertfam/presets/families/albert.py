@@ -5,7 +5,8 @@ from keras_bertfam.layers.encoder import sharing_plan
 from keras_bertfam.models.albert import AlbertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import (hf_special_tokens, hf_tokenizer_config,
+from keras_bertfam.presets.vocabularies import (hf_refuse_unread_added_tokens,
+                                                hf_special_tokens, hf_tokenizer_config,
                                                 hf_tokenizer_json, hf_unigram_proto,
                                                 tokenizer_options, vocabulary_path)
 from keras_bertfam.preprocessing.tokenizers import SentencePieceTokenizer
@@ -31,6 +32,9 @@ def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, low
     options = dict(lowercase=lowercase, keep_accents=False)
     if os.path.exists(proto):
         tokens = hf_special_tokens(model_dir)
+        hf_refuse_unread_added_tokens(model_dir, _pieces(proto), "spiece.model",
+                                      ("added_tokens.json", "tokenizer_config.json",
+                                       "tokenizer.json"))
     else:
         spec = hf_tokenizer_json(model_dir, "Unigram", "spiece.model", "SentencePiece",
                                  vocab_type=list)
@@ -43,6 +47,13 @@ def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, low
     return tokenizer_class(proto=proto, lowercase=options["lowercase"],
                            keep_accents=options["keep_accents"],
                            **{f"{role}_token": token for role, token in tokens.items()})
+
+
+def _pieces(proto):
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=proto)
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
 def hf_group_of_layer(num_layers, num_groups):

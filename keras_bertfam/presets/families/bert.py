@@ -5,7 +5,8 @@ from keras_bertfam.models.bert import BertBackbone
 from keras_bertfam.presets import checkpoints, integrity
 from keras_bertfam.presets.spec import FamilySpec, Preset
 from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer, read_vocabulary
-from keras_bertfam.presets.vocabularies import (hf_added_tokens, hf_special_tokens,
+from keras_bertfam.presets.vocabularies import (hf_added_tokens, hf_refuse_unread_added_tokens,
+                                                hf_special_tokens,
                                                 hf_tokenizer_config, hf_tokenizer_json,
                                                 hf_vocabulary_list, tokenizer_options,
                                                 vocabulary_path)
@@ -45,6 +46,8 @@ def wordpiece_from_hf(model_dir):
                            strip_accents=normalizer.get("strip_accents"))
     elif os.path.exists(json_path):  # transformers 4 saves it with vocab.txt
         spec = integrity.read_json_object(json_path)
+    else:
+        hf_refuse_unread_added_tokens(model_dir, read_vocabulary(vocab))
     options.update((k, cfg[k]) for k in options if k in cfg)
     tokens = {f"{role}_token": token for role, token in hf_special_tokens(model_dir, spec).items()}
     added = {}

@@ -5,7 +5,8 @@ import os
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET, RobertaBackbone
 from keras_bertfam.presets import checkpoints, integrity
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import (hf_added_tokens, hf_special_tokens,
+from keras_bertfam.presets.vocabularies import (hf_added_tokens, hf_refuse_unread_added_tokens,
+                                                hf_special_tokens,
                                                 hf_tokenizer_config, hf_tokenizer_json,
                                                 tokenizer_options, vocabulary_path)
 from keras_bertfam.preprocessing.tokenizers import BytePairTokenizer, _read_bpe_vocabulary
@@ -39,8 +40,11 @@ def byte_pair_from_hf(model_dir):
     json_path = os.path.join(model_dir, "tokenizer.json")
     add_prefix_space = False
     spec = None
-    if os.path.exists(vocab) and os.path.exists(merges) and os.path.exists(json_path):
-        spec = integrity.read_json_object(json_path)  # transformers 4 saves all three
+    if os.path.exists(vocab) and os.path.exists(merges):
+        if os.path.exists(json_path):
+            spec = integrity.read_json_object(json_path)  # transformers 4 saves all three
+        else:
+            hf_refuse_unread_added_tokens(model_dir, _read_bpe_vocabulary(vocab), "vocab.json")
     if not (os.path.exists(vocab) and os.path.exists(merges)):
         missing = " and ".join(os.path.basename(p) for p in (vocab, merges)
                                if not os.path.exists(p))
