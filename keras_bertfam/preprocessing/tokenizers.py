@@ -449,8 +449,9 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
         self._maybe_initialized_tf()
         tokens = self._tokenize_with_added(tf.reshape(inputs, [-1]))  # (N, (T))
-        for size in reversed(inputs.shape[1:]):  # a dense batch of rank > 1: its dimensions
-            tokens = tf.RaggedTensor.from_uniform_row_length(tokens, size)
+        for axis in reversed(range(1, inputs.shape.rank)):  # a dense batch of rank > 1
+            tokens = tf.RaggedTensor.from_uniform_row_length(
+                tokens, tf.shape(inputs, out_type=tokens.row_splits.dtype)[axis])
         if self.sequence_length:
             tokens = tokens.to_tensor(shape=tokens.shape[:-1] + [self.sequence_length])
         return tokens[0] if inputs.shape.rank == 0 else tokens
@@ -465,7 +466,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
 
         normalized = []
         if self.normalized_added_tokens:
-            with tf.init_scope():
+            with tf.init_scope():  # Python strings (a tf.data function traces this too)
                 normalized = [t.decode() for t in bert_normalize(
                     tf.constant(self.normalized_added_tokens), self.bert_lowercase,
                     self.bert_strip_accents).numpy()]
