@@ -654,7 +654,7 @@ def test_hf_sentencepiece_dir_without_spiece_model_names_the_file(tmp_path):
 # in a text (README: read as pieces, unlike HF).
 ADDED_TOKEN_TEXTS = TOKENIZER_TEXTS + [
     "the NewWord newword xNEWWORDy fox_x <ENT> box", "NewWord<ENT>fox_xfox_x", "  <ENT>  ",
-    "<ent> Ñewword", ""]
+    "<ent> Ñewword", "", "ZZQ zzq"]
 
 
 def _wordpiece_vocab(path):
@@ -680,7 +680,7 @@ def test_hf_bert_tokenizer_json_special_and_added_tokens(tmp_path):
                                             pad_token="<pad>", mask_token="<msk>",
                                             unk_token="<unk>")
     hf_tok.add_tokens(["NewWord", "fox_x"])
-    hf_tok.add_special_tokens({"additional_special_tokens": ["<ENT>"]})
+    hf_tok.add_special_tokens({"additional_special_tokens": ["zzq", "<ENT>"]})
     transformers.BertModel(transformers.BertConfig(**dict(TINY_HF, vocab_size=len(hf_tok)))
                            ).save_pretrained(path)
     hf_tok.save_pretrained(path)

@@ -431,14 +431,28 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
 
     def _set_vocabulary_tf(self):
         """keras-hub's tf-text tokenizer, from the cached model of this vocabulary (keras-hub's
-        own construction where tf-text's model builder is not where 2.21 has it)."""
+        own construction where tf-text's model builder is not where 2.21 has it).
+
+        With added tokens, the text between them is WordPieced by a model without the added
+        tokens at the end of the vocabulary (after its last other token), as HF's model has
+        only its own vocabulary: "ZZQ" is "z ##z ##q" when "zzq" is an added token found
+        only as written (the full model would make it "zzq" once lowercased)."""
+        def build(vocabulary):
+            model = _wordpiece_model(vocabulary, self.suffix_indicator, self.oov_token)
+            return tf_text.FastWordpieceTokenizer(
+                model_buffer=tf.constant(np.frombuffer(model, np.uint8)),
+                token_out_type=self.compute_dtype)
+
         try:
-            model = _wordpiece_model(self.vocabulary, self.suffix_indicator, self.oov_token)
+            self._fast_word_piece = build(self.vocabulary)
         except ImportError:  # pragma: no cover - another tf-text layout
-            return super()._set_vocabulary_tf()
-        self._fast_word_piece = tf_text.FastWordpieceTokenizer(
-            model_buffer=tf.constant(np.frombuffer(model, np.uint8)),
-            token_out_type=self.compute_dtype)
+            super()._set_vocabulary_tf()
+            self._text_word_piece = self._fast_word_piece
+            return
+        added = set(self.added_tokens) | set(self.normalized_added_tokens)
+        base = 1 + max((i for i, t in enumerate(self.vocabulary) if t not in added), default=-1)
+        self._text_word_piece = self._fast_word_piece if base == len(self.vocabulary) else \
+            build(self.vocabulary[:base])
 
     def tokenize(self, inputs):
         inputs = tf.convert_to_tensor(inputs)
@@ -491,7 +505,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         else:
             split = _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX
             keep = _hub_wordpiece.PUNCTUATION_REGEX
-        return merge_rows(self._fast_word_piece.tokenize(regex_split(text, split, keep)))
+        return merge_rows(self._text_word_piece.tokenize(regex_split(text, split, keep)))
 
     @tensor_utils.preprocessing_function
     def _tokenize_tf(self, inputs):
