@@ -729,9 +729,19 @@ def test_hf_roberta_tokenizer_json_added_tokens(tmp_path, byte_pair_files):
     assert tokenizer(ADDED_TOKEN_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
     task = kb.tasks.TextClassifier.from_preset(path, num_classes=2, sequence_length=32)
     assert _our_ids(task.preprocessor, ADDED_TOKEN_TEXTS) == hf_ids
-    hf_tok.add_tokens([transformers.AddedToken("Zq", lstrip=True), " spaced"])
+    hf_tok.add_tokens([transformers.AddedToken("Zq", lstrip=True)])
     hf_tok.save_pretrained(path)
     with pytest.raises(ValueError, match="tokenizer.json.*'Zq'.*lstrip"):
+        kb.preprocessing.Tokenizer.from_preset(path)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    hf_tok.add_tokens([" spaced"])
+    hf_tok.save_pretrained(path)
+    with open(os.path.join(path, "tokenizer.json")) as f:
+        spec = json.load(f)
+    next(e for e in spec["added_tokens"] if e["content"] == "Zq")["lstrip"] = False
+    with open(os.path.join(path, "tokenizer.json"), "w") as f:
+        json.dump(spec, f)
+    with pytest.raises(ValueError, match="tokenizer.json.*' spaced'.*contain a space"):
         kb.preprocessing.Tokenizer.from_preset(path)
     with pytest.raises(ValueError, match="' spaced'"):
         kb.preprocessing.BytePairTokenizer(*byte_pair_files, added_tokens=[" spaced"])

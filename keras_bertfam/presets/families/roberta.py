@@ -68,9 +68,14 @@ def byte_pair_from_hf(model_dir):
                                     unsupported=("single_word", "lstrip", "rstrip"))
         vocab.update({t: len(vocab) + i for i, t in enumerate(new)})  # HF's ids (checked)
         added = [e["content"] for e in kept]
-    return BytePairTokenizer(vocabulary=vocab, merges=merges,
-                             add_prefix_space=bool(cfg.get("add_prefix_space", add_prefix_space)),
-                             added_tokens=added, **tokens)
+    try:
+        return BytePairTokenizer(
+            vocabulary=vocab, merges=merges, added_tokens=added,
+            add_prefix_space=bool(cfg.get("add_prefix_space", add_prefix_space)), **tokens)
+    except ValueError as e:
+        if not added:
+            raise
+        raise ValueError(f"{json_path!r} adds tokens this tokenizer cannot take: {e}") from e
 
 
 def roberta_config_from_hf(cfg, token_type_row_0=False):
