@@ -645,10 +645,274 @@ def test_hf_sentencepiece_dir_without_spiece_model_names_the_file(tmp_path):
     transformers.AlbertModel(transformers.AlbertConfig(
         vocab_size=100, embedding_size=8, hidden_size=16, num_hidden_layers=1,
         num_attention_heads=2, intermediate_size=32)).save_pretrained(path)
-    with open(os.path.join(path, "tokenizer.json"), "w") as f:
-        json.dump({"model": {"type": "Unigram", "vocab": [["<pad>", 0.0]]}}, f)
-    with pytest.raises(FileNotFoundError, match="spiece.model"):
+    with pytest.raises(FileNotFoundError, match="spiece.model.*tokenizer.json"):
         kb.preprocessing.Tokenizer.from_preset(path)
+
+
+# Texts with added tokens ("NewWord" by `add_tokens`, "<ENT>" by `add_special_tokens`): inside
+# words, in other cases, next to each other, around spaces; no special token of a role typed
+# in a text (README: read as pieces, unlike HF).
+ADDED_TOKEN_TEXTS = TOKENIZER_TEXTS + [
+    "the NewWord newword xNEWWORDy fox_x <ENT> box", "NewWord<ENT>fox_xfox_x", "  <ENT>  ",
+    "<ent> Ñewword", "", "ZZQ zzq"]
+
+
+def _wordpiece_vocab(path):
+    """A WordPiece vocabulary whose special tokens are not BERT's names."""
+    words = "the quick brown fox jumps hello world two spaces".split()
+    vocab = (["<pad>", "<unk>", "<cls>", "<sep>", "<msk>", "[CLS]"]
+             + list("abcdefghijklmnopqrstuvwxyz.,!_")
+             + words + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"])
+    with open(path, "w") as f:
+        f.write("\n".join(vocab) + "\n")
+    return path
+
+
+def test_hf_bert_tokenizer_json_special_and_added_tokens(tmp_path):
+    """tokenizer.json's special tokens by their own names, and its added tokens (beyond the
+    vocabulary, never split, "NewWord" matched lowercased as HF normalizes it), were ignored:
+    packing used [CLS]/[SEP] (here an ordinary token) and added tokens came out as pieces."""
+    import transformers
+
+    path = str(tmp_path / "hf")
+    vocab = _wordpiece_vocab(str(tmp_path / "vocab.txt"))
+    hf_tok = transformers.BertTokenizerFast(vocab, cls_token="<cls>", sep_token="<sep>",
+                                            pad_token="<pad>", mask_token="<msk>",
+                                            unk_token="<unk>")
+    hf_tok.add_tokens(["NewWord", "fox_x"])
+    hf_tok.add_special_tokens({"additional_special_tokens": ["zzq", "<ENT>"]})
+    transformers.BertModel(transformers.BertConfig(**dict(TINY_HF, vocab_size=len(hf_tok)))
+                           ).save_pretrained(path)
+    hf_tok.save_pretrained(path)
+    assert "vocab.txt" not in os.listdir(path)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(path)
+    assert [getattr(tokenizer, f"{r}_token_id") for r in ("cls", "sep", "pad", "mask", "unk")] \
+        == [2, 3, 0, 4, 1]
+    assert tokenizer.vocabulary_size() == len(hf_tok)
+    hf_ids = _hf_ids(hf_tok, ADDED_TOKEN_TEXTS)
+    assert tokenizer(ADDED_TOKEN_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
+    task = kb.tasks.TextClassifier.from_preset(path, num_classes=2, sequence_length=32)
+    assert _our_ids(task.preprocessor, ADDED_TOKEN_TEXTS) == hf_ids
+    # the tokenizer's config rebuilds it (a saved preset's)
+    again = kb.preprocessing.WordPieceTokenizer.from_config(tokenizer.get_config())
+    again.set_vocabulary(tokenizer.get_vocabulary())
+    assert again(ADDED_TOKEN_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
+    # what it cannot apply is refused, naming the token and the file
+    with open(os.path.join(path, "tokenizer.json")) as f:
+        spec = json.load(f)
+    spec["added_tokens"][-1]["single_word"] = True
+    with open(os.path.join(path, "tokenizer.json"), "w") as f:
+        json.dump(spec, f)
+    with pytest.raises(ValueError, match="tokenizer.json.*'<ENT>'.*single_word"):
+        kb.preprocessing.Tokenizer.from_preset(path)
+    spec["added_tokens"][-1].update(single_word=False, id=80)
+    with open(os.path.join(path, "tokenizer.json"), "w") as f:
+        json.dump(spec, f)
+    with pytest.raises(ValueError, match="tokenizer.json.*'<ENT>', 80"):
+        kb.preprocessing.Tokenizer.from_preset(path)
+
+
+def test_hf_roberta_tokenizer_json_added_tokens(tmp_path, byte_pair_files):
+    import transformers
+
+    path = str(tmp_path / "hf")
+    _tiny_roberta_dir(path, vocab_size=304)
+    hf_tok = transformers.RobertaTokenizerFast(*byte_pair_files, add_prefix_space=True)
+    hf_tok.add_tokens(["NewWord", "fox_x"])
+    hf_tok.add_special_tokens({"additional_special_tokens": ["<ENT>"]})
+    hf_tok.save_pretrained(path)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(path)
+    assert tokenizer.vocabulary_size() == len(hf_tok)
+    hf_ids = _hf_ids(hf_tok, ADDED_TOKEN_TEXTS)
+    assert tokenizer(ADDED_TOKEN_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
+    task = kb.tasks.TextClassifier.from_preset(path, num_classes=2, sequence_length=32)
+    assert _our_ids(task.preprocessor, ADDED_TOKEN_TEXTS) == hf_ids
+    hf_tok.add_tokens([transformers.AddedToken("Zq", lstrip=True)])
+    hf_tok.save_pretrained(path)
+    with pytest.raises(ValueError, match="tokenizer.json.*'Zq'.*lstrip"):
+        kb.preprocessing.Tokenizer.from_preset(path)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    hf_tok.add_tokens([" spaced"])
+    hf_tok.save_pretrained(path)
+    with open(os.path.join(path, "tokenizer.json")) as f:
+        spec = json.load(f)
+    next(e for e in spec["added_tokens"] if e["content"] == "Zq")["lstrip"] = False
+    with open(os.path.join(path, "tokenizer.json"), "w") as f:
+        json.dump(spec, f)
+    with pytest.raises(ValueError, match="tokenizer.json.*' spaced'.*contain a space"):
+        kb.preprocessing.Tokenizer.from_preset(path)
+    with pytest.raises(ValueError, match="' spaced'"):
+        kb.preprocessing.BytePairTokenizer(*byte_pair_files, added_tokens=[" spaced"])
+
+
+@pytest.fixture(scope="module")
+def albert_spiece(tmp_path_factory):
+    import io
+    import random
+
+    import sentencepiece
+
+    words = "the quick brown fox jumps over lazy dog while seven wizards box jugs café".split()
+    rng = random.Random(0)
+    docs = [" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(200)]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(docs), model_writer=model, vocab_size=120, hard_vocab_limit=False,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        minloglevel=2)
+    path = tmp_path_factory.mktemp("albert_spm") / "spiece.model"
+    path.write_bytes(model.getvalue())
+    return str(path)
+
+
+UNIGRAM_TEXTS = TOKENIZER_TEXTS + ["THE ``Quick'' brown FOX", "tabs\tand\nnew lines ",
+                                   "naïve café ½ ﬁ Ⅻ", "x\u3000y\u00a0z ÀÉÎõü", ""]
+
+
+@pytest.mark.parametrize("config", [{}, dict(do_lower_case=False, keep_accents=True)])
+def test_hf_albert_dir_with_only_tokenizer_json(tmp_path, albert_spiece, config):
+    """transformers 5 saves an ALBERT tokenizer as tokenizer.json (a Unigram model) without
+    spiece.model, which was refused: it converts back to a SentencePiece model proto."""
+    import torch
+    import transformers
+
+    spm_dir, path = str(tmp_path / "spm"), str(tmp_path / "hf")
+    os.makedirs(spm_dir)
+    shutil.copy(albert_spiece, spm_dir)
+    torch.manual_seed(0)
+    hf = transformers.AlbertModel(transformers.AlbertConfig(
+        vocab_size=120, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32, max_position_embeddings=34)).eval()
+    hf.save_pretrained(path)
+    transformers.AlbertTokenizer.from_pretrained(spm_dir).save_pretrained(path)
+    assert "tokenizer.json" in os.listdir(path) and "spiece.model" not in os.listdir(path)
+    with open(os.path.join(path, "tokenizer_config.json")) as f:
+        tokenizer_config = json.load(f)
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(tokenizer_config, **config), f)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(path)
+    assert isinstance(tokenizer, kb.preprocessing.SentencePieceTokenizer)
+    hf_ids = _hf_ids(hf_tok, UNIGRAM_TEXTS)
+    assert tokenizer(UNIGRAM_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
+    # the spiece.model it came from, with the same options, gives the same ids
+    same = kb.preprocessing.SentencePieceTokenizer(
+        albert_spiece, lowercase=config.get("do_lower_case", True),
+        keep_accents=config.get("keep_accents", False))
+    assert same(UNIGRAM_TEXTS).to_list() == [i[1:-1] for i in hf_ids]
+    task = kb.tasks.TextClassifier.from_preset(path, num_classes=2, sequence_length=32)
+    assert _our_ids(task.preprocessor, UNIGRAM_TEXTS) == hf_ids
+    x = _ids()
+    x["token_ids"] = x["token_ids"] % 115 + 5
+    ours = kb.models.AlbertBackbone.from_preset(path)(x)
+    assert _max_diff_on_tokens(to_numpy(ours["sequence_output"]),
+                               _hf_sequence(hf, x).last_hidden_state.numpy(),
+                               x["padding_mask"]) <= 1e-4
+
+
+def test_hf_xlnet_dir_with_only_tokenizer_json(tmp_path):
+    """XLNet's Unigram tokenizer.json (cased, no Lowercase step) converts too: its control pieces
+    and its user-defined "<eop>" (a non-special added token) as in the spiece.model it came from,
+    which gives the same ids; HF's on text without "<eop>"."""
+    import transformers
+
+    from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
+
+    spm_dir, path = tmp_path / "spm", str(tmp_path / "hf")
+    spm_dir.mkdir()
+    lines = [f"The film number {i} was great and the plot was dull {i % 7}, café."
+             for i in range(300)]
+    train_xlnet_sentencepiece_model(lines * 3, 60, output_file=str(spm_dir / "spiece.model"))
+    transformers.XLNetModel(transformers.XLNetConfig(vocab_size=60, d_model=16, n_layer=1,
+                                                     n_head=2, d_inner=32)).save_pretrained(path)
+    transformers.XLNetTokenizer.from_pretrained(str(spm_dir)).save_pretrained(path)
+    assert "spiece.model" not in os.listdir(path)
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(path)
+    assert isinstance(tokenizer, kb.preprocessing.XLNetTokenizer) and not tokenizer.lowercase
+    same = kb.preprocessing.XLNetTokenizer(str(spm_dir / "spiece.model"))
+    texts = UNIGRAM_TEXTS + ["a <eop> b<eop>", "The FILM number 12 was"]
+    assert tokenizer(texts).to_list() == same(texts).to_list()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(path)
+    assert tokenizer(UNIGRAM_TEXTS).to_list() == [
+        hf_tok(t, add_special_tokens=False)["input_ids"] for t in UNIGRAM_TEXTS]
+
+
+def test_hf_unigram_tokenizer_json_that_does_not_convert_is_refused(tmp_path, albert_spiece):
+    """What the SentencePiece tokenizer cannot do as HF's does is refused naming it and the
+    file: another normalizer, byte fallback, a token added beyond the vocabulary."""
+    import transformers
+
+    spm_dir, path = str(tmp_path / "spm"), str(tmp_path / "hf")
+    os.makedirs(spm_dir)
+    shutil.copy(albert_spiece, spm_dir)
+    transformers.AlbertModel(transformers.AlbertConfig(
+        vocab_size=121, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32)).save_pretrained(path)
+    hf_tok = transformers.AlbertTokenizer.from_pretrained(spm_dir)
+    hf_tok.save_pretrained(path)
+    json_path = os.path.join(path, "tokenizer.json")
+    with open(json_path) as f:
+        spec = json.load(f)
+
+    def refused(match, **changes):
+        with open(json_path, "w") as f:
+            json.dump(dict(spec, **changes), f)
+        with pytest.raises(ValueError, match=match):
+            kb.preprocessing.Tokenizer.from_preset(path)
+
+    refused("tokenizer.json.*NFKC", normalizer={"type": "NFKC"})
+    refused("tokenizer.json.*byte_fallback", model=dict(spec["model"], byte_fallback=True))
+    refused("tokenizer.json.*Whitespace", pre_tokenizer={"type": "Whitespace"})
+    hf_tok.add_tokens(["NewWord"])
+    hf_tok.save_pretrained(path)
+    with open(json_path) as f:
+        spec = json.load(f)
+    refused("tokenizer.json.*'NewWord'.*beyond")
+
+
+def test_hf_added_tokens_the_tokenizer_does_not_read_are_refused(tmp_path, hf_pretraining_dir,
+                                                                 byte_pair_files, albert_spiece):
+    """A slow tokenizer's save (vocab.txt / vocab.json + merges.txt / spiece.model, no
+    tokenizer.json) keeps added tokens in added_tokens.json or tokenizer_config.json's
+    "added_tokens_decoder"; a SentencePiece directory's tokenizer.json is not read. They loaded
+    silently without them: now refused, naming the file and the tokens."""
+    import transformers
+
+    bert = str(tmp_path / "bert")
+    shutil.copytree(hf_pretraining_dir, bert)
+    with open(os.path.join(bert, "added_tokens.json"), "w") as f:
+        json.dump({"newword": 30522}, f)
+    with pytest.raises(ValueError, match="added_tokens.json.*'newword'.*vocab.txt"):
+        kb.preprocessing.Tokenizer.from_preset(bert)
+    os.remove(os.path.join(bert, "added_tokens.json"))
+    with open(os.path.join(bert, "tokenizer_config.json"), "w") as f:
+        json.dump({"added_tokens_decoder": {
+            "103": {"content": "[MASK]", "special": True},
+            "30522": {"content": "<ENT>", "special": True}}}, f)
+    with pytest.raises(ValueError, match="tokenizer_config.json.*'<ENT>'"):
+        kb.preprocessing.Tokenizer.from_preset(bert)
+    roberta = str(tmp_path / "roberta")
+    _tiny_roberta_dir(roberta)
+    for name in byte_pair_files:
+        shutil.copy(name, roberta)
+    with open(os.path.join(roberta, "added_tokens.json"), "w") as f:
+        json.dump({"NewWord": 300}, f)
+    with pytest.raises(ValueError, match="added_tokens.json.*'NewWord'.*vocab.json"):
+        kb.preprocessing.Tokenizer.from_preset(roberta)
+    albert, spm_dir = str(tmp_path / "albert"), str(tmp_path / "spm")
+    os.makedirs(spm_dir)
+    shutil.copy(albert_spiece, spm_dir)
+    transformers.AlbertModel(transformers.AlbertConfig(
+        vocab_size=121, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32)).save_pretrained(albert)
+    hf_tok = transformers.AlbertTokenizer.from_pretrained(spm_dir)
+    hf_tok.add_tokens(["NewWord"])
+    hf_tok.save_pretrained(albert)
+    shutil.copy(albert_spiece, albert)
+    with pytest.raises(ValueError, match="tokenizer.json.*'NewWord'.*spiece.model"):
+        kb.preprocessing.Tokenizer.from_preset(albert)
 
 
 def test_hf_roberta_config_default_two_token_types(tmp_path):

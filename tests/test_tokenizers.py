@@ -114,6 +114,41 @@ def test_vocabulary_without_mask_token(tmp_path):
         WordPieceTokenizer(vocabulary=path, oov_token="<oov>")
 
 
+def test_added_tokens_are_found_whole(tmp_path):
+    """`added_tokens` are found in the raw text, `normalized_added_tokens` in the normalized one
+    (HF's normalized flag), anywhere, the longest first; in every input form the tokenizer
+    takes, in tf.data, padded, and rebuilt from its config. Before, keras-hub's constructor took
+    neither name and the tokens came out as pieces."""
+    vocab = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz<>")
+             + ["hello"] + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"]
+             + ["NewWord", "<ENT>", "<ENT>x", "zzq"])  # added after the WordPiece vocabulary
+    ids = {t: i for i, t in enumerate(vocab)}
+    tokenizer = WordPieceTokenizer(vocab, lowercase=True, added_tokens=["<ENT>", "<ENT>x", "zzq"],
+                                   normalized_added_tokens=["NewWord"])
+    texts = ["Hello NEWWORD<ENT>xy", "a<ent>b newwordnewword", "", "  <ENT>  ZZQ zzq"]
+    # "ZZQ" is not "zzq" as written: WordPiece pieces it, with HF's vocabulary (no "zzq")
+    expected = [[ids["hello"], ids["NewWord"], ids["<ENT>x"], ids["y"]],
+                [ids["a"], ids["<"], ids["e"], ids["##n"], ids["##t"], ids[">"], ids["b"],
+                 ids["NewWord"], ids["NewWord"]], [],
+                [ids["<ENT>"], ids["z"], ids["##z"], ids["##q"], ids["zzq"]]]
+    assert tokenizer(texts).to_list() == expected
+    assert tokenizer(texts[0]).numpy().tolist() == expected[0]
+    assert tokenizer([[texts[0]], texts[1:]]).to_list() == [expected[:1], expected[1:]]
+    assert tokenizer(np.array([texts[:2], texts[2:]])).to_list() == [expected[:2], expected[2:]]
+    dataset = tf.data.Dataset.from_tensor_slices(texts).batch(4).map(tokenizer)
+    assert next(iter(dataset)).to_list() == expected
+    padded = WordPieceTokenizer(vocab, lowercase=True, added_tokens=["<ENT>", "<ENT>x", "zzq"],
+                                normalized_added_tokens=["NewWord"], sequence_length=3)
+    assert padded(texts).numpy().tolist() == [e[:3] + [0] * (3 - len(e[:3])) for e in expected]
+    config = tokenizer.get_config()
+    assert config["added_tokens"] == ["<ENT>", "<ENT>x", "zzq"]
+    again = WordPieceTokenizer.from_config(config)
+    again.set_vocabulary(vocab)
+    assert again(texts).to_list() == expected
+    with pytest.raises(ValueError, match=r"added token\(s\) \['<E2>'\] are not in the vocab"):
+        WordPieceTokenizer(vocab, added_tokens=["<E2>"])
+
+
 @pytest.mark.parametrize("lowercase,strip_accents", [(True, False), (False, True),
                                                       (True, None), (False, None)])
 def test_strip_accents_equals_hf(bert_vocab, lowercase, strip_accents):

@@ -311,6 +311,29 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
                                 tf.shape(values, out_type=first.dtype))
 
 
+def _cut_at_tokens(texts, tokens, ids):
+    """[N] texts -> ([N, (S)] parts, [N, (S)] ids): each text cut at the `tokens` in it (the
+    longest where two start at one place), a token's part with its id from `ids`, other parts
+    -1 (empty parts left out)."""
+    if not tokens:
+        parts = tf.RaggedTensor.from_tensor(texts[:, None])
+        return parts, parts.with_flat_values(tf.fill(tf.shape(texts), tf.constant(-1, ids.dtype)))
+    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]), reverse=True)
+    pattern = "|".join(re.escape(tokens[i]) for i in order)
+    parts = regex_split(texts, pattern, pattern)
+    is_token = tf.equal(parts.flat_values[:, None], [tokens[i] for i in order])  # (S, T)
+    token_id = tf.gather(tf.gather(ids, order), tf.argmax(is_token, axis=1))
+    return parts, parts.with_flat_values(
+        tf.where(tf.reduce_any(is_token, axis=1), token_id, tf.constant(-1, ids.dtype)))
+
+
+def _id_rows(ids):
+    """[S] ids, -1 for none -> [S, (0 or 1)]."""
+    present = ids >= 0
+    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(ids, present),
+                                            tf.cast(present, tf.int64), validate=False)
+
+
 # tf-text's WordPiece model (a flatbuffer) of each vocabulary, built once per process: every
 # WordPieceTokenizer built it again (a task's `from_preset`, `load_model`, a preset's tokenizer;
 # 30,522 BERT tokens: ~0.05 s to build, then tf-text made its 1.85 MB into a tensor through a
@@ -345,6 +368,11 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         strip_accents: drop accents (NFD, then the non-spacing marks); None (HF's default):
             when `lowercase`.
         cls_token ... unk_token: the vocabulary's special tokens.
+        added_tokens: tokens of the vocabulary found whole in a text before it is normalized
+            and split (HF's added tokens of `normalized=False`: `add_special_tokens`'s), each
+            giving its own id wherever it occurs.
+        normalized_added_tokens: the same, found in the normalized text (lowercased and
+            accent-stripped as this tokenizer does, as is the token: HF's `add_tokens`).
 
     Example:
     >>> tok = WordPieceTokenizer(vocabulary="vocab.txt", lowercase=True)  # doctest: +SKIP
@@ -365,16 +393,27 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         pad_token="[PAD]",
         mask_token="[MASK]",
         unk_token="[UNK]",
+        added_tokens=(),
+        normalized_added_tokens=(),
         **kwargs,
     ):
         self.bert_lowercase = lowercase
         self.bert_strip_accents = strip_accents
+        self.added_tokens = list(added_tokens or ())
+        self.normalized_added_tokens = list(normalized_added_tokens or ())
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
         # keras-hub's WordPieceTokenizer needs no special tokens (its guides train vocabularies
         # with "[START]" / "[END]"): a default token the vocabulary lacks leaves its role unset.
         defaults = dict(cls="[CLS]", sep="[SEP]", pad="[PAD]", mask="[MASK]")
         self._declare_special_tokens(
             vocabulary, tokens, optional=[r for r, t in defaults.items() if tokens[r] == t])
+        added = self.added_tokens + self.normalized_added_tokens
+        if added and vocabulary is not None:
+            vocab = set(read_vocabulary(vocabulary))
+            missing = [t for t in added if t not in vocab]
+            if missing:
+                raise ValueError(f"The added token(s) {missing} are not in the vocabulary: each "
+                                 "added token is one of its tokens.")
         kwargs.pop("_allow_python_workflow", None)
         if kwargs.get("oov_token", unk_token) != unk_token:
             raise ValueError(f"oov_token={kwargs['oov_token']!r} differs from "
@@ -392,18 +431,81 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
 
     def _set_vocabulary_tf(self):
         """keras-hub's tf-text tokenizer, from the cached model of this vocabulary (keras-hub's
-        own construction where tf-text's model builder is not where 2.21 has it)."""
+        own construction where tf-text's model builder is not where 2.21 has it).
+
+        With added tokens, the text between them is WordPieced by a model without the added
+        tokens at the end of the vocabulary (after its last other token), as HF's model has
+        only its own vocabulary: "ZZQ" is "z ##z ##q" when "zzq" is an added token found
+        only as written (the full model would make it "zzq" once lowercased)."""
+        def build(vocabulary):
+            model = _wordpiece_model(vocabulary, self.suffix_indicator, self.oov_token)
+            return tf_text.FastWordpieceTokenizer(
+                model_buffer=tf.constant(np.frombuffer(model, np.uint8)),
+                token_out_type=self.compute_dtype)
+
         try:
-            model = _wordpiece_model(self.vocabulary, self.suffix_indicator, self.oov_token)
+            self._fast_word_piece = build(self.vocabulary)
         except ImportError:  # pragma: no cover - another tf-text layout
-            return super()._set_vocabulary_tf()
-        self._fast_word_piece = tf_text.FastWordpieceTokenizer(
-            model_buffer=tf.constant(np.frombuffer(model, np.uint8)),
-            token_out_type=self.compute_dtype)
+            super()._set_vocabulary_tf()
+            self._text_word_piece = self._fast_word_piece
+            return
+        added = set(self.added_tokens) | set(self.normalized_added_tokens)
+        base = 1 + max((i for i, t in enumerate(self.vocabulary) if t not in added), default=-1)
+        self._text_word_piece = self._fast_word_piece if base == len(self.vocabulary) else \
+            build(self.vocabulary[:base])
 
     def tokenize(self, inputs):
-        return super().tokenize(bert_normalize(tf.convert_to_tensor(inputs), self.bert_lowercase,
-                                               self.bert_strip_accents))
+        inputs = tf.convert_to_tensor(inputs)
+        if not (self.added_tokens or self.normalized_added_tokens):
+            return super().tokenize(bert_normalize(inputs, self.bert_lowercase,
+                                                   self.bert_strip_accents))
+        if inputs.dtype != tf.string:
+            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
+        self._maybe_initialized_tf()
+        tokens = self._tokenize_with_added(tf.reshape(inputs, [-1]))  # (N, (T))
+        for axis in reversed(range(1, inputs.shape.rank)):  # a dense batch of rank > 1
+            tokens = tf.RaggedTensor.from_uniform_row_length(
+                tokens, tf.shape(inputs, out_type=tokens.row_splits.dtype)[axis])
+        if self.sequence_length:
+            tokens = tokens.to_tensor(shape=tokens.shape[:-1] + [self.sequence_length])
+        return tokens[0] if inputs.shape.rank == 0 else tokens
+
+    def _tokenize_with_added(self, texts):
+        """[N] texts -> [N, (T)] ids, as HF's tokenizer with added tokens: the text is cut at
+        its `added_tokens` (the longest where two start at one place), each part between them
+        normalized, cut at its `normalized_added_tokens` (normalized themselves), and each part
+        between those WordPieced alone; every added token gives its id."""
+        def ids_of(tokens):
+            return tf.constant([self.token_to_id(t) for t in tokens] or [0], self.compute_dtype)
+
+        normalized = []
+        if self.normalized_added_tokens:
+            with tf.init_scope():  # Python strings (a tf.data function traces this too)
+                normalized = [t.decode() for t in bert_normalize(
+                    tf.constant(self.normalized_added_tokens), self.bert_lowercase,
+                    self.bert_strip_accents).numpy()]
+        raw, raw_id = _cut_at_tokens(texts, self.added_tokens, ids_of(self.added_tokens))
+        text = bert_normalize(raw.flat_values, self.bert_lowercase, self.bert_strip_accents)
+        text = tf.where(raw_id.flat_values >= 0, "", text)
+        parts, part_id = _cut_at_tokens(text, normalized, ids_of(self.normalized_added_tokens))
+        words = self._wordpiece(tf.where(part_id.flat_values >= 0, "", parts.flat_values))
+        tokens = tf.concat([words, _id_rows(part_id.flat_values)], axis=1)  # (R, (T))
+        tokens = tf.RaggedTensor.from_row_splits(tokens, parts.row_splits, validate=False)
+        tokens = tf.concat([tokens.merge_dims(1, 2), _id_rows(raw_id.flat_values)], axis=1)
+        return tf.RaggedTensor.from_row_splits(tokens, raw.row_splits,
+                                               validate=False).merge_dims(1, 2)
+
+    def _wordpiece(self, text):
+        """[N] normalized texts -> [N, (T)] ids: split on whitespace and punctuation (CJK
+        characters as words), then WordPiece; keras-hub's ops (`_tokenize_tf`)."""
+        if self.split_on_cjk:
+            text = tf.strings.regex_replace(text, _hub_wordpiece.CJK_REGEX, r" \0 ")
+            split = _hub_wordpiece.WHITESPACE_PUNCTUATION_AND_CJK_REGEX
+            keep = _hub_wordpiece.PUNCTUATION_AND_CJK_REGEX
+        else:
+            split = _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX
+            keep = _hub_wordpiece.PUNCTUATION_REGEX
+        return merge_rows(self._text_word_piece.tokenize(regex_split(text, split, keep)))
 
     @tensor_utils.preprocessing_function
     def _tokenize_tf(self, inputs):
@@ -417,15 +519,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
                 or self._special_tokens_for_splitting() or isinstance(inputs, tf.RaggedTensor)):
             return super()._tokenize_tf(inputs)  # cases this library never builds: keras-hub's
         self._maybe_initialized_tf()
-        text = inputs[None] if inputs.shape.rank == 0 else inputs
-        if self.split_on_cjk:
-            text = tf.strings.regex_replace(text, _hub_wordpiece.CJK_REGEX, r" \0 ")
-            split = _hub_wordpiece.WHITESPACE_PUNCTUATION_AND_CJK_REGEX
-            keep = _hub_wordpiece.PUNCTUATION_AND_CJK_REGEX
-        else:
-            split = _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX
-            keep = _hub_wordpiece.PUNCTUATION_REGEX
-        tokens = merge_rows(self._fast_word_piece.tokenize(regex_split(text, split, keep)))
+        tokens = self._wordpiece(inputs[None] if inputs.shape.rank == 0 else inputs)
         if self.sequence_length:
             tokens = tokens.to_tensor(shape=[tokens.shape[0], self.sequence_length])
         if inputs.shape.rank == 0:
@@ -439,6 +533,8 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
             config.pop(key, None)
         config["lowercase"] = self.bert_lowercase
         config["strip_accents"] = self.bert_strip_accents
+        config.update(added_tokens=list(self.added_tokens),
+                      normalized_added_tokens=list(self.normalized_added_tokens))
         config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
         return config
 
@@ -558,6 +654,8 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         merges: a `merges.txt` path or a list of "a b" merge rules.
         add_prefix_space: encode the first word as if a space preceded it.
         cls_token ... unk_token: the vocabulary's special tokens.
+        added_tokens: more tokens of the vocabulary kept whole and splitting the text, as the
+            special tokens (HF's added tokens: `add_tokens`, `add_special_tokens`).
 
     Example:
     >>> tok = BytePairTokenizer("vocab.json", "merges.txt")  # doctest: +SKIP
@@ -580,10 +678,20 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         pad_token="<pad>",
         mask_token="<mask>",
         unk_token="<unk>",
+        added_tokens=(),
         **kwargs,
     ):
+        self.added_tokens = list(added_tokens or ())
         if vocabulary is not None:
             vocabulary = _read_bpe_vocabulary(vocabulary)
+            missing = [t for t in self.added_tokens if t not in vocabulary]
+            if missing:
+                raise ValueError(f"The added token(s) {missing} are not in the vocabulary: each "
+                                 "added token is one of its tokens.")
+        spaced = [t for t in self.added_tokens if " " in t]
+        if spaced:  # keras-hub's cache of merged words joins their pieces with " "
+            raise ValueError(f"The added token(s) {spaced} contain a space: BytePairTokenizer "
+                             "cannot keep such a token whole.")
         if merges is not None:
             merges = _read_bpe_merges(merges)
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
@@ -599,7 +707,8 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
             merges=merges,
             sequence_length=sequence_length,
             add_prefix_space=add_prefix_space,
-            unsplittable_tokens=[t for t in tokens.values() if t is not None],
+            unsplittable_tokens=[t for t in tokens.values() if t is not None]
+            + self.added_tokens,
             _allow_python_workflow=False,
             **kwargs,
         )
@@ -767,6 +876,7 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
         config = super().get_config()
         config.pop("unsplittable_tokens", None)
         config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
+        config["added_tokens"] = list(self.added_tokens)
         return config
 
 

@@ -1,12 +1,14 @@
 """ALBERT presets (Lan et al. 2020, v2 configs) and HF conversion."""
-import json
 import os
 
 from keras_bertfam.layers.encoder import sharing_plan
 from keras_bertfam.models.albert import AlbertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import tokenizer_options, vocabulary_path
+from keras_bertfam.presets.vocabularies import (hf_refuse_unread_added_tokens,
+                                                hf_special_tokens, hf_tokenizer_config,
+                                                hf_tokenizer_json, hf_unigram_proto,
+                                                tokenizer_options, vocabulary_path)
 from keras_bertfam.preprocessing.tokenizers import SentencePieceTokenizer
 
 PROTO_FILE = "vocabulary.spm"  # keras-hub's SentencePieceTokenizer asset name
@@ -19,17 +21,39 @@ def make_sentencepiece(spec, assets_dir=None):
     return SentencePieceTokenizer(proto=proto, **tokenizer_options(spec, lowercase=True))
 
 
-def sentencepiece_from_hf(model_dir):
-    path = os.path.join(model_dir, "spiece.model")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{model_dir!r} has no spiece.model for its SentencePiece tokenizer.")
-    cfg = {}
-    config_path = os.path.join(model_dir, "tokenizer_config.json")
-    if os.path.exists(config_path):
-        with open(config_path) as f:
-            cfg = json.load(f)
-    return SentencePieceTokenizer(proto=path, lowercase=cfg.get("do_lower_case", True),
-                                  keep_accents=cfg.get("keep_accents", False))
+def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, lowercase=True):
+    """spiece.model, or tokenizer.json's Unigram model converted back to one
+    (`hf_unigram_proto`: transformers 5 saves no spiece.model); lowercasing and accents:
+    tokenizer_config.json's `do_lower_case` / `keep_accents`, which transformers 5 applies over
+    tokenizer.json's normalizer (read where the config has none; without either `lowercase`,
+    accents stripped); the special tokens the directory names (`hf_special_tokens`)."""
+    cfg = hf_tokenizer_config(model_dir)
+    proto = os.path.join(model_dir, "spiece.model")
+    options = dict(lowercase=lowercase, keep_accents=False)
+    if os.path.exists(proto):
+        tokens = hf_special_tokens(model_dir)
+        hf_refuse_unread_added_tokens(model_dir, _pieces(proto), "spiece.model",
+                                      ("added_tokens.json", "tokenizer_config.json",
+                                       "tokenizer.json"))
+    else:
+        spec = hf_tokenizer_json(model_dir, "Unigram", "spiece.model", "SentencePiece",
+                                 vocab_type=list)
+        proto, options, tokens = hf_unigram_proto(
+            model_dir, spec, os.path.join(model_dir, "tokenizer.json"))
+    if "do_lower_case" in cfg:
+        options["lowercase"] = cfg["do_lower_case"]
+    if "keep_accents" in cfg:
+        options["keep_accents"] = cfg["keep_accents"]
+    return tokenizer_class(proto=proto, lowercase=options["lowercase"],
+                           keep_accents=options["keep_accents"],
+                           **{f"{role}_token": token for role, token in tokens.items()})
+
+
+def _pieces(proto):
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=proto)
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
 def hf_group_of_layer(num_layers, num_groups):

@@ -2,10 +2,12 @@
 import os
 
 from keras_bertfam.models.bert import BertBackbone
-from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets import checkpoints, integrity
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer
-from keras_bertfam.presets.vocabularies import (hf_tokenizer_config, hf_tokenizer_json,
+from keras_bertfam.preprocessing.tokenizers import WordPieceTokenizer, read_vocabulary
+from keras_bertfam.presets.vocabularies import (hf_added_tokens, hf_refuse_unread_added_tokens,
+                                                hf_special_tokens,
+                                                hf_tokenizer_config, hf_tokenizer_json,
                                                 hf_vocabulary_list, tokenizer_options,
                                                 vocabulary_path)
 
@@ -26,21 +28,41 @@ def make_wordpiece(spec, assets_dir=None):
 def wordpiece_from_hf(model_dir):
     """vocab.txt, or tokenizer.json's WordPiece "vocab" (transformers 5 saves no vocab.txt).
     Lowercasing and accent stripping: tokenizer_config.json's, which transformers 5 applies over
-    tokenizer.json's BertNormalizer (read where the config has none)."""
+    tokenizer.json's BertNormalizer (read where the config has none). The special tokens the
+    directory names (`hf_special_tokens`), and tokenizer.json's added tokens: those beyond the
+    vocabulary take the ids after it, and every one that is not a role's special token is found
+    whole in a text, as HF's tokenizer does."""
     cfg = hf_tokenizer_config(model_dir)
     vocab = os.path.join(model_dir, "vocab.txt")
+    json_path = os.path.join(model_dir, "tokenizer.json")
     options = dict(do_lower_case=True, strip_accents=None)
+    spec = None
     if not os.path.exists(vocab):
         spec = hf_tokenizer_json(model_dir, "WordPiece", "vocab.txt", "WordPiece")
-        vocab = hf_vocabulary_list(spec["model"]["vocab"],
-                                   os.path.join(model_dir, "tokenizer.json"))
+        vocab = hf_vocabulary_list(spec["model"]["vocab"], json_path)
         normalizer = spec.get("normalizer") or {}
         if normalizer.get("type") == "BertNormalizer":
             options.update(do_lower_case=normalizer.get("lowercase", True),
                            strip_accents=normalizer.get("strip_accents"))
+    elif os.path.exists(json_path):  # transformers 4 saves it with vocab.txt
+        spec = integrity.read_json_object(json_path)
+    else:
+        hf_refuse_unread_added_tokens(model_dir, read_vocabulary(vocab))
     options.update((k, cfg[k]) for k in options if k in cfg)
+    tokens = {f"{role}_token": token for role, token in hf_special_tokens(model_dir, spec).items()}
+    added = {}
+    if spec is not None and spec.get("added_tokens"):
+        vocab = read_vocabulary(vocab)
+        defaults = dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
+                        mask_token="[MASK]", unk_token="[UNK]")  # WordPieceTokenizer's
+        special = set(dict(defaults, **tokens).values())
+        new, kept = hf_added_tokens(spec, json_path, {t: i for i, t in enumerate(vocab)},
+                                    special)
+        vocab = vocab + new
+        added = dict(added_tokens=[e["content"] for e in kept if not e.get("normalized")],
+                     normalized_added_tokens=[e["content"] for e in kept if e.get("normalized")])
     return WordPieceTokenizer(vocabulary=vocab, lowercase=options["do_lower_case"],
-                              strip_accents=options["strip_accents"])
+                              strip_accents=options["strip_accents"], **tokens, **added)
 
 
 def wordpiece_to_hf(tokenizer, model_dir, tokenizer_class="BertTokenizer"):

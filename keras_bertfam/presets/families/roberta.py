@@ -3,11 +3,13 @@ import functools
 import os
 
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET, RobertaBackbone
-from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets import checkpoints, integrity
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import (hf_tokenizer_config, hf_tokenizer_json,
+from keras_bertfam.presets.vocabularies import (hf_added_tokens, hf_refuse_unread_added_tokens,
+                                                hf_special_tokens,
+                                                hf_tokenizer_config, hf_tokenizer_json,
                                                 tokenizer_options, vocabulary_path)
-from keras_bertfam.preprocessing.tokenizers import BytePairTokenizer
+from keras_bertfam.preprocessing.tokenizers import BytePairTokenizer, _read_bpe_vocabulary
 
 VOCABULARY_FILE = "vocabulary.json"  # keras-hub's BytePairTokenizer asset names
 MERGES_FILE = "merges.txt"
@@ -35,7 +37,14 @@ def byte_pair_from_hf(model_dir):
     ByteLevel pre-tokenizer (read where the config has none)."""
     cfg = hf_tokenizer_config(model_dir)
     vocab, merges = os.path.join(model_dir, "vocab.json"), os.path.join(model_dir, "merges.txt")
+    json_path = os.path.join(model_dir, "tokenizer.json")
     add_prefix_space = False
+    spec = None
+    if os.path.exists(vocab) and os.path.exists(merges):
+        if os.path.exists(json_path):
+            spec = integrity.read_json_object(json_path)  # transformers 4 saves all three
+        else:
+            hf_refuse_unread_added_tokens(model_dir, _read_bpe_vocabulary(vocab), "vocab.json")
     if not (os.path.exists(vocab) and os.path.exists(merges)):
         missing = " and ".join(os.path.basename(p) for p in (vocab, merges)
                                if not os.path.exists(p))
@@ -49,8 +58,24 @@ def byte_pair_from_hf(model_dir):
         vocab = spec["model"]["vocab"]
         merges = [" ".join(m) if isinstance(m, (list, tuple)) else m
                   for m in spec["model"].get("merges", [])]
-    return BytePairTokenizer(vocabulary=vocab, merges=merges,
-                             add_prefix_space=bool(cfg.get("add_prefix_space", add_prefix_space)))
+    tokens = {f"{role}_token": token for role, token in hf_special_tokens(model_dir, spec).items()}
+    added = []
+    if spec is not None and spec.get("added_tokens"):
+        vocab = dict(_read_bpe_vocabulary(vocab))
+        defaults = dict(cls_token="<s>", sep_token="</s>", pad_token="<pad>",
+                        mask_token="<mask>", unk_token="<unk>")  # BytePairTokenizer's
+        new, kept = hf_added_tokens(spec, json_path, vocab, set(dict(defaults, **tokens).values()),
+                                    unsupported=("single_word", "lstrip", "rstrip"))
+        vocab.update({t: len(vocab) + i for i, t in enumerate(new)})  # HF's ids (checked)
+        added = [e["content"] for e in kept]
+    try:
+        return BytePairTokenizer(
+            vocabulary=vocab, merges=merges, added_tokens=added,
+            add_prefix_space=bool(cfg.get("add_prefix_space", add_prefix_space)), **tokens)
+    except ValueError as e:
+        if not added:
+            raise
+        raise ValueError(f"{json_path!r} adds tokens this tokenizer cannot take: {e}") from e
 
 
 def roberta_config_from_hf(cfg, token_type_row_0=False):

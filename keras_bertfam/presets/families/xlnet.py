@@ -130,20 +130,9 @@ def make_sentencepiece(spec, assets_dir=None):
 
 
 def sentencepiece_from_hf(model_dir):
-    """`XLNetTokenizer` from an HF-format directory: spiece.model and tokenizer_config.json's
-    `do_lower_case` / `keep_accents` (HF's defaults False / False)."""
-    import json
-
-    proto = os.path.join(model_dir, "spiece.model")
-    if not os.path.exists(proto):
-        raise FileNotFoundError(f"{model_dir!r} has no spiece.model for XLNet's tokenizer.")
-    cfg = {}
-    path = os.path.join(model_dir, "tokenizer_config.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            cfg = json.load(f)
-    return XLNetTokenizer(proto=proto, lowercase=cfg.get("do_lower_case", False),
-                          keep_accents=cfg.get("keep_accents", False))
+    """`XLNetTokenizer` from an HF-format directory: ALBERT's (`albert.sentencepiece_from_hf`:
+    spiece.model or tokenizer.json), HF XLNet's default `do_lower_case` False."""
+    return albert.sentencepiece_from_hf(model_dir, XLNetTokenizer, lowercase=False)
 
 
 def xlnet_param_count(config):
