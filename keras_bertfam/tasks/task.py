@@ -594,10 +594,15 @@ class Task(keras.Model):
         checked against the backbone's tables, and label ids against theirs (`y`, or a
         dataset's labels: `_label_tables`), in memory now (`_check_ids_in_memory`) or, for a
         dataset, in its `tf.data` graph as it is read (`check_ids`), or, for a Python
-        generator, batch by batch as Keras reads it (`_checked_batches`); then
+        generator, a `keras.utils.PyDataset` or a torch `DataLoader`, batch by batch as Keras
+        reads it (`_checked_batches`, `_CheckedPyDataset`, `_checked_data_loader`); then
         `_checked_features`."""
         if isinstance(x, types.GeneratorType):
             return _checked_batches(self, x)
+        if isinstance(x, keras.utils.PyDataset):
+            return _CheckedPyDataset(self, x)
+        if _is_torch_data_loader(x):
+            return _checked_data_loader(self, x)
         if isinstance(x, dict) and "token_ids" in x:
             _check_ids_in_memory(self, x)
             _check_labels_in_memory(self, y)
@@ -725,7 +730,7 @@ class Task(keras.Model):
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps",
                                           every=self._steps_per_execution())
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
-            elif isinstance(validation_data, (tf.data.Dataset, types.GeneratorType)):
+            elif isinstance(validation_data, tf.data.Dataset) or _is_batch_stream(validation_data):
                 validation_data = self._checked_model_inputs(validation_data)  # ids checked
             elif isinstance(validation_data, (tuple, list)) and validation_data:
                 self._checked_model_inputs(*validation_data[:2])  # in memory: checked now
@@ -1654,11 +1659,90 @@ def _checked_batches(task, batches):
     read, as in-memory inputs are (`_checked_model_inputs`): Keras' generator adapter reads them
     on every backend (on TensorFlow through `tf.data.Dataset.from_generator`), where ids out of
     range passed unchecked (NaN on JAX). A generator again, which Keras takes as the one it
-    wraps."""
+    wraps. (Also what a torch `DataLoader`'s batches are read through: `_checked_data_loader`.)"""
     for batch in batches:
-        if isinstance(batch, tuple) and batch and isinstance(batch[0], dict):
-            task._checked_model_inputs(batch[0], batch[1] if len(batch) > 1 else None)
+        _check_batch(task, batch)
         yield batch
+
+
+def _check_batch(task, batch):
+    """One batch of model inputs read from a stream (a Python generator, a PyDataset, a torch
+    DataLoader): `(x,)`, `(x, y)` or `(x, y, sample_weight)` (a tuple or a list), or `x` alone,
+    checked as in-memory inputs are (`_checked_model_inputs`)."""
+    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], dict):
+        task._checked_model_inputs(batch[0], batch[1] if len(batch) > 1 else None)
+    elif isinstance(batch, dict):
+        task._checked_model_inputs(batch)
+
+
+class _CheckedPyDataset(keras.utils.PyDataset):
+    """A `keras.utils.PyDataset` of model inputs (preprocessor=None) whose batches are checked as
+    Keras reads them (`_check_batch`), on every backend: ids out of range passed unchecked
+    (NaN on JAX, a graph error of TensorFlow's own on TF). Its length, workers, queue and epoch
+    hooks are the wrapped one's."""
+
+    def __init__(self, task, data):
+        super().__init__(workers=data.workers, use_multiprocessing=data.use_multiprocessing,
+                         max_queue_size=data.max_queue_size)
+        self._task, self._data = task, data
+
+    def __len__(self):
+        return len(self._data)
+
+    @property
+    def num_batches(self):
+        return self._data.num_batches
+
+    def __getitem__(self, index):
+        batch = self._data[index]
+        _check_batch(self._task, batch)
+        return batch
+
+    def on_epoch_begin(self):
+        self._data.on_epoch_begin()
+
+    def on_epoch_end(self):
+        self._data.on_epoch_end()
+
+
+def _is_torch_data_loader(x):
+    """A torch `DataLoader` (as Keras' data adapters recognise it: by class, torch not
+    imported)."""
+    return any(c.__name__ == "DataLoader" and c.__module__.startswith("torch.utils.data")
+               for c in type(x).__mro__)
+
+
+def _is_batch_stream(x):
+    """Model inputs that Keras reads batch by batch from Python: a generator, a PyDataset, a
+    torch DataLoader."""
+    return isinstance(x, (types.GeneratorType, keras.utils.PyDataset)) or \
+        _is_torch_data_loader(x)
+
+
+def _checked_data_loader(task, loader):
+    """A torch `DataLoader` of model inputs (preprocessor=None) whose batches are checked as
+    Keras reads them (`_checked_batches`), on every backend (ids out of range passed unchecked:
+    NaN on JAX). A DataLoader again (Keras' torch loop iterates it as it is): the batches as
+    the wrapped one makes them (its sampler, workers, collation), one a step, and its length
+    where it has one. Its own random generator: opening it draws nothing from torch's global
+    random state (the wrapped one's shuffling draws as it did)."""
+    import torch
+
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return _checked_batches(task, loader)
+
+    class SizedBatches(Batches):
+        def __len__(self):
+            return len(loader)
+
+    sized = hasattr(loader.dataset, "__len__")  # as Keras' adapter asks
+    return torch.utils.data.DataLoader(SizedBatches() if sized else Batches(), batch_size=None,
+                                       collate_fn=_as_it_is, generator=torch.Generator())
+
+
+def _as_it_is(batch):
+    return batch
 
 
 def _check_ids_in_memory(task, x):
