@@ -1528,6 +1528,14 @@ def _id_range(task, size, bound):
     return f"expected ids in [0, {size}) ({type(task.backbone).__name__}'s {bound})."
 
 
+# Model inputs that are positions in the rows: a MaskedLM's predicted slots, and SpanBERT's
+# first and last token of each slot's span (gathered clipped on JAX: a NaN or silently wrong
+# loss; SpanBERT's out-of-row boundaries weighted the slot out of the SBO loss, silently).
+POSITION_INPUTS = ("mask_positions", "span_starts", "span_ends")
+_SPAN_ORDER = ("expected span_starts <= mask_positions <= span_ends (each slot's span holds its "
+               "position, as SpanMasker(..., return_span_boundaries=True) makes them).")
+
+
 def check_ids(task, features):
     """A dataset's model inputs (TensorFlow tensors in `tf.data`), once every token id is in
     [0, the backbone's `vocabulary_size`) and every segment id in [0, `num_segments`) where it
@@ -1546,8 +1554,9 @@ def check_ids(task, features):
                                              _id_range(task, size, bound))
     ids = checked.get("token_ids")
     if isinstance(ids, tf.Tensor) and ids.shape.rank is not None and ids.shape.rank >= 2:
-        # rows longer than the position table (a JAX or torch slice error, deep in the model)
-        # and MaskedLM's mask_positions outside the row (gathered clamped on JAX: NaN losses)
+        # rows longer than the position table (a JAX or torch slice error, deep in the model),
+        # MaskedLM's mask_positions outside the row (gathered clamped on JAX: NaN losses) and
+        # SpanBERT's span boundaries outside the row or not around their slot's position
         length = tf.shape(ids, out_type=tf.int64)[-1]
         max_length = getattr(task.backbone, "max_sequence_length", None)
         if isinstance(max_length, (int, np.integer)) and max_length > 0:
@@ -1555,15 +1564,39 @@ def check_ids(task, features):
                 ids, length <= max_length, f"{name} got token_ids of {{}} positions in a batch: "
                 f"{type(task.backbone).__name__} takes at most max_sequence_length={max_length} "
                 "(its position table).", tf.reshape(length, [1]))
-        positions = features.get("mask_positions")
-        if isinstance(positions, tf.Tensor) and positions.dtype.is_integer:
-            wide = tf.cast(positions, tf.int64)  # (none: min is int64's max, max its min)
-            low, high = tf.reduce_min(wide), tf.reduce_max(wide)
-            checked["mask_positions"] = _assert_then(
-                positions, (low >= 0) & (high < length), f"{name} got mask_positions from {{}} "
-                "to {} in a batch of rows of {} positions: expected positions in [0, the rows' "
-                "length).", tf.reshape(low, [1]), high, length)
+        for key in POSITION_INPUTS:
+            positions = features.get(key)
+            if isinstance(positions, tf.Tensor) and positions.dtype.is_integer:
+                wide = tf.cast(positions, tf.int64)  # (none: min is int64's max, max its min)
+                low, high = tf.reduce_min(wide), tf.reduce_max(wide)
+                checked[key] = _assert_then(
+                    positions, (low >= 0) & (high < length), f"{name} got {key} from {{}} "
+                    "to {} in a batch of rows of {} positions: expected positions in [0, the "
+                    "rows' length).", tf.reshape(low, [1]), high, length)
+        spans = [checked.get(key) for key in POSITION_INPUTS]
+        if all(isinstance(v, tf.Tensor) and v.dtype.is_integer for v in spans):
+            checked["mask_positions"] = _checked_spans(*spans, name)
     return checked
+
+
+def _checked_spans(positions, starts, ends, name):
+    """A batch's `mask_positions` (in `tf.data`) once every slot's span holds it (`span_starts`
+    <= `mask_positions` <= `span_ends`), else the pipeline stops naming the first slot that
+    does not (`_check_spans_in_memory`'s message, "of a batch")."""
+    positions_, starts, ends = (tf.cast(v, tf.int64) for v in (positions, starts, ends))
+    outside = (starts > positions_) | (positions_ > ends)
+
+    def refuse():  # built only where a slot is outside its span
+        first = tf.where(outside)[:1]
+        index = tf.unstack(first[0]) if positions.shape.rank else []
+        where = ", ".join(["{}"] * len(index))
+        return _assert_then(
+            positions, tf.constant(False), f"{name} got a span from {{}} to {{}} for "
+            f"mask_positions {{}} at [{where}] of a batch: {_SPAN_ORDER}",
+            tf.gather_nd(starts, first), tf.gather_nd(ends, first)[0],
+            tf.gather_nd(positions_, first)[0], *index)
+
+    return tf.cond(tf.reduce_any(outside), refuse, lambda: tf.identity(positions))
 
 
 def _checked_in_range(ids, size, what, key, expected):
@@ -1778,17 +1811,44 @@ def _check_ids_in_memory(task, x):
         if low is not None and (low < 0 or high >= size):
             raise ValueError(f"{name} got {key} from {low} to {high}: "
                              + _id_range(task, size, bound))
-    positions, ids = x.get("mask_positions"), x.get("token_ids")
+    ids = x.get("token_ids")
     length = getattr(ids, "shape", (None,))[-1] if ids is not None else None
-    if positions is not None and isinstance(length, (int, np.integer)) and not isinstance(
-            positions, (tf.data.Dataset, str, bytes)):
+    if not isinstance(length, (int, np.integer)):
+        return
+    spans = {}
+    for key in POSITION_INPUTS:  # MaskedLM's mask_positions, SpanBERT's span boundaries too
+        positions = x.get(key)
+        if positions is None or isinstance(positions, (tf.data.Dataset, str, bytes)):
+            continue
         if isinstance(positions, (list, tuple)):
             positions = np.asarray(positions)
         if 0 not in tuple(getattr(positions, "shape", (0,))):
             low, high = _min_max(positions)
             if low is not None and (low < 0 or high >= length):
-                raise ValueError(f"{name} got mask_positions from {low} to {high} for rows of "
+                raise ValueError(f"{name} got {key} from {low} to {high} for rows of "
                                  f"{length} positions: expected positions in [0, {length}).")
+            spans[key] = positions
+    if len(spans) == len(POSITION_INPUTS):
+        _check_spans_in_memory(name, *spans.values())
+
+
+def _check_spans_in_memory(name, positions, starts, ends):
+    """SpanBERT's in-memory inputs: every slot's span holds its position (`span_starts` <=
+    `mask_positions` <= `span_ends`). A span ending before it starts was weighted out of the
+    SBO loss silently; a position outside its span gave the SBO head another span's boundaries
+    and an offset clipped to 0 (a wrong loss, silently). The two differences' minima where the
+    values are; the first wrong slot looked for only where there is one."""
+    try:
+        low = min(_min_max(positions - starts)[0], _min_max(ends - positions)[0])
+    except Exception:  # noqa: BLE001 - not in-memory arrays (symbolic, None): checked where read
+        return
+    if low >= 0:
+        return
+    positions, starts, ends = (np.asarray(keras.ops.convert_to_numpy(v)) for v in
+                               (positions, starts, ends))
+    index = tuple(int(i) for i in np.argwhere((starts > positions) | (positions > ends))[0])
+    raise ValueError(f"{name} got a span from {starts[index]} to {ends[index]} for mask_positions "
+                     f"{positions[index]} at [{', '.join(map(str, index))}]: {_SPAN_ORDER}")
 
 
 def _check_token_ids_shape(task, shape, dtype):
