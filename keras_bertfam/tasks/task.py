@@ -726,6 +726,7 @@ class Task(keras.Model):
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
+                self._check_labels_given(data[0], data[1] if len(data) > 1 else None, "fit")
                 vx, vy, vw, _ = self._prepare(*data, training=False)
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps",
                                           every=self._steps_per_execution())
