@@ -746,10 +746,7 @@ class Task(keras.Model):
                     if paths:
                         warnings.filterwarnings("ignore", message=re.escape(
                             f"Gradients do not exist for variables {paths!r} when"))
-                if isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
-                    # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
-                    # end by running out of data and warns that training was cut short.
-                    warnings.filterwarnings("ignore", message="Your input ran out of data")
+                _read_once(x, kwargs.get("steps_per_epoch"))  # (an epoch: a corpus stream)
                 # (our pipelines' and the user's datasets alike: see without_autotune_model)
                 x = without_autotune_model(x)
                 validation_data = without_autotune_model(validation_data)
@@ -1038,7 +1035,8 @@ class Task(keras.Model):
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
         x, kwargs = one_iterator(x, kwargs, "steps", every=self._steps_per_execution())
-        with self._variables_restored_on_error():
+        with self._variables_restored_on_error(), warnings.catch_warnings():
+            _read_once(x, kwargs.get("steps"))  # (QuestionAnswerer's windows)
             return super().evaluate(x=without_autotune_model(x), y=y, batch_size=batch_size,
                                     sample_weight=sample_weight, **kwargs)
 
@@ -1052,7 +1050,8 @@ class Task(keras.Model):
               and keras.backend.backend() != "jax"  # JAX would compile once per length
               and getattr(self.preprocessor, "dynamic_padding", False)):
             return self._predict_by_length(x, batch_size or 32, kwargs.get("verbose", "auto"))
-        with self._variables_restored_on_error():
+        with self._variables_restored_on_error(), warnings.catch_warnings():
+            _read_once(x, kwargs.get("steps"))
             return super().predict(x=without_autotune_model(x), batch_size=batch_size, **kwargs)
 
     # A batch at a time (keras-hub's `*_on_batch`): model inputs get the same check as every
@@ -1474,6 +1473,17 @@ def one_iterator(ds, kwargs, steps="steps_per_epoch", every=1):
     if n <= 0 or n % max(int(every), 1):  # unknown (a stream) or infinite; or see above
         return ds, kwargs
     return ds.repeat(), dict(kwargs, **{steps: n})
+
+
+def _read_once(ds, steps):
+    """Inside `warnings.catch_warnings()`: a dataset read once without a number of steps (an
+    unknown length: `one_iterator` gives a known one its steps), e.g. a corpus stream, or
+    QuestionAnswerer's windows (each example's count known only once tokenized), ends when
+    Keras runs out of data, where it warns "Your input ran out of data; interrupting training"
+    though nothing was cut short: that warning is ignored. With `steps` given it stays (the
+    data may well be shorter than asked)."""
+    if isinstance(ds, tf.data.Dataset) and steps is None:
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
 
 
 def without_autotune_model(ds):
