@@ -452,6 +452,39 @@ def test_non_finite_regression_targets_are_refused():
         list(pre.prepare(ds))
 
 
+def test_string_regression_targets_in_a_dataset_are_refused():
+    """A regression TextClassifier (num_classes=1) fed a dataset of (texts, b"3.5") read it as
+    a text pair without targets: fit and evaluate said the dataset held "raw examples alone",
+    its validation data "None values not supported"; with sample weights, or a pair's targets,
+    TensorFlow's "Cast string to float is not supported". Refused naming the targets' dtype and
+    that numbers are expected, as string targets in memory are."""
+    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
+    regressor = kb.tasks.TextClassifier(_backbone(), num_classes=1, preprocessor=pre)
+    texts, targets = ["good film", "bad film"], [b"3.5", b"1.0"]
+    message = (r"TextClassifier got regression targets of dtype string( as the last of a "
+               r"dataset's [23] string tensors \(.*\))?: expected a number \(num_classes=1: regression\), not text; e\.g\. "
+               r"ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y\)\)\)")
+
+    def data(*parts):
+        return tf.data.Dataset.from_tensor_slices(parts).batch(2)
+
+    good = data(texts, [3.5, 1.0])
+    for call in (lambda: regressor.fit(data(texts, targets), verbose=0),
+                 lambda: regressor.evaluate(data(texts, targets), verbose=0),
+                 lambda: regressor.fit(good, validation_data=data(texts, targets), verbose=0),
+                 lambda: regressor.fit(data((texts, texts), targets), verbose=0),  # a pair's
+                 lambda: regressor.fit(data(texts, targets, [1.0, 1.0]), verbose=0),
+                 lambda: regressor.fit(data(texts, texts, targets), verbose=0)):
+        with pytest.raises(ValueError, match=message):
+            call()
+    with pytest.raises(ValueError, match=r"Invalid regression target b'3.5' \(flat index 0\): "
+                                         r"expected a number \(num_classes=1: regression\), not "
+                                         r"text"):  # in memory, as it was
+        regressor.fit(texts, np.array(targets), verbose=0)
+    # a text pair without targets is still predicted as one
+    assert regressor.predict(data(texts, texts), verbose=0).shape == (2, 1)
+
+
 @pytest.mark.multibackend
 def test_predict_and_fit_inputs_that_cannot_be_a_batch(classifier):
     with pytest.raises(ValueError, match=r"empty input \(0 examples, list\)"):

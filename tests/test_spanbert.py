@@ -157,3 +157,52 @@ def test_save_reload(tmp_path):
                                                     max_span_length=12)
     for key, value in again.predict(x, verbose=0).items():
         np.testing.assert_allclose(value, before[key], atol=1e-5, err_msg=key)
+
+
+@pytest.mark.multibackend
+def test_span_boundaries_outside_the_rows_or_not_around_their_slot_are_refused():
+    """preprocessor=None: `span_starts` / `span_ends` outside the rows were gathered clipped and
+    their slots weighted out of the SBO loss, silently; a span ending before it starts was
+    weighted out silently too; a slot's position outside its span gave the SBO head an offset
+    clipped to 0 and another span's boundaries (a wrong SBO loss, silently). Refused naming the
+    values, as `mask_positions` outside the rows are: in memory, in a `tf.data` dataset and
+    from a Python generator."""
+    model = kb.tasks.SpanBertPretrainer(
+        kb.models.SpanBertBackbone(**dict(TINY, num_layers=1, hidden_dim=16, intermediate_dim=32)),
+        preprocessor=None, position_embedding_dim=8)
+    x, y, w = batch(b=2)  # slots at 3, 4, 5 (one span), 8, 10; row 0's last slot is padding
+    rows = r"for rows of 12 positions: expected positions in \[0, 12\)"
+    in_batch = r"in a batch of rows of 12 positions: expected positions in \[0, the rows' length\)"
+    order = r"expected span_starts <= mask_positions <= span_ends"
+
+    def changed(key, row, slot, value):
+        values = x[key].copy()
+        values[row, slot] = value
+        return dict(x, **{key: values})
+
+    cases = [
+        (changed("span_ends", 1, 4, 12), r"span_ends from 0 to 12 " + rows,
+         r"span_ends from 0 to 12 " + in_batch),
+        (changed("span_starts", 1, 3, -1), r"span_starts from -1 to 10 " + rows,
+         r"span_starts from -1 to 10 " + in_batch),
+        (changed("span_ends", 1, 0, 2),  # ends before it starts
+         r"a span from 3 to 2 for mask_positions 3 at \[1, 0\]: " + order,
+         r"a span from 3 to 2 for mask_positions 3 at \[1, 0\] of a batch: " + order),
+        (changed("span_starts", 0, 3, 9),  # (9, 8): position 8 before its span
+         r"a span from 9 to 8 for mask_positions 8 at \[0, 3\]: " + order,
+         r"a span from 9 to 8 for mask_positions 8 at \[0, 3\] of a batch: " + order),
+        (changed("mask_positions", 0, 0, 7),  # 7 outside the span (3, 5) given for it
+         r"a span from 3 to 5 for mask_positions 7 at \[0, 0\]: " + order,
+         r"a span from 3 to 5 for mask_positions 7 at \[0, 0\] of a batch: " + order),
+    ]
+    for features, message, graph_message in cases:
+        with pytest.raises(ValueError, match=r"SpanBertPretrainer got " + message):
+            model.fit(features, y, sample_weight=w, verbose=0)
+        with pytest.raises(ValueError, match=r"SpanBertPretrainer got " + message):
+            model.fit(((features, y, w) for _ in range(1)), verbose=0)
+        # (predict: the same input pipeline as fit's, a cheaper step to trace)
+        with pytest.raises(Exception, match=r"SpanBertPretrainer got " + graph_message):
+            model.predict(tf.data.Dataset.from_tensor_slices(features).batch(2), verbose=0)
+    # the preprocessor's spans pass (its padding slot: position and span 0)
+    for data in (x, tf.data.Dataset.from_tensor_slices(x).batch(2)):
+        assert model.predict(data, verbose=0)["sbo_logits"].shape == (2, 5, 60)

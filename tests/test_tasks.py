@@ -574,6 +574,75 @@ def test_model_inputs_from_python_generators_are_checked():
         mlm.fit(((x, np.array([[5, 100], [5, 6]])) for _ in range(1)), verbose=0)
 
 
+def test_model_inputs_from_py_datasets_and_torch_data_loaders_are_checked():
+    """`preprocessor=None` inputs as a `keras.utils.PyDataset` or a torch `DataLoader` (Keras'
+    fit takes both on every backend) passed unchecked, as Python generators' did: token ids
+    outside the vocabulary gave NaN on JAX, a graph error of TF's own on TF; a MaskedLM's label
+    ids and a pretrainer's pair labels likewise. Each batch is checked as it is read, with the
+    generators' messages; in fit, evaluate, predict and fit's validation data."""
+    import torch
+
+    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
+    bad = dict(good, token_ids=np.full((2, 8), 999, "int32"))
+    labels = np.array([0, 1])
+    message = (r"TextClassifier got token_ids from 999 to 999: expected ids in \[0, 100\) "
+               r"\(BertBackbone's vocabulary_size\)")
+
+    class Batches(keras.utils.PyDataset):
+        def __init__(self, *batches, labelled=True):
+            super().__init__()
+            self.batches, self.labelled = batches, labelled
+
+        def __len__(self):
+            return len(self.batches)
+
+        def __getitem__(self, i):
+            return (self.batches[i], labels) if self.labelled else (self.batches[i],)
+
+    def loader(*xs, labelled=True):  # examples, batched by torch's default collate
+        examples = [({k: torch.as_tensor(v[i]) for k, v in x.items()}, int(labels[i]))
+                    for x in xs for i in range(2)]
+        if not labelled:
+            examples = [example[:1] for example in examples]
+        return torch.utils.data.DataLoader(examples, batch_size=2)
+
+    for data in (Batches, loader):
+        for call in (lambda: clf.fit(data(bad), verbose=0),
+                     lambda: clf.fit(data(good, good, bad), verbose=0),  # a later batch
+                     lambda: clf.evaluate(data(bad), verbose=0),
+                     lambda: clf.predict(data(bad, labelled=False), verbose=0),
+                     lambda: clf.fit(good, labels, validation_data=data(bad), verbose=0)):
+            with pytest.raises(ValueError, match=message):
+                call()
+        history = clf.fit(data(good, good), epochs=2, verbose=0).history
+        assert np.isfinite(history["loss"]).all() and len(history["loss"]) == 2
+        assert clf.predict(data(good, labelled=False), verbose=0).shape == (2, 2)
+
+    pretrainer = kb.tasks.BertPretrainer(backbone, preprocessor=None)
+    x = dict(good, segment_ids=np.zeros((2, 8), "int32"), mask_positions=np.array([[1, 2]] * 2))
+    y = {"mask_ids": np.array([[5, 6], [7, 8]]), "mask_weights": np.ones((2, 2), "float32"),
+         "pair_labels": np.array([0, 2])}
+
+    class Pretraining(keras.utils.PyDataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return x, y
+
+    with pytest.raises(ValueError, match=r"BertPretrainer got label pair_labels 2 at "
+                                         r"pair_labels\[1\]: expected labels in \[0, 2\)"):
+        pretrainer.fit(Pretraining(), verbose=0)
+    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    examples = [({k: torch.as_tensor(v[i]) for k, v in x.items()}, torch.as_tensor(t))
+                for i, t in enumerate(np.array([[5, 6], [7, 100]]))]
+    with pytest.raises(ValueError, match=r"MaskedLM got label mask_ids 100 at mask_ids\[1, 1\]: "
+                                         r"expected ids in \[0, 100\)"):
+        mlm.fit(torch.utils.data.DataLoader(examples, batch_size=2), verbose=0)
+
+
 def test_evaluate_gives_the_metric_of_the_whole_data_whatever_the_batching():
     """Tracked metrics are weighted means (real tokens, masked slots, sample weights); the
     epoch's mean weighted each batch by its rows, so a token accuracy of 0.20 read 0.22 at batch

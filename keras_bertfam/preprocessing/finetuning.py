@@ -143,6 +143,10 @@ ONE_LABEL_PER_WORD = ("Each word needs one label: example {} has {} word(s) but 
                       "yourself.")
 NOT_FINITE = ("Invalid regression target {}: expected a finite number (not NaN or inf), which "
               "would turn every weight into NaN.")
+TEXT_TARGET = "expected a number (num_classes=1: regression), not text"
+# {}: where the targets were found (a dataset's all-string elements: `check_no_text_targets`)
+TEXT_TARGETS = ("TextClassifier got regression targets of dtype string{}: " + TEXT_TARGET
+                + "; e.g. ds.map(lambda x, y: (x, tf.strings.to_number(y))).")
 
 
 MULTI_LABEL = ("Multi-label classification (several labels per example, a sigmoid each) is "
@@ -198,6 +202,18 @@ def as_labels(labels):
         return tf.convert_to_tensor(labels)
     except ValueError:  # non-rectangular
         return tf.ragged.constant(labels)
+
+
+def check_no_text_targets(ds):
+    """A regression task's dataset (fit, evaluate) whose elements are two or more parts, all
+    strings: texts and string targets, which `_split` reads as a text pair without targets
+    (fit and evaluate then said "raw examples alone" or "None values not supported"). Refused
+    naming the targets' dtype, as string targets in memory are."""
+    spec = ds.element_spec if isinstance(ds, tf.data.Dataset) else None
+    if isinstance(spec, tuple) and len(spec) > 1 and all(_is_string(part) for part in spec):
+        raise ValueError(TEXT_TARGETS.format(
+            f" as the last of a dataset's {len(spec)} string tensors (fit and evaluate take "
+            f"targets; a text pair's go as ((first, second), targets))"))
 
 
 def check_integer_labels(labels, what="label", expected="an integer class id"):
@@ -578,6 +594,8 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
                 y = check_labels(y, self.num_classes)
             elif self.num_classes == 1:  # regression: finite float32 targets
                 y = as_labels(y)
+                if y.dtype == tf.string:  # (TensorFlow's "Cast string to float is not supported")
+                    raise ValueError(TEXT_TARGETS.format(""))
                 check_label_shape(y.shape, "TextClassifier", "regression target", MULTI_TARGET)
                 y = check_finite_targets(y)
             else:  # no task attached: the labels as given (integer labels stay integer)

@@ -5,7 +5,8 @@ from keras import ops
 
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.finetuning import (MULTI_LABEL, MULTI_TARGET, NOT_AN_INTEGER,
-                                                    NOT_FINITE, check_label_shape)
+                                                    NOT_FINITE, TEXT_TARGET, check_label_shape,
+                                                    check_no_text_targets)
 from keras_bertfam.tasks.losses import weight_sum
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
@@ -133,6 +134,11 @@ class TextClassifier(Task):
                                           group_by_length=group_by_length,
                                           pad_to_multiple_of=pad_to_multiple_of, **kwargs)
 
+    def _check_labels_given(self, x, y, method):
+        if self.num_classes == 1:
+            check_no_text_targets(x)
+        super()._check_labels_given(x, y, method)
+
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         shape = _shape(y)
         if self.num_classes > 1:
@@ -238,8 +244,8 @@ def check_finite_target_values(targets):
     if text is not None:  # TensorFlow's message was "None values not supported"
         value = flat[text].item() if hasattr(flat[text], "item") else flat[text]
         raise ValueError(
-            f"Invalid regression target {value!r} (flat index {text}): expected a "
-            f"number (num_classes=1: regression), not text; e.g. np.asarray(y, dtype='float32').")
+            f"Invalid regression target {value!r} (flat index {text}): {TEXT_TARGET}; e.g. "
+            f"np.asarray(y, dtype='float32').")
     if flat.size == 0 or not np.issubdtype(flat.dtype, np.number):
         return
     bad = ~np.isfinite(flat.astype("float64"))

@@ -594,10 +594,15 @@ class Task(keras.Model):
         checked against the backbone's tables, and label ids against theirs (`y`, or a
         dataset's labels: `_label_tables`), in memory now (`_check_ids_in_memory`) or, for a
         dataset, in its `tf.data` graph as it is read (`check_ids`), or, for a Python
-        generator, batch by batch as Keras reads it (`_checked_batches`); then
+        generator, a `keras.utils.PyDataset` or a torch `DataLoader`, batch by batch as Keras
+        reads it (`_checked_batches`, `_CheckedPyDataset`, `_checked_data_loader`); then
         `_checked_features`."""
         if isinstance(x, types.GeneratorType):
             return _checked_batches(self, x)
+        if isinstance(x, keras.utils.PyDataset):
+            return _CheckedPyDataset(self, x)
+        if _is_torch_data_loader(x):
+            return _checked_data_loader(self, x)
         if isinstance(x, dict) and "token_ids" in x:
             _check_ids_in_memory(self, x)
             _check_labels_in_memory(self, y)
@@ -721,11 +726,12 @@ class Task(keras.Model):
             if validation_data is not None and getattr(self, "preprocessor", None) is not None:
                 data = (validation_data,) if isinstance(validation_data, tf.data.Dataset) else \
                     tuple(validation_data)
+                self._check_labels_given(data[0], data[1] if len(data) > 1 else None, "fit")
                 vx, vy, vw, _ = self._prepare(*data, training=False)
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps",
                                           every=self._steps_per_execution())
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
-            elif isinstance(validation_data, (tf.data.Dataset, types.GeneratorType)):
+            elif isinstance(validation_data, tf.data.Dataset) or _is_batch_stream(validation_data):
                 validation_data = self._checked_model_inputs(validation_data)  # ids checked
             elif isinstance(validation_data, (tuple, list)) and validation_data:
                 self._checked_model_inputs(*validation_data[:2])  # in memory: checked now
@@ -740,10 +746,7 @@ class Task(keras.Model):
                     if paths:
                         warnings.filterwarnings("ignore", message=re.escape(
                             f"Gradients do not exist for variables {paths!r} when"))
-                if isinstance(x, tf.data.Dataset) and kwargs.get("steps_per_epoch") is None:
-                    # An epoch of unknown length (a corpus stream) is one pass: Keras finds its
-                    # end by running out of data and warns that training was cut short.
-                    warnings.filterwarnings("ignore", message="Your input ran out of data")
+                _read_once(x, kwargs.get("steps_per_epoch"))  # (an epoch: a corpus stream)
                 # (our pipelines' and the user's datasets alike: see without_autotune_model)
                 x = without_autotune_model(x)
                 validation_data = without_autotune_model(validation_data)
@@ -1032,7 +1035,8 @@ class Task(keras.Model):
         x, y, sample_weight, batch_size = self._prepare(x, y, sample_weight, batch_size,
                                                         training=False)
         x, kwargs = one_iterator(x, kwargs, "steps", every=self._steps_per_execution())
-        with self._variables_restored_on_error():
+        with self._variables_restored_on_error(), warnings.catch_warnings():
+            _read_once(x, kwargs.get("steps"))  # (QuestionAnswerer's windows)
             return super().evaluate(x=without_autotune_model(x), y=y, batch_size=batch_size,
                                     sample_weight=sample_weight, **kwargs)
 
@@ -1046,7 +1050,8 @@ class Task(keras.Model):
               and keras.backend.backend() != "jax"  # JAX would compile once per length
               and getattr(self.preprocessor, "dynamic_padding", False)):
             return self._predict_by_length(x, batch_size or 32, kwargs.get("verbose", "auto"))
-        with self._variables_restored_on_error():
+        with self._variables_restored_on_error(), warnings.catch_warnings():
+            _read_once(x, kwargs.get("steps"))
             return super().predict(x=without_autotune_model(x), batch_size=batch_size, **kwargs)
 
     # A batch at a time (keras-hub's `*_on_batch`): model inputs get the same check as every
@@ -1470,6 +1475,17 @@ def one_iterator(ds, kwargs, steps="steps_per_epoch", every=1):
     return ds.repeat(), dict(kwargs, **{steps: n})
 
 
+def _read_once(ds, steps):
+    """Inside `warnings.catch_warnings()`: a dataset read once without a number of steps (an
+    unknown length: `one_iterator` gives a known one its steps), e.g. a corpus stream, or
+    QuestionAnswerer's windows (each example's count known only once tokenized), ends when
+    Keras runs out of data, where it warns "Your input ran out of data; interrupting training"
+    though nothing was cut short: that warning is ignored. With `steps` given it stays (the
+    data may well be shorter than asked)."""
+    if isinstance(ds, tf.data.Dataset) and steps is None:
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+
+
 def without_autotune_model(ds):
     """`ds` without tf.data's autotuning model thread, unless its options set
     `autotune.enabled` themselves.
@@ -1523,6 +1539,14 @@ def _id_range(task, size, bound):
     return f"expected ids in [0, {size}) ({type(task.backbone).__name__}'s {bound})."
 
 
+# Model inputs that are positions in the rows: a MaskedLM's predicted slots, and SpanBERT's
+# first and last token of each slot's span (gathered clipped on JAX: a NaN or silently wrong
+# loss; SpanBERT's out-of-row boundaries weighted the slot out of the SBO loss, silently).
+POSITION_INPUTS = ("mask_positions", "span_starts", "span_ends")
+_SPAN_ORDER = ("expected span_starts <= mask_positions <= span_ends (each slot's span holds its "
+               "position, as SpanMasker(..., return_span_boundaries=True) makes them).")
+
+
 def check_ids(task, features):
     """A dataset's model inputs (TensorFlow tensors in `tf.data`), once every token id is in
     [0, the backbone's `vocabulary_size`) and every segment id in [0, `num_segments`) where it
@@ -1541,8 +1565,9 @@ def check_ids(task, features):
                                              _id_range(task, size, bound))
     ids = checked.get("token_ids")
     if isinstance(ids, tf.Tensor) and ids.shape.rank is not None and ids.shape.rank >= 2:
-        # rows longer than the position table (a JAX or torch slice error, deep in the model)
-        # and MaskedLM's mask_positions outside the row (gathered clamped on JAX: NaN losses)
+        # rows longer than the position table (a JAX or torch slice error, deep in the model),
+        # MaskedLM's mask_positions outside the row (gathered clamped on JAX: NaN losses) and
+        # SpanBERT's span boundaries outside the row or not around their slot's position
         length = tf.shape(ids, out_type=tf.int64)[-1]
         max_length = getattr(task.backbone, "max_sequence_length", None)
         if isinstance(max_length, (int, np.integer)) and max_length > 0:
@@ -1550,15 +1575,39 @@ def check_ids(task, features):
                 ids, length <= max_length, f"{name} got token_ids of {{}} positions in a batch: "
                 f"{type(task.backbone).__name__} takes at most max_sequence_length={max_length} "
                 "(its position table).", tf.reshape(length, [1]))
-        positions = features.get("mask_positions")
-        if isinstance(positions, tf.Tensor) and positions.dtype.is_integer:
-            wide = tf.cast(positions, tf.int64)  # (none: min is int64's max, max its min)
-            low, high = tf.reduce_min(wide), tf.reduce_max(wide)
-            checked["mask_positions"] = _assert_then(
-                positions, (low >= 0) & (high < length), f"{name} got mask_positions from {{}} "
-                "to {} in a batch of rows of {} positions: expected positions in [0, the rows' "
-                "length).", tf.reshape(low, [1]), high, length)
+        for key in POSITION_INPUTS:
+            positions = features.get(key)
+            if isinstance(positions, tf.Tensor) and positions.dtype.is_integer:
+                wide = tf.cast(positions, tf.int64)  # (none: min is int64's max, max its min)
+                low, high = tf.reduce_min(wide), tf.reduce_max(wide)
+                checked[key] = _assert_then(
+                    positions, (low >= 0) & (high < length), f"{name} got {key} from {{}} "
+                    "to {} in a batch of rows of {} positions: expected positions in [0, the "
+                    "rows' length).", tf.reshape(low, [1]), high, length)
+        spans = [checked.get(key) for key in POSITION_INPUTS]
+        if all(isinstance(v, tf.Tensor) and v.dtype.is_integer for v in spans):
+            checked["mask_positions"] = _checked_spans(*spans, name)
     return checked
+
+
+def _checked_spans(positions, starts, ends, name):
+    """A batch's `mask_positions` (in `tf.data`) once every slot's span holds it (`span_starts`
+    <= `mask_positions` <= `span_ends`), else the pipeline stops naming the first slot that
+    does not (`_check_spans_in_memory`'s message, "of a batch")."""
+    positions_, starts, ends = (tf.cast(v, tf.int64) for v in (positions, starts, ends))
+    outside = (starts > positions_) | (positions_ > ends)
+
+    def refuse():  # built only where a slot is outside its span
+        first = tf.where(outside)[:1]
+        index = tf.unstack(first[0]) if positions.shape.rank else []
+        where = ", ".join(["{}"] * len(index))
+        return _assert_then(
+            positions, tf.constant(False), f"{name} got a span from {{}} to {{}} for "
+            f"mask_positions {{}} at [{where}] of a batch: {_SPAN_ORDER}",
+            tf.gather_nd(starts, first), tf.gather_nd(ends, first)[0],
+            tf.gather_nd(positions_, first)[0], *index)
+
+    return tf.cond(tf.reduce_any(outside), refuse, lambda: tf.identity(positions))
 
 
 def _checked_in_range(ids, size, what, key, expected):
@@ -1654,11 +1703,90 @@ def _checked_batches(task, batches):
     read, as in-memory inputs are (`_checked_model_inputs`): Keras' generator adapter reads them
     on every backend (on TensorFlow through `tf.data.Dataset.from_generator`), where ids out of
     range passed unchecked (NaN on JAX). A generator again, which Keras takes as the one it
-    wraps."""
+    wraps. (Also what a torch `DataLoader`'s batches are read through: `_checked_data_loader`.)"""
     for batch in batches:
-        if isinstance(batch, tuple) and batch and isinstance(batch[0], dict):
-            task._checked_model_inputs(batch[0], batch[1] if len(batch) > 1 else None)
+        _check_batch(task, batch)
         yield batch
+
+
+def _check_batch(task, batch):
+    """One batch of model inputs read from a stream (a Python generator, a PyDataset, a torch
+    DataLoader): `(x,)`, `(x, y)` or `(x, y, sample_weight)` (a tuple or a list), or `x` alone,
+    checked as in-memory inputs are (`_checked_model_inputs`)."""
+    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], dict):
+        task._checked_model_inputs(batch[0], batch[1] if len(batch) > 1 else None)
+    elif isinstance(batch, dict):
+        task._checked_model_inputs(batch)
+
+
+class _CheckedPyDataset(keras.utils.PyDataset):
+    """A `keras.utils.PyDataset` of model inputs (preprocessor=None) whose batches are checked as
+    Keras reads them (`_check_batch`), on every backend: ids out of range passed unchecked
+    (NaN on JAX, a graph error of TensorFlow's own on TF). Its length, workers, queue and epoch
+    hooks are the wrapped one's."""
+
+    def __init__(self, task, data):
+        super().__init__(workers=data.workers, use_multiprocessing=data.use_multiprocessing,
+                         max_queue_size=data.max_queue_size)
+        self._task, self._data = task, data
+
+    def __len__(self):
+        return len(self._data)
+
+    @property
+    def num_batches(self):
+        return self._data.num_batches
+
+    def __getitem__(self, index):
+        batch = self._data[index]
+        _check_batch(self._task, batch)
+        return batch
+
+    def on_epoch_begin(self):
+        self._data.on_epoch_begin()
+
+    def on_epoch_end(self):
+        self._data.on_epoch_end()
+
+
+def _is_torch_data_loader(x):
+    """A torch `DataLoader` (as Keras' data adapters recognise it: by class, torch not
+    imported)."""
+    return any(c.__name__ == "DataLoader" and c.__module__.startswith("torch.utils.data")
+               for c in type(x).__mro__)
+
+
+def _is_batch_stream(x):
+    """Model inputs that Keras reads batch by batch from Python: a generator, a PyDataset, a
+    torch DataLoader."""
+    return isinstance(x, (types.GeneratorType, keras.utils.PyDataset)) or \
+        _is_torch_data_loader(x)
+
+
+def _checked_data_loader(task, loader):
+    """A torch `DataLoader` of model inputs (preprocessor=None) whose batches are checked as
+    Keras reads them (`_checked_batches`), on every backend (ids out of range passed unchecked:
+    NaN on JAX). A DataLoader again (Keras' torch loop iterates it as it is): the batches as
+    the wrapped one makes them (its sampler, workers, collation), one a step, and its length
+    where it has one. Its own random generator: opening it draws nothing from torch's global
+    random state (the wrapped one's shuffling draws as it did)."""
+    import torch
+
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return _checked_batches(task, loader)
+
+    class SizedBatches(Batches):
+        def __len__(self):
+            return len(loader)
+
+    sized = hasattr(loader.dataset, "__len__")  # as Keras' adapter asks
+    return torch.utils.data.DataLoader(SizedBatches() if sized else Batches(), batch_size=None,
+                                       collate_fn=_as_it_is, generator=torch.Generator())
+
+
+def _as_it_is(batch):
+    return batch
 
 
 def _check_ids_in_memory(task, x):
@@ -1694,17 +1822,44 @@ def _check_ids_in_memory(task, x):
         if low is not None and (low < 0 or high >= size):
             raise ValueError(f"{name} got {key} from {low} to {high}: "
                              + _id_range(task, size, bound))
-    positions, ids = x.get("mask_positions"), x.get("token_ids")
+    ids = x.get("token_ids")
     length = getattr(ids, "shape", (None,))[-1] if ids is not None else None
-    if positions is not None and isinstance(length, (int, np.integer)) and not isinstance(
-            positions, (tf.data.Dataset, str, bytes)):
+    if not isinstance(length, (int, np.integer)):
+        return
+    spans = {}
+    for key in POSITION_INPUTS:  # MaskedLM's mask_positions, SpanBERT's span boundaries too
+        positions = x.get(key)
+        if positions is None or isinstance(positions, (tf.data.Dataset, str, bytes)):
+            continue
         if isinstance(positions, (list, tuple)):
             positions = np.asarray(positions)
         if 0 not in tuple(getattr(positions, "shape", (0,))):
             low, high = _min_max(positions)
             if low is not None and (low < 0 or high >= length):
-                raise ValueError(f"{name} got mask_positions from {low} to {high} for rows of "
+                raise ValueError(f"{name} got {key} from {low} to {high} for rows of "
                                  f"{length} positions: expected positions in [0, {length}).")
+            spans[key] = positions
+    if len(spans) == len(POSITION_INPUTS):
+        _check_spans_in_memory(name, *spans.values())
+
+
+def _check_spans_in_memory(name, positions, starts, ends):
+    """SpanBERT's in-memory inputs: every slot's span holds its position (`span_starts` <=
+    `mask_positions` <= `span_ends`). A span ending before it starts was weighted out of the
+    SBO loss silently; a position outside its span gave the SBO head another span's boundaries
+    and an offset clipped to 0 (a wrong loss, silently). The two differences' minima where the
+    values are; the first wrong slot looked for only where there is one."""
+    try:
+        low = min(_min_max(positions - starts)[0], _min_max(ends - positions)[0])
+    except Exception:  # noqa: BLE001 - not in-memory arrays (symbolic, None): checked where read
+        return
+    if low >= 0:
+        return
+    positions, starts, ends = (np.asarray(keras.ops.convert_to_numpy(v)) for v in
+                               (positions, starts, ends))
+    index = tuple(int(i) for i in np.argwhere((starts > positions) | (positions > ends))[0])
+    raise ValueError(f"{name} got a span from {starts[index]} to {ends[index]} for mask_positions "
+                     f"{positions[index]} at [{', '.join(map(str, index))}]: {_SPAN_ORDER}")
 
 
 def _check_token_ids_shape(task, shape, dtype):
