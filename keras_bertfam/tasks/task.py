@@ -21,6 +21,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
+from keras_bertfam.models.weights_files import TASK_CLASS_KEY, check_weights_file, encode_name
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions)
 from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
@@ -201,8 +202,10 @@ class Task(keras.Model):
         """Keras' own variables, and the state Keras does not save (so `BackupAndRestore` and
         `ModelCheckpoint` lost it): every seed generator's (`seed_generator_<i>`: a resumed
         run draws the dropout masks and samples the uninterrupted run drew) and the record of
-        the epoch in progress (`EPOCH_RECORD`, see `_epoch_keyed`)."""
+        the epoch in progress (`EPOCH_RECORD`, see `_epoch_keyed`); and the task's class
+        (`TASK_CLASS_KEY`: `load_weights` refuses another task's file of the same shapes)."""
         super().save_own_variables(store)
+        store[TASK_CLASS_KEY] = encode_name(self._task_class_name())
         for i, generator in enumerate(self._all_seed_generators()):
             store[f"seed_generator_{i}"] = generator.state
         record = self.__dict__.get("_epoch_record")
@@ -215,7 +218,8 @@ class Task(keras.Model):
         keys = list(store.keys())
         seeds = sorted((k for k in keys if k.startswith("seed_generator_")),
                        key=lambda k: int(k.rsplit("_", 1)[1]))
-        own = {k: store[k] for k in keys if k not in seeds and k != self.EPOCH_RECORD}
+        own = {k: store[k] for k in keys
+               if k not in seeds and k not in (self.EPOCH_RECORD, TASK_CLASS_KEY)}
         super().load_own_variables(own)
         if seeds:
             generators = self._all_seed_generators()
@@ -483,15 +487,26 @@ class Task(keras.Model):
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
-    def load_weights(self, filepath, *args, **kwargs):
+    def _task_class_name(self):
+        """The library's task class this task is (a user's subclass: the class it extends)."""
+        for cls in type(self).__mro__:
+            if cls.__module__.startswith("keras_bertfam.tasks.") and cls is not Task:
+                return cls.__name__
+        return type(self).__name__
+
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, with a compiled task's optimizer built first: a compiled
         task's optimizer has no variables before its first step, and Keras then skips the file's
         optimizer state (moments, step count) with a warning, so `fit(initial_epoch=...)` went
-        on from step 0 of the schedule with fresh moments."""
+        on from step 0 of the schedule with fresh moments. A file that does not fit the task
+        (`check_weights_file`: another family, size, head or task class) is refused before
+        anything is loaded, unless `skip_mismatch=True` (Keras' partial loading)."""
         if (getattr(self, "optimizer", None) is not None and not self.optimizer.built
                 and self.built and str(filepath).endswith((".weights.h5", ".keras"))):
             self.optimizer.build(self.trainable_variables)
-        return super().load_weights(filepath, *args, **kwargs)
+        if self.built and not skip_mismatch:
+            check_weights_file(self, filepath, task_class=self._task_class_name())
+        return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
 
     def _fill_schedule(self, dataset, epochs, steps_per_epoch):
         """Sets an auto schedule's total (and warmup) steps from the first fit's length; returns
