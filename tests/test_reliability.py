@@ -208,6 +208,11 @@ def test_a_weights_file_of_the_same_model_loads_and_one_that_is_not_one_is_named
         model.load_weights(path)
         for a, b in zip(trained.weights, model.weights):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    trained.save(str(tmp_path / "clf.keras"))  # a `.keras` file's weights are checked alike
+    _classifier().load_weights(str(tmp_path / "clf.keras"))
+    with pytest.raises(ValueError, match=r"clf\.keras' into TokenClassifier .*holds a "
+                                         r"TextClassifier's weights"):
+        _classifier(kb.tasks.TokenClassifier).load_weights(str(tmp_path / "clf.keras"))
     backbone = _backbone()
     trained.backbone.save_weights(str(tmp_path / "backbone.weights.h5"))
     backbone.load_weights(str(tmp_path / "backbone.weights.h5"))
@@ -215,7 +220,7 @@ def test_a_weights_file_of_the_same_model_loads_and_one_that_is_not_one_is_named
                                   np.asarray(trained.backbone.weights[0]))
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 100)
-    with pytest.raises(ValueError, match=re.escape(path) + r"' \(\d+ bytes\): it is truncated, "
+    with pytest.raises(OSError, match=re.escape(path) + r"' \(\d+ bytes\): it is truncated, "
                        r"damaged or not a Keras weights file \(OSError: .*truncated file"):
         _classifier().load_weights(path)
     # A preset's backbone built smaller than its weights: refused, as HF's and keras-hub's are.

@@ -16,6 +16,7 @@ import zipfile
 import h5py
 import numpy as np
 from keras.src.saving import saving_lib
+from keras.src.utils.file_utils import is_remote_path
 
 # Keras' optimizer loads its state when its variable count matches the file's and otherwise
 # skips it with a warning (plain weights into a compiled model); that stays Keras' behaviour.
@@ -68,7 +69,7 @@ def _open_h5(filepath):
 def read_layout(filepath):
     """-> ({path: {key: shape}}, the task class it was saved from or None) of a `.weights.h5`
     file or a `.keras` archive's weights; a file that is not one (truncated, damaged, another
-    format) is a ValueError naming it."""
+    format) is an OSError naming it (as h5py's, which does not)."""
     layout = {}
 
     def visit(name, obj):
@@ -79,12 +80,10 @@ def read_layout(filepath):
         raise FileNotFoundError(f"The weights file {filepath!r} does not exist.")
     try:
         with _open_h5(filepath) as h5:
-            if "vars" in h5:
-                visit("vars", h5["vars"])
-            h5.visititems(visit)
+            h5.visititems(visit)  # the root's "vars" (a task's own keys) too
             task = h5["vars"][TASK_CLASS_KEY][()] if TASK_CLASS_KEY in layout.get("", {}) else None
-    except Exception as e:
-        raise ValueError(
+    except Exception as e:  # h5py's OSError, zipfile's BadZipFile, a missing group, ...
+        raise OSError(
             f"Cannot read the weights file {filepath!r} ({os.path.getsize(filepath)} bytes): it "
             f"is truncated, damaged or not a Keras weights file ({type(e).__name__}: {e})."
         ) from e
@@ -94,9 +93,8 @@ def read_layout(filepath):
 
 
 def _shown(paths, limit=4):
-    shown = [p or "(the model itself)" for p in paths[:limit]]
     more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
-    return f"{shown}{more}"
+    return f"{paths[:limit]}{more}"
 
 
 def _prefix_of(part, whole):
@@ -120,8 +118,8 @@ def check_weights_file(model, filepath, task_class=None):
     itself (a task's seed generators, a LoRA layer's factors): only the keys both sides hold
     are compared."""
     filepath = str(filepath)
-    if not filepath.endswith((".weights.h5", ".keras")):
-        return  # Keras' sharded `.weights.json`: loaded by Keras as it is
+    if not filepath.endswith((".weights.h5", ".keras")) or is_remote_path(filepath):
+        return  # Keras' sharded `.weights.json`, a remote file: loaded by Keras as they are
     saved_layout, saved_task = read_layout(filepath)
     own_layout = model_layout(model)
     where = f"the weights file {filepath!r} into {type(model).__name__} {model.name!r}"
