@@ -10,6 +10,7 @@ shapes) is compared with what the model itself would save, and a file that does 
 refused with the paths that differ; nothing is loaded.
 """
 import contextlib
+import json
 import os
 import zipfile
 
@@ -21,12 +22,18 @@ from keras.src.utils.file_utils import is_remote_path
 # Keras' optimizer loads its state when its variable count matches the file's and otherwise
 # skips it with a warning (plain weights into a compiled model); that stays Keras' behaviour.
 OPTIMIZER = "optimizer"
-# A task's own record (Task.save_own_variables): its class, at the file's root.
-TASK_CLASS_KEY = "keras_bertfam_task"
+# A task's weights file records the task's class here (`record_task_class`): a group no model
+# has, which Keras' loading (and an earlier version of this library) never reads.
+TASK_CLASS_PATH = "keras_bertfam_task"
 
 
-def encode_name(name):
-    return np.frombuffer(name.encode("utf-8"), dtype=np.uint8)
+def record_task_class(filepath, name):
+    """Writes `name` (a task class) into the `.weights.h5` file just saved."""
+    with h5py.File(filepath, "a") as h5:
+        group = h5.require_group(f"{TASK_CLASS_PATH}/vars")
+        if "0" in group:
+            del group["0"]
+        group["0"] = np.frombuffer(name.encode("utf-8"), dtype=np.uint8)
 
 
 class _LayoutStore(saving_lib.H5IOStore):
@@ -57,18 +64,22 @@ def model_layout(model):
 
 @contextlib.contextmanager
 def _open_h5(filepath):
+    """-> (the h5 file, the task class a `.keras` archive's config names, else None)."""
     if filepath.endswith(".keras"):
         with zipfile.ZipFile(filepath) as archive, archive.open("model.weights.h5") as f, \
                 h5py.File(f, "r") as h5:
-            yield h5
+            config = json.loads(archive.read("config.json"))
+            ours = str(config.get("module", "")).startswith("keras_bertfam.tasks.")
+            yield h5, config.get("class_name") if ours else None
     else:
         with h5py.File(filepath, "r") as h5:
-            yield h5
+            yield h5, None
 
 
 def read_layout(filepath):
-    """-> ({path: {key: shape}}, the task class it was saved from or None) of a `.weights.h5`
-    file or a `.keras` archive's weights; a file that is not one (truncated, damaged, another
+    """-> ({path: {key: shape}}, the task class it was saved from or None: a backbone's, a
+    user's class, a file saved before tasks recorded it) of a `.weights.h5` file or a `.keras`
+    archive's weights; a file that is not one (truncated, damaged, another
     format) is an OSError naming it (as h5py's, which does not)."""
     layout = {}
 
@@ -79,16 +90,17 @@ def read_layout(filepath):
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"The weights file {filepath!r} does not exist.")
     try:
-        with _open_h5(filepath) as h5:
+        with _open_h5(filepath) as (h5, task):
             h5.visititems(visit)  # the root's "vars" (a task's own keys) too
-            task = h5["vars"][TASK_CLASS_KEY][()] if TASK_CLASS_KEY in layout.get("", {}) else None
+            if layout.pop(TASK_CLASS_PATH, None):
+                task = h5[TASK_CLASS_PATH]["vars"]["0"][()]
     except Exception as e:  # h5py's OSError, zipfile's BadZipFile, a missing group, ...
         raise OSError(
             f"Cannot read the weights file {filepath!r} ({os.path.getsize(filepath)} bytes): it "
             f"is truncated, damaged or not a Keras weights file ({type(e).__name__}: {e})."
         ) from e
-    if task is not None:
-        task = bytes(np.asarray(task, dtype=np.uint8)).decode("utf-8", errors="replace")
+    if isinstance(task, np.ndarray):
+        task = bytes(task.astype(np.uint8)).decode("utf-8", errors="replace")
     return layout, task
 
 

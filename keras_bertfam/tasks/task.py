@@ -21,7 +21,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
-from keras_bertfam.models.weights_files import TASK_CLASS_KEY, check_weights_file, encode_name
+from keras_bertfam.models.weights_files import check_weights_file, record_task_class
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions)
 from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
@@ -202,10 +202,8 @@ class Task(keras.Model):
         """Keras' own variables, and the state Keras does not save (so `BackupAndRestore` and
         `ModelCheckpoint` lost it): every seed generator's (`seed_generator_<i>`: a resumed
         run draws the dropout masks and samples the uninterrupted run drew) and the record of
-        the epoch in progress (`EPOCH_RECORD`, see `_epoch_keyed`); and the task's class
-        (`TASK_CLASS_KEY`: `load_weights` refuses another task's file of the same shapes)."""
+        the epoch in progress (`EPOCH_RECORD`, see `_epoch_keyed`)."""
         super().save_own_variables(store)
-        store[TASK_CLASS_KEY] = encode_name(self._task_class_name())
         for i, generator in enumerate(self._all_seed_generators()):
             store[f"seed_generator_{i}"] = generator.state
         record = self.__dict__.get("_epoch_record")
@@ -218,8 +216,7 @@ class Task(keras.Model):
         keys = list(store.keys())
         seeds = sorted((k for k in keys if k.startswith("seed_generator_")),
                        key=lambda k: int(k.rsplit("_", 1)[1]))
-        own = {k: store[k] for k in keys
-               if k not in seeds and k not in (self.EPOCH_RECORD, TASK_CLASS_KEY)}
+        own = {k: store[k] for k in keys if k not in seeds and k != self.EPOCH_RECORD}
         super().load_own_variables(own)
         if seeds:
             generators = self._all_seed_generators()
@@ -493,6 +490,13 @@ class Task(keras.Model):
             if cls.__module__.startswith("keras_bertfam.tasks.") and cls is not Task:
                 return cls.__name__
         return type(self).__name__
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """Keras' `save_weights`; a `.weights.h5` file records the task's class too (read by
+        `load_weights`: another task's head of the same shapes is refused)."""
+        super().save_weights(filepath, *args, **kwargs)
+        if str(filepath).endswith(".weights.h5") and os.path.isfile(str(filepath)):
+            record_task_class(str(filepath), self._task_class_name())
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, with a compiled task's optimizer built first: a compiled
