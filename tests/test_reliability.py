@@ -162,6 +162,7 @@ class _MyClassifier(kb.tasks.TextClassifier):
     """A user's subclass: a TextClassifier's file loads into it."""
 
 
+@pytest.mark.multibackend
 @pytest.mark.parametrize("source, target, error", [
     (_backbone, lambda: _backbone(num_layers=1),
      r"holds 8 layer\(s\) of weights the model has no place for: \['layers/transformer_stack/"
