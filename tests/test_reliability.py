@@ -154,6 +154,85 @@ def test_task_preset_weights_are_checksummed(tmp_path):
         kb.tasks.TextClassifier.from_preset(path)
 
 
+def _classifier(cls=kb.tasks.TextClassifier, num_classes=2, **sizes):
+    return cls(_backbone(**sizes), num_classes=num_classes, preprocessor=None)
+
+
+class _MyClassifier(kb.tasks.TextClassifier):
+    """A user's subclass: a TextClassifier's file loads into it."""
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("source, target, error", [
+    (_backbone, lambda: _backbone(num_layers=1),
+     r"holds 8 layer\(s\) of weights the model has no place for: \['layers/transformer_stack/"
+     r"blocks/transformer_block_1/"),
+    (_backbone, lambda: kb.models.DistilBertBackbone(vocabulary_size=len(VOCAB), **SIZES),
+     r"into DistilBertBackbone .* no place for: \['layers/dense', 'layers/text_embedding/"
+     r"segment_embedding'\]"),
+    (_backbone, lambda: kb.models.ElectraBackbone(vocabulary_size=len(VOCAB), **SIZES),
+     r"no place for: \['layers/dense'\]"),
+    (_backbone, lambda: _backbone(num_heads=4),
+     r"attention/key_dense: 0 is \(16, 2, 8\) in the file, \(16, 4, 4\) in the model"),
+    (_classifier, lambda: _classifier(num_layers=1), r"into TextClassifier .*transformer_block_1"),
+    (_classifier, lambda: _classifier(num_classes=3), r"layers/dense: 0 is \(16, 2\) in the file"),
+    (_backbone, _classifier, r"at 'layers/bert_backbone', e\.g\. a backbone's\): load it into "
+                             r"that part \(`task\.backbone\.load_weights`\)"),
+    (_classifier, _backbone, r"into BertBackbone .*at 'layers/bert_backbone', a TextClassifier\)"),
+    (_classifier, lambda: _classifier(kb.tasks.TokenClassifier),
+     r"holds a TextClassifier's weights, whose head is not a TokenClassifier's"),
+])
+def test_a_weights_file_of_another_model_is_refused_before_anything_loads(source, target, error,
+                                                                           tmp_path):
+    """Keras' load_weights fills the model's layers from the file's entries at their paths and
+    ignores the file's others: a 2-layer file in a 1-layer model, a BERT file in a DistilBERT or
+    ELECTRA backbone (segment table, pooler left over), a TextClassifier's head in a
+    TokenClassifier (the same paths and shapes) loaded silently; a missing or misshapen
+    variable was an error only after the layers before it were overwritten."""
+    path = str(tmp_path / "saved.weights.h5")
+    source().save_weights(path)
+    model = target()
+    before = [np.asarray(v) for v in model.weights]
+    with pytest.raises(ValueError, match=re.escape(path) + ".*" + error + ".*Nothing was loaded"):
+        model.load_weights(path)
+    for value, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(value, np.asarray(variable))
+
+
+def test_a_weights_file_of_the_same_model_loads_and_one_that_is_not_one_is_named(tmp_path):
+    trained = _classifier()
+    trained.compile()
+    trained.fit({"token_ids": np.array([[2, 5, 3]])}, np.array([1]), verbose=0)
+    path = str(tmp_path / "clf.weights.h5")
+    trained.save_weights(path)  # with the optimizer's state, loaded or not
+    for model in (_classifier(), _MyClassifier(_backbone(), num_classes=2, preprocessor=None)):
+        model.load_weights(path)
+        for a, b in zip(trained.weights, model.weights):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    trained.save(str(tmp_path / "clf.keras"))  # a `.keras` file's weights are checked alike
+    _classifier().load_weights(str(tmp_path / "clf.keras"))
+    with pytest.raises(ValueError, match=r"clf\.keras' into TokenClassifier .*holds a "
+                                         r"TextClassifier's weights"):
+        _classifier(kb.tasks.TokenClassifier).load_weights(str(tmp_path / "clf.keras"))
+    backbone = _backbone()
+    trained.backbone.save_weights(str(tmp_path / "backbone.weights.h5"))
+    backbone.load_weights(str(tmp_path / "backbone.weights.h5"))
+    np.testing.assert_array_equal(np.asarray(backbone.weights[0]),
+                                  np.asarray(trained.backbone.weights[0]))
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 100)
+    with pytest.raises(OSError, match=re.escape(path) + r"' \(\d+ bytes\): it is truncated, "
+                       r"damaged or not a Keras weights file \(OSError: .*truncated file"):
+        _classifier().load_weights(path)
+    # A preset's backbone built smaller than its weights: refused, as HF's and keras-hub's are.
+    preset = str(tmp_path / "preset")
+    kb.presets.save_backbone(_backbone(), preset, tokenizer=_tokenizer())
+    with pytest.raises(checkpoints.CheckpointError, match=r"backbone\.weights\.h5' into "
+                       r"BertBackbone .*no place for: \['layers/transformer_stack/blocks/"
+                       r"transformer_block_1/"):
+        kb.models.BertBackbone.from_preset(preset, num_layers=1)
+
+
 def test_hf_safetensors_with_nan_bytes_is_refused_naming_the_tensor(hf_dir, tmp_path):
     bad = _copy(hf_dir, tmp_path, "nan")
     _corrupt(os.path.join(bad, "model.safetensors"), fill=b"\xff")  # 0xffffffff: NaN

@@ -354,10 +354,12 @@ def test_backup_of_another_run_is_refused_naming_the_difference(mlm_backup, bert
     classifier = make_task("classifier", bert_vocab)
     with pytest.raises(ValueError, match=r"another run: task: MaskedLM != TextClassifier"):
         fit(classifier, "classifier", [keras.callbacks.BackupAndRestore(backup)])
-    # A backup without our run file (Keras' own, or ours before): Keras' load error, named.
+    # A backup without our run file (Keras' own, or ours before): the weights file's check
+    # (`check_weights_file`), the directory named.
     drop_run_file(backup)
-    with pytest.raises(ValueError, match=r"Could not restore the backup in '.*backup'.*could "
-                                         r"not be loaded"):
+    with pytest.raises(ValueError, match=r"Could not restore the backup in '.*backup'.*Cannot "
+                                         r"load the weights file .*latest\.weights\.h5' into "
+                                         r"TextClassifier"):
         fit(classifier, "classifier", [keras.callbacks.BackupAndRestore(backup)])
     assert int(classifier.optimizer.iterations.numpy()) == 0
 

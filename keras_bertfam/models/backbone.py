@@ -13,6 +13,7 @@ from keras import ops
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding, TransformerStack
 from keras_bertfam.layers.utils import TruncatedNormal, _check_positive, clone_initializer
+from keras_bertfam.models.weights_files import check_weights_file
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Inputs of the pretraining heads, which ride in the same dict as the backbone's.
@@ -167,6 +168,14 @@ class Backbone(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs):
+        """Keras' `load_weights`; a file that does not fit the backbone (another family or
+        size, a task's file: `check_weights_file`) is refused before anything is loaded,
+        unless `skip_mismatch=True` (Keras' partial loading)."""
+        if self.built and not skip_mismatch:
+            check_weights_file(self, filepath)
+        return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
 
     # === LoRA (keras-hub's `Backbone` API) ===
     def default_lora_layer_names(self):

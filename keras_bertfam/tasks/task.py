@@ -21,6 +21,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
+from keras_bertfam.models.weights_files import check_weights_file, record_task_class
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions)
 from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
@@ -483,15 +484,33 @@ class Task(keras.Model):
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
-    def load_weights(self, filepath, *args, **kwargs):
+    def _task_class_name(self):
+        """The library's task class this task is (a user's subclass: the class it extends)."""
+        for cls in type(self).__mro__:
+            if cls.__module__.startswith("keras_bertfam.tasks.") and cls is not Task:
+                return cls.__name__
+        return type(self).__name__
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """Keras' `save_weights`; a `.weights.h5` file records the task's class too (read by
+        `load_weights`: another task's head of the same shapes is refused)."""
+        super().save_weights(filepath, *args, **kwargs)
+        if str(filepath).endswith(".weights.h5") and os.path.isfile(str(filepath)):
+            record_task_class(str(filepath), self._task_class_name())
+
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, with a compiled task's optimizer built first: a compiled
         task's optimizer has no variables before its first step, and Keras then skips the file's
         optimizer state (moments, step count) with a warning, so `fit(initial_epoch=...)` went
-        on from step 0 of the schedule with fresh moments."""
+        on from step 0 of the schedule with fresh moments. A file that does not fit the task
+        (`check_weights_file`: another family, size, head or task class) is refused before
+        anything is loaded, unless `skip_mismatch=True` (Keras' partial loading)."""
         if (getattr(self, "optimizer", None) is not None and not self.optimizer.built
                 and self.built and str(filepath).endswith((".weights.h5", ".keras"))):
             self.optimizer.build(self.trainable_variables)
-        return super().load_weights(filepath, *args, **kwargs)
+        if self.built and not skip_mismatch:
+            check_weights_file(self, filepath, task_class=self._task_class_name())
+        return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
 
     def _fill_schedule(self, dataset, epochs, steps_per_epoch):
         """Sets an auto schedule's total (and warmup) steps from the first fit's length; returns
