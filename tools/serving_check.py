@@ -4,11 +4,13 @@
     python tools/serving_check.py export OUT      # in the project venv: exports + expected outputs
     python tools/serving_check.py load OUT        # in the TF 2.12.1 venv: loads, runs, compares
 
-`export` writes one SavedModel per (family, task) under OUT/, each with the outputs its
-`serving_default` gives in the exporting process; `load` runs each SavedModel there with the TF1
-session loader (`tf.compat.v1.saved_model.loader.load`, as TF Serving's C++ `LoadSavedModel`) and
-with `tf.saved_model.load`, and compares: floats within 1e-5, ints and strings equal. It prints
-one line per model and exits non-zero on any difference or failure.
+`export` writes one SavedModel per (family, task) under OUT/ and, for each of its requests
+(`_requests`: its inputs, invalid UTF-8, long texts, empty batches, the `token_ids` signature,
+malformed requests), the outputs or the in-graph refusal it gets in the exporting process; `load`
+runs each request there with the TF1 session loader (`tf.compat.v1.saved_model.loader.load`, fed
+as TF Serving's C++ `Session::Run` feeds) and with `tf.saved_model.load`, and compares: floats
+within 1e-5, ints and strings equal, a refusal an InvalidArgumentError with the same message. It
+prints one line per model and exits non-zero on any difference or failure.
 """
 import json
 import os
