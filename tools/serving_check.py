@@ -233,7 +233,8 @@ def _requests(inputs, signatures, length, backbone, np):
     yield "scalar", "serving_default", dict(good, **{names[0]: first[0]}), True
     yield "matrix", "serving_default", dict(good, **{names[0]: first[:, None]}), True
     if len(names) > 1:
-        yield "counts_differ", "serving_default", dict(good, **{names[1]: good[names[1]][:-1]}), True
+        yield "counts_differ", "serving_default", dict(
+            good, **{names[1]: good[names[1]][:-1]}), True
     if choices:
         yield "no_choices", "serving_default", dict(
             good, choices=np.zeros([rows, 0], "S1")), True
