@@ -104,7 +104,8 @@ bench: setup
 
 # Not part of `make test` (downloads ~600 MB once): every task and family exported here, loaded in
 # TensorFlow 2.12.1 + tf-text 2.12.1 (what TF Serving 2.12-2.19 links) with the TF1 session loader
-# and tf.saved_model.load, outputs compared with the exporting process's.
+# and tf.saved_model.load, outputs compared with the exporting process's; each model's malformed
+# requests must be refused there with the exporting process's message (tools/serving_check.py).
 VENV_TF212 ?= .venv-tf212
 SERVING_CHECK_DIR ?= runs/serving_check
 
