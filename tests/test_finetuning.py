@@ -73,6 +73,57 @@ def test_offsets_equal_hf_fast_tokenizer(bert_vocab, lowercase):
         assert spans == [tuple(s) for s in enc["offset_mapping"]], text
 
 
+# A vocabulary of letters and a few words, and added tokens of both kinds: HF's `add_tokens`
+# (found in the normalized text) and `add_special_tokens` (found as written).
+TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz")
+              + ["hello", "cafe", "café", "newword", "<e1>", "東", "京"]
+              + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"])
+HOSTILE_TEXTS = [
+    "hello newwordx", "xNEWWORDy newwordnewword", "(newword)!new\u200bword", "<e1>x<E1> <e1>",
+    "a<e1>b", "Café<e1>café cafe\u0301 CAFÉ", "e\u0301\u0301x \u0301 ý", "東京b a東",
+    "x\u200by \u200b newword\u200bx", "İx ß ½", "\x00 hello <e1> newword", "a\x00b<e1>c",
+    "", " ", "\t\n", " ".join(["Café newword<e1>hello"] * 40),
+]
+
+
+@pytest.mark.parametrize("options", [
+    dict(lowercase=True),
+    dict(lowercase=False, strip_accents=True),
+    dict(lowercase=True, strip_accents=False, split_on_cjk=False),
+], ids=["uncased", "cased_strip_accents", "uncased_keep_accents_no_cjk_split"])
+def test_offsets_with_added_tokens_equal_the_tokenizer_and_hf(tmp_path, options):
+    """`tokenize_with_offsets` (QA's windows and its exported string signature) gives the
+    tokenizer's own ids and HF's offsets with added tokens of both kinds next to words and
+    punctuation, `strip_accents` without lowercasing and `split_on_cjk=False`: it read the
+    text with neither added tokens ("hello newwordx": "##x" for the tokenizer's "x") nor
+    `strip_accents` ("café" an [UNK], the tokenizer's "cafe") nor `split_on_cjk`. Bytes that
+    are not UTF-8 are U+FFFD for the tokenizer too, as HF reads them ("\\xff" was an [UNK]),
+    and a NUL no longer loses the text after it when there are added tokens."""
+    import tensorflow as tf
+    from transformers import BertTokenizerFast
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(TINY_VOCAB) + "\n", encoding="utf-8")
+    tok = kb.preprocessing.WordPieceTokenizer(str(vocab), added_tokens=["<e1>"],
+                                              normalized_added_tokens=["newword", "café"],
+                                              **options)
+    hf = BertTokenizerFast(str(vocab), do_lower_case=options["lowercase"],
+                           strip_accents=options.get("strip_accents"),
+                           tokenize_chinese_chars=options.get("split_on_cjk", True))
+    hf.add_tokens(["newword", "café"])
+    hf.add_special_tokens({"additional_special_tokens": ["<e1>"]})
+    texts = [t.encode() for t in HOSTILE_TEXTS] + [b"caf\xc3\xa9 \xff b", b"a\xe9b<e1>"]
+    ids, starts, ends = (t.to_list() for t in tokenize_with_offsets(tok, tf.constant(texts)))
+    assert ids == tok(tf.constant(texts)).to_list()
+    for text, got, s, e in zip(texts, ids, starts, ends):
+        text = text.decode("utf-8", "replace")
+        enc = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert got == enc["input_ids"], text
+        assert list(zip(s, e)) == [tuple(o) for o in enc["offset_mapping"]], text
+
+
 # === TextClassifier ===
 def test_text_classifier_raw_strings_single_and_pair(tiny_preset, tmp_path):
     clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
