@@ -456,6 +456,42 @@ def test_question_answerer_answer_not_in_context(qa):
         next(iter(qa.preprocessor.prepare(ds)))  # the pipeline `fit` reads (as above)
 
 
+def test_question_answerer_with_added_tokens_and_accents_answers_as_its_export(tmp_path):
+    """A QuestionAnswerer whose WordPiece has added tokens and strips accents without
+    lowercasing: its windows hold the tokenizer's ids (they held "##x" after an added token,
+    an [UNK] for "Café"), it learns an answer next to an added token, and `answer()` and the
+    exported string signature give that answer at its character offsets."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    keras.utils.set_random_seed(0)
+    tok = kb.preprocessing.WordPieceTokenizer(TINY_VOCAB, strip_accents=True,
+                                              added_tokens=["<e1>"],
+                                              normalized_added_tokens=["newword"])
+    qa = kb.tasks.QuestionAnswerer(
+        kb.models.BertBackbone(tok.vocabulary_size(), 1, 2, 16, 32, max_sequence_length=64),
+        preprocessor=ft.QuestionAnswererPreprocessor(tok, 48, stride=8, max_question_length=8))
+    qa.compile(learning_rate=1e-2)
+    question = "where is café?"
+    contexts = ["hello Café<e1>newwordx b", "a <e1> b Café x newwordx hello"]
+    answer = "Café<e1>newwordx"
+    features, meta = qa.preprocessor.windows(tf.constant([question] * 2), tf.constant(contexts))
+    in_context = meta["token_start"].numpy() >= 0
+    for i, context in enumerate(contexts):  # one window each
+        assert features["token_ids"].numpy()[i][in_context[i]].tolist() == tok([context])[0]\
+            .numpy().tolist()
+    starts = [c.find(answer) for c in contexts]
+    qa.fit(([question] * 20, [contexts[0]] * 20), ([starts[0]] * 20, [answer] * 20),
+           batch_size=4, verbose=0)
+    best = qa.answer([question], contexts[:1])[0]
+    assert (best["start"], best["end"], best["text"]) == (starts[0], starts[0] + len(answer),
+                                                          answer)
+    if keras.backend.backend() == "tensorflow":
+        check_export_answers_as_answer_does(qa, [question] * 2, contexts,
+                                            str(tmp_path / "qa" / "1"), {})
+
+
 NO_ANSWER_CONTEXT = "Long ago there was a small town with many shops and a river. " * 2
 
 
