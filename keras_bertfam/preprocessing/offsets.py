@@ -8,17 +8,19 @@ WordPiece (BERT). Our `WordPieceTokenizer` normalizes whole strings (HF's cleani
 lowercasing, NFD, accent stripping) before keras-hub splits them into words, so the offsets
 tf-text would report are offsets into the normalized text, which can be shorter or longer than
 the original (a dropped zero-width character, a decomposed accent, `İ` lowercasing to two
-characters). Here the order is reversed, with the same ids:
+characters). Here the tokenizer's own steps run (`_tokenize_with_added`), each with offsets:
 
-1. split the original text into words with byte offsets (whitespace is HF's: `\\t \\n \\r` and
-   `\\p{Zs}`; punctuation and CJK characters are words of their own, keras-hub's patterns);
-2. normalize each word alone (`bert_normalize`) and WordPiece it with tf-text's
-   `FastWordpieceTokenizer.tokenize_with_offsets` (offsets within the normalized word);
-3. map each piece back exactly: the word is normalized one character at a time (HF's
-   normalization is per character), so each normalized character knows the original character it
-   came from; a piece spans from the original character of its first normalized character to
-   that of its last (a dropped zero-width character or a stripped combining accent at a piece's
-   edge is outside it, as in HF's fast tokenizer).
+1. the text is cut at its `added_tokens` (found as written; each spans its characters);
+2. each part between them is normalized one character at a time (`bert_normalize` with the
+   tokenizer's `lowercase` and `strip_accents`; HF's normalization is per character), so each
+   normalized character knows the original character it came from;
+3. each normalized part is cut at its `normalized_added_tokens`, the text between them split
+   into words (`word_split_patterns`: whitespace, punctuation, CJK characters with
+   `split_on_cjk`) and WordPieced with the tokenizer's model, with tf-text's
+   `FastWordpieceTokenizer.tokenize_with_offsets`;
+4. a token spans from the original character of its first normalized character to that of its
+   last (a dropped zero-width character or a stripped combining accent at a piece's edge is
+   outside it, as in HF's fast tokenizer).
 
 Byte-level BPE (RoBERTa, Longformer). No normalization, so offsets come from lengths alone:
 
@@ -113,15 +115,17 @@ def _per_text(words, pieces, starts, ends):
     return token_ids, token_ids.with_flat_values(starts), token_ids.with_flat_values(ends)
 
 
+@tf.autograph.experimental.do_not_convert  # plain TF ops: nothing for AutoGraph to convert
 def tokenize_with_offsets(tokenizer, texts):
     """Strings [B] -> (ids [B, (T)], starts [B, (T)], ends [B, (T)]) with character offsets.
 
     For WordPiece, byte-level BPE and SentencePiece tokenizers (see the module docstring for how
     each maps its pieces back to the original text). Bytes that are not UTF-8 are read as
-    U+FFFD first (`valid_utf8`: the text the offsets index). The ids equal `tokenizer(texts)`'s
-    (of valid UTF-8) and the offsets HF's fast tokenizers' (tested against `BertTokenizerFast`,
-    `RobertaTokenizerFast` with `trim_offsets=True`, `AlbertTokenizer` and `XLNetTokenizer` on
-    accented, CJK, emoji, whitespace and special-token text).
+    U+FFFD first (`valid_utf8`: the text the offsets index, as the tokenizers read it). The ids
+    equal `tokenizer(texts)`'s and the offsets HF's fast tokenizers' (tested against
+    `BertTokenizerFast` with added tokens, `RobertaTokenizerFast` with `trim_offsets=True`,
+    `AlbertTokenizer` and `XLNetTokenizer` on accented, CJK, emoji, whitespace and
+    special-token text).
     """
     kind = getattr(tokenizer, "kind", None)
     if kind == "wordpiece":
@@ -138,8 +142,10 @@ def tokenize_with_offsets(tokenizer, texts):
 
 def _wordpiece_offsets(tokenizer, texts):
     tokenizer._maybe_initialized_tf()
-    ids = lambda tokens: tf.constant(  # noqa: E731
-        [tokenizer.token_to_id(t) for t in tokens] or [0], tf.int64)
+
+    def ids(tokens):
+        return tf.constant([tokenizer.token_to_id(t) for t in tokens] or [0], tf.int64)
+
     # tf-text's regex split stops at NUL; \x01 is dropped by the normalization just as NUL is.
     texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
     # 1. the text cut at its added tokens (as written): parts [B, (S)], byte bounds in the text
