@@ -74,6 +74,57 @@ def test_offsets_equal_hf_fast_tokenizer(bert_vocab, lowercase):
         assert spans == [tuple(s) for s in enc["offset_mapping"]], text
 
 
+# A vocabulary of letters and a few words, and added tokens of both kinds: HF's `add_tokens`
+# (found in the normalized text) and `add_special_tokens` (found as written).
+TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz")
+              + ["hello", "cafe", "café", "newword", "<e1>", "東", "京"]
+              + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"])
+HOSTILE_TEXTS = [
+    "hello newwordx", "xNEWWORDy newwordnewword", "(newword)!new\u200bword", "<e1>x<E1> <e1>",
+    "a<e1>b", "Café<e1>café cafe\u0301 CAFÉ", "e\u0301\u0301x \u0301 ý", "東京b a東",
+    "x\u200by \u200b newword\u200bx", "İx ß ½", "\x00 hello <e1> newword", "a\x00b<e1>c",
+    "", " ", "\t\n", " ".join(["Café newword<e1>hello"] * 40),
+]
+
+
+@pytest.mark.parametrize("options", [
+    dict(lowercase=True),
+    dict(lowercase=False, strip_accents=True),
+    dict(lowercase=True, strip_accents=False, split_on_cjk=False),
+], ids=["uncased", "cased_strip_accents", "uncased_keep_accents_no_cjk_split"])
+def test_offsets_with_added_tokens_equal_the_tokenizer_and_hf(tmp_path, options):
+    """`tokenize_with_offsets` (QA's windows and its exported string signature) gives the
+    tokenizer's own ids and HF's offsets with added tokens of both kinds next to words and
+    punctuation, `strip_accents` without lowercasing and `split_on_cjk=False`: it read the
+    text with neither added tokens ("hello newwordx": "##x" for the tokenizer's "x") nor
+    `strip_accents` ("café" an [UNK], the tokenizer's "cafe") nor `split_on_cjk`. Bytes that
+    are not UTF-8 are U+FFFD for the tokenizer too, as HF reads them ("\\xff" was an [UNK]),
+    and a NUL no longer loses the text after it when there are added tokens."""
+    import tensorflow as tf
+    from transformers import BertTokenizerFast
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(TINY_VOCAB) + "\n", encoding="utf-8")
+    tok = kb.preprocessing.WordPieceTokenizer(str(vocab), added_tokens=["<e1>"],
+                                              normalized_added_tokens=["newword", "café"],
+                                              **options)
+    hf = BertTokenizerFast(str(vocab), do_lower_case=options["lowercase"],
+                           strip_accents=options.get("strip_accents"),
+                           tokenize_chinese_chars=options.get("split_on_cjk", True))
+    hf.add_tokens(["newword", "café"])
+    hf.add_special_tokens({"additional_special_tokens": ["<e1>"]})
+    texts = [t.encode() for t in HOSTILE_TEXTS] + [b"caf\xc3\xa9 \xff b", b"a\xe9b<e1>"]
+    ids, starts, ends = (t.to_list() for t in tokenize_with_offsets(tok, tf.constant(texts)))
+    assert ids == tok(tf.constant(texts)).to_list()
+    for text, got, s, e in zip(texts, ids, starts, ends):
+        text = text.decode("utf-8", "replace")
+        enc = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert got == enc["input_ids"], text
+        assert list(zip(s, e)) == [tuple(o) for o in enc["offset_mapping"]], text
+
+
 # === TextClassifier ===
 def test_text_classifier_raw_strings_single_and_pair(tiny_preset, tmp_path):
     clf = kb.tasks.TextClassifier.from_preset(tiny_preset, num_classes=3, sequence_length=16)
@@ -404,6 +455,42 @@ def test_question_answerer_answer_not_in_context(qa):
     with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid answer_start 0.5: expected "
                                                              "an integer character offset"):
         next(iter(qa.preprocessor.prepare(ds)))  # the pipeline `fit` reads (as above)
+
+
+def test_question_answerer_with_added_tokens_and_accents_answers_as_its_export(tmp_path):
+    """A QuestionAnswerer whose WordPiece has added tokens and strips accents without
+    lowercasing: its windows hold the tokenizer's ids (they held "##x" after an added token,
+    an [UNK] for "Café"), it learns an answer next to an added token, and `answer()` and the
+    exported string signature give that answer at its character offsets."""
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    keras.utils.set_random_seed(0)
+    tok = kb.preprocessing.WordPieceTokenizer(TINY_VOCAB, strip_accents=True,
+                                              added_tokens=["<e1>"],
+                                              normalized_added_tokens=["newword"])
+    qa = kb.tasks.QuestionAnswerer(
+        kb.models.BertBackbone(tok.vocabulary_size(), 1, 2, 16, 32, max_sequence_length=64),
+        preprocessor=ft.QuestionAnswererPreprocessor(tok, 48, stride=8, max_question_length=8))
+    qa.compile(learning_rate=1e-2)
+    question = "where is café?"
+    contexts = ["hello Café<e1>newwordx b", "a <e1> b Café x newwordx hello"]
+    answer = "Café<e1>newwordx"
+    features, meta = qa.preprocessor.windows(tf.constant([question] * 2), tf.constant(contexts))
+    in_context = meta["token_start"].numpy() >= 0
+    for i, context in enumerate(contexts):  # one window each
+        assert features["token_ids"].numpy()[i][in_context[i]].tolist() == tok([context])[0]\
+            .numpy().tolist()
+    starts = [c.find(answer) for c in contexts]
+    qa.fit(([question] * 20, [contexts[0]] * 20), ([starts[0]] * 20, [answer] * 20),
+           batch_size=4, verbose=0)
+    best = qa.answer([question], contexts[:1])[0]
+    assert (best["start"], best["end"], best["text"]) == (starts[0], starts[0] + len(answer),
+                                                          answer)
+    if keras.backend.backend() == "tensorflow":
+        check_export_answers_as_answer_does(qa, [question] * 2, contexts,
+                                            str(tmp_path / "qa" / "1"), {})
 
 
 NO_ANSWER_CONTEXT = "Long ago there was a small town with many shops and a river. " * 2

@@ -127,6 +127,17 @@ def test_xlnet_offsets_equal_hf_xlnet_tokenizer(xlnet_spiece, heldout_sentences)
                                               lowercase=False)
     # Measured: 3,809 of 3,827 texts; the other 18 are SentencePiece ties ("!!!!", "60,000").
     assert same >= 0.99 * len(texts) and other <= 25, (same, other)
+    # Bytes that are not UTF-8: U+FFFD for the tokenizer as for the offsets and HF (the
+    # tokenizer gave a 0xFF byte a piece and an <unk>, the offsets and HF nothing)
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    bad = [b"caf\xc3\xa9 \xff b", b"a\xe9b c", b"x\xed\xa0\x80y", b"\xe6\x9d"]
+    ids = tokenize_with_offsets(XLNetTokenizer(path), tf.constant(bad))[0].to_list()
+    assert ids == XLNetTokenizer(path)(tf.constant(bad)).to_list()
+    assert ids == [hf(t.decode("utf-8", "replace"), add_special_tokens=False)["input_ids"]
+                   for t in bad]
 
 
 def test_xlnet_tokenizer_from_hf_dir_preset_round_trip_and_offline_error(xlnet_spiece, tmp_path):

@@ -8,17 +8,19 @@ WordPiece (BERT). Our `WordPieceTokenizer` normalizes whole strings (HF's cleani
 lowercasing, NFD, accent stripping) before keras-hub splits them into words, so the offsets
 tf-text would report are offsets into the normalized text, which can be shorter or longer than
 the original (a dropped zero-width character, a decomposed accent, `İ` lowercasing to two
-characters). Here the order is reversed, with the same ids:
+characters). Here the tokenizer's own steps run (`_tokenize_with_added`), each with offsets:
 
-1. split the original text into words with byte offsets (whitespace is HF's: `\\t \\n \\r` and
-   `\\p{Zs}`; punctuation and CJK characters are words of their own, keras-hub's patterns);
-2. normalize each word alone (`bert_normalize`) and WordPiece it with tf-text's
-   `FastWordpieceTokenizer.tokenize_with_offsets` (offsets within the normalized word);
-3. map each piece back exactly: the word is normalized one character at a time (HF's
-   normalization is per character), so each normalized character knows the original character it
-   came from; a piece spans from the original character of its first normalized character to
-   that of its last (a dropped zero-width character or a stripped combining accent at a piece's
-   edge is outside it, as in HF's fast tokenizer).
+1. the text is cut at its `added_tokens` (found as written; each spans its characters);
+2. each part between them is normalized one character at a time (`bert_normalize` with the
+   tokenizer's `lowercase` and `strip_accents`; HF's normalization is per character), so each
+   normalized character knows the original character it came from;
+3. each normalized part is cut at its `normalized_added_tokens`, the text between them split
+   into words (`word_split_patterns`: whitespace, punctuation, CJK characters with
+   `split_on_cjk`) and WordPieced with the tokenizer's model, with tf-text's
+   `FastWordpieceTokenizer.tokenize_with_offsets`;
+4. a token spans from the original character of its first normalized character to that of its
+   last (a dropped zero-width character or a stripped combining accent at a piece's edge is
+   outside it, as in HF's fast tokenizer).
 
 Byte-level BPE (RoBERTa, Longformer). No normalization, so offsets come from lengths alone:
 
@@ -67,18 +69,13 @@ import tensorflow as tf
 from keras_bertfam.preprocessing.ragged import merge_rows, row_ids
 from keras_bertfam.preprocessing.tokenizers import (
     PYTHON_WHITESPACE,
+    _cut_at_tokens,
+    _id_rows,
     albert_normalize,
     bert_normalize,
     regex_split,
     valid_utf8,
 )
-
-_WHITESPACE = r"[\t\n\r\p{Zs}]"
-_PUNCTUATION = r"[!-/]|[:-@]|[\[-`]|[{-~]|[\p{P}]"
-_CJK = (r"[\x{4E00}-\x{9FFF}]|[\x{3400}-\x{4DBF}]|[\x{20000}-\x{2A6DF}]|[\x{2A700}-\x{2B73F}]"
-        r"|[\x{2B740}-\x{2B81F}]|[\x{2B820}-\x{2CEAF}]|[\x{F900}-\x{FAFF}]|[\x{2F800}-\x{2FA1F}]")
-_SPLIT = "|".join([_WHITESPACE, _PUNCTUATION, _CJK])
-_KEEP = "|".join([_PUNCTUATION, _CJK])
 
 
 def _char_index(strings, rows, *byte_offsets):
@@ -118,15 +115,17 @@ def _per_text(words, pieces, starts, ends):
     return token_ids, token_ids.with_flat_values(starts), token_ids.with_flat_values(ends)
 
 
+@tf.autograph.experimental.do_not_convert  # plain TF ops: nothing for AutoGraph to convert
 def tokenize_with_offsets(tokenizer, texts):
     """Strings [B] -> (ids [B, (T)], starts [B, (T)], ends [B, (T)]) with character offsets.
 
     For WordPiece, byte-level BPE and SentencePiece tokenizers (see the module docstring for how
     each maps its pieces back to the original text). Bytes that are not UTF-8 are read as
-    U+FFFD first (`valid_utf8`: the text the offsets index). The ids equal `tokenizer(texts)`'s
-    (of valid UTF-8) and the offsets HF's fast tokenizers' (tested against `BertTokenizerFast`,
-    `RobertaTokenizerFast` with `trim_offsets=True`, `AlbertTokenizer` and `XLNetTokenizer` on
-    accented, CJK, emoji, whitespace and special-token text).
+    U+FFFD first (`valid_utf8`: the text the offsets index, as the tokenizers read it). The ids
+    equal `tokenizer(texts)`'s and the offsets HF's fast tokenizers' (tested against
+    `BertTokenizerFast` with added tokens, `RobertaTokenizerFast` with `trim_offsets=True`,
+    `AlbertTokenizer` and `XLNetTokenizer` on accented, CJK, emoji, whitespace and
+    special-token text).
     """
     kind = getattr(tokenizer, "kind", None)
     if kind == "wordpiece":
@@ -142,35 +141,73 @@ def tokenize_with_offsets(tokenizer, texts):
 
 
 def _wordpiece_offsets(tokenizer, texts):
+    tokenizer._maybe_initialized_tf()
+
+    def ids(tokens):
+        return tf.constant([tokenizer.token_to_id(t) for t in tokens] or [0], tf.int64)
+
     # tf-text's regex split stops at NUL; \x01 is dropped by the normalization just as NUL is.
     texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-    words, w_start, w_end = regex_split(texts, _SPLIT, _KEEP, offsets=True)  # [B, (W)]
-    word_start, = _char_index(texts, row_ids(words.row_splits), w_start.flat_values)  # [N]
+    # 1. the text cut at its added tokens (as written): parts [B, (S)], byte bounds in the text
+    raw, raw_id, raw_start, _ = _cut_at_tokens(texts, tokenizer.added_tokens,
+                                               ids(tokenizer.added_tokens), offsets=True)
+    raw_id = raw_id.flat_values  # [S]
+    part_start, = _char_index(texts, row_ids(raw.row_splits), raw_start.flat_values)  # [S]
 
-    # Normalize character by character (HF's normalization is per character once Σ is handled),
-    # so that each normalized character knows the original character it came from.
-    chars = tf.strings.unicode_split(words.flat_values, "UTF-8")  # [N, (C)]
-    norm_chars = bert_normalize(chars.flat_values, tokenizer.bert_lowercase)  # [K]
-    normalized = tf.strings.unsorted_segment_join(
-        norm_chars, row_ids(chars.row_splits), chars.nrows())  # [N]
-    produced = tf.strings.length(norm_chars, unit="UTF8_CHAR")  # [K] chars each one became
-    cum = tf.cumsum(produced)  # [K] normalized-char end of each original char (global)
-    word_base = tf.gather(tf.concat([[0], cum], 0), chars.row_starts())  # [N]
+    # 2. each other part normalized one character at a time (HF's normalization is per
+    # character once Σ is handled), so that each normalized character knows the original
+    # character it came from; an added token's part is no normalized text
+    chars = tf.strings.unicode_split(raw.flat_values, "UTF-8")  # [S, (C)]
+    char_part = row_ids(chars.row_splits)  # [K]
+    norm_chars = tf.where(tf.gather(raw_id, char_part) >= 0, "", bert_normalize(
+        chars.flat_values, tokenizer.bert_lowercase, tokenizer.bert_strip_accents))  # [K]
+    normalized = tf.strings.unsorted_segment_join(norm_chars, char_part, chars.nrows())  # [S]
+    cum = tf.cumsum(tf.strings.length(norm_chars, unit="UTF8_CHAR"))  # [K] normalized-char end
+    part_base = tf.gather(tf.concat([[0], cum], 0), chars.row_starts())  # [S]
 
-    tokenizer._maybe_initialized_tf()
-    ids, p_start, p_end = tokenizer._fast_word_piece.tokenize_with_offsets(normalized)  # [N, (P)]
-    word_of_piece = row_ids(ids.row_splits)  # [M]
-    start, end = _char_index(normalized, word_of_piece, p_start.flat_values,
-                             p_end.flat_values)  # [M] chars in the word
-    base = tf.gather(word_base, word_of_piece)
-    # the original character holding normalized char g is the first k with cum[k] > g
+    # 3. each normalized part cut at the normalized added tokens, the text between them split
+    # into words and WordPieced, as the tokenizer does: rows [S, (T)] of (id, normalized byte
+    # start, end) of the part
+    sub, sub_id, sub_start, sub_end = _cut_at_tokens(
+        normalized, tokenizer.normalized_added_tokens_as_found(),
+        ids(tokenizer.normalized_added_tokens), offsets=True)  # [S, (R)]
+    sub_id = sub_id.flat_values
+    words, w_start, _ = regex_split(tf.where(sub_id >= 0, "", sub.flat_values),
+                                    *tokenizer.word_split_patterns(), offsets=True)  # [R, (W)]
+    pieces, p_start, p_end = tokenizer._text_word_piece.tokenize_with_offsets(
+        words.flat_values)  # [N, (P)], bytes of the word
+    word_base = w_start.flat_values + tf.gather(sub_start.flat_values,
+                                                row_ids(words.row_splits))  # [N] of the part
+    base = tf.gather(word_base, row_ids(pieces.row_splits))
+    found = tf.stack([tf.cast(pieces.flat_values, tf.int64), p_start.flat_values + base,
+                      p_end.flat_values + base], axis=1)  # [M, 3]
+    tokens = tf.concat([
+        merge_rows(words.with_flat_values(pieces.with_flat_values(found))),
+        _id_rows(tf.stack([sub_id, sub_start.flat_values, sub_end.flat_values], axis=1))],
+        axis=1)  # [R, (T), 3]: a part's words' pieces or its added token
+    tokens = merge_rows(sub.with_flat_values(tokens))  # [S, (T), 3]
+
+    # 4. normalized bytes -> original characters: a token spans from the original character of
+    # its first normalized character to that of its last (the original character holding
+    # normalized char g is the first k with cum[k] > g)
+    part_of = row_ids(tokens.row_splits)
+    values = tokens.flat_values
+    start, end = _char_index(normalized, part_of, values[:, 1], values[:, 2])  # [M] chars
+    base = tf.gather(part_base, part_of)
     first_char = tf.searchsorted(cum, base + start, side="right", out_type=tf.int32)
     last_char = tf.searchsorted(cum, base + end - 1, side="right", out_type=tf.int32)
-    char_base = tf.gather(tf.cast(chars.row_starts(), tf.int32), word_of_piece)
-    word_offset = tf.gather(word_start, word_of_piece)
-    starts = word_offset + first_char - char_base
-    ends = word_offset + last_char - char_base + 1
-    return _per_text(words, ids, starts, ends)
+    char_base = tf.gather(part_start - tf.cast(chars.row_starts(), tf.int32), part_of)
+    found = tf.stack([values[:, 0], tf.cast(char_base + first_char, tf.int64),
+                      tf.cast(char_base + last_char + 1, tf.int64)], axis=1)
+    # an added token found as written spans its part
+    added = tf.stack([raw_id, tf.cast(part_start, tf.int64),
+                      tf.cast(part_start, tf.int64) + chars.row_lengths()], axis=1)
+    rows = tf.concat([tokens.with_flat_values(found), _id_rows(added)], axis=1)  # [S, (T), 3]
+    rows = merge_rows(raw.with_flat_values(rows)).with_row_splits_dtype(tf.int64)  # [B, (T), 3]
+    values = rows.flat_values
+    return (rows.with_flat_values(tf.cast(values[:, 0], tokenizer.compute_dtype)),
+            rows.with_flat_values(tf.cast(values[:, 1], tf.int32)),
+            rows.with_flat_values(tf.cast(values[:, 2], tf.int32)))
 
 
 _SPACE = "\u0120"  # Ġ, GPT-2's symbol for the space byte

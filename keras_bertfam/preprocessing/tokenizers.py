@@ -311,25 +311,32 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
                                 tf.shape(values, out_type=first.dtype))
 
 
-def _cut_at_tokens(texts, tokens, ids):
+def _cut_at_tokens(texts, tokens, ids, offsets=False):
     """[N] texts -> ([N, (S)] parts, [N, (S)] ids): each text cut at the `tokens` in it (the
     longest where two start at one place), a token's part with its id from `ids`, other parts
-    -1 (empty parts left out)."""
+    -1 (empty parts left out). With `offsets`, also each part's byte start and end in its text
+    ([N, (S)] each)."""
     if not tokens:
         parts = tf.RaggedTensor.from_tensor(texts[:, None])
-        return parts, parts.with_flat_values(tf.fill(tf.shape(texts), tf.constant(-1, ids.dtype)))
+        part_ids = parts.with_flat_values(tf.fill(tf.shape(texts), tf.constant(-1, ids.dtype)))
+        if not offsets:
+            return parts, part_ids
+        return (parts, part_ids, parts.with_flat_values(tf.zeros_like(texts, tf.int64)),
+                parts.with_flat_values(tf.cast(tf.strings.length(texts), tf.int64)))
     order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]), reverse=True)
     pattern = "|".join(re.escape(tokens[i]) for i in order)
-    parts = regex_split(texts, pattern, pattern)
+    parts, *bounds = regex_split(texts, pattern, pattern, offsets=True) if offsets else \
+        (regex_split(texts, pattern, pattern),)
     is_token = tf.equal(parts.flat_values[:, None], [tokens[i] for i in order])  # (S, T)
     token_id = tf.gather(tf.gather(ids, order), tf.argmax(is_token, axis=1))
-    return parts, parts.with_flat_values(
-        tf.where(tf.reduce_any(is_token, axis=1), token_id, tf.constant(-1, ids.dtype)))
+    return (parts, parts.with_flat_values(
+        tf.where(tf.reduce_any(is_token, axis=1), token_id, tf.constant(-1, ids.dtype))),
+        *bounds)
 
 
 def _id_rows(ids):
-    """[S] ids, -1 for none -> [S, (0 or 1)]."""
-    present = ids >= 0
+    """[S] ids, -1 for none -> [S, (0 or 1)]; [S, n] rows, first the id -> [S, (0 or 1), n]."""
+    present = (ids if ids.shape.rank == 1 else ids[:, 0]) >= 0
     return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(ids, present),
                                             tf.cast(present, tf.int64), validate=False)
 
@@ -456,11 +463,14 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
 
     def tokenize(self, inputs):
         inputs = tf.convert_to_tensor(inputs)
+        if inputs.dtype != tf.string:
+            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
+        # Bytes that are not UTF-8 are U+FFFD, which the normalization drops (HF reads the
+        # text decoded with "replace"; an invalid byte was a word's [UNK] here)
+        inputs = valid_utf8(inputs)
         if not (self.added_tokens or self.normalized_added_tokens):
             return super().tokenize(bert_normalize(inputs, self.bert_lowercase,
                                                    self.bert_strip_accents))
-        if inputs.dtype != tf.string:
-            raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
         self._maybe_initialized_tf()
         tokens = self._tokenize_with_added(tf.reshape(inputs, [-1]))  # (N, (T))
         for axis in reversed(range(1, inputs.shape.rank)):  # a dense batch of rank > 1
@@ -478,16 +488,14 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         def ids_of(tokens):
             return tf.constant([self.token_to_id(t) for t in tokens] or [0], self.compute_dtype)
 
-        normalized = []
-        if self.normalized_added_tokens:
-            with tf.init_scope():  # Python strings (a tf.data function traces this too)
-                normalized = [t.decode() for t in bert_normalize(
-                    tf.constant(self.normalized_added_tokens), self.bert_lowercase,
-                    self.bert_strip_accents).numpy()]
+        # tf-text's regex split stops at a NUL (the text after it was lost); \x01 is dropped by
+        # the normalization just as NUL is
+        texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
         raw, raw_id = _cut_at_tokens(texts, self.added_tokens, ids_of(self.added_tokens))
         text = bert_normalize(raw.flat_values, self.bert_lowercase, self.bert_strip_accents)
         text = tf.where(raw_id.flat_values >= 0, "", text)
-        parts, part_id = _cut_at_tokens(text, normalized, ids_of(self.normalized_added_tokens))
+        parts, part_id = _cut_at_tokens(text, self.normalized_added_tokens_as_found(),
+                                        ids_of(self.normalized_added_tokens))
         words = self._wordpiece(tf.where(part_id.flat_values >= 0, "", parts.flat_values))
         tokens = tf.concat([words, _id_rows(part_id.flat_values)], axis=1)  # (R, (T))
         tokens = tf.RaggedTensor.from_row_splits(tokens, parts.row_splits, validate=False)
@@ -495,17 +503,32 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         return tf.RaggedTensor.from_row_splits(tokens, raw.row_splits,
                                                validate=False).merge_dims(1, 2)
 
+    def normalized_added_tokens_as_found(self):
+        """`normalized_added_tokens` normalized as this tokenizer normalizes a text (Python
+        strings): what is found in the normalized text."""
+        if not self.normalized_added_tokens:
+            return []
+        with tf.init_scope():  # Python strings (a tf.data function traces this too)
+            return [t.decode() for t in bert_normalize(
+                tf.constant(self.normalized_added_tokens), self.bert_lowercase,
+                self.bert_strip_accents).numpy()]
+
+    def word_split_patterns(self):
+        """(delimiters, kept delimiters) of the split of a normalized text into words:
+        whitespace and punctuation, CJK characters as words of their own with `split_on_cjk`
+        (keras-hub's patterns)."""
+        if self.split_on_cjk:
+            return (_hub_wordpiece.WHITESPACE_PUNCTUATION_AND_CJK_REGEX,
+                    _hub_wordpiece.PUNCTUATION_AND_CJK_REGEX)
+        return _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX, _hub_wordpiece.PUNCTUATION_REGEX
+
     def _wordpiece(self, text):
-        """[N] normalized texts -> [N, (T)] ids: split on whitespace and punctuation (CJK
-        characters as words), then WordPiece; keras-hub's ops (`_tokenize_tf`)."""
+        """[N] normalized texts -> [N, (T)] ids: split into words (`word_split_patterns`), then
+        WordPiece; keras-hub's ops (`_tokenize_tf`)."""
         if self.split_on_cjk:
             text = tf.strings.regex_replace(text, _hub_wordpiece.CJK_REGEX, r" \0 ")
-            split = _hub_wordpiece.WHITESPACE_PUNCTUATION_AND_CJK_REGEX
-            keep = _hub_wordpiece.PUNCTUATION_AND_CJK_REGEX
-        else:
-            split = _hub_wordpiece.WHITESPACE_AND_PUNCTUATION_REGEX
-            keep = _hub_wordpiece.PUNCTUATION_REGEX
-        return merge_rows(self._text_word_piece.tokenize(regex_split(text, split, keep)))
+        return merge_rows(self._text_word_piece.tokenize(
+            regex_split(text, *self.word_split_patterns())))
 
     @tensor_utils.preprocessing_function
     def _tokenize_tf(self, inputs):
@@ -1082,7 +1105,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         unbatched = inputs.shape.rank == 0
         if unbatched:
             inputs = inputs[tf.newaxis]
-        texts = albert_normalize(inputs, self.lowercase, self.keep_accents)
+        texts = albert_normalize(valid_utf8(inputs), self.lowercase, self.keep_accents)
         tokens = self._split_digit_comma(sp.tokenize(texts))  # (B, (P))
         if self.sequence_length:
             tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
