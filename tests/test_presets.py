@@ -839,19 +839,27 @@ def test_hf_xlnet_dir_with_only_tokenizer_json(tmp_path):
         hf_tok(t, add_special_tokens=False)["input_ids"] for t in UNIGRAM_TEXTS]
 
 
-def test_hf_unigram_tokenizer_json_that_does_not_convert_is_refused(tmp_path, albert_spiece):
-    """What the SentencePiece tokenizer cannot do as HF's does is refused naming it and the
-    file: another normalizer, byte fallback, a token added beyond the vocabulary."""
+def _hf_albert_dir(path, spiece):
+    """A one-layer random HF ALBERT saved at `path` with the slow tokenizer of `spiece` (its save
+    writes tokenizer.json beside spiece.model) -> that HF tokenizer."""
     import transformers
 
-    spm_dir, path = str(tmp_path / "spm"), str(tmp_path / "hf")
+    spm_dir = path + "_spm"
     os.makedirs(spm_dir)
-    shutil.copy(albert_spiece, spm_dir)
+    shutil.copy(spiece, spm_dir)
     transformers.AlbertModel(transformers.AlbertConfig(
         vocab_size=121, embedding_size=8, hidden_size=16, num_hidden_layers=1,
         num_attention_heads=2, intermediate_size=32)).save_pretrained(path)
     hf_tok = transformers.AlbertTokenizer.from_pretrained(spm_dir)
     hf_tok.save_pretrained(path)
+    return hf_tok
+
+
+def test_hf_unigram_tokenizer_json_that_does_not_convert_is_refused(tmp_path, albert_spiece):
+    """What the SentencePiece tokenizer cannot do as HF's does is refused naming it and the
+    file: another normalizer, byte fallback, a token added beyond the vocabulary."""
+    path = str(tmp_path / "hf")
+    hf_tok = _hf_albert_dir(path, albert_spiece)
     json_path = os.path.join(path, "tokenizer.json")
     with open(json_path) as f:
         spec = json.load(f)
@@ -878,8 +886,6 @@ def test_hf_added_tokens_the_tokenizer_does_not_read_are_refused(tmp_path, hf_pr
     tokenizer.json) keeps added tokens in added_tokens.json or tokenizer_config.json's
     "added_tokens_decoder"; a SentencePiece directory's tokenizer.json is not read. They loaded
     silently without them: now refused, naming the file and the tokens."""
-    import transformers
-
     bert = str(tmp_path / "bert")
     shutil.copytree(hf_pretraining_dir, bert)
     with open(os.path.join(bert, "added_tokens.json"), "w") as f:
@@ -901,13 +907,8 @@ def test_hf_added_tokens_the_tokenizer_does_not_read_are_refused(tmp_path, hf_pr
         json.dump({"NewWord": 300}, f)
     with pytest.raises(ValueError, match="added_tokens.json.*'NewWord'.*vocab.json"):
         kb.preprocessing.Tokenizer.from_preset(roberta)
-    albert, spm_dir = str(tmp_path / "albert"), str(tmp_path / "spm")
-    os.makedirs(spm_dir)
-    shutil.copy(albert_spiece, spm_dir)
-    transformers.AlbertModel(transformers.AlbertConfig(
-        vocab_size=121, embedding_size=8, hidden_size=16, num_hidden_layers=1,
-        num_attention_heads=2, intermediate_size=32)).save_pretrained(albert)
-    hf_tok = transformers.AlbertTokenizer.from_pretrained(spm_dir)
+    albert = str(tmp_path / "albert")
+    hf_tok = _hf_albert_dir(albert, albert_spiece)
     hf_tok.add_tokens(["NewWord"])
     hf_tok.save_pretrained(albert)
     shutil.copy(albert_spiece, albert)
