@@ -21,8 +21,10 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
-from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
-                                                    any_batch_size, check_fits_positions)
+from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
+                                                    TextClassifierPreprocessor, _assert_then,
+                                                    any_batch_size, check_fits_positions,
+                                                    check_no_text_labels)
 from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
@@ -768,7 +770,12 @@ class Task(keras.Model):
         """A fine-tuning task on in-memory raw examples trains and evaluates on labels: without
         `y` Keras' message was "None values not supported"."""
         check_labels_not_a_dict(self, x, y)
-        finetuning = isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
+        preprocessor = getattr(self, "preprocessor", None)
+        finetuning = isinstance(preprocessor, FinetuningPreprocessor)
+        if finetuning and self.labels_are_one_array:  # class ids (or targets): not strings
+            check_no_text_labels(x, type(self).__name__, getattr(self, "num_classes", None),
+                                 x_parts=2 if preprocessor.takes_a_pair else 1,
+                                 pairs=isinstance(preprocessor, TextClassifierPreprocessor))
         if finetuning and isinstance(x, tf.data.Dataset) and not _has_labels(x.element_spec):
             raise ValueError(
                 f"{type(self).__name__}.{method} needs labels: got a dataset whose elements are "
