@@ -472,8 +472,14 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         resumed `fit` then skips input batches rather than prepared ones."""
         return type(self).prepare is FinetuningPreprocessor.prepare
 
-    def prepare(self, ds, training=True):
-        """A dataset of batched raw examples -> a dataset of model inputs (and labels)."""
+    def prepare(self, ds, training=True, batch_size=None):
+        """A dataset of batched raw examples -> a dataset of model inputs (and labels).
+
+        `batch_size`: the batch size a task's `fit` / `evaluate` / `predict` was given (None:
+        none given), which every preprocessor's `prepare` takes and a task always passes. Only
+        a preprocessor that re-batches what it makes uses it (`QuestionAnswererPreprocessor`'s
+        windows); the others keep the incoming batches (a pretraining preprocessor's are its
+        own `batch_size`) and ignore it."""
         return ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
     def _map_function(self, ds):
@@ -643,7 +649,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     def prepares_batch_by_batch(self):
         return not self.group_by_length
 
-    def prepare(self, ds, training=True):
+    def prepare(self, ds, training=True, batch_size=None):
         if not (training and self.group_by_length):
             return super().prepare(ds, training)
         self._check_element_spec(ds)

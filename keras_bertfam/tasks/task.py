@@ -584,11 +584,8 @@ class Task(keras.Model):
             steps = int(x.cardinality())
             if steps > 0:  # an epoch is the input's batches: built once, at the run's position
                 return _EpochKeyedData(steps), None, None, None
-        # a preprocessor that re-batches what it makes (QuestionAnswerer's windows) takes the
-        # batch size given (None: its default)
-        takes = "batch_size" in inspect.signature(preprocessor.prepare).parameters
-        prepared = preprocessor.prepare(x, training=training,
-                                        **({"batch_size": batch_size} if takes else {}))
+        # (batch_size: used by a preprocessor that re-batches, QuestionAnswerer's windows)
+        prepared = preprocessor.prepare(x, training=training, batch_size=batch_size)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
     def _checked_model_inputs(self, x, y=None):
