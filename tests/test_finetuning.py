@@ -1104,3 +1104,17 @@ def test_question_answerer_fit_batches_windows_by_batch_size(tiny_preset):
                          callbacks=[count])
         assert len(steps) == expected, batch_size
         assert history.history["loss"] == [0.0]
+
+
+def test_every_preprocessor_s_prepare_takes_batch_size():
+    """A task's `_prepare` passes `batch_size` to every preprocessor's `prepare` (used by the
+    ones that re-batch, QuestionAnswerer's windows; ignored by the rest): each takes it."""
+    import inspect
+
+    from keras_bertfam.preprocessing.finetuning import FinetuningPreprocessor
+
+    classes = [FinetuningPreprocessor] + [c for c in vars(kb.preprocessing).values()
+                                          if isinstance(c, type) and "prepare" in vars(c)]
+    assert len(classes) >= 6, classes  # QuestionAnswerer's, TextClassifier's, the pretraining
+    for cls in classes:
+        assert "batch_size" in inspect.signature(cls.prepare).parameters, cls

@@ -564,6 +564,53 @@ def test_string_regression_targets_in_a_dataset_are_refused():
     assert regressor.predict(data(texts, texts), verbose=0).shape == (2, 1)
 
 
+def test_string_class_labels_in_a_dataset_are_refused():
+    """Issue #13: a TextClassifier (num_classes=2) fed a dataset of (texts, b"1") said the
+    dataset held "raw examples alone"; with sample weights, or a pair's labels, TensorFlow's
+    "Cast string to int32 is not supported". TokenClassifier and MultipleChoice likewise. Refused
+    naming the labels' dtype, the class ids expected and a conversion."""
+    tok = _tokenizer()
+    clf = kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=(
+        kb.preprocessing.TextClassifierPreprocessor(tok, sequence_length=16)))
+    texts, labels = ["good film", "bad film"], [b"1", b"0"]
+    message = (r"TextClassifier got labels of dtype string( as the last of a dataset's [23] "
+               r"string tensors \(.*\))?: expected integer class ids from 0 to 1 \(num_classes=2\), "
+               r"not text; e\.g\. ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y, "
+               r"tf\.int32\)\)\), or for class names a lookup, keras\.layers\.StringLookup")
+
+    def data(*parts):
+        return tf.data.Dataset.from_tensor_slices(parts).batch(2)
+
+    for call in (lambda: clf.fit(data(texts, labels), verbose=0),
+                 lambda: clf.evaluate(data(texts, labels), verbose=0),
+                 lambda: clf.fit(data(texts, [1, 0]), validation_data=data(texts, labels),
+                                 verbose=0),
+                 lambda: clf.fit(data((texts, texts), labels), verbose=0),  # a pair's
+                 lambda: clf.fit(data(texts, labels, [1.0, 1.0]), verbose=0),
+                 lambda: clf.fit(data(texts, texts, labels), verbose=0)):
+        with pytest.raises(ValueError, match=message):
+            call()
+    tagger = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
+        kb.preprocessing.TokenClassifierPreprocessor(tok, sequence_length=16)))
+    words = tf.ragged.constant([["good", "film"], ["bad", "film"]])
+    tags = tf.ragged.constant([[b"1", b"0"], [b"2", b"0"]])
+    for element in ((words, tags), (words, tags, [1.0, 1.0])):
+        with pytest.raises(ValueError, match=r"TokenClassifier got (token )?labels of dtype "
+                                             r"string.*: expected integer class ids from 0 to 2 "
+                                             r"\(num_classes=3\), not text"):
+            tagger.fit(tf.data.Dataset.from_tensor_slices(element).batch(2), verbose=0)
+    chooser = kb.tasks.MultipleChoice(_backbone(), preprocessor=(
+        kb.preprocessing.MultipleChoicePreprocessor(tok, sequence_length=16)))
+    choices = [["good", "bad"], ["bad", "good"]]
+    for parts in ((texts, choices, labels), ((texts, choices), labels)):
+        with pytest.raises(ValueError, match=r"MultipleChoice got choice labels of dtype "
+                                             r"string.*: expected integer indices from 0 to the "
+                                             r"number of choices minus 1, not text"):
+            chooser.fit(data(*parts), verbose=0)
+    # a text pair without labels is still predicted as one
+    assert clf.predict(data(texts, texts), verbose=0).shape == (2, 2)
+
+
 @pytest.mark.multibackend
 def test_predict_and_fit_inputs_that_cannot_be_a_batch(classifier):
     with pytest.raises(ValueError, match=r"empty input \(0 examples, list\)"):
@@ -1312,7 +1359,9 @@ def test_a_sweep_of_hostile_inputs_to_every_fine_tuning_task(classifier):
         (lambda: classifier.fit(batches(texts).batch(2), verbose=0),
          r"TextClassifier.fit needs labels: got a dataset whose elements are raw examples alone"),
         (lambda: classifier.evaluate(batches((texts, texts)).batch(2), verbose=0),
-         r"TextClassifier.evaluate needs labels"),
+         r"TextClassifier got labels of dtype string as the last of a dataset's 2 string "
+         r"tensors \(fit and evaluate take labels: a text pair alone has none, its labels go as "
+         r"\(\(first, second\), labels\)\)"),  # (or a text pair's labels as strings)
         (lambda: classifier.fit(batches(({"text": texts}, [0, 1])).batch(2), verbose=0),
          r"TextClassifierPreprocessor takes a batch of texts .*; got a dict of columns "
          r"\['text'\]"),

@@ -144,9 +144,6 @@ ONE_LABEL_PER_WORD = ("Each word needs one label: example {} has {} word(s) but 
 NOT_FINITE = ("Invalid regression target {}: expected a finite number (not NaN or inf), which "
               "would turn every weight into NaN.")
 TEXT_TARGET = "expected a number (num_classes=1: regression), not text"
-# {}: where the targets were found (a dataset's all-string elements: `check_no_text_targets`)
-TEXT_TARGETS = ("TextClassifier got regression targets of dtype string{}: " + TEXT_TARGET
-                + "; e.g. ds.map(lambda x, y: (x, tf.strings.to_number(y))).")
 
 
 MULTI_LABEL = ("Multi-label classification (several labels per example, a sigmoid each) is "
@@ -204,16 +201,41 @@ def as_labels(labels):
         return tf.ragged.constant(labels)
 
 
-def check_no_text_targets(ds):
-    """A regression task's dataset (fit, evaluate) whose elements are two or more parts, all
-    strings: texts and string targets, which `_split` reads as a text pair without targets
+def text_labels_error(who, num_classes, what="label", count="num_classes", where=""):
+    """The ValueError for labels of dtype string (TensorFlow's was "Cast string to int32 is not
+    supported"): class ids (or the regression targets of `num_classes=1`) are numbers. `where`:
+    how they were found (`check_no_text_labels`)."""
+    if isinstance(num_classes, int) and num_classes == 1:
+        what, expected, convert, names = "regression target", TEXT_TARGET, \
+            "tf.strings.to_number(y)", ""
+    elif isinstance(num_classes, int):
+        expected = (f"expected integer class ids from 0 to {num_classes - 1} ({count}="
+                    f"{num_classes}), not text")
+        convert = "tf.strings.to_number(y, tf.int32)"
+        names = (", or for class names a lookup, keras.layers.StringLookup(vocabulary=names, "
+                 "num_oov_indices=0)")
+    else:  # the number of choices (a tensor in the graph)
+        expected = f"expected integer indices from 0 to the {count} minus 1, not text"
+        convert, names = "tf.strings.to_number(y, tf.int32)", ""
+    return ValueError(f"{who} got {what}s of dtype string{where}: {expected}; e.g. "
+                      f"ds.map(lambda x, y: (x, {convert})){names}.")
+
+
+def check_no_text_labels(ds, who, num_classes, x_parts=1, pairs=False):
+    """A dataset (fit, evaluate) whose elements are more parts than x (`x_parts`), all strings:
+    x and string labels, which `_has_labels` (and `_split`) read as raw examples without labels
     (fit and evaluate then said "raw examples alone" or "None values not supported"). Refused
-    naming the targets' dtype, as string targets in memory are."""
+    naming the labels' dtype, as string labels in memory are. `num_classes` None: the labels
+    are choice indices. `pairs`: x may be a text pair, which goes as ((first, second), labels)."""
     spec = ds.element_spec if isinstance(ds, tf.data.Dataset) else None
-    if isinstance(spec, tuple) and len(spec) > 1 and all(_is_string(part) for part in spec):
-        raise ValueError(TEXT_TARGETS.format(
+    if isinstance(spec, tuple) and len(spec) > x_parts and all(map(_is_string, spec)):
+        what = "targets" if num_classes == 1 else "labels"
+        raise text_labels_error(who, num_classes, **(
+            {"what": "choice label", "count": "number of choices"} if num_classes is None
+            else {}), where=(
             f" as the last of a dataset's {len(spec)} string tensors (fit and evaluate take "
-            f"targets; a text pair's go as ((first, second), targets))"))
+            f"{what}" + (f": a text pair alone has none, its {what} go as ((first, second), "
+                         f"{what}))" if pairs else ")")))
 
 
 def check_integer_labels(labels, what="label", expected="an integer class id"):
@@ -236,12 +258,17 @@ def check_finite_targets(targets):
                         tf.boolean_mask(flat, bad)[:1])
 
 
-def check_labels(labels, num_classes, what="label", allow_negative=False, count="num_classes"):
+def check_labels(labels, num_classes, what="label", allow_negative=False, count="num_classes",
+                 who="TextClassifier"):
     """In the tf.data graph (so on every backend): stops the pipeline at the first label outside
     `0..num_classes-1`, naming its value and the range (`allow_negative`: labels < 0 pass, where
     they mean 'ignore'), or at a float label that is not a whole number. `num_classes` may be a
-    tensor (the number of choices). The message is `check_label_values`' (labels in memory)."""
-    labels = check_integer_labels(as_labels(labels), what)
+    tensor (the number of choices). The message is `check_label_values`' (labels in memory).
+    String labels are refused at once, naming `who` (the task)."""
+    labels = as_labels(labels)
+    if labels.dtype == tf.string:
+        raise text_labels_error(who, num_classes, what, count)
+    labels = check_integer_labels(labels, what)
     labels = tf.cast(labels, tf.int32)
     flat = tf.reshape(labels.flat_values if isinstance(labels, tf.RaggedTensor) else labels, [-1])
     bad = flat >= num_classes
@@ -445,8 +472,14 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         resumed `fit` then skips input batches rather than prepared ones."""
         return type(self).prepare is FinetuningPreprocessor.prepare
 
-    def prepare(self, ds, training=True):
-        """A dataset of batched raw examples -> a dataset of model inputs (and labels)."""
+    def prepare(self, ds, training=True, batch_size=None):
+        """A dataset of batched raw examples -> a dataset of model inputs (and labels).
+
+        `batch_size`: the batch size a task's `fit` / `evaluate` / `predict` was given (None:
+        none given), which every preprocessor's `prepare` takes and a task always passes. Only
+        a preprocessor that re-batches what it makes uses it (`QuestionAnswererPreprocessor`'s
+        windows); the others keep the incoming batches (a pretraining preprocessor's are its
+        own `batch_size`) and ignore it."""
         return ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
     def _map_function(self, ds):
@@ -595,7 +628,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
             elif self.num_classes == 1:  # regression: finite float32 targets
                 y = as_labels(y)
                 if y.dtype == tf.string:  # (TensorFlow's "Cast string to float is not supported")
-                    raise ValueError(TEXT_TARGETS.format(""))
+                    raise text_labels_error("TextClassifier", 1)
                 check_label_shape(y.shape, "TextClassifier", "regression target", MULTI_TARGET)
                 y = check_finite_targets(y)
             else:  # no task attached: the labels as given (integer labels stay integer)
@@ -616,7 +649,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     def prepares_batch_by_batch(self):
         return not self.group_by_length
 
-    def prepare(self, ds, training=True):
+    def prepare(self, ds, training=True, batch_size=None):
         if not (training and self.group_by_length):
             return super().prepare(ds, training)
         self._check_element_spec(ds)
@@ -758,9 +791,10 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
                 f"{y.shape}, one per sentence.")
         if not isinstance(y, tf.RaggedTensor):  # dense [B, W]: one column per word, padded
             y = tf.RaggedTensor.from_tensor(y, lengths=words.row_lengths())
-        y = tf.cast(y, tf.int32)
         if self.num_classes:
-            y = check_labels(y, self.num_classes, what="token label", allow_negative=True)
+            y = check_labels(y, self.num_classes, what="token label", allow_negative=True,
+                             who="TokenClassifier")
+        y = tf.cast(y, tf.int32)
         n_words, n_labels = words.row_lengths(), y.row_lengths()
         differ = tf.where(tf.not_equal(n_labels, n_words))[:, 0]
         row = _first_or_zero(differ)
@@ -855,7 +889,8 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
         if y is not None:
             y = as_labels(y)
             check_label_shape(y.shape, "MultipleChoice", "choice label", ONE_CHOICE_LABEL)
-            y = check_labels(y, num_choices, what="choice label", count="number of choices")
+            y = check_labels(y, num_choices, what="choice label", count="number of choices",
+                             who="MultipleChoice")
         return _pack(features, y, sample_weight)
 
     def get_config(self):

@@ -543,7 +543,7 @@ class XLNetPreprocessor(PretrainingPreprocessor):
     def _batches_of(self, input_batches):
         return None  # as many windows as the text's tokens fill
 
-    def prepare(self, ds, training=True):
+    def prepare(self, ds, training=True, batch_size=None):
         ds = self._batched_strings(ds)
         stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)
         windows = stream.unbatch().batch(self.window_tokens, drop_remainder=True)

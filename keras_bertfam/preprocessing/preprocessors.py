@@ -178,6 +178,9 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
     what changes is which examples share a batch, and the padding columns no step computes.
     BERT's NSP pairs of IMDB reviews at length 128 are 83% real tokens at a fixed width and
     99% grouped (the 10% short pairs and each document's last pair group together).
+
+    `prepare(ds, training, batch_size=None)` ignores `batch_size` (see
+    `FinetuningPreprocessor.prepare`): its batches are the constructor's `batch_size`.
     """
 
     raw_inputs = RAW_TEXT  # named by the errors of raw text in another shape
@@ -528,7 +531,7 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
             return input_batches  # one batch of each input batch (its strings, masked)
         return None  # blocks (as many as the text fills), regrouped batches
 
-    def prepare(self, ds, training=True):
+    def prepare(self, ds, training=True, batch_size=None):
         ds = self._batched_strings(ds)
         if self.packing == "segments":
             batches = self._seeded_map(ds, self, salt=1, last=True)
@@ -594,7 +597,7 @@ class SentencePairPreprocessor(PretrainingPreprocessor):
     def _batches_of(self, input_batches):
         return None  # as many pairs as the documents' sentences make
 
-    def prepare(self, ds, training=True):
+    def prepare(self, ds, training=True, batch_size=None):
         ds = self._batched_strings(ds)
         pairs = self._seeded_map(ds, self.instances, salt=2).unbatch()
         pairs = self._batched_instances(pairs, training)

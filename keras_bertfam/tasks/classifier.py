@@ -5,8 +5,7 @@ from keras import ops
 
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.finetuning import (MULTI_LABEL, MULTI_TARGET, NOT_AN_INTEGER,
-                                                    NOT_FINITE, TEXT_TARGET, check_label_shape,
-                                                    check_no_text_targets)
+                                                    NOT_FINITE, TEXT_TARGET, check_label_shape)
 from keras_bertfam.tasks.losses import weight_sum
 from keras_bertfam.tasks.masked_lm import backbone_inputs
 from keras_bertfam.tasks.task import Task
@@ -133,11 +132,6 @@ class TextClassifier(Task):
                                           pad_to_batch_max=pad_to_batch_max,
                                           group_by_length=group_by_length,
                                           pad_to_multiple_of=pad_to_multiple_of, **kwargs)
-
-    def _check_labels_given(self, x, y, method):
-        if self.num_classes == 1:
-            check_no_text_targets(x)
-        super()._check_labels_given(x, y, method)
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
         shape = _shape(y)

@@ -22,8 +22,10 @@ from keras import ops, tree
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
 from keras_bertfam.models.weights_files import check_weights_file, record_task_class
-from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, _assert_then,
-                                                    any_batch_size, check_fits_positions)
+from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
+                                                    TextClassifierPreprocessor, _assert_then,
+                                                    any_batch_size, check_fits_positions,
+                                                    check_no_text_labels)
 from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
@@ -601,11 +603,8 @@ class Task(keras.Model):
             steps = int(x.cardinality())
             if steps > 0:  # an epoch is the input's batches: built once, at the run's position
                 return _EpochKeyedData(steps), None, None, None
-        # a preprocessor that re-batches what it makes (QuestionAnswerer's windows) takes the
-        # batch size given (None: its default)
-        takes = "batch_size" in inspect.signature(preprocessor.prepare).parameters
-        prepared = preprocessor.prepare(x, training=training,
-                                        **({"batch_size": batch_size} if takes else {}))
+        # (batch_size: used by a preprocessor that re-batches, QuestionAnswerer's windows)
+        prepared = preprocessor.prepare(x, training=training, batch_size=batch_size)
         return self._checked_features(self._drop_unused_features(prepared)), None, None, None
 
     def _checked_model_inputs(self, x, y=None):
@@ -787,7 +786,12 @@ class Task(keras.Model):
         """A fine-tuning task on in-memory raw examples trains and evaluates on labels: without
         `y` Keras' message was "None values not supported"."""
         check_labels_not_a_dict(self, x, y)
-        finetuning = isinstance(getattr(self, "preprocessor", None), FinetuningPreprocessor)
+        preprocessor = getattr(self, "preprocessor", None)
+        finetuning = isinstance(preprocessor, FinetuningPreprocessor)
+        if finetuning and self.labels_are_one_array:  # class ids (or targets): not strings
+            check_no_text_labels(x, type(self).__name__, getattr(self, "num_classes", None),
+                                 x_parts=2 if preprocessor.takes_a_pair else 1,
+                                 pairs=isinstance(preprocessor, TextClassifierPreprocessor))
         if finetuning and isinstance(x, tf.data.Dataset) and not _has_labels(x.element_spec):
             raise ValueError(
                 f"{type(self).__name__}.{method} needs labels: got a dataset whose elements are "
