@@ -64,8 +64,14 @@ def cache_attr_skipsets():
 
     for obj_type in ("Layer", "Functional", "Operation", "Optimizer", "Metric", "Loss"):
         key = f"saving_attr_skiplist_{obj_type}"
-        if global_state.get_global_attribute(key) is None:
-            global_state.set_global_attribute(key, saving_lib.get_attr_skipset(obj_type))
+        if global_state.get_global_attribute(key) is not None:
+            continue
+        # Layers' sets built here (a bare Layer makes no variable: safe in a StatelessScope,
+        # the loaders' deferred initialization); the others' only once Keras built them.
+        skipset = (saving_lib.get_attr_skipset(obj_type) if obj_type in ("Layer", "Functional")
+                   else global_state.get_global_attribute(f"saving_attr_skipset_{obj_type}"))
+        if skipset is not None:
+            global_state.set_global_attribute(key, skipset)
 
 
 def model_layout(model):
