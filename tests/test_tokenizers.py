@@ -453,3 +453,22 @@ def test_bpe_ids_equal_hf_fast_on_hostile_texts(bpe_pairs, add_prefix_space):
     expected = [hf(t, add_special_tokens=False)["input_ids"] for t in decoded]
     for path in (ours, serving, lambda t: with_offsets(t)[0]):
         assert path(tf.constant(raw)).to_list() == expected
+
+
+def test_wordpiece_config_keeps_every_constructor_argument():
+    """The config's keys are the constructor's arguments (keras-hub's style), so `from_config`, a
+    saved preset and a `.keras` file rebuild the same tokenizer. Before, `split_on_cjk=False` was
+    dropped: the rebuilt tokenizer split CJK characters again (different ids after a save/load)."""
+    import inspect
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "中文", "中", "文"]
+    tokenizer = WordPieceTokenizer(vocab, split_on_cjk=False)
+    config = tokenizer.get_config()
+    arguments = set(inspect.signature(WordPieceTokenizer.__init__).parameters) - {"self", "kwargs"}
+    layer_keys = {"name", "trainable", "dtype", "config_file"}
+    assert set(config) - layer_keys == arguments
+    assert config["split_on_cjk"] is False
+    again = WordPieceTokenizer.from_config(config)
+    again.set_vocabulary(vocab)
+    assert tokenizer(["a 中文"]).to_list() == again(["a 中文"]).to_list() == [[5, 6]]
+    assert WordPieceTokenizer(vocab)(["a 中文"]).to_list() == [[5, 7, 8]]

@@ -380,6 +380,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
             giving its own id wherever it occurs.
         normalized_added_tokens: the same, found in the normalized text (lowercased and
             accent-stripped as this tokenizer does, as is the token: HF's `add_tokens`).
+        split_on_cjk: CJK characters are words of their own (HF's `tokenize_chinese_chars`).
 
     Example:
     >>> tok = WordPieceTokenizer(vocabulary="vocab.txt", lowercase=True)  # doctest: +SKIP
@@ -402,6 +403,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         unk_token="[UNK]",
         added_tokens=(),
         normalized_added_tokens=(),
+        split_on_cjk=True,
         **kwargs,
     ):
         self.bert_lowercase = lowercase
@@ -432,6 +434,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
             lowercase=False,  # done by bert_normalize, HF's way
             strip_accents=False,
             oov_token=unk_token,
+            split_on_cjk=split_on_cjk,
             _allow_python_workflow=False,
             **kwargs,
         )
@@ -551,11 +554,12 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
 
     def get_config(self):
         config = super().get_config()
-        for key in ("strip_accents", "oov_token", "split", "split_on_cjk", "suffix_indicator",
+        for key in ("strip_accents", "oov_token", "split", "suffix_indicator",
                     "special_tokens", "special_tokens_in_strings"):
             config.pop(key, None)
         config["lowercase"] = self.bert_lowercase
         config["strip_accents"] = self.bert_strip_accents
+        config["split_on_cjk"] = self.split_on_cjk  # keras-hub's get_config leaves it out
         config.update(added_tokens=list(self.added_tokens),
                       normalized_added_tokens=list(self.normalized_added_tokens))
         config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
