@@ -472,3 +472,24 @@ def test_wordpiece_config_keeps_every_constructor_argument():
     again.set_vocabulary(vocab)
     assert tokenizer(["a 中文"]).to_list() == again(["a 中文"]).to_list() == [[5, 6]]
     assert WordPieceTokenizer(vocab)(["a 中文"]).to_list() == [[5, 7, 8]]
+
+
+def test_whitespace_and_control_characters_equal_hf(tokenizer, hf_tokenizer):
+    """HF's BERT normalizer: \\t \\n \\r and every other White_Space character that is not a
+    control (Zs, and U+2028 / U+2029, Zl / Zp) becomes a space; controls and format characters
+    (\\x0b, \\x0c, U+0085 too) vanish. Before, U+2028 / U+2029 were kept, so "x\\u2028y" was one
+    unknown word ([UNK]) where HF gives x, y. The offsets (QA) follow the same normalization."""
+    import unicodedata
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    chars = [chr(c) for c in list(range(0x20)) + list(range(0x7F, 0xA1)) + list(range(0x110000))
+             if unicodedata.category(chr(c)) in ("Zs", "Zl", "Zp")
+             or 0 < c < 0x20 or 0x7F <= c <= 0x9F] + list("\u200b\u200c\u200d\u2060\ufeff")
+    texts = [f"x{c}y" for c in dict.fromkeys(chars)] + ["a\u2029\u2028b c\u2028"]
+    hf = hf_tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    assert tokenizer(texts).to_list() == hf["input_ids"]
+    ids, starts, ends = tokenize_with_offsets(tokenizer, tf.constant(texts))
+    assert ids.to_list() == hf["input_ids"]
+    assert [list(zip(s, e)) for s, e in zip(starts.to_list(), ends.to_list())] == [
+        [tuple(o) for o in row] for row in hf["offset_mapping"]]

@@ -25,8 +25,10 @@ from keras_bertfam.preprocessing.ragged import keep_values, merge_rows, row_ids,
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
-# format, private use, unassigned) vanish.
-_WHITESPACE = r"[\t\n\r\p{Zs}]"
+# format, private use, unassigned) vanish. HF's whitespace is Unicode's White_Space less the
+# controls it drops (\x0b, \x0c, \x1c-\x1f, U+0085): \t \n \r and \p{Z}, the Zs spaces and
+# the line / paragraph separators U+2028 (Zl) / U+2029 (Zp).
+_WHITESPACE = r"[\t\n\r\p{Z}]"
 _DROP_CHARS = r"[\x{FFFD}\p{C}]"
 
 
