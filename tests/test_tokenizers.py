@@ -376,6 +376,8 @@ HOSTILE_BPE_TEXTS = [
     "<mask>is", " <mask> is", "  <mask>", "<s>the cat</s>", "<s> the</s>", "the<mask>",
     "a  <mask> b", "<mask><mask>", "x<s>is", "<s> ", "<mask>\tis", "</s>  ", "<s><mask>is",
     "it's  's <mask>'s", "x \u096c \u096c\u096c y", "the cat is", " \x85is",
+    # NUL: tf-text's regex split stopped there (all text after it was lost)
+    "a\x00b the cat", "\x00", " \x00 x", "x\x00\x00 is\x00", "<mask>\x00is", "\x00<s> the",
 ]
 
 

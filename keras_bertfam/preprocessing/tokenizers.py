@@ -247,6 +247,13 @@ def valid_utf8(texts):
                                         replacement_char=0xFFFD)
 
 
+def _restore_nul(words):
+    """[N] words -> the same, each byte 0xFF NUL again (`_split_for_bpe`)."""
+    chars = tf.strings.bytes_split(words)
+    return tf.strings.reduce_join(chars.with_flat_values(tf.where(
+        tf.equal(chars.flat_values, b"\xff"), b"\x00", chars.flat_values)), axis=-1)
+
+
 def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed=False):
     """[B] strings -> [B, (W)] words as HF's byte-level BPE tokenizers (`RobertaTokenizerFast`,
     GPT-2's) split them, with no Python per text and no row-split checks.
@@ -264,6 +271,12 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
     Bytes that are not UTF-8 are read as U+FFFD (`valid_utf8`), as the exported signatures and
     the offsets read them (HF's tokenizers take Python strings: decoded with "replace")."""
     inputs = valid_utf8(inputs)
+    # tf-text's regex split stops at NUL (the rest of the text was lost): NUL goes through it as
+    # the byte 0xFF, which valid UTF-8 never holds and RE2 reads as U+FFFD (a symbol, as NUL:
+    # neither space, letter nor number), then is itself again in the words (`_restore_nul`).
+    with_nul = inputs
+    inputs = tf.strings.regex_replace(inputs, r"\x00", tf.constant(b"\xff"))
+    has_nul = tf.reduce_any(tf.not_equal(inputs, with_nul))
     tokens = sorted(set(unsplittable_tokens or ()), key=len, reverse=True)
     if tokens:
         pattern = "|".join(re.escape(t) for t in tokens)
@@ -299,7 +312,8 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
         tf.cast(keep, chunks.row_splits.dtype), axis=1))], 0), chunks.row_splits)  # [S + 1]
     words = regex_split(pieces, _BPE_WORD, _BPE_WORD)  # [F, (W)]
     word_splits = tf.gather(words.row_splits, piece_splits)  # [S + 1]: each part's words
-    values = words.flat_values
+    values = tf.cond(has_nul, lambda: _restore_nul(words.flat_values),
+                     lambda: words.flat_values)
     if tokens:
         part_of_word = row_ids(word_splits)
         values = tf.where(tf.gather(special, part_of_word), tf.gather(token, part_of_word),
