@@ -376,6 +376,8 @@ HOSTILE_BPE_TEXTS = [
     "<mask>is", " <mask> is", "  <mask>", "<s>the cat</s>", "<s> the</s>", "the<mask>",
     "a  <mask> b", "<mask><mask>", "x<s>is", "<s> ", "<mask>\tis", "</s>  ", "<s><mask>is",
     "it's  's <mask>'s", "x \u096c \u096c\u096c y", "the cat is", " \x85is",
+    # NUL: tf-text's regex split stopped there (all text after it was lost)
+    "a\x00b the cat", "\x00", " \x00 x", "x\x00\x00 is\x00", "<mask>\x00is", "\x00<s> the",
 ]
 
 
@@ -453,3 +455,43 @@ def test_bpe_ids_equal_hf_fast_on_hostile_texts(bpe_pairs, add_prefix_space):
     expected = [hf(t, add_special_tokens=False)["input_ids"] for t in decoded]
     for path in (ours, serving, lambda t: with_offsets(t)[0]):
         assert path(tf.constant(raw)).to_list() == expected
+
+
+def test_wordpiece_config_keeps_every_constructor_argument():
+    """The config's keys are the constructor's arguments (keras-hub's style), so `from_config`, a
+    saved preset and a `.keras` file rebuild the same tokenizer. Before, `split_on_cjk=False` was
+    dropped: the rebuilt tokenizer split CJK characters again (different ids after a save/load)."""
+    import inspect
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "中文", "中", "文"]
+    tokenizer = WordPieceTokenizer(vocab, split_on_cjk=False)
+    config = tokenizer.get_config()
+    arguments = set(inspect.signature(WordPieceTokenizer.__init__).parameters) - {"self", "kwargs"}
+    layer_keys = {"name", "trainable", "dtype", "config_file"}
+    assert set(config) - layer_keys == arguments
+    assert config["split_on_cjk"] is False
+    again = WordPieceTokenizer.from_config(config)
+    again.set_vocabulary(vocab)
+    assert tokenizer(["a 中文"]).to_list() == again(["a 中文"]).to_list() == [[5, 6]]
+    assert WordPieceTokenizer(vocab)(["a 中文"]).to_list() == [[5, 7, 8]]
+
+
+def test_whitespace_and_control_characters_equal_hf(tokenizer, hf_tokenizer):
+    """HF's BERT normalizer: \\t \\n \\r and every other White_Space character that is not a
+    control (Zs, and U+2028 / U+2029, Zl / Zp) becomes a space; controls and format characters
+    (\\x0b, \\x0c, U+0085 too) vanish. Before, U+2028 / U+2029 were kept, so "x\\u2028y" was one
+    unknown word ([UNK]) where HF gives x, y. The offsets (QA) follow the same normalization."""
+    import unicodedata
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+
+    chars = [chr(c) for c in list(range(0x20)) + list(range(0x7F, 0xA1)) + list(range(0x110000))
+             if unicodedata.category(chr(c)) in ("Zs", "Zl", "Zp")
+             or 0 < c < 0x20 or 0x7F <= c <= 0x9F] + list("\u200b\u200c\u200d\u2060\ufeff")
+    texts = [f"x{c}y" for c in dict.fromkeys(chars)] + ["a\u2029\u2028b c\u2028"]
+    hf = hf_tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    assert tokenizer(texts).to_list() == hf["input_ids"]
+    ids, starts, ends = tokenize_with_offsets(tokenizer, tf.constant(texts))
+    assert ids.to_list() == hf["input_ids"]
+    assert [list(zip(s, e)) for s, e in zip(starts.to_list(), ends.to_list())] == [
+        [tuple(o) for o in row] for row in hf["offset_mapping"]]

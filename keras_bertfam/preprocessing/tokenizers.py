@@ -25,8 +25,10 @@ from keras_bertfam.preprocessing.ragged import keep_values, merge_rows, row_ids,
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
-# format, private use, unassigned) vanish.
-_WHITESPACE = r"[\t\n\r\p{Zs}]"
+# format, private use, unassigned) vanish. HF's whitespace is Unicode's White_Space less the
+# controls it drops (\x0b, \x0c, \x1c-\x1f, U+0085): \t \n \r and \p{Z}, the Zs spaces and
+# the line / paragraph separators U+2028 (Zl) / U+2029 (Zp).
+_WHITESPACE = r"[\t\n\r\p{Z}]"
 _DROP_CHARS = r"[\x{FFFD}\p{C}]"
 
 
@@ -245,6 +247,13 @@ def valid_utf8(texts):
                                         replacement_char=0xFFFD)
 
 
+def _restore_nul(words):
+    """[N] words -> the same, each byte 0xFF NUL again (`_split_for_bpe`)."""
+    chars = tf.strings.bytes_split(words)
+    return tf.strings.reduce_join(chars.with_flat_values(tf.where(
+        tf.equal(chars.flat_values, b"\xff"), b"\x00", chars.flat_values)), axis=-1)
+
+
 def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed=False):
     """[B] strings -> [B, (W)] words as HF's byte-level BPE tokenizers (`RobertaTokenizerFast`,
     GPT-2's) split them, with no Python per text and no row-split checks.
@@ -262,6 +271,12 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
     Bytes that are not UTF-8 are read as U+FFFD (`valid_utf8`), as the exported signatures and
     the offsets read them (HF's tokenizers take Python strings: decoded with "replace")."""
     inputs = valid_utf8(inputs)
+    # tf-text's regex split stops at NUL (the rest of the text was lost): NUL goes through it as
+    # the byte 0xFF, which valid UTF-8 never holds and RE2 reads as U+FFFD (a symbol, as NUL:
+    # neither space, letter nor number), then is itself again in the words (`_restore_nul`).
+    with_nul = inputs
+    inputs = tf.strings.regex_replace(inputs, r"\x00", tf.constant(b"\xff"))
+    has_nul = tf.reduce_any(tf.not_equal(inputs, with_nul))
     tokens = sorted(set(unsplittable_tokens or ()), key=len, reverse=True)
     if tokens:
         pattern = "|".join(re.escape(t) for t in tokens)
@@ -297,7 +312,8 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
         tf.cast(keep, chunks.row_splits.dtype), axis=1))], 0), chunks.row_splits)  # [S + 1]
     words = regex_split(pieces, _BPE_WORD, _BPE_WORD)  # [F, (W)]
     word_splits = tf.gather(words.row_splits, piece_splits)  # [S + 1]: each part's words
-    values = words.flat_values
+    values = tf.cond(has_nul, lambda: _restore_nul(words.flat_values),
+                     lambda: words.flat_values)
     if tokens:
         part_of_word = row_ids(word_splits)
         values = tf.where(tf.gather(special, part_of_word), tf.gather(token, part_of_word),
@@ -380,6 +396,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
             giving its own id wherever it occurs.
         normalized_added_tokens: the same, found in the normalized text (lowercased and
             accent-stripped as this tokenizer does, as is the token: HF's `add_tokens`).
+        split_on_cjk: CJK characters are words of their own (HF's `tokenize_chinese_chars`).
 
     Example:
     >>> tok = WordPieceTokenizer(vocabulary="vocab.txt", lowercase=True)  # doctest: +SKIP
@@ -402,6 +419,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         unk_token="[UNK]",
         added_tokens=(),
         normalized_added_tokens=(),
+        split_on_cjk=True,
         **kwargs,
     ):
         self.bert_lowercase = lowercase
@@ -432,6 +450,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
             lowercase=False,  # done by bert_normalize, HF's way
             strip_accents=False,
             oov_token=unk_token,
+            split_on_cjk=split_on_cjk,
             _allow_python_workflow=False,
             **kwargs,
         )
@@ -551,11 +570,12 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
 
     def get_config(self):
         config = super().get_config()
-        for key in ("strip_accents", "oov_token", "split", "split_on_cjk", "suffix_indicator",
+        for key in ("strip_accents", "oov_token", "split", "suffix_indicator",
                     "special_tokens", "special_tokens_in_strings"):
             config.pop(key, None)
         config["lowercase"] = self.bert_lowercase
         config["strip_accents"] = self.bert_strip_accents
+        config["split_on_cjk"] = self.split_on_cjk  # keras-hub's get_config leaves it out
         config.update(added_tokens=list(self.added_tokens),
                       normalized_added_tokens=list(self.normalized_added_tokens))
         config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
