@@ -474,6 +474,14 @@ def test_wordpiece_config_keeps_every_constructor_argument():
     again.set_vocabulary(vocab)
     assert tokenizer(["a 中文"]).to_list() == again(["a 中文"]).to_list() == [[5, 6]]
     assert WordPieceTokenizer(vocab)(["a 中文"]).to_list() == [[5, 7, 8]]
+    # suffix_indicator and split were dropped too (a "@@" vocabulary read "##" after a reload)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##b", "@@b"]
+    tokenizer = WordPieceTokenizer(vocab, suffix_indicator="@@")
+    again = WordPieceTokenizer.from_config(tokenizer.get_config())
+    again.set_vocabulary(vocab)
+    assert tokenizer(["ab"]).to_list() == again(["ab"]).to_list() == [[5, 8]]
+    assert WordPieceTokenizer.from_config(
+        WordPieceTokenizer(vocab, split=False).get_config()).split is False
 
 
 def test_whitespace_and_control_characters_equal_hf(tokenizer, hf_tokenizer):

@@ -397,6 +397,8 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         normalized_added_tokens: the same, found in the normalized text (lowercased and
             accent-stripped as this tokenizer does, as is the token: HF's `add_tokens`).
         split_on_cjk: CJK characters are words of their own (HF's `tokenize_chinese_chars`).
+        suffix_indicator: the prefix of a word's non-initial pieces ("##").
+        split: split texts into words first (False: each input is one word, keras-hub's).
 
     Example:
     >>> tok = WordPieceTokenizer(vocabulary="vocab.txt", lowercase=True)  # doctest: +SKIP
@@ -420,6 +422,8 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         added_tokens=(),
         normalized_added_tokens=(),
         split_on_cjk=True,
+        suffix_indicator="##",
+        split=True,
         **kwargs,
     ):
         self.bert_lowercase = lowercase
@@ -451,6 +455,8 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
             strip_accents=False,
             oov_token=unk_token,
             split_on_cjk=split_on_cjk,
+            suffix_indicator=suffix_indicator,
+            split=split,
             _allow_python_workflow=False,
             **kwargs,
         )
@@ -570,8 +576,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
 
     def get_config(self):
         config = super().get_config()
-        for key in ("strip_accents", "oov_token", "split", "suffix_indicator",
-                    "special_tokens", "special_tokens_in_strings"):
+        for key in ("strip_accents", "oov_token", "special_tokens", "special_tokens_in_strings"):
             config.pop(key, None)
         config["lowercase"] = self.bert_lowercase
         config["strip_accents"] = self.bert_strip_accents
