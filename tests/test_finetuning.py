@@ -1155,3 +1155,30 @@ def test_every_preprocessor_s_prepare_takes_batch_size():
     for cls in classes:
         assert "batch_size" in inspect.signature(cls.prepare).parameters, cls
 
+
+def test_a_preprocessor_whose_prepare_takes_no_batch_size_is_refused_when_attached(binary_clf):
+    """A user's subclass overriding `prepare(self, ds, training=True)` (the signature before
+    `batch_size`) failed inside the task's `fit` with Python's "got an unexpected keyword
+    argument 'batch_size'". Refused when the task is built or the preprocessor attached, naming
+    the class, its signature and the one expected; a `prepare` taking `**kwargs` is taken."""
+    class OldPreprocessor(kb.preprocessing.TextClassifierPreprocessor):
+        def prepare(self, ds, training=True):
+            return super().prepare(ds, training)
+
+    class KeywordsPreprocessor(kb.preprocessing.TextClassifierPreprocessor):
+        def prepare(self, ds, training=True, **kwargs):
+            return super().prepare(ds, training, **kwargs)
+
+    tokenizer = binary_clf.preprocessor.tokenizer
+    message = (r"TextClassifier: OldPreprocessor\.prepare\(ds, training=True\) does not take "
+               r"batch_size=, which a task passes it: expected prepare\(ds, training=True, "
+               r"batch_size=None\)")
+    with pytest.raises(TypeError, match=message):
+        kb.tasks.TextClassifier(binary_clf.backbone, num_classes=2,
+                                preprocessor=OldPreprocessor(tokenizer, sequence_length=16))
+    clf = kb.tasks.TextClassifier(binary_clf.backbone, num_classes=2, preprocessor=(
+        KeywordsPreprocessor(tokenizer, sequence_length=16)))
+    with pytest.raises(TypeError, match=message):
+        clf.preprocessor = OldPreprocessor(tokenizer, sequence_length=16)
+    assert isinstance(clf.preprocessor, KeywordsPreprocessor)
+    assert clf.predict(["good", "bad"], verbose=0).shape == (2, 2)

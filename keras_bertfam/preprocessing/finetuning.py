@@ -487,7 +487,8 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         none given), which every preprocessor's `prepare` takes and a task always passes. Only
         a preprocessor that re-batches what it makes uses it (`QuestionAnswererPreprocessor`'s
         windows); the others keep the incoming batches (a pretraining preprocessor's are its
-        own `batch_size`) and ignore it."""
+        own `batch_size`) and ignore it. A subclass overriding `prepare` takes it too: a task
+        refuses a preprocessor whose `prepare` does not, when built with it or given it."""
         return ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
     def _map_function(self, ds):
