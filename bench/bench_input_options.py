@@ -79,7 +79,7 @@ def with_opts(ds, **kw):
 orig_prepare = type(pre).prepare
 def e2e_with(**kw):
     def run(n):
-        def prepare(self, ds, training=True):
+        def prepare(self, ds, training=True, batch_size=None):  # (a task passes batch_size)
             return with_opts(orig_prepare(self, ds, training), **kw) if kw else orig_prepare(self, ds, training)
         type(pre).prepare = prepare
         try:

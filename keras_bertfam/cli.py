@@ -18,7 +18,8 @@ Exit statuses (argparse's and the shell's conventions): 0 done; 2 the command li
 of arguments that do not go together, also given the preset --task / --preset names: one line
 `keras-bertfam CMD: error: MESSAGE`, naming the flag); 1 the command line is right but the run
 could not be done (a missing, unknown or damaged file, preset or corpus, a locked or unwritable
-output, a checkpoint that does not resume, a NaN loss, a failed op audit: one line too);
+output, a checkpoint that does not resume, a NaN loss, a failed op audit, a --strategy the
+environment cannot run: one line too);
 128 + N a run stopped by signal N (130 SIGINT, 143 SIGTERM), after its checkpoint when it was
 training. Other exceptions are bugs and keep their traceback (as every error does with
 --verbose).
@@ -715,10 +716,14 @@ def _pretrain(args, run, state, step, where, products):
 
         try:
             strategy = distribute.get_strategy(args.strategy)
-        except ValueError as e:  # an unknown name: the message names the known ones
+        except (ValueError, RuntimeError) as e:
             if args.verbose:
                 raise
-            raise UsageError(f"--strategy {args.strategy}: {_one_line(e)}") from None
+            # An unknown name (the message names the known ones) is the command line's error;
+            # a known one that this process cannot run (its backend, a multi-process JAX
+            # environment set in part) is the run's
+            error = CommandError if args.strategy in distribute.NAMES else UsageError
+            raise error(f"--strategy {args.strategy}: {_one_line(e)}") from None
     scope = strategy.scope() if strategy is not None and hasattr(strategy, "scope") else _null()
     corpus = None
     if step < args.steps:  # its documents are checked before the model is built

@@ -40,7 +40,8 @@ def get_strategy(name="default", tpu=None, devices=None, job_addresses=None, num
             or a name / `grpc://` address), `"jax_data_parallel"` (`keras.distribution.DataParallel`
             over all JAX devices; with several hosts pass `job_addresses` (the coordinator's
             "host:port" first), `num_processes` and `process_id`, or set Keras'
-            `KERAS_DISTRIBUTION_JOB_ADDRESSES` / `_NUM_PROCESSES` / `_PROCESS_ID` variables).
+            `KERAS_DISTRIBUTION_JOB_ADDRESSES` / `_NUM_PROCESSES` / `_PROCESS_ID` variables:
+            all three or none, some without the others a ValueError naming the missing ones).
         devices: for "mirrored" / "jax_data_parallel", an explicit device list.
 
     The TensorFlow strategies need the TensorFlow backend, `jax_data_parallel` the JAX backend
@@ -56,14 +57,14 @@ def get_strategy(name="default", tpu=None, devices=None, job_addresses=None, num
     if name not in NAMES:
         raise ValueError(f"Unknown strategy {name!r}; choose one of {', '.join(NAMES)}.")
     if name == "jax_data_parallel":
+        processes = _jax_processes(job_addresses, num_processes, process_id)
         if backend != "jax":
             raise RuntimeError(
                 "strategy 'jax_data_parallel' needs KERAS_BACKEND=jax (set it before importing "
                 f"keras); the backend is {backend!r}."
             )
-        job_addresses = job_addresses or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES")
-        if job_addresses:
-            _initialize_jax_processes(job_addresses, num_processes, process_id)
+        if processes:
+            _initialize_jax_processes(*processes)
         return keras.distribution.DataParallel(devices=devices)
     if backend != "tensorflow":
         raise RuntimeError(
@@ -84,18 +85,57 @@ def get_strategy(name="default", tpu=None, devices=None, job_addresses=None, num
     return tf.distribute.TPUStrategy(resolver)
 
 
+# Keras' variables for `keras.distribution.initialize`, by the argument each stands for
+JAX_PROCESS_VARIABLES = {"job_addresses": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+                         "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                         "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
+
+
+def _jax_processes(job_addresses, num_processes, process_id):
+    """`(job_addresses, num_processes, process_id)` of a multi-process JAX run, each the
+    argument or else its Keras variable (`JAX_PROCESS_VARIABLES`); None for one process (none
+    of the three given). Some but not all of them: a ValueError naming the ones given and the
+    ones missing (without the coordinator's address, each process went on alone without a
+    word); a process count or id that is not an integer in range: one naming the values."""
+    values = {"job_addresses": job_addresses, "num_processes": num_processes,
+              "process_id": process_id}
+    from_variable = set()
+    for arg, variable in JAX_PROCESS_VARIABLES.items():
+        if values[arg] is None and os.environ.get(variable, "").strip():
+            values[arg] = os.environ[variable].strip()
+            from_variable.add(arg)
+
+    def shown(arg):
+        return (f"{JAX_PROCESS_VARIABLES[arg]}={values[arg]}" if arg in from_variable
+                else f"{arg}={values[arg]!r}")
+
+    missing = [arg for arg, value in values.items() if value is None]
+    if len(missing) == len(values):
+        return None
+    if missing:
+        given = [shown(arg) for arg in values if arg not in missing]
+        raise ValueError(
+            f"Multi-process JAX takes the coordinator's address, the number of processes and "
+            f"this process's id together: {', '.join(given)} {'is' if len(given) == 1 else 'are'}"
+            f" set but not {', '.join(JAX_PROCESS_VARIABLES[a] for a in missing)} (get_strategy's"
+            f" {', '.join(f'{a}=' for a in missing)}). Set all three for a run over several "
+            f"processes, none for one process.")
+    try:
+        count, index = int(values["num_processes"]), int(values["process_id"])
+    except (TypeError, ValueError):
+        count = index = None
+    if count is None or count < 1 or not 0 <= index < count:
+        raise ValueError(
+            f"Multi-process JAX: {shown('num_processes')}, {shown('process_id')}: expected a "
+            f"positive number of processes and this process's id from 0 to that number minus 1.")
+    return values["job_addresses"], count, index
+
+
 def _initialize_jax_processes(job_addresses, num_processes, process_id):
     import jax
 
     if getattr(_initialize_jax_processes, "done", False):
         return
-    env = os.environ
-    num_processes = int(num_processes if num_processes is not None
-                        else env.get("KERAS_DISTRIBUTION_NUM_PROCESSES", 0)) or None
-    process_id = int(process_id if process_id is not None
-                     else env.get("KERAS_DISTRIBUTION_PROCESS_ID", -1))
-    if num_processes is None or process_id < 0:
-        raise ValueError("Multi-process JAX needs num_processes and process_id with job_addresses.")
     # CPU devices talk through gloo collectives (GPU / TPU collectives are unaffected). No jax
     # call may touch a device before jax.distributed.initialize.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")

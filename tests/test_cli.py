@@ -791,3 +791,26 @@ def test_an_unknown_strategy_is_a_usage_error(tmp_path, capsys):
     status = cli.main(["pretrain", "--strategy", "bogus", "--output", str(tmp_path / "run")])
     _one_line_error(capsys, status, 2, "keras-bertfam pretrain: error: --strategy bogus: Unknown "
                     "strategy 'bogus'; choose one of default, mirrored")
+
+
+def test_a_strategy_the_environment_cannot_run_is_a_run_error(tmp_path, capsys, monkeypatch):
+    """--strategy jax_data_parallel with only some of Keras' multi-process variables set exited
+    2 (a usage error: "Multi-process JAX needs num_processes and process_id with
+    job_addresses.") though the command line is right, or went on as one process without a
+    word when the coordinator's address was the one missing (get_strategy returned a
+    single-process DataParallel); on the TensorFlow backend it was a traceback. Now status 1,
+    one line naming the variables set and the ones missing (and the backend it needs)."""
+    names = [f"KERAS_DISTRIBUTION_{n}" for n in ("JOB_ADDRESSES", "NUM_PROCESSES", "PROCESS_ID")]
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    argv = ["pretrain", "--strategy", "jax_data_parallel", "--output", str(tmp_path / "run")]
+    prefix = "keras-bertfam pretrain: error: --strategy jax_data_parallel: "
+    monkeypatch.setenv(names[2], "0")
+    _one_line_error(capsys, cli.main(argv), 1, prefix, f"{names[2]}=0 is set but not "
+                    f"{names[0]}, {names[1]}")
+    monkeypatch.setenv(names[0], "localhost:1234")
+    monkeypatch.delenv(names[2])
+    _one_line_error(capsys, cli.main(argv), 1, prefix, f"{names[0]}=localhost:1234 is set but "
+                    f"not {names[1]}, {names[2]}")
+    monkeypatch.delenv(names[0])
+    _one_line_error(capsys, cli.main(argv), 1, prefix, "needs KERAS_BACKEND=jax")

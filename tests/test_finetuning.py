@@ -259,6 +259,42 @@ def test_text_classifier_label_outside_num_classes(binary_clf):
         other.fit(tf.data.Dataset.from_tensor_slices((["a"], [3])).batch(1), verbose=0)
 
 
+def test_preprocessors_without_num_classes_refuse_text_labels(bert_vocab):
+    """A TextClassifierPreprocessor / TokenClassifierPreprocessor used directly, without
+    `num_classes` (no task attached): string labels came out as they went in (TextClassifier's)
+    or failed in TensorFlow's "Cast string to int32 is not supported" (TokenClassifier's). Now
+    refused as a task refuses them, naming the preprocessor, the dtype and a conversion, called
+    or prepared; numbers still come out as given."""
+    import tensorflow as tf
+
+    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    clf = kb.preprocessing.TextClassifierPreprocessor(tok, sequence_length=8)
+    tagger = kb.preprocessing.TokenClassifierPreprocessor(tok, sequence_length=8)
+    message = (r"{} got {}s of dtype string: expected integer class ids \(num_classes=None: not "
+               r"checked against a count\), not text; e\.g\. ds\.map\(lambda x, y: \(x, "
+               r"tf\.strings\.to_number\(y, tf\.int32\)\)\), or for class names a lookup")
+    texts, names = ["good film", "bad film"], ["pos", "neg"]
+
+    def data(*parts):
+        return tf.data.Dataset.from_tensor_slices(parts).batch(2)
+
+    for call in (lambda: clf(texts, names), lambda: clf((texts, texts), np.array([b"1", b"0"])),
+                 lambda: clf.prepare(data((texts, texts), names)),
+                 lambda: clf.prepare(data(texts, names, [1.0, 1.0]))):
+        with pytest.raises(ValueError, match=message.format("TextClassifierPreprocessor",
+                                                            "label")):
+            call()
+    words = tf.ragged.constant([["good", "film"], ["bad", "film"]])
+    tags = tf.ragged.constant([[b"1", b"0"], [b"2", b"0"]])
+    for call in (lambda: tagger(words, tags), lambda: tagger.prepare(data(words, tags))):
+        with pytest.raises(ValueError, match=message.format("TokenClassifierPreprocessor",
+                                                            "token label")):
+            call()
+    assert to_numpy(clf(texts, [1, 0])[1]).tolist() == [1, 0]
+    assert to_numpy(clf(texts, [0.5, 2.0])[1]).tolist() == [0.5, 2.0]
+    assert to_numpy(tagger(words, [[1, 0], [2, 0]])[1])[:, 1:3].tolist() == [[1, 0], [2, 0]]
+
+
 # === TokenClassifier ===
 TAGGED = (["John lives in Paris", "Snuffleupagus visits Zürich"], [[1, 0, 0, 2], [1, 0, 2]])
 
@@ -1118,3 +1154,31 @@ def test_every_preprocessor_s_prepare_takes_batch_size():
     assert len(classes) >= 6, classes  # QuestionAnswerer's, TextClassifier's, the pretraining
     for cls in classes:
         assert "batch_size" in inspect.signature(cls.prepare).parameters, cls
+
+
+def test_a_preprocessor_whose_prepare_takes_no_batch_size_is_refused_when_attached(binary_clf):
+    """A user's subclass overriding `prepare(self, ds, training=True)` (the signature before
+    `batch_size`) failed inside the task's `fit` with Python's "got an unexpected keyword
+    argument 'batch_size'". Refused when the task is built or the preprocessor attached, naming
+    the class, its signature and the one expected; a `prepare` taking `**kwargs` is taken."""
+    class OldPreprocessor(kb.preprocessing.TextClassifierPreprocessor):
+        def prepare(self, ds, training=True):
+            return super().prepare(ds, training)
+
+    class KeywordsPreprocessor(kb.preprocessing.TextClassifierPreprocessor):
+        def prepare(self, ds, training=True, **kwargs):
+            return super().prepare(ds, training, **kwargs)
+
+    tokenizer = binary_clf.preprocessor.tokenizer
+    message = (r"TextClassifier: OldPreprocessor\.prepare\(ds, training=True\) does not take "
+               r"batch_size=, which a task passes it: expected prepare\(ds, training=True, "
+               r"batch_size=None\)")
+    with pytest.raises(TypeError, match=message):
+        kb.tasks.TextClassifier(binary_clf.backbone, num_classes=2,
+                                preprocessor=OldPreprocessor(tokenizer, sequence_length=16))
+    clf = kb.tasks.TextClassifier(binary_clf.backbone, num_classes=2, preprocessor=(
+        KeywordsPreprocessor(tokenizer, sequence_length=16)))
+    with pytest.raises(TypeError, match=message):
+        clf.preprocessor = OldPreprocessor(tokenizer, sequence_length=16)
+    assert isinstance(clf.preprocessor, KeywordsPreprocessor)
+    assert clf.predict(["good", "bad"], verbose=0).shape == (2, 2)

@@ -208,9 +208,11 @@ def text_labels_error(who, num_classes, what="label", count="num_classes", where
     if isinstance(num_classes, int) and num_classes == 1:
         what, expected, convert, names = "regression target", TEXT_TARGET, \
             "tf.strings.to_number(y)", ""
-    elif isinstance(num_classes, int):
+    elif isinstance(num_classes, int) or count == "num_classes":  # class ids
         expected = (f"expected integer class ids from 0 to {num_classes - 1} ({count}="
-                    f"{num_classes}), not text")
+                    f"{num_classes}), not text" if num_classes is not None else
+                    f"expected integer class ids ({count}=None: not checked against a count), "
+                    f"not text")
         convert = "tf.strings.to_number(y, tf.int32)"
         names = (", or for class names a lookup, keras.layers.StringLookup(vocabulary=names, "
                  "num_oov_indices=0)")
@@ -219,6 +221,14 @@ def text_labels_error(who, num_classes, what="label", count="num_classes", where
         convert, names = "tf.strings.to_number(y, tf.int32)", ""
     return ValueError(f"{who} got {what}s of dtype string{where}: {expected}; e.g. "
                       f"ds.map(lambda x, y: (x, {convert})){names}.")
+
+
+def check_not_text(labels, who, num_classes, what="label", count="num_classes"):
+    """Labels as a tensor (`as_labels`), refused by `text_labels_error` when they are strings."""
+    labels = as_labels(labels)
+    if labels.dtype == tf.string:
+        raise text_labels_error(who, num_classes, what, count)
+    return labels
 
 
 def check_no_text_labels(ds, who, num_classes, x_parts=1, pairs=False):
@@ -265,9 +275,7 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
     they mean 'ignore'), or at a float label that is not a whole number. `num_classes` may be a
     tensor (the number of choices). The message is `check_label_values`' (labels in memory).
     String labels are refused at once, naming `who` (the task)."""
-    labels = as_labels(labels)
-    if labels.dtype == tf.string:
-        raise text_labels_error(who, num_classes, what, count)
+    labels = check_not_text(labels, who, num_classes, what, count)
     labels = check_integer_labels(labels, what)
     labels = tf.cast(labels, tf.int32)
     flat = tf.reshape(labels.flat_values if isinstance(labels, tf.RaggedTensor) else labels, [-1])
@@ -479,7 +487,8 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         none given), which every preprocessor's `prepare` takes and a task always passes. Only
         a preprocessor that re-batches what it makes uses it (`QuestionAnswererPreprocessor`'s
         windows); the others keep the incoming batches (a pretraining preprocessor's are its
-        own `batch_size`) and ignore it."""
+        own `batch_size`) and ignore it. A subclass overriding `prepare` takes it too: a task
+        refuses a preprocessor whose `prepare` does not, when built with it or given it."""
         return ds.map(self._map_function(ds), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
     def _map_function(self, ds):
@@ -626,13 +635,13 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
                     "tf.argmax(y, axis=-1)))." if one_hot else ""))
                 y = check_labels(y, self.num_classes)
             elif self.num_classes == 1:  # regression: finite float32 targets
-                y = as_labels(y)
-                if y.dtype == tf.string:  # (TensorFlow's "Cast string to float is not supported")
-                    raise text_labels_error("TextClassifier", 1)
+                # (TensorFlow's "Cast string to float is not supported")
+                y = check_not_text(y, "TextClassifier", 1)
                 check_label_shape(y.shape, "TextClassifier", "regression target", MULTI_TARGET)
                 y = check_finite_targets(y)
-            else:  # no task attached: the labels as given (integer labels stay integer)
-                y = tf.convert_to_tensor(y)
+            else:  # no task attached: the labels as given (integer labels stay integer), but
+                # not text (which passed through: class ids are numbers)
+                y = check_not_text(y, type(self).__name__, None)
         return _pack(features, y, sample_weight)
 
     @property
@@ -794,6 +803,8 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
         if self.num_classes:
             y = check_labels(y, self.num_classes, what="token label", allow_negative=True,
                              who="TokenClassifier")
+        else:  # no task attached (TensorFlow's "Cast string to int32 is not supported")
+            y = check_not_text(y, type(self).__name__, None, what="token label")
         y = tf.cast(y, tf.int32)
         n_words, n_labels = words.row_lengths(), y.row_lengths()
         differ = tf.where(tf.not_equal(n_labels, n_words))[:, 0]

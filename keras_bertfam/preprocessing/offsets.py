@@ -46,7 +46,8 @@ the original (whitespace runs, "``" -> '"', NFKD, dropped accents). So, as for W
    characters joined are the normalized text, and each normalized byte knows its original
    character;
 2. tokenize it with tf-text's `tokenize_with_offsets`, then ALBERT's "1990," fix-up: the number's
-   new pieces span its bytes, the "," its own;
+   new pieces span its bytes, the "," its own (XLNet's `<eop>` cut out first, each part between
+   read alone: `SentencePieceTokenizer.tokenize_normalized`);
 3. a piece spans from the original character holding its first byte to the one holding its last,
    less the characters SentencePiece reads as nothing at either edge (the space its `▁` stands
    for, a control or zero-width character, a dropped accent, the first character of a quote
@@ -299,8 +300,7 @@ def _sentencepiece_offsets(tokenizer, texts):
     text_base = tf.gather(tf.concat([[0], cum], 0), chars.row_starts())  # [B]
 
     # 2. the tokenizer's ids with tf-text's byte offsets into the normalized text
-    ids, starts, ends = sp.tokenize_with_offsets(normalized)
-    ids, starts, ends = tokenizer._split_digit_comma(ids, starts, ends)
+    ids, starts, ends = tokenizer.tokenize_normalized(sp, normalized, offsets=True)
     text_of_piece = row_ids(ids.row_splits)
     base = tf.gather(text_base, text_of_piece)
     start = base + tf.cast(starts.flat_values, tf.int64)  # [M] global normalized bytes

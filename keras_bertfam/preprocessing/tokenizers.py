@@ -350,6 +350,32 @@ def _cut_at_tokens(texts, tokens, ids, offsets=False):
         *bounds)
 
 
+def _split_at_tokens(texts, tokens):
+    """[N] texts -> ([N, (S)] parts, [N, (S)] the index in `tokens` of each part that is one of
+    them, -1 for the others): each text cut at the `tokens` in it (the longer ones first), empty
+    parts kept. With `tf.strings.split`, which reads a text past a NUL (tf-text's regex split,
+    `_cut_at_tokens`'s, stops at one)."""
+    parts = tf.RaggedTensor.from_tensor(texts[:, None])  # (N, (1))
+    which = tf.fill(tf.shape(texts), -1)  # (S,)
+    for i in sorted(range(len(tokens)), key=lambda i: -len(tokens[i])):
+        flat = parts.flat_values
+        split = tf.strings.split(tf.where(which < 0, flat, ""), sep=tokens[i])  # (S, (k)), k >= 1
+        row, index = rows_and_index(split.row_splits)  # (M,): each piece's part
+        old = tf.gather(which, row)
+        # each piece (a token's part kept whole), then the token after each piece but a part's
+        # last: (M, 2) -> (2M - S,)
+        values = tf.stack([tf.where(old < 0, split.flat_values, tf.gather(flat, row)),
+                           tf.fill(tf.shape(row), tokens[i])], axis=1)
+        kinds = tf.stack([old, tf.fill(tf.shape(row), i)], axis=1)
+        keep = tf.stack([tf.ones_like(row, tf.bool),
+                         index + 1 < tf.gather(split.row_splits, row + 1)], axis=1)
+        ends = tf.pad(tf.cumsum(2 * split.row_lengths() - 1), [[1, 0]])  # (S + 1,)
+        parts = tf.RaggedTensor.from_row_splits(tf.boolean_mask(values, keep),
+                                                tf.gather(ends, parts.row_splits), validate=False)
+        which = tf.boolean_mask(kinds, keep)
+    return parts, parts.with_flat_values(which)
+
+
 def _id_rows(ids):
     """[S] ids, -1 for none -> [S, (0 or 1)]; [S, n] rows, first the id -> [S, (0 or 1), n]."""
     present = (ids if ids.shape.rank == 1 else ids[:, 0]) >= 0
@@ -1131,10 +1157,52 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         if unbatched:
             inputs = inputs[tf.newaxis]
         texts = albert_normalize(valid_utf8(inputs), self.lowercase, self.keep_accents)
-        tokens = self._split_digit_comma(sp.tokenize(texts))  # (B, (P))
+        tokens = self.tokenize_normalized(sp, texts)  # (B, (P))
         if self.sequence_length:
             tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
         return tokens[0] if unbatched else tokens
+
+    # Special tokens read alone: cut out of a text, the parts between them tokenized as texts of
+    # their own, as HF's tokenizers read the text around their added tokens. None here: ALBERT's
+    # special pieces are control pieces, which SentencePiece never reads from a text, and
+    # keras-hub's tokenizer reads a text whole; XLNet's user-defined `<eop>` (`XLNetTokenizer`).
+    tokens_read_alone = ()
+
+    def tokenize_normalized(self, sp, texts, offsets=False):
+        """Normalized texts [B] -> ragged [B, (P)] ids (with `offsets`: `(ids, starts, ends)`,
+        the pieces' byte offsets into the texts): tf-text's SentencePiece `sp` and the "1990,"
+        fix-up, after cutting out the `tokens_read_alone` (each one piece, its id)."""
+        def read(texts):
+            out = sp.tokenize_with_offsets(texts) if offsets else (sp.tokenize(texts),)
+            return self._split_digit_comma(*out)
+
+        tokens = list(self.tokens_read_alone)
+        if not tokens:
+            return read(texts)
+        parts, which = _split_at_tokens(texts, tokens)  # (B, (S))
+        kind = which.flat_values
+        is_token = kind >= 0
+        out = read(tf.where(is_token, "", parts.flat_values))  # (S, (P)): a token's part none
+        out = out if offsets else (out,)
+        token_ids = tf.constant([self.token_to_id(t) for t in tokens], out[0].dtype)
+        alone = [tf.gather(token_ids, tf.maximum(kind, 0))]  # (S,) what a token's part gives
+        if offsets:
+            length = tf.cast(tf.strings.length(parts.flat_values), tf.int64)  # (S,) bytes
+            before = tf.cumsum(length, exclusive=True)
+            start = before - tf.gather(tf.gather(tf.pad(tf.cumsum(length), [[1, 0]]),
+                                                 parts.row_splits), row_ids(parts.row_splits))
+            out = [out[0]] + [o.with_flat_values(o.flat_values + tf.gather(
+                start, row_ids(o.row_splits))) for o in out[1:]]  # bytes of the part's text
+            alone += [start, start + length]
+
+        def assemble(pieces, token):  # (S, (P)), (S,) -> (B, (T))
+            token = tf.RaggedTensor.from_row_lengths(
+                tf.boolean_mask(token, is_token), tf.cast(is_token, tf.int64), validate=False)
+            return merge_rows(tf.RaggedTensor.from_row_splits(
+                tf.concat([pieces, token], axis=1), parts.row_splits, validate=False))
+
+        out = tuple(assemble(o, a) for o, a in zip(out, alone))
+        return out if offsets else out[0]
 
     def _split_digit_comma(self, ids, starts=None, ends=None):
         """ALBERT's `encode_pieces` fix-up: a piece ending in digit + "," ("▁1990,") is re-encoded
@@ -1330,6 +1398,13 @@ class XLNetTokenizer(SentencePieceTokenizer):
     XLNet puts `<cls>` at the END of a sequence (`A <sep> B <sep> <cls>`) and pads on the left:
     that is `xlnet_pack`'s job, the tokenizer returns ids without special tokens.
 
+    `<eop>` written in a text (a user-defined piece of XLNet's models) is its id, and the text
+    on each side of it is read as a text of its own, as HF's `XLNetTokenizer` reads it ("a <eop>
+    b" and "a<eop>b": "▁a", "<eop>", "▁b"); the control pieces (`<cls>`, `<sep>`, `<mask>`,
+    `<eod>`, ...) written in a text are split into pieces (HF reads their ids). `keep_accents=True`
+    keeps accents, as the original and transformers 4's `XLNetTokenizer` did (transformers 5's
+    strips them whatever its `keep_accents`).
+
     Args:
         proto: a SentencePiece model file (`spiece.model`) or its bytes.
         lowercase: lowercase the text (False for XLNet's cased models).
@@ -1363,12 +1438,25 @@ class XLNetTokenizer(SentencePieceTokenizer):
         self._set_extra_roles()
 
     def _set_extra_roles(self):
-        """`<s>`, `</s>`, `<eod>`, `<eop>` ids (None when the model lacks the piece)."""
+        """`<s>`, `</s>`, `<eod>`, `<eop>` ids (None when the model lacks the piece), and the
+        special pieces that SentencePiece reads from a text (neither control nor unknown: the
+        user-defined `<eop>` of XLNet's models) as `tokens_read_alone`: HF's `XLNetTokenizer`
+        reads the text on each side of one as a text of its own ("a <eop>b": "▁a", "<eop>",
+        "▁b"; SentencePiece alone "▁a", "▁", "<eop>", "b")."""
         vocabulary = set(self.get_vocabulary()) if self.proto is not None else set()
         for role, token in XLNET_EXTRA_ROLES.items():
             present = token in vocabulary
             setattr(self, f"{role}_token", token if present else None)
             setattr(self, f"{role}_token_id", self.token_to_id(token) if present else None)
+        readable = ()
+        if self.proto is not None:
+            import sentencepiece as spm
+
+            model = spm.SentencePieceProcessor(model_proto=self.proto)
+            readable = tuple(model.id_to_piece(i) for i in self.special_token_ids
+                             if not (model.is_control(i) or model.is_unknown(i)
+                                     or model.is_unused(i)))
+        object.__setattr__(self, "tokens_read_alone", readable)
 
     def set_proto(self, proto):
         super().set_proto(proto)

@@ -36,6 +36,8 @@ class Task(keras.Model):
     """Base of every task. Subclasses build the functional graph and define `losses_and_metrics`."""
 
     def __setattr__(self, name, value):
+        if name == "preprocessor":  # built with it, or attached after
+            check_prepare_signature(self, value)
         # See Backbone.__setattr__ (torch.nn.Module refuses sublayers before Model.__init__).
         try:
             super().__setattr__(name, value)
@@ -1379,6 +1381,37 @@ def check_backbone_and_preprocessor(task):
         table = min(tables)  # the shortest table bounds every model the task runs
         check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
         preprocessor._position_table = table  # a `sequence_length` set later is checked then
+
+
+def check_prepare_signature(task, preprocessor):
+    """A preprocessor's `prepare` takes what `_prepare` passes it, `(ds, training=...,
+    batch_size=...)`: a subclass overriding it as `prepare(self, ds, training=True)` (as before
+    `batch_size`) failed inside `fit` with Python's "unexpected keyword argument 'batch_size'".
+    Refused when the task is built with it or it is attached, naming its class and signature."""
+    prepare = getattr(preprocessor, "prepare", None)
+    if not callable(prepare):
+        return
+    try:
+        signature = inspect.signature(prepare)
+    except (TypeError, ValueError):  # no signature to read (a builtin): left to the call
+        return
+
+    def takes(**kwargs):
+        try:
+            signature.bind(None, **kwargs)
+            return True
+        except TypeError:
+            return False
+
+    if takes(training=True, batch_size=None):
+        return
+    refused = [f"{k}=" for k in ("training", "batch_size") if not takes(**{k: None})]
+    raise TypeError(
+        f"{type(task).__name__}: {type(preprocessor).__name__}.prepare{signature} does not "
+        f"take {' or '.join(refused) or 'the arguments'}, which a task passes it: expected "
+        f"prepare(ds, training=True, batch_size=None) (batch_size: the batch size given to "
+        f"fit / evaluate / predict, None when none was; a preprocessor that keeps its "
+        f"incoming batches ignores it).")
 
 
 def check_tokenizer_fits(tokenizer, backbones, served=False):
