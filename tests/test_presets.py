@@ -202,8 +202,12 @@ def test_damaged_json_files_and_decoder_configs_are_refused_naming_the_file(tmp_
 
 def test_a_preset_without_checksums_is_checked_finite(tmp_path):
     """A preset directory saved before checksums existed (its manifest has no "files") loaded
-    NaN weights silently: its weights are checked finite, as HF's and keras-hub's are."""
+    NaN weights silently: its weights are checked finite, as HF's and keras-hub's are (a
+    weights file that records its tensors' digests names the tensor changed; one saved before
+    it did, as those presets' were, is checked finite)."""
     import h5py
+
+    from keras_bertfam.models import weights_files
 
     path = str(tmp_path / "legacy")
     kb.models.BertBackbone(vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=16,
@@ -218,7 +222,13 @@ def test_a_preset_without_checksums_is_checked_finite(tmp_path):
     with h5py.File(os.path.join(path, "backbone.weights.h5"), "r+") as f:
         names = []
         f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        names = [n for n in names if "/vars/" in n]
         f[names[-1]][...] = np.nan
+    with pytest.raises(checkpoints.CheckpointError, match=r"backbone.weights.h5.*damaged: the "
+                       rf"bytes of 1 tensor\(s\) changed after it was saved: \['{names[-1]}'\]"):
+        kb.models.BertBackbone.from_preset(path)
+    with h5py.File(os.path.join(path, "backbone.weights.h5"), "r+") as f:
+        del f[weights_files.RECORD_PATH]
     with pytest.raises(checkpoints.CheckpointError, match=r"backbone.weights.h5.*non-finite"):
         kb.models.BertBackbone.from_preset(path)
 

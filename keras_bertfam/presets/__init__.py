@@ -241,7 +241,7 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     task = cls(**{backbone_argument(cls): backbone}, preprocessor=preprocessor, **kwargs)
     if saved and load_weights:
         try:
-            loader.load_task_weights(task)
+            loader.load_task_weights(task, overridden=changed)
         except checkpoints.CheckpointError as e:
             if not changed or isinstance(e, integrity.IntegrityError):
                 raise
