@@ -50,7 +50,8 @@ RECORD_PATH = "keras_bertfam_record"
 # Constructor arguments (of backbones and tasks) that change what the weights compute while
 # every weight keeps its shape; the arguments that change a shape (sizes, vocabulary) are the
 # layout's to compare, and training settings (dropout, initializer_range, dtype) and input
-# limits (max_global_tokens) change nothing the weights compute.
+# limits (max_global_tokens) change nothing the weights compute. `from_preset` warns when one
+# of these is overridden while the preset's weights load (`presets.warn_function_overrides`).
 FUNCTION_KEYS = (
     "num_layers", "num_heads", "activation", "layer_norm_epsilon",
     "num_groups", "share", "num_inner_repetitions", "heads_per_layer",  # ALBERT's sharing; pruning
@@ -188,7 +189,7 @@ def checked_by_caller(filepath, verified_bytes=False, overridden=()):
     """Within it, `check_weights_file` leaves checks of `filepath` to the caller:
     `verified_bytes` (it verified the whole file's sha256, a preset's or checkpoint's manifest:
     the tensors are not hashed twice) and the settings `overridden` (keys of `FUNCTION_KEYS` it
-    set otherwise on purpose: `from_preset`'s overrides)."""
+    set otherwise on purpose and said so: `from_preset`'s overrides, which warn)."""
     outer = _CALLER_CHECKED.get()
     token = _CALLER_CHECKED.set({**outer, str(filepath): (bool(verified_bytes),
                                                           frozenset(overridden))})

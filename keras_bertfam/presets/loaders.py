@@ -117,7 +117,7 @@ def load_weights_file(model, path, verification=None, overridden=()):
     checksum covers (a preset saved before checksums existed) has its weights checked finite,
     as HF's and keras-hub's files are. A file the checksum covers is not hashed again by
     `load_weights` (its tensors' digests); the settings `overridden` (`from_preset`'s
-    overrides) are not compared with the file's."""
+    overrides, which warn: `warn_function_overrides`) are not compared with the file's."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file {path!r} is missing.")
     verify = verification.result if verification is not None else lambda: None
