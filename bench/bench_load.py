@@ -18,10 +18,10 @@ BERT-Base preset directory and of the HF directory. Prints each one's median wal
 seconds (all threads) of the load, and the process's peak RSS, per tree.
 
 With `--digests` it measures the tensor digests of a plain `save_weights` file instead: a
-BERT-Base backbone's `load_weights` of its own `.weights.h5` with the digests verified
-("checked") and with them skipped ("unchecked": inside `weights_files.checked_by_caller(path,
-verified_bytes=True)`, as a preset's load is), interleaved in rounds; prints both medians and
-the ratio.
+BERT-Base backbone's `load_weights` of its own `.weights.h5`, and its `check_weights_file`
+alone, with the digests verified ("checked") and with them skipped ("unchecked": inside
+`weights_files.checked_by_caller(path, verified_bytes=True)`, as a preset's load is),
+interleaved in rounds; prints the medians (wall and CPU) and the ratios.
 
 Usage: python bench/bench_load.py [--rounds 3] [--dir /tmp/bench_load] [--ab OLD NEW]
                                   [--digests]
@@ -152,16 +152,21 @@ def compare_digests(backbone, rounds, root):
     print(f"the record alone (settings, digests): {time.perf_counter() - start:.2f} s")
 
     def load(name):
-        if name == "checked":
-            backbone.load_weights(path)
+        run = backbone.load_weights if name.startswith("load_weights") else (
+            lambda p: weights_files.check_weights_file(backbone, p))
+        if name.endswith(", checked"):
+            run(path)
         else:
             with weights_files.checked_by_caller(path, verified_bytes=True):
-                backbone.load_weights(path)
+                run(path)
 
-    names = ["checked", "unchecked"]
-    load("checked")  # warm up (the page cache, Keras' first walk)
+    # the whole load, and its check alone (shorter: less noise from other processes)
+    names = ["load_weights, checked", "load_weights, unchecked", "check_weights_file, checked",
+             "check_weights_file, unchecked"]
+    for name in names:
+        load(name)  # warm up (the page cache, Keras' first walk)
     times = {n: [] for n in names}
-    cpu = {n: [] for n in names}  # all threads' CPU seconds: less hit by other processes
+    cpu = {n: [] for n in names}  # all threads' CPU seconds
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             start, start_cpu = time.perf_counter(), time.process_time()
@@ -171,10 +176,13 @@ def compare_digests(backbone, rounds, root):
     median = {n: statistics.median(t) for n, t in times.items()}
     median_cpu = {n: statistics.median(t) for n, t in cpu.items()}
     for name in names:
-        print(f"load_weights, digests {name:<9} median {median[name]:6.2f} s, CPU "
-              f"{median_cpu[name]:6.2f} s  ({', '.join(f'{t:.2f}' for t in times[name])})")
-    print(f"checked / unchecked = {median['checked'] / median['unchecked']:.3f}x wall, "
-          f"{median_cpu['checked'] / median_cpu['unchecked']:.3f}x CPU")
+        print(f"{name:<30} median {median[name]:6.3f} s, CPU {median_cpu[name]:6.3f} s  "
+              f"({', '.join(f'{t:.2f}' for t in times[name])})")
+    for what in ("load_weights", "check_weights_file"):
+        on, off = f"{what}, checked", f"{what}, unchecked"
+        print(f"{what}: checked / unchecked = {median[on] / median[off]:.3f}x wall, "
+              f"{median_cpu[on] / median_cpu[off]:.3f}x CPU; the digests add "
+              f"{median[on] - median[off]:+.3f} s wall")
     saved = weights_files.read_layout(path)
     start = time.perf_counter()
     weights_files.verify_digests(path, saved.record["digests"], saved.places)
