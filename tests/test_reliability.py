@@ -286,6 +286,10 @@ def test_a_flipped_byte_in_a_weights_file_is_refused_naming_the_tensor(tmp_path,
         model.load_weights(path)
     for value, variable in zip(before, model.weights):
         np.testing.assert_array_equal(value, np.asarray(variable))
+    with monkeypatch.context() as m:  # a file system without mmap: the tensors read by h5py
+        m.setattr(weights_files.mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError()))
+        with pytest.raises(OSError, match=re.escape(f"['{tensor}']")):
+            model.load_weights(path)
     # A file without the digests (Keras' own save_weights, ours before) loads as before.
     keras_path = str(tmp_path / "keras.weights.h5")
     keras.Model.save_weights(_backbone(), keras_path)

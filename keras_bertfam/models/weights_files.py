@@ -148,25 +148,27 @@ def tensor_digest(data):
 
 def _digests(filepath, h5, places, names=None):
     """{dataset path: `tensor_digest`} for `names` (default: all) of `places` (`_tensors`).
-    Contiguous tensors are read through a memory map of the file (no copy); the others
-    through h5py."""
+    Contiguous tensors are read through a memory map of the file (no copy); the others, and
+    all of them where the file cannot be mapped, through h5py."""
     names = sorted(places if names is None else names)
-    digests = {}
-    with open(filepath, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        view = memoryview(mapped)
+    with contextlib.ExitStack() as stack:
         try:
-            for name in names:
-                place = places[name]
-                if place is None:
-                    data = np.ascontiguousarray(h5[name][()])
-                    digests[name] = tensor_digest(data.tobytes() if data.dtype.kind != "O"
-                                                  else repr(data.tolist()).encode())
-                else:
-                    offset, size = place
-                    with view[offset:offset + size] as part:
-                        digests[name] = tensor_digest(part)
-        finally:
-            view.release()
+            f = stack.enter_context(open(filepath, "rb"))
+            view = stack.enter_context(memoryview(stack.enter_context(
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))))
+        except (OSError, ValueError):  # a file system without mmap
+            view = None
+        digests = {}
+        for name in names:
+            place = places[name] if view is not None else None
+            if place is None:
+                data = np.ascontiguousarray(h5[name][()])
+                digests[name] = tensor_digest(data.tobytes() if data.dtype.kind != "O"
+                                              else repr(data.tolist()).encode())
+            else:
+                offset, size = place
+                with view[offset:offset + size] as part:
+                    digests[name] = tensor_digest(part)
     return digests
 
 
