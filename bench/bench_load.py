@@ -17,7 +17,14 @@ timed), the trees alternate (A B B A ...) so that machine load hits both alike: 
 BERT-Base preset directory and of the HF directory. Prints each one's median wall and CPU
 seconds (all threads) of the load, and the process's peak RSS, per tree.
 
+With `--digests` it measures the tensor digests of a plain `save_weights` file instead: a
+BERT-Base backbone's `load_weights` of its own `.weights.h5`, and its `check_weights_file`
+alone, with the digests verified ("checked") and with them skipped ("unchecked": inside
+`weights_files.checked_by_caller(path, verified_bytes=True)`, as a preset's load is),
+interleaved in rounds; prints the medians (wall and CPU) and the ratios.
+
 Usage: python bench/bench_load.py [--rounds 3] [--dir /tmp/bench_load] [--ab OLD NEW]
+                                  [--digests]
 Not a test: numbers depend on the machine and its load.
 
 Measured idle (TensorFlow backend, 2 CPU cores, nothing else running, 3 rounds, 2026-11-23):
@@ -49,6 +56,8 @@ def main():
     parser.add_argument("--dir", default="/tmp/bench_load")
     parser.add_argument("--ab", nargs=2, metavar=("OLD", "NEW"),
                         help="compare two source trees' loading, in fresh processes")
+    parser.add_argument("--digests", action="store_true",
+                        help="the cost of a .weights.h5 file's tensor digests on load_weights")
     parser.add_argument("--child", choices=AB_LOADS, help=argparse.SUPPRESS)
     parser.add_argument("--src", default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -62,6 +71,10 @@ def main():
     checked, unchecked, hf = (os.path.join(args.dir, n) for n in ("checked", "unchecked", "hf"))
     backbone = kb.models.BertBackbone(**get("bert_base_en_uncased").config)
     print(f"BertBackbone: {backbone.count_params() / 1e6:.1f}M parameters")
+    if args.digests:
+        compare_digests(backbone, args.rounds, args.dir)
+        shutil.rmtree(args.dir, ignore_errors=True)
+        return
     kb.presets.save_backbone(backbone, checked)
     kb.presets.export_to_transformers(backbone, hf)
     del backbone
@@ -122,6 +135,59 @@ def compare_checks(rounds, root):
     start = time.perf_counter()
     integrity.sha256(os.path.join(checked, kb.presets.BACKBONE_WEIGHTS))
     print(f"sha256 of the weights alone: {time.perf_counter() - start:.2f} s")
+
+
+def compare_digests(backbone, rounds, root):
+    """`backbone.load_weights` of its own file, its tensors' digests verified or skipped."""
+    from keras_bertfam.models import weights_files
+
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, "base.weights.h5")
+    start = time.perf_counter()
+    backbone.save_weights(path)
+    print(f"save_weights (with the record): {time.perf_counter() - start:.2f} s, "
+          f"{os.path.getsize(path) / 1e6:.0f} MB")
+    start = time.perf_counter()
+    weights_files.record(path, backbone)
+    print(f"the record alone (settings, digests): {time.perf_counter() - start:.2f} s")
+
+    def load(name):
+        run = backbone.load_weights if name.startswith("load_weights") else (
+            lambda p: weights_files.check_weights_file(backbone, p))
+        if name.endswith(", checked"):
+            run(path)
+        else:
+            with weights_files.checked_by_caller(path, verified_bytes=True):
+                run(path)
+
+    # the whole load, and its check alone (shorter: less noise from other processes)
+    names = ["load_weights, checked", "load_weights, unchecked", "check_weights_file, checked",
+             "check_weights_file, unchecked"]
+    for name in names:
+        load(name)  # warm up (the page cache, Keras' first walk)
+    times = {n: [] for n in names}
+    cpu = {n: [] for n in names}  # all threads' CPU seconds
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            load(name)
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    median = {n: statistics.median(t) for n, t in times.items()}
+    median_cpu = {n: statistics.median(t) for n, t in cpu.items()}
+    for name in names:
+        print(f"{name:<30} median {median[name]:6.3f} s, CPU {median_cpu[name]:6.3f} s  "
+              f"({', '.join(f'{t:.2f}' for t in times[name])})")
+    for what in ("load_weights", "check_weights_file"):
+        on, off = f"{what}, checked", f"{what}, unchecked"
+        print(f"{what}: checked / unchecked = {median[on] / median[off]:.3f}x wall, "
+              f"{median_cpu[on] / median_cpu[off]:.3f}x CPU; the digests add "
+              f"{median[on] - median[off]:+.3f} s wall")
+    saved = weights_files.read_layout(path)
+    start = time.perf_counter()
+    weights_files.verify_digests(path, saved.record["digests"], saved.places)
+    print(f"the digests alone (`tensor_digest` of every tensor): "
+          f"{time.perf_counter() - start:.2f} s")
 
 
 def child(kind, root):

@@ -537,9 +537,13 @@ def _restore(task, where, step, state):
     """Loads a verified checkpoint and checks that weights, optimizer, RNG and state agree."""
     import numpy as np
 
+    from keras_bertfam.models.weights_files import checked_by_caller
+
     weights = os.path.join(where, WEIGHTS)
     try:
-        task.load_weights(weights)
+        # its bytes: the manifest's sha256 (`RunDirectory.latest`)
+        with checked_by_caller(weights, verified_bytes=True):
+            task.load_weights(weights)
     except Exception as e:  # noqa: BLE001 - h5py / Keras errors: say which file, in one line
         raise CommandError(f"The checkpoint {weights} does not load into this model "
                            f"({type(e).__name__}: {str(e).splitlines()[0][:200]}). Delete "

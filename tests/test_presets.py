@@ -7,6 +7,7 @@ HF hub cache is a fake one built in tmp.
 import importlib
 import json
 import os
+import re
 import shutil
 
 import keras
@@ -202,8 +203,12 @@ def test_damaged_json_files_and_decoder_configs_are_refused_naming_the_file(tmp_
 
 def test_a_preset_without_checksums_is_checked_finite(tmp_path):
     """A preset directory saved before checksums existed (its manifest has no "files") loaded
-    NaN weights silently: its weights are checked finite, as HF's and keras-hub's are."""
+    NaN weights silently: its weights are checked finite, as HF's and keras-hub's are (a
+    weights file that records its tensors' digests names the tensor changed; one saved before
+    it did, as those presets' were, is checked finite)."""
     import h5py
+
+    from keras_bertfam.models import weights_files
 
     path = str(tmp_path / "legacy")
     kb.models.BertBackbone(vocabulary_size=100, num_layers=1, num_heads=2, hidden_dim=16,
@@ -218,7 +223,13 @@ def test_a_preset_without_checksums_is_checked_finite(tmp_path):
     with h5py.File(os.path.join(path, "backbone.weights.h5"), "r+") as f:
         names = []
         f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        names = [n for n in names if "/vars/" in n]
         f[names[-1]][...] = np.nan
+    with pytest.raises(checkpoints.CheckpointError, match=r"backbone.weights.h5.*damaged: the "
+                       rf"bytes of 1 tensor\(s\) changed after it was saved: \['{names[-1]}'\]"):
+        kb.models.BertBackbone.from_preset(path)
+    with h5py.File(os.path.join(path, "backbone.weights.h5"), "r+") as f:
+        del f[weights_files.RECORD_PATH]
     with pytest.raises(checkpoints.CheckpointError, match=r"backbone.weights.h5.*non-finite"):
         kb.models.BertBackbone.from_preset(path)
 
@@ -242,6 +253,39 @@ def test_a_task_preset_reloaded_with_another_num_classes_gets_a_new_head(tmp_pat
     x = _ids()
     np.testing.assert_allclose(to_numpy(other.backbone(x)["sequence_output"]),
                                to_numpy(backbone(x)["sequence_output"]), atol=1e-6)
+
+
+def test_overriding_a_setting_the_weights_were_trained_with_warns(tmp_path, bert_vocab,
+                                                                  hf_pretraining_dir):
+    """`from_preset(preset, activation="relu")` on weights trained under GELU loaded them under
+    ReLU silently (as keras-hub's and HF's do): a setting that changes what the weights compute,
+    overridden while loading them, is said, naming the key, the preset's value and the
+    override; training settings (dropout) and loads without weights are not."""
+    import warnings
+
+    backbone = kb.models.BertBackbone(vocabulary_size=30522, num_layers=1, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32, max_sequence_length=16)
+    pre = kb.preprocessing.finetuning.TextClassifierPreprocessor(
+        kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True), 8)
+    kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre,
+                            hidden_activation="gelu").save_to_preset(str(tmp_path / "clf"))
+    backbone.save_to_preset(str(tmp_path / "backbone"))
+    message = (r"{!r} was saved with {}={!r}; loading its weights with {}={!r} computes "
+               r"something else than they were trained for")
+    for preset in (str(tmp_path / "backbone"), hf_pretraining_dir):
+        with pytest.warns(UserWarning, match=re.escape(message.format(
+                preset, "activation", "gelu", "activation", "relu"))):
+            kb.models.BertBackbone.from_preset(preset, activation="relu",
+                                               layer_norm_epsilon=1e-12)
+    with pytest.warns(UserWarning, match=re.escape(message.format(
+            str(tmp_path / "clf"), "hidden_activation", "gelu", "hidden_activation", "relu"))):
+        kb.tasks.TextClassifier.from_preset(str(tmp_path / "clf"), hidden_activation="relu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kb.models.BertBackbone.from_preset(str(tmp_path / "backbone"), dropout=0.3)
+        kb.models.BertBackbone.from_preset(str(tmp_path / "backbone"), activation="relu",
+                                           load_weights=False)
+        kb.tasks.TextClassifier.from_preset(str(tmp_path / "clf"), dropout=0.5)
 
 
 def test_a_preset_reloads_the_tokenizer_it_was_saved_with(tmp_path, bert_vocab):

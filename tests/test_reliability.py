@@ -6,6 +6,7 @@ import pathlib
 import re
 import shutil
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -154,8 +155,13 @@ def test_task_preset_weights_are_checksummed(tmp_path):
         kb.tasks.TextClassifier.from_preset(path)
 
 
-def _classifier(cls=kb.tasks.TextClassifier, num_classes=2, **sizes):
-    return cls(_backbone(**sizes), num_classes=num_classes, preprocessor=None)
+def _classifier(cls=kb.tasks.TextClassifier, num_classes=2, hidden_activation="auto", **sizes):
+    return cls(_backbone(**sizes), num_classes=num_classes, preprocessor=None,
+               **({} if hidden_activation == "auto" else {"hidden_activation": hidden_activation}))
+
+
+def _albert(**overrides):
+    return kb.models.AlbertBackbone(len(VOCAB), embedding_dim=8, **dict(SIZES, **overrides))
 
 
 class _MyClassifier(kb.tasks.TextClassifier):
@@ -181,6 +187,18 @@ class _MyClassifier(kb.tasks.TextClassifier):
     (_classifier, _backbone, r"into BertBackbone .*at 'layers/bert_backbone', a TextClassifier\)"),
     (_classifier, lambda: _classifier(kb.tasks.TokenClassifier),
      r"holds a TextClassifier's weights, whose head is not a TokenClassifier's"),
+    # The same layout, another function: the file records the settings that change it.
+    (_backbone, lambda: _backbone(activation="relu"),
+     r"saved from a model configured otherwise.*: activation is 'gelu' in the file, 'relu' in "
+     r"the model"),
+    (_backbone, lambda: _backbone(layer_norm_epsilon=1e-6),
+     r"layer_norm_epsilon is 1e-12 in the file, 1e-06 in the model"),
+    (_albert, lambda: _albert(num_layers=1), r"num_layers is 2 in the file, 1 in the model"),
+    (lambda: _classifier(hidden_activation="gelu"), lambda: _classifier(hidden_activation="relu"),
+     r"into TextClassifier .*: hidden_activation is 'gelu' in the file, 'relu' in the model"),
+    (_classifier, lambda: _classifier(activation="relu", layer_norm_epsilon=1e-6),
+     r"the backbone's activation is 'gelu' in the file, 'relu' in the model; the backbone's "
+     r"layer_norm_epsilon is 1e-12"),
 ])
 def test_a_weights_file_of_another_model_is_refused_before_anything_loads(source, target, error,
                                                                            tmp_path):
@@ -231,6 +249,63 @@ def test_a_weights_file_of_the_same_model_loads_and_one_that_is_not_one_is_named
                        r"BertBackbone .*no place for: \['layers/transformer_stack/blocks/"
                        r"transformer_block_1/"):
         kb.models.BertBackbone.from_preset(preset, num_layers=1)
+
+
+def _flip_a_byte(path, dataset):
+    """Flips one byte inside the data of `dataset` (an h5 path) of the file `path`."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        offset = f[dataset].id.get_offset()
+    with open(path, "r+b") as f:
+        f.seek(offset + 5)
+        byte = f.read(1)
+        f.seek(offset + 5)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+@pytest.mark.multibackend
+def test_a_flipped_byte_in_a_weights_file_is_refused_naming_the_tensor(tmp_path, monkeypatch):
+    """A plain `save_weights` file has no manifest: a byte changed inside a tensor loaded
+    silently (a weight a little off, or NaN). The file records a digest of each tensor and
+    `load_weights` checks them before anything is assigned, naming the file and the tensor; a
+    preset's load, whose manifest already checks the whole file's sha256, does not hash twice."""
+    from keras_bertfam.models import weights_files
+
+    path = str(tmp_path / "clf.weights.h5")
+    _classifier().save_weights(path)
+    _classifier().load_weights(path)  # intact: loads
+    tensor = "layers/bert_backbone/layers/transformer_stack/blocks/transformer_block_1/attention/" \
+             "attention/key_dense/vars/0"
+    _flip_a_byte(path, tensor)
+    model = _classifier()
+    before = [np.asarray(v) for v in model.weights]
+    with pytest.raises(OSError, match=re.escape(f"The weights file {path!r} is damaged: the bytes "
+                                                f"of 1 tensor(s) changed after it was saved: "
+                                                f"['{tensor}']") + r".*Nothing was loaded"):
+        model.load_weights(path)
+    for value, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(value, np.asarray(variable))
+    with monkeypatch.context() as m:  # a file system without mmap: the tensors read by h5py
+        m.setattr(weights_files.mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError()))
+        with pytest.raises(OSError, match=re.escape(f"['{tensor}']")):
+            model.load_weights(path)
+    # A file without the digests (Keras' own save_weights, ours before) loads as before.
+    keras_path = str(tmp_path / "keras.weights.h5")
+    keras.Model.save_weights(_backbone(), keras_path)
+    _flip_a_byte(keras_path, "layers/dense/vars/0")
+    _backbone().load_weights(keras_path)
+    # A preset's weights are hashed once: by the manifest's sha256, not by the digests too.
+    preset = str(tmp_path / "preset")
+    _backbone().save_to_preset(preset)
+    calls = []
+    real = weights_files.verify_digests
+    monkeypatch.setattr(weights_files, "verify_digests",
+                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    kb.models.BertBackbone.from_preset(preset)
+    assert calls == []
+    _backbone().load_weights(os.path.join(preset, "backbone.weights.h5"))
+    assert calls == [os.path.join(preset, "backbone.weights.h5")]
 
 
 def test_hf_safetensors_with_nan_bytes_is_refused_naming_the_tensor(hf_dir, tmp_path):

@@ -5,6 +5,7 @@ names) and fixes what makes it that family: an `embedding_dim` projection (ALBER
 position offset (RoBERTa), no segment table and no pooler (DistilBERT), a sharing plan (ALBERT).
 """
 import inspect
+import os
 
 import keras
 import numpy as np
@@ -13,7 +14,7 @@ from keras import ops
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding, TransformerStack
 from keras_bertfam.layers.utils import TruncatedNormal, _check_positive, clone_initializer
-from keras_bertfam.models.weights_files import check_weights_file
+from keras_bertfam.models.weights_files import check_weights_file, record
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Inputs of the pretraining heads, which ride in the same dict as the backbone's.
@@ -169,10 +170,18 @@ class Backbone(keras.Model):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
 
+    def save_weights(self, filepath, *args, **kwargs):
+        """Keras' `save_weights`; a `.weights.h5` file records the settings that change what
+        the weights compute and each tensor's digest too (`weights_files.record`)."""
+        super().save_weights(filepath, *args, **kwargs)
+        if str(filepath).endswith(".weights.h5") and os.path.isfile(str(filepath)):
+            record(str(filepath), self)
+
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`; a file that does not fit the backbone (another family or
-        size, a task's file: `check_weights_file`) is refused before anything is loaded,
-        unless `skip_mismatch=True` (Keras' partial loading)."""
+        size, a task's file, settings that change what the weights compute:
+        `check_weights_file`) or whose tensors' bytes changed since it was saved is refused
+        before anything is loaded, unless `skip_mismatch=True` (Keras' partial loading)."""
         if self.built and not skip_mismatch:
             check_weights_file(self, filepath)
         return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)

@@ -8,13 +8,30 @@ over), loaded without a word. A model variable the file lacks, or holds in anoth
 error only once the layers before it were overwritten. Here the file's layout (paths, keys and
 shapes) is compared with what the model itself would save, and a file that does not fit is
 refused with the paths that differ; nothing is loaded.
+
+Our `save_weights` (a task's, a backbone's) also records in the file (`record`):
+- the settings that change what the weights compute with the same shapes (`FUNCTION_KEYS`:
+  another activation, LayerNorm epsilon, an ALBERT's number of layers over its shared
+  weights, ...), of the model and of each backbone in it: a model configured otherwise is
+  refused naming each setting, the file's value and the model's;
+- a digest of each tensor's bytes (`tensor_digest`): a byte changed after saving (a plain
+  `.weights.h5` has no manifest) is refused naming the file and the tensor, before anything is
+  assigned.
+A file without the record (Keras' own, keras-hub's, ours before) is checked as before.
 """
+import collections
+import concurrent.futures
 import contextlib
+import contextvars
+import hashlib
+import inspect
 import json
+import mmap
 import os
 import zipfile
 
 import h5py
+import keras
 import numpy as np
 from keras.src.saving import saving_lib
 from keras.src.utils.file_utils import is_remote_path
@@ -27,6 +44,25 @@ OPTIMIZER = "optimizer"
 TASK_CLASS_PATH = "keras_bertfam_task"
 
 
+# The record of our `save_weights` (`record`): a JSON dataset no model reads, holding
+# {"settings": {owner: {key: value}}, "digests": {dataset path: `tensor_digest`}}.
+RECORD_PATH = "keras_bertfam_record"
+# Constructor arguments (of backbones and tasks) that change what the weights compute while
+# every weight keeps its shape; the arguments that change a shape (sizes, vocabulary) are the
+# layout's to compare, and training settings (dropout, initializer_range, dtype) and input
+# limits (max_global_tokens) change nothing the weights compute. `from_preset` warns when one
+# of these is overridden while the preset's weights load (`presets.warn_function_overrides`).
+FUNCTION_KEYS = (
+    "num_layers", "num_heads", "activation", "layer_norm_epsilon",
+    "num_groups", "share", "num_inner_repetitions", "heads_per_layer",  # ALBERT's sharing; pruning
+    "position_offset", "attention_window",  # an EncoderBackbone's positions; Longformer
+    "clamp_len", "untie_r",  # XLNet's relative positions and biases
+    "hidden_activation",  # TextClassifier's / MultipleChoice's head
+)
+# {path: the checks its caller made itself} (`checked_by_caller`).
+_CALLER_CHECKED = contextvars.ContextVar("keras_bertfam_caller_checked", default={})
+
+
 def record_task_class(filepath, name):
     """Writes `name` (a task class) into the `.weights.h5` file just saved."""
     with h5py.File(filepath, "a") as h5:
@@ -34,6 +70,151 @@ def record_task_class(filepath, name):
         if "0" in group:
             del group["0"]
         group["0"] = np.frombuffer(name.encode("utf-8"), dtype=np.uint8)
+
+
+def setting_value(value):
+    """A setting as the record holds it (JSON; a callable activation by its Keras config)."""
+    def default(obj):
+        try:
+            return keras.saving.serialize_keras_object(obj)
+        except Exception:  # noqa: BLE001 - anything else by its repr
+            return repr(obj)
+
+    return json.loads(json.dumps(value, default=default))
+
+
+def function_settings(model):
+    """{owner: {key: value}} of `FUNCTION_KEYS` for `model` ("": its own constructor
+    arguments) and each backbone inside it ("backbone", or "backbone <i>" in Keras' layer order
+    where there are several, e.g. a Distiller's teacher and student)."""
+    from keras_bertfam.models.backbone import Backbone  # models.backbone imports this module
+
+    def settings(obj):
+        params = inspect.signature(type(obj).__init__).parameters
+        found = {k: getattr(obj, k) for k in FUNCTION_KEYS
+                 if k in params and hasattr(obj, k)}
+        if getattr(obj, "heads_per_layer", None) is not None:  # any family's keyword
+            found["heads_per_layer"] = list(obj.heads_per_layer)
+        return setting_value(found)
+
+    inner = [layer for layer in model._flatten_layers(include_self=False)
+             if isinstance(layer, Backbone)]
+    owners = {"": settings(model)}
+    for i, backbone in enumerate(inner):
+        owners["backbone" if len(inner) == 1 else f"backbone {i}"] = settings(backbone)
+    return owners
+
+
+def _tensors(h5, with_places=True):
+    """-> ({path: {key: shape}}, {dataset path: (offset, size) in the file, or None where its
+    bytes are not one contiguous block (chunked, compact, empty)} or None) of the tensors (the
+    datasets of each "vars" group) of an open `.weights.h5`."""
+    layout, places = {}, {} if with_places else None
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Group) and name.rsplit("/", 1)[-1] == "vars" and len(obj):
+            datasets = {k: obj[k] for k in obj}
+            layout[name[:-len("vars")].rstrip("/")] = {k: tuple(d.shape) for k, d in
+                                                       datasets.items()}
+            if places is not None:
+                for k, d in datasets.items():
+                    offset = d.id.get_offset()
+                    places[f"{name}/{k}"] = (None if offset is None
+                                             else (offset, d.id.get_storage_size()))
+
+    h5.visititems(visit)  # the root's "vars" (a task's own keys) too
+    return layout, places
+
+
+# A tensor's digest: the sha256 of the sums (mod 2**64) of its bytes' 64-bit words in each
+# block of 4 KiB, and of the bytes after the last whole block. Any change inside one block
+# that does not keep the block's sum (a flipped bit or byte, a changed word; damage in several
+# blocks) changes it; two changes in one block that cancel exactly (two words swapped) do not.
+# A CRC-32 or sha256 of every byte took 0.2-0.3 s of BERT-Base's 438 MB (10-15% of its
+# `load_weights`), these sums ~0.1 s (BUILD.md, "Weights files: tensor digests").
+DIGEST = "sha256 of 4 KiB block sums"
+_BLOCK_WORDS = 512
+
+
+def tensor_digest(data):
+    """The digest (`DIGEST`, 32 hex digits) of a tensor's bytes (any buffer)."""
+    data = memoryview(data).cast("B")
+    whole = len(data) // (8 * _BLOCK_WORDS) * (8 * _BLOCK_WORDS)
+    words = np.frombuffer(data, np.uint64, whole // 8).reshape(-1, _BLOCK_WORDS)
+    digest = hashlib.sha256(words.sum(axis=1, dtype=np.uint64).tobytes())
+    digest.update(data[whole:])
+    return digest.hexdigest()[:32]
+
+
+def _digests(filepath, h5, places, names=None):
+    """{dataset path: `tensor_digest`} for `names` (default: all) of `places` (`_tensors`).
+    Contiguous tensors are read through a memory map of the file (no copy); the others, and
+    all of them where the file cannot be mapped, through h5py."""
+    names = sorted(places if names is None else names)
+    with contextlib.ExitStack() as stack:
+        try:
+            f = stack.enter_context(open(filepath, "rb"))
+            view = stack.enter_context(memoryview(stack.enter_context(
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))))
+        except (OSError, ValueError):  # a file system without mmap
+            view = None
+        digests = {}
+        for name in names:
+            place = places[name] if view is not None else None
+            if place is None:
+                data = np.ascontiguousarray(h5[name][()])
+                digests[name] = tensor_digest(data.tobytes() if data.dtype.kind != "O"
+                                              else repr(data.tolist()).encode())
+            else:
+                offset, size = place
+                with view[offset:offset + size] as part:
+                    digests[name] = tensor_digest(part)
+    return digests
+
+
+def record(filepath, model, task_class=None):
+    """Writes into the `.weights.h5` file `model` just saved: its task class (`task_class`),
+    its settings (`function_settings`) and each tensor's digest (`RECORD_PATH`)."""
+    if task_class is not None:
+        record_task_class(filepath, task_class)
+    with h5py.File(filepath, "r") as h5:
+        digests = _digests(filepath, h5, _tensors(h5)[1])
+    data = {"settings": function_settings(model), "digest": DIGEST, "digests": digests}
+    with h5py.File(filepath, "a") as h5:
+        if RECORD_PATH in h5:
+            del h5[RECORD_PATH]
+        h5[RECORD_PATH] = np.frombuffer(json.dumps(data).encode("utf-8"), dtype=np.uint8)
+
+
+@contextlib.contextmanager
+def checked_by_caller(filepath, verified_bytes=False, overridden=()):
+    """Within it, `check_weights_file` leaves checks of `filepath` to the caller:
+    `verified_bytes` (it verified the whole file's sha256, a preset's or checkpoint's manifest:
+    the tensors are not hashed twice) and the settings `overridden` (keys of `FUNCTION_KEYS` it
+    set otherwise on purpose and said so: `from_preset`'s overrides, which warn)."""
+    outer = _CALLER_CHECKED.get()
+    token = _CALLER_CHECKED.set({**outer, str(filepath): (bool(verified_bytes),
+                                                          frozenset(overridden))})
+    try:
+        yield
+    finally:
+        _CALLER_CHECKED.reset(token)
+
+
+def verify_digests(filepath, recorded, places):
+    """Raises (OSError) naming `filepath` and the tensors whose bytes are not those the file's
+    record holds. Only the tensors both hold are compared (a tensor the file lacks, or one a
+    tool added, is the layout's to judge)."""
+    names = sorted(set(recorded) & set(places))
+    with h5py.File(filepath, "r") as h5:
+        actual = _digests(filepath, h5, places, names)
+    changed = [name for name in names if actual[name] != recorded[name]]
+    if changed:
+        raise OSError(
+            f"The weights file {filepath!r} is damaged: the bytes of {len(changed)} tensor(s) "
+            f"changed after it was saved: {_shown(changed)} (their digest differs from the one "
+            f"recorded when it was saved). Restore the file or save it again. Nothing was "
+            f"loaded.")
 
 
 class _LayoutStore(saving_lib.H5IOStore):
@@ -97,24 +278,27 @@ def _open_h5(filepath):
             yield h5, None
 
 
+SavedFile = collections.namedtuple("SavedFile", "layout task record places")
+
+
 def read_layout(filepath):
-    """-> ({path: {key: shape}}, the task class it was saved from or None: a backbone's, a
-    user's class, a file saved before tasks recorded it) of a `.weights.h5` file or a `.keras`
+    """-> `SavedFile`: `layout` {path: {key: shape}}, `task` the task class it was saved from
+    or None (a backbone's, a user's class, a file saved before tasks recorded it), `record`
+    ({"settings", "digests"}, `record`; None in a file without it) and `places` (its tensors'
+    bytes, `_tensors`; None without a record) of a `.weights.h5` file or a `.keras`
     archive's weights; a file that is not one (truncated, damaged, another
     format) is an OSError naming it (as h5py's, which does not)."""
-    layout = {}
-
-    def visit(name, obj):
-        if isinstance(obj, h5py.Group) and name.rsplit("/", 1)[-1] == "vars" and len(obj):
-            layout[name[:-len("vars")].rstrip("/")] = {k: tuple(obj[k].shape) for k in obj}
-
+    found = None
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"The weights file {filepath!r} does not exist.")
     try:
         with _open_h5(filepath) as (h5, task):
-            h5.visititems(visit)  # the root's "vars" (a task's own keys) too
+            recorded = RECORD_PATH in h5
+            layout, places = _tensors(h5, with_places=recorded)
             if layout.pop(TASK_CLASS_PATH, None):
                 task = h5[TASK_CLASS_PATH]["vars"]["0"][()]
+            if recorded:
+                found = json.loads(bytes(h5[RECORD_PATH][()].astype(np.uint8)).decode("utf-8"))
     except Exception as e:  # h5py's OSError, zipfile's BadZipFile, a missing group, ...
         raise OSError(
             f"Cannot read the weights file {filepath!r} ({os.path.getsize(filepath)} bytes): it "
@@ -122,7 +306,7 @@ def read_layout(filepath):
         ) from e
     if isinstance(task, np.ndarray):
         task = bytes(task.astype(np.uint8)).decode("utf-8", errors="replace")
-    return layout, task
+    return SavedFile(layout, task, found if isinstance(found, dict) else None, places)
 
 
 def _shown(paths, limit=4):
@@ -143,18 +327,47 @@ def _prefix_of(part, whole):
     return None
 
 
+def _settings_differ(saved, own, overridden=()):
+    """["<owner's >key is <file's> in the file, <model's> in the model"] of the settings
+    (`function_settings`) both record that differ, but for the keys `overridden`."""
+    differ = []
+    for owner in sorted(saved.keys() & own.keys()):
+        if not isinstance(saved[owner], dict):
+            continue
+        whose = f"the {owner}'s " if owner else ""
+        differ += [f"{whose}{key} is {saved[owner][key]!r} in the file, {own[owner][key]!r} in "
+                   f"the model" for key in FUNCTION_KEYS if key not in overridden
+                   and key in saved[owner] and key in own[owner]
+                   and saved[owner][key] != own[owner][key]]
+    return differ
+
+
 def check_weights_file(model, filepath, task_class=None):
     """Refuses (ValueError) a weights file whose layout is not the model's, before anything is
     loaded: weights the model has no place for, model weights the file lacks, shapes that
     differ (naming the paths), or, for a task (`task_class`, its class name), a file another
     task class saved. The optimizer's state is left to Keras, and so are the keys a layer reads
     itself (a task's seed generators, a LoRA layer's factors): only the keys both sides hold
-    are compared."""
+    are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
+    bytes changed after saving (OSError) or when the model's `function_settings` differ from
+    the file's, unless the caller made that check itself (`checked_by_caller`)."""
     filepath = str(filepath)
     if not filepath.endswith((".weights.h5", ".keras")) or is_remote_path(filepath):
         return  # Keras' sharded `.weights.json`, a remote file: loaded by Keras as they are
-    saved_layout, saved_task = read_layout(filepath)
+    saved_file = read_layout(filepath)
+    saved_layout, saved_task, record = saved_file.layout, saved_file.task, saved_file.record
+    digests = record.get("digests") if record else None
+    verified_bytes, overridden = _CALLER_CHECKED.get().get(filepath, (False, frozenset()))
+    verification = None
+    if isinstance(digests, dict) and filepath.endswith(".weights.h5") and not verified_bytes:
+        # hashed in a thread while the model's layout is walked (NumPy and hashlib release
+        # the GIL)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        verification = pool.submit(verify_digests, filepath, digests, saved_file.places)
+        pool.shutdown(wait=False)
     own_layout = model_layout(model)
+    if verification is not None:
+        verification.result()
     where = f"the weights file {filepath!r} into {type(model).__name__} {model.name!r}"
 
     def weights(layout):
@@ -173,6 +386,15 @@ def check_weights_file(model, filepath, task_class=None):
                 f"not a {task_class}'s (the same shapes, another function). Load its backbone "
                 f"alone (`backbone.save_weights` / `task.backbone.load_weights`). Nothing was "
                 f"loaded.")
+        settings = record.get("settings") if record else None
+        differ = _settings_differ(settings, function_settings(model), overridden) if isinstance(
+            settings, dict) else []
+        if differ:
+            raise ValueError(
+                f"Cannot load {where}: it was saved from a model configured otherwise, whose "
+                f"weights have the same shapes but compute something else: "
+                f"{'; '.join(differ)}. Build the model with the file's values (or pass "
+                f"skip_mismatch=True to load the weights anyway). Nothing was loaded.")
         return
     problems = []
     if extra:

@@ -23,6 +23,7 @@ import math
 import os
 
 from keras_bertfam import preset_hooks
+from keras_bertfam.models import weights_files
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format  # noqa: F401
 from keras_bertfam.presets.deferred import deferred_initialization, deferring
 from keras_bertfam.presets.hf_export import export_to_transformers  # noqa: F401
@@ -98,9 +99,42 @@ def count_params(preset):
 def load_backbone(preset, cls=None, load_weights=True, download=False, warn_no_pooler=True,
                   **overrides):
     """The backbone of `preset` (any source); `cls` checks the family. `warn_no_pooler`: see
-    `convert_hf`."""
-    return get_loader(preset, download).load_backbone(
+    `convert_hf`. An override of a setting that changes what the preset's weights compute
+    warns (`warn_function_overrides`)."""
+    loader = get_loader(preset, download)
+    backbone = loader.load_backbone(
         cls=cls, load_weights=load_weights, warn_no_pooler=warn_no_pooler, **overrides)
+    if load_weights:
+        found = loader.backbone_config()
+        if found is not None:
+            warn_function_overrides(preset, found[1], overrides, found[0])
+    return backbone
+
+
+def warn_function_overrides(preset, saved, overrides, cls):
+    """Warns for each setting of `FUNCTION_KEYS` (activation, layer_norm_epsilon, ...) that
+    `overrides` sets otherwise than the preset's config `saved` (where it has none, `cls`'s
+    default): the preset's weights, trained under its value, then compute something else.
+    keras-hub and HF take such overrides silently; training settings (dropout) are not said."""
+    import warnings
+
+    defaults = inspect.signature(cls.__init__).parameters
+    for key in weights_files.FUNCTION_KEYS:
+        if key not in overrides:
+            continue
+        if key in saved:
+            value = saved[key]
+        elif key in defaults and defaults[key].default is not inspect.Parameter.empty:
+            value = defaults[key].default
+        else:
+            continue
+        if weights_files.setting_value(value) != weights_files.setting_value(overrides[key]):
+            warnings.warn(
+                f"{preset!r} was saved with {key}={value!r}; loading its weights with "
+                f"{key}={overrides[key]!r} computes something else than they were trained for "
+                f"(the weights load as they are). Leave {key} to the preset, or pass "
+                f"load_weights=False to build the model untrained.",
+                stacklevel=6)  # from_preset's caller (through load_backbone / load_task)
 
 
 def save_backbone(backbone, preset_dir, tokenizer=None):
@@ -241,7 +275,8 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     task = cls(**{backbone_argument(cls): backbone}, preprocessor=preprocessor, **kwargs)
     if saved and load_weights:
         try:
-            loader.load_task_weights(task)
+            loader.load_task_weights(task, overridden=changed)
+            warn_function_overrides(preset, saved.get("config", {}), changed, cls)
         except checkpoints.CheckpointError as e:
             if not changed or isinstance(e, integrity.IntegrityError):
                 raise

@@ -17,6 +17,7 @@ import warnings
 
 import keras
 
+from keras_bertfam.models import weights_files
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.registry import (FAMILIES, PRESETS, check_family,
@@ -109,17 +110,22 @@ def hf_family(model_dir):
     raise ValueError(f"{model_dir!r} holds an HF {model_type!r} model; no family converts it.")
 
 
-def load_weights_file(model, path, verification=None):
+def load_weights_file(model, path, verification=None, overridden=()):
     """`model.load_weights(path)`, returned only once `verification` (an
     `integrity.Verification`, hashing the file in its thread meanwhile) passes. A file that
     fails it is refused with the integrity error, also when Keras could not read it. A file no
     checksum covers (a preset saved before checksums existed) has its weights checked finite,
-    as HF's and keras-hub's files are."""
+    as HF's and keras-hub's files are. A file the checksum covers is not hashed again by
+    `load_weights` (its tensors' digests); the settings `overridden` (`from_preset`'s
+    overrides, which warn: `warn_function_overrides`) are not compared with the file's."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"Weights file {path!r} is missing.")
     verify = verification.result if verification is not None else lambda: None
+    recorded = verification is not None and verification.recorded
     try:
-        model.load_weights(path)
+        with weights_files.checked_by_caller(path, verified_bytes=recorded,
+                                             overridden=overridden):
+            model.load_weights(path)
     except Exception as e:
         verify()
         raise checkpoints.CheckpointError(
@@ -214,8 +220,9 @@ class PresetLoader:
         """What a `cls` task saved in this preset: {"config", "preprocessor"} (or {})."""
         return {}
 
-    def load_task_weights(self, task):
-        """Loads the task's own saved weights; False when this source has none."""
+    def load_task_weights(self, task, overridden=()):
+        """Loads the task's own saved weights (but for the settings `overridden`, see
+        `load_weights_file`); False when this source has none."""
         return False
 
     def hf_model_dir(self, download=False):
@@ -273,7 +280,8 @@ class OursLoader(PresetLoader):
         if not trainable:
             backbone.trainable = False
         if load_weights:
-            load_weights_file(backbone, os.path.join(self.where, BACKBONE_WEIGHTS), verification)
+            load_weights_file(backbone, os.path.join(self.where, BACKBONE_WEIGHTS), verification,
+                              overridden=overrides)
         return backbone
 
     def backbone_config(self):
@@ -293,11 +301,11 @@ class OursLoader(PresetLoader):
         saved = self.manifest.get("task", {})
         return saved if saved.get("class_name") == cls.__name__ else {}
 
-    def load_task_weights(self, task):
+    def load_task_weights(self, task, overridden=()):
         if not self.saved_task(type(task)):
             return False
         load_weights_file(task, os.path.join(self.where, TASK_WEIGHTS),
-                          self._verification(TASK_WEIGHTS))
+                          self._verification(TASK_WEIGHTS), overridden=overridden)
         return True
 
 

@@ -21,7 +21,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
-from keras_bertfam.models.weights_files import check_weights_file, record_task_class
+from keras_bertfam.models.weights_files import check_weights_file, record
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
@@ -496,19 +496,23 @@ class Task(keras.Model):
         return type(self).__name__
 
     def save_weights(self, filepath, *args, **kwargs):
-        """Keras' `save_weights`; a `.weights.h5` file records the task's class too (read by
-        `load_weights`: another task's head of the same shapes is refused)."""
+        """Keras' `save_weights`; a `.weights.h5` file records the task's class, the settings
+        that change what its weights compute and each tensor's digest too (`weights_files.
+        record`, read by `load_weights`: another task's head of the same shapes, a model
+        configured otherwise and a byte changed since are refused)."""
         super().save_weights(filepath, *args, **kwargs)
         if str(filepath).endswith(".weights.h5") and os.path.isfile(str(filepath)):
-            record_task_class(str(filepath), self._task_class_name())
+            record(str(filepath), self, task_class=self._task_class_name())
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, with a compiled task's optimizer built first: a compiled
         task's optimizer has no variables before its first step, and Keras then skips the file's
         optimizer state (moments, step count) with a warning, so `fit(initial_epoch=...)` went
         on from step 0 of the schedule with fresh moments. A file that does not fit the task
-        (`check_weights_file`: another family, size, head or task class) is refused before
-        anything is loaded, unless `skip_mismatch=True` (Keras' partial loading)."""
+        (`check_weights_file`: another family, size, head or task class, or settings that
+        change what the weights compute) or whose tensors' bytes changed since it was saved is
+        refused before anything is loaded, unless `skip_mismatch=True` (Keras' partial
+        loading)."""
         if (getattr(self, "optimizer", None) is not None and not self.optimizer.built
                 and self.built and str(filepath).endswith((".weights.h5", ".keras"))):
             self.optimizer.build(self.trainable_variables)
