@@ -935,6 +935,23 @@ def _top_budget(keys, selectable, budget, P):
 _top_budget_xla = tf.function(_top_budget, jit_compile=True, autograph=False)
 
 
+def _token_mask(ids, valid, keys, budget_u, unit_u, random_ids, pool, unselectable, rate,
+                rounding, limit, count_special_tokens, mask_token_id, mask_token_rate,
+                random_token_rate):
+    """TokenMasker's masking after its random draws, as one XLA function (`_token_mask_xla`)."""
+    selectable = _selectable_of(ids, valid, unselectable)
+    budget = _budget_of(valid, selectable, budget_u, rate, rounding, limit, count_special_tokens)
+    if pool is not None:
+        random_ids = tf.gather(pool, random_ids)
+    positions, weights = _top_budget(keys, selectable, budget, limit)
+    masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id,
+                                   mask_token_rate, random_token_rate)
+    return masked, positions, weights, tf.ensure_shape(mask_ids, [None, limit])
+
+
+_token_mask_xla = tf.function(_token_mask, jit_compile=True, autograph=False)
+
+
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class TokenMasker(_Masker):
     """BERT / RoBERTa token masking (Devlin et al. 2019; Liu et al. 2019), dynamic.
@@ -986,6 +1003,21 @@ class TokenMasker(_Masker):
         positions, weights = _top_budget_xla(keys, selectable, budget,
                                              P=self.mask_selection_length)
         return positions, weights, None
+
+    def _mask_and_replace(self, ids, valid, key):
+        """`_mask_dense` and `_replace` (the same seeds and draws), everything after the draws
+        one XLA function (`_token_mask_xla`)."""
+        P = self.mask_selection_length
+        seed_budget, seed_select, seed_unit, seed_repl = _split_seeds(key, 4)
+        B = tf.shape(ids)[0]
+        keys = tf.random.stateless_uniform(tf.shape(ids), seed_select, dtype=tf.float32)
+        unit_u = tf.random.stateless_uniform([B, P], seed_unit, dtype=tf.float32)
+        draw, pool = self._random_token_draw(seed_repl, [B, P])
+        return _token_mask_xla(
+            ids, valid, keys, self._budget_draw(valid, seed_budget), unit_u, draw, pool,
+            unselectable=tuple(self._unselectable_list), **self._budget_settings,
+            mask_token_id=self.mask_token_id, mask_token_rate=self.mask_token_rate,
+            random_token_rate=self.random_token_rate)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
