@@ -870,6 +870,88 @@ def _greedy_select(key, cand_n, ctok, budget, max_n, overlaps):
 # === Strategies ===
 
 
+def _top_budget(keys, selectable, budget, P):
+    """TokenMasker's selection: in each row the `budget` selectable tokens with the largest
+    `keys` (ties to the lower position), as ascending positions [B, P] (zero padded) and
+    weights [B, P] -- what `top_k` of the keys and a sort of the chosen positions give, without
+    either (TF's CPU `top_k` of [128, 128] was a third of the masker's CPU).
+
+    `keys` are `stateless_uniform` float32 draws, multiples of 2**-23 in [0, 1), so
+    `keys * 2**23 * T + (T - 1 - t)` is an exact integer that orders the tokens as `top_k` does.
+    A bisection on it finds per row the threshold with exactly `budget` keys at or above it
+    (the keys are distinct; ~15 steps of one compare and row sum); the chosen tokens' bits are
+    packed into 32-bit words and slot p's position is found among them by population counts.
+    """
+    B = tf.shape(keys)[0]
+    T = tf.shape(keys)[1]
+    # int32 holds 2**23 * T for T < 256; wider (or unknown) rows count in int64.
+    dtype = tf.int32 if keys.shape[1] is not None and keys.shape[1] < 256 else tf.int64
+    width = tf.cast(T, dtype)
+    order = tf.cast(keys * float(1 << 23), dtype) * width + (width - 1 - tf.range(width))
+    key = tf.where(selectable, order, tf.constant(-1, dtype))
+
+    def count(threshold):  # [B]: keys >= threshold
+        return tf.reduce_sum(tf.cast(key >= threshold[:, tf.newaxis], tf.int32), axis=1)
+
+    # Invariant: count(lo) = c_lo >= b > count(hi); a row is done when c_lo == b (or b == 0).
+    lo = tf.zeros([B], dtype)
+    hi = tf.fill([B], tf.cast(1 << 23, dtype) * width)
+    c_lo = count(lo)
+    b = tf.minimum(budget, c_lo)
+
+    def step(lo, hi, c_lo):
+        mid = lo + (hi - lo) // 2
+        c = count(mid)
+        up = c >= b
+        return tf.where(up, mid, lo), tf.where(up, hi, mid), tf.where(up, c, c_lo)
+
+    lo, _, _ = tf.while_loop(lambda lo, hi, c_lo: tf.reduce_any((c_lo != b) & (b > 0)),
+                             step, (lo, hi, c_lo))
+    chosen = (key >= lo[:, tf.newaxis]) & (b[:, tf.newaxis] > 0)
+    # Chosen bits as [B, W] words of 32 (int64: no sign bit), slot p in word w at rank r.
+    W = (T + 31) // 32
+    bits = tf.reshape(tf.pad(tf.cast(chosen, tf.int64), [[0, 0], [0, W * 32 - T]]), [B, W, 32])
+    words = tf.reduce_sum(bits * tf.constant([1 << j for j in range(32)], tf.int64), axis=2)
+
+    def popcount(x):
+        return tf.cast(tf.raw_ops.PopulationCount(x=x), tf.int32)
+
+    before = tf.cumsum(popcount(words), axis=1, exclusive=True)  # [B, W]
+    slot = tf.range(P)
+    w = tf.maximum(tf.reduce_sum(
+        tf.cast(before[:, tf.newaxis, :] <= slot[tf.newaxis, :, tf.newaxis], tf.int32),
+        axis=2) - 1, 0)  # [B, P]
+    word = tf.gather(words, w, batch_dims=1)
+    rank = slot[tf.newaxis, :] - tf.gather(before, w, batch_dims=1)
+    bit = tf.zeros_like(rank)  # the largest bit with at most `rank` chosen bits below it
+    for half in (16, 8, 4, 2, 1):
+        below = tf.bitwise.left_shift(tf.constant(1, tf.int64), tf.cast(bit + half, tf.int64)) - 1
+        bit = tf.where(popcount(tf.bitwise.bitwise_and(word, below)) <= rank, bit + half, bit)
+    weights = slot[tf.newaxis, :] < b[:, tf.newaxis]
+    positions = tf.ensure_shape(tf.where(weights, w * 32 + bit, 0), [None, P])
+    return positions, tf.ensure_shape(tf.cast(weights, tf.float32), [None, P])
+
+
+_top_budget_xla = tf.function(_top_budget, jit_compile=True, autograph=False)
+
+
+def _token_mask(ids, valid, keys, budget_u, unit_u, random_ids, pool, unselectable, rate,
+                rounding, limit, count_special_tokens, mask_token_id, mask_token_rate,
+                random_token_rate):
+    """TokenMasker's masking after its random draws, as one XLA function (`_token_mask_xla`)."""
+    selectable = _selectable_of(ids, valid, unselectable)
+    budget = _budget_of(valid, selectable, budget_u, rate, rounding, limit, count_special_tokens)
+    if pool is not None:
+        random_ids = tf.gather(pool, random_ids)
+    positions, weights = _top_budget(keys, selectable, budget, limit)
+    masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id,
+                                   mask_token_rate, random_token_rate)
+    return masked, positions, weights, tf.ensure_shape(mask_ids, [None, limit])
+
+
+_token_mask_xla = tf.function(_token_mask, jit_compile=True, autograph=False)
+
+
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class TokenMasker(_Masker):
     """BERT / RoBERTa token masking (Devlin et al. 2019; Liu et al. 2019), dynamic.
@@ -884,7 +966,8 @@ class TokenMasker(_Masker):
 
     Selection is exact: the original shuffles the candidates and takes the first
     `num_to_predict`; we draw one uniform key per token and take the `num_to_predict` largest
-    keys (`top_k`), which is the same distribution (a uniform random subset of that size).
+    keys (those `top_k` would pick; found by a bisection on the keys, `_top_budget`), which is
+    the same distribution (a uniform random subset of that size).
 
     Args (keras-hub `MaskedLMMaskGenerator`'s, then ours):
         vocabulary_size: int; may be omitted when `vocabulary` is given.
@@ -916,20 +999,25 @@ class TokenMasker(_Masker):
     """
 
     def _select_positions(self, ids, selectable, budget, seed):
-        P = self.mask_selection_length
-        T = tf.shape(ids)[1]
         keys = tf.random.stateless_uniform(tf.shape(ids), seed, dtype=tf.float32)
-        score = tf.where(selectable, keys, -1.0)
-        k = tf.minimum(T, P)
-        values, index = tf.math.top_k(score, k=k, sorted=True)
-        keep = (values >= 0.0) & (tf.range(k)[tf.newaxis, :] < budget[:, tf.newaxis])
-        # Ascending positions, padding last.
-        positions = tf.sort(tf.where(keep, index, T + P), axis=1)
-        positions = tf.pad(positions, [[0, 0], [0, P - k]], constant_values=T + P)
-        weights = positions < T
-        positions = tf.ensure_shape(tf.where(weights, positions, 0), [None, P])
-        weights = tf.ensure_shape(tf.cast(weights, tf.float32), [None, P])
+        positions, weights = _top_budget_xla(keys, selectable, budget,
+                                             P=self.mask_selection_length)
         return positions, weights, None
+
+    def _mask_and_replace(self, ids, valid, key):
+        """`_mask_dense` and `_replace` (the same seeds and draws), everything after the draws
+        one XLA function (`_token_mask_xla`)."""
+        P = self.mask_selection_length
+        seed_budget, seed_select, seed_unit, seed_repl = _split_seeds(key, 4)
+        B = tf.shape(ids)[0]
+        keys = tf.random.stateless_uniform(tf.shape(ids), seed_select, dtype=tf.float32)
+        unit_u = tf.random.stateless_uniform([B, P], seed_unit, dtype=tf.float32)
+        draw, pool = self._random_token_draw(seed_repl, [B, P])
+        return _token_mask_xla(
+            ids, valid, keys, self._budget_draw(valid, seed_budget), unit_u, draw, pool,
+            unselectable=tuple(self._unselectable_list), **self._budget_settings,
+            mask_token_id=self.mask_token_id, mask_token_rate=self.mask_token_rate,
+            random_token_rate=self.random_token_rate)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
