@@ -693,3 +693,48 @@ def test_cli_analyze_user_errors_are_one_line(tmp_path, capsys):
     assert cli.main(["analyze", "--task", str(tmp_path / "bert"), "--texts", str(texts),
                      "--output", str(texts), "--quiet"]) == 1
     assert "--output" in capsys.readouterr().err
+
+
+def test_head_masks_hold_multipliers_in_0_1_and_data_must_end():
+    """A NaN or a value outside [0, 1] in a head mask was used as it was (NaN as 0, 5 scaled the
+    head's context by 5): refused, naming the entry. An infinite dataset (`.repeat()`) made
+    head_importance read forever; a model with no heads left failed deep in the gradient."""
+    import tensorflow as tf
+
+    clf = classifier(bert(num_layers=2))
+    for value, what in ((np.nan, "nan"), (5.0, "5"), (-1.0, "-1")):
+        bad = np.ones((2, 4), "float32")
+        bad[1, 2] = value
+        with pytest.raises(ValueError, match=rf"mask\[1, 2\] is {what}.*\[0, 1\]"):
+            kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), bad)
+        with pytest.raises(ValueError, match=rf"mask\[1, 2\] is {what}"):
+            kb.analysis.head_importance(clf, (TEXTS, LABELS), mask=bad, accuracy_drop=False)
+    # past a pruned layer's heads the entries are not heads: NaN there is accepted
+    pruned = kb.analysis.prune_heads(clf, {0: [0]})
+    ok = np.ones((2, 4), "float32")
+    ok[0, 3] = np.nan
+    assert 0 <= kb.analysis.evaluate_with_mask(pruned, (TEXTS, LABELS), ok) <= 1
+    forever = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS)).batch(2).repeat()
+    with pytest.raises(ValueError, match=r"infinite.*take\("):
+        kb.analysis.head_importance(clf, forever, accuracy_drop=False)
+    empty = kb.analysis.prune_heads(clf, {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]},
+                                    allow_empty_layers=True)
+    for fn in (kb.analysis.head_importance, kb.analysis.iterative_pruning):
+        with pytest.raises(ValueError, match=r"no attention head left.*\[0, 0\]"):
+            fn(empty, (TEXTS, LABELS))
+
+
+def test_iterative_pruning_target_and_step_are_checked_numbers():
+    """target=1 (every head; the brief of the loop is a fraction in (0, 1]) was refused; a string
+    or None target / step failed with a bare '<' TypeError."""
+    clf = classifier(bert(num_layers=1, num_heads=2))
+    curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=1, step=0.5,
+                                          allow_empty_layers=True)
+    assert [r["heads_pruned"] for r in curve.rows] == [0, 1, 2]
+    for kw, match in ((dict(target="0.5"), r"target must be a number.*'0.5'"),
+                      (dict(target=None), r"target must be a number.*None"),
+                      (dict(target=1.5), r"target must be a fraction of the heads in \(0, 1\]"),
+                      (dict(step="x"), r"step must be a number.*'x'"),
+                      (dict(step=True), r"step must be a number.*True")):
+        with pytest.raises(ValueError, match=match):
+            kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), **{"target": 0.5, **kw})

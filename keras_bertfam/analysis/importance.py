@@ -41,6 +41,10 @@ def _batches(task, data, batch_size):
     `data`: a `tf.data.Dataset` of (x, y) or (x, y, sample_weight) (raw strings with a
     preprocessor, model inputs without), or a tuple `(x, y)` of arrays / lists."""
     if isinstance(data, tf.data.Dataset):
+        if int(data.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+            raise ValueError(
+                "The dataset is infinite (a .repeat() without a count): head importance reads "
+                "all of it; give a finite dataset, e.g. data.take(number_of_batches).")
         x, y = data, None
     elif isinstance(data, (tuple, list)) and len(data) == 2:
         x, y = data
@@ -119,10 +123,12 @@ def evaluate_with_mask(task, data, mask=None, batch_size=32, metric=None):
     """The task's metric (accuracy for a classifier) on `data` with head mask `mask` (L, N)."""
     backbone = backbone_of(task, "evaluate_with_mask")
     require_head_mask(backbone, "evaluate_with_mask")
+    counts = heads_per_layer(backbone)
+    _require_heads(counts, "evaluate_with_mask")
+    mask = _check_mask(mask, counts)
     batches = _batches(task, data, batch_size)
     metric = metric or _metric_name(task, batches[0])
-    counts = heads_per_layer(backbone)
-    return _Evaluator(task, backbone, batches, metric, counts)(_check_mask(mask, counts))
+    return _Evaluator(task, backbone, batches, metric, counts)(mask)
 
 
 def _check_mask(mask, counts):
@@ -137,7 +143,22 @@ def _check_mask(mask, counts):
     expected = (len(counts), max(counts))
     if mask.shape != expected:
         raise ValueError(f"mask must have shape {expected} (layers, heads), got {mask.shape}.")
-    return mask
+    heads = ~np.isnan(full_mask(counts))  # past a pruned layer's heads: not heads, ignored
+    bad = heads & ~((mask >= 0) & (mask <= 1))  # NaN fails both
+    if bad.any():
+        layer, head = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"mask[{layer}, {head}] is {mask[layer, head]:g}: a head mask holds multipliers in "
+            "[0, 1] (1 = kept, 0 = masked) for every head of the model.")
+    return np.where(heads, mask, np.nan).astype("float32")
+
+
+def _require_heads(counts, what):
+    """A model pruned to no head at all has no head mask to score or evaluate."""
+    if not sum(counts):
+        raise ValueError(
+            f"{what}: the model has no attention head left (heads_per_layer={counts}); there "
+            "is no head to mask or score.")
 
 
 def _importance(task, backbone, batches, mask, counts):
@@ -195,6 +216,7 @@ def head_importance(task, data, batch_size=32, accuracy_drop=True, normalize_glo
         raise TypeError(f"head_importance takes a kb.tasks task (it needs the task's loss), got "
                         f"{type(task).__name__}.")
     counts = heads_per_layer(backbone)
+    _require_heads(counts, "head_importance")
     start = _check_mask(mask, counts)
     batches = _batches(task, data, batch_size)
     raw = _importance(task, backbone, batches, start, counts)
@@ -276,11 +298,17 @@ def iterative_pruning(task, data, target=0.5, step=0.1, importance_data=None, ba
     """
     backbone = backbone_of(task, "iterative_pruning")
     require_head_mask(backbone, "iterative_pruning")
-    if not 0 < target < 1:
-        raise ValueError(f"target must be a fraction of the heads in (0, 1), got {target!r}.")
+    for name, value in (("target", target), ("step", step)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                              np.floating)):
+            raise ValueError(f"{name} must be a number (a fraction of the heads), got "
+                             f"{type(value).__name__} {value!r}.")
+    if not 0 < target <= 1:
+        raise ValueError(f"target must be a fraction of the heads in (0, 1], got {target!r}.")
     if not 0 < step <= target:
         raise ValueError(f"step must be in (0, target={target}], got {step!r}.")
     counts = heads_per_layer(backbone)
+    _require_heads(counts, "iterative_pruning")
     groups = attention_groups(backbone)
     first = [members[0] for members in groups]  # a group's heads, as one row of the mask
     total = sum(counts[i] for i in first)
