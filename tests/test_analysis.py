@@ -738,3 +738,16 @@ def test_iterative_pruning_target_and_step_are_checked_numbers():
                       (dict(step=True), r"step must be a number.*True")):
         with pytest.raises(ValueError, match=match):
             kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), **{"target": 0.5, **kw})
+
+
+def test_plot_paths_name_an_image_format_and_truncation_names_max_length(tmp_path):
+    """A path with an extension matplotlib cannot write ('curve.v1', 'x.txt') failed with
+    matplotlib's 'Format not supported', naming no path; a text cut at max_length was said to
+    be longer than 'the model's positions'."""
+    with pytest.raises(ValueError, match=r"x\.txt.*'\.txt'.*png"):
+        kb.analysis.plot_heads(np.ones((2, 2)), str(tmp_path / "x.txt"))
+    assert not os.path.exists(tmp_path / "x.txt")
+    assert kb.analysis.plot_heads(np.ones((2, 2)), str(tmp_path / "x.svg")).endswith("x.svg")
+    b = bert(num_layers=1)
+    with pytest.warns(UserWarning, match=r"longer than max_length=8 tokens"):
+        kb.analysis.attention_maps(b, ["the film " * 10], tokenizer=tokenizer(), max_length=8)
