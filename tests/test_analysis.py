@@ -751,3 +751,82 @@ def test_plot_paths_name_an_image_format_and_truncation_names_max_length(tmp_pat
     b = bert(num_layers=1)
     with pytest.warns(UserWarning, match=r"longer than max_length=8 tokens"):
         kb.analysis.attention_maps(b, ["the film " * 10], tokenizer=tokenizer(), max_length=8)
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("family", ["roberta", "albert", "distil_bert", "electra"])
+def test_head_importance_of_every_encoder_family_matches_hf(family, tmp_path):
+    """The BERT comparison above for the other head-mask families, converted from their HF
+    sequence classifiers (hidden 16, 2 layers): |d loss / d mask| equals HF's to <= 1e-4
+    relative. ALBERT shares one attention sublayer between both layers: HF's hook counts the
+    calls of that one module to know the layer, and the scores stay per layer."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=32, max_position_embeddings=40,
+                  num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if family == "roberta":
+        hf = transformers.RobertaForSequenceClassification(transformers.RobertaConfig(
+            **common, pad_token_id=1, bos_token_id=0, eos_token_id=2))
+    elif family == "electra":
+        hf = transformers.ElectraForSequenceClassification(transformers.ElectraConfig(
+            **common, embedding_size=16))
+    elif family == "albert":
+        hf = transformers.AlbertForSequenceClassification(transformers.AlbertConfig(
+            **common, embedding_size=8, num_hidden_groups=1, classifier_dropout_prob=0.0))
+    else:
+        hf = transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(
+            vocab_size=len(VOCAB), dim=16, n_layers=2, n_heads=4, hidden_dim=32,
+            max_position_embeddings=40, num_labels=2, dropout=0.0, attention_dropout=0.0,
+            seq_classif_dropout=0.0))
+    torch.manual_seed(0)
+    hf = hf.eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "classifier" in name or name.endswith("bias"):
+                p.normal_(0.0, 0.5)
+    hf.save_pretrained(str(tmp_path / "hf"))
+    clf = kb.tasks.TextClassifier.from_preset(str(tmp_path / "hf"), num_classes=2,
+                                              preprocessor=None)
+    if family == "distil_bert":
+        modules = [layer.attention.out_lin for layer in hf.distilbert.transformer.layer]
+    elif family == "albert":  # one module, called once per layer
+        modules = [hf.albert.encoder.albert_layer_groups[0].albert_layers[0].attention.dense]
+    else:
+        modules = [layer.attention.output.dense
+                   for layer in getattr(hf, family).encoder.layer]
+    rng = np.random.default_rng(1)
+    x = inputs(batch=6, length=8, pad=3)
+    x["token_ids"] = rng.integers(5, len(VOCAB), (6, 8)).astype("int32")
+    if family == "distil_bert":
+        x.pop("segment_ids")
+    y = rng.integers(0, 2, (6,)).astype("int32")
+
+    hf_raw = np.zeros((2, 4))
+    for rows in (slice(0, 3), slice(3, 6)):  # the batches of batch_size=3
+        head_mask = torch.ones(2, 4, requires_grad=True)
+        calls = []
+
+        def scale(module, args):
+            (context,) = args  # (B, T, N * Hd): each head's context, before the projection
+            layer = len(calls)
+            calls.append(layer)
+            b, t, _ = context.shape
+            return (context.reshape(b, t, 4, -1) * head_mask[layer][None, None, :, None]
+                    ).reshape(b, t, -1),
+
+        handles = [m.register_forward_pre_hook(scale) for m in modules]
+        kw = dict(input_ids=torch.tensor(x["token_ids"][rows], dtype=torch.long),
+                  attention_mask=torch.tensor(x["padding_mask"][rows]),
+                  labels=torch.tensor(y[rows], dtype=torch.long))
+        if "segment_ids" in x and family != "roberta":
+            kw["token_type_ids"] = torch.tensor(x["segment_ids"][rows], dtype=torch.long)
+        hf(**kw).loss.backward()
+        for handle in handles:
+            handle.remove()
+        assert calls == [0, 1]
+        hf_raw += head_mask.grad.abs().numpy()
+    result = kb.analysis.head_importance(clf, (x, y), batch_size=3, accuracy_drop=False)
+    assert np.abs(result.raw - hf_raw).max() <= 1e-4 * np.abs(hf_raw).max()
+    np.testing.assert_allclose(result.importance, kb.analysis.normalize_importance(hf_raw),
+                               atol=1e-4)
