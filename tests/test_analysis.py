@@ -830,3 +830,33 @@ def test_head_importance_of_every_encoder_family_matches_hf(family, tmp_path):
     assert np.abs(result.raw - hf_raw).max() <= 1e-4 * np.abs(hf_raw).max()
     np.testing.assert_allclose(result.importance, kb.analysis.normalize_importance(hf_raw),
                                atol=1e-4)
+
+
+def test_cli_analyze_refuses_partly_labelled_texts_and_a_dir_without_a_manifest(tmp_path,
+                                                                               capsys):
+    """One line without a label (or with a label that is not a class id) among labelled lines
+    made analyze drop EVERY label silently and score importance on the model's own predictions,
+    keeping 'text<TAB>positive' as the text; a --task directory without keras_bertfam.json
+    printed a bare '[Errno 2] ...'. Both exit 1 with one line naming the file and line."""
+    from keras_bertfam import cli
+
+    task = tmp_path / "bert"
+    classifier(bert(num_layers=1)).save_to_preset(str(task))
+    texts = tmp_path / "texts.tsv"
+    base = ["analyze", "--task", str(task), "--texts", str(texts), "--output",
+            str(tmp_path / "out"), "--plot-texts", "0", "--quiet"]
+    for content, match in (("the film\t1\ngood story\n", r"line 2 has no label.*line 1"),
+                           ("the film\t1\ngood story\tpositive\n",
+                            r"line 2 has no label.*'positive'")):
+        texts.write_text(content, encoding="utf-8")
+        capsys.readouterr()
+        assert cli.main(base) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(texts) in err, err
+        assert __import__("re").search(match, err), err
+    (tmp_path / "plain").mkdir()
+    texts.write_text("the film\n", encoding="utf-8")
+    assert cli.main(["analyze", "--task", str(tmp_path / "plain"), "--texts", str(texts),
+                     "--output", str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "keras_bertfam.json" in err and "Errno" not in err, err
