@@ -860,3 +860,39 @@ def test_cli_analyze_refuses_partly_labelled_texts_and_a_dir_without_a_manifest(
                      "--output", str(tmp_path / "out"), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()
     assert "keras_bertfam.json" in err and "Errno" not in err, err
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlnet"])
+def test_attention_maps_equal_hf_output_attentions(family, tmp_path):
+    """attention_maps of a converted HF model (the BERT layout [CLS] text [SEP], RoBERTa's
+    positions from 2, XLNet's text <sep> <cls> with the content stream) equal HF's
+    output_attentions for the same ids, per layer and head, to 1e-5."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2,
+                  num_attention_heads=2, intermediate_size=32, max_position_embeddings=40)
+    torch.manual_seed(0)
+    if family == "bert":
+        hf = transformers.BertModel(transformers.BertConfig(**common))
+    elif family == "roberta":
+        hf = transformers.RobertaModel(transformers.RobertaConfig(
+            **common, pad_token_id=1, bos_token_id=0, eos_token_id=2))
+    else:
+        hf = transformers.XLNetModel(transformers.XLNetConfig(
+            vocab_size=len(VOCAB), d_model=16, n_layer=2, n_head=2, d_inner=32))
+    hf.save_pretrained(str(tmp_path / "hf"))
+    hf = type(hf).from_pretrained(str(tmp_path / "hf"), attn_implementation="eager").eval()
+    backbone = kb.models.Backbone.from_preset(str(tmp_path / "hf"))
+    maps = kb.analysis.attention_maps(backbone, TEXTS[:2], tokenizer=tokenizer())
+    t = tokenizer()
+    for text, tokens, layers in zip(TEXTS[:2], maps.tokens, maps.maps):
+        ids = [t.token_to_id(tok) for tok in tokens]
+        kw = {"input_ids": torch.tensor([ids])}
+        if family == "xlnet":  # the <cls> has segment 2, as HF's XLNet tokenizer gives it
+            kw["token_type_ids"] = torch.tensor([[0] * (len(ids) - 1) + [2]])
+        with torch.no_grad():
+            ref = hf(**kw, output_attentions=True).attentions
+        assert len(ref) == len(layers) == 2
+        for got, want in zip(layers, ref):
+            np.testing.assert_allclose(got, want[0].numpy(), atol=1e-5)
+    assert maps.tokens[0][-1] == ("[CLS]" if family == "xlnet" else "[SEP]")
