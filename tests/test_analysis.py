@@ -896,3 +896,15 @@ def test_attention_maps_equal_hf_output_attentions(family, tmp_path):
         for got, want in zip(layers, ref):
             np.testing.assert_allclose(got, want[0].numpy(), atol=1e-5)
     assert maps.tokens[0][-1] == ("[CLS]" if family == "xlnet" else "[SEP]")
+
+
+def test_evaluate_with_mask_metric_and_normalization_exponent_are_checked():
+    """evaluate_with_mask(metric='nope') failed with a bare KeyError from inside the traced
+    forward pass; normalize_importance(exponent=0) with ZeroDivisionError, a string exponent
+    with a NumPy ufunc TypeError. Both now name the value and what is expected."""
+    clf = classifier(bert(num_layers=1))
+    with pytest.raises(ValueError, match=r"metric 'nope'.*TextClassifier.*'accuracy'"):
+        kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), metric="nope")
+    for bad in (0, -2, "x", True):
+        with pytest.raises(ValueError, match=rf"exponent must be a positive number.*got.*{bad}"):
+            kb.analysis.normalize_importance(np.ones((2, 2)), exponent=bad)

@@ -69,11 +69,17 @@ _HIGHER_IS_BETTER = ("accuracy", "f1", "exact_match")
 _LOWER_IS_BETTER = ("loss", "mse", "error")
 
 
-def _metric_name(task, batch):
+def _metric_name(task, batch, name=None):
     """The task's accuracy-like metric (a name ending in accuracy / f1 / exact_match: a
-    classifier's `accuracy`, a MaskedLM's `mlm_accuracy`), else its first metric."""
+    classifier's `accuracy`, a MaskedLM's `mlm_accuracy`), else its first metric; `name`, when
+    given, checked against the task's metrics."""
     x, y, sw = batch
     _, metrics = task.losses_and_metrics(y, task(x, training=False), sw)
+    if name is not None:
+        if name not in metrics:
+            raise ValueError(f"metric {name!r} is not one of {type(task).__name__}'s metrics: "
+                             f"{sorted(metrics)}.")
+        return name
     for suffix in _HIGHER_IS_BETTER:
         if suffix in metrics:
             return suffix
@@ -127,7 +133,7 @@ def evaluate_with_mask(task, data, mask=None, batch_size=32, metric=None):
     _require_heads(counts, "evaluate_with_mask")
     mask = _check_mask(mask, counts)
     batches = _batches(task, data, batch_size)
-    metric = metric or _metric_name(task, batches[0])
+    metric = _metric_name(task, batches[0], metric)
     return _Evaluator(task, backbone, batches, metric, counts)(mask)
 
 
@@ -179,6 +185,10 @@ def _importance(task, backbone, batches, mask, counts):
 def normalize_importance(raw, exponent=2, normalize_global=False):
     """Per-layer L`exponent` normalization (Michel et al.; HF's bertology script), then
     optionally min-max over all heads."""
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float, np.integer,
+                                                                np.floating)) or not exponent > 0:
+        raise ValueError(f"exponent must be a positive number (2: the L2 norm of each layer's "
+                         f"scores), got {exponent!r}.")
     raw = np.asarray(raw, "float64")
     norm = np.power(np.nansum(np.power(np.abs(raw), exponent), -1), 1.0 / exponent)
     out = raw / (norm[:, None] + 1e-20)
