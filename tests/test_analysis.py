@@ -693,3 +693,218 @@ def test_cli_analyze_user_errors_are_one_line(tmp_path, capsys):
     assert cli.main(["analyze", "--task", str(tmp_path / "bert"), "--texts", str(texts),
                      "--output", str(texts), "--quiet"]) == 1
     assert "--output" in capsys.readouterr().err
+
+
+def test_head_masks_hold_multipliers_in_0_1_and_data_must_end():
+    """A NaN or a value outside [0, 1] in a head mask was used as it was (NaN as 0, 5 scaled the
+    head's context by 5): refused, naming the entry. An infinite dataset (`.repeat()`) made
+    head_importance read forever; a model with no heads left failed deep in the gradient."""
+    import tensorflow as tf
+
+    clf = classifier(bert(num_layers=2))
+    for value, what in ((np.nan, "nan"), (5.0, "5"), (-1.0, "-1")):
+        bad = np.ones((2, 4), "float32")
+        bad[1, 2] = value
+        with pytest.raises(ValueError, match=rf"mask\[1, 2\] is {what}.*\[0, 1\]"):
+            kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), bad)
+        with pytest.raises(ValueError, match=rf"mask\[1, 2\] is {what}"):
+            kb.analysis.head_importance(clf, (TEXTS, LABELS), mask=bad, accuracy_drop=False)
+    # past a pruned layer's heads the entries are not heads: NaN there is accepted
+    pruned = kb.analysis.prune_heads(clf, {0: [0]})
+    ok = np.ones((2, 4), "float32")
+    ok[0, 3] = np.nan
+    assert 0 <= kb.analysis.evaluate_with_mask(pruned, (TEXTS, LABELS), ok) <= 1
+    forever = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS)).batch(2).repeat()
+    with pytest.raises(ValueError, match=r"infinite.*take\("):
+        kb.analysis.head_importance(clf, forever, accuracy_drop=False)
+    empty = kb.analysis.prune_heads(clf, {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]},
+                                    allow_empty_layers=True)
+    for fn in (kb.analysis.head_importance, kb.analysis.iterative_pruning):
+        with pytest.raises(ValueError, match=r"no attention head left.*\[0, 0\]"):
+            fn(empty, (TEXTS, LABELS))
+
+
+def test_iterative_pruning_target_and_step_are_checked_numbers():
+    """target=1 (every head; the brief of the loop is a fraction in (0, 1]) was refused; a string
+    or None target / step failed with a bare '<' TypeError."""
+    clf = classifier(bert(num_layers=1, num_heads=2))
+    curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=1, step=0.5,
+                                          allow_empty_layers=True)
+    assert [r["heads_pruned"] for r in curve.rows] == [0, 1, 2]
+    for kw, match in ((dict(target="0.5"), r"target must be a number.*'0.5'"),
+                      (dict(target=None), r"target must be a number.*None"),
+                      (dict(target=1.5), r"target must be a fraction of the heads in \(0, 1\]"),
+                      (dict(step="x"), r"step must be a number.*'x'"),
+                      (dict(step=True), r"step must be a number.*True")):
+        with pytest.raises(ValueError, match=match):
+            kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), **{"target": 0.5, **kw})
+
+
+def test_plot_paths_name_an_image_format_and_truncation_names_max_length(tmp_path):
+    """A path with an extension matplotlib cannot write ('curve.v1', 'x.txt') failed with
+    matplotlib's 'Format not supported', naming no path; a text cut at max_length was said to
+    be longer than 'the model's positions'."""
+    with pytest.raises(ValueError, match=r"x\.txt.*'\.txt'.*png"):
+        kb.analysis.plot_heads(np.ones((2, 2)), str(tmp_path / "x.txt"))
+    assert not os.path.exists(tmp_path / "x.txt")
+    assert kb.analysis.plot_heads(np.ones((2, 2)), str(tmp_path / "x.svg")).endswith("x.svg")
+    b = bert(num_layers=1)
+    with pytest.warns(UserWarning, match=r"longer than max_length=8 tokens"):
+        kb.analysis.attention_maps(b, ["the film " * 10], tokenizer=tokenizer(), max_length=8)
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("family", ["roberta", "albert", "distil_bert", "electra"])
+def test_head_importance_of_every_encoder_family_matches_hf(family, tmp_path):
+    """The BERT comparison above for the other head-mask families, converted from their HF
+    sequence classifiers (hidden 16, 2 layers): |d loss / d mask| equals HF's to <= 1e-4
+    relative. ALBERT shares one attention sublayer between both layers: HF's hook counts the
+    calls of that one module to know the layer, and the scores stay per layer."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=32, max_position_embeddings=40,
+                  num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if family == "roberta":
+        hf = transformers.RobertaForSequenceClassification(transformers.RobertaConfig(
+            **common, pad_token_id=1, bos_token_id=0, eos_token_id=2))
+    elif family == "electra":
+        hf = transformers.ElectraForSequenceClassification(transformers.ElectraConfig(
+            **common, embedding_size=16))
+    elif family == "albert":
+        hf = transformers.AlbertForSequenceClassification(transformers.AlbertConfig(
+            **common, embedding_size=8, num_hidden_groups=1, classifier_dropout_prob=0.0))
+    else:
+        hf = transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(
+            vocab_size=len(VOCAB), dim=16, n_layers=2, n_heads=4, hidden_dim=32,
+            max_position_embeddings=40, num_labels=2, dropout=0.0, attention_dropout=0.0,
+            seq_classif_dropout=0.0))
+    torch.manual_seed(0)
+    hf = hf.eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "classifier" in name or name.endswith("bias"):
+                p.normal_(0.0, 0.5)
+    hf.save_pretrained(str(tmp_path / "hf"))
+    clf = kb.tasks.TextClassifier.from_preset(str(tmp_path / "hf"), num_classes=2,
+                                              preprocessor=None)
+    if family == "distil_bert":
+        modules = [layer.attention.out_lin for layer in hf.distilbert.transformer.layer]
+    elif family == "albert":  # one module, called once per layer
+        modules = [hf.albert.encoder.albert_layer_groups[0].albert_layers[0].attention.dense]
+    else:
+        modules = [layer.attention.output.dense
+                   for layer in getattr(hf, family).encoder.layer]
+    rng = np.random.default_rng(1)
+    x = inputs(batch=6, length=8, pad=3)
+    x["token_ids"] = rng.integers(5, len(VOCAB), (6, 8)).astype("int32")
+    if family == "distil_bert":
+        x.pop("segment_ids")
+    y = rng.integers(0, 2, (6,)).astype("int32")
+
+    hf_raw = np.zeros((2, 4))
+    for rows in (slice(0, 3), slice(3, 6)):  # the batches of batch_size=3
+        head_mask = torch.ones(2, 4, requires_grad=True)
+        calls = []
+
+        def scale(module, args):
+            (context,) = args  # (B, T, N * Hd): each head's context, before the projection
+            layer = len(calls)
+            calls.append(layer)
+            b, t, _ = context.shape
+            return (context.reshape(b, t, 4, -1) * head_mask[layer][None, None, :, None]
+                    ).reshape(b, t, -1),
+
+        handles = [m.register_forward_pre_hook(scale) for m in modules]
+        kw = dict(input_ids=torch.tensor(x["token_ids"][rows], dtype=torch.long),
+                  attention_mask=torch.tensor(x["padding_mask"][rows]),
+                  labels=torch.tensor(y[rows], dtype=torch.long))
+        if "segment_ids" in x and family != "roberta":
+            kw["token_type_ids"] = torch.tensor(x["segment_ids"][rows], dtype=torch.long)
+        hf(**kw).loss.backward()
+        for handle in handles:
+            handle.remove()
+        assert calls == [0, 1]
+        hf_raw += head_mask.grad.abs().numpy()
+    result = kb.analysis.head_importance(clf, (x, y), batch_size=3, accuracy_drop=False)
+    assert np.abs(result.raw - hf_raw).max() <= 1e-4 * np.abs(hf_raw).max()
+    np.testing.assert_allclose(result.importance, kb.analysis.normalize_importance(hf_raw),
+                               atol=1e-4)
+
+
+def test_cli_analyze_refuses_partly_labelled_texts_and_a_dir_without_a_manifest(tmp_path,
+                                                                               capsys):
+    """One line without a label (or with a label that is not a class id) among labelled lines
+    made analyze drop EVERY label silently and score importance on the model's own predictions,
+    keeping 'text<TAB>positive' as the text; a --task directory without keras_bertfam.json
+    printed a bare '[Errno 2] ...'. Both exit 1 with one line naming the file and line."""
+    from keras_bertfam import cli
+
+    task = tmp_path / "bert"
+    classifier(bert(num_layers=1)).save_to_preset(str(task))
+    texts = tmp_path / "texts.tsv"
+    base = ["analyze", "--task", str(task), "--texts", str(texts), "--output",
+            str(tmp_path / "out"), "--plot-texts", "0", "--quiet"]
+    for content, match in (("the film\t1\ngood story\n", r"line 2 has no label.*line 1"),
+                           ("the film\t1\ngood story\tpositive\n",
+                            r"line 2 has no label.*'positive'")):
+        texts.write_text(content, encoding="utf-8")
+        capsys.readouterr()
+        assert cli.main(base) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(texts) in err, err
+        assert __import__("re").search(match, err), err
+    (tmp_path / "plain").mkdir()
+    texts.write_text("the film\n", encoding="utf-8")
+    assert cli.main(["analyze", "--task", str(tmp_path / "plain"), "--texts", str(texts),
+                     "--output", str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "keras_bertfam.json" in err and "Errno" not in err, err
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlnet"])
+def test_attention_maps_equal_hf_output_attentions(family, tmp_path):
+    """attention_maps of a converted HF model (the BERT layout [CLS] text [SEP], RoBERTa's
+    positions from 2, XLNet's text <sep> <cls> with the content stream) equal HF's
+    output_attentions for the same ids, per layer and head, to 1e-5."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2,
+                  num_attention_heads=2, intermediate_size=32, max_position_embeddings=40)
+    torch.manual_seed(0)
+    if family == "bert":
+        hf = transformers.BertModel(transformers.BertConfig(**common))
+    elif family == "roberta":
+        hf = transformers.RobertaModel(transformers.RobertaConfig(
+            **common, pad_token_id=1, bos_token_id=0, eos_token_id=2))
+    else:
+        hf = transformers.XLNetModel(transformers.XLNetConfig(
+            vocab_size=len(VOCAB), d_model=16, n_layer=2, n_head=2, d_inner=32))
+    hf.save_pretrained(str(tmp_path / "hf"))
+    hf = type(hf).from_pretrained(str(tmp_path / "hf"), attn_implementation="eager").eval()
+    backbone = kb.models.Backbone.from_preset(str(tmp_path / "hf"))
+    maps = kb.analysis.attention_maps(backbone, TEXTS[:2], tokenizer=tokenizer())
+    t = tokenizer()
+    for text, tokens, layers in zip(TEXTS[:2], maps.tokens, maps.maps):
+        ids = [t.token_to_id(tok) for tok in tokens]
+        kw = {"input_ids": torch.tensor([ids])}
+        if family == "xlnet":  # the <cls> has segment 2, as HF's XLNet tokenizer gives it
+            kw["token_type_ids"] = torch.tensor([[0] * (len(ids) - 1) + [2]])
+        with torch.no_grad():
+            ref = hf(**kw, output_attentions=True).attentions
+        assert len(ref) == len(layers) == 2
+        for got, want in zip(layers, ref):
+            np.testing.assert_allclose(got, want[0].numpy(), atol=1e-5)
+    assert maps.tokens[0][-1] == ("[CLS]" if family == "xlnet" else "[SEP]")
+
+
+def test_evaluate_with_mask_metric_and_normalization_exponent_are_checked():
+    """evaluate_with_mask(metric='nope') failed with a bare KeyError from inside the traced
+    forward pass; normalize_importance(exponent=0) with ZeroDivisionError, a string exponent
+    with a NumPy ufunc TypeError. Both now name the value and what is expected."""
+    clf = classifier(bert(num_layers=1))
+    with pytest.raises(ValueError, match=r"metric 'nope'.*TextClassifier.*'accuracy'"):
+        kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), metric="nope")
+    for bad in (0, -2, "x", True):
+        with pytest.raises(ValueError, match=rf"exponent must be a positive number.*got.*{bad}"):
+            kb.analysis.normalize_importance(np.ones((2, 2)), exponent=bad)

@@ -137,8 +137,10 @@ def attention_maps(model, texts, tokenizer=None, max_length=None, progress=None)
             progress(i + 1)
     if cut:
         warnings.warn(
-            f"{cut} of {len(texts)} texts were longer than {max_length or positions} tokens "
-            "(the model's positions) and were truncated.", stacklevel=2)
+            f"{cut} of {len(texts)} texts were longer than "
+            + (f"max_length={max_length} tokens" if max_length else
+               f"{positions} tokens (the model's positions)")
+            + " and were truncated.", stacklevel=2)
     return AttentionMaps(tokens, maps, special, family_name(backbone))
 
 

@@ -31,7 +31,16 @@ def _read_texts(path, limit):
     if not texts:
         raise CommandError(f"--texts {path} has no text: expected UTF-8 text, one text a "
                            "line.")
-    return texts, (labels if all(x is not None for x in labels) else None), numbers
+    labelled = [n for n, label in zip(numbers, labels) if label is not None]
+    if labelled and len(labelled) < len(labels):  # all labels or none: never dropped silently
+        i = next(i for i, label in enumerate(labels) if label is None)
+        tail = texts[i].rpartition("\t")[2] if "\t" in texts[i] else None
+        found = f" (it ends in {tail!r}, not an integer class id)" if tail is not None else ""
+        raise CommandError(
+            f"--texts {path} line {numbers[i]} has no label{found}, but line {labelled[0]} has "
+            "one: give every line 'text<TAB>label' (an integer class id), or no line a label "
+            "(the model's own predictions are then the labels).")
+    return texts, (labels if labelled else None), numbers
 
 
 def _check_labels(path, labels, numbers, model):
@@ -72,6 +81,11 @@ def analyze(args):
     if os.path.exists(args.output) and not os.path.isdir(args.output):
         raise CommandError(f"--output {args.output} is a file: expected a directory (created "
                            "if missing).")
+    if not os.path.isfile(os.path.join(args.task, presets.MANIFEST)):
+        raise CommandError(
+            f"--task {args.task} has no {presets.MANIFEST}: expected a keras_bertfam preset "
+            "directory (model.save_to_preset(DIR)); load an HF or keras-hub directory in Python "
+            "with kb.tasks.<Task>.from_preset(DIR) and save it with save_to_preset first.")
     manifest = presets._read_manifest(args.task)
     saved = manifest.get("task")
     if saved:

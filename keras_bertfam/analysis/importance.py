@@ -41,6 +41,10 @@ def _batches(task, data, batch_size):
     `data`: a `tf.data.Dataset` of (x, y) or (x, y, sample_weight) (raw strings with a
     preprocessor, model inputs without), or a tuple `(x, y)` of arrays / lists."""
     if isinstance(data, tf.data.Dataset):
+        if int(data.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+            raise ValueError(
+                "The dataset is infinite (a .repeat() without a count): head importance reads "
+                "all of it; give a finite dataset, e.g. data.take(number_of_batches).")
         x, y = data, None
     elif isinstance(data, (tuple, list)) and len(data) == 2:
         x, y = data
@@ -65,11 +69,17 @@ _HIGHER_IS_BETTER = ("accuracy", "f1", "exact_match")
 _LOWER_IS_BETTER = ("loss", "mse", "error")
 
 
-def _metric_name(task, batch):
+def _metric_name(task, batch, name=None):
     """The task's accuracy-like metric (a name ending in accuracy / f1 / exact_match: a
-    classifier's `accuracy`, a MaskedLM's `mlm_accuracy`), else its first metric."""
+    classifier's `accuracy`, a MaskedLM's `mlm_accuracy`), else its first metric; `name`, when
+    given, checked against the task's metrics."""
     x, y, sw = batch
     _, metrics = task.losses_and_metrics(y, task(x, training=False), sw)
+    if name is not None:
+        if name not in metrics:
+            raise ValueError(f"metric {name!r} is not one of {type(task).__name__}'s metrics: "
+                             f"{sorted(metrics)}.")
+        return name
     for suffix in _HIGHER_IS_BETTER:
         if suffix in metrics:
             return suffix
@@ -119,10 +129,12 @@ def evaluate_with_mask(task, data, mask=None, batch_size=32, metric=None):
     """The task's metric (accuracy for a classifier) on `data` with head mask `mask` (L, N)."""
     backbone = backbone_of(task, "evaluate_with_mask")
     require_head_mask(backbone, "evaluate_with_mask")
-    batches = _batches(task, data, batch_size)
-    metric = metric or _metric_name(task, batches[0])
     counts = heads_per_layer(backbone)
-    return _Evaluator(task, backbone, batches, metric, counts)(_check_mask(mask, counts))
+    _require_heads(counts, "evaluate_with_mask")
+    mask = _check_mask(mask, counts)
+    batches = _batches(task, data, batch_size)
+    metric = _metric_name(task, batches[0], metric)
+    return _Evaluator(task, backbone, batches, metric, counts)(mask)
 
 
 def _check_mask(mask, counts):
@@ -137,7 +149,22 @@ def _check_mask(mask, counts):
     expected = (len(counts), max(counts))
     if mask.shape != expected:
         raise ValueError(f"mask must have shape {expected} (layers, heads), got {mask.shape}.")
-    return mask
+    heads = ~np.isnan(full_mask(counts))  # past a pruned layer's heads: not heads, ignored
+    bad = heads & ~((mask >= 0) & (mask <= 1))  # NaN fails both
+    if bad.any():
+        layer, head = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"mask[{layer}, {head}] is {mask[layer, head]:g}: a head mask holds multipliers in "
+            "[0, 1] (1 = kept, 0 = masked) for every head of the model.")
+    return np.where(heads, mask, np.nan).astype("float32")
+
+
+def _require_heads(counts, what):
+    """A model pruned to no head at all has no head mask to score or evaluate."""
+    if not sum(counts):
+        raise ValueError(
+            f"{what}: the model has no attention head left (heads_per_layer={counts}); there "
+            "is no head to mask or score.")
 
 
 def _importance(task, backbone, batches, mask, counts):
@@ -158,6 +185,10 @@ def _importance(task, backbone, batches, mask, counts):
 def normalize_importance(raw, exponent=2, normalize_global=False):
     """Per-layer L`exponent` normalization (Michel et al.; HF's bertology script), then
     optionally min-max over all heads."""
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float, np.integer,
+                                                                np.floating)) or not exponent > 0:
+        raise ValueError(f"exponent must be a positive number (2: the L2 norm of each layer's "
+                         f"scores), got {exponent!r}.")
     raw = np.asarray(raw, "float64")
     norm = np.power(np.nansum(np.power(np.abs(raw), exponent), -1), 1.0 / exponent)
     out = raw / (norm[:, None] + 1e-20)
@@ -195,6 +226,7 @@ def head_importance(task, data, batch_size=32, accuracy_drop=True, normalize_glo
         raise TypeError(f"head_importance takes a kb.tasks task (it needs the task's loss), got "
                         f"{type(task).__name__}.")
     counts = heads_per_layer(backbone)
+    _require_heads(counts, "head_importance")
     start = _check_mask(mask, counts)
     batches = _batches(task, data, batch_size)
     raw = _importance(task, backbone, batches, start, counts)
@@ -276,11 +308,17 @@ def iterative_pruning(task, data, target=0.5, step=0.1, importance_data=None, ba
     """
     backbone = backbone_of(task, "iterative_pruning")
     require_head_mask(backbone, "iterative_pruning")
-    if not 0 < target < 1:
-        raise ValueError(f"target must be a fraction of the heads in (0, 1), got {target!r}.")
+    for name, value in (("target", target), ("step", step)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                              np.floating)):
+            raise ValueError(f"{name} must be a number (a fraction of the heads), got "
+                             f"{type(value).__name__} {value!r}.")
+    if not 0 < target <= 1:
+        raise ValueError(f"target must be a fraction of the heads in (0, 1], got {target!r}.")
     if not 0 < step <= target:
         raise ValueError(f"step must be in (0, target={target}], got {step!r}.")
     counts = heads_per_layer(backbone)
+    _require_heads(counts, "iterative_pruning")
     groups = attention_groups(backbone)
     first = [members[0] for members in groups]  # a group's heads, as one row of the mask
     total = sum(counts[i] for i in first)

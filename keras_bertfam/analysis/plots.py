@@ -27,8 +27,17 @@ def _save(fig, path):
         _pyplot().close(fig)
         raise ValueError(f"The path of a plot must be a file name, got {path!r}, which is a "
                          "directory.")
-    if not os.path.splitext(path)[1]:
+    extension = os.path.splitext(path)[1]
+    if not extension:
         path += ".png"
+    else:
+        formats = fig.canvas.get_supported_filetypes()
+        if extension[1:].lower() not in formats:
+            _pyplot().close(fig)
+            raise ValueError(
+                f"The path of a plot {path!r} ends in {extension!r}, which is not an image "
+                f"format: expected .png (or {', '.join('.' + f for f in sorted(formats))}), or "
+                "no extension for .png.")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
