@@ -288,6 +288,23 @@ def test_overriding_a_setting_the_weights_were_trained_with_warns(tmp_path, bert
         kb.tasks.TextClassifier.from_preset(str(tmp_path / "clf"), dropout=0.5)
 
 
+def test_convert_warns_on_an_override_of_a_setting_the_weights_were_trained_with(
+        hf_pretraining_dir):
+    """`kb.presets.convert(hf_dir, activation="relu")` loaded GELU-trained weights under ReLU
+    silently where `from_preset` warns: it warns alike, at the caller's line."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=re.escape(
+            f"{hf_pretraining_dir!r} was saved with activation='gelu'; loading its weights with "
+            f"activation='relu' computes something else")) as caught:
+        kb.presets.convert(hf_pretraining_dir, activation="relu")
+    assert [w.filename for w in caught if "activation=" in str(w.message)] == [__file__]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kb.presets.convert(hf_pretraining_dir, dropout=0.3)
+        kb.presets.convert(hf_pretraining_dir, activation="relu", load_weights=False)
+
+
 def test_a_preset_reloads_the_tokenizer_it_was_saved_with(tmp_path, bert_vocab):
     """A preset rebuilds its tokenizer from the class and options it was saved with: a WordPiece
     vocabulary on an XLNet backbone, XLNet's SentencePiece on a BERT one (both failed to load:

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import keras_bertfam as kb
+from keras_bertfam.models import weights_files
 from keras_bertfam.presets import checkpoints, integrity
 
 VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz")
@@ -215,6 +216,53 @@ def test_a_weights_file_of_another_model_is_refused_before_anything_loads(source
         model.load_weights(path)
     for value, variable in zip(before, model.weights):
         np.testing.assert_array_equal(value, np.asarray(variable))
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("source, target, error", [
+    (_backbone, lambda: _backbone(activation="relu"),
+     r"into BertBackbone .*configured otherwise.*: activation is 'gelu' in the file, 'relu' in "
+     r"the model"),
+    (_albert, lambda: _albert(num_layers=1), r"num_layers is 2 in the file, 1 in the model"),
+    (lambda: _classifier(hidden_activation="gelu"),
+     lambda: _classifier(hidden_activation="relu", activation="relu"),
+     r"into TextClassifier .*: hidden_activation is 'gelu' in the file, 'relu' in the model; "
+     r"the backbone's activation is 'gelu' in the file, 'relu' in the model"),
+])
+def test_a_keras_archive_of_a_model_configured_otherwise_is_refused(source, target, error,
+                                                                    tmp_path):
+    """`model.save("x.keras")` is Keras' writer: the archive held no record of the settings that
+    change what its weights compute, and `load_weights` of it into a model with another
+    activation (an ALBERT with other num_layers) loaded silently. Its config.json says them: a
+    model configured otherwise is refused as for `.weights.h5`; the same config loads."""
+    path = str(tmp_path / "saved.keras")
+    saved = source()
+    saved.save(path)
+    model = target()
+    before = [np.asarray(v) for v in model.weights]
+    with pytest.raises(ValueError, match=re.escape(path) + ".*" + error + ".*Nothing was loaded"):
+        model.load_weights(path)
+    for value, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(value, np.asarray(variable))
+    same = source()
+    same.load_weights(path)
+    for a, b in zip(saved.weights, same.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_plain_keras_archive_loads_as_before(tmp_path):
+    """A `.keras` archive of a model not of this library records nothing: loaded as Keras does."""
+    def plain(activation):
+        inputs = keras.Input((4,))
+        return keras.Model(inputs, keras.layers.Dense(3, activation=activation)(inputs))
+
+    path = str(tmp_path / "plain.keras")
+    saved = plain("gelu")
+    saved.save(path)
+    assert weights_files.read_layout(path).record is None
+    other = plain("relu")
+    other.load_weights(path)
+    np.testing.assert_array_equal(np.asarray(saved.weights[0]), np.asarray(other.weights[0]))
 
 
 def test_a_weights_file_of_the_same_model_loads_and_one_that_is_not_one_is_named(tmp_path):

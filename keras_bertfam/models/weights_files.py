@@ -17,7 +17,9 @@ Our `save_weights` (a task's, a backbone's) also records in the file (`record`):
 - a digest of each tensor's bytes (`tensor_digest`): a byte changed after saving (a plain
   `.weights.h5` has no manifest) is refused naming the file and the tensor, before anything is
   assigned.
-A file without the record (Keras' own, keras-hub's, ours before) is checked as before.
+A file without the record (Keras' own, keras-hub's, ours before) is checked as before. A `.keras`
+archive (Keras' writer, no record) gives the same settings from its config.json
+(`config_settings`), refused alike; it has no tensor digests.
 """
 import collections
 import concurrent.futures
@@ -264,18 +266,58 @@ def model_layout(model):
     return {p: keys for p, keys in store.entries.items() if keys}
 
 
+def config_settings(config):
+    """`function_settings` of the model a `.keras` archive's `config` (its config.json)
+    describes, read from the config alone: "" its own constructor arguments, "backbone" those
+    of the backbone serialized inside it. None for a model not of this library (Keras' own
+    archives hold no such record); with several backbones inside (a Distiller's teacher and
+    student), only its own (their order in the config need not be Keras' layer order)."""
+    from keras_bertfam.models.backbone import Backbone  # models.backbone imports this module
+
+    def own(entry):
+        args = entry.get("config")
+        args = args if isinstance(args, dict) else {}
+        return setting_value({k: args[k] for k in FUNCTION_KEYS if k in args})
+
+    def is_backbone(entry):
+        try:
+            cls = keras.saving.get_registered_object(entry.get("registered_name") or "")
+        except Exception:  # noqa: BLE001 - a name this session cannot resolve
+            return False
+        return isinstance(cls, type) and issubclass(cls, Backbone)
+
+    def backbones(value):
+        if isinstance(value, dict):
+            if "class_name" in value and "config" in value and is_backbone(value):
+                return [value]
+            return [b for v in value.values() for b in backbones(v)]
+        if isinstance(value, list):
+            return [b for v in value for b in backbones(v)]
+        return []
+
+    if not (isinstance(config, dict)
+            and str(config.get("module", "")).startswith("keras_bertfam.")):
+        return None
+    settings = {"": own(config)}
+    inner = backbones(config.get("config"))
+    if len(inner) == 1:
+        settings["backbone"] = own(inner[0])
+    return settings
+
+
 @contextlib.contextmanager
 def _open_h5(filepath):
-    """-> (the h5 file, the task class a `.keras` archive's config names, else None)."""
+    """-> (the h5 file, the task class a `.keras` archive's config names, else None, the
+    archive's `config_settings`, else None)."""
     if filepath.endswith(".keras"):
         with zipfile.ZipFile(filepath) as archive, archive.open("model.weights.h5") as f, \
                 h5py.File(f, "r") as h5:
             config = json.loads(archive.read("config.json"))
             ours = str(config.get("module", "")).startswith("keras_bertfam.tasks.")
-            yield h5, config.get("class_name") if ours else None
+            yield h5, config.get("class_name") if ours else None, config_settings(config)
     else:
         with h5py.File(filepath, "r") as h5:
-            yield h5, None
+            yield h5, None, None
 
 
 SavedFile = collections.namedtuple("SavedFile", "layout task record places")
@@ -284,7 +326,8 @@ SavedFile = collections.namedtuple("SavedFile", "layout task record places")
 def read_layout(filepath):
     """-> `SavedFile`: `layout` {path: {key: shape}}, `task` the task class it was saved from
     or None (a backbone's, a user's class, a file saved before tasks recorded it), `record`
-    ({"settings", "digests"}, `record`; None in a file without it) and `places` (its tensors'
+    ({"settings", "digests"}, `record`; a `.keras` archive of this library's model: its
+    `config_settings` alone; None in a file without it) and `places` (its tensors'
     bytes, `_tensors`; None without a record) of a `.weights.h5` file or a `.keras`
     archive's weights; a file that is not one (truncated, damaged, another
     format) is an OSError naming it (as h5py's, which does not)."""
@@ -292,13 +335,15 @@ def read_layout(filepath):
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"The weights file {filepath!r} does not exist.")
     try:
-        with _open_h5(filepath) as (h5, task):
+        with _open_h5(filepath) as (h5, task, configured):
             recorded = RECORD_PATH in h5
             layout, places = _tensors(h5, with_places=recorded)
             if layout.pop(TASK_CLASS_PATH, None):
                 task = h5[TASK_CLASS_PATH]["vars"]["0"][()]
             if recorded:
                 found = json.loads(bytes(h5[RECORD_PATH][()].astype(np.uint8)).decode("utf-8"))
+            elif configured is not None:  # a `.keras` archive: its model's config says them
+                found = {"settings": configured}
     except Exception as e:  # h5py's OSError, zipfile's BadZipFile, a missing group, ...
         raise OSError(
             f"Cannot read the weights file {filepath!r} ({os.path.getsize(filepath)} bytes): it "

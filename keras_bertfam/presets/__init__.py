@@ -111,11 +111,13 @@ def load_backbone(preset, cls=None, load_weights=True, download=False, warn_no_p
     return backbone
 
 
-def warn_function_overrides(preset, saved, overrides, cls):
+def warn_function_overrides(preset, saved, overrides, cls, stacklevel=6):
     """Warns for each setting of `FUNCTION_KEYS` (activation, layer_norm_epsilon, ...) that
     `overrides` sets otherwise than the preset's config `saved` (where it has none, `cls`'s
     default): the preset's weights, trained under its value, then compute something else.
-    keras-hub and HF take such overrides silently; training settings (dropout) are not said."""
+    keras-hub and HF take such overrides silently; training settings (dropout) are not said.
+    `stacklevel`: the warning's, by default from_preset's caller (through load_backbone /
+    load_task)."""
     import warnings
 
     defaults = inspect.signature(cls.__init__).parameters
@@ -134,7 +136,7 @@ def warn_function_overrides(preset, saved, overrides, cls):
                 f"{key}={overrides[key]!r} computes something else than they were trained for "
                 f"(the weights load as they are). Leave {key} to the preset, or pass "
                 f"load_weights=False to build the model untrained.",
-                stacklevel=6)  # from_preset's caller (through load_backbone / load_task)
+                stacklevel=stacklevel)
 
 
 def save_backbone(backbone, preset_dir, tokenizer=None):
@@ -398,8 +400,14 @@ def save_task(task, preset_dir):
 
 
 def convert(path, load_weights=True, **overrides):
-    """An HF-format model directory -> our backbone with the checkpoint's weights."""
-    return convert_hf(path, load_weights=load_weights, **overrides)
+    """An HF-format model directory -> our backbone with the checkpoint's weights. An override
+    of a setting that changes what the weights compute warns, as `from_preset`'s
+    (`warn_function_overrides`)."""
+    backbone = convert_hf(path, load_weights=load_weights, **overrides)
+    if load_weights:
+        cls, saved = HFDirLoader(path, path).backbone_config()
+        warn_function_overrides(path, saved, overrides, cls, stacklevel=3)  # convert's caller
+    return backbone
 
 
 preset_hooks.register(load_backbone=load_backbone, save_backbone=save_backbone,
