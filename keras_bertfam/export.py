@@ -222,9 +222,13 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
     ids_shape = [None, None, None] if choices else [None, None]
     ids_spec = {n: tf.TensorSpec(ids_shape, tf.int32, name=n) for n in feature_names}
+    # Both signatures without AutoGraph: their code (and the tasks' serving_* methods, tokenizers
+    # and layers they call) is plain TF / keras.ops, with no Python control flow on tensors, as
+    # the library's other tf.functions (autograph=False). AutoGraph converted every function
+    # they reach, once per process: test_export spent ~10 s of CPU in it (828 conversions).
     serve_ids = tf.function(
         lambda features: outputs_of(_checked_ids(features, backbone, len(ids_shape))),
-        input_signature=[ids_spec])
+        input_signature=[ids_spec], autograph=False)
 
     module = tf.Module()
     module.model_variables = [getattr(v, "value", v) for v in model.variables]
@@ -300,7 +304,8 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
 
         specs = [tf.TensorSpec([None, None] if (choices and n == "choices") else [None],
                                tf.string, name=n) for n in text_inputs]
-        signatures["serving_default"] = tf.function(serve_text, input_signature=specs)
+        signatures["serving_default"] = tf.function(serve_text, input_signature=specs,
+                                                    autograph=False)
         vocab, scratch = _vocabulary_file(tokenizer)
         if vocab is not None:
             module.vocabulary = tf.saved_model.Asset(vocab)
