@@ -165,11 +165,15 @@ def pytest_unconfigure(config):
 # out whole files (`--dist loadfile`) in this order: a long file started last would leave the other
 # worker idle at the end (xdist's default order is by number of tests, which put the 8 tests of
 # test_distribute, 154 s, near the end). Unlisted files follow in their collection order.
+# test_resume and test_tasks (80 and 76 s of CPU alone, load 4, 2026-11-28) and test_reliability
+# and test_masking (several minutes of wall alone under load) came alphabetically among the
+# last files; listed, the run ends on small files.
 LONGEST_FIRST = {
     "tensorflow": ["test_distribute", "test_finetuning", "test_keras_hub_conformance",
                    "test_roberta", "test_cli", "test_export", "test_longformer", "test_readme",
                    "test_xlnet_pretraining", "test_albert", "test_keras_hub_presets",
-                   "test_analysis", "test_keras_hub_conformance_models"],
+                   "test_analysis", "test_keras_hub_conformance_models", "test_reliability",
+                   "test_masking", "test_tasks", "test_resume"],
     "keras.ops": ["test_keras_hub_conformance", "test_keras_hub_conformance_models",
                   "test_longformer", "test_finetuning", "test_xlnet", "test_tasks",
                   "test_electra", "test_albert", "test_docstrings", "test_analysis"],
