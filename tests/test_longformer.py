@@ -1002,3 +1002,20 @@ def test_hf_default_two_token_types_load_row_0(tmp_path):
     ref = _hf_run(hf, x, global_attention_mask=torch.tensor(x["global_attention_mask"]))
     assert _max_diff(ours(x)["sequence_output"], ref.last_hidden_state.numpy(),
                      x["padding_mask"]) <= 1e-4
+
+
+def test_hf_config_with_a_window_list_not_one_per_layer_is_refused(hf_dir, tmp_path):
+    """HF's LongformerModel refuses a config whose attention_window list does not have one entry
+    per layer; ours read a one-entry list as that window for every layer (a 2-layer checkpoint
+    with `attention_window: [4]` loaded as [4, 4])."""
+    import json
+    import shutil
+
+    for windows in ([4], [4, 8, 8]):
+        path = tmp_path / f"windows_{len(windows)}"
+        shutil.copytree(hf_dir, path)
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps(dict(config, attention_window=windows)))
+        with pytest.raises(ValueError, match=rf"attention_window=.* has {len(windows)} entries for "
+                                             r"num_layers=2"):
+            kb.models.LongformerBackbone.from_preset(str(path))

@@ -18,8 +18,16 @@ def longformer_config_from_hf(cfg):
     type, HF's `LongformerConfig()` default, loads its row 0, as RoBERTa's)."""
     config = roberta.roberta_config_from_hf(cfg, token_type_row_0=True)
     window = cfg.get("attention_window", 512)
-    if isinstance(window, list) and len(set(window)) == 1:
-        window = window[0]
+    if isinstance(window, list):
+        # HF's LongformerModel refuses a list that is not one window per layer (a one-entry
+        # list is not "that window everywhere").
+        if len(window) != config["num_layers"]:
+            raise checkpoints.CheckpointError(
+                f"attention_window={window} has {len(window)} entries for num_layers="
+                f"{config['num_layers']} (num_hidden_layers): HF's Longformer takes one int or "
+                "one window per layer.")
+        if len(set(window)) == 1:
+            window = window[0]
     config["attention_window"] = window
     return config
 
