@@ -1019,3 +1019,28 @@ def test_hf_config_with_a_window_list_not_one_per_layer_is_refused(hf_dir, tmp_p
         with pytest.raises(ValueError, match=rf"attention_window=.* has {len(windows)} entries for "
                                              r"num_layers=2"):
             kb.models.LongformerBackbone.from_preset(str(path))
+
+
+@pytest.mark.multibackend
+def test_masks_not_0_or_1_are_refused():
+    """HF's LongformerModel reads `attention_mask * (global_attention_mask + 1)`: a padding_mask
+    of 2 makes a token global there, a global_attention_mask of -1 makes it padding. Ours read
+    any nonzero value as 1 (a 2 in padding_mask local, a -1 global): silently other numbers.
+    Now a ValueError eagerly (every backend) and an InvalidArgumentError in a traced
+    TensorFlow graph, naming the mask and the value."""
+    backbone = kb.models.LongformerBackbone(**TINY)
+    x = _inputs(13)
+    for name, value in (("global_attention_mask", -1), ("global_attention_mask", 2),
+                        ("padding_mask", 2)):
+        bad = x[name].copy()
+        bad[1, 1] = value
+        message = rf"{name} must hold 0 and 1 only, got {value}"
+        with pytest.raises(ValueError, match=message):
+            backbone(dict(x, **{name: bad}))
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=rf"{name} must hold 0 and 1 only, got\] \[{value}\]"):
+                backbone.predict(dict(x, **{name: bad}), verbose=0)
+    backbone(x)  # 0 / 1 masks run

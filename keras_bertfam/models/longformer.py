@@ -93,23 +93,51 @@ def check_global_tokens(mask, max_global_tokens):
     counts = ops.sum(ops.cast(ops.equal(mask, GLOBAL), "int32"), axis=1)  # (B,)
     count = ops.max(counts, initial=0)
     message = TOO_MANY_GLOBAL_TOKENS.format("{}", limit=max_global_tokens)
-    value = _concrete_int(count)
-    if value is not None:
-        if value > max_global_tokens:
-            raise ValueError(message.format(value))
-        return mask
+    return _refuse_if(mask, count > max_global_tokens, count, message, "check_global_tokens")
+
+
+MASK_NOT_0_OR_1 = {
+    "padding_mask": "{name} must hold 0 and 1 only, got {{}} (1: a token, 0: padding). HF's "
+                    "attention_mask of 2 (a global token) is global_attention_mask=1 here.",
+    "global_attention_mask": "{name} must hold 0 and 1 only, got {{}} (1: global attention on a "
+                             "token, 0: local).",
+}
+
+
+def check_mask_values(mask, name):
+    """`mask` once it holds 0 and 1 only; else an error naming it and a value that is not
+    (`_refuse_if`): HF's Longformer reads other values (a padding_mask of 2 is a global token,
+    a global_attention_mask of -1 padding), ours would read any nonzero value as 1."""
+    flat = ops.reshape(mask, (-1,))
+    flat = ops.concatenate([flat, ops.zeros((1,), flat.dtype)])  # an index for an empty batch
+    bad = ops.logical_and(ops.not_equal(flat, 0), ops.not_equal(flat, 1))
+    value = ops.take(flat, ops.argmax(ops.cast(bad, "int32")))  # the first such value
+    message = MASK_NOT_0_OR_1[name].format(name=name)
+    return _refuse_if(mask, ops.any(bad), value, message, f"check_{name}")
+
+
+def _refuse_if(tensor, failed, value, message, name):
+    """`tensor` unless the scalar `failed` holds: then `message` with the scalar `value` in
+    place of its `{}`, as a ValueError with values at hand (an eager call on any backend), in a
+    traced TensorFlow graph a `tf.debugging.Assert` that stops the step (an
+    InvalidArgumentError). JAX's traces (and XLA, which drops assertions) cannot raise from
+    values: the tensor as it is."""
+    concrete = _concrete_int(failed)
+    if concrete is not None:
+        if concrete:
+            raise ValueError(message.format(_concrete_int(value)))
+        return tensor
     if keras.backend.backend() != "tensorflow":  # traced by JAX (or torch.compile): no assertion
-        return mask
+        return tensor
     import tensorflow as tf
 
     before, after = message.split("{}")
     # The message's parts as the Assert's data (not one tf.strings.format: XLA compiles the
     # Assert away but cannot compile a string op).
-    check = tf.debugging.Assert(count <= max_global_tokens,
-                                [before.rstrip(), count, after.lstrip()],
-                                name="check_global_tokens")
+    check = tf.debugging.Assert(tf.logical_not(failed), [before.rstrip(), value, after.lstrip()],
+                                name=name)
     with tf.control_dependencies([check]):
-        return tf.identity(mask)
+        return tf.identity(tensor)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -139,6 +167,10 @@ class LongformerInputs(keras.layers.Layer):
             raise ValueError(
                 f"The inputs hold {length} tokens; this Longformer takes at most "
                 f"max_sequence_length={self.max_sequence_length}.")
+        padding_mask = check_mask_values(padding_mask, "padding_mask")
+        if global_attention_mask is not None:
+            global_attention_mask = check_mask_values(global_attention_mask,
+                                                      "global_attention_mask")
         return check_global_tokens(merge_attention_masks(padding_mask, global_attention_mask),
                                    self.max_global_tokens)
 
