@@ -1044,3 +1044,20 @@ def test_masks_not_0_or_1_are_refused():
                                match=rf"{name} must hold 0 and 1 only, got\] \[{value}\]"):
                 backbone.predict(dict(x, **{name: bad}), verbose=0)
     backbone(x)  # 0 / 1 masks run
+
+
+def test_export_to_transformers_refuses_windows_hf_cannot_run(tmp_path):
+    """HF's LongformerModel pads its inputs to a multiple of the largest window and asserts each
+    layer's length is a multiple of its own window; it fails on a window of 2 at any length.
+    Ours runs these windows, and exported them to a directory HF loads but fails on (windows
+    [6, 4]: 17 of the lengths 1-29; [2, 2]: every length). Now refused, naming the window."""
+    for windows, message in (([6, 4], r"attention_window=\[6, 4\].*layer 1's 4 does not divide "
+                                      r"the largest window, 6"),
+                             ([2, 4], r"attention_window=\[2, 4\].*layer 0's window of 2")):
+        backbone = kb.models.LongformerBackbone(**dict(TINY, attention_window=windows))
+        with pytest.raises(ValueError, match=message):
+            kb.presets.export_to_transformers(backbone, str(tmp_path / "out"))
+        assert not (tmp_path / "out").exists()
+    # windows HF runs at every length: exported ([4, 8] in test_export_to_transformers_round_trip)
+    backbone = kb.models.LongformerBackbone(**dict(TINY, attention_window=[12, 4]))
+    kb.presets.export_to_transformers(backbone, str(tmp_path / "ok"))
