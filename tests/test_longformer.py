@@ -1061,3 +1061,25 @@ def test_export_to_transformers_refuses_windows_hf_cannot_run(tmp_path):
     # windows HF runs at every length: exported ([4, 8] in test_export_to_transformers_round_trip)
     backbone = kb.models.LongformerBackbone(**dict(TINY, attention_window=[12, 4]))
     kb.presets.export_to_transformers(backbone, str(tmp_path / "ok"))
+
+
+@pytest.mark.multibackend
+def test_predict_refuses_more_tokens_than_max_sequence_length():
+    """`backbone.predict` on rows longer than max_sequence_length: the check of the inputs ran
+    only on a static length and after the embeddings could run, so JAX's predict stopped in
+    the embeddings' slice (a TypeError on the position table's shape) and TensorFlow's, once it
+    had retraced for a new length, with an InvalidArgumentError from a slice. Now the error
+    names the length and max_sequence_length on every backend."""
+    backbone = kb.models.LongformerBackbone(**dict(TINY, num_layers=1, attention_window=4,
+                                                   max_sequence_length=32))
+    message = r"40\]? \[?tokens.*max_sequence_length=32"  # TF's Assert: "[40] [tokens"
+    backbone.predict(_inputs(32, global_tokens=False), verbose=0)
+    backbone.predict(_inputs(24, global_tokens=False), verbose=0)  # TF: retraced, length None
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match=message):
+            backbone.predict(_inputs(40, global_tokens=False), verbose=0)
+    else:
+        with pytest.raises(ValueError, match=message):
+            backbone.predict(_inputs(40, global_tokens=False), verbose=0)

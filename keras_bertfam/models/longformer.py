@@ -144,7 +144,12 @@ def _refuse_if(tensor, failed, value, message, name):
 class LongformerInputs(keras.layers.Layer):
     """Checks the inputs' lengths and merges the padding and global masks (0 pad, 1 local,
     2 global), the one mask the attention layers read; checks that no row has more than
-    `max_global_tokens` global tokens (`check_global_tokens`; None: not checked here)."""
+    `max_global_tokens` global tokens (`check_global_tokens`; None: not checked here).
+
+    Returns `(mask, token_ids)`: the token ids once their length is checked, for the
+    embeddings, which so run after the check (a length past the position table stopped in
+    their slice, JAX's predict with a TypeError; an unknown length, TensorFlow's graph traced
+    for any length, is checked in the graph)."""
 
     def __init__(self, max_sequence_length, max_global_tokens=None, **kwargs):
         super().__init__(**kwargs)
@@ -162,20 +167,26 @@ class LongformerInputs(keras.layers.Layer):
             raise ValueError(
                 "global_attention_mask, padding_mask and token_ids must have the same (batch, "
                 f"length) shape, got {', '.join(f'{k} {tuple(v)}' for k, v in shapes.items())}.")
+        message = (f"The inputs hold {{}} tokens; this Longformer takes at most "
+                   f"max_sequence_length={self.max_sequence_length}.")
         length = token_ids.shape[1]
         if length is not None and length > self.max_sequence_length:
-            raise ValueError(
-                f"The inputs hold {length} tokens; this Longformer takes at most "
-                f"max_sequence_length={self.max_sequence_length}.")
+            raise ValueError(message.format(length))
+        if length is None:  # a traced TensorFlow graph for any length
+            length = ops.shape(token_ids)[1]
+            token_ids = _refuse_if(token_ids, length > self.max_sequence_length, length, message,
+                                   "check_sequence_length")
         padding_mask = check_mask_values(padding_mask, "padding_mask")
         if global_attention_mask is not None:
             global_attention_mask = check_mask_values(global_attention_mask,
                                                       "global_attention_mask")
-        return check_global_tokens(merge_attention_masks(padding_mask, global_attention_mask),
+        mask = check_global_tokens(merge_attention_masks(padding_mask, global_attention_mask),
                                    self.max_global_tokens)
+        return mask, token_ids
 
     def compute_output_spec(self, token_ids, padding_mask, global_attention_mask):
-        return keras.KerasTensor(padding_mask.shape, dtype="int32")
+        return (keras.KerasTensor(padding_mask.shape, dtype="int32"),
+                keras.KerasTensor(token_ids.shape, dtype=token_ids.dtype))
 
     def get_config(self):
         return dict(super().get_config(), max_sequence_length=self.max_sequence_length,
@@ -309,10 +320,10 @@ class LongformerBackbone(Backbone):
         return self.blocks[i]
 
     def _forward(self, inputs, head_mask=None, return_all=False, training=None):
-        mask = self.input_masks(inputs["token_ids"], inputs["padding_mask"],
-                                inputs["global_attention_mask"])
+        mask, token_ids = self.input_masks(inputs["token_ids"], inputs["padding_mask"],
+                                           inputs["global_attention_mask"])
         # One token type: segment ids are the tasks' (global attention on a question).
-        x = self.embeddings(inputs["token_ids"], None, training=training)
+        x = self.embeddings(token_ids, None, training=training)
         hidden_states, attention_probs = [x], []
         for i, block in enumerate(self.blocks):
             x = block(x, padding_mask=mask, head_mask=None if head_mask is None else head_mask[i],
