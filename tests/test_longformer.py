@@ -1002,3 +1002,84 @@ def test_hf_default_two_token_types_load_row_0(tmp_path):
     ref = _hf_run(hf, x, global_attention_mask=torch.tensor(x["global_attention_mask"]))
     assert _max_diff(ours(x)["sequence_output"], ref.last_hidden_state.numpy(),
                      x["padding_mask"]) <= 1e-4
+
+
+def test_hf_config_with_a_window_list_not_one_per_layer_is_refused(hf_dir, tmp_path):
+    """HF's LongformerModel refuses a config whose attention_window list does not have one entry
+    per layer; ours read a one-entry list as that window for every layer (a 2-layer checkpoint
+    with `attention_window: [4]` loaded as [4, 4])."""
+    import json
+    import shutil
+
+    for windows in ([4], [4, 8, 8]):
+        path = tmp_path / f"windows_{len(windows)}"
+        shutil.copytree(hf_dir, path)
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps(dict(config, attention_window=windows)))
+        with pytest.raises(ValueError, match=rf"attention_window=.* has {len(windows)} entries for "
+                                             r"num_layers=2"):
+            kb.models.LongformerBackbone.from_preset(str(path))
+
+
+@pytest.mark.multibackend
+def test_masks_not_0_or_1_are_refused():
+    """HF's LongformerModel reads `attention_mask * (global_attention_mask + 1)`: a padding_mask
+    of 2 makes a token global there, a global_attention_mask of -1 makes it padding. Ours read
+    any nonzero value as 1 (a 2 in padding_mask local, a -1 global): silently other numbers.
+    Now a ValueError eagerly (every backend) and an InvalidArgumentError in a traced
+    TensorFlow graph, naming the mask and the value."""
+    backbone = kb.models.LongformerBackbone(**TINY)
+    x = _inputs(13)
+    for name, value in (("global_attention_mask", -1), ("global_attention_mask", 2),
+                        ("padding_mask", 2)):
+        bad = x[name].copy()
+        bad[1, 1] = value
+        message = rf"{name} must hold 0 and 1 only, got {value}"
+        with pytest.raises(ValueError, match=message):
+            backbone(dict(x, **{name: bad}))
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=rf"{name} must hold 0 and 1 only, got\] \[{value}\]"):
+                backbone.predict(dict(x, **{name: bad}), verbose=0)
+    backbone(x)  # 0 / 1 masks run
+
+
+def test_export_to_transformers_refuses_windows_hf_cannot_run(tmp_path):
+    """HF's LongformerModel pads its inputs to a multiple of the largest window and asserts each
+    layer's length is a multiple of its own window; it fails on a window of 2 at any length.
+    Ours runs these windows, and exported them to a directory HF loads but fails on (windows
+    [6, 4]: 17 of the lengths 1-29; [2, 2]: every length). Now refused, naming the window."""
+    for windows, message in (([6, 4], r"attention_window=\[6, 4\].*layer 1's 4 does not divide "
+                                      r"the largest window, 6"),
+                             ([2, 4], r"attention_window=\[2, 4\].*layer 0's window of 2")):
+        backbone = kb.models.LongformerBackbone(**dict(TINY, attention_window=windows))
+        with pytest.raises(ValueError, match=message):
+            kb.presets.export_to_transformers(backbone, str(tmp_path / "out"))
+        assert not (tmp_path / "out").exists()
+    # windows HF runs at every length: exported ([4, 8] in test_export_to_transformers_round_trip)
+    backbone = kb.models.LongformerBackbone(**dict(TINY, attention_window=[12, 4]))
+    kb.presets.export_to_transformers(backbone, str(tmp_path / "ok"))
+
+
+@pytest.mark.multibackend
+def test_predict_refuses_more_tokens_than_max_sequence_length():
+    """`backbone.predict` on rows longer than max_sequence_length: the check of the inputs ran
+    only on a static length and after the embeddings could run, so JAX's predict stopped in
+    the embeddings' slice (a TypeError on the position table's shape) and TensorFlow's, once it
+    had retraced for a new length, with an InvalidArgumentError from a slice. Now the error
+    names the length and max_sequence_length on every backend."""
+    backbone = kb.models.LongformerBackbone(**dict(TINY, num_layers=1, attention_window=4,
+                                                   max_sequence_length=32))
+    message = r"40\]? \[?tokens.*max_sequence_length=32"  # TF's Assert: "[40] [tokens"
+    backbone.predict(_inputs(32, global_tokens=False), verbose=0)
+    backbone.predict(_inputs(24, global_tokens=False), verbose=0)  # TF: retraced, length None
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match=message):
+            backbone.predict(_inputs(40, global_tokens=False), verbose=0)
+    else:
+        with pytest.raises(ValueError, match=message):
+            backbone.predict(_inputs(40, global_tokens=False), verbose=0)

@@ -93,30 +93,63 @@ def check_global_tokens(mask, max_global_tokens):
     counts = ops.sum(ops.cast(ops.equal(mask, GLOBAL), "int32"), axis=1)  # (B,)
     count = ops.max(counts, initial=0)
     message = TOO_MANY_GLOBAL_TOKENS.format("{}", limit=max_global_tokens)
-    value = _concrete_int(count)
-    if value is not None:
-        if value > max_global_tokens:
-            raise ValueError(message.format(value))
-        return mask
+    return _refuse_if(mask, count > max_global_tokens, count, message, "check_global_tokens")
+
+
+MASK_NOT_0_OR_1 = {
+    "padding_mask": "{name} must hold 0 and 1 only, got {{}} (1: a token, 0: padding). HF's "
+                    "attention_mask of 2 (a global token) is global_attention_mask=1 here.",
+    "global_attention_mask": "{name} must hold 0 and 1 only, got {{}} (1: global attention on a "
+                             "token, 0: local).",
+}
+
+
+def check_mask_values(mask, name):
+    """`mask` once it holds 0 and 1 only; else an error naming it and a value that is not
+    (`_refuse_if`): HF's Longformer reads other values (a padding_mask of 2 is a global token,
+    a global_attention_mask of -1 padding), ours would read any nonzero value as 1."""
+    flat = ops.reshape(mask, (-1,))
+    flat = ops.concatenate([flat, ops.zeros((1,), flat.dtype)])  # an index for an empty batch
+    bad = ops.logical_and(ops.not_equal(flat, 0), ops.not_equal(flat, 1))
+    value = ops.take(flat, ops.argmax(ops.cast(bad, "int32")))  # the first such value
+    message = MASK_NOT_0_OR_1[name].format(name=name)
+    return _refuse_if(mask, ops.any(bad), value, message, f"check_{name}")
+
+
+def _refuse_if(tensor, failed, value, message, name):
+    """`tensor` unless the scalar `failed` holds: then `message` with the scalar `value` in
+    place of its `{}`, as a ValueError with values at hand (an eager call on any backend), in a
+    traced TensorFlow graph a `tf.debugging.Assert` that stops the step (an
+    InvalidArgumentError). JAX's traces (and XLA, which drops assertions) cannot raise from
+    values: the tensor as it is."""
+    concrete = _concrete_int(failed)
+    if concrete is not None:
+        if concrete:
+            raise ValueError(message.format(_concrete_int(value)))
+        return tensor
     if keras.backend.backend() != "tensorflow":  # traced by JAX (or torch.compile): no assertion
-        return mask
+        return tensor
     import tensorflow as tf
 
     before, after = message.split("{}")
     # The message's parts as the Assert's data (not one tf.strings.format: XLA compiles the
     # Assert away but cannot compile a string op).
-    check = tf.debugging.Assert(count <= max_global_tokens,
-                                [before.rstrip(), count, after.lstrip()],
-                                name="check_global_tokens")
+    check = tf.debugging.Assert(tf.logical_not(failed), [before.rstrip(), value, after.lstrip()],
+                                name=name)
     with tf.control_dependencies([check]):
-        return tf.identity(mask)
+        return tf.identity(tensor)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class LongformerInputs(keras.layers.Layer):
     """Checks the inputs' lengths and merges the padding and global masks (0 pad, 1 local,
     2 global), the one mask the attention layers read; checks that no row has more than
-    `max_global_tokens` global tokens (`check_global_tokens`; None: not checked here)."""
+    `max_global_tokens` global tokens (`check_global_tokens`; None: not checked here).
+
+    Returns `(mask, token_ids)`: the token ids once their length is checked, for the
+    embeddings, which so run after the check (a length past the position table stopped in
+    their slice, JAX's predict with a TypeError; an unknown length, TensorFlow's graph traced
+    for any length, is checked in the graph)."""
 
     def __init__(self, max_sequence_length, max_global_tokens=None, **kwargs):
         super().__init__(**kwargs)
@@ -134,16 +167,26 @@ class LongformerInputs(keras.layers.Layer):
             raise ValueError(
                 "global_attention_mask, padding_mask and token_ids must have the same (batch, "
                 f"length) shape, got {', '.join(f'{k} {tuple(v)}' for k, v in shapes.items())}.")
+        message = (f"The inputs hold {{}} tokens; this Longformer takes at most "
+                   f"max_sequence_length={self.max_sequence_length}.")
         length = token_ids.shape[1]
         if length is not None and length > self.max_sequence_length:
-            raise ValueError(
-                f"The inputs hold {length} tokens; this Longformer takes at most "
-                f"max_sequence_length={self.max_sequence_length}.")
-        return check_global_tokens(merge_attention_masks(padding_mask, global_attention_mask),
+            raise ValueError(message.format(length))
+        if length is None:  # a traced TensorFlow graph for any length
+            length = ops.shape(token_ids)[1]
+            token_ids = _refuse_if(token_ids, length > self.max_sequence_length, length, message,
+                                   "check_sequence_length")
+        padding_mask = check_mask_values(padding_mask, "padding_mask")
+        if global_attention_mask is not None:
+            global_attention_mask = check_mask_values(global_attention_mask,
+                                                      "global_attention_mask")
+        mask = check_global_tokens(merge_attention_masks(padding_mask, global_attention_mask),
                                    self.max_global_tokens)
+        return mask, token_ids
 
     def compute_output_spec(self, token_ids, padding_mask, global_attention_mask):
-        return keras.KerasTensor(padding_mask.shape, dtype="int32")
+        return (keras.KerasTensor(padding_mask.shape, dtype="int32"),
+                keras.KerasTensor(token_ids.shape, dtype=token_ids.dtype))
 
     def get_config(self):
         return dict(super().get_config(), max_sequence_length=self.max_sequence_length,
@@ -277,10 +320,10 @@ class LongformerBackbone(Backbone):
         return self.blocks[i]
 
     def _forward(self, inputs, head_mask=None, return_all=False, training=None):
-        mask = self.input_masks(inputs["token_ids"], inputs["padding_mask"],
-                                inputs["global_attention_mask"])
+        mask, token_ids = self.input_masks(inputs["token_ids"], inputs["padding_mask"],
+                                           inputs["global_attention_mask"])
         # One token type: segment ids are the tasks' (global attention on a question).
-        x = self.embeddings(inputs["token_ids"], None, training=training)
+        x = self.embeddings(token_ids, None, training=training)
         hidden_states, attention_probs = [x], []
         for i, block in enumerate(self.blocks):
             x = block(x, padding_mask=mask, head_mask=None if head_mask is None else head_mask[i],

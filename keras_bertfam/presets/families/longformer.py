@@ -18,8 +18,16 @@ def longformer_config_from_hf(cfg):
     type, HF's `LongformerConfig()` default, loads its row 0, as RoBERTa's)."""
     config = roberta.roberta_config_from_hf(cfg, token_type_row_0=True)
     window = cfg.get("attention_window", 512)
-    if isinstance(window, list) and len(set(window)) == 1:
-        window = window[0]
+    if isinstance(window, list):
+        # HF's LongformerModel refuses a list that is not one window per layer (a one-entry
+        # list is not "that window everywhere").
+        if len(window) != config["num_layers"]:
+            raise checkpoints.CheckpointError(
+                f"attention_window={window} has {len(window)} entries for num_layers="
+                f"{config['num_layers']} (num_hidden_layers): HF's Longformer takes one int or "
+                "one window per layer.")
+        if len(set(window)) == 1:
+            window = window[0]
     config["attention_window"] = window
     return config
 
@@ -43,6 +51,7 @@ def longformer_backbone_map(backbone):
 
 
 def longformer_config_to_hf(backbone):
+    _check_hf_runs_windows(backbone.attention_window, backbone.layer_windows)
     config = checkpoints.bert_config_to_hf(backbone, "longformer", "LongformerModel")
     window = backbone.attention_window
     config.update(
@@ -53,6 +62,25 @@ def longformer_config_to_hf(backbone):
     )
     return config
 
+
+
+def _check_hf_runs_windows(attention_window, windows):
+    """Windows HF's LongformerModel runs at every length, else a ValueError naming them: it pads
+    the inputs to a multiple of the largest window and each layer asserts that the length is a
+    multiple of its own window; a window of 2 (one token each side) fails at any length. Ours
+    runs all of them (each layer pads to its own w/2)."""
+    largest = max(windows)
+    problems = [f"layer {i}'s window of 2 (HF's fails on it at any length)"
+                for i, w in enumerate(windows) if w == 2]
+    problems += [f"layer {i}'s {w} does not divide the largest window, {largest} (HF's pads "
+                 f"inputs to a multiple of {largest}; the layer needs a multiple of {w})"
+                 for i, w in enumerate(windows) if w != 2 and largest % w]
+    if problems:
+        raise ValueError(
+            f"export_to_transformers cannot write attention_window={attention_window!r} for "
+            f"HF's LongformerModel, which would fail on most inputs: {'; '.join(problems)}. "
+            "Windows of 4 or more that each divide the largest one export (e.g. [8, 4]); keep "
+            "this model with save_to_preset.")
 
 def longformer_param_count(config):
     """Analytic count: RoBERTa's plus 3 (H·H + H) global projections per layer."""
