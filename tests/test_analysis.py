@@ -159,6 +159,20 @@ def test_pruned_task_saves_reloads_and_exports(tmp_path):
 
 
 # === Head importance ===
+def _converted_classifier(hf, tmp_path):
+    """An HF `*ForSequenceClassification` (its head and biases drawn N(0, 0.5) from torch's
+    current seed, so that they matter), saved and loaded as our TextClassifier."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "classifier" in name or name.endswith("bias"):
+                p.normal_(0.0, 0.5)
+    hf.save_pretrained(str(tmp_path / "hf"))
+    return kb.tasks.TextClassifier.from_preset(str(tmp_path / "hf"), num_classes=2,
+                                               preprocessor=None)
+
+
 @pytest.mark.multibackend
 def test_head_importance_matches_hf_head_mask(tmp_path):
     """Michel et al.'s scores on a converted HF BertForSequenceClassification equal the gradients
@@ -175,13 +189,7 @@ def test_head_importance_matches_hf_head_mask(tmp_path):
                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     hf = transformers.BertForSequenceClassification(config).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "classifier" in name or name.endswith("bias"):
-                p.normal_(0.0, 0.5)
-    hf.save_pretrained(str(tmp_path / "hf"))
-    clf = kb.tasks.TextClassifier.from_preset(str(tmp_path / "hf"), num_classes=2,
-                                              preprocessor=None)
+    clf = _converted_classifier(hf, tmp_path)
     rng = np.random.default_rng(1)
     batches = []
     for _ in range(2):
@@ -781,13 +789,7 @@ def test_head_importance_of_every_encoder_family_matches_hf(family, tmp_path):
             seq_classif_dropout=0.0))
     torch.manual_seed(0)
     hf = hf.eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "classifier" in name or name.endswith("bias"):
-                p.normal_(0.0, 0.5)
-    hf.save_pretrained(str(tmp_path / "hf"))
-    clf = kb.tasks.TextClassifier.from_preset(str(tmp_path / "hf"), num_classes=2,
-                                              preprocessor=None)
+    clf = _converted_classifier(hf, tmp_path)
     if family == "distil_bert":
         modules = [layer.attention.out_lin for layer in hf.distilbert.transformer.layer]
     elif family == "albert":  # one module, called once per layer

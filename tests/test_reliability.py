@@ -169,6 +169,15 @@ class _MyClassifier(kb.tasks.TextClassifier):
     """A user's subclass: a TextClassifier's file loads into it."""
 
 
+def _refused_unchanged(model, path, error, match):
+    """`model.load_weights(path)` raises `error` matching `match`, and no weight changed."""
+    before = [np.asarray(v) for v in model.weights]
+    with pytest.raises(error, match=match):
+        model.load_weights(path)
+    for value, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(value, np.asarray(variable))
+
+
 @pytest.mark.multibackend
 @pytest.mark.parametrize("source, target, error", [
     (_backbone, lambda: _backbone(num_layers=1),
@@ -211,11 +220,8 @@ def test_a_weights_file_of_another_model_is_refused_before_anything_loads(source
     path = str(tmp_path / "saved.weights.h5")
     source().save_weights(path)
     model = target()
-    before = [np.asarray(v) for v in model.weights]
-    with pytest.raises(ValueError, match=re.escape(path) + ".*" + error + ".*Nothing was loaded"):
-        model.load_weights(path)
-    for value, variable in zip(before, model.weights):
-        np.testing.assert_array_equal(value, np.asarray(variable))
+    _refused_unchanged(model, path, ValueError,
+                       re.escape(path) + ".*" + error + ".*Nothing was loaded")
 
 
 @pytest.mark.multibackend
@@ -239,11 +245,8 @@ def test_a_keras_archive_of_a_model_configured_otherwise_is_refused(source, targ
     saved = source()
     saved.save(path)
     model = target()
-    before = [np.asarray(v) for v in model.weights]
-    with pytest.raises(ValueError, match=re.escape(path) + ".*" + error + ".*Nothing was loaded"):
-        model.load_weights(path)
-    for value, variable in zip(before, model.weights):
-        np.testing.assert_array_equal(value, np.asarray(variable))
+    _refused_unchanged(model, path, ValueError,
+                       re.escape(path) + ".*" + error + ".*Nothing was loaded")
     same = source()
     same.load_weights(path)
     for a, b in zip(saved.weights, same.weights):
@@ -327,13 +330,9 @@ def test_a_flipped_byte_in_a_weights_file_is_refused_naming_the_tensor(tmp_path,
              "attention/key_dense/vars/0"
     _flip_a_byte(path, tensor)
     model = _classifier()
-    before = [np.asarray(v) for v in model.weights]
-    with pytest.raises(OSError, match=re.escape(f"The weights file {path!r} is damaged: the bytes "
-                                                f"of 1 tensor(s) changed after it was saved: "
-                                                f"['{tensor}']") + r".*Nothing was loaded"):
-        model.load_weights(path)
-    for value, variable in zip(before, model.weights):
-        np.testing.assert_array_equal(value, np.asarray(variable))
+    _refused_unchanged(model, path, OSError, re.escape(
+        f"The weights file {path!r} is damaged: the bytes of 1 tensor(s) changed after it was "
+        f"saved: ['{tensor}']") + r".*Nothing was loaded")
     with monkeypatch.context() as m:  # a file system without mmap: the tensors read by h5py
         m.setattr(weights_files.mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError()))
         with pytest.raises(OSError, match=re.escape(f"['{tensor}']")):
