@@ -174,8 +174,7 @@ class Backbone(keras.Model):
         """Keras' `save_weights`; a `.weights.h5` file records the settings that change what
         the weights compute and each tensor's digest too (`weights_files.record`)."""
         super().save_weights(filepath, *args, **kwargs)
-        if str(filepath).endswith(".weights.h5") and os.path.isfile(str(filepath)):
-            record(str(filepath), self)
+        record(filepath, self)
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`; a file that does not fit the backbone (another family or

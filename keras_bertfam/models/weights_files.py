@@ -176,7 +176,11 @@ def _digests(filepath, h5, places, names=None):
 
 def record(filepath, model, task_class=None):
     """Writes into the `.weights.h5` file `model` just saved: its task class (`task_class`),
-    its settings (`function_settings`) and each tensor's digest (`RECORD_PATH`)."""
+    its settings (`function_settings`) and each tensor's digest (`RECORD_PATH`). Nothing for
+    another file (Keras' sharded `.weights.json`, a `.keras` archive, a remote path)."""
+    filepath = str(filepath)
+    if not filepath.endswith(".weights.h5") or not os.path.isfile(filepath):
+        return
     if task_class is not None:
         record_task_class(filepath, task_class)
     with h5py.File(filepath, "r") as h5:

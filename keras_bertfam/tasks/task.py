@@ -501,8 +501,7 @@ class Task(keras.Model):
         record`, read by `load_weights`: another task's head of the same shapes, a model
         configured otherwise and a byte changed since are refused)."""
         super().save_weights(filepath, *args, **kwargs)
-        if str(filepath).endswith(".weights.h5") and os.path.isfile(str(filepath)):
-            record(str(filepath), self, task_class=self._task_class_name())
+        record(filepath, self, task_class=self._task_class_name())
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """Keras' `load_weights`, with a compiled task's optimizer built first: a compiled
