@@ -253,6 +253,58 @@ def test_a_keras_archive_of_a_model_configured_otherwise_is_refused(source, targ
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+_ONE = dict(SIZES, num_layers=1)
+
+
+def _distiller(teacher=None, student=None):
+    bert = kb.models.BertBackbone
+    return kb.tasks.Distiller(
+        kb.tasks.MaskedLM(bert(vocabulary_size=len(VOCAB), **dict(_ONE, **(teacher or {})))),
+        bert(vocabulary_size=len(VOCAB), **dict(_ONE, **(student or {}))))
+
+
+def _electra(generator=None, discriminator=None):
+    electra = kb.models.ElectraBackbone
+    return kb.tasks.ElectraPretrainer(
+        generator=electra(len(VOCAB), embedding_dim=8, **dict(
+            _ONE, hidden_dim=8, intermediate_dim=16, **(generator or {}))),
+        discriminator=electra(len(VOCAB), embedding_dim=8, **dict(_ONE, **(discriminator or {}))))
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("make, role, setting, values", [
+    (_distiller, "student", "activation", ("gelu", "relu")),
+    (_distiller, "teacher", "layer_norm_epsilon", (1e-12, 1e-06)),
+    (_electra, "generator", "layer_norm_epsilon", (1e-12, 1e-06)),
+    (_electra, "discriminator", "activation", ("gelu", "relu")),
+])
+def test_each_backbone_of_a_model_with_several_is_compared_and_named_by_its_role(
+        make, role, setting, values, tmp_path):
+    """A Distiller (teacher + student) and ELECTRA's pretrainer (generator + discriminator) hold
+    two backbones: a `.keras` archive of one compared only the task's own settings, so it
+    loaded silently into a model whose student (generator, ...) had another activation or
+    LayerNorm epsilon; a `.weights.h5` was refused, naming "the backbone 1's activation". Each
+    backbone's settings are compared, named by the task's argument that holds it; the same
+    configuration loads, and `keras.saving.load_model` (which builds the model from the
+    archive's own config) gives the saved weights back."""
+    saved = make()
+    other = make(**{role: {setting: values[1]}})
+    for name in ("saved.weights.h5", "saved.keras"):
+        path = str(tmp_path / name)
+        saved.save_weights(path) if name.endswith(".weights.h5") else saved.save(path)
+        _refused_unchanged(other, path, ValueError, re.escape(path) + rf".*configured otherwise.*"
+                           rf": the {role}'s {setting} is {values[0]!r} in the file, "
+                           rf"{values[1]!r} in the model\. .*Nothing was loaded")
+        same = make()
+        same.load_weights(path)
+        for a, b in zip(saved.weights, same.weights):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    loaded = keras.saving.load_model(path)
+    assert weights_files.function_settings(loaded) == weights_files.function_settings(saved)
+    for a, b in zip(saved.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_a_plain_keras_archive_loads_as_before(tmp_path):
     """A `.keras` archive of a model not of this library records nothing: loaded as Keras does."""
     def plain(activation):

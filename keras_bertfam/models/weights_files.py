@@ -85,10 +85,29 @@ def setting_value(value):
     return json.loads(json.dumps(value, default=default))
 
 
+def _roles(holders):
+    """The owner names (`function_settings`) of the backbones whose `holders` (the model's
+    constructor argument holding each, None where none does) are given: "backbone" for one;
+    with several, each by its role, e.g. a Distiller's "teacher" / "student", ELECTRA's
+    "generator" / "discriminator" ("<role> <i>" where one argument holds several, "backbone
+    <i>" where none does)."""
+    if len(holders) == 1:
+        return ["backbone"]
+    names = [role or "backbone" for role in holders]
+    repeated = {name for name in names if names.count(name) > 1}
+    seen = collections.Counter()
+    roles = []
+    for name in names:
+        roles.append(f"{name} {seen[name]}" if name in repeated else name)
+        seen[name] += 1
+    return roles
+
+
 def function_settings(model):
     """{owner: {key: value}} of `FUNCTION_KEYS` for `model` ("": its own constructor
-    arguments) and each backbone inside it ("backbone", or "backbone <i>" in Keras' layer order
-    where there are several, e.g. a Distiller's teacher and student)."""
+    arguments) and each backbone inside it ("backbone"; where there are several, each by the
+    constructor argument of `model` that holds it, `_roles`: a Distiller's "teacher" and
+    "student")."""
     from keras_bertfam.models.backbone import Backbone  # models.backbone imports this module
 
     def settings(obj):
@@ -101,9 +120,21 @@ def function_settings(model):
 
     inner = [layer for layer in model._flatten_layers(include_self=False)
              if isinstance(layer, Backbone)]
+    holder = {}
+    if len(inner) > 1:
+        for name in list(inspect.signature(type(model).__init__).parameters)[1:]:
+            try:
+                value = getattr(model, name, None)
+            except Exception:  # noqa: BLE001 - a property that cannot answer holds nothing
+                continue
+            for layer in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(layer, keras.layers.Layer):
+                    for held in layer._flatten_layers(include_self=True):
+                        holder.setdefault(id(held), name)
     owners = {"": settings(model)}
-    for i, backbone in enumerate(inner):
-        owners["backbone" if len(inner) == 1 else f"backbone {i}"] = settings(backbone)
+    roles = _roles([holder.get(id(backbone)) for backbone in inner])
+    for role, backbone in zip(roles, inner):
+        owners[role] = settings(backbone)
     return owners
 
 
@@ -272,10 +303,10 @@ def model_layout(model):
 
 def config_settings(config):
     """`function_settings` of the model a `.keras` archive's `config` (its config.json)
-    describes, read from the config alone: "" its own constructor arguments, "backbone" those
-    of the backbone serialized inside it. None for a model not of this library (Keras' own
-    archives hold no such record); with several backbones inside (a Distiller's teacher and
-    student), only its own (their order in the config need not be Keras' layer order)."""
+    describes, read from the config alone: "" its own constructor arguments, and those of each
+    backbone serialized inside it, named as `function_settings` names them (by the argument
+    holding it, `_roles`). None for a model not of this library (Keras' own archives hold no
+    such record)."""
     from keras_bertfam.models.backbone import Backbone  # models.backbone imports this module
 
     def own(entry):
@@ -302,10 +333,12 @@ def config_settings(config):
     if not (isinstance(config, dict)
             and str(config.get("module", "")).startswith("keras_bertfam.")):
         return None
+    args = config.get("config")
+    held = [(name, b) for name, value in (args.items() if isinstance(args, dict) else ())
+            for b in backbones(value)]
     settings = {"": own(config)}
-    inner = backbones(config.get("config"))
-    if len(inner) == 1:
-        settings["backbone"] = own(inner[0])
+    for role, (_, backbone) in zip(_roles([name for name, _ in held]), held):
+        settings[role] = own(backbone)
     return settings
 
 
