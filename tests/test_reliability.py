@@ -460,6 +460,7 @@ def _flip_in_archive(path, compression):
         f.write(bytes([byte[0] ^ 0x10]))
 
 
+@pytest.mark.multibackend
 @pytest.mark.parametrize("python", ["this", "3.12+"])
 @pytest.mark.parametrize("compression", ["stored", "deflated"])
 def test_a_changed_byte_in_a_keras_archive_is_refused_naming_the_file(compression, python,
