@@ -5,6 +5,7 @@ import os
 import pathlib
 import re
 import shutil
+import sys
 
 import keras
 import numpy as np
@@ -253,6 +254,58 @@ def test_a_keras_archive_of_a_model_configured_otherwise_is_refused(source, targ
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+_ONE = dict(SIZES, num_layers=1)
+
+
+def _distiller(teacher=None, student=None):
+    bert = kb.models.BertBackbone
+    return kb.tasks.Distiller(
+        kb.tasks.MaskedLM(bert(vocabulary_size=len(VOCAB), **dict(_ONE, **(teacher or {})))),
+        bert(vocabulary_size=len(VOCAB), **dict(_ONE, **(student or {}))))
+
+
+def _electra(generator=None, discriminator=None):
+    electra = kb.models.ElectraBackbone
+    return kb.tasks.ElectraPretrainer(
+        generator=electra(len(VOCAB), embedding_dim=8, **dict(
+            _ONE, hidden_dim=8, intermediate_dim=16, **(generator or {}))),
+        discriminator=electra(len(VOCAB), embedding_dim=8, **dict(_ONE, **(discriminator or {}))))
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("make, role, setting, values", [
+    (_distiller, "student", "activation", ("gelu", "relu")),
+    (_distiller, "teacher", "layer_norm_epsilon", (1e-12, 1e-06)),
+    (_electra, "generator", "layer_norm_epsilon", (1e-12, 1e-06)),
+    (_electra, "discriminator", "activation", ("gelu", "relu")),
+])
+def test_each_backbone_of_a_model_with_several_is_compared_and_named_by_its_role(
+        make, role, setting, values, tmp_path):
+    """A Distiller (teacher + student) and ELECTRA's pretrainer (generator + discriminator) hold
+    two backbones: a `.keras` archive of one compared only the task's own settings, so it
+    loaded silently into a model whose student (generator, ...) had another activation or
+    LayerNorm epsilon; a `.weights.h5` was refused, naming "the backbone 1's activation". Each
+    backbone's settings are compared, named by the task's argument that holds it; the same
+    configuration loads, and `keras.saving.load_model` (which builds the model from the
+    archive's own config) gives the saved weights back."""
+    saved = make()
+    other = make(**{role: {setting: values[1]}})
+    for name in ("saved.weights.h5", "saved.keras"):
+        path = str(tmp_path / name)
+        saved.save_weights(path) if name.endswith(".weights.h5") else saved.save(path)
+        _refused_unchanged(other, path, ValueError, re.escape(path) + rf".*configured otherwise.*"
+                           rf": the {role}'s {setting} is {values[0]!r} in the file, "
+                           rf"{values[1]!r} in the model\. .*Nothing was loaded")
+        same = make()
+        same.load_weights(path)
+        for a, b in zip(saved.weights, same.weights):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    loaded = keras.saving.load_model(path)
+    assert weights_files.function_settings(loaded) == weights_files.function_settings(saved)
+    for a, b in zip(saved.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_a_plain_keras_archive_loads_as_before(tmp_path):
     """A `.keras` archive of a model not of this library records nothing: loaded as Keras does."""
     def plain(activation):
@@ -353,6 +406,94 @@ def test_a_flipped_byte_in_a_weights_file_is_refused_naming_the_tensor(tmp_path,
     assert calls == []
     _backbone().load_weights(os.path.join(preset, "backbone.weights.h5"))
     assert calls == [os.path.join(preset, "backbone.weights.h5")]
+
+
+def _seek_as_python_3_12(monkeypatch):
+    """CPython 3.12+ seeks forward in a stored zip member without reading what it skips and
+    turns the member's CRC-32 check off ("disable CRC checking after first seeking"); 3.11 (this
+    venv's) reads through and checks it at the end. h5py reading a `.keras` archive's weights
+    on the fly (Keras' `load_weights` of a `.keras`, `load_model`'s fallback) seeks."""
+    import zipfile
+
+    real = zipfile.ZipExtFile.seek
+
+    def seek(self, offset, whence=0):
+        if self._compress_type == zipfile.ZIP_STORED and self._decrypter is None:
+            step = {0: offset, 1: self.tell() + offset,
+                    2: self._orig_file_size + offset}[whence] - self.tell()
+            if step > 0 and step + self._offset >= len(self._readbuffer):
+                self._expected_crc = None
+        return real(self, offset, whence)
+
+    monkeypatch.setattr(zipfile.ZipExtFile, "seek", seek)
+
+
+def _flip_in_archive(path, compression):
+    """Rewrites the `.keras` archive `path` with its members `compression` (Keras writes them
+    stored) and flips one byte of its weights member: of a tensor's data in the middle of the
+    member where stored, in the middle of the compressed stream where deflated."""
+    import io
+    import struct
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(path) as archive:
+        members = [(info.filename, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members:
+            archive.writestr(name, data, compress_type=compression)
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("model.weights.h5")
+        with h5py.File(io.BytesIO(archive.read(info)), "r") as h5:
+            offsets = []
+            h5.visititems(lambda name, obj: offsets.append(obj.id.get_offset() + obj.nbytes // 2)
+                          if isinstance(obj, h5py.Dataset) and obj.nbytes > 64 else None)
+    at = (min(offsets, key=lambda o: abs(o - info.file_size // 2))
+          if compression == zipfile.ZIP_STORED else info.compress_size // 2)
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_size, extra_size = struct.unpack("<HH", f.read(4))
+        f.seek(info.header_offset + 30 + name_size + extra_size + at)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("python", ["this", "3.12+"])
+@pytest.mark.parametrize("compression", ["stored", "deflated"])
+def test_a_changed_byte_in_a_keras_archive_is_refused_naming_the_file(compression, python,
+                                                                      tmp_path, monkeypatch):
+    """A `.keras` archive has no tensor digests; zipfile checks a member's CRC-32 at the end of
+    a read from its start. On Python 3.11 a changed byte in the weights was refused, but as
+    zipfile's "Bad CRC-32 for file 'model.weights.h5'" (the archive not named; `load_weights`
+    wrapped it as "truncated, damaged or not a Keras weights file"); on 3.12+ the seeks of
+    h5py's reads turn the check of a stored member (Keras writes them stored) off, and
+    `load_weights` and `keras.saving.load_model` loaded the changed weight silently. The
+    weights member is read through once, its CRC-32 checked on every version: an `OSError`
+    naming the file, before anything is assigned (`load_model`: Keras' error carries it)."""
+    import zipfile
+    import zlib
+
+    if python == "3.12+":
+        _seek_as_python_3_12(monkeypatch)
+    for make in (_classifier, _backbone):
+        path = str(tmp_path / f"{make.__name__.strip('_')}.keras")
+        make().save(path)
+        _flip_in_archive(path, getattr(zipfile, f"ZIP_{compression.upper()}"))
+        damaged = re.escape(f"The weights file {path!r} is damaged: its 'model.weights.h5' "
+                            f"does not hold the bytes the archive recorded (")
+        _refused_unchanged(make(), path, OSError, damaged + r".*\)\. Restore the file or save "
+                                                            r"it again\. Nothing was loaded\.")
+        with pytest.raises(Exception) as caught:
+            keras.saving.load_model(path)
+        if compression == "stored" and (python == "3.12+" or sys.version_info >= (3, 12)):
+            # Keras reads the member whole, fails, and falls back to reading it on the fly
+            assert isinstance(caught.value, ValueError)
+            assert re.search(damaged, str(caught.value)), caught.value
+        else:  # zipfile's own error, raised in Keras' load_model before any of ours runs
+            assert isinstance(caught.value, (zipfile.BadZipFile, zlib.error)), caught.value
 
 
 def test_hf_safetensors_with_nan_bytes_is_refused_naming_the_tensor(hf_dir, tmp_path):

@@ -19,7 +19,8 @@ Our `save_weights` (a task's, a backbone's) also records in the file (`record`):
   assigned.
 A file without the record (Keras' own, keras-hub's, ours before) is checked as before. A `.keras`
 archive (Keras' writer, no record) gives the same settings from its config.json
-(`config_settings`), refused alike; it has no tensor digests.
+(`config_settings`), refused alike; it has no tensor digests, but the CRC-32 its zip records of
+the weights is checked on every Python (`verify_archive`).
 """
 import collections
 import concurrent.futures
@@ -31,6 +32,7 @@ import json
 import mmap
 import os
 import zipfile
+import zlib
 
 import h5py
 import keras
@@ -61,6 +63,8 @@ FUNCTION_KEYS = (
     "clamp_len", "untie_r",  # XLNet's relative positions and biases
     "hidden_activation",  # TextClassifier's / MultipleChoice's head
 )
+# A `.keras` archive's weights member (Keras' name).
+ARCHIVE_WEIGHTS = "model.weights.h5"
 # {path: the checks its caller made itself} (`checked_by_caller`).
 _CALLER_CHECKED = contextvars.ContextVar("keras_bertfam_caller_checked", default={})
 
@@ -85,10 +89,29 @@ def setting_value(value):
     return json.loads(json.dumps(value, default=default))
 
 
+def _roles(holders):
+    """The owner names (`function_settings`) of the backbones whose `holders` (the model's
+    constructor argument holding each, None where none does) are given: "backbone" for one;
+    with several, each by its role, e.g. a Distiller's "teacher" / "student", ELECTRA's
+    "generator" / "discriminator" ("<role> <i>" where one argument holds several, "backbone
+    <i>" where none does)."""
+    if len(holders) == 1:
+        return ["backbone"]
+    names = [role or "backbone" for role in holders]
+    repeated = {name for name in names if names.count(name) > 1}
+    seen = collections.Counter()
+    roles = []
+    for name in names:
+        roles.append(f"{name} {seen[name]}" if name in repeated else name)
+        seen[name] += 1
+    return roles
+
+
 def function_settings(model):
     """{owner: {key: value}} of `FUNCTION_KEYS` for `model` ("": its own constructor
-    arguments) and each backbone inside it ("backbone", or "backbone <i>" in Keras' layer order
-    where there are several, e.g. a Distiller's teacher and student)."""
+    arguments) and each backbone inside it ("backbone"; where there are several, each by the
+    constructor argument of `model` that holds it, `_roles`: a Distiller's "teacher" and
+    "student")."""
     from keras_bertfam.models.backbone import Backbone  # models.backbone imports this module
 
     def settings(obj):
@@ -101,9 +124,21 @@ def function_settings(model):
 
     inner = [layer for layer in model._flatten_layers(include_self=False)
              if isinstance(layer, Backbone)]
+    holder = {}
+    if len(inner) > 1:
+        for name in list(inspect.signature(type(model).__init__).parameters)[1:]:
+            try:
+                value = getattr(model, name, None)
+            except Exception:  # noqa: BLE001 - a property that cannot answer holds nothing
+                continue
+            for layer in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(layer, keras.layers.Layer):
+                    for held in layer._flatten_layers(include_self=True):
+                        holder.setdefault(id(held), name)
     owners = {"": settings(model)}
-    for i, backbone in enumerate(inner):
-        owners["backbone" if len(inner) == 1 else f"backbone {i}"] = settings(backbone)
+    roles = _roles([holder.get(id(backbone)) for backbone in inner])
+    for role, backbone in zip(roles, inner):
+        owners[role] = settings(backbone)
     return owners
 
 
@@ -207,6 +242,11 @@ def checked_by_caller(filepath, verified_bytes=False, overridden=()):
         _CALLER_CHECKED.reset(token)
 
 
+class DamagedFile(OSError):
+    """A weights file whose bytes changed after it was saved (its tensors' digests, a `.keras`
+    archive's CRC-32), named."""
+
+
 def verify_digests(filepath, recorded, places):
     """Raises (OSError) naming `filepath` and the tensors whose bytes are not those the file's
     record holds. Only the tensors both hold are compared (a tensor the file lacks, or one a
@@ -216,11 +256,42 @@ def verify_digests(filepath, recorded, places):
         actual = _digests(filepath, h5, places, names)
     changed = [name for name in names if actual[name] != recorded[name]]
     if changed:
-        raise OSError(
+        raise DamagedFile(
             f"The weights file {filepath!r} is damaged: the bytes of {len(changed)} tensor(s) "
             f"changed after it was saved: {_shown(changed)} (their digest differs from the one "
             f"recorded when it was saved). Restore the file or save it again. Nothing was "
             f"loaded.")
+
+
+def verify_archive(archive, filepath, member=ARCHIVE_WEIGHTS, after=""):
+    """Raises (`DamagedFile`, naming `filepath`, then `after`) when `member` of the `.keras`
+    archive `archive` (an open `ZipFile`) does not hold the bytes whose CRC-32 the archive
+    recorded. zipfile checks it at the end of a read from the member's start; h5py's reads of
+    the member seek, and from Python 3.12 a seek in a stored member (Keras writes them so) turns
+    the check off, so a changed byte loaded silently there. Read through here, without a seek
+    (~1 ms per MB)."""
+    try:
+        with archive.open(member) as f:
+            while f.read(1 << 24):
+                pass
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise DamagedFile(
+            f"The weights file {filepath!r} is damaged: its {member!r} does not hold the bytes "
+            f"the archive recorded ({type(e).__name__}: {e}). Restore the file or save it "
+            f"again.{after}") from e
+
+
+def check_archive_store(store):
+    """For `load_own_variables(store)` of a task or backbone: where Keras reads a `.keras`
+    archive's weights on the fly (`load_weights` of a `.keras`, also with skip_mismatch=True or
+    into a user's model holding ours; `keras.saving.load_model`, once its read of the whole
+    member failed), the archive's CRC-32 is checked once per read (`verify_archive`)."""
+    archive = getattr(store, "archive", None)
+    if (not isinstance(archive, zipfile.ZipFile) or getattr(store, "mode", None) != "r"
+            or getattr(store, "_keras_bertfam_verified", False)):
+        return
+    store._keras_bertfam_verified = True
+    verify_archive(archive, str(archive.filename), str(store.path_or_io))
 
 
 class _LayoutStore(saving_lib.H5IOStore):
@@ -272,10 +343,10 @@ def model_layout(model):
 
 def config_settings(config):
     """`function_settings` of the model a `.keras` archive's `config` (its config.json)
-    describes, read from the config alone: "" its own constructor arguments, "backbone" those
-    of the backbone serialized inside it. None for a model not of this library (Keras' own
-    archives hold no such record); with several backbones inside (a Distiller's teacher and
-    student), only its own (their order in the config need not be Keras' layer order)."""
+    describes, read from the config alone: "" its own constructor arguments, and those of each
+    backbone serialized inside it, named as `function_settings` names them (by the argument
+    holding it, `_roles`). None for a model not of this library (Keras' own archives hold no
+    such record)."""
     from keras_bertfam.models.backbone import Backbone  # models.backbone imports this module
 
     def own(entry):
@@ -302,23 +373,27 @@ def config_settings(config):
     if not (isinstance(config, dict)
             and str(config.get("module", "")).startswith("keras_bertfam.")):
         return None
+    args = config.get("config")
+    held = [(name, b) for name, value in (args.items() if isinstance(args, dict) else ())
+            for b in backbones(value)]
     settings = {"": own(config)}
-    inner = backbones(config.get("config"))
-    if len(inner) == 1:
-        settings["backbone"] = own(inner[0])
+    for role, (_, backbone) in zip(_roles([name for name, _ in held]), held):
+        settings[role] = own(backbone)
     return settings
 
 
 @contextlib.contextmanager
 def _open_h5(filepath):
     """-> (the h5 file, the task class a `.keras` archive's config names, else None, the
-    archive's `config_settings`, else None)."""
+    archive's `config_settings`, else None); a `.keras` archive's weights verified first
+    (`verify_archive`)."""
     if filepath.endswith(".keras"):
-        with zipfile.ZipFile(filepath) as archive, archive.open("model.weights.h5") as f, \
-                h5py.File(f, "r") as h5:
-            config = json.loads(archive.read("config.json"))
-            ours = str(config.get("module", "")).startswith("keras_bertfam.tasks.")
-            yield h5, config.get("class_name") if ours else None, config_settings(config)
+        with zipfile.ZipFile(filepath) as archive:
+            verify_archive(archive, filepath, after=" Nothing was loaded.")
+            with archive.open(ARCHIVE_WEIGHTS) as f, h5py.File(f, "r") as h5:
+                config = json.loads(archive.read("config.json"))
+                ours = str(config.get("module", "")).startswith("keras_bertfam.tasks.")
+                yield h5, config.get("class_name") if ours else None, config_settings(config)
     else:
         with h5py.File(filepath, "r") as h5:
             yield h5, None, None
@@ -348,6 +423,8 @@ def read_layout(filepath):
                 found = json.loads(bytes(h5[RECORD_PATH][()].astype(np.uint8)).decode("utf-8"))
             elif configured is not None:  # a `.keras` archive: its model's config says them
                 found = {"settings": configured}
+    except DamagedFile:
+        raise
     except Exception as e:  # h5py's OSError, zipfile's BadZipFile, a missing group, ...
         raise OSError(
             f"Cannot read the weights file {filepath!r} ({os.path.getsize(filepath)} bytes): it "
@@ -398,8 +475,9 @@ def check_weights_file(model, filepath, task_class=None):
     task class saved. The optimizer's state is left to Keras, and so are the keys a layer reads
     itself (a task's seed generators, a LoRA layer's factors): only the keys both sides hold
     are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
-    bytes changed after saving (OSError) or when the model's `function_settings` differ from
-    the file's, unless the caller made that check itself (`checked_by_caller`)."""
+    bytes changed after saving (`DamagedFile`) or when the model's `function_settings` differ
+    from the file's, unless the caller made that check itself (`checked_by_caller`); a `.keras`
+    archive whose weights are not those its CRC-32 records (`verify_archive`) alike."""
     filepath = str(filepath)
     if not filepath.endswith((".weights.h5", ".keras")) or is_remote_path(filepath):
         return  # Keras' sharded `.weights.json`, a remote file: loaded by Keras as they are

@@ -21,7 +21,8 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import complete_inputs
-from keras_bertfam.models.weights_files import check_weights_file, record
+from keras_bertfam.models.weights_files import (check_archive_store, check_weights_file,
+                                                 record)
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
@@ -216,7 +217,9 @@ class Task(keras.Model):
 
     def load_own_variables(self, store):
         """`save_own_variables`' state; a file without it (Keras' own, an earlier version's)
-        loads as before, leaving the seed generators as they are."""
+        loads as before, leaving the seed generators as they are. A `.keras` archive read on
+        the fly has its weights' CRC-32 checked first (`weights_files.check_archive_store`)."""
+        check_archive_store(store)
         keys = list(store.keys())
         seeds = sorted((k for k in keys if k.startswith("seed_generator_")),
                        key=lambda k: int(k.rsplit("_", 1)[1]))
@@ -509,9 +512,9 @@ class Task(keras.Model):
         optimizer state (moments, step count) with a warning, so `fit(initial_epoch=...)` went
         on from step 0 of the schedule with fresh moments. A file that does not fit the task
         (`check_weights_file`: another family, size, head or task class, or settings that
-        change what the weights compute) or whose tensors' bytes changed since it was saved is
-        refused before anything is loaded, unless `skip_mismatch=True` (Keras' partial
-        loading)."""
+        change what the weights compute) or whose bytes changed since it was saved (its tensors'
+        digests, a `.keras` archive's CRC-32) is refused before anything is loaded, unless
+        `skip_mismatch=True` (Keras' partial loading: none of these checks, digests included)."""
         if (getattr(self, "optimizer", None) is not None and not self.optimizer.built
                 and self.built and str(filepath).endswith((".weights.h5", ".keras"))):
             self.optimizer.build(self.trainable_variables)
