@@ -157,7 +157,10 @@ def test_xlnet_special_tokens_written_in_text_against_hf(xlnet_spiece):
     tok = XLNetTokenizer(path)
     forms = ["a {} b", "a{}b", "{} a", "{}a", "a {}", "a{}", "{}", "  {}  ", "a  {}\tb",
              "{}{}", "{} {}", "In 1990,{}x", "x{}\x00 y", "Café {}naïve"]
-    eop = [f.replace("{}", "<eop>") for f in forms]
+    # the token next to NULs and non-ASCII, repeated; texts without it in the same batch
+    eop = [f.replace("{}", "<eop>") for f in forms + [
+        "\x00{}\x00", "{}\x00{}", "\x00\x00{}", "ü{}é", "東{}{} {}京", "{}\x00", ""]] + [
+        "", "\x00", "a\x00b", "<eop", "eop>", "<<eop>>", "<e<eop>op>"]
     same, other = check_sentencepiece_offsets(tok, hf, sp, eop, lowercase=False)
     assert (same, other) == (len(eop), 0)
     controls = [f.replace("{}", t) for t in ("<eod>", "<sep>", "<cls>", "<mask>", "<pad>")
