@@ -41,7 +41,8 @@ from keras.src.utils.file_utils import is_remote_path
 # Keras' optimizer loads its state when its variable count matches the file's and otherwise
 # skips it with a warning (plain weights into a compiled model); that stays Keras' behaviour.
 OPTIMIZER = "optimizer"
-# A task's weights file records the task's class here (`record`): a group no model has, which Keras' loading (and an earlier version of this library) never reads.
+# A task's weights file records the task's class here (`record`): a group no model has,
+# which Keras' loading (and an earlier version of this library) never reads.
 TASK_CLASS_PATH = "keras_bertfam_task"
 
 
