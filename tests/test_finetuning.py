@@ -84,6 +84,9 @@ HOSTILE_TEXTS = [
     "a<e1>b", "Café<e1>café cafe\u0301 CAFÉ", "e\u0301\u0301x \u0301 ý", "東京b a東",
     "x\u200by \u200b newword\u200bx", "İx ß ½", "\x00 hello <e1> newword", "a\x00b<e1>c",
     "", " ", "\t\n", " ".join(["Café newword<e1>hello"] * 40),
+    # the tokens alone, at the start and end, repeated, next to NULs and non-ASCII
+    "<e1>", "newword", "<e1><e1>", "newwordNEWWORD", "<e1>newword<e1>", "\x00", "\x00\x00<e1>",
+    "<e1>\x00", "\x00newword\x00x", "é<e1>ü", "ünewwordé", "東<e1>京newword東",
 ]
 
 

@@ -496,6 +496,44 @@ def test_a_changed_byte_in_a_keras_archive_is_refused_naming_the_file(compressio
             assert isinstance(caught.value, (zipfile.BadZipFile, zlib.error)), caught.value
 
 
+@pytest.mark.multibackend
+def test_record_and_check_open_the_weights_file_once(tmp_path, monkeypatch):
+    """`record` (our `save_weights`) opened its `.weights.h5` file with h5py three times and
+    `check_weights_file` (`load_weights`) twice; once each now. What they write and check is the
+    same: the task class, the settings and the digest of every tensor (the task class's too,
+    written in the same opening), recorded again in place on a second `record`."""
+    import h5py
+
+    from keras_bertfam.models import weights_files
+
+    model = _classifier()
+    path = str(tmp_path / "clf.weights.h5")
+    keras.Model.save_weights(model, path)  # Keras' file: no record yet
+    opened = []
+    real = h5py.File
+    monkeypatch.setattr(h5py, "File", lambda *a, **k: opened.append(a[0]) or real(*a, **k))
+    for _ in range(2):
+        weights_files.record(path, model, task_class="TextClassifier")
+        assert opened == [path]
+        opened.clear()
+        weights_files.check_weights_file(model, path, task_class="TextClassifier")
+        assert opened == [path]
+        opened.clear()
+    monkeypatch.undo()
+    saved = weights_files.read_layout(path)
+    assert saved.task == "TextClassifier"
+    assert saved.record["settings"] == weights_files.function_settings(model)
+    with h5py.File(path, "r") as h5:
+        names = [f"{p}/vars/{k}" if p else f"vars/{k}" for p, keys in
+                 weights_files._tensors(h5)[0].items() for k in keys]
+        assert f"{weights_files.TASK_CLASS_PATH}/vars/0" in names
+        assert saved.record["digests"] == {
+            n: weights_files.tensor_digest(np.ascontiguousarray(h5[n][()]).tobytes())
+            for n in names}
+        assert [k for k in h5 if k.startswith("keras_bertfam")] == [
+            weights_files.RECORD_PATH, weights_files.TASK_CLASS_PATH]
+
+
 def test_hf_safetensors_with_nan_bytes_is_refused_naming_the_tensor(hf_dir, tmp_path):
     bad = _copy(hf_dir, tmp_path, "nan")
     _corrupt(os.path.join(bad, "model.safetensors"), fill=b"\xff")  # 0xffffffff: NaN

@@ -378,6 +378,7 @@ HOSTILE_BPE_TEXTS = [
     "it's  's <mask>'s", "x \u096c \u096c\u096c y", "the cat is", " \x85is",
     # NUL: tf-text's regex split stopped there (all text after it was lost)
     "a\x00b the cat", "\x00", " \x00 x", "x\x00\x00 is\x00", "<mask>\x00is", "\x00<s> the",
+    "\x00<mask>\x00", "<s>\x00</s>", "é<mask>ü", "<mask>東</s>", " é <s>",
 ]
 
 

@@ -140,6 +140,36 @@ def test_xlnet_offsets_equal_hf_xlnet_tokenizer(xlnet_spiece, heldout_sentences)
                    for t in bad]
 
 
+def test_xlnet_text_cut_at_eop_keeps_its_nul_bytes():
+    """The text on each side of `<eop>` gives the ids (and offsets) it gives alone, NUL bytes
+    included: the cut reads a NUL as the byte 0xFF (tf-text's regex split stops at a NUL) and
+    must give it back, or a byte-fallback model reads U+FFFD's three bytes where SentencePiece
+    reads "<0x00>" (the HF tokenizer reads "<unk>" for any byte piece: no reference here)."""
+    import io
+
+    import sentencepiece
+    import tensorflow as tf
+
+    from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
+    from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter([f"the cat {i} sat on a mat" for i in range(100)]),
+        model_writer=model, vocab_size=290, byte_fallback=True, user_defined_symbols=["<eop>"],
+        control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"], minloglevel=2)
+    sp = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    tok = XLNetTokenizer(model.getvalue())
+    assert tok.tokens_read_alone == ("<eop>",)
+    sides = [("a\x00b", "\x00"), ("\x00", "x\x00 y"), ("", "\x00\x00"), ("é\x00", "")]
+    ids = tok([a + "<eop>" + b for a, b in sides]).to_list()
+    assert ids == [slow_sentencepiece_ids(sp, a, lowercase=False) + [tok.eop_token_id]
+                   + slow_sentencepiece_ids(sp, b, lowercase=False) for a, b in sides]
+    assert tok.token_to_id("<0x00>") in ids[0]
+    with_offsets = tokenize_with_offsets(tok, tf.constant([a + "<eop>" + b for a, b in sides]))
+    assert with_offsets[0].to_list() == ids
+
+
 def test_xlnet_special_tokens_written_in_text_against_hf(xlnet_spiece):
     """XLNet's special tokens written in a text, at its start, middle and end, with and without
     spaces around. `<eop>` is a user-defined piece (SentencePiece reads it whole): the ids and
@@ -157,7 +187,10 @@ def test_xlnet_special_tokens_written_in_text_against_hf(xlnet_spiece):
     tok = XLNetTokenizer(path)
     forms = ["a {} b", "a{}b", "{} a", "{}a", "a {}", "a{}", "{}", "  {}  ", "a  {}\tb",
              "{}{}", "{} {}", "In 1990,{}x", "x{}\x00 y", "Café {}naïve"]
-    eop = [f.replace("{}", "<eop>") for f in forms]
+    # the token next to NULs and non-ASCII, repeated; texts without it in the same batch
+    eop = [f.replace("{}", "<eop>") for f in forms + [
+        "\x00{}\x00", "{}\x00{}", "\x00\x00{}", "ü{}é", "東{}{} {}京", "{}\x00", ""]] + [
+        "", "\x00", "a\x00b", "<eop", "eop>", "<<eop>>", "<e<eop>op>"]
     same, other = check_sentencepiece_offsets(tok, hf, sp, eop, lowercase=False)
     assert (same, other) == (len(eop), 0)
     controls = [f.replace("{}", t) for t in ("<eod>", "<sep>", "<cls>", "<mask>", "<pad>")

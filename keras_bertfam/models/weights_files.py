@@ -43,8 +43,8 @@ from keras.src.utils.file_utils import is_remote_path
 # Keras' optimizer loads its state when its variable count matches the file's and otherwise
 # skips it with a warning (plain weights into a compiled model); that stays Keras' behaviour.
 OPTIMIZER = "optimizer"
-# A task's weights file records the task's class here (`record_task_class`): a group no model
-# has, which Keras' loading (and an earlier version of this library) never reads.
+# A task's weights file records the task's class here (`record`): a group no model has,
+# which Keras' loading (and an earlier version of this library) never reads.
 TASK_CLASS_PATH = "keras_bertfam_task"
 
 
@@ -67,15 +67,6 @@ FUNCTION_KEYS = (
 ARCHIVE_WEIGHTS = "model.weights.h5"
 # {path: the checks its caller made itself} (`checked_by_caller`).
 _CALLER_CHECKED = contextvars.ContextVar("keras_bertfam_caller_checked", default={})
-
-
-def record_task_class(filepath, name):
-    """Writes `name` (a task class) into the `.weights.h5` file just saved."""
-    with h5py.File(filepath, "a") as h5:
-        group = h5.require_group(f"{TASK_CLASS_PATH}/vars")
-        if "0" in group:
-            del group["0"]
-        group["0"] = np.frombuffer(name.encode("utf-8"), dtype=np.uint8)
 
 
 def setting_value(value):
@@ -213,18 +204,21 @@ def record(filepath, model, task_class=None):
     """Writes into the `.weights.h5` file `model` just saved: its task class (`task_class`),
     its settings (`function_settings`) and each tensor's digest (`RECORD_PATH`). Nothing for
     another file (Keras' sharded `.weights.json`, a `.keras` archive, a remote path)."""
+    def put(group, name, text):  # a UTF-8 dataset, replacing the one there
+        if name in group:
+            del group[name]
+        group[name] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
     filepath = str(filepath)
     if not filepath.endswith(".weights.h5") or not os.path.isfile(filepath):
         return
-    if task_class is not None:
-        record_task_class(filepath, task_class)
-    with h5py.File(filepath, "r") as h5:
-        digests = _digests(filepath, h5, _tensors(h5)[1])
-    data = {"settings": function_settings(model), "digest": DIGEST, "digests": digests}
     with h5py.File(filepath, "a") as h5:
-        if RECORD_PATH in h5:
-            del h5[RECORD_PATH]
-        h5[RECORD_PATH] = np.frombuffer(json.dumps(data).encode("utf-8"), dtype=np.uint8)
+        if task_class is not None:
+            put(h5.require_group(f"{TASK_CLASS_PATH}/vars"), "0", task_class)
+            h5.flush()  # the digests read the file's bytes
+        digests = _digests(filepath, h5, _tensors(h5)[1])
+        data = {"settings": function_settings(model), "digest": DIGEST, "digests": digests}
+        put(h5, RECORD_PATH, json.dumps(data))
 
 
 @contextlib.contextmanager
@@ -247,12 +241,12 @@ class DamagedFile(OSError):
     archive's CRC-32), named."""
 
 
-def verify_digests(filepath, recorded, places):
+def verify_digests(filepath, recorded, places, h5=None):
     """Raises (OSError) naming `filepath` and the tensors whose bytes are not those the file's
     record holds. Only the tensors both hold are compared (a tensor the file lacks, or one a
-    tool added, is the layout's to judge)."""
+    tool added, is the layout's to judge). `h5`: the file, open (else it is opened here)."""
     names = sorted(set(recorded) & set(places))
-    with h5py.File(filepath, "r") as h5:
+    with contextlib.nullcontext(h5) if h5 is not None else h5py.File(filepath, "r") as h5:
         actual = _digests(filepath, h5, places, names)
     changed = [name for name in names if actual[name] != recorded[name]]
     if changed:
@@ -410,11 +404,19 @@ def read_layout(filepath):
     bytes, `_tensors`; None without a record) of a `.weights.h5` file or a `.keras`
     archive's weights; a file that is not one (truncated, damaged, another
     format) is an OSError naming it (as h5py's, which does not)."""
+    with _read(filepath) as (saved, _):
+        return saved
+
+
+@contextlib.contextmanager
+def _read(filepath):
+    """`read_layout`, the file kept open within: -> (`SavedFile`, the h5 file)."""
     found = None
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"The weights file {filepath!r} does not exist.")
-    try:
-        with _open_h5(filepath) as (h5, task, configured):
+    with contextlib.ExitStack() as stack:
+        try:
+            h5, task, configured = stack.enter_context(_open_h5(filepath))
             recorded = RECORD_PATH in h5
             layout, places = _tensors(h5, with_places=recorded)
             if layout.pop(TASK_CLASS_PATH, None):
@@ -423,16 +425,16 @@ def read_layout(filepath):
                 found = json.loads(bytes(h5[RECORD_PATH][()].astype(np.uint8)).decode("utf-8"))
             elif configured is not None:  # a `.keras` archive: its model's config says them
                 found = {"settings": configured}
-    except DamagedFile:
-        raise
-    except Exception as e:  # h5py's OSError, zipfile's BadZipFile, a missing group, ...
-        raise OSError(
-            f"Cannot read the weights file {filepath!r} ({os.path.getsize(filepath)} bytes): it "
-            f"is truncated, damaged or not a Keras weights file ({type(e).__name__}: {e})."
-        ) from e
-    if isinstance(task, np.ndarray):
-        task = bytes(task.astype(np.uint8)).decode("utf-8", errors="replace")
-    return SavedFile(layout, task, found if isinstance(found, dict) else None, places)
+        except DamagedFile:
+            raise
+        except Exception as e:  # h5py's OSError, zipfile's BadZipFile, a missing group, ...
+            raise OSError(
+                f"Cannot read the weights file {filepath!r} ({os.path.getsize(filepath)} bytes): "
+                f"it is truncated, damaged or not a Keras weights file ({type(e).__name__}: {e})."
+            ) from e
+        if isinstance(task, np.ndarray):
+            task = bytes(task.astype(np.uint8)).decode("utf-8", errors="replace")
+        yield SavedFile(layout, task, found if isinstance(found, dict) else None, places), h5
 
 
 def _shown(paths, limit=4):
@@ -481,20 +483,20 @@ def check_weights_file(model, filepath, task_class=None):
     filepath = str(filepath)
     if not filepath.endswith((".weights.h5", ".keras")) or is_remote_path(filepath):
         return  # Keras' sharded `.weights.json`, a remote file: loaded by Keras as they are
-    saved_file = read_layout(filepath)
-    saved_layout, saved_task, record = saved_file.layout, saved_file.task, saved_file.record
-    digests = record.get("digests") if record else None
     verified_bytes, overridden = _CALLER_CHECKED.get().get(filepath, (False, frozenset()))
-    verification = None
-    if isinstance(digests, dict) and filepath.endswith(".weights.h5") and not verified_bytes:
-        # hashed in a thread while the model's layout is walked (NumPy and hashlib release
-        # the GIL)
-        pool = concurrent.futures.ThreadPoolExecutor(1)
-        verification = pool.submit(verify_digests, filepath, digests, saved_file.places)
-        pool.shutdown(wait=False)
-    own_layout = model_layout(model)
-    if verification is not None:
-        verification.result()
+    with _read(filepath) as (saved_file, h5), contextlib.ExitStack() as stack:
+        saved_layout, saved_task, record = saved_file.layout, saved_file.task, saved_file.record
+        digests = record.get("digests") if record else None
+        verification = None
+        if isinstance(digests, dict) and filepath.endswith(".weights.h5") and not verified_bytes:
+            # hashed in a thread while the model's layout is walked (NumPy and hashlib release
+            # the GIL); the thread is done before the file closes
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            stack.callback(pool.shutdown)
+            verification = pool.submit(verify_digests, filepath, digests, saved_file.places, h5)
+        own_layout = model_layout(model)
+        if verification is not None:
+            verification.result()
     where = f"the weights file {filepath!r} into {type(model).__name__} {model.name!r}"
 
     def weights(layout):

@@ -277,16 +277,9 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
     with_nul = inputs
     inputs = tf.strings.regex_replace(inputs, r"\x00", tf.constant(b"\xff"))
     has_nul = tf.reduce_any(tf.not_equal(inputs, with_nul))
-    tokens = sorted(set(unsplittable_tokens or ()), key=len, reverse=True)
-    if tokens:
-        pattern = "|".join(re.escape(t) for t in tokens)
-        parts = regex_split(inputs, pattern, pattern)  # [B, (S)], no empty parts
-        is_token = tf.equal(parts.flat_values[:, None], tokens)  # [S, T]
-        special = tf.reduce_any(is_token, axis=1)
-        token = tf.gather(tokens, tf.argmax(is_token, axis=1))  # (a copy of the text: no)
-    else:
-        parts = keep_values(tf.RaggedTensor.from_tensor(inputs[:, None]), inputs != "")
-        special = tf.zeros_like(parts.flat_values, tf.bool)
+    tokens = list(unsplittable_tokens or ())
+    parts, which = _cut_at_tokens(inputs, tokens)  # [B, (S)]
+    special = which.flat_values >= 0
     text = parts.flat_values  # [S]
     added = ~special & tf.not_equal(tf.strings.substr(text, 0, 1), " ")
     if add_prefix_space:
@@ -316,8 +309,8 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
                      lambda: words.flat_values)
     if tokens:
         part_of_word = row_ids(word_splits)
-        values = tf.where(tf.gather(special, part_of_word), tf.gather(token, part_of_word),
-                          values)
+        values = tf.where(tf.gather(special, part_of_word), tf.gather(
+            tokens, tf.maximum(tf.gather(which.flat_values, part_of_word), 0)), values)
     words = tf.RaggedTensor.from_row_splits(values, tf.gather(word_splits, parts.row_splits),
                                             validate=False)  # [B, (W)]
     if not prefixed:
@@ -327,53 +320,37 @@ def _split_for_bpe(inputs, unsplittable_tokens, add_prefix_space=False, prefixed
                                 tf.shape(values, out_type=first.dtype))
 
 
-def _cut_at_tokens(texts, tokens, ids, offsets=False):
-    """[N] texts -> ([N, (S)] parts, [N, (S)] ids): each text cut at the `tokens` in it (the
-    longest where two start at one place), a token's part with its id from `ids`, other parts
-    -1 (empty parts left out). With `offsets`, also each part's byte start and end in its text
-    ([N, (S)] each)."""
+def _cut_at_tokens(texts, tokens, ids=None, offsets=False):
+    """[N] texts (valid UTF-8) -> ([N, (S)] parts, [N, (S)] ids): each text cut at the `tokens`
+    in it as HF finds its added tokens (the leftmost first; the longest where two start at one
+    place), a token's part with its id from `ids` (default: its index in `tokens`), other parts
+    -1; no empty parts. With `offsets`, also each part's byte start and end in its text
+    ([N, (S)] each). A NUL is read as any other character: tf-text's regex split stops at one
+    (the text after it was lost), so it goes through the split as the byte 0xFF, which valid
+    UTF-8 never holds, and is NUL again in the parts (`_restore_nul`)."""
+    ids = tf.range(max(len(tokens), 1)) if ids is None else ids
     if not tokens:
-        parts = tf.RaggedTensor.from_tensor(texts[:, None])
-        part_ids = parts.with_flat_values(tf.fill(tf.shape(texts), tf.constant(-1, ids.dtype)))
+        parts = keep_values(tf.RaggedTensor.from_tensor(texts[:, None]), texts != "")
+        part_ids = parts.with_flat_values(tf.fill(tf.shape(parts.flat_values),
+                                                  tf.constant(-1, ids.dtype)))
         if not offsets:
             return parts, part_ids
-        return (parts, part_ids, parts.with_flat_values(tf.zeros_like(texts, tf.int64)),
-                parts.with_flat_values(tf.cast(tf.strings.length(texts), tf.int64)))
+        return (parts, part_ids, parts.with_flat_values(tf.zeros_like(parts.flat_values, tf.int64)),
+                parts.with_flat_values(tf.cast(tf.strings.length(parts.flat_values), tf.int64)))
     order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]), reverse=True)
     pattern = "|".join(re.escape(tokens[i]) for i in order)
-    parts, *bounds = regex_split(texts, pattern, pattern, offsets=True) if offsets else \
-        (regex_split(texts, pattern, pattern),)
-    is_token = tf.equal(parts.flat_values[:, None], [tokens[i] for i in order])  # (S, T)
+    scanned = tf.strings.regex_replace(texts, r"\x00", tf.constant(b"\xff"))
+    parts, *bounds = regex_split(scanned, pattern, pattern, offsets=True) if offsets else \
+        (regex_split(scanned, pattern, pattern),)
+    values = parts.flat_values
+    values = tf.cond(tf.reduce_any(tf.not_equal(scanned, texts)), lambda: _restore_nul(values),
+                     lambda: values)
+    parts = parts.with_flat_values(values)
+    is_token = tf.equal(values[:, None], [tokens[i] for i in order])  # (S, T)
     token_id = tf.gather(tf.gather(ids, order), tf.argmax(is_token, axis=1))
     return (parts, parts.with_flat_values(
         tf.where(tf.reduce_any(is_token, axis=1), token_id, tf.constant(-1, ids.dtype))),
         *bounds)
-
-
-def _split_at_tokens(texts, tokens):
-    """[N] texts -> ([N, (S)] parts, [N, (S)] the index in `tokens` of each part that is one of
-    them, -1 for the others): each text cut at the `tokens` in it (the longer ones first), empty
-    parts kept. With `tf.strings.split`, which reads a text past a NUL (tf-text's regex split,
-    `_cut_at_tokens`'s, stops at one)."""
-    parts = tf.RaggedTensor.from_tensor(texts[:, None])  # (N, (1))
-    which = tf.fill(tf.shape(texts), -1)  # (S,)
-    for i in sorted(range(len(tokens)), key=lambda i: -len(tokens[i])):
-        flat = parts.flat_values
-        split = tf.strings.split(tf.where(which < 0, flat, ""), sep=tokens[i])  # (S, (k)), k >= 1
-        row, index = rows_and_index(split.row_splits)  # (M,): each piece's part
-        old = tf.gather(which, row)
-        # each piece (a token's part kept whole), then the token after each piece but a part's
-        # last: (M, 2) -> (2M - S,)
-        values = tf.stack([tf.where(old < 0, split.flat_values, tf.gather(flat, row)),
-                           tf.fill(tf.shape(row), tokens[i])], axis=1)
-        kinds = tf.stack([old, tf.fill(tf.shape(row), i)], axis=1)
-        keep = tf.stack([tf.ones_like(row, tf.bool),
-                         index + 1 < tf.gather(split.row_splits, row + 1)], axis=1)
-        ends = tf.pad(tf.cumsum(2 * split.row_lengths() - 1), [[1, 0]])  # (S + 1,)
-        parts = tf.RaggedTensor.from_row_splits(tf.boolean_mask(values, keep),
-                                                tf.gather(ends, parts.row_splits), validate=False)
-        which = tf.boolean_mask(kinds, keep)
-    return parts, parts.with_flat_values(which)
 
 
 def _id_rows(ids):
@@ -1179,7 +1156,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         tokens = list(self.tokens_read_alone)
         if not tokens:
             return read(texts)
-        parts, which = _split_at_tokens(texts, tokens)  # (B, (S))
+        parts, which, *bounds = _cut_at_tokens(texts, tokens, offsets=offsets)  # (B, (S))
         kind = which.flat_values
         is_token = kind >= 0
         out = read(tf.where(is_token, "", parts.flat_values))  # (S, (P)): a token's part none
@@ -1187,13 +1164,10 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         token_ids = tf.constant([self.token_to_id(t) for t in tokens], out[0].dtype)
         alone = [tf.gather(token_ids, tf.maximum(kind, 0))]  # (S,) what a token's part gives
         if offsets:
-            length = tf.cast(tf.strings.length(parts.flat_values), tf.int64)  # (S,) bytes
-            before = tf.cumsum(length, exclusive=True)
-            start = before - tf.gather(tf.gather(tf.pad(tf.cumsum(length), [[1, 0]]),
-                                                 parts.row_splits), row_ids(parts.row_splits))
+            start, end = (b.flat_values for b in bounds)  # (S,) bytes of the text
             out = [out[0]] + [o.with_flat_values(o.flat_values + tf.gather(
                 start, row_ids(o.row_splits))) for o in out[1:]]  # bytes of the part's text
-            alone += [start, start + length]
+            alone += [start, end]
 
         def assemble(pieces, token):  # (S, (P)), (S,) -> (B, (T))
             token = tf.RaggedTensor.from_row_lengths(
