@@ -477,7 +477,7 @@ def config_settings(config):
 def _open_h5(filepath):
     """-> (the h5 file, the task class a `.keras` archive's config names, else None, the
     archive's `config_settings`, else None); a `.keras` archive's weights verified first
-    (`verify_archive`)."""
+    (`archive_member`), and read through its view (`_Window`)."""
     if filepath.endswith(".keras"):
         with zipfile.ZipFile(filepath) as archive, archive_member(
                 archive, filepath, after=" Nothing was loaded.") as view, \
