@@ -23,8 +23,22 @@ alone, with the digests verified ("checked") and with them skipped ("unchecked":
 `weights_files.checked_by_caller(path, verified_bytes=True)`, as a preset's load is),
 interleaved in rounds; prints the medians (wall and CPU) and the ratios.
 
+With `--archive` it measures the checks of a `.keras` archive (`Task.save`; Keras stores its
+members uncompressed): a BERT TextClassifier's `load_weights` of its own archive, for a small one
+(4 layers, 256 wide, ~45 MB) and a BERT-Base-sized one (~440 MB), with our checks
+("checked": `check_weights_file`, whose `read_layout` opens the weights and `verify_archive`
+checks their CRC-32, then Keras' load with `check_archive_store`) and without them ("unchecked":
+Keras' `load_weights` alone, `check_archive_store` a no-op), and `check_weights_file` and
+`read_layout` alone; interleaved in rounds, medians (wall and CPU), the load average printed per
+round; then the peak of Python's allocations (tracemalloc) during `check_weights_file`. One more
+row, "keras over a window", is not what the library does: Keras' own read (`_load_state`, a
+private function) given a store whose h5 file reads the archive's weights through the check's
+window (`weights_files.archive_member`) instead of zipfile's file object: what Keras' part of
+the load would cost without zipfile's rewinds.
+`--sizes small` limits it to the small archive.
+
 Usage: python bench/bench_load.py [--rounds 3] [--dir /tmp/bench_load] [--ab OLD NEW]
-                                  [--digests]
+                                  [--digests] [--archive [--sizes small,base]]
 Not a test: numbers depend on the machine and its load.
 
 Measured idle (TensorFlow backend, 2 CPU cores, nothing else running, 3 rounds, 2026-11-23):
@@ -32,6 +46,8 @@ Measured idle (TensorFlow backend, 2 CPU cores, nothing else running, 3 rounds, 
     sha256 of the 438 MB weights alone 0.35 s (hashed in a thread while the backbone is built).
 `--ab` (2026-11-26, load ~1-3, 5 rounds; old 198ad1a, new: deferred initialization): MiniLM
 classifier 0.78 -> 0.40 s, BERT-Base preset dir 2.80 -> 1.66 s, HF dir 2.75 -> 1.42 s.
+`--archive` (2026-11-28, load ~3.5-4, 7 rounds): 45 MB check_weights_file 3.25 -> 0.16 s,
+load_weights checked / unchecked 2.07x -> 1.055x; 438 MB check 72.8 -> 0.55 s.
 See BUILD.md ("Loading: integrity checks", "Loading: no initial values drawn").
 """
 import argparse
@@ -58,6 +74,9 @@ def main():
                         help="compare two source trees' loading, in fresh processes")
     parser.add_argument("--digests", action="store_true",
                         help="the cost of a .weights.h5 file's tensor digests on load_weights")
+    parser.add_argument("--archive", action="store_true",
+                        help="the cost of a .keras archive's checks on load_weights")
+    parser.add_argument("--sizes", default="small,base", help="with --archive: small, base")
     parser.add_argument("--child", choices=AB_LOADS, help=argparse.SUPPRESS)
     parser.add_argument("--src", default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -68,6 +87,10 @@ def main():
     from keras_bertfam.presets import get
 
     shutil.rmtree(args.dir, ignore_errors=True)
+    if args.archive:
+        compare_archive(args.sizes.split(","), args.rounds, args.dir)
+        shutil.rmtree(args.dir, ignore_errors=True)
+        return
     checked, unchecked, hf = (os.path.join(args.dir, n) for n in ("checked", "unchecked", "hf"))
     backbone = kb.models.BertBackbone(**get("bert_base_en_uncased").config)
     print(f"BertBackbone: {backbone.count_params() / 1e6:.1f}M parameters")
@@ -188,6 +211,103 @@ def compare_digests(backbone, rounds, root):
     weights_files.verify_digests(path, saved.record["digests"], saved.places)
     print(f"the digests alone (`tensor_digest` of every tensor): "
           f"{time.perf_counter() - start:.2f} s")
+
+
+def compare_archive(sizes, rounds, root):
+    """A TextClassifier's `load_weights` of its own `.keras` archive, with and without our checks
+    (`check_weights_file`, `check_archive_store`), and the check alone, interleaved."""
+    import tracemalloc
+    import zipfile
+
+    import h5py
+    import keras
+    from keras.src.saving import saving_lib
+
+    import keras_bertfam as kb
+    from keras_bertfam.models import backbone as backbone_module
+    from keras_bertfam.models import weights_files
+    from keras_bertfam.presets import get
+    from keras_bertfam.tasks import task as task_module
+
+    base = get("bert_base_en_uncased").config
+    configs = {"small": dict(base, num_layers=4, num_heads=4, hidden_dim=256,
+                             intermediate_dim=1024), "base": base}
+    os.makedirs(root, exist_ok=True)
+    real_store_check = weights_files.check_archive_store
+
+    class WindowStore(saving_lib.H5IOStore):
+        """Keras' read store over the verified window of the archive's weights."""
+
+        def __init__(self, view):
+            self._view = view
+            super().__init__(weights_files.ARCHIVE_WEIGHTS, mode="r")
+
+        def _get_h5_file(self, path_or_io, mode=None):
+            return h5py.File(weights_files._Window(self._view), "r")
+
+    def store_check(on):
+        for module in (task_module, backbone_module):
+            module.check_archive_store = real_store_check if on else (lambda store: None)
+
+    for size in sizes:
+        keras.backend.clear_session()
+        task = kb.tasks.TextClassifier(kb.models.BertBackbone(**configs[size]), num_classes=2,
+                                       preprocessor=None)
+        path = os.path.join(root, f"{size}.keras")
+        task.save(path)
+        print(f"=== {size}: {task.count_params() / 1e6:.1f}M parameters, {path} "
+              f"{os.path.getsize(path) / 1e6:.0f} MB", flush=True)
+
+        def load(name):
+            if name == "load_weights, checked":
+                task.load_weights(path)
+            elif name == "load_weights, unchecked":
+                store_check(False)
+                try:
+                    keras.Model.load_weights(task, path)
+                finally:
+                    store_check(True)
+            elif name == "keras over a window":
+                with zipfile.ZipFile(path) as archive, weights_files.archive_member(
+                        archive, path) as view:
+                    store = WindowStore(view)
+                    saving_lib._load_state(task, weights_store=store, assets_store=None,
+                                           inner_path="", visited_saveables=set())
+                    store.close()
+            elif name == "check_weights_file":
+                weights_files.check_weights_file(task, path, task._task_class_name())
+            else:
+                weights_files.read_layout(path)
+
+        names = ["load_weights, checked", "load_weights, unchecked", "keras over a window",
+                 "check_weights_file", "read_layout"]
+        for name in names:
+            load(name)  # warm up (the page cache, Keras' first walk)
+        times = {n: [] for n in names}
+        cpu = {n: [] for n in names}  # all threads' CPU seconds
+        for r in range(rounds):
+            print(f"round {r + 1}: load average {os.getloadavg()[0]:.2f}", flush=True)
+            for name in (names if r % 2 == 0 else names[::-1]):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                load(name)
+                times[name].append(time.perf_counter() - start)
+                cpu[name].append(time.process_time() - start_cpu)
+        median = {n: statistics.median(t) for n, t in times.items()}
+        median_cpu = {n: statistics.median(t) for n, t in cpu.items()}
+        for name in names:
+            print(f"{name:<24} median {median[name]:7.3f} s, CPU {median_cpu[name]:7.3f} s  "
+                  f"({', '.join(f'{t:.2f}' for t in times[name])})")
+        on, off = median["load_weights, checked"], median["load_weights, unchecked"]
+        print(f"load_weights: checked / unchecked = {on / off:.3f}x wall, "
+              f"{median_cpu['load_weights, checked'] / median_cpu['load_weights, unchecked']:.3f}"
+              f"x CPU; the checks add {on - off:+.3f} s wall")
+        tracemalloc.start()
+        weights_files.check_weights_file(task, path, task._task_class_name())
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"check_weights_file: peak Python allocations {peak / 1e6:.1f} MB", flush=True)
+        del task
+        os.remove(path)
 
 
 def child(kind, root):

@@ -28,9 +28,11 @@ import contextlib
 import contextvars
 import hashlib
 import inspect
+import io
 import json
 import mmap
 import os
+import struct
 import zipfile
 import zlib
 
@@ -260,19 +262,108 @@ def verify_digests(filepath, recorded, places, h5=None):
 def verify_archive(archive, filepath, member=ARCHIVE_WEIGHTS, after=""):
     """Raises (`DamagedFile`, naming `filepath`, then `after`) when `member` of the `.keras`
     archive `archive` (an open `ZipFile`) does not hold the bytes whose CRC-32 the archive
-    recorded. zipfile checks it at the end of a read from the member's start; h5py's reads of
-    the member seek, and from Python 3.12 a seek in a stored member (Keras writes them so) turns
-    the check off, so a changed byte loaded silently there. Read through here, without a seek
-    (~1 ms per MB)."""
+    recorded (`archive_member`)."""
+    with archive_member(archive, filepath, member, after):
+        pass
+
+
+class _Window(io.RawIOBase):
+    """A read-only file over a buffer (`archive_member`'s view), for h5py: its reads and seeks
+    cost what they read (zipfile's file object of a member rewinds to the member's start, and
+    re-reads up to the new position, on every backward seek: ~3 s of a 45 MB archive's
+    `read_layout`)."""
+
+    def __init__(self, view):
+        super().__init__()
+        self._view, self._at = view, 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._at
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        start = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._view)}[whence]
+        if start + offset < 0:
+            raise ValueError(f"negative seek position {start + offset}")
+        self._at = start + offset
+        return self._at
+
+    def readinto(self, buffer):
+        with memoryview(buffer) as given, given.cast("B") as out:
+            size = max(0, min(len(out), len(self._view) - self._at))
+            out[:size] = self._view[self._at:self._at + size]
+        self._at += size
+        return size
+
+
+@contextlib.contextmanager
+def archive_member(archive, filepath, member=ARCHIVE_WEIGHTS, after=""):
+    """Yields the bytes of `member` of the `.keras` archive `archive` (an open `ZipFile`), a
+    memoryview, once checked against the CRC-32 the archive recorded: else `DamagedFile`
+    (naming `filepath`, then `after`). zipfile checks it only at the end of a read from the
+    member's start, and h5py's reads of the member seek (from Python 3.12 a seek in a stored
+    member turns the check off: a changed byte loaded silently there). A stored member (Keras
+    writes them so) is a window of a memory map of the archive, its header checked by zipfile
+    (no copy: h5py reading it touches only what it reads); any other (deflated, or an archive
+    without a file to map) is read through zipfile once into memory."""
+    info = archive.getinfo(member)  # a missing member: KeyError, as zipfile's
+    with contextlib.ExitStack() as stack:
+        try:
+            view = _stored_window(archive, info, stack)
+            if view is None:
+                view = stack.enter_context(memoryview(_read_member(archive, info)))
+            elif zlib.crc32(view) != info.CRC:
+                raise zipfile.BadZipFile(f"Bad CRC-32 for file {member!r}")
+        except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+            raise DamagedFile(
+                f"The weights file {filepath!r} is damaged: its {member!r} does not hold the "
+                f"bytes the archive recorded ({type(e).__name__}: {e}). Restore the file or save "
+                f"it again.{after}") from e
+        yield view
+
+
+def _stored_window(archive, info, stack):
+    """A memoryview of the stored member `info`'s bytes in a memory map of `archive`'s file
+    (its maps entered into `stack`), or None where the member is compressed or encrypted, or
+    the archive has no file to map."""
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+        return None
     try:
-        with archive.open(member) as f:
-            while f.read(1 << 24):
-                pass
-    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
-        raise DamagedFile(
-            f"The weights file {filepath!r} is damaged: its {member!r} does not hold the bytes "
-            f"the archive recorded ({type(e).__name__}: {e}). Restore the file or save it "
-            f"again.{after}") from e
+        mapped = stack.enter_context(mmap.mmap(archive.fp.fileno(), 0,
+                                               access=mmap.ACCESS_READ))
+    except (AttributeError, OSError, ValueError):  # no file (a file object), no mmap
+        return None
+    with archive.open(info):  # zipfile's checks of the member's local header
+        pass
+    # the data follows the 30-byte local header, its name and its extra field
+    name_size, extra_size = struct.unpack_from("<HH", mapped, info.header_offset + 26)
+    start = info.header_offset + 30 + name_size + extra_size
+    if start + info.compress_size > len(mapped):
+        raise EOFError(f"the archive ends {start + info.compress_size - len(mapped)} bytes "
+                       f"before the end of {info.filename!r}")
+    whole = stack.enter_context(memoryview(mapped))
+    return stack.enter_context(whole[start:start + info.compress_size])
+
+
+def _read_member(archive, info):
+    """The bytes of the member `info`, read through zipfile once (which checks their CRC-32 at
+    the end of the read)."""
+    data = bytearray(info.file_size)
+    with archive.open(info) as f, memoryview(data) as view:
+        at = 0
+        while at < len(data):
+            read = f.readinto(view[at:at + (1 << 24)])
+            if not read:
+                raise EOFError(f"{info.filename!r} ends after {at} of {len(data)} bytes")
+            at += read
+        if f.read(1):  # zipfile checks the CRC-32 once it reaches the end
+            raise zipfile.BadZipFile(f"{info.filename!r} holds more than {len(data)} bytes")
+    return data
 
 
 def check_archive_store(store):
@@ -380,14 +471,14 @@ def config_settings(config):
 def _open_h5(filepath):
     """-> (the h5 file, the task class a `.keras` archive's config names, else None, the
     archive's `config_settings`, else None); a `.keras` archive's weights verified first
-    (`verify_archive`)."""
+    (`archive_member`), and read through its view (`_Window`)."""
     if filepath.endswith(".keras"):
-        with zipfile.ZipFile(filepath) as archive:
-            verify_archive(archive, filepath, after=" Nothing was loaded.")
-            with archive.open(ARCHIVE_WEIGHTS) as f, h5py.File(f, "r") as h5:
-                config = json.loads(archive.read("config.json"))
-                ours = str(config.get("module", "")).startswith("keras_bertfam.tasks.")
-                yield h5, config.get("class_name") if ours else None, config_settings(config)
+        with zipfile.ZipFile(filepath) as archive, archive_member(
+                archive, filepath, after=" Nothing was loaded.") as view, \
+                h5py.File(_Window(view), "r") as h5:
+            config = json.loads(archive.read("config.json"))
+            ours = str(config.get("module", "")).startswith("keras_bertfam.tasks.")
+            yield h5, config.get("class_name") if ours else None, config_settings(config)
     else:
         with h5py.File(filepath, "r") as h5:
             yield h5, None, None
