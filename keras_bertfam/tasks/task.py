@@ -26,7 +26,8 @@ from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
                                                     check_no_text_labels)
-from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
+from keras_bertfam.preprocessing.errors import (carries_tf_errors, check_column_lengths,
+                                                check_text_batch)
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
@@ -2059,12 +2060,16 @@ def check_raw_inputs(x, task_name, expected):
     if isinstance(x, tuple) and not x:
         raise ValueError(f"{task_name} got an empty tuple: it takes {expected}.")
     parts = x if isinstance(x, tuple) else (x,)
-    for part in parts:
+    for i, part in enumerate(parts):
         if isinstance(part, (str, bytes)):
             raise ValueError(
                 f"{task_name} reads a tuple as columns (e.g. (first_texts, second_texts)), each "
                 f"a batch; got a tuple of strings {x!r:.80}. For a batch of texts pass a list.")
-        if isinstance(part, (tuple, dict)):
+        if isinstance(part, tuple):  # (keras-hub's tuples are inputs apart, never a batch)
+            raise ValueError(
+                f"{task_name} reads a tuple as columns, each a batch; got column {i} as a tuple "
+                f"{part!r:.60}: pass each column as a list or an array, e.g. list(column).")
+        if isinstance(part, dict):
             continue
         if getattr(part, "ndim", None) == 0:
             raise ValueError(
@@ -2155,15 +2160,10 @@ def check_labels_not_a_dict(task, x, y):
 def check_example_counts(x, y, sample_weight, task_name):
     """Columns, labels and sample weights of in-memory inputs hold the same number of examples
     (TensorFlow's message was "Dimensions 3 and 2 are not compatible")."""
+    check_column_lengths(x, task_name)
     n = _num_examples(x)
     if n is None:
         return
-    if isinstance(x, tuple):
-        for i, part in enumerate(x[1:], 1):
-            if isinstance(part, (list, np.ndarray)) and len(part) != n:
-                raise ValueError(
-                    f"{task_name} got columns of different lengths: column 0 has {n} examples, "
-                    f"column {i} has {len(part)}.")
     for name, values in (("y", y), ("sample_weight", sample_weight)):
         if getattr(values, "ndim", None) == 0:
             raise ValueError(f"{task_name} got {name} as a 0-d array ({values!r:.40}): {name} "
