@@ -197,30 +197,32 @@ def test_head_importance_matches_hf_head_mask(tmp_path):
         x["token_ids"] = rng.integers(5, len(VOCAB), (3, 8)).astype("int32")
         batches.append((x, rng.integers(0, 2, (3,)).astype("int32")))
 
-    # HF: the gradient of its loss with respect to a head_mask of ones
-    hf_raw = np.zeros((2, 4))
-    for x, y in batches:
-        head_mask = torch.ones(2, 4, requires_grad=True)
+    def hf_gradients(start):  # HF: the gradient of its loss with respect to a head_mask
+        hf_raw = np.zeros((2, 4))
+        for x, y in batches:
+            head_mask = torch.tensor(start, requires_grad=True)
 
-        def hook(i):
-            def scale(module, args):
-                (context,) = args  # (B, T, N * Hd)
-                b, t, _ = context.shape
-                return (context.view(b, t, 4, -1) * head_mask[i][None, None, :, None]).view(
-                    b, t, -1),
-            return scale
+            def hook(i, head_mask=head_mask):
+                def scale(module, args):
+                    (context,) = args  # (B, T, N * Hd)
+                    b, t, _ = context.shape
+                    return (context.view(b, t, 4, -1) * head_mask[i][None, None, :, None]
+                            ).view(b, t, -1),
+                return scale
 
-        handles = [layer.attention.output.dense.register_forward_pre_hook(hook(i))
-                   for i, layer in enumerate(hf.bert.encoder.layer)]
-        out = hf(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
-                 attention_mask=torch.tensor(x["padding_mask"]),
-                 token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
-                 labels=torch.tensor(y, dtype=torch.long))
-        out.loss.backward()
-        for handle in handles:
-            handle.remove()
-        hf_raw += head_mask.grad.abs().numpy()
-    hf_norm = hf_raw / np.sqrt((hf_raw ** 2).sum(-1, keepdims=True))
+            handles = [layer.attention.output.dense.register_forward_pre_hook(hook(i))
+                       for i, layer in enumerate(hf.bert.encoder.layer)]
+            out = hf(input_ids=torch.tensor(x["token_ids"], dtype=torch.long),
+                     attention_mask=torch.tensor(x["padding_mask"]),
+                     token_type_ids=torch.tensor(x["segment_ids"], dtype=torch.long),
+                     labels=torch.tensor(y, dtype=torch.long))
+            out.loss.backward()
+            for handle in handles:
+                handle.remove()
+            hf_raw += head_mask.grad.abs().numpy()
+        return hf_raw, hf_raw / np.sqrt((hf_raw ** 2).sum(-1, keepdims=True))
+
+    hf_raw, hf_norm = hf_gradients(np.ones((2, 4), "float32"))
 
     import tensorflow as tf
 
@@ -241,6 +243,25 @@ def test_head_importance_matches_hf_head_mask(tmp_path):
     assert result.accuracy_drop[1, 2] == pytest.approx(result.baseline - acc)
     assert result.accuracy_drop.shape == (2, 4) and np.isfinite(result.accuracy_drop).all()
 
+    # From a mask (HF's compute_heads_importance(head_mask=...), as its mask_heads loop calls
+    # it): a masked head's gradient is HF's in `raw`, and in the per-layer norm of the heads
+    # left, whose scores are HF's; its own score is NaN (HF's mask_heads sets it to inf before
+    # choosing): not a head of the model, never ranked as the least important. Its score was
+    # finite, e.g. the second lowest, the next one a ranking of `importance` would mask again.
+    start = np.ones((2, 4), "float32")
+    start[0, 1] = start[1, 3] = 0
+    hf_raw, hf_norm = hf_gradients(start)
+    result = kb.analysis.head_importance(clf, data, mask=start, accuracy_drop=False)
+    assert np.abs(result.raw - hf_raw).max() <= 1e-4 * np.abs(hf_raw).max()
+    assert np.isnan(result.importance[start == 0]).all()
+    assert np.abs(result.importance - hf_norm)[start == 1].max() <= 1e-4
+    masked = kb.analysis.head_importance(clf, data, mask=start, accuracy_drop=True,
+                                         normalize_global=True)
+    assert np.isnan(masked.importance[start == 0]).all()
+    assert np.isnan(masked.accuracy_drop[start == 0]).all()
+    kept = kb.analysis.normalize_importance(hf_raw, normalize_global=True)[start == 1]
+    np.testing.assert_allclose(masked.importance[start == 1], kept, atol=1e-4)
+
 
 def test_head_importance_on_raw_strings_and_bad_input():
     clf = classifier(bert(num_layers=2))
@@ -258,6 +279,8 @@ def test_iterative_pruning_curve(tmp_path):
     clf = classifier(bert(num_layers=2))
     curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.5, step=0.25)
     assert [r["heads_pruned"] for r in curve.rows] == [0, 2, 4]
+    for before, after in zip(curve.masks, curve.masks[1:]):  # a masked head is never re-chosen
+        assert (after[before == 0] == 0).all() and (after == 0).sum() == (before == 0).sum() + 2
     plan = curve.plan()
     assert sum(len(h) for h in plan.values()) == 4
     assert all(len(h) < 4 for h in plan.values())  # no layer emptied

@@ -900,6 +900,50 @@ def test_hf_xlnet_dir_with_only_tokenizer_json(tmp_path):
         hf_tok(t, add_special_tokens=False)["input_ids"] for t in UNIGRAM_TEXTS]
 
 
+@pytest.mark.parametrize("files", ["tokenizer.json", "spiece.model"])
+def test_hf_xlnet_dir_with_keep_accents_gives_hfs_ids(tmp_path, files):
+    """transformers 5's XLNetTokenizer (what AutoTokenizer and XLNetTokenizer.from_pretrained
+    both return) builds NFKD + StripAccents whatever tokenizer_config.json's `keep_accents`
+    (and over tokenizer.json's own normalizer); ours kept the accents such a directory asks to
+    keep (as the original preprocess_text and transformers 4 did): other ids than HF's on
+    accented text, silently. Now HF's, with a warning naming the ignored setting."""
+    import shutil
+
+    import transformers
+
+    from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
+
+    spm_dir, path = tmp_path / "spm", tmp_path / "hf"
+    spm_dir.mkdir()
+    lines = [f"The film number {i} was great, café naïve résumé {i % 7}." for i in range(300)]
+    train_xlnet_sentencepiece_model(lines * 3, 60, output_file=str(spm_dir / "spiece.model"))
+    transformers.XLNetConfig(vocab_size=60, d_model=16, n_layer=1, n_head=2,
+                             d_inner=32).save_pretrained(path)
+    transformers.XLNetTokenizer.from_pretrained(str(spm_dir)).save_pretrained(path)
+    if files == "spiece.model":  # the original's files: no tokenizer.json
+        os.remove(path / "tokenizer.json")
+        shutil.copy(spm_dir / "spiece.model", path)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    (path / "tokenizer_config.json").write_text(json.dumps(dict(config, keep_accents=True)))
+    texts = ["café naïve résumé", "Crème brûlée à la ÀÉÎõü", "plain text"]
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    hf_ids = [hf_tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    with pytest.warns(UserWarning, match=r"keep_accents=True, which transformers 5's "
+                                         r"XLNetTokenizer ignores: it strips accents"):
+        tokenizer = kb.preprocessing.Tokenizer.from_preset(str(path))
+    assert tokenizer(texts).to_list() == hf_ids
+    assert not tokenizer.keep_accents
+    if files == "spiece.model":  # the other way: a tokenizer keeping accents, exported
+        kept = kb.preprocessing.XLNetTokenizer(str(spm_dir / "spiece.model"), keep_accents=True)
+        assert kept(texts).to_list() != hf_ids
+        with pytest.warns(UserWarning, match=r"keeps accents \(keep_accents=True\).*"
+                                             r"transformers 5's XLNetTokenizer ignores it"):
+            kb.presets.export_to_transformers(kb.models.XLNetBackbone(60, 1, 2, 16, 32),
+                                              str(tmp_path / "out"), tokenizer=kept)
+        exported = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+        assert [exported(t, add_special_tokens=False)["input_ids"] for t in texts] == hf_ids
+
+
 def _hf_albert_dir(path, spiece):
     """A one-layer random HF ALBERT saved at `path` with the slow tokenizer of `spiece` (its save
     writes tokenizer.json beside spiece.model) -> that HF tokenizer."""

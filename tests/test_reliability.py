@@ -1004,6 +1004,46 @@ def test_a_first_script_s_wrong_inputs_are_named(classifier):
     classifier.fit((texts, texts), np.array([[0], [1]]), epochs=1, verbose=0)
 
 
+def test_a_text_pair_s_two_batches_hold_as_many_texts(classifier):
+    """A tuple is segments, as keras-hub reads it: one batch, or a text pair of two batches
+    (keras-hub packs more, whose third segment id its BERT has no row for; ours refuses them).
+    Columns of different lengths were named only when both were lists or arrays: a string
+    tensor of another length reached the packer ("Shapes of all inputs must
+    match", "Dimensions 2 and 1 are not compatible"), a tuple of tuples gave an IndexError,
+    the preprocessor called directly a packer error, a dataset of such pairs a graph error."""
+    texts = ["good film", "bad film"]
+    lengths = "columns of different lengths: column 0 has 2 examples, column 1 has 1"
+    for pair in ((texts, tf.constant(["a"])), (tf.constant(texts), tf.constant(["a"])),
+                 (np.array(texts), ["a"])):
+        for call in (lambda: classifier.predict(pair, verbose=0),
+                     lambda: classifier.predict_on_batch(pair),
+                     lambda: classifier.fit(pair, [0, 1], verbose=0)):
+            with pytest.raises(ValueError, match="TextClassifier got " + lengths):
+                call()
+        with pytest.raises(ValueError, match="TextClassifierPreprocessor got " + lengths):
+            classifier.preprocessor(pair)
+    with pytest.raises(ValueError, match=r"TextClassifier reads a tuple as columns, each a "
+                                         r"batch; got column 0 as a tuple \('good film', "):
+        classifier.predict((tuple(texts), tuple(texts)), verbose=0)
+    uneven = tf.data.Dataset.zip((tf.data.Dataset.from_tensors(tf.constant(texts)),
+                                  tf.data.Dataset.from_tensors(tf.constant(["a"]))))
+    unknown = tf.data.Dataset.from_generator(  # batch sizes known only in the graph
+        lambda: iter([(texts, ["a"])]), output_signature=(tf.TensorSpec([None], tf.string),) * 2)
+    for data in (uneven, unknown):
+        with pytest.raises(ValueError, match=r"segments of different batch sizes: segment 0 has "
+                                             r"2 examples, segment 1 has 1"):
+            classifier.predict(data, verbose=0)
+    with pytest.raises(ValueError, match="TextClassifier takes one or two segments, got 3"):
+        classifier.predict((texts, texts, texts), verbose=0)
+    # real pairs, and a tuple of one batch (one segment)
+    pair = classifier.predict((texts, texts), verbose=0)
+    for same in ((tf.constant(texts), tf.constant(texts)), (np.array(texts), texts),
+                 tf.data.Dataset.from_tensor_slices((texts, texts)).batch(2)):
+        np.testing.assert_allclose(classifier.predict(same, verbose=0), pair, atol=1e-5)
+    np.testing.assert_allclose(classifier.predict((texts,), verbose=0),
+                               classifier.predict(texts, verbose=0), atol=1e-6)
+
+
 def test_fit_and_evaluate_without_labels_say_so(classifier):
     """Keras' message was "None values not supported"."""
     for call, method in ((classifier.fit, "fit"), (classifier.evaluate, "evaluate")):

@@ -626,6 +626,86 @@ def test_model_inputs_from_generators_py_datasets_and_torch_data_loaders_are_che
         mlm.fit(torch.utils.data.DataLoader(examples, batch_size=2), verbose=0)
 
 
+def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
+    """`preprocessor=None`: a Longformer task's padding_mask holding 2 (HF's global token) or a
+    global_attention_mask holding -1 (HF's padding) trained and predicted silently on JAX (its
+    jitted step cannot raise; TensorFlow's graph stopped, in the backbone); any family's
+    padding_mask of 2 or -1 was read as 1 everywhere. Masks hold 0 and 1 only, checked where
+    ids are, naming the input, the value and its position: in memory (fit, predict, evaluate,
+    validation data, `*_on_batch`), in a dataset's pipeline, and batch by batch from a Python
+    generator, a PyDataset and a torch DataLoader."""
+    import torch
+
+    longformer = kb.models.LongformerBackbone(100, 1, 2, 16, 32, max_sequence_length=16,
+                                              attention_window=4)
+    bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    good = {"token_ids": np.full((2, 8), 5, "int32"), "segment_ids": np.zeros((2, 8), "int32"),
+            "padding_mask": np.ones((2, 8), "int32")}
+    labels = np.array([0, 1])
+
+    class Batches(keras.utils.PyDataset):
+        def __init__(self, x):
+            super().__init__()
+            self.x = x
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return self.x, labels
+
+    def loader(x):
+        return torch.utils.data.DataLoader(
+            [({k: torch.as_tensor(v[i]) for k, v in x.items()}, int(labels[i])) for i in (0, 1)],
+            batch_size=2)
+
+    for backbone, value in ((longformer, 2), (longformer, -1), (bert, 2)):
+        clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+        mask = good["padding_mask"].copy()
+        mask[1, 1] = value
+        bad = dict(good, padding_mask=mask)
+        message = (rf"TextClassifier got padding_mask {value} at padding_mask\[1, 1\]"
+                   r"{}: expected 0 and 1 only \(1: a token, 0: padding\)")
+        for call in (lambda: clf.fit(bad, labels, verbose=0),
+                     lambda: clf.predict(bad, verbose=0),
+                     lambda: clf.evaluate(bad, labels, verbose=0),
+                     lambda: clf.fit(good, labels, validation_data=(bad, labels), verbose=0),
+                     lambda: clf.train_on_batch(bad, labels),
+                     lambda: clf.predict_on_batch(bad),
+                     lambda: clf.fit(((bad, labels) for _ in range(1)), verbose=0),
+                     lambda: clf.fit(Batches(bad), verbose=0),
+                     lambda: clf.fit(loader(bad), verbose=0)):
+            with pytest.raises(ValueError, match=message.format("")):
+                call()
+        data = tf.data.Dataset.from_tensor_slices((bad, labels)).batch(2)
+        with pytest.raises(Exception, match=message.format(" of a batch")):
+            clf.fit(data, verbose=0)
+    half = np.ones((2, 8), "float32")
+    half[0, 2] = 0.5  # in [0, 1], but not a mask value
+    with pytest.raises(ValueError, match=r"got padding_mask 0.5 at padding_mask\[0, 2\]"):
+        clf.predict(dict(good, padding_mask=half), verbose=0)
+    history = clf.fit(good, labels, verbose=0).history  # 0 / 1 masks train
+    clf.predict(dict(good, padding_mask=good["padding_mask"] == 1), verbose=0)  # bool: a mask
+    assert np.isfinite(history["loss"]).all()
+
+    # a Distiller of Longformers takes global_attention_mask as an input
+    distiller = kb.tasks.Distiller(kb.tasks.MaskedLM(longformer, preprocessor=None),
+                                   kb.models.LongformerBackbone(100, 1, 2, 16, 32,
+                                                                max_sequence_length=16,
+                                                                attention_window=4),
+                                   preprocessor=None)
+    glob = np.zeros((2, 8), "int32")
+    glob[0, 3] = -1
+    x = dict(good, global_attention_mask=glob, mask_positions=np.array([[1, 2]] * 2))
+    y = {"mask_ids": np.array([[5, 6], [7, 8]]), "mask_weights": np.ones((2, 2), "float32")}
+    message = (r"Distiller got global_attention_mask -1 at global_attention_mask\[0, 3\]{}: "
+               r"expected 0 and 1 only \(1: global attention on a token, 0: local\)")
+    with pytest.raises(ValueError, match=message.format("")):
+        distiller.fit(x, y, verbose=0)
+    with pytest.raises(Exception, match=message.format(" of a batch")):
+        distiller.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(2), verbose=0)
+
+
 def test_evaluate_gives_the_metric_of_the_whole_data_whatever_the_batching():
     """Tracked metrics are weighted means (real tokens, masked slots, sample weights); the
     epoch's mean weighted each batch by its rows, so a token accuracy of 0.20 read 0.22 at batch

@@ -21,7 +21,8 @@ class HeadImportance:
     baseline minus the masked metric for an accuracy, the masked minus the baseline for a loss
     (`lower_is_better`, e.g. a regression's `mse`), so that positive always means the head
     helps; `drop_name` names it (`accuracy_drop`, `mse_increase`); `baseline`: the metric of the
-    unmasked model; `metric`: its name. NaN marks pruned heads."""
+    unmasked model; `metric`: its name. NaN marks pruned heads, and in `importance` and
+    `accuracy_drop` the heads the starting mask masks (`head_importance(mask=...)`)."""
 
     importance: np.ndarray
     raw: np.ndarray
@@ -213,7 +214,13 @@ def head_importance(task, data, batch_size=32, accuracy_drop=True, normalize_glo
             preprocessor, model inputs otherwise.
         accuracy_drop: also mask one head at a time and measure the metric (accuracy for a
             classifier): L x N more passes over the data.
-        mask: an (L, N) starting head mask (0 = already masked), as in the pruning loop.
+        mask: an (L, N) starting head mask (0 = already masked), as in the pruning loop. The
+            heads it masks keep their gradient in `raw` (HF's `compute_heads_importance` with
+            that `head_mask`: how much unmasking the head would change the loss) and count in
+            their layer's norm, so the other heads' scores are HF's; their own `importance`
+            (and `accuracy_drop`) is NaN: no longer heads of the model, never ranked among the
+            least important ones (HF's `mask_heads` sets them to inf before choosing, as
+            `iterative_pruning` does).
         progress: optional callable `progress(k)` after each masked-head pass (or once, at the
             end, without `accuracy_drop`).
 
@@ -230,7 +237,10 @@ def head_importance(task, data, batch_size=32, accuracy_drop=True, normalize_glo
     start = _check_mask(mask, counts)
     batches = _batches(task, data, batch_size)
     raw = _importance(task, backbone, batches, start, counts)
-    importance = normalize_importance(raw, normalize_global=normalize_global)
+    # HF's scores (its compute_heads_importance: a masked head's gradient in its layer's norm
+    # too); a masked head's own score NaN, where HF's mask_heads puts inf before choosing
+    importance = np.where(start == 0, np.nan,
+                          normalize_importance(raw, normalize_global=normalize_global))
     metric = _metric_name(task, batches[0])
     evaluate = _Evaluator(task, backbone, batches, metric, counts) if metric else None
     baseline = evaluate(start) if metric else None

@@ -20,6 +20,11 @@ from keras_bertfam.models.weights_files import (check_archive_store, check_weigh
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Inputs of the pretraining heads, which ride in the same dict as the backbone's.
 HEAD_INPUTS = ("mask_positions", "span_starts", "span_ends", "perm_mask", "target_mapping")
+# The backbones' mask inputs, which hold 0 and 1 only, and what each value means: another value
+# is refused naming the mask (the tasks' checks of model inputs, `kb.tasks.task.check_ids` and
+# `_check_masks_in_memory`, on every backend; a Longformer's own, `check_mask_values`).
+MASK_INPUTS = {"padding_mask": "1: a token, 0: padding",
+               "global_attention_mask": "1: global attention on a token, 0: local"}
 
 
 def bert_initializer(stddev=0.02):

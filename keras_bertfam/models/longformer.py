@@ -13,7 +13,13 @@ from keras_bertfam.layers.longformer_attention import (
     merge_attention_masks,
 )
 from keras_bertfam.layers.utils import clone_initializer
-from keras_bertfam.models.backbone import Backbone, _check_positive, _unique, bert_initializer
+from keras_bertfam.models.backbone import (
+    MASK_INPUTS,
+    Backbone,
+    _check_positive,
+    _unique,
+    bert_initializer,
+)
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET
 
 LONGFORMER_INPUTS = ("token_ids", "segment_ids", "padding_mask", "global_attention_mask")
@@ -97,11 +103,10 @@ def check_global_tokens(mask, max_global_tokens):
 
 
 MASK_NOT_0_OR_1 = {
-    "padding_mask": "{name} must hold 0 and 1 only, got {{}} (1: a token, 0: padding). HF's "
-                    "attention_mask of 2 (a global token) is global_attention_mask=1 here.",
-    "global_attention_mask": "{name} must hold 0 and 1 only, got {{}} (1: global attention on a "
-                             "token, 0: local).",
-}
+    name: f"{name} must hold 0 and 1 only, got {{}} ({meaning})." for name, meaning in
+    MASK_INPUTS.items()}
+MASK_NOT_0_OR_1["padding_mask"] += (" HF's attention_mask of 2 (a global token) is "
+                                    "global_attention_mask=1 here.")
 
 
 def check_mask_values(mask, name):
@@ -112,8 +117,7 @@ def check_mask_values(mask, name):
     flat = ops.concatenate([flat, ops.zeros((1,), flat.dtype)])  # an index for an empty batch
     bad = ops.logical_and(ops.not_equal(flat, 0), ops.not_equal(flat, 1))
     value = ops.take(flat, ops.argmax(ops.cast(bad, "int32")))  # the first such value
-    message = MASK_NOT_0_OR_1[name].format(name=name)
-    return _refuse_if(mask, ops.any(bad), value, message, f"check_{name}")
+    return _refuse_if(mask, ops.any(bad), value, MASK_NOT_0_OR_1[name], f"check_{name}")
 
 
 def _refuse_if(tensor, failed, value, message, name):

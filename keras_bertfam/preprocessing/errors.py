@@ -111,6 +111,22 @@ def carries_tf_errors(call):
     return carrying_call
 
 
+def _first_or_zero(values):
+    """The first of `values` (a vector, maybe empty), or 0 where it is empty: an index or value
+    a failed check names, read without a condition on the check."""
+    return tf.concat([values, tf.zeros([1], values.dtype)], 0)[0]
+
+
+def _assert_then(values, ok, message, bad, *more):
+    """`values` once `ok`; else the pipeline stops with `message` formatted with the first of
+    `bad` (a vector, maybe empty) and `more` values: one string, which reads as a sentence
+    (an assertion's several data items print on lines of their own, strings as b'...')."""
+    check = tf.debugging.Assert(ok, [tf.strings.format(message, (_first_or_zero(bad), *more))])
+    with tf.control_dependencies([check]):
+        return tf.identity(values) if not isinstance(values, tf.RaggedTensor) else \
+            values.with_flat_values(tf.identity(values.flat_values))
+
+
 class KeepsTFErrors:
     """Mixin of a Keras layer that runs TensorFlow ops: each `call` of its subclasses lets a
     TensorFlow error out with its message, on every backend (module docstring)."""
@@ -123,6 +139,38 @@ class KeepsTFErrors:
 
 
 # === Raw text in another shape ===
+def check_column_lengths(x, who):
+    """Raw columns (a tuple: a text pair's two batches, a QuestionAnswerer's questions and
+    contexts, ...) hold as many examples each, where that is known without reading them (a
+    list's, an array's or a pandas Series' length, a tensor's static batch size); else an error
+    naming both counts. A string tensor or a Series of another length reached the packer
+    ("Shapes of all inputs must match"); a task's `fit` said "Dimensions 2 and 1 are not
+    compatible". (What is known only in a graph: the packers' own check, `packing`.)"""
+    if not isinstance(x, tuple) or len(x) < 2:
+        return
+    counts = [(i, n) for i, n in enumerate(map(_batch_size, x)) if n is not None]
+    for i, n in counts[1:]:
+        if n != counts[0][1]:
+            raise ValueError(f"{who} got columns of different lengths: column {counts[0][0]} "
+                             f"has {counts[0][1]} examples, column {i} has {n}.")
+
+
+def _batch_size(column):
+    """How many examples one raw column holds, where that is known without reading it; else
+    None (a string, a dict, a 0-d value, a tensor of unknown batch size: named elsewhere)."""
+    if isinstance(column, (str, bytes, dict)):
+        return None
+    shape = getattr(column, "shape", None)
+    if isinstance(shape, tf.TensorShape):
+        return shape[0] if shape.rank else None
+    if shape is not None and len(shape) == 0:
+        return None
+    try:
+        return len(column)
+    except TypeError:
+        return None
+
+
 def check_text_batch(x, who, expected, rank=1):
     """One batch of raw text, as a task's `fit` / `predict` or a preprocessor's call receives
     it (a Python list, an array, a pandas Series, a tensor): refused, naming its type and shape

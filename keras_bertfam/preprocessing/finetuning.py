@@ -14,7 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.preprocessing.errors import KeepsTFErrors, check_text_batch
+from keras_bertfam.preprocessing.errors import (KeepsTFErrors, _assert_then, _first_or_zero,
+                                                check_column_lengths, check_text_batch)
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
@@ -172,22 +173,6 @@ def check_label_shape(shape, who, what, note):
 
 def _flat(values):
     return tf.reshape(values.flat_values if isinstance(values, tf.RaggedTensor) else values, [-1])
-
-
-def _first_or_zero(values):
-    """The first of `values` (a vector, maybe empty), or 0 where it is empty: an index or value
-    a failed check names, read without a condition on the check."""
-    return tf.concat([values, tf.zeros([1], values.dtype)], 0)[0]
-
-
-def _assert_then(values, ok, message, bad, *more):
-    """`values` once `ok`; else the pipeline stops with `message` formatted with the first of
-    `bad` (a vector, maybe empty) and `more` values: one string, which reads as a sentence
-    (an assertion's several data items print on lines of their own, strings as b'...')."""
-    check = tf.debugging.Assert(ok, [tf.strings.format(message, (_first_or_zero(bad), *more))])
-    with tf.control_dependencies([check]):
-        return tf.identity(values) if not isinstance(values, tf.RaggedTensor) else \
-            values.with_flat_values(tf.identity(values.flat_values))
 
 
 def as_labels(labels):
@@ -447,6 +432,7 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
         naming what it is and `raw_inputs`."""
         if isinstance(x, (tuple, list)) and len(x) == 2 and not any(
                 isinstance(part, (str, bytes)) for part in x):
+            check_column_lengths(tuple(x), who or type(self).__name__)
             return
         count = f" of {len(x)} items" if isinstance(x, (tuple, list)) else ""
         raise ValueError(f"{who or type(self).__name__} takes {self.raw_inputs}; got a "
@@ -618,6 +604,7 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     def check_raw(self, x, who=None):
         """Each segment one batch of texts (`as_segments`: `check_text_batch`)."""
         as_segments(x, who or type(self).__name__, self.raw_inputs)
+        check_column_lengths(x, who or type(self).__name__)
 
     def call(self, x, y=None, sample_weight=None):
         segments = as_segments(x)  # checked where x entered (`check_raw`)

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_bertfam.preprocessing.errors import KeepsTFErrors
+from keras_bertfam.preprocessing.errors import KeepsTFErrors, _assert_then, _first_or_zero
 from keras_bertfam.preprocessing.seeding import SeededStage
 from keras_bertfam.preprocessing.ragged import keep_values, merge_rows, rows_and_index
 
@@ -209,7 +209,7 @@ def xlnet_pack(segment_a, segment_b=None, sequence_length=128, sep_token_id=4, c
         raise ValueError(f"sequence_length={sequence_length} cannot hold XLNet's "
                          f"{len(segments) + 1} special tokens.")
     # kept: one segment's first `budget` tokens; two longest first (`longest_first_lengths`)
-    lengths = tf.stack([tf.cast(s.row_lengths(), tf.int32) for s in segments], axis=1)
+    lengths = stacked_row_lengths(segments, "xlnet_pack")
     closings = [[sep_token_id]] * (len(segments) - 1) + [[sep_token_id, cls_token_id]]
     ids, segment_ids, mask = pack_segments(segments, [], closings,
                                            round_robin_lengths(lengths, budget),
@@ -218,6 +218,27 @@ def xlnet_pack(segment_a, segment_b=None, sequence_length=128, sep_token_id=4, c
     last = tf.range(sequence_length) == sequence_length - 1
     segment_ids = tf.where(last, 2, tf.where(mask, segment_ids, pad_segment_id))
     return dict(token_ids=ids, segment_ids=segment_ids, padding_mask=tf.cast(mask, tf.int32))
+
+
+def stacked_row_lengths(segments, who):
+    """The (B, K) int32 row lengths of K ragged (B, (L)) segments, once they hold as many rows
+    each: else a ValueError where the counts are known, or in a graph an assertion, naming
+    them (`tf.stack`'s was "Shapes of all inputs must match": a text pair whose two batches
+    differ, e.g. a dataset zipping batches of 2 and of 1)."""
+    lengths = [tf.cast(s.row_lengths(), tf.int32) for s in segments]
+    message = (f"{who} got segments of different batch sizes: segment 0 has {{}} examples, "
+               "segment {} has {} (a text pair's two batches hold as many texts).")
+    counts = [s.shape[0] for s in segments]
+    if None not in counts:
+        for i, n in enumerate(counts[1:], 1):
+            if n != counts[0]:
+                raise ValueError(message.format(counts[0], i, n))
+    elif len(segments) > 1:
+        rows = tf.stack([tf.shape(length)[0] for length in lengths])  # (K,)
+        other = tf.where(tf.not_equal(rows, rows[0]))[:, 0]
+        lengths[0] = _assert_then(lengths[0], tf.equal(tf.size(other), 0), message, rows[:1],
+                                  _first_or_zero(other), tf.gather(rows, _first_or_zero(other)))
+    return tf.stack(lengths, axis=1)
 
 
 def left_pad(x, length, value):
@@ -363,7 +384,7 @@ class SegmentPacker(_TFLayer):
             raise ValueError(
                 f"sequence_length={self.sequence_length} cannot hold the {num_special} special tokens."
             )
-        lengths = tf.stack([tf.cast(s.row_lengths(), tf.int32) for s in segments], axis=1)  # (B, K)
+        lengths = stacked_row_lengths(segments, type(self).__name__)  # (B, K)
         if self.truncate == "round_robin":
             keep = round_robin_lengths(lengths, budget)
         else:

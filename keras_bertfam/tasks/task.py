@@ -20,14 +20,15 @@ import tensorflow as tf
 from keras import ops, tree
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.models.backbone import complete_inputs
+from keras_bertfam.models.backbone import MASK_INPUTS, complete_inputs
 from keras_bertfam.models.weights_files import (check_archive_store, check_weights_file,
                                                  record)
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
                                                     check_no_text_labels)
-from keras_bertfam.preprocessing.errors import carries_tf_errors, check_text_batch
+from keras_bertfam.preprocessing.errors import (carries_tf_errors, check_column_lengths,
+                                                check_text_batch)
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
@@ -617,8 +618,9 @@ class Task(keras.Model):
 
     def _checked_model_inputs(self, x, y=None):
         """Model inputs a user gives (preprocessor=None, `*_on_batch`): token and segment ids
-        checked against the backbone's tables, and label ids against theirs (`y`, or a
-        dataset's labels: `_label_tables`), in memory now (`_check_ids_in_memory`) or, for a
+        checked against the backbone's tables, masks for 0 and 1 only, and label ids against
+        theirs (`y`, or a dataset's labels: `_label_tables`), in memory now
+        (`_check_ids_in_memory`, `_check_masks_in_memory`) or, for a
         dataset, in its `tf.data` graph as it is read (`check_ids`), or, for a Python
         generator, a `keras.utils.PyDataset` or a torch `DataLoader`, batch by batch as Keras
         reads it (`_checked_batches`, `_CheckedPyDataset`, `_checked_data_loader`); then
@@ -631,6 +633,7 @@ class Task(keras.Model):
             return _checked_data_loader(self, x)
         if isinstance(x, dict) and "token_ids" in x:
             _check_ids_in_memory(self, x)
+            _check_masks_in_memory(self, x)
             _check_labels_in_memory(self, y)
         return self._checked_features(x, ids=True)
 
@@ -1617,7 +1620,12 @@ def check_ids(task, features):
     embedding gather failed with its own message; on JAX and on GPUs it does not fail at all
     (an out-of-range gather is clamped or filled: a silently wrong answer), so the check is
     here, in the input pipeline, on every backend. A batch costs the ids' minimum and maximum;
-    the first wrong id is looked for only where there is one."""
+    the first wrong id is looked for only where there is one.
+
+    Masks (`MASK_INPUTS`: every family's padding_mask, a Longformer's global_attention_mask)
+    hold 0 and 1 only: else the pipeline stops naming the first other value and its position
+    (a Longformer refuses them in its TensorFlow graph, but a JAX step cannot raise; every
+    family read a nonzero value as 1)."""
     name = type(task).__name__
     checked = dict(features)
     for key, size, bound in _id_tables(task):
@@ -1625,6 +1633,13 @@ def check_ids(task, features):
         if isinstance(ids, tf.Tensor):
             checked[key] = _checked_in_range(ids, size, f"{name} got {key}", key,
                                              _id_range(task, size, bound))
+    for key in MASK_INPUTS:
+        mask = features.get(key)
+        if isinstance(mask, tf.Tensor) and (mask.dtype.is_integer or mask.dtype.is_floating):
+            wrong = tf.logical_and(tf.not_equal(mask, 0), tf.not_equal(mask, 1))
+            checked[key] = _checked_where(mask, tf.logical_not(tf.reduce_any(wrong)),
+                                          lambda wrong=wrong: wrong, f"{name} got {key}", key,
+                                          _mask_expected(key))
     ids = checked.get("token_ids")
     if isinstance(ids, tf.Tensor) and ids.shape.rank is not None and ids.shape.rank >= 2:
         # rows longer than the position table (a JAX or torch slice error, deep in the model),
@@ -1674,23 +1689,36 @@ def _checked_spans(positions, starts, ends, name):
 
 def _checked_in_range(ids, size, what, key, expected):
     """`ids` (a tensor in `tf.data`) once every one is in [0, size); else the pipeline stops
-    with "<what> <the first id out of range> at <key>[<its position>] of a batch: <expected>".
-    A batch costs the ids' minimum and maximum; the first wrong id is looked for only where
-    there is one. Ids of another dtype pass (Keras' input check names it)."""
+    with "<what> <the first id out of range> at <key>[<its position>] of a batch: <expected>"
+    (`_checked_where`). A batch costs the ids' minimum and maximum; the first wrong id is
+    looked for only where there is one. Ids of another dtype pass (Keras' input check names
+    it)."""
     if not (ids.dtype.is_integer or ids.dtype.is_floating):
         return ids
     limit = tf.cast(size, ids.dtype)
     in_range = tf.logical_and(tf.reduce_min(ids) >= 0, tf.reduce_max(ids) < limit)
+    return _checked_where(ids, in_range, lambda: tf.logical_or(ids < 0, ids >= limit), what,
+                          key, expected)
 
+
+def _checked_where(values, ok, wrong, what, key, expected):
+    """`values` (a tensor in `tf.data`) once the scalar `ok` holds; else the pipeline stops with
+    "<what> <the first wrong value> at <key>[<its position>] of a batch: <expected>", the
+    wrong values being where `wrong()` (built only then) holds."""
     def refuse():
-        # built only where an id is out of range: the pass over the ids is the check's cost
-        first = tf.where(tf.logical_or(ids < 0, ids >= limit))[:1]  # (1, rank)
-        index = tf.unstack(first[0]) if ids.shape.rank else []
+        first = tf.where(wrong())[:1]  # (1, rank)
+        index = tf.unstack(first[0]) if values.shape.rank else []
         position = ", ".join(["{}"] * len(index))
         message = f"{what} {{}} at {key}[{position}] of a batch: " + expected
-        return _assert_then(ids, tf.constant(False), message, tf.gather_nd(ids, first), *index)
+        return _assert_then(values, tf.constant(False), message, tf.gather_nd(values, first),
+                            *index)
 
-    return tf.cond(in_range, lambda: tf.identity(ids), refuse)
+    return tf.cond(ok, lambda: tf.identity(values), refuse)
+
+
+def _mask_expected(key):
+    """How an error on the mask input `key` ends: the values it takes."""
+    return f"expected 0 and 1 only ({MASK_INPUTS[key]})."
 
 
 def _label_tables(task, y):
@@ -1751,13 +1779,56 @@ def _check_labels_in_memory(task, y):
         low, high = _min_max(labels)
         if low is None or (low >= 0 and high < size):  # (NaN: neither, so looked at)
             continue
-        values = keras.ops.convert_to_numpy(labels) if not isinstance(labels, np.ndarray) \
-            else labels
-        index = tuple(int(i) for i in np.argwhere(~((values >= 0) & (values < size)))[0])
+        value, where = _first_wrong(labels, lambda v: ~((v >= 0) & (v < size)))
         hint = (" A label to ignore takes weight 0 (sample_weight, mask_weights), not a "
-                "negative id." if values[index] < 0 else "")
-        raise ValueError(f"{name} got label {key} {values[index].item()} at "
-                         f"{key}[{', '.join(map(str, index))}]: {expected}{hint}")
+                "negative id." if value < 0 else "")
+        raise ValueError(f"{name} got label {key} {value} at {key}[{where}]: {expected}{hint}")
+
+
+def _check_masks_in_memory(task, x):
+    """In-memory model inputs (preprocessor=None): each mask (`MASK_INPUTS`) holds 0 and 1 only,
+    else an error naming the mask, the first other value and its position. A Longformer's
+    TensorFlow graph refused them, but its jitted JAX step cannot raise (a padding_mask of 2,
+    HF's global token, trained as a token; a global_attention_mask of -1, HF's padding, as
+    global), and every family read a nonzero value as 1. The mask's minimum and maximum where
+    it is (a float mask is looked at whole: 0.5 is in [0, 1]); the position only where a value
+    is wrong. A dataset's are checked in its graph (`check_ids`)."""
+    name = type(task).__name__
+    for key in MASK_INPUTS:
+        mask = x.get(key)
+        if mask is None or isinstance(mask, (tf.data.Dataset, str, bytes)):
+            continue
+        if isinstance(mask, (list, tuple)):
+            try:
+                mask = np.asarray(mask)
+            except ValueError:  # ragged lists: Keras' own error names them
+                continue
+        try:
+            kind = np.dtype(keras.backend.standardize_dtype(getattr(mask, "dtype", None))).kind
+        except (TypeError, ValueError):
+            continue
+        if kind not in "iuf" or 0 in tuple(getattr(mask, "shape", (0,))):
+            continue  # (a bool mask holds 0 and 1)
+        low, high = _min_max(mask)
+        if low is None or (low >= 0 and high <= 1 and kind != "f"):  # (NaN: looked at)
+            continue
+        found = _first_wrong(mask, lambda v: (v != 0) & (v != 1))
+        if found is not None:
+            value, where = found
+            raise ValueError(f"{name} got {key} {value} at {key}[{where}]: "
+                             + _mask_expected(key))
+
+
+def _first_wrong(values, wrong):
+    """In-memory `values` -> (the first value where `wrong(values as a NumPy array)` holds, as a
+    Python number; its position, as "i, j"), or None where there is none."""
+    values = values if isinstance(values, np.ndarray) else np.asarray(
+        keras.ops.convert_to_numpy(values))
+    found = np.argwhere(wrong(values))
+    if not len(found):
+        return None
+    index = tuple(int(i) for i in found[0])
+    return values[index].item(), ", ".join(map(str, index))
 
 
 def _checked_batches(task, batches):
@@ -1992,12 +2063,16 @@ def check_raw_inputs(x, task_name, expected):
     if isinstance(x, tuple) and not x:
         raise ValueError(f"{task_name} got an empty tuple: it takes {expected}.")
     parts = x if isinstance(x, tuple) else (x,)
-    for part in parts:
+    for i, part in enumerate(parts):
         if isinstance(part, (str, bytes)):
             raise ValueError(
                 f"{task_name} reads a tuple as columns (e.g. (first_texts, second_texts)), each "
                 f"a batch; got a tuple of strings {x!r:.80}. For a batch of texts pass a list.")
-        if isinstance(part, (tuple, dict)):
+        if isinstance(part, tuple):  # (keras-hub's tuples are inputs apart, never a batch)
+            raise ValueError(
+                f"{task_name} reads a tuple as columns, each a batch; got column {i} as a tuple "
+                f"{part!r:.60}: pass each column as a list or an array, e.g. list(column).")
+        if isinstance(part, dict):
             continue
         if getattr(part, "ndim", None) == 0:
             raise ValueError(
@@ -2088,15 +2163,10 @@ def check_labels_not_a_dict(task, x, y):
 def check_example_counts(x, y, sample_weight, task_name):
     """Columns, labels and sample weights of in-memory inputs hold the same number of examples
     (TensorFlow's message was "Dimensions 3 and 2 are not compatible")."""
+    check_column_lengths(x, task_name)
     n = _num_examples(x)
     if n is None:
         return
-    if isinstance(x, tuple):
-        for i, part in enumerate(x[1:], 1):
-            if isinstance(part, (list, np.ndarray)) and len(part) != n:
-                raise ValueError(
-                    f"{task_name} got columns of different lengths: column 0 has {n} examples, "
-                    f"column {i} has {len(part)}.")
     for name, values in (("y", y), ("sample_weight", sample_weight)):
         if getattr(values, "ndim", None) == 0:
             raise ValueError(f"{task_name} got {name} as a 0-d array ({values!r:.40}): {name} "

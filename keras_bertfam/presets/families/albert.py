@@ -21,12 +21,14 @@ def make_sentencepiece(spec, assets_dir=None):
     return SentencePieceTokenizer(proto=proto, **tokenizer_options(spec, lowercase=True))
 
 
-def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, lowercase=True):
+def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, lowercase=True,
+                          keep_accents=None):
     """spiece.model, or tokenizer.json's Unigram model converted back to one
     (`hf_unigram_proto`: transformers 5 saves no spiece.model); lowercasing and accents:
     tokenizer_config.json's `do_lower_case` / `keep_accents`, which transformers 5 applies over
     tokenizer.json's normalizer (read where the config has none; without either `lowercase`,
-    accents stripped); the special tokens the directory names (`hf_special_tokens`)."""
+    accents stripped), or `keep_accents` where given (a family whose HF tokenizer ignores the
+    directory's: XLNet's); the special tokens the directory names (`hf_special_tokens`)."""
     cfg = hf_tokenizer_config(model_dir)
     proto = os.path.join(model_dir, "spiece.model")
     options = dict(lowercase=lowercase, keep_accents=False)
@@ -44,6 +46,8 @@ def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, low
         options["lowercase"] = cfg["do_lower_case"]
     if "keep_accents" in cfg:
         options["keep_accents"] = cfg["keep_accents"]
+    if keep_accents is not None:
+        options["keep_accents"] = keep_accents
     return tokenizer_class(proto=proto, lowercase=options["lowercase"],
                            keep_accents=options["keep_accents"],
                            **{f"{role}_token": token for role, token in tokens.items()})

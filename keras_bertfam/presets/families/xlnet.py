@@ -6,12 +6,13 @@ attention weights copy without transforms; only the FFN's torch Linear kernels a
 """
 import functools
 import os
+import warnings
 
 from keras_bertfam.models.xlnet import XLNetBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.families import albert
 from keras_bertfam.presets.spec import FamilySpec, Preset
-from keras_bertfam.presets.vocabularies import tokenizer_options
+from keras_bertfam.presets.vocabularies import hf_tokenizer_config, tokenizer_options
 from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "relu": "relu"}
@@ -131,8 +132,32 @@ def make_sentencepiece(spec, assets_dir=None):
 
 def sentencepiece_from_hf(model_dir):
     """`XLNetTokenizer` from an HF-format directory: ALBERT's (`albert.sentencepiece_from_hf`:
-    spiece.model or tokenizer.json), HF XLNet's default `do_lower_case` False."""
-    return albert.sentencepiece_from_hf(model_dir, XLNetTokenizer, lowercase=False)
+    spiece.model or tokenizer.json), HF XLNet's default `do_lower_case` False, accents stripped
+    whatever the directory says: transformers 5's `XLNetTokenizer` (the class AutoTokenizer and
+    `XLNetTokenizer.from_pretrained` both give) builds NFKD + StripAccents in its constructor,
+    ignoring tokenizer_config.json's `keep_accents` and tokenizer.json's normalizer, so HF's ids
+    of accented text are those. A directory asking to keep them (which the original XLNet's
+    `preprocess_text` and transformers 4 did) is warned about."""
+    if hf_tokenizer_config(model_dir).get("keep_accents"):
+        warnings.warn(
+            f"{model_dir}: tokenizer_config.json sets keep_accents=True, which transformers 5's "
+            "XLNetTokenizer ignores: it strips accents (NFKD, combining marks dropped), and so "
+            "does this tokenizer, to give HF's ids. For the original XLNet's kept accents, build "
+            "kb.preprocessing.XLNetTokenizer(..., keep_accents=True) yourself.", stacklevel=2)
+    return albert.sentencepiece_from_hf(model_dir, XLNetTokenizer, lowercase=False,
+                                        keep_accents=False)
+
+
+def sentencepiece_to_hf(tokenizer, model_dir):
+    """ALBERT's files (`albert.sentencepiece_to_hf`) as an HF `XLNetTokenizer`'s; a tokenizer
+    keeping accents is warned about: transformers 5 strips them (`sentencepiece_from_hf`)."""
+    if tokenizer.keep_accents:
+        warnings.warn(
+            "This XLNetTokenizer keeps accents (keep_accents=True): tokenizer_config.json records "
+            "it, but transformers 5's XLNetTokenizer ignores it and strips accents, so HF's ids "
+            "of accented text (and this directory's, loaded here again) differ from this "
+            "tokenizer's.", stacklevel=2)
+    albert.sentencepiece_to_hf(tokenizer, model_dir, tokenizer_class="XLNetTokenizer")
 
 
 def xlnet_param_count(config):
@@ -167,7 +192,7 @@ FAMILY = FamilySpec(
     hf_prefixes=("transformer.",),
     tokenizer_from_hf=sentencepiece_from_hf,
     config_to_hf=xlnet_config_to_hf,
-    tokenizer_to_hf=functools.partial(albert.sentencepiece_to_hf, tokenizer_class="XLNetTokenizer"),
+    tokenizer_to_hf=sentencepiece_to_hf,
     hf_task_heads={"XLNetPretrainer": lambda task: xlnet_lm_head_map(task.lm_head.bias),
                    "TextClassifier": _summary_head,
                    "TokenClassifier": checkpoints.classifier_head_map,
