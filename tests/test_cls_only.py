@@ -95,12 +95,13 @@ def _loss_and_grads(task, x, y, loss_of=None):
         np.zeros(v.shape) if g is None else to_numpy(g) for v, g in zip(variables, grads)]
 
 
-def _rows_seen(task, x):
-    """The rows per example each feed-forward call of the backbone computes, in call order
-    (the feed-forward's Dense layers take the rows (B·T, H) of its (B, T, H) input)."""
+def _rows_seen(task, x, backbone=None):
+    """The rows per example each feed-forward call of the backbone (default the task's)
+    computes, in call order (the feed-forward's Dense layers take the rows (B·T, H) of its
+    (B, T, H) input)."""
     seen, patched = [], []
     batch = int(np.prod(np.shape(x["token_ids"])[:-1]))  # the backbone's rows (B·C for choices)
-    for block in task.backbone.encoder.blocks:
+    for block in (backbone or task.backbone).encoder.blocks:
         dense = block.feedforward.intermediate_dense
         if dense in patched:  # a feed-forward sublayer shared by several blocks
             continue
@@ -277,11 +278,11 @@ def _mlm_inputs():
 
 
 def _mlm_loss(outputs):
-    """The tasks' losses: weighted MLM CE (+ the pair CE of a pretrainer's dict)."""
+    """The tasks' losses: weighted MLM CE (+ the pair CE of a BERT / ALBERT pretrainer's)."""
     mlm = outputs["mlm_logits"] if isinstance(outputs, dict) else outputs
     ce = ops.sparse_categorical_crossentropy(MASK_IDS, mlm, from_logits=True)
     loss = ops.sum(ops.multiply(ce, MASK_WEIGHTS)) / (np.sum(MASK_WEIGHTS) + 1e-5)
-    if isinstance(outputs, dict):
+    if isinstance(outputs, dict) and "pair_logits" in outputs:
         loss = loss + ops.mean(ops.sparse_categorical_crossentropy(
             np.array([0, 1, 1, 0]), outputs["pair_logits"], from_logits=True))
     return loss
@@ -395,3 +396,28 @@ def test_masked_rows_only_keeps_weights_paths_config_and_trains(tmp_path):
     lf_x = {"token_ids": np.array([[0, 5, 6, 7, 8, 2]]), "padding_mask": np.ones((1, 6), "int32"),
             "mask_positions": np.array([[2, 3]], "int32")}
     assert lf_mlm.predict(_for(lf_mlm, lf_x), verbose=0).shape == (1, 2, 100)
+
+
+def test_electra_generator_rows_only_equals_the_full_path():
+    """ElectraPretrainer: the generator's last layer at the mask positions only (the
+    discriminator in full); the MLM logits, the sampled ids (the same seed), the RTD logits and
+    the MLM loss's gradients equal the full path's."""
+    disc = FAMILIES["electra"]()
+    fast = kb.tasks.ElectraPretrainer(discriminator=disc, seed=3)
+    full = kb.tasks.ElectraPretrainer(generator=fast.generator, discriminator=disc, seed=3,
+                                      masked_rows_only=False)
+    full.set_weights(fast.get_weights())
+    # No repeated position: the sampler writes one replacement a position (preprocessors never
+    # repeat one).
+    x = _for(fast, dict(_mlm_inputs(), mask_positions=np.where(
+        MASK_POSITIONS == np.roll(MASK_POSITIONS, 1, axis=1), 0, MASK_POSITIONS)))
+    assert _rows_seen(full, x, full.generator) == [9, 9]
+    assert _rows_seen(fast, x, fast.generator) == [9, 5]  # no pooler: the P rows
+    out_fast, grads_fast = _loss_and_grads(fast, x, None, _mlm_loss)
+    out_full, grads_full = _loss_and_grads(full, x, None, _mlm_loss)
+    for key in ("mlm_logits", "sampled_ids", "rtd_logits"):
+        np.testing.assert_allclose(out_fast[key], out_full[key], atol=1e-5, rtol=1e-5,
+                                   err_msg=key)
+    for v, a, b in zip(fast.trainable_variables, grads_fast, grads_full):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=v.path)
+    assert full.get_config()["masked_rows_only"] is False
