@@ -421,3 +421,21 @@ def test_electra_generator_rows_only_equals_the_full_path():
     for v, a, b in zip(fast.trainable_variables, grads_fast, grads_full):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=v.path)
     assert full.get_config()["masked_rows_only"] is False
+
+
+def test_masked_rows_only_from_preset(tmp_path, bert_vocab):
+    """A saved MaskedLM preset reloads with its `masked_rows_only` and takes another from
+    `from_preset` kwargs (the same weights load: the setting changes no weight)."""
+    backbone = kb.models.BertBackbone(vocabulary_size=30522, num_layers=2, num_heads=2,
+                                      hidden_dim=16, intermediate_dim=32, max_sequence_length=16)
+    pre = kb.preprocessing.MaskedLMPreprocessor(
+        kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True), 9)
+    saved = kb.tasks.MaskedLM(backbone, preprocessor=pre)
+    saved.save_to_preset(str(tmp_path / "mlm"))
+    same = kb.tasks.MaskedLM.from_preset(str(tmp_path / "mlm"))
+    full = kb.tasks.MaskedLM.from_preset(str(tmp_path / "mlm"), masked_rows_only=False)
+    assert same.masked_rows_only is True and full.masked_rows_only is False
+    x = _for(saved, _mlm_inputs())
+    expected = to_numpy(saved(x, training=False))
+    for task in (same, full):
+        np.testing.assert_allclose(to_numpy(task(x, training=False)), expected, atol=1e-5)
