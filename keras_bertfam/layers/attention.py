@@ -10,6 +10,7 @@ from keras_bertfam.layers.utils import (
     rows_matmul,
     serialize_initializer,
     sublayer_kwargs,
+    take_rows,
     upstream_of,
     zero_after,
 )
@@ -122,9 +123,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             either as `attention_mask` makes it, (B, 1, 1|T, T) boolean.
         head_mask: optional (N,) or (B, N): multiplies each head's probabilities.
         return_attention_scores: also return the (B, N, T, T) probabilities.
-        query_rows: a Python slice of positions: queries (and outputs) only at those rows,
-            keys and values still from every position; the output is (B, Tq, H) and equals
-            those rows of the full output (the [CLS]-only last layer of a classifier).
+        query_rows: a Python slice of positions, or a (B, P) int tensor of each example's
+            positions (`take_rows`): queries (and outputs) only at those rows, keys and values
+            still from every position; the output is (B, Tq, H) and equals those rows of the
+            full output (the [CLS]-only last layer of a classifier, the masked rows of an MLM).
 
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=2, hidden_dim=8)
@@ -211,7 +213,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         training=False,
         query_rows=None,
     ):
-        xq = x if query_rows is None else x[:, query_rows, :]  # (B, Tq, H)
+        xq = x if query_rows is None else take_rows(x, query_rows)  # (B, Tq, H)
         if self.num_heads == 0:
             output = ops.zeros_like(xq) + ops.cast(self.output_bias, x.dtype)  # (B, Tq, H)
             if not return_attention_scores:
@@ -219,9 +221,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             shape = (ops.shape(x)[0], 0, ops.shape(xq)[1], ops.shape(x)[1])
             return output, ops.zeros(shape, dtype=x.dtype)
         q, k, v, lead = self._project(x, xq)  # (B, Tq, N, Hd), (B, S, N, Hd) x 2
-        mask = attention_mask(padding_mask)  # (B, 1, 1|T, S) bool, or None
         if query_rows is not None and padding_mask is not None and len(padding_mask.shape) == 3:
-            mask = mask[:, :, query_rows, :]  # (B, 1, Tq, S)
+            padding_mask = take_rows(padding_mask, query_rows)  # (B, Tq, S)
+        mask = attention_mask(padding_mask)  # (B, 1, 1|Tq, S) bool, or None
         explicit = (
             return_attention_scores
             or head_mask is not None

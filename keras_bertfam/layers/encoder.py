@@ -5,10 +5,11 @@ BERT) or preceded by (pre-LN, `norm_first=True`) a LayerNorm. The sublayers are 
 so that ALBERT's sharing ablation can share one without the other: the encoder passes the same
 sublayer instance to several blocks, and Keras then tracks its weights once.
 
-A block can compute its output at a subset of positions only (`query_rows`, a Python slice): the
-queries, residuals, LayerNorms and feed-forward run on those rows, the keys and values on every
-position, and the rows equal those of the full output. A classifier that reads only [CLS] runs
-its last layer that way (`TransformerStack(..., last_layer_rows=...)`).
+A block can compute its output at a subset of positions only (`query_rows`: a Python slice, or
+a (B, P) int tensor of each example's positions): the queries, residuals, LayerNorms and
+feed-forward run on those rows, the keys and values on every position, and the rows equal those
+of the full output. A classifier that reads only [CLS], and an MLM that reads only its masked
+positions, run their last layer that way (`TransformerStack(..., last_layer_rows=...)`).
 """
 import keras
 from keras import ops
@@ -21,6 +22,7 @@ from keras_bertfam.layers.utils import (
     matmul_2d,
     serialize_initializer,
     sublayer_kwargs,
+    take_rows,
     upstream_of,
     waiting_for,
     zero_after,
@@ -204,7 +206,7 @@ class _Residual(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(dropout, name="dropout", **sublayer_kwargs(self))
 
     def residual(self, x, f, training, query_rows=None):
-        skip = x if query_rows is None else x[:, query_rows, :]  # (B, Tq, H)
+        skip = x if query_rows is None else take_rows(x, query_rows)  # (B, Tq, H)
         if self.norm_first:
             return skip + self.dropout_layer(f(self.layer_norm(x)), training=training)
         return self.layer_norm(skip + self.dropout_layer(f(x), training=training))
@@ -217,7 +219,8 @@ class AttentionSublayer(_Residual):
     (Longformer's sliding-window attention); it takes the same call arguments (`query_rows` only
     if it is ever given one).
 
-    `query_rows` (call): a Python slice; the output is those rows only, (B, Tq, H).
+    `query_rows` (call): a Python slice or (B, P) int positions (`take_rows`); the output is
+    those rows only, (B, Tq, H).
     """
 
     def __init__(
@@ -379,7 +382,7 @@ class TransformerBlock(keras.layers.Layer):
     Call args: `x` (B, T, H); `padding_mask` (B, T) true/1 for real tokens (or a full (B, T, S)
     mask); `attention_mask` (B, T, S), combined with `padding_mask`; `head_mask`;
     `return_attention_scores` to also return the (B, N, T, S) probabilities; `query_rows` (a
-    Python slice of positions) to compute the output at those rows only, (B, Tq, H): queries,
+    Python slice of positions, or a (B, P) int tensor of each example's) to compute the output at those rows only, (B, Tq, H): queries,
     residuals, LayerNorms and feed-forward on those rows, keys and values on all of x; the rows
     equal those of the full output (in training, dropout draws masks of the smaller shape).
 
@@ -596,9 +599,10 @@ class TransformerStack(keras.layers.Layer):
 
     Call returns the last hidden states, or `(last, all_hidden_states, all_attention_probs)` with
     `return_all=True` (one entry per block call). With `last_layer_rows` (a Python slice of
-    positions) the last block call computes only those rows (`TransformerBlock`'s
-    `query_rows`) and the stack returns (B, Tq, H): exactly those rows of the full output, for a
-    task that reads only them (a classifier's [CLS]).
+    positions, or a (B, P) int tensor of each example's) the last block call computes only those
+    rows (`TransformerBlock`'s `query_rows`) and the stack returns (B, Tq, H): exactly those rows
+    of the full output, for a task that reads only them (a classifier's [CLS], an MLM's masked
+    positions).
 
     `heads_per_layer` (a list of L ints, default `num_heads` everywhere) gives each layer its own
     number of heads, all `hidden_dim // num_heads` wide: what `kb.analysis.prune_heads` leaves.

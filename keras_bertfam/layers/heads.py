@@ -5,13 +5,12 @@ from keras import ops
 
 from keras_bertfam.layers.encoder import get_activation
 from keras_bertfam.layers.normalization import LayerNormalization
-from keras_bertfam.layers.utils import clone_initializer, serialize_initializer, sublayer_kwargs
-
-
-def gather_positions(sequence, positions):
-    """(B, T, H) states at (B, P) int positions -> (B, P, H)."""
-    positions = ops.cast(positions, "int32")
-    return ops.take_along_axis(sequence, positions[:, :, None], axis=1)
+from keras_bertfam.layers.utils import (
+    clone_initializer,
+    gather_positions,
+    serialize_initializer,
+    sublayer_kwargs,
+)
 
 
 def tied_logits(x, table):

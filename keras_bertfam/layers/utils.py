@@ -29,6 +29,21 @@ class TruncatedNormal(keras.initializers.TruncatedNormal):
         return keras.ops.convert_to_tensor(values, dtype=dtype or keras.config.floatx())
 
 
+def gather_positions(sequence, positions):
+    """(B, T, H) states at (B, P) int positions -> (B, P, H)."""
+    positions = keras.ops.cast(positions, "int32")
+    return keras.ops.take_along_axis(sequence, positions[:, :, None], axis=1)
+
+
+def take_rows(x, rows):
+    """x's rows along axis 1, (B, T, ...) -> (B, Tq, ...): `rows` a Python slice (the same rows
+    for every example: `x[:, rows]`) or a (B, P) int tensor of positions, each example's own
+    (`gather_positions`). The rows a block computes when given `query_rows`."""
+    if isinstance(rows, slice):
+        return x[:, rows]
+    return gather_positions(x, rows)
+
+
 def clone_initializer(initializer):
     """A fresh initializer with the same config, so that no two variables share a seeded instance."""
     if isinstance(initializer, keras.initializers.Initializer):

@@ -106,9 +106,10 @@ class Backbone(keras.Model):
 
     # keras-hub's backbones take [CLS] (or `<s>`) from position 0 for the pooled output.
     cls_token_index = 0
-    # Whether `backbone(inputs, cls_only=True)` runs (see `call`): a family whose output at
-    # [CLS] can be computed alone in the last layer. XLNet (its summary is the last token, its
-    # attention relative) and Longformer (global attention) keep the full path.
+    # Whether `backbone(inputs, cls_only=True)` and `backbone(inputs, positions=...)` run (see
+    # `call`): a family whose output at [CLS] (or at given positions) can be computed alone in
+    # the last layer. XLNet (its summary is the last token, its attention relative) and
+    # Longformer (global attention) keep the full path.
     supports_cls_only = False
 
     @property
@@ -119,14 +120,19 @@ class Backbone(keras.Model):
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
 
-    def call(self, inputs, training=None, mask=None, cls_only=False, **kwargs):
+    def call(self, inputs, training=None, mask=None, cls_only=False, positions=None, **kwargs):
         """The functional graph; with `cls_only=True` (a family with `supports_cls_only`),
         `_forward(..., cls_only=True)`: the last layer computes only the [CLS] row, and
-        `sequence_output` is that row, (B, 1, H); `pooled_output` is unchanged.
+        `sequence_output` is that row, (B, 1, H); `pooled_output` is unchanged. With
+        `positions`, (B, P) int (the same families), `_forward(..., positions=positions)`: the
+        last layer computes only those rows (and [CLS]'s when there is a pooler), and
+        `sequence_output` is the full one's rows at `positions`, (B, P, H) (repeated positions
+        repeat rows); `pooled_output` is unchanged.
 
-        A task that reads only [CLS] calls `backbone(features, cls_only=True)`: Keras records
-        the keyword in the task graph's node, so the backbone stays one layer of the task (the
-        same weight paths) and every call of the task graph (fit, predict, JAX's
+        A task that reads only [CLS] calls `backbone(features, cls_only=True)` (an MLM,
+        `backbone(features, positions=mask_positions)`): Keras records the keyword (and the
+        positions tensor) in the task graph's node, so the backbone stays one layer of the task
+        (the same weight paths) and every call of the task graph (fit, predict, JAX's
         `stateless_call`, export) replays it.
         """
         # JAX's fit / predict reach `call` through `stateless_call`, not `__call__`.
@@ -134,26 +140,36 @@ class Backbone(keras.Model):
         # the signature), and `Functional.call` hands it on to the layers; without it every
         # layer ran with its default, training=False (no dropout in fit).
         inputs = complete_inputs(self, inputs)
-        if not cls_only:
+        if not cls_only and positions is None:
             return super().call(inputs, training=training, mask=mask, **kwargs)
-        self._check_cls_only()
+        self._check_rows(cls_only, positions)
         inputs = {name: ops.convert_to_tensor(inputs[name], "int32") for name in self.input}
+        if positions is not None:
+            return self._forward(inputs, training=training, positions=positions)
         return self._forward(inputs, training=training, cls_only=True)
 
-    def compute_output_spec(self, inputs, *args, cls_only=False, **kwargs):
+    def compute_output_spec(self, inputs, *args, cls_only=False, positions=None, **kwargs):
         spec = super().compute_output_spec(inputs, *args, **kwargs)
-        if not cls_only:
+        if not cls_only and positions is None:
             return spec
-        self._check_cls_only()
-        sequence = spec["sequence_output"]  # (B, T, H) -> (B, 1, H)
-        rows = (sequence.shape[0], 1, sequence.shape[2])
+        self._check_rows(cls_only, positions)
+        sequence = spec["sequence_output"]  # (B, T, H) -> (B, 1, H), or (B, P, H)
+        length = 1 if positions is None else positions.shape[1]
+        rows = (sequence.shape[0], length, sequence.shape[2])
         return dict(spec, sequence_output=keras.KerasTensor(rows, dtype=sequence.dtype))
 
-    def _check_cls_only(self):
+    def _check_rows(self, cls_only, positions):
+        """`cls_only` / `positions`: one of them, on a family that `supports_cls_only`."""
+        if cls_only and positions is not None:
+            raise ValueError(f"{type(self).__name__}: give cls_only=True or positions, not both.")
+        if positions is not None and len(positions.shape) != 2:
+            raise ValueError(f"{type(self).__name__}: positions must be (batch, P) int, got "
+                             f"shape {tuple(positions.shape)}.")
         if not self.supports_cls_only:
+            given = "cls_only=True" if cls_only else "positions"
             raise ValueError(
                 f"{type(self).__name__} has no [CLS]-only path (supports_cls_only=False): call "
-                f"it without cls_only=True.")
+                f"it without {given}.")
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
@@ -376,7 +392,10 @@ class EncoderBackbone(Backbone):
     `backbone(inputs, cls_only=True)` computes the last layer at [CLS] only (its queries,
     attention output, LayerNorms and feed-forward; keys and values from every position):
     `sequence_output` is then the [CLS] row (B, 1, H), and it and `pooled_output` equal the
-    full path's. `TextClassifier` and `MultipleChoice` run this way.
+    full path's. `TextClassifier` and `MultipleChoice` run this way. `backbone(inputs,
+    positions=p)`, p (B, P) int, likewise computes the last layer at those positions only (and at
+    [CLS], for the pooler): `sequence_output` is the full one's rows at p, (B, P, H), and
+    `pooled_output` the full one. `MaskedLM` and the BERT / ALBERT pretrainers run this way.
 
     Every family takes `heads_per_layer=[n_0, ..., n_{L-1}]` as a keyword: layer i keeps n_i heads
     of width `hidden_dim // num_heads` (a structurally pruned model, `kb.analysis.prune_heads`;
@@ -518,8 +537,15 @@ class EncoderBackbone(Backbone):
     def pooled_dense(self):
         return self.pooler_dense
 
-    def _forward(self, inputs, head_mask=None, return_all=False, training=None, cls_only=False):
+    def _forward(self, inputs, head_mask=None, return_all=False, training=None, cls_only=False,
+                 positions=None):
         cls = self.cls_token_index
+        rows = slice(cls, cls + 1) if cls_only else None
+        with_cls = positions is not None and self.pooler_dense is not None
+        if positions is not None:
+            rows = ops.cast(positions, "int32")
+            if with_cls:  # the pooler reads [CLS]: its row first
+                rows = ops.concatenate([ops.full_like(rows[:, :1], cls), rows], axis=1)
         x = self.embeddings(inputs["token_ids"], inputs.get("segment_ids"), training=training)
         x = self.encoder(
             x,
@@ -527,8 +553,8 @@ class EncoderBackbone(Backbone):
             head_mask=head_mask,
             return_all=return_all,
             training=training,
-            last_layer_rows=slice(cls, cls + 1) if cls_only else None,
-        )  # (B, T, H), or the [CLS] row (B, 1, H) with cls_only
+            last_layer_rows=rows,
+        )  # (B, T, H); the [CLS] row (B, 1, H) with cls_only; with positions, (B, [1 +] P, H)
         outputs = {}
         if return_all:
             x, states, probs = x
@@ -538,9 +564,9 @@ class EncoderBackbone(Backbone):
             repeats = getattr(self.encoder, "num_inner_repetitions", 1) or 1
             outputs["hidden_states"] = [states[0]] + list(states[repeats::repeats])
             outputs["attention_probs"] = list(probs[repeats - 1::repeats])
-        outputs["sequence_output"] = x
+        outputs["sequence_output"] = x[:, 1:] if with_cls else x
         if self.pooler_dense is not None:
-            outputs["pooled_output"] = self.pooler_dense(x[:, 0 if cls_only else cls, :])
+            outputs["pooled_output"] = self.pooler_dense(x[:, cls if rows is None else 0, :])
         return outputs
 
     def inspect(self, inputs, head_mask=None):

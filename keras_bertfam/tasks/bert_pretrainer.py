@@ -15,6 +15,7 @@ from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     mask_id_table,
     masked_lm_head,
+    masked_sequence,
     serving_mask_positions,
     serving_mlm_outputs,
 )
@@ -30,6 +31,10 @@ class BertPretrainer(Task):
     (B,)}` (Keras' array adapter refuses (B, P) sample weights on a two-output model, so the weights
     travel in y; a `sample_weight=mask_weights` tensor from a `tf.data.Dataset` works too). For BERT the pair task is NSP (label 1 = random next); ALBERT's
     SOP reuses this class through `AlbertPretrainer` (label 1 = swapped).
+
+    `masked_rows_only=True` (the default): the backbone's last layer runs at [CLS] and the
+    `mask_positions` only, as `MaskedLM`'s (the same logits and gradients; in training, other
+    dropout draws in that layer than `masked_rows_only=False`).
     """
 
     serving_reads_mask_tokens = True
@@ -38,18 +43,19 @@ class BertPretrainer(Task):
     preprocessor_args = ("sequence_length", "batch_size", "masker", "pairer", "seed",
                          "group_by_length", "pad_to_multiple_of") + MASKING_ARGS
 
-    def __init__(self, backbone, preprocessor=None, **kwargs):
+    def __init__(self, backbone, preprocessor=None, masked_rows_only=True, **kwargs):
         if "pooled_output" not in backbone.output:
             raise ValueError(f"{type(backbone).__name__} has no pooler; the pair head needs one.")
         self.backbone = backbone
         self.preprocessor = preprocessor
+        self.masked_rows_only = masked_rows_only
         initializer = head_initializer(backbone)
         self.mlm_head = masked_lm_head(backbone)
         self.pair_head = PairHead(kernel_initializer=initializer, name=f"{self.pair_task}_head")
         inputs, features = backbone_inputs(backbone, extra=("mask_positions",))
-        outputs = backbone(features)
+        outputs = masked_sequence(backbone, features, inputs["mask_positions"], masked_rows_only)
         logits = {
-            "mlm_logits": self.mlm_head(outputs["sequence_output"], inputs["mask_positions"]),
+            "mlm_logits": self.mlm_head(outputs["sequence_output"]),
             "pair_logits": self.pair_head(outputs["pooled_output"]),
         }
         super().__init__(inputs=inputs, outputs=logits, **kwargs)

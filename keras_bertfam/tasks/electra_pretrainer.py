@@ -16,6 +16,7 @@ from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     mask_id_table,
     masked_lm_head,
+    masked_sequence,
     serving_mask_positions,
     serving_mlm_outputs,
 )
@@ -142,6 +143,11 @@ class ElectraPretrainer(Task):
 
     Loss: `MLM_gen + rtd_weight (50) · sigmoid CE` averaged over the non-pad tokens.
 
+    `masked_rows_only=True` (the default): the generator's last layer runs at the
+    `mask_positions` only, as `MaskedLM`'s (the same logits and gradients; in training, other
+    dropout draws in that layer than `masked_rows_only=False`). The discriminator scores every
+    token: it runs in full.
+
     Inputs: the discriminator's inputs + `mask_positions`; labels: keras-hub's format, `y =
     mask_ids`, `sample_weight = mask_weights` (or `y = {"mask_ids", "mask_weights"}`). ELECTRA
     masks 15% with 85% [MASK] / 15% unchanged / no random tokens: a masker with
@@ -183,6 +189,7 @@ class ElectraPretrainer(Task):
         temperature=1.0,
         preprocessor=None,
         seed=None,
+        masked_rows_only=True,
         **kwargs,
     ):
         if discriminator is None:
@@ -197,6 +204,7 @@ class ElectraPretrainer(Task):
         self.temperature = temperature
         self.preprocessor = preprocessor
         self.seed = seed
+        self.masked_rows_only = masked_rows_only
         initializer = head_initializer(discriminator)
 
         # === Layers ===
@@ -212,8 +220,9 @@ class ElectraPretrainer(Task):
         # === Functional model ===
         inputs, features = backbone_inputs(discriminator, extra=("mask_positions",))
         positions = inputs["mask_positions"]
-        generated = generator({k: features[k] for k in generator.input})["sequence_output"]
-        mlm_logits = self.mlm_head(generated, positions)  # (B, P, V)
+        generated = masked_sequence(generator, {k: features[k] for k in generator.input},
+                                    positions, masked_rows_only)["sequence_output"]  # (B, P, H)
+        mlm_logits = self.mlm_head(generated)  # (B, P, V)
         corrupted, sampled = self.sampler(features["token_ids"], positions, mlm_logits)
         disc_sequence = discriminator(dict(features, token_ids=corrupted))["sequence_output"]
         outputs = {

@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from keras_bertfam.layers import MaskedLMHead
+from keras_bertfam.layers import MaskedLMHead, gather_positions
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
 from keras_bertfam.tasks.losses import mlm_targets, weight_sum, weighted_sparse_ce
@@ -50,6 +50,18 @@ def mask_id_table(task):
     return ("mask_ids", size, _id_range(task, size, "vocabulary_size"))
 
 
+def masked_sequence(backbone, features, positions, masked_rows_only=True):
+    """The backbone's outputs with `sequence_output` at `positions` (B, P, H) only, what an MLM
+    head reads. With `masked_rows_only` and a family that `supports_cls_only`, the backbone runs
+    as `backbone(features, positions=positions)`: its last layer computes those rows alone (and
+    [CLS]'s for the pooled output), the same states; otherwise (Longformer, XLNet, or
+    `masked_rows_only=False`) it runs in full and the rows are gathered after it."""
+    if masked_rows_only and backbone.supports_cls_only:
+        return backbone(features, positions=positions)
+    outputs = backbone(features)
+    return dict(outputs, sequence_output=gather_positions(outputs["sequence_output"], positions))
+
+
 def serving_mask_positions(features, mask_token_id):
     """For export: every position of the input, [MASK] tokens first (in order); weight 1 where the
     input holds [MASK]. -> model inputs with `mask_positions`, and `mask_weights` (B, T)."""
@@ -78,6 +90,16 @@ class MaskedLM(Task):
     Labels: `mask_ids` (B, P) with `sample_weight=mask_weights` (keras-hub's format). Loss:
     `Σ w·CE / (Σ w + 1e-5)`.
 
+    `masked_rows_only=True` (the default) runs the backbone's last transformer layer at the
+    `mask_positions` only (and at [CLS], for the pooled output), where the family allows it
+    (`backbone.supports_cls_only`; Longformer and XLNet run in full): its queries, attention
+    output, LayerNorms and feed-forward for those rows, keys and values from every position,
+    as `TextClassifier(cls_only=True)` does for [CLS]. The logits and gradients are those of
+    the full path (to float rounding), padded slots and repeated positions included. In
+    training, dropout in that layer draws masks of the smaller shape, so the random draws (not
+    their distribution) differ from those of `masked_rows_only=False`, which runs the whole
+    last layer. The weights and their saved paths are the same either way.
+
     Example:
     >>> backbone = kb.models.BertBackbone(100, 2, 2, 16, 32)  # doctest: +SKIP
     >>> mlm = kb.tasks.MaskedLM(backbone)                     # doctest: +SKIP
@@ -89,13 +111,15 @@ class MaskedLM(Task):
     # keras-hub's MaskedLMPreprocessor arguments too (`from_preset(..., mask_selection_rate=)`)
     preprocessor_args = Task.preprocessor_args + MASKING_ARGS + ("truncate",)
 
-    def __init__(self, backbone, preprocessor=None, **kwargs):
+    def __init__(self, backbone, preprocessor=None, masked_rows_only=True, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
+        self.masked_rows_only = masked_rows_only
         self.mlm_head = masked_lm_head(backbone)
         inputs, features = backbone_inputs(backbone, extra=("mask_positions",))
-        sequence = backbone(features)["sequence_output"]
-        logits = self.mlm_head(sequence, inputs["mask_positions"])
+        sequence = masked_sequence(backbone, features, inputs["mask_positions"],
+                                   masked_rows_only)["sequence_output"]  # (B, P, H)
+        logits = self.mlm_head(sequence)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._track_losses(["mlm_loss", "mlm_accuracy"])
 
