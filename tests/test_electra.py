@@ -56,6 +56,13 @@ def test_replace_at_positions():
     out = to_numpy(replace_at_positions(ids, [[1, 4], [0, 5]], [[90, 91], [92, 93]],
                                         weights=[[1, 1], [0, 1]]))
     np.testing.assert_array_equal(out, [[0, 90, 2, 3, 91, 5], [6, 7, 8, 9, 10, 93]])
+    # A position given twice (model inputs written by hand; maskers never repeat one) takes the
+    # first weighted slot's value: the values were summed, an id past the vocabulary (326 of
+    # 300 in an ElectraPretrainer's discriminator embedding).
+    out = to_numpy(replace_at_positions(ids, [[4, 4, 4, 0], [2, 2, 3, 3]],
+                                        [[90, 91, 92, 93], [94, 95, 96, 97]],
+                                        weights=[[0, 1, 1, 0], [1, 1, 1, 1]]))
+    np.testing.assert_array_equal(out, [[0, 1, 2, 3, 91, 5], [6, 7, 94, 96, 10, 11]])
 
 
 def test_generator_size():

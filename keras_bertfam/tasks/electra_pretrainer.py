@@ -39,14 +39,16 @@ def gumbel_sample(logits, seed=None, temperature=1.0):
 def replace_at_positions(token_ids, positions, values, weights=None):
     """`token_ids` (B, T) with `values` (B, P) written at `positions` (B, P).
 
-    Slots with `weights` 0 (padding slots of keras-hub's format) are left alone; positions are
-    assumed distinct within a row (as maskers produce them). Returns int32 (B, T).
+    Slots with `weights` 0 (padding slots of keras-hub's format) are left alone; a position
+    given in several weighted slots of a row (maskers never give one twice) takes the first
+    one's value. Returns int32 (B, T).
     """
     token_ids = ops.cast(token_ids, "int32")
     length = ops.shape(token_ids)[1]
     hit = ops.one_hot(ops.cast(positions, "int32"), length, dtype="int32")  # (B, P, T)
     if weights is not None:
         hit = hit * ops.cast(ops.cast(weights, "bool"), "int32")[:, :, None]
+    hit = hit * ops.cast(ops.cumsum(hit, axis=1) == 1, "int32")  # a position's first slot only
     written = ops.sum(hit, axis=1) > 0  # (B, T)
     new = ops.sum(hit * ops.cast(values, "int32")[:, :, None], axis=1)  # (B, T)
     return ops.where(written, new, token_ids)
