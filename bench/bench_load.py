@@ -108,6 +108,31 @@ def main():
     shutil.rmtree(args.dir, ignore_errors=True)
 
 
+def interleaved(load, names, rounds, say_load=False):
+    """Times `load(name)` for each of `names`, once to warm up (the page cache, Keras' first
+    walk), then `rounds` rounds, the order reversed every other round. -> ({name: median wall s},
+    {name: median CPU s of all threads}); prints each name's medians."""
+    for name in names:
+        load(name)
+    times = {n: [] for n in names}
+    cpu = {n: [] for n in names}
+    for r in range(rounds):
+        if say_load:
+            print(f"round {r + 1}: load average {os.getloadavg()[0]:.2f}", flush=True)
+        for name in (names if r % 2 == 0 else names[::-1]):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            load(name)
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    median = {n: statistics.median(t) for n, t in times.items()}
+    median_cpu = {n: statistics.median(t) for n, t in cpu.items()}
+    width = max(map(len, names)) + 2
+    for name in names:
+        print(f"{name:<{width}} median {median[name]:7.3f} s, CPU {median_cpu[name]:7.3f} s  "
+              f"({', '.join(f'{t:.2f}' for t in times[name])})")
+    return median, median_cpu
+
+
 def compare_checks(rounds, root):
     """The integrity checks' cost: each source loaded with and without its check, in turn."""
     import keras
@@ -141,17 +166,7 @@ def compare_checks(rounds, root):
         keras.backend.clear_session()
 
     names = ["ours, checked", "ours, unchecked", "hf, checked", "hf, unchecked"]
-    load(names[0])  # warm up (imports, first graph)
-    times = {n: [] for n in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        for name in order:
-            start = time.perf_counter()
-            load(name)
-            times[name].append(time.perf_counter() - start)
-    median = {n: statistics.median(t) for n, t in times.items()}
-    for name in names:
-        print(f"{name:<16} median {median[name]:7.2f} s  ({', '.join(f'{t:.2f}' for t in times[name])})")
+    median, _ = interleaved(load, names, rounds)
     for source in ("ours", "hf"):
         ratio = median[f"{source}, checked"] / median[f"{source}, unchecked"]
         print(f"{source}: checked / unchecked = {ratio:.3f}x")
@@ -186,21 +201,7 @@ def compare_digests(backbone, rounds, root):
     # the whole load, and its check alone (shorter: less noise from other processes)
     names = ["load_weights, checked", "load_weights, unchecked", "check_weights_file, checked",
              "check_weights_file, unchecked"]
-    for name in names:
-        load(name)  # warm up (the page cache, Keras' first walk)
-    times = {n: [] for n in names}
-    cpu = {n: [] for n in names}  # all threads' CPU seconds
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            load(name)
-            times[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-    median = {n: statistics.median(t) for n, t in times.items()}
-    median_cpu = {n: statistics.median(t) for n, t in cpu.items()}
-    for name in names:
-        print(f"{name:<30} median {median[name]:6.3f} s, CPU {median_cpu[name]:6.3f} s  "
-              f"({', '.join(f'{t:.2f}' for t in times[name])})")
+    median, median_cpu = interleaved(load, names, rounds)
     for what in ("load_weights", "check_weights_file"):
         on, off = f"{what}, checked", f"{what}, unchecked"
         print(f"{what}: checked / unchecked = {median[on] / median[off]:.3f}x wall, "
@@ -281,22 +282,7 @@ def compare_archive(sizes, rounds, root):
 
         names = ["load_weights, checked", "load_weights, unchecked", "keras over a window",
                  "check_weights_file", "read_layout"]
-        for name in names:
-            load(name)  # warm up (the page cache, Keras' first walk)
-        times = {n: [] for n in names}
-        cpu = {n: [] for n in names}  # all threads' CPU seconds
-        for r in range(rounds):
-            print(f"round {r + 1}: load average {os.getloadavg()[0]:.2f}", flush=True)
-            for name in (names if r % 2 == 0 else names[::-1]):
-                start, start_cpu = time.perf_counter(), time.process_time()
-                load(name)
-                times[name].append(time.perf_counter() - start)
-                cpu[name].append(time.process_time() - start_cpu)
-        median = {n: statistics.median(t) for n, t in times.items()}
-        median_cpu = {n: statistics.median(t) for n, t in cpu.items()}
-        for name in names:
-            print(f"{name:<24} median {median[name]:7.3f} s, CPU {median_cpu[name]:7.3f} s  "
-                  f"({', '.join(f'{t:.2f}' for t in times[name])})")
+        median, median_cpu = interleaved(load, names, rounds, say_load=True)
         on, off = median["load_weights, checked"], median["load_weights, unchecked"]
         print(f"load_weights: checked / unchecked = {on / off:.3f}x wall, "
               f"{median_cpu['load_weights, checked'] / median_cpu['load_weights, unchecked']:.3f}"

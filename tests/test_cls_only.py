@@ -126,13 +126,14 @@ def _rows_seen(task, x, backbone=None):
 # projection, position offsets, segments) and run on TensorFlow.
 ON_EVERY_BACKEND = ("bert_pruned", "bert_last_layer_no_heads", "albert_shared_repeated",
                     "distil_bert")
-
-
-@pytest.mark.parametrize("family", [
+EVERY_FAMILY = [
     f if f in ON_EVERY_BACKEND else pytest.param(f, marks=pytest.mark.skipif(
         keras.backend.backend() != "tensorflow",
         reason="the same keras.ops path as the ON_EVERY_BACKEND families, run on TensorFlow"))
-    for f in sorted(FAMILIES)])
+    for f in sorted(FAMILIES)]
+
+
+@pytest.mark.parametrize("family", EVERY_FAMILY)
 def test_cls_only_classifier_equals_the_full_path(family):
     """Logits and every trainable weight's gradient equal the full path's (1e-5), with padding
     and pairs (JAX: compiled, through `stateless_call`); the last block call computes one row
@@ -311,11 +312,7 @@ def _assert_same(fast, full, x, family):
     assert ffn and np.abs(grads_fast[ffn[0]]).max() > 0  # the last layer's rows are trained
 
 
-@pytest.mark.parametrize("family", [
-    f if f in ON_EVERY_BACKEND else pytest.param(f, marks=pytest.mark.skipif(
-        keras.backend.backend() != "tensorflow",
-        reason="the same keras.ops path as the ON_EVERY_BACKEND families, run on TensorFlow"))
-    for f in sorted(FAMILIES)])
+@pytest.mark.parametrize("family", EVERY_FAMILY)
 def test_masked_lm_rows_only_equals_the_full_path(family):
     """MaskedLM's logits and gradients with the last layer at the mask positions only equal
     the full path's, with padding slots, repeated positions and a position in the padding."""

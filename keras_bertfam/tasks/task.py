@@ -1762,19 +1762,8 @@ def _check_labels_in_memory(task, y):
     labels' minimum and maximum where they are; the position only where one is wrong."""
     name = type(task).__name__
     for key, labels, size, expected in _label_tables(task, y):
-        if isinstance(labels, (tf.data.Dataset, str, bytes)):
-            continue
-        if isinstance(labels, (list, tuple)):
-            try:
-                labels = np.asarray(labels)
-            except ValueError:  # ragged lists: Keras' own error names them
-                continue
-        dtype = getattr(labels, "dtype", None)
-        try:
-            kind = np.dtype(keras.backend.standardize_dtype(dtype)).kind
-        except (TypeError, ValueError):
-            continue
-        if kind not in "iuf" or 0 in tuple(getattr(labels, "shape", (0,))):
+        labels, _ = _numbers_in_memory(labels)
+        if labels is None:
             continue
         low, high = _min_max(labels)
         if low is None or (low >= 0 and high < size):  # (NaN: neither, so looked at)
@@ -1795,20 +1784,9 @@ def _check_masks_in_memory(task, x):
     is wrong. A dataset's are checked in its graph (`check_ids`)."""
     name = type(task).__name__
     for key in MASK_INPUTS:
-        mask = x.get(key)
-        if mask is None or isinstance(mask, (tf.data.Dataset, str, bytes)):
+        mask, kind = _numbers_in_memory(x.get(key))
+        if mask is None:  # (a bool mask holds 0 and 1)
             continue
-        if isinstance(mask, (list, tuple)):
-            try:
-                mask = np.asarray(mask)
-            except ValueError:  # ragged lists: Keras' own error names them
-                continue
-        try:
-            kind = np.dtype(keras.backend.standardize_dtype(getattr(mask, "dtype", None))).kind
-        except (TypeError, ValueError):
-            continue
-        if kind not in "iuf" or 0 in tuple(getattr(mask, "shape", (0,))):
-            continue  # (a bool mask holds 0 and 1)
         low, high = _min_max(mask)
         if low is None or (low >= 0 and high <= 1 and kind != "f"):  # (NaN: looked at)
             continue
@@ -1817,6 +1795,26 @@ def _check_masks_in_memory(task, x):
             value, where = found
             raise ValueError(f"{name} got {key} {value} at {key}[{where}]: "
                              + _mask_expected(key))
+
+
+def _numbers_in_memory(values):
+    """-> (`values`, lists as an array; their dtype's kind: "i", "u" or "f"), or (None, None)
+    for what is checked elsewhere or not at all: nothing, a dataset, a string, ragged lists
+    (Keras' own error names them), another dtype (bool, strings), an empty array."""
+    if values is None or isinstance(values, (tf.data.Dataset, str, bytes)):
+        return None, None
+    if isinstance(values, (list, tuple)):
+        try:
+            values = np.asarray(values)
+        except ValueError:
+            return None, None
+    try:
+        kind = np.dtype(keras.backend.standardize_dtype(getattr(values, "dtype", None))).kind
+    except (TypeError, ValueError):
+        return None, None
+    if kind not in "iuf" or 0 in tuple(getattr(values, "shape", (0,))):
+        return None, None
+    return values, kind
 
 
 def _first_wrong(values, wrong):
