@@ -567,6 +567,17 @@ def test_a_keras_archive_is_checked_reading_its_weights_once(compression, tmp_pa
     model = _classifier()
     weights_files.check_weights_file(model, path, model._task_class_name())
     assert sum(read) == (0 if compression == "stored" else len(weights))
+    # `load_weights` verified the archive's CRC-32 twice: in its check, then again while Keras
+    # read it (`check_archive_store`); once now. Keras' read alone still verifies it.
+    verified = []
+    real_member = weights_files.archive_member
+    monkeypatch.setattr(weights_files, "archive_member",
+                        lambda *a, **k: verified.append(a[1]) or real_member(*a, **k))
+    model.load_weights(path)
+    assert verified == [path]
+    verified.clear()
+    keras.Model.load_weights(_classifier(), path)
+    assert verified == [path]
 
 
 def test_hf_safetensors_with_nan_bytes_is_refused_naming_the_tensor(hf_dir, tmp_path):

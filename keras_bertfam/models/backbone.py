@@ -14,8 +14,7 @@ from keras import ops
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding, TransformerStack
 from keras_bertfam.layers.utils import TruncatedNormal, _check_positive, clone_initializer
-from keras_bertfam.models.weights_files import (check_archive_store, check_weights_file,
-                                                 record)
+from keras_bertfam.models.weights_files import check_archive_store, checked_load, record
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Inputs of the pretraining heads, which ride in the same dict as the backbone's.
@@ -204,9 +203,8 @@ class Backbone(keras.Model):
         `check_weights_file`) or whose bytes changed since it was saved (its tensors' digests, a
         `.keras` archive's CRC-32) is refused before anything is loaded, unless
         `skip_mismatch=True` (Keras' partial loading: none of these checks, digests included)."""
-        if self.built and not skip_mismatch:
-            check_weights_file(self, filepath)
-        return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
+        with checked_load(self, filepath, skip_mismatch=skip_mismatch):
+            return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
 
     def load_own_variables(self, store):
         """Keras' own; a `.keras` archive read on the fly has its weights' CRC-32 checked first

@@ -69,6 +69,10 @@ FUNCTION_KEYS = (
 ARCHIVE_WEIGHTS = "model.weights.h5"
 # {path: the checks its caller made itself} (`checked_by_caller`).
 _CALLER_CHECKED = contextvars.ContextVar("keras_bertfam_caller_checked", default={})
+# The `.keras` archives whose CRC-32 `check_weights_file` verified, while Keras reads them
+# (`checked_load`): `check_archive_store` does not verify them again.
+_VERIFIED_ARCHIVES = contextvars.ContextVar("keras_bertfam_verified_archives",
+                                            default=frozenset())
 
 
 def setting_value(value):
@@ -373,7 +377,8 @@ def check_archive_store(store):
     member failed), the archive's CRC-32 is checked once per read (`verify_archive`)."""
     archive = getattr(store, "archive", None)
     if (not isinstance(archive, zipfile.ZipFile) or getattr(store, "mode", None) != "r"
-            or getattr(store, "_keras_bertfam_verified", False)):
+            or getattr(store, "_keras_bertfam_verified", False)
+            or str(archive.filename) in _VERIFIED_ARCHIVES.get()):
         return
     store._keras_bertfam_verified = True
     verify_archive(archive, str(archive.filename), str(store.path_or_io))
@@ -561,6 +566,31 @@ def _settings_differ(saved, own, overridden=()):
     return differ
 
 
+def _is_checked(filepath):
+    """Whether `check_weights_file` reads `filepath`: a local `.weights.h5` or `.keras`."""
+    return filepath.endswith((".weights.h5", ".keras")) and not is_remote_path(filepath)
+
+
+@contextlib.contextmanager
+def checked_load(model, filepath, task_class=None, skip_mismatch=False):
+    """Around Keras' `load_weights` of our task or backbone `model`: `check_weights_file`
+    first (unless `skip_mismatch`, Keras' partial loading, or `model` is not built); within,
+    Keras' read of the `.keras` archive the check verified does not verify its CRC-32 again
+    (`check_archive_store`)."""
+    if skip_mismatch or not model.built:
+        yield
+        return
+    check_weights_file(model, filepath, task_class)
+    filepath = str(filepath)
+    verified = _is_checked(filepath) and filepath.endswith(".keras")
+    token = _VERIFIED_ARCHIVES.set(_VERIFIED_ARCHIVES.get() | {filepath}) if verified else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _VERIFIED_ARCHIVES.reset(token)
+
+
 def check_weights_file(model, filepath, task_class=None):
     """Refuses (ValueError) a weights file whose layout is not the model's, before anything is
     loaded: weights the model has no place for, model weights the file lacks, shapes that
@@ -572,7 +602,7 @@ def check_weights_file(model, filepath, task_class=None):
     from the file's, unless the caller made that check itself (`checked_by_caller`); a `.keras`
     archive whose weights are not those its CRC-32 records (`verify_archive`) alike."""
     filepath = str(filepath)
-    if not filepath.endswith((".weights.h5", ".keras")) or is_remote_path(filepath):
+    if not _is_checked(filepath):
         return  # Keras' sharded `.weights.json`, a remote file: loaded by Keras as they are
     verified_bytes, overridden = _CALLER_CHECKED.get().get(filepath, (False, frozenset()))
     with _read(filepath) as (saved_file, h5), contextlib.ExitStack() as stack:

@@ -21,7 +21,7 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import MASK_INPUTS, complete_inputs
-from keras_bertfam.models.weights_files import (check_archive_store, check_weights_file,
+from keras_bertfam.models.weights_files import (check_archive_store, checked_load,
                                                  record)
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
                                                     TextClassifierPreprocessor, _assert_then,
@@ -519,9 +519,8 @@ class Task(keras.Model):
         if (getattr(self, "optimizer", None) is not None and not self.optimizer.built
                 and self.built and str(filepath).endswith((".weights.h5", ".keras"))):
             self.optimizer.build(self.trainable_variables)
-        if self.built and not skip_mismatch:
-            check_weights_file(self, filepath, task_class=self._task_class_name())
-        return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
+        with checked_load(self, filepath, self._task_class_name(), skip_mismatch):
+            return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
 
     def _fill_schedule(self, dataset, epochs, steps_per_epoch):
         """Sets an auto schedule's total (and warmup) steps from the first fit's length; returns
