@@ -521,12 +521,11 @@ def optimizer_mismatch(saved, model, places=None):
     if theirs == own:
         return None
     differ = [f"{o} would get {t}'s" for o, t in zip(own, theirs) if o != t]
-    counts = (f"the file's optimizer state is for {len(theirs)} trainable variables, this "
-              f"model's optimizer for {len(own)}; " if len(theirs) != len(own) else "")
-    return (f"its optimizer state is for other variables than this model's optimizer holds "
-            f"(Keras loads it by position: each would train on with another weight's moments): "
-            f"{counts}{len(differ)} of {len(own)} trainable variables differ: "
-            f"{_shown(differ, 3)}. Freeze the same layers as in the saved model before "
+    counts = (f"it is for {len(theirs)} trainable variables, the model's optimizer for "
+              f"{len(own)}; " if len(theirs) != len(own) else "")
+    return (f"its optimizer state is other variables' (Keras loads it by position): {counts}"
+            f"{len(differ)} of the model's {len(own)} trainable variables would get another's "
+            f"moments: {_shown(differ, 3)}. Freeze the same layers as in the saved model before "
             f"`compile`, or load the weights before `compile` (a fresh optimizer).")
 
 

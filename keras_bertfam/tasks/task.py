@@ -900,7 +900,7 @@ class Task(keras.Model):
                 raise kind(
                     f"Could not restore the backup in {str(backup.backup_dir)!r} "
                     f"(latest.weights.h5, training_metadata.json): {type(e).__name__}: "
-                    f"{str(e)[:500]}. It is damaged (truncated, partly written) or was written "
+                    f"{str(e)[:1000]}. It is damaged (truncated, partly written) or was written "
                     f"by another model; delete the directory to start afresh.") from e
             if self._initial_epoch is not None:
                 # Keras' callback counts epochs from 0 in the resumed run until an epoch ends:
