@@ -370,6 +370,33 @@ def test_optimizer_state_of_other_variables_is_refused_naming_them(frozen_block_
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.multibackend
+def test_optimizer_state_of_the_other_backbone_of_the_same_names_is_refused(tmp_path):
+    """ELECTRA's generator and discriminator of the same sizes: their variables have the same
+    Keras paths, so their optimizer variables the same names. The state of a pretrainer whose
+    generator's block was frozen, loaded into one whose discriminator's was, is told apart by
+    where each variable is saved (its backbone's path), and refused."""
+    def pretrainer(frozen):
+        electra = kb.models.ElectraBackbone
+        task = kb.tasks.ElectraPretrainer(
+            generator=electra(len(VOCAB), embedding_dim=16, **_ONE),
+            discriminator=electra(len(VOCAB), embedding_dim=16, **_ONE))
+        getattr(task, frozen).transformer_layers[0].trainable = False
+        task.compile()
+        task.optimizer.build(task.trainable_variables)
+        return task
+
+    path = str(tmp_path / "saved.weights.h5")
+    pretrainer("generator").save_weights(path)
+    other = pretrainer("discriminator")
+    assert ([v.name for v in other.optimizer.variables]
+            == [v.name for v in pretrainer("generator").optimizer.variables])
+    _refused_unchanged(other, path, ValueError, r"optimizer state .*layers/electra_backbone/"
+                       r"layers/transformer_stack/blocks/transformer_block/.* would get "
+                       r"layers/electra_backbone_1/layers/transformer_stack/")
+    pretrainer("generator").load_weights(path)
+
+
 @keras.saving.register_keras_serializable("test_reliability")
 class FreezingClassifier(kb.tasks.TextClassifier):
     """A user's task that freezes one transformer block itself (before it is compiled)."""
