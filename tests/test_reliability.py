@@ -306,6 +306,131 @@ def test_each_backbone_of_a_model_with_several_is_compared_and_named_by_its_role
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def _frozen(block, compiled=True, cls=kb.tasks.TextClassifier, **kwargs):
+    """A tiny classifier with transformer block `block` frozen (before compiling)."""
+    task = cls(_backbone(), num_classes=2, preprocessor=None, **kwargs)
+    task.backbone.transformer_layers[block].trainable = False
+    if compiled:
+        task.compile()
+        task.optimizer.build(task.trainable_variables)
+    return task
+
+
+def _slots(task):
+    """{model variable path: (momentum, velocity)} of a task's AdamW."""
+    optimizer = task.optimizer
+    return {v.path: (np.asarray(optimizer._momentums[i]), np.asarray(optimizer._velocities[i]))
+            for i, v in enumerate(optimizer._trainable_variables)}
+
+
+_BLOCK_0 = (r"layers/bert_backbone/layers/transformer_stack/blocks/transformer_block/"
+            r"attention/[a-z_/]+/vars/\d")
+
+
+@pytest.fixture(scope="module")
+def frozen_block_0(tmp_path_factory):
+    """A classifier trained one step with block 0 frozen, saved both ways: -> (task, paths)."""
+    task = _frozen(0)
+    task.fit({"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1]), verbose=0)
+    where = tmp_path_factory.mktemp("frozen_block_0")
+    paths = [str(where / "saved.weights.h5"), str(where / "saved.keras")]
+    task.save_weights(paths[0])
+    task.save(paths[1])
+    return task, paths
+
+
+@pytest.mark.multibackend
+def test_optimizer_state_of_other_variables_is_refused_naming_them(frozen_block_0):
+    """Keras loads an optimizer's state by position when the variable counts match: a task
+    trained with transformer block 0 frozen, loaded into one compiled with block 1 frozen (the
+    same number of optimizer variables), gave block 0's weights block 1's moments, silently,
+    and training resumed from them. The file records whose state each position holds (the
+    saved path of the model variable); another assignment is refused naming the variables,
+    before anything (weights, optimizer) is loaded. The same freezing loads, moment by moment
+    onto the same variables; a task compiled after loading starts from a fresh optimizer."""
+    saved, paths = frozen_block_0
+    for path in paths:
+        other = _frozen(1)
+        optimizer_before = [np.asarray(v) for v in other.optimizer.variables]
+        _refused_unchanged(other, path, ValueError, re.escape(path) + r".* optimizer state .*"
+                           + _BLOCK_0 + r" would get .*transformer_block_1/.*Nothing was loaded")
+        for value, variable in zip(optimizer_before, other.optimizer.variables):
+            np.testing.assert_array_equal(value, np.asarray(variable))
+        same = _frozen(0)
+        same.load_weights(path)
+        assert int(same.optimizer.iterations) == 1
+        expected, got = _slots(saved), _slots(same)
+        assert sorted(expected) == sorted(got)
+        for name, (momentum, velocity) in expected.items():
+            np.testing.assert_array_equal(momentum, got[name][0])
+            np.testing.assert_array_equal(velocity, got[name][1])
+        fresh = _frozen(1, compiled=False)
+        fresh.load_weights(path)  # no optimizer yet: the weights alone
+        for a, b in zip(saved.weights, fresh.weights):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.multibackend
+def test_optimizer_state_of_the_other_backbone_of_the_same_names_is_refused(tmp_path):
+    """ELECTRA's generator and discriminator of the same sizes: their variables have the same
+    Keras paths, so their optimizer variables the same names. The state of a pretrainer whose
+    generator's block was frozen, loaded into one whose discriminator's was, is told apart by
+    where each variable is saved (its backbone's path), and refused."""
+    def pretrainer(frozen):
+        electra = kb.models.ElectraBackbone
+        task = kb.tasks.ElectraPretrainer(
+            generator=electra(len(VOCAB), embedding_dim=16, **_ONE),
+            discriminator=electra(len(VOCAB), embedding_dim=16, **_ONE))
+        getattr(task, frozen).transformer_layers[0].trainable = False
+        task.compile()
+        task.optimizer.build(task.trainable_variables)
+        return task
+
+    path = str(tmp_path / "saved.weights.h5")
+    pretrainer("generator").save_weights(path)
+    other = pretrainer("discriminator")
+    assert ([v.name for v in other.optimizer.variables]
+            == [v.name for v in pretrainer("generator").optimizer.variables])
+    _refused_unchanged(other, path, ValueError, r"optimizer state .*layers/electra_backbone/"
+                       r"layers/transformer_stack/blocks/transformer_block/.* would get "
+                       r"layers/electra_backbone_1/layers/transformer_stack/")
+    pretrainer("generator").load_weights(path)
+
+
+@keras.saving.register_keras_serializable("test_reliability")
+class FreezingClassifier(kb.tasks.TextClassifier):
+    """A user's task that freezes one transformer block itself (before it is compiled)."""
+
+    frozen = 0
+
+    def __init__(self, backbone, **kwargs):
+        super().__init__(backbone, **kwargs)
+        self.backbone.transformer_layers[self.frozen].trainable = False
+
+
+@pytest.mark.multibackend
+def test_load_model_refuses_optimizer_state_of_other_variables(tmp_path, monkeypatch):
+    """`keras.saving.load_model` compiles the task as saved and loads the optimizer's state by
+    position too: a task class that now freezes another block of the same shapes got the other
+    block's moments silently. It is refused naming the variables (Keras reports it once its
+    walk of the archive ends: no model is returned); the class as saved loads."""
+    saved = FreezingClassifier(_backbone(), num_classes=2, preprocessor=None)
+    saved.compile()
+    saved.fit({"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1]), verbose=0)
+    path = str(tmp_path / "saved.keras")
+    saved.save(path)
+    with monkeypatch.context() as changed:
+        changed.setattr(FreezingClassifier, "frozen", 1)  # the class, changed since
+        with pytest.raises(ValueError, match=r"into FreezingClassifier .*optimizer state .*"
+                           + _BLOCK_0 + " would get .*transformer_block_1/"):
+            keras.saving.load_model(path)
+    loaded = keras.saving.load_model(path)
+    assert int(loaded.optimizer.iterations) == 1
+    expected, got = _slots(saved), _slots(loaded)
+    for name, (momentum, _) in expected.items():
+        np.testing.assert_array_equal(momentum, got[name][0])
+
+
 def test_a_plain_keras_archive_loads_as_before(tmp_path):
     """A `.keras` archive of a model not of this library records nothing: loaded as Keras does."""
     def plain(activation):

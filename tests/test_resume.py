@@ -45,7 +45,9 @@ class Interrupt(keras.callbacks.Callback):
             raise RuntimeError("interrupted")
 
 
-def make_task(kind, bert_vocab, dropout=TINY["dropout"]):
+def make_task(kind, bert_vocab, dropout=TINY["dropout"], frozen=None):
+    """The task of `kind`, compiled; `frozen`: whose LayerNorm is frozen before compiling, the
+    embeddings' ("embeddings") or the transformer block's attention's ("attention")."""
     keras.utils.set_random_seed(1)
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
     if kind == "sop":
@@ -63,6 +65,10 @@ def make_task(kind, bert_vocab, dropout=TINY["dropout"]):
         preprocessor = cls.default_preprocessor(tokenizer, backbone, sequence_length=16, seed=5,
                                                 batch_size=4)
         task = cls(backbone, preprocessor=preprocessor)
+    if frozen:
+        owner = (backbone.embeddings if frozen == "embeddings"
+                 else backbone.transformer_layers[0].attention)
+        owner.layer_norm.trainable = False
     task.compile()
     return task
 
@@ -211,6 +217,22 @@ def test_backup_of_another_run_length_is_refused(mlm_backup, bert_vocab, tmp_pat
                                          r"expected 8 to 16 at 8 steps an epoch"):
         resumed.fit(TEXTS, batch_size=2, epochs=EPOCHS, verbose=0,
                     callbacks=[keras.callbacks.BackupAndRestore(backup)])
+
+
+def test_backup_of_a_run_that_froze_other_layers_is_refused_naming_them(bert_vocab, tmp_path):
+    """The same task and configuration, another LayerNorm frozen (the same number of optimizer
+    variables): Keras restored the backup's moments by position, the frozen one's onto the
+    other, and trained on from them silently. Refused naming the variables, before any step."""
+    backup = str(tmp_path / "backup")
+    task = make_task("mlm", bert_vocab, frozen="embeddings")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        fit(task, "mlm", [keras.callbacks.BackupAndRestore(backup), Interrupt(1)])
+    resumed = make_task("mlm", bert_vocab, frozen="attention")
+    with pytest.raises(ValueError, match=r"Could not restore the backup in '.*backup' .*optimizer "
+                       r"state .*text_embedding/layer_norm/vars/0 would get "
+                       r".*transformer_block/attention/layer_norm/vars/0's"):
+        fit(resumed, "mlm", [keras.callbacks.BackupAndRestore(backup)])
+    assert int(resumed.optimizer.iterations.numpy()) == 0
 
 
 def test_read_only_backup_dir_is_refused_before_training(bert_vocab, tmp_path):

@@ -21,6 +21,14 @@ A file without the record (Keras' own, keras-hub's, ours before) is checked as b
 archive (Keras' writer, no record) gives the same settings from its config.json
 (`config_settings`), refused alike; it has no tensor digests, but the CRC-32 its zip records of
 the weights is checked on every Python (`verify_archive`).
+
+A compiled task's optimizer state is a list that Keras loads back by position whenever the
+optimizer has as many variables as the file's: a task compiled with other layers frozen (the
+same number of variables) got other weights' moments, silently. A task's `save_own_variables`
+records, in its weights (`.weights.h5` and `.keras` alike), whose state each position holds
+(`optimizer_record`: the saved path of each model variable); a load that would put it on other
+variables is refused naming them (`optimizer_mismatch`), by `load_weights` before anything is
+loaded, by `keras.saving.load_model` once Keras' walk of the archive ends (no model returned).
 """
 import collections
 import concurrent.futures
@@ -43,8 +51,12 @@ from keras.src.saving import saving_lib
 from keras.src.utils.file_utils import is_remote_path
 
 # Keras' optimizer loads its state when its variable count matches the file's and otherwise
-# skips it with a warning (plain weights into a compiled model); that stays Keras' behaviour.
+# skips it with a warning (plain weights into a compiled model); that stays Keras' behaviour,
+# but for state recorded as another variables' (`optimizer_mismatch`).
 OPTIMIZER = "optimizer"
+# A task's record of its optimizer's state (`optimizer_record`), among the task's own keys: a
+# JSON dataset no model reads.
+OPTIMIZER_RECORD = "keras_bertfam_optimizer"
 # A task's weights file records the task's class here (`record`): a group no model has,
 # which Keras' loading (and an earlier version of this library) never reads.
 TASK_CLASS_PATH = "keras_bertfam_task"
@@ -73,6 +85,20 @@ _CALLER_CHECKED = contextvars.ContextVar("keras_bertfam_caller_checked", default
 # (`checked_load`): `check_archive_store` does not verify them again.
 _VERIFIED_ARCHIVES = contextvars.ContextVar("keras_bertfam_verified_archives",
                                             default=frozenset())
+# The models (ids) whose file `checked_load` compared or was told not to (skip_mismatch), while
+# Keras loads it: `check_optimizer_store` does not compare their optimizer's record again.
+_OPTIMIZERS_CHECKED = contextvars.ContextVar("keras_bertfam_optimizers_checked",
+                                             default=frozenset())
+
+
+def _utf8(text):
+    """`text` as the weights file holds it: a dataset of its UTF-8 bytes (uint8)."""
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+
+def _json_of(dataset):
+    """The data of a `_utf8` dataset of JSON (an h5py dataset or an array)."""
+    return json.loads(bytes(np.asarray(dataset[()]).astype(np.uint8)).decode("utf-8"))
 
 
 def setting_value(value):
@@ -213,7 +239,7 @@ def record(filepath, model, task_class=None):
     def put(group, name, text):  # a UTF-8 dataset, replacing the one there
         if name in group:
             del group[name]
-        group[name] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+        group[name] = _utf8(text)
 
     filepath = str(filepath)
     if not filepath.endswith(".weights.h5") or not os.path.isfile(filepath):
@@ -386,10 +412,12 @@ def check_archive_store(store):
 
 class _LayoutStore(saving_lib.H5IOStore):
     """A write store for Keras' saving walk (`_save_state` takes Keras' store classes only)
-    that keeps the shapes, not the values: {path: {key: shape}}."""
+    that keeps the shapes, not the values: `entries` {path: {key: shape}}, and `places`
+    {id(variable): the dataset path it is saved at ("<path>/vars/<key>")} of the variables
+    saved as they are (a layer's own: Keras saves each variable itself)."""
 
     def __init__(self):  # no file
-        self.entries, self._path = {}, None
+        self.entries, self.places, self._path = {}, {}, None
 
     def __bool__(self):
         return True
@@ -400,6 +428,8 @@ class _LayoutStore(saving_lib.H5IOStore):
 
     def __setitem__(self, key, value):
         self.entries.setdefault(self._path, {})[key] = tuple(np.shape(value))
+        if isinstance(value, keras.Variable):
+            self.places.setdefault(id(value), "/".join(filter(None, (self._path, "vars", key))))
 
 
 def cache_attr_skipsets():
@@ -423,12 +453,97 @@ def cache_attr_skipsets():
 
 
 def model_layout(model):
-    """{path: {key: shape}} of what `model.save_weights` would write (nothing is written)."""
+    """{path: {key: shape}} of what `model.save_weights` would write (nothing is written), but
+    its optimizer's state (`_walk`)."""
+    return _walk(model)[0]
+
+
+def _walk(model):
+    """-> (`model_layout`, {id(variable): the dataset path it is saved at} (`_LayoutStore`))
+    of `model`. Its optimizer is not walked (its state is a list of tensors that Keras reads
+    out to save; the layout's comparison leaves it to `optimizer_mismatch`)."""
     cache_attr_skipsets()
     store = _LayoutStore()
+    optimizer = getattr(model, "optimizer", None)
     saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
-                           visited_saveables=set())
-    return {p: keys for p, keys in store.entries.items() if keys}
+                           visited_saveables={id(optimizer)} if optimizer is not None else set())
+    return {p: keys for p, keys in store.entries.items() if keys}, store.places
+
+
+def _optimizer_state(model):
+    """(`model`'s optimizer, the model variables its state is for, in its order), or None where
+    it has no optimizer or one not built (no variables to load into)."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not optimizer.variables:
+        return None
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
+    return optimizer, list(getattr(inner, "_trainable_variables", None) or [])
+
+
+def optimizer_record(model, places=None):
+    """{"variables": the number of the optimizer's variables (what Keras compares), "trainable":
+    the dataset path each model variable whose state it holds is saved at, in the optimizer's
+    order} of `model`'s optimizer, or None (`_optimizer_state`). A variable the weights do not
+    hold as it is (a LoRA factor, merged into its kernel when saved) by its Keras path.
+    `places`: the model's `_walk`'s, if it was walked (else it is walked here)."""
+    state = _optimizer_state(model)
+    if state is None:
+        return None
+    optimizer, trainable = state
+    if places is None:
+        places = _walk(model)[1]
+    return {"variables": len(optimizer.variables),
+            "trainable": [places.get(id(v), v.path) for v in trainable]}
+
+
+def save_optimizer_record(model, store):
+    """For `save_own_variables(store)` of a task: its `optimizer_record` under `OPTIMIZER_RECORD`
+    (none without a built optimizer, and none in a layout walk)."""
+    if isinstance(store, _LayoutStore):
+        return
+    found = optimizer_record(model)
+    if found is not None:
+        store[OPTIMIZER_RECORD] = _utf8(json.dumps(found))
+
+
+def optimizer_mismatch(saved, model, places=None):
+    """Where Keras would load the optimizer state a file records (`saved`, its
+    `optimizer_record`) onto other variables of `model`: what differs, naming the variables;
+    else None (the same variables in the same order; an optimizer of another variable count,
+    whose state Keras skips with a warning; no optimizer to load into). `places`: as
+    `optimizer_record`'s."""
+    state = _optimizer_state(model)
+    if (state is None or not isinstance(saved, dict)
+            or saved.get("variables") != len(state[0].variables)):
+        return None
+    theirs = [str(p) for p in saved.get("trainable") or []]
+    own = optimizer_record(model, places)["trainable"]
+    if theirs == own:
+        return None
+    differ = [f"{o} would get {t}'s" for o, t in zip(own, theirs) if o != t]
+    counts = (f"it is for {len(theirs)} trainable variables, the model's optimizer for "
+              f"{len(own)}; " if len(theirs) != len(own) else "")
+    return (f"its optimizer state is other variables' (Keras loads it by position): {counts}"
+            f"{len(differ)} of the model's {len(own)} trainable variables would get another's "
+            f"moments: {_shown(differ, 3)}. Freeze the same layers as in the saved model before "
+            f"`compile`, or load the weights before `compile` (a fresh optimizer).")
+
+
+def check_optimizer_store(model, store):
+    """For `load_own_variables(store)` of a task, where `checked_load` did not compare the file
+    (`keras.saving.load_model`; a sharded or remote file): refuses (ValueError) the optimizer
+    state its record says is for other variables (`optimizer_mismatch`). Keras' walk goes on
+    loading, then raises it (no model is returned)."""
+    if OPTIMIZER_RECORD not in store.keys() or id(model) in _OPTIMIZERS_CHECKED.get():
+        return
+    mismatch = optimizer_mismatch(_json_of(store[OPTIMIZER_RECORD]), model)
+    if mismatch:  # (`load_model` reads the archive's weights from memory: no file name)
+        archive = getattr(store, "archive", None)
+        name = (archive.filename if isinstance(archive, zipfile.ZipFile)
+                else getattr(getattr(store, "h5_file", None), "filename", None))
+        source = f"the weights file {name!r}" if isinstance(name, str) else "the weights"
+        raise ValueError(f"Cannot load {source} into {type(model).__name__} {model.name!r}: "
+                         f"{mismatch}")
 
 
 def config_settings(config):
@@ -489,15 +604,16 @@ def _open_h5(filepath):
             yield h5, None, None
 
 
-SavedFile = collections.namedtuple("SavedFile", "layout task record places")
+SavedFile = collections.namedtuple("SavedFile", "layout task record places optimizer")
 
 
 def read_layout(filepath):
     """-> `SavedFile`: `layout` {path: {key: shape}}, `task` the task class it was saved from
     or None (a backbone's, a user's class, a file saved before tasks recorded it), `record`
     ({"settings", "digests"}, `record`; a `.keras` archive of this library's model: its
-    `config_settings` alone; None in a file without it) and `places` (its tensors'
-    bytes, `_tensors`; None without a record) of a `.weights.h5` file or a `.keras`
+    `config_settings` alone; None in a file without it), `places` (its tensors'
+    bytes, `_tensors`; None without a record) and `optimizer` (a task's `optimizer_record`,
+    None in a file without it) of a `.weights.h5` file or a `.keras`
     archive's weights; a file that is not one (truncated, damaged, another
     format) is an OSError naming it (as h5py's, which does not)."""
     with _read(filepath) as (saved, _):
@@ -507,7 +623,7 @@ def read_layout(filepath):
 @contextlib.contextmanager
 def _read(filepath):
     """`read_layout`, the file kept open within: -> (`SavedFile`, the h5 file)."""
-    found = None
+    found = optimizer = None
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"The weights file {filepath!r} does not exist.")
     with contextlib.ExitStack() as stack:
@@ -517,8 +633,10 @@ def _read(filepath):
             layout, places = _tensors(h5, with_places=recorded)
             if layout.pop(TASK_CLASS_PATH, None):
                 task = h5[TASK_CLASS_PATH]["vars"]["0"][()]
+            if OPTIMIZER_RECORD in layout.get("", ()):
+                optimizer = _json_of(h5["vars"][OPTIMIZER_RECORD])
             if recorded:
-                found = json.loads(bytes(h5[RECORD_PATH][()].astype(np.uint8)).decode("utf-8"))
+                found = _json_of(h5[RECORD_PATH])
             elif configured is not None:  # a `.keras` archive: its model's config says them
                 found = {"settings": configured}
         except DamagedFile:
@@ -530,7 +648,8 @@ def _read(filepath):
             ) from e
         if isinstance(task, np.ndarray):
             task = bytes(task.astype(np.uint8)).decode("utf-8", errors="replace")
-        yield SavedFile(layout, task, found if isinstance(found, dict) else None, places), h5
+        yield SavedFile(layout, task, found if isinstance(found, dict) else None, places,
+                        optimizer), h5
 
 
 def _shown(paths, limit=4):
@@ -576,26 +695,30 @@ def checked_load(model, filepath, task_class=None, skip_mismatch=False):
     """Around Keras' `load_weights` of our task or backbone `model`: `check_weights_file`
     first (unless `skip_mismatch`, Keras' partial loading, or `model` is not built); within,
     Keras' read of the `.keras` archive the check verified does not verify its CRC-32 again
-    (`check_archive_store`)."""
-    if skip_mismatch or not model.built:
-        yield
-        return
-    check_weights_file(model, filepath, task_class)
+    (`check_archive_store`), nor compare the optimizer's record again (`check_optimizer_store`)."""
     filepath = str(filepath)
-    verified = _is_checked(filepath) and filepath.endswith(".keras")
-    token = _VERIFIED_ARCHIVES.set(_VERIFIED_ARCHIVES.get() | {filepath}) if verified else None
+    checking = not skip_mismatch and model.built
+    if checking:
+        check_weights_file(model, filepath, task_class)
+    archives, models = _VERIFIED_ARCHIVES.get(), _OPTIMIZERS_CHECKED.get()
+    if checking and _is_checked(filepath) and filepath.endswith(".keras"):
+        archives |= {filepath}
+    if not checking or _is_checked(filepath):
+        models |= {id(model)}
+    tokens = _VERIFIED_ARCHIVES.set(archives), _OPTIMIZERS_CHECKED.set(models)
     try:
         yield
     finally:
-        if token is not None:
-            _VERIFIED_ARCHIVES.reset(token)
+        _OPTIMIZERS_CHECKED.reset(tokens[1])
+        _VERIFIED_ARCHIVES.reset(tokens[0])
 
 
 def check_weights_file(model, filepath, task_class=None):
     """Refuses (ValueError) a weights file whose layout is not the model's, before anything is
     loaded: weights the model has no place for, model weights the file lacks, shapes that
     differ (naming the paths), or, for a task (`task_class`, its class name), a file another
-    task class saved. The optimizer's state is left to Keras, and so are the keys a layer reads
+    task class saved, or optimizer state recorded as other variables' (`optimizer_mismatch`).
+    The rest of the optimizer's state is left to Keras, and so are the keys a layer reads
     itself (a task's seed generators, a LoRA layer's factors): only the keys both sides hold
     are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
     bytes changed after saving (`DamagedFile`) or when the model's `function_settings` differ
@@ -615,7 +738,7 @@ def check_weights_file(model, filepath, task_class=None):
             pool = concurrent.futures.ThreadPoolExecutor(1)
             stack.callback(pool.shutdown)
             verification = pool.submit(verify_digests, filepath, digests, saved_file.places, h5)
-        own_layout = model_layout(model)
+        own_layout, own_places = _walk(model)
         if verification is not None:
             verification.result()
     where = f"the weights file {filepath!r} into {type(model).__name__} {model.name!r}"
@@ -645,6 +768,9 @@ def check_weights_file(model, filepath, task_class=None):
                 f"weights have the same shapes but compute something else: "
                 f"{'; '.join(differ)}. Build the model with the file's values (or pass "
                 f"skip_mismatch=True to load the weights anyway). Nothing was loaded.")
+        mismatch = optimizer_mismatch(saved_file.optimizer, model, own_places)
+        if mismatch:
+            raise ValueError(f"Cannot load {where}: {mismatch} Nothing was loaded.")
         return
     problems = []
     if extra:

@@ -21,8 +21,9 @@ from keras import ops, tree
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models.backbone import MASK_INPUTS, complete_inputs
-from keras_bertfam.models.weights_files import (check_archive_store, checked_load,
-                                                 record)
+from keras_bertfam.models.weights_files import (OPTIMIZER_RECORD, check_archive_store,
+                                                 check_optimizer_store, checked_load, record,
+                                                 save_optimizer_record)
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
@@ -208,23 +209,30 @@ class Task(keras.Model):
         """Keras' own variables, and the state Keras does not save (so `BackupAndRestore` and
         `ModelCheckpoint` lost it): every seed generator's (`seed_generator_<i>`: a resumed
         run draws the dropout masks and samples the uninterrupted run drew) and the record of
-        the epoch in progress (`EPOCH_RECORD`, see `_epoch_keyed`)."""
+        the epoch in progress (`EPOCH_RECORD`, see `_epoch_keyed`); and whose state each of
+        the optimizer's positions holds (`weights_files.save_optimizer_record`: Keras loads it
+        by position, onto other variables where the layers frozen differ)."""
         super().save_own_variables(store)
         for i, generator in enumerate(self._all_seed_generators()):
             store[f"seed_generator_{i}"] = generator.state
         record = self.__dict__.get("_epoch_record")
         if record is not None:
             store[self.EPOCH_RECORD] = np.asarray(record, dtype=np.int64)
+        save_optimizer_record(self, store)
 
     def load_own_variables(self, store):
         """`save_own_variables`' state; a file without it (Keras' own, an earlier version's)
         loads as before, leaving the seed generators as they are. A `.keras` archive read on
-        the fly has its weights' CRC-32 checked first (`weights_files.check_archive_store`)."""
+        the fly has its weights' CRC-32 checked first (`weights_files.check_archive_store`),
+        and optimizer state recorded as other variables' is refused
+        (`weights_files.check_optimizer_store`)."""
         check_archive_store(store)
+        check_optimizer_store(self, store)
         keys = list(store.keys())
         seeds = sorted((k for k in keys if k.startswith("seed_generator_")),
                        key=lambda k: int(k.rsplit("_", 1)[1]))
-        own = {k: store[k] for k in keys if k not in seeds and k != self.EPOCH_RECORD}
+        own = {k: store[k] for k in keys if k not in seeds
+               and k not in (self.EPOCH_RECORD, OPTIMIZER_RECORD)}
         super().load_own_variables(own)
         if seeds:
             generators = self._all_seed_generators()
@@ -892,7 +900,7 @@ class Task(keras.Model):
                 raise kind(
                     f"Could not restore the backup in {str(backup.backup_dir)!r} "
                     f"(latest.weights.h5, training_metadata.json): {type(e).__name__}: "
-                    f"{str(e)[:500]}. It is damaged (truncated, partly written) or was written "
+                    f"{str(e)[:1000]}. It is damaged (truncated, partly written) or was written "
                     f"by another model; delete the directory to start afresh.") from e
             if self._initial_epoch is not None:
                 # Keras' callback counts epochs from 0 in the resumed run until an epoch ends:
