@@ -1133,41 +1133,44 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         unbatched = inputs.shape.rank == 0
         if unbatched:
             inputs = inputs[tf.newaxis]
-        texts = albert_normalize(valid_utf8(inputs), self.lowercase, self.keep_accents)
-        tokens = self.tokenize_normalized(sp, texts)  # (B, (P))
+        tokens = self.read_around_tokens(valid_utf8(inputs), lambda texts: self.tokenize_normalized(
+            sp, albert_normalize(texts, self.lowercase, self.keep_accents)))  # (B, (P))
         if self.sequence_length:
             tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
         return tokens[0] if unbatched else tokens
 
-    # Special tokens read alone: cut out of a text, the parts between them tokenized as texts of
-    # their own, as HF's tokenizers read the text around their added tokens. None here: ALBERT's
-    # special pieces are control pieces, which SentencePiece never reads from a text, and
-    # keras-hub's tokenizer reads a text whole; XLNet's user-defined `<eop>` (`XLNetTokenizer`).
+    # Special tokens read alone: cut out of a text as written, the parts between them tokenized
+    # as texts of their own, as HF's tokenizers read the text around their added tokens. None
+    # here: ALBERT's special pieces are control pieces, which SentencePiece never reads from a
+    # text, and keras-hub's tokenizer reads a text whole; XLNet's user-defined pieces
+    # (`XLNetTokenizer`).
     tokens_read_alone = ()
 
-    def tokenize_normalized(self, sp, texts, offsets=False):
-        """Normalized texts [B] -> ragged [B, (P)] ids (with `offsets`: `(ids, starts, ends)`,
-        the pieces' byte offsets into the texts): tf-text's SentencePiece `sp` and the "1990,"
-        fix-up, after cutting out the `tokens_read_alone` (each one piece, its id)."""
-        def read(texts):
-            out = sp.tokenize_with_offsets(texts) if offsets else (sp.tokenize(texts),)
-            return self._split_digit_comma(*out)
-
+    def read_around_tokens(self, texts, read, offsets=False):
+        """Texts [B] (valid UTF-8) -> ragged [B, (P)] ids: `read` ([S] texts -> [S, (P)] ids) of
+        each text, the `tokens_read_alone` cut out of it first (`_cut_at_tokens`: as written,
+        before any normalization, as HF finds its added tokens), each one piece, its id, and
+        each part between them read as a text of its own. With `offsets`, `read` gives
+        `(ids, starts, ends)` in characters of its text, and so does this (a token spans its
+        characters)."""
         tokens = list(self.tokens_read_alone)
         if not tokens:
             return read(texts)
-        parts, which, *bounds = _cut_at_tokens(texts, tokens, offsets=offsets)  # (B, (S))
+        parts, which = _cut_at_tokens(texts, tokens)  # (B, (S))
         kind = which.flat_values
         is_token = kind >= 0
         out = read(tf.where(is_token, "", parts.flat_values))  # (S, (P)): a token's part none
         out = out if offsets else (out,)
         token_ids = tf.constant([self.token_to_id(t) for t in tokens], out[0].dtype)
         alone = [tf.gather(token_ids, tf.maximum(kind, 0))]  # (S,) what a token's part gives
-        if offsets:
-            start, end = (b.flat_values for b in bounds)  # (S,) bytes of the text
-            out = [out[0]] + [o.with_flat_values(o.flat_values + tf.gather(
-                start, row_ids(o.row_splits))) for o in out[1:]]  # bytes of the part's text
-            alone += [start, end]
+        if offsets:  # characters of the part -> of its text
+            length = tf.strings.length(parts.flat_values, unit="UTF8_CHAR")  # (S,)
+            before = tf.cumsum(length, exclusive=True)
+            start = before - tf.gather(before, tf.gather(parts.row_starts(),
+                                                         row_ids(parts.row_splits)))
+            out = [out[0]] + [o.with_flat_values(o.flat_values + tf.cast(tf.gather(
+                start, row_ids(o.row_splits)), o.dtype)) for o in out[1:]]
+            alone += [tf.cast(start, out[1].dtype), tf.cast(start + length, out[2].dtype)]
 
         def assemble(pieces, token):  # (S, (P)), (S,) -> (B, (T))
             token = tf.RaggedTensor.from_row_lengths(
@@ -1177,6 +1180,13 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
 
         out = tuple(assemble(o, a) for o, a in zip(out, alone))
         return out if offsets else out[0]
+
+    def tokenize_normalized(self, sp, texts, offsets=False):
+        """Normalized texts [B] -> ragged [B, (P)] ids (with `offsets`: `(ids, starts, ends)`,
+        the pieces' byte offsets into the texts): tf-text's SentencePiece `sp` and the "1990,"
+        fix-up."""
+        out = sp.tokenize_with_offsets(texts) if offsets else (sp.tokenize(texts),)
+        return self._split_digit_comma(*out)
 
     def _split_digit_comma(self, ids, starts=None, ends=None):
         """ALBERT's `encode_pieces` fix-up: a piece ending in digit + "," ("▁1990,") is re-encoded
@@ -1425,9 +1435,14 @@ class XLNetTokenizer(SentencePieceTokenizer):
         readable = ()
         if self.proto is not None:
             import sentencepiece as spm
+            from sentencepiece import sentencepiece_model_pb2
 
             model = spm.SentencePieceProcessor(model_proto=self.proto)
-            readable = tuple(model.id_to_piece(i) for i in self.special_token_ids
+            pieces = sentencepiece_model_pb2.ModelProto.FromString(self.proto).pieces
+            user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+            ids = set(self.special_token_ids) | {i for i, p in enumerate(pieces)
+                                                 if p.type == user}
+            readable = tuple(model.id_to_piece(i) for i in sorted(ids)
                              if not (model.is_control(i) or model.is_unknown(i)
                                      or model.is_unused(i)))
         object.__setattr__(self, "tokens_read_alone", readable)
