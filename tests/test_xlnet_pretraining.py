@@ -250,6 +250,45 @@ def test_xlnet_user_defined_pieces_read_as_hf_reads_them(xlnet_user_pieces_dirs)
         assert set(tok.tokens_read_alone) == set(USER_PIECES)
 
 
+def test_xlnet_spiece_model_beside_tokenizer_json_reads_what_hf_adds(xlnet_user_pieces_dirs,
+                                                                      tmp_path):
+    """A directory with both spiece.model and tokenizer.json: transformers 5 reads
+    tokenizer.json, so a user-defined piece of spiece.model that tokenizer.json (and
+    tokenizer_config.json) do not add as a token is an ordinary piece of HF's Unigram model, not
+    cut out of a text. The loader reads spiece.model with HF's added tokens: ids and offsets
+    equal HF's (after the cut at every user-defined piece, "a[X]b" gave "▁b" where HF has "b")."""
+    import json
+    import shutil
+
+    import sentencepiece
+
+    spiece, saved = xlnet_user_pieces_dirs
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece / "spiece.model"))
+    both = tmp_path / "both"
+    shutil.copytree(saved, both)
+    shutil.copy(spiece / "spiece.model", both / "spiece.model")
+    spec = json.loads((both / "tokenizer.json").read_text())
+    spec["added_tokens"] = [e for e in spec["added_tokens"] if e["content"] not in ("[X]", "ab")]
+    (both / "tokenizer.json").write_text(json.dumps(spec))
+    config = json.loads((both / "tokenizer_config.json").read_text())
+    config["extra_special_tokens"] = [t for t in config.get("extra_special_tokens", [])
+                                      if t not in ("[X]", "ab")]
+    (both / "tokenizer_config.json").write_text(json.dumps(config))
+    hf = transformers.XLNetTokenizer.from_pretrained(str(both))
+    texts = ["a[X]b", "a [X] b", "cabbage", "ab[X]ab", "Café<eop>éb", "x<eop>[X]", "[X]"]
+    assert hf.tokenize("a[X]b") == ["▁a", "[X]", "b"]  # not cut: read by the model
+    tok = presets.load_tokenizer(str(both))
+    same, other = check_sentencepiece_offsets(tok, hf, sp, texts, lowercase=False)
+    assert (same, other) == (len(texts), 0)
+    assert set(tok.tokens_read_alone) == {"<eop>", "é"}
+    # both files as transformers 5 saves them (the same tokens): all four read alone
+    shutil.copy(spiece / "spiece.model", saved / "spiece.model")
+    try:
+        assert set(presets.load_tokenizer(str(saved)).tokens_read_alone) == set(USER_PIECES)
+    finally:
+        (saved / "spiece.model").unlink()
+
+
 def test_xlnet_tokenizer_from_hf_dir_preset_round_trip_and_offline_error(xlnet_spiece, tmp_path):
     import json
 
