@@ -1043,6 +1043,12 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
             to the SentencePiece model as it is); ALBERT's uncased presets set True.
         keep_accents: keep accents (False: NFKD and drop combining marks, as ALBERT).
         cls_token ... unk_token: the model's special pieces.
+        split_user_defined: cut a text at each user-defined piece of the model (SentencePiece's
+            `user_defined_symbols`), found as written, and read the text on each side of it as
+            a text of its own, as HF's tokenizers read their added tokens (transformers 5 makes
+            each user-defined piece one). False (keras-hub's reading): the text is read whole,
+            the SentencePiece model finding the pieces in it. A tokenizer loaded from an HF
+            directory sets it.
 
     Example:
     >>> tok = SentencePieceTokenizer("spiece.model")  # doctest: +SKIP
@@ -1062,10 +1068,12 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         pad_token="<pad>",
         mask_token="[MASK]",
         unk_token="<unk>",
+        split_user_defined=False,
         **kwargs,
     ):
         self.lowercase = lowercase
         self.keep_accents = keep_accents
+        self.split_user_defined = bool(split_user_defined)
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
         pieces = None
         if proto is not None:
@@ -1085,6 +1093,33 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         super().__init__(
             proto=proto, sequence_length=sequence_length, _allow_python_workflow=False, **kwargs
         )
+        self._set_tokens_read_alone()
+
+    def set_proto(self, proto):
+        super().set_proto(proto)
+        if "tokens_read_alone" in self.__dict__:  # a later set_proto (load_assets)
+            self._set_tokens_read_alone()
+
+    def _set_tokens_read_alone(self):
+        object.__setattr__(self, "tokens_read_alone", self._pieces_read_alone())
+
+    def _pieces_read_alone(self, ids=()):
+        """The pieces of `ids` and, with `split_user_defined`, the model's user-defined pieces,
+        those SentencePiece reads from a text (neither control, unknown nor unused)."""
+        if self.proto is None:
+            return ()
+        import sentencepiece as spm
+        from sentencepiece import sentencepiece_model_pb2
+
+        model = spm.SentencePieceProcessor(model_proto=self.proto)
+        ids = set(ids)
+        if self.split_user_defined:
+            user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+            ids.update(i for i, p in enumerate(
+                sentencepiece_model_pb2.ModelProto.FromString(self.proto).pieces)
+                if p.type == user)
+        return tuple(model.id_to_piece(i) for i in sorted(ids)
+                     if not (model.is_control(i) or model.is_unknown(i) or model.is_unused(i)))
 
     def rebuild_resource(self):
         """Rebuilds tf-text's SentencePiece model resource (`live_sentence_piece` does when it is
@@ -1139,11 +1174,11 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
             tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
         return tokens[0] if unbatched else tokens
 
-    # Special tokens read alone: cut out of a text as written, the parts between them tokenized
-    # as texts of their own, as HF's tokenizers read the text around their added tokens. None
-    # here: ALBERT's special pieces are control pieces, which SentencePiece never reads from a
-    # text, and keras-hub's tokenizer reads a text whole; XLNet's user-defined pieces
-    # (`XLNetTokenizer`).
+    # Pieces read alone: cut out of a text as written, the parts between them tokenized as texts
+    # of their own, as HF's tokenizers read the text around their added tokens: the model's
+    # user-defined pieces with `split_user_defined` (XLNet's, and a tokenizer loaded from an HF
+    # directory), none without (keras-hub's tokenizer reads a text whole; ALBERT's special
+    # pieces are control pieces, which SentencePiece never reads from a text).
     tokens_read_alone = ()
 
     def read_around_tokens(self, texts, read, offsets=False):
@@ -1272,7 +1307,8 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
 
     def get_config(self):
         config = super().get_config()
-        config.update(lowercase=self.lowercase, keep_accents=self.keep_accents)
+        config.update(lowercase=self.lowercase, keep_accents=self.keep_accents,
+                      split_user_defined=self.split_user_defined)
         config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
         return config
 
@@ -1331,8 +1367,9 @@ def train_sentencepiece_model(
     ALBERT's recipe also forced `( ) " - . – £ €` as user-defined symbols; pass them with
     `user_defined_symbols=` to reproduce it, but note that HF's current (tokenizers-based)
     `AlbertTokenizer` segments text around user-defined symbols differently from SentencePiece
-    ("legs (for" -> "▁(" + "for" in SentencePiece, "(" + "▁for" in HF): with the default (none)
-    both agree with our tokenizer.
+    ("legs (for" -> "▁(" + "for" in SentencePiece, "(" + "▁for" in HF): our tokenizer reads
+    them as HF's with `split_user_defined=True` (set when loaded from an HF directory), as
+    SentencePiece (and keras-hub) without; with the default (none) all agree.
 
     Args:
         documents: a `tf.data.Dataset` of strings or an iterable of strings.
@@ -1384,7 +1421,8 @@ class XLNetTokenizer(SentencePieceTokenizer):
 
     `<eop>` written in a text (a user-defined piece of XLNet's models) is its id, and the text
     on each side of it is read as a text of its own, as HF's `XLNetTokenizer` reads it ("a <eop>
-    b" and "a<eop>b": "▁a", "<eop>", "▁b"); the control pieces (`<cls>`, `<sep>`, `<mask>`,
+    b" and "a<eop>b": "▁a", "<eop>", "▁b"); so is every user-defined piece of a model of one's
+    own (`split_user_defined`: found as written, before normalization); the control pieces (`<cls>`, `<sep>`, `<mask>`,
     `<eod>`, ...) written in a text are split into pieces (HF reads their ids). `keep_accents=True`
     keeps accents, as the original and transformers 4's `XLNetTokenizer` did (transformers 5's
     strips them whatever its `keep_accents`).
@@ -1394,6 +1432,9 @@ class XLNetTokenizer(SentencePieceTokenizer):
         lowercase: lowercase the text (False for XLNet's cased models).
         keep_accents: keep accents (False: NFKD and drop combining marks, as XLNet).
         cls_token ... unk_token: the model's special pieces.
+        split_user_defined: cut a text at every user-defined piece of the model, as HF's
+            `XLNetTokenizer` (True); False cuts at the user-defined special pieces only
+            (`<eop>`).
 
     Example:
     >>> tok = XLNetTokenizer("spiece.model")  # doctest: +SKIP
@@ -1411,6 +1452,7 @@ class XLNetTokenizer(SentencePieceTokenizer):
         pad_token="<pad>",
         mask_token="<mask>",
         unk_token="<unk>",
+        split_user_defined=True,
         **kwargs,
     ):
         for role in XLNET_EXTRA_ROLES:
@@ -1418,34 +1460,27 @@ class XLNetTokenizer(SentencePieceTokenizer):
         super().__init__(
             proto=proto, lowercase=lowercase, keep_accents=keep_accents,
             sequence_length=sequence_length, cls_token=cls_token, sep_token=sep_token,
-            pad_token=pad_token, mask_token=mask_token, unk_token=unk_token, **kwargs)
+            pad_token=pad_token, mask_token=mask_token, unk_token=unk_token,
+            split_user_defined=split_user_defined, **kwargs)
         self._set_extra_roles()
 
     def _set_extra_roles(self):
-        """`<s>`, `</s>`, `<eod>`, `<eop>` ids (None when the model lacks the piece), and the
-        special pieces that SentencePiece reads from a text (neither control nor unknown: the
-        user-defined `<eop>` of XLNet's models) as `tokens_read_alone`: HF's `XLNetTokenizer`
-        reads the text on each side of one as a text of its own ("a <eop>b": "▁a", "<eop>",
-        "▁b"; SentencePiece alone "▁a", "▁", "<eop>", "b")."""
+        """`<s>`, `</s>`, `<eod>`, `<eop>` ids (None when the model lacks the piece), and
+        `tokens_read_alone` (`_set_tokens_read_alone`)."""
         vocabulary = set(self.get_vocabulary()) if self.proto is not None else set()
         for role, token in XLNET_EXTRA_ROLES.items():
             present = token in vocabulary
             setattr(self, f"{role}_token", token if present else None)
             setattr(self, f"{role}_token_id", self.token_to_id(token) if present else None)
-        readable = ()
-        if self.proto is not None:
-            import sentencepiece as spm
-            from sentencepiece import sentencepiece_model_pb2
+        self._set_tokens_read_alone()
 
-            model = spm.SentencePieceProcessor(model_proto=self.proto)
-            pieces = sentencepiece_model_pb2.ModelProto.FromString(self.proto).pieces
-            user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
-            ids = set(self.special_token_ids) | {i for i, p in enumerate(pieces)
-                                                 if p.type == user}
-            readable = tuple(model.id_to_piece(i) for i in sorted(ids)
-                             if not (model.is_control(i) or model.is_unknown(i)
-                                     or model.is_unused(i)))
-        object.__setattr__(self, "tokens_read_alone", readable)
+    def _set_tokens_read_alone(self):
+        """The special pieces that SentencePiece reads from a text (XLNet's user-defined `<eop>`)
+        and, with `split_user_defined` (XLNet's default), every user-defined piece: HF's
+        `XLNetTokenizer` reads the text on each side of one as a text of its own ("a <eop>b":
+        "▁a", "<eop>", "▁b"; SentencePiece alone "▁a", "▁", "<eop>", "b")."""
+        object.__setattr__(self, "tokens_read_alone", self._pieces_read_alone(
+            self.special_token_ids if self.proto is not None else ()))
 
     def set_proto(self, proto):
         super().set_proto(proto)
@@ -1477,8 +1512,9 @@ def train_xlnet_sentencepiece_model(
     `<unk>`=0, `<s>`=1, `</s>`=2, then the control symbols `<cls>`=3, `<sep>`=4, `<pad>`=5,
     `<mask>`=6, `<eod>`=7 and the user-defined `<eop>`=8. The original also forced
     `. ( ) " - – £ €` as user-defined symbols: pass them in `user_defined_symbols` to reproduce it
-    (HF's tokenizers-based `XLNetTokenizer` then segments text around them differently from
-    SentencePiece, as noted for ALBERT in `train_sentencepiece_model`).
+    (`XLNetTokenizer` then reads the text around them as HF's tokenizers-based `XLNetTokenizer`
+    does, differently from SentencePiece alone, as noted for ALBERT in
+    `train_sentencepiece_model`).
 
     Returns: the serialized model (bytes), for `XLNetTokenizer(proto=...)`.
     """

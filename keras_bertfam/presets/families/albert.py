@@ -30,7 +30,9 @@ def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, low
     tokenizer_config.json's `do_lower_case` / `keep_accents`, which transformers 5 applies over
     tokenizer.json's normalizer (read where the config has none; without either `lowercase`,
     accents stripped), or `keep_accents` where given (a family whose HF tokenizer ignores the
-    directory's: XLNet's); the special tokens the directory names (`hf_special_tokens`)."""
+    directory's: XLNet's); the special tokens the directory names (`hf_special_tokens`); the
+    user-defined pieces cut out of a text, as HF's tokenizer cuts at its added tokens
+    (`split_user_defined`)."""
     cfg = hf_tokenizer_config(model_dir)
     proto = os.path.join(model_dir, "spiece.model")
     options = dict(lowercase=lowercase, keep_accents=False)
@@ -52,7 +54,7 @@ def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, low
     if keep_accents is not None:
         options["keep_accents"] = keep_accents
     return tokenizer_class(proto=proto, lowercase=options["lowercase"],
-                           keep_accents=options["keep_accents"],
+                           keep_accents=options["keep_accents"], split_user_defined=True,
                            **{f"{role}_token": token for role, token in tokens.items()})
 
 
