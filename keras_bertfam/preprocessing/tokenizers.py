@@ -1422,10 +1422,10 @@ class XLNetTokenizer(SentencePieceTokenizer):
     `<eop>` written in a text (a user-defined piece of XLNet's models) is its id, and the text
     on each side of it is read as a text of its own, as HF's `XLNetTokenizer` reads it ("a <eop>
     b" and "a<eop>b": "▁a", "<eop>", "▁b"); so is every user-defined piece of a model of one's
-    own (`split_user_defined`: found as written, before normalization); the control pieces (`<cls>`, `<sep>`, `<mask>`,
-    `<eod>`, ...) written in a text are split into pieces (HF reads their ids). `keep_accents=True`
-    keeps accents, as the original and transformers 4's `XLNetTokenizer` did (transformers 5's
-    strips them whatever its `keep_accents`).
+    own (`split_user_defined`: found as written, before normalization); the control pieces
+    (`<cls>`, `<sep>`, `<mask>`, `<eod>`, ...) written in a text are split into pieces (HF reads
+    their ids). `keep_accents=True` keeps accents, as the original and transformers 4's
+    `XLNetTokenizer` did (transformers 5's strips them whatever its `keep_accents`).
 
     Args:
         proto: a SentencePiece model file (`spiece.model`) or its bytes.
