@@ -330,6 +330,51 @@ def test_sentencepiece_offsets_equal_hf_albert_tokenizer(spiece, heldout_sentenc
     assert same >= 0.99 * len(texts) and other <= 10, (same, other)
 
 
+def test_user_defined_pieces_read_as_hf_reads_them_from_an_hf_dir(tmp_path):
+    """An ALBERT SentencePiece model of the user's own with user-defined pieces, loaded from an
+    HF directory: transformers 5's `AlbertTokenizer` makes each an added token, found in the
+    text as written (before lowercasing) and the text on each side read as a text of its own;
+    so does the tokenizer the directory loads (ids and offsets equal HF's; before, "[X]" in a
+    lowercasing model was "<unk>", "x", "<unk>" and "a[X]b" gave "b" for HF's "▁b"). Built
+    directly (keras-hub's reading), the text is read whole, as keras-hub's tokenizer reads it."""
+    import sentencepiece
+    import transformers
+
+    from keras_bertfam.preprocessing import corpus
+
+    pieces = ("[X]", "ab", "é", "<eop>")
+    kb.preprocessing.train_sentencepiece_model(corpus.default_corpus().take(60), 300,
+                                               output_file=str(tmp_path / "spiece.model"),
+                                               user_defined_symbols=pieces)
+    transformers.AlbertConfig(vocab_size=300, embedding_size=8, hidden_size=16,
+                              num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=32).save_pretrained(str(tmp_path))
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "spiece.model"))
+    hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path))
+    forms = ["{}", "{}{}", "a {} b", "a{}b", "{}a", "a{}", "Word{}Word", "Naïve{}ünï", "東{}京",
+             "x{}\x00y", "In 1990,{}x"]
+    texts = [f.replace("{}", p) for p in pieces for f in forms] + [
+        "[X]<eop>abé", "[x] AB <EOP>", "CAFÉ", "cabbage", "AB", "[[X]]", ""]
+    tok = kb.presets.load_tokenizer(str(tmp_path))
+    same, other = check_sentencepiece_offsets(tok, hf, sp, texts, lowercase=True)
+    assert (same, other) == (len(texts), 0)
+    assert (tok.split_user_defined, set(tok.tokens_read_alone)) == (True, set(pieces))
+    # the config keeps the reading, the model given later (a `.keras` file's load_assets)
+    restored = kb.preprocessing.SentencePieceTokenizer.from_config(
+        dict(tok.get_config(), proto=None))
+    restored.set_proto(tok.proto)
+    assert restored(texts).to_list() == tok(texts).to_list()
+    # a saved preset keeps the reading
+    kb.presets.save_backbone(kb.models.AlbertBackbone(300, 1, 2, 16, 32, 8),
+                             str(tmp_path / "preset"), tokenizer=tok)
+    assert kb.presets.load_tokenizer(str(tmp_path / "preset"))(texts).to_list() == tok(
+        texts).to_list()
+    direct = kb.preprocessing.SentencePieceTokenizer(str(tmp_path / "spiece.model"),
+                                                     lowercase=True)
+    assert not direct.split_user_defined and direct.tokens_read_alone == ()
+    assert direct(["a [X] b"]).to_list() == [slow_sentencepiece_ids(sp, "a [X] b", True)]
+
+
 def test_tokenizer_in_tf_data_and_scalar_input(spiece):
     import tensorflow as tf
 

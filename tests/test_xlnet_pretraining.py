@@ -200,6 +200,95 @@ def test_xlnet_special_tokens_written_in_text_against_hf(xlnet_spiece):
     assert not set(sum(ours, [])) & {3, 4, 5, 6, 7}
 
 
+# A user's own XLNet SentencePiece model with user-defined pieces besides `<eop>`: transformers
+# 5's `XLNetTokenizer` makes each an added token (found as written, before normalization) and
+# reads the text on each side of it as a text of its own.
+USER_PIECES = ("<eop>", "[X]", "ab", "é")
+
+
+@pytest.fixture(scope="module")
+def xlnet_user_pieces_dirs(tmp_path_factory):
+    """HF XLNet directories of a 300-piece model with `USER_PIECES` (trained once): spiece.model
+    + config.json, and the same saved by transformers 5 (tokenizer.json, no spiece.model)."""
+    from keras_bertfam.preprocessing import corpus
+    from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
+
+    spiece, saved = (tmp_path_factory.mktemp(n) for n in ("xlnet_user_spm", "xlnet_user_hf5"))
+    train_xlnet_sentencepiece_model(corpus.default_corpus().take(60), 300,
+                                    output_file=str(spiece / "spiece.model"),
+                                    user_defined_symbols=USER_PIECES)
+    transformers.XLNetConfig(vocab_size=300, d_model=16, n_layer=1, n_head=2,
+                             d_inner=32).save_pretrained(str(spiece))
+    transformers.XLNetTokenizer.from_pretrained(str(spiece)).save_pretrained(str(saved))
+    (saved / "spiece.model").unlink(missing_ok=True)
+    (saved / "config.json").write_text((spiece / "config.json").read_text())
+    return spiece, saved
+
+
+def test_xlnet_user_defined_pieces_read_as_hf_reads_them(xlnet_user_pieces_dirs):
+    """Every user-defined piece of the model (not only `<eop>`) written in a text is its id,
+    and the text on each side of it a text of its own, cut before normalization as HF cuts at
+    its added tokens: ids and offsets are transformers 5's `XLNetTokenizer`'s, loaded from an
+    HF directory with spiece.model and from one transformers 5 saved (tokenizer.json). Before,
+    only `<eop>` was cut ("a[X]b": "b" where HF has "▁b"; "a [X] b" a "▁" more), and the cut
+    ran on the normalized text ("Café" and "＜eop＞" cut where HF reads them whole)."""
+    import sentencepiece
+
+    spiece, saved = xlnet_user_pieces_dirs
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece / "spiece.model"))
+    assert [sp.id_to_piece(i) for i in range(9, 12)] == ["[X]", "ab", "é"]
+    forms = ["{}", "{}{}", "{} {}", "a {} b", "a{}b", "{}a", "a{}", "  {}\t", "word{}word",
+             "Naïve{}ünï", "東{}京", "x{}\x00y", "In 1990,{}x", "The {} film, the {}."]
+    texts = [f.replace("{}", p) for p in USER_PIECES for f in forms] + [
+        "[X]<eop>abé", "ab[X]ab", "[[X]]", "<eop[X]>", "cabbage", "Café", "CAFÉ", "cafe\u0301",
+        "＜eop＞", "[x] AB <EOP>", "aab", "", " "]
+    for directory in (spiece, saved):
+        hf = transformers.XLNetTokenizer.from_pretrained(str(directory))
+        tok = presets.load_tokenizer(str(directory))
+        same, other = check_sentencepiece_offsets(tok, hf, sp, texts, lowercase=False)
+        assert (same, other) == (len(texts), 0), directory
+        assert set(tok.tokens_read_alone) == set(USER_PIECES)
+
+
+def test_xlnet_spiece_model_beside_tokenizer_json_reads_what_hf_adds(xlnet_user_pieces_dirs,
+                                                                      tmp_path):
+    """A directory with both spiece.model and tokenizer.json: transformers 5 reads
+    tokenizer.json, so a user-defined piece of spiece.model that tokenizer.json (and
+    tokenizer_config.json) do not add as a token is an ordinary piece of HF's Unigram model, not
+    cut out of a text. The loader reads spiece.model with HF's added tokens: ids and offsets
+    equal HF's (after the cut at every user-defined piece, "a[X]b" gave "▁b" where HF has "b")."""
+    import json
+    import shutil
+
+    import sentencepiece
+
+    spiece, saved = xlnet_user_pieces_dirs
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece / "spiece.model"))
+    both = tmp_path / "both"
+    shutil.copytree(saved, both)
+    shutil.copy(spiece / "spiece.model", both / "spiece.model")
+    spec = json.loads((both / "tokenizer.json").read_text())
+    spec["added_tokens"] = [e for e in spec["added_tokens"] if e["content"] not in ("[X]", "ab")]
+    (both / "tokenizer.json").write_text(json.dumps(spec))
+    config = json.loads((both / "tokenizer_config.json").read_text())
+    config["extra_special_tokens"] = [t for t in config.get("extra_special_tokens", [])
+                                      if t not in ("[X]", "ab")]
+    (both / "tokenizer_config.json").write_text(json.dumps(config))
+    hf = transformers.XLNetTokenizer.from_pretrained(str(both))
+    texts = ["a[X]b", "a [X] b", "cabbage", "ab[X]ab", "Café<eop>éb", "x<eop>[X]", "[X]"]
+    assert hf.tokenize("a[X]b") == ["▁a", "[X]", "b"]  # not cut: read by the model
+    tok = presets.load_tokenizer(str(both))
+    same, other = check_sentencepiece_offsets(tok, hf, sp, texts, lowercase=False)
+    assert (same, other) == (len(texts), 0)
+    assert set(tok.tokens_read_alone) == {"<eop>", "é"}
+    # both files as transformers 5 saves them (the same tokens): all four read alone
+    shutil.copy(spiece / "spiece.model", saved / "spiece.model")
+    try:
+        assert set(presets.load_tokenizer(str(saved)).tokens_read_alone) == set(USER_PIECES)
+    finally:
+        (saved / "spiece.model").unlink()
+
+
 def test_xlnet_tokenizer_from_hf_dir_preset_round_trip_and_offline_error(xlnet_spiece, tmp_path):
     import json
 

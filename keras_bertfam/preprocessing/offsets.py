@@ -46,8 +46,9 @@ the original (whitespace runs, "``" -> '"', NFKD, dropped accents). So, as for W
    characters joined are the normalized text, and each normalized byte knows its original
    character;
 2. tokenize it with tf-text's `tokenize_with_offsets`, then ALBERT's "1990," fix-up: the number's
-   new pieces span its bytes, the "," its own (XLNet's `<eop>` cut out first, each part between
-   read alone: `SentencePieceTokenizer.tokenize_normalized`);
+   new pieces span its bytes, the "," its own. XLNet's user-defined pieces (`<eop>`, ...) are
+   cut out of the original text before all this, each part between them mapped as a text of its
+   own (`SentencePieceTokenizer.read_around_tokens`, the tokenizer's own cut);
 3. a piece spans from the original character holding its first byte to the one holding its last,
    less the characters SentencePiece reads as nothing at either edge (the space its `▁` stands
    for, a control or zero-width character, a dropped accent, the first character of a quote
@@ -265,6 +266,13 @@ _QUOTE_PAIRS = r"(`)`|(')'"  # albert_normalize's "``" and "''", each pair's fir
 
 
 def _sentencepiece_offsets(tokenizer, texts):
+    # the tokenizer's own cut at its tokens read alone (XLNet's user-defined pieces), each part
+    # between them mapped as a text of its own
+    return tokenizer.read_around_tokens(
+        texts, lambda parts: _sentencepiece_part_offsets(tokenizer, parts), offsets=True)
+
+
+def _sentencepiece_part_offsets(tokenizer, texts):
     chars = tf.strings.unicode_split(texts, "UTF-8")  # [B, (C)]
     flat = chars.flat_values  # [K]
     n_chars = tf.shape(flat, out_type=tf.int64)[0]

@@ -1043,6 +1043,12 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
             to the SentencePiece model as it is); ALBERT's uncased presets set True.
         keep_accents: keep accents (False: NFKD and drop combining marks, as ALBERT).
         cls_token ... unk_token: the model's special pieces.
+        split_user_defined: cut a text at each user-defined piece of the model (SentencePiece's
+            `user_defined_symbols`), found as written, and read the text on each side of it as
+            a text of its own, as HF's tokenizers read their added tokens (transformers 5 makes
+            each user-defined piece one). False (keras-hub's reading): the text is read whole,
+            the SentencePiece model finding the pieces in it. A tokenizer loaded from an HF
+            directory sets it.
 
     Example:
     >>> tok = SentencePieceTokenizer("spiece.model")  # doctest: +SKIP
@@ -1062,10 +1068,12 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         pad_token="<pad>",
         mask_token="[MASK]",
         unk_token="<unk>",
+        split_user_defined=False,
         **kwargs,
     ):
         self.lowercase = lowercase
         self.keep_accents = keep_accents
+        self.split_user_defined = bool(split_user_defined)
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
         pieces = None
         if proto is not None:
@@ -1085,6 +1093,33 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         super().__init__(
             proto=proto, sequence_length=sequence_length, _allow_python_workflow=False, **kwargs
         )
+        self._set_tokens_read_alone()
+
+    def set_proto(self, proto):
+        super().set_proto(proto)
+        if "tokens_read_alone" in self.__dict__:  # a later set_proto (load_assets)
+            self._set_tokens_read_alone()
+
+    def _set_tokens_read_alone(self):
+        object.__setattr__(self, "tokens_read_alone", self._pieces_read_alone())
+
+    def _pieces_read_alone(self, ids=()):
+        """The pieces of `ids` and, with `split_user_defined`, the model's user-defined pieces,
+        those SentencePiece reads from a text (neither control, unknown nor unused)."""
+        if self.proto is None:
+            return ()
+        import sentencepiece as spm
+        from sentencepiece import sentencepiece_model_pb2
+
+        model = spm.SentencePieceProcessor(model_proto=self.proto)
+        ids = set(ids)
+        if self.split_user_defined:
+            user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+            ids.update(i for i, p in enumerate(
+                sentencepiece_model_pb2.ModelProto.FromString(self.proto).pieces)
+                if p.type == user)
+        return tuple(model.id_to_piece(i) for i in sorted(ids)
+                     if not (model.is_control(i) or model.is_unknown(i) or model.is_unused(i)))
 
     def rebuild_resource(self):
         """Rebuilds tf-text's SentencePiece model resource (`live_sentence_piece` does when it is
@@ -1133,41 +1168,44 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         unbatched = inputs.shape.rank == 0
         if unbatched:
             inputs = inputs[tf.newaxis]
-        texts = albert_normalize(valid_utf8(inputs), self.lowercase, self.keep_accents)
-        tokens = self.tokenize_normalized(sp, texts)  # (B, (P))
+        tokens = self.read_around_tokens(valid_utf8(inputs), lambda texts: self.tokenize_normalized(
+            sp, albert_normalize(texts, self.lowercase, self.keep_accents)))  # (B, (P))
         if self.sequence_length:
             tokens = tokens.to_tensor(self.pad_token_id, shape=[None, self.sequence_length])
         return tokens[0] if unbatched else tokens
 
-    # Special tokens read alone: cut out of a text, the parts between them tokenized as texts of
-    # their own, as HF's tokenizers read the text around their added tokens. None here: ALBERT's
-    # special pieces are control pieces, which SentencePiece never reads from a text, and
-    # keras-hub's tokenizer reads a text whole; XLNet's user-defined `<eop>` (`XLNetTokenizer`).
+    # Pieces read alone: cut out of a text as written, the parts between them tokenized as texts
+    # of their own, as HF's tokenizers read the text around their added tokens: the model's
+    # user-defined pieces with `split_user_defined` (XLNet's, and a tokenizer loaded from an HF
+    # directory), none without (keras-hub's tokenizer reads a text whole; ALBERT's special
+    # pieces are control pieces, which SentencePiece never reads from a text).
     tokens_read_alone = ()
 
-    def tokenize_normalized(self, sp, texts, offsets=False):
-        """Normalized texts [B] -> ragged [B, (P)] ids (with `offsets`: `(ids, starts, ends)`,
-        the pieces' byte offsets into the texts): tf-text's SentencePiece `sp` and the "1990,"
-        fix-up, after cutting out the `tokens_read_alone` (each one piece, its id)."""
-        def read(texts):
-            out = sp.tokenize_with_offsets(texts) if offsets else (sp.tokenize(texts),)
-            return self._split_digit_comma(*out)
-
+    def read_around_tokens(self, texts, read, offsets=False):
+        """Texts [B] (valid UTF-8) -> ragged [B, (P)] ids: `read` ([S] texts -> [S, (P)] ids) of
+        each text, the `tokens_read_alone` cut out of it first (`_cut_at_tokens`: as written,
+        before any normalization, as HF finds its added tokens), each one piece, its id, and
+        each part between them read as a text of its own. With `offsets`, `read` gives
+        `(ids, starts, ends)` in characters of its text, and so does this (a token spans its
+        characters)."""
         tokens = list(self.tokens_read_alone)
         if not tokens:
             return read(texts)
-        parts, which, *bounds = _cut_at_tokens(texts, tokens, offsets=offsets)  # (B, (S))
+        parts, which = _cut_at_tokens(texts, tokens)  # (B, (S))
         kind = which.flat_values
         is_token = kind >= 0
         out = read(tf.where(is_token, "", parts.flat_values))  # (S, (P)): a token's part none
         out = out if offsets else (out,)
         token_ids = tf.constant([self.token_to_id(t) for t in tokens], out[0].dtype)
         alone = [tf.gather(token_ids, tf.maximum(kind, 0))]  # (S,) what a token's part gives
-        if offsets:
-            start, end = (b.flat_values for b in bounds)  # (S,) bytes of the text
-            out = [out[0]] + [o.with_flat_values(o.flat_values + tf.gather(
-                start, row_ids(o.row_splits))) for o in out[1:]]  # bytes of the part's text
-            alone += [start, end]
+        if offsets:  # characters of the part -> of its text
+            length = tf.strings.length(parts.flat_values, unit="UTF8_CHAR")  # (S,)
+            before = tf.cumsum(length, exclusive=True)
+            start = before - tf.gather(before, tf.gather(parts.row_starts(),
+                                                         row_ids(parts.row_splits)))
+            out = [out[0]] + [o.with_flat_values(o.flat_values + tf.cast(tf.gather(
+                start, row_ids(o.row_splits)), o.dtype)) for o in out[1:]]
+            alone += [tf.cast(start, out[1].dtype), tf.cast(start + length, out[2].dtype)]
 
         def assemble(pieces, token):  # (S, (P)), (S,) -> (B, (T))
             token = tf.RaggedTensor.from_row_lengths(
@@ -1177,6 +1215,13 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
 
         out = tuple(assemble(o, a) for o, a in zip(out, alone))
         return out if offsets else out[0]
+
+    def tokenize_normalized(self, sp, texts, offsets=False):
+        """Normalized texts [B] -> ragged [B, (P)] ids (with `offsets`: `(ids, starts, ends)`,
+        the pieces' byte offsets into the texts): tf-text's SentencePiece `sp` and the "1990,"
+        fix-up."""
+        out = sp.tokenize_with_offsets(texts) if offsets else (sp.tokenize(texts),)
+        return self._split_digit_comma(*out)
 
     def _split_digit_comma(self, ids, starts=None, ends=None):
         """ALBERT's `encode_pieces` fix-up: a piece ending in digit + "," ("▁1990,") is re-encoded
@@ -1262,7 +1307,8 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
 
     def get_config(self):
         config = super().get_config()
-        config.update(lowercase=self.lowercase, keep_accents=self.keep_accents)
+        config.update(lowercase=self.lowercase, keep_accents=self.keep_accents,
+                      split_user_defined=self.split_user_defined)
         config.update({f"{r}_token": getattr(self, f"{r}_token", None) for r in self.ROLES})
         return config
 
@@ -1321,8 +1367,9 @@ def train_sentencepiece_model(
     ALBERT's recipe also forced `( ) " - . – £ €` as user-defined symbols; pass them with
     `user_defined_symbols=` to reproduce it, but note that HF's current (tokenizers-based)
     `AlbertTokenizer` segments text around user-defined symbols differently from SentencePiece
-    ("legs (for" -> "▁(" + "for" in SentencePiece, "(" + "▁for" in HF): with the default (none)
-    both agree with our tokenizer.
+    ("legs (for" -> "▁(" + "for" in SentencePiece, "(" + "▁for" in HF): our tokenizer reads
+    them as HF's with `split_user_defined=True` (set when loaded from an HF directory), as
+    SentencePiece (and keras-hub) without; with the default (none) all agree.
 
     Args:
         documents: a `tf.data.Dataset` of strings or an iterable of strings.
@@ -1374,16 +1421,20 @@ class XLNetTokenizer(SentencePieceTokenizer):
 
     `<eop>` written in a text (a user-defined piece of XLNet's models) is its id, and the text
     on each side of it is read as a text of its own, as HF's `XLNetTokenizer` reads it ("a <eop>
-    b" and "a<eop>b": "▁a", "<eop>", "▁b"); the control pieces (`<cls>`, `<sep>`, `<mask>`,
-    `<eod>`, ...) written in a text are split into pieces (HF reads their ids). `keep_accents=True`
-    keeps accents, as the original and transformers 4's `XLNetTokenizer` did (transformers 5's
-    strips them whatever its `keep_accents`).
+    b" and "a<eop>b": "▁a", "<eop>", "▁b"); so is every user-defined piece of a model of one's
+    own (`split_user_defined`: found as written, before normalization); the control pieces
+    (`<cls>`, `<sep>`, `<mask>`, `<eod>`, ...) written in a text are split into pieces (HF reads
+    their ids). `keep_accents=True` keeps accents, as the original and transformers 4's
+    `XLNetTokenizer` did (transformers 5's strips them whatever its `keep_accents`).
 
     Args:
         proto: a SentencePiece model file (`spiece.model`) or its bytes.
         lowercase: lowercase the text (False for XLNet's cased models).
         keep_accents: keep accents (False: NFKD and drop combining marks, as XLNet).
         cls_token ... unk_token: the model's special pieces.
+        split_user_defined: cut a text at every user-defined piece of the model, as HF's
+            `XLNetTokenizer` (True); False cuts at the user-defined special pieces only
+            (`<eop>`).
 
     Example:
     >>> tok = XLNetTokenizer("spiece.model")  # doctest: +SKIP
@@ -1401,6 +1452,7 @@ class XLNetTokenizer(SentencePieceTokenizer):
         pad_token="<pad>",
         mask_token="<mask>",
         unk_token="<unk>",
+        split_user_defined=True,
         **kwargs,
     ):
         for role in XLNET_EXTRA_ROLES:
@@ -1408,29 +1460,27 @@ class XLNetTokenizer(SentencePieceTokenizer):
         super().__init__(
             proto=proto, lowercase=lowercase, keep_accents=keep_accents,
             sequence_length=sequence_length, cls_token=cls_token, sep_token=sep_token,
-            pad_token=pad_token, mask_token=mask_token, unk_token=unk_token, **kwargs)
+            pad_token=pad_token, mask_token=mask_token, unk_token=unk_token,
+            split_user_defined=split_user_defined, **kwargs)
         self._set_extra_roles()
 
     def _set_extra_roles(self):
-        """`<s>`, `</s>`, `<eod>`, `<eop>` ids (None when the model lacks the piece), and the
-        special pieces that SentencePiece reads from a text (neither control nor unknown: the
-        user-defined `<eop>` of XLNet's models) as `tokens_read_alone`: HF's `XLNetTokenizer`
-        reads the text on each side of one as a text of its own ("a <eop>b": "▁a", "<eop>",
-        "▁b"; SentencePiece alone "▁a", "▁", "<eop>", "b")."""
+        """`<s>`, `</s>`, `<eod>`, `<eop>` ids (None when the model lacks the piece), and
+        `tokens_read_alone` (`_set_tokens_read_alone`)."""
         vocabulary = set(self.get_vocabulary()) if self.proto is not None else set()
         for role, token in XLNET_EXTRA_ROLES.items():
             present = token in vocabulary
             setattr(self, f"{role}_token", token if present else None)
             setattr(self, f"{role}_token_id", self.token_to_id(token) if present else None)
-        readable = ()
-        if self.proto is not None:
-            import sentencepiece as spm
+        self._set_tokens_read_alone()
 
-            model = spm.SentencePieceProcessor(model_proto=self.proto)
-            readable = tuple(model.id_to_piece(i) for i in self.special_token_ids
-                             if not (model.is_control(i) or model.is_unknown(i)
-                                     or model.is_unused(i)))
-        object.__setattr__(self, "tokens_read_alone", readable)
+    def _set_tokens_read_alone(self):
+        """The special pieces that SentencePiece reads from a text (XLNet's user-defined `<eop>`)
+        and, with `split_user_defined` (XLNet's default), every user-defined piece: HF's
+        `XLNetTokenizer` reads the text on each side of one as a text of its own ("a <eop>b":
+        "▁a", "<eop>", "▁b"; SentencePiece alone "▁a", "▁", "<eop>", "b")."""
+        object.__setattr__(self, "tokens_read_alone", self._pieces_read_alone(
+            self.special_token_ids if self.proto is not None else ()))
 
     def set_proto(self, proto):
         super().set_proto(proto)
@@ -1462,8 +1512,9 @@ def train_xlnet_sentencepiece_model(
     `<unk>`=0, `<s>`=1, `</s>`=2, then the control symbols `<cls>`=3, `<sep>`=4, `<pad>`=5,
     `<mask>`=6, `<eod>`=7 and the user-defined `<eop>`=8. The original also forced
     `. ( ) " - – £ €` as user-defined symbols: pass them in `user_defined_symbols` to reproduce it
-    (HF's tokenizers-based `XLNetTokenizer` then segments text around them differently from
-    SentencePiece, as noted for ALBERT in `train_sentencepiece_model`).
+    (`XLNetTokenizer` then reads the text around them as HF's tokenizers-based `XLNetTokenizer`
+    does, differently from SentencePiece alone, as noted for ALBERT in
+    `train_sentencepiece_model`).
 
     Returns: the serialized model (bytes), for `XLNetTokenizer(proto=...)`.
     """

@@ -245,6 +245,41 @@ def hf_unigram_proto(model_dir, spec, source):
     return proto.SerializeToString(), options, tokens
 
 
+def hf_spiece_as_read(proto_path, model_dir):
+    """spiece.model's bytes as an HF directory's tokenizer reads the model. Beside a
+    tokenizer.json, transformers 5 reads that file (and the special tokens tokenizer_config.json
+    and special_tokens_map.json name), not spiece.model's piece types: a normal or user-defined
+    piece it adds as a token is user-defined here (found whole in a text, the text on each side
+    read alone: `XLNetTokenizer.tokens_read_alone`), a user-defined piece it does not add is a
+    normal one (HF's Unigram model reads it by its score). Without a tokenizer.json, spiece.model
+    as it is (transformers 5 adds its user-defined pieces as tokens). -> bytes."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    from keras_bertfam.presets import integrity
+
+    with open(proto_path, "rb") as f:
+        data = f.read()
+    if not os.path.exists(os.path.join(model_dir, "tokenizer.json")):
+        return data
+    added = set()
+    for name, lists in (("tokenizer.json", ("added_tokens",)),
+                        ("tokenizer_config.json", ("added_tokens_decoder", "extra_special_tokens",
+                                                   "additional_special_tokens")),
+                        ("special_tokens_map.json", ("additional_special_tokens",))):
+        path = os.path.join(model_dir, name)
+        config = integrity.read_json_object(path) if os.path.exists(path) else {}
+        for key in lists:
+            entries = config.get(key) or []
+            added.update(_token_content(e) for e in (
+                entries.values() if isinstance(entries, dict) else entries))
+    proto = sentencepiece_model_pb2.ModelProto.FromString(data)
+    types = sentencepiece_model_pb2.ModelProto.SentencePiece
+    for piece in proto.pieces:
+        if piece.type in (types.NORMAL, types.USER_DEFINED):
+            piece.type = types.USER_DEFINED if piece.piece in added else types.NORMAL
+    return proto.SerializeToString()
+
+
 def hf_refuse_unread_added_tokens(model_dir, vocabulary, what="vocab.txt",
                                   files=("added_tokens.json", "tokenizer_config.json")):
     """Tokens an HF directory adds beyond the `vocabulary` (its tokens) that the tokenizer is

@@ -6,9 +6,10 @@ from keras_bertfam.models.albert import AlbertBackbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.spec import FamilySpec, Preset
 from keras_bertfam.presets.vocabularies import (hf_refuse_unread_added_tokens,
-                                                hf_special_tokens, hf_tokenizer_config,
-                                                hf_tokenizer_json, hf_unigram_proto,
-                                                tokenizer_options, vocabulary_path)
+                                                hf_special_tokens, hf_spiece_as_read,
+                                                hf_tokenizer_config, hf_tokenizer_json,
+                                                hf_unigram_proto, tokenizer_options,
+                                                vocabulary_path)
 from keras_bertfam.preprocessing.tokenizers import SentencePieceTokenizer
 
 PROTO_FILE = "vocabulary.spm"  # keras-hub's SentencePieceTokenizer asset name
@@ -23,12 +24,15 @@ def make_sentencepiece(spec, assets_dir=None):
 
 def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, lowercase=True,
                           keep_accents=None):
-    """spiece.model, or tokenizer.json's Unigram model converted back to one
-    (`hf_unigram_proto`: transformers 5 saves no spiece.model); lowercasing and accents:
+    """spiece.model (its piece types as HF reads them: `hf_spiece_as_read`), or tokenizer.json's
+    Unigram model converted back to one (`hf_unigram_proto`: transformers 5 saves no
+    spiece.model); lowercasing and accents:
     tokenizer_config.json's `do_lower_case` / `keep_accents`, which transformers 5 applies over
     tokenizer.json's normalizer (read where the config has none; without either `lowercase`,
     accents stripped), or `keep_accents` where given (a family whose HF tokenizer ignores the
-    directory's: XLNet's); the special tokens the directory names (`hf_special_tokens`)."""
+    directory's: XLNet's); the special tokens the directory names (`hf_special_tokens`); the
+    user-defined pieces cut out of a text, as HF's tokenizer cuts at its added tokens
+    (`split_user_defined`)."""
     cfg = hf_tokenizer_config(model_dir)
     proto = os.path.join(model_dir, "spiece.model")
     options = dict(lowercase=lowercase, keep_accents=False)
@@ -37,6 +41,7 @@ def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, low
         hf_refuse_unread_added_tokens(model_dir, _pieces(proto), "spiece.model",
                                       ("added_tokens.json", "tokenizer_config.json",
                                        "tokenizer.json"))
+        proto = hf_spiece_as_read(proto, model_dir)
     else:
         spec = hf_tokenizer_json(model_dir, "Unigram", "spiece.model", "SentencePiece",
                                  vocab_type=list)
@@ -49,7 +54,7 @@ def sentencepiece_from_hf(model_dir, tokenizer_class=SentencePieceTokenizer, low
     if keep_accents is not None:
         options["keep_accents"] = keep_accents
     return tokenizer_class(proto=proto, lowercase=options["lowercase"],
-                           keep_accents=options["keep_accents"],
+                           keep_accents=options["keep_accents"], split_user_defined=True,
                            **{f"{role}_token": token for role, token in tokens.items()})
 
 
