@@ -717,7 +717,8 @@ def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
     bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
     good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
     for backbone, key, value in ((longformer, "padding_mask", 2),
-                                 (longformer, "global_attention_mask", -1), (bert, "padding_mask", 2)):
+                                 (longformer, "global_attention_mask", -1),
+                                 (bert, "padding_mask", 2)):
         name = type(backbone).__name__
         size = backbone.hidden_dim
         y = {"sequence_output": np.zeros((2, 8, size), "float32"),
@@ -729,7 +730,7 @@ def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
         bad = dict(good, **{key: mask})
         tensors = {k: keras.ops.convert_to_tensor(v) for k, v in bad.items()}
         message = re.escape(f"{name} got {key} {value} at {key}[1, 1]: expected 0 and 1 only "
-                            f"({kb.models.backbone.MASK_INPUTS[key]}).")
+                            f"({kb.models.input_checks.MASK_INPUTS[key]}).")
         for call in (lambda: backbone.predict(bad, verbose=0),
                      lambda: backbone.predict_on_batch(bad),
                      lambda: backbone(bad),
