@@ -1026,23 +1026,27 @@ def test_masks_not_0_or_1_are_refused():
     """HF's LongformerModel reads `attention_mask * (global_attention_mask + 1)`: a padding_mask
     of 2 makes a token global there, a global_attention_mask of -1 makes it padding. Ours read
     any nonzero value as 1 (a 2 in padding_mask local, a -1 global): silently other numbers.
-    Now a ValueError eagerly (every backend) and an InvalidArgumentError in a traced
-    TensorFlow graph, naming the mask and the value."""
+    Now a ValueError eagerly and from predict (every backend; the tasks' message, naming the
+    position) and an InvalidArgumentError in a traced TensorFlow graph (a dataset's), naming
+    the mask and the value."""
     backbone = kb.models.LongformerBackbone(**TINY)
     x = _inputs(13)
     for name, value in (("global_attention_mask", -1), ("global_attention_mask", 2),
                         ("padding_mask", 2)):
         bad = x[name].copy()
         bad[1, 1] = value
-        message = rf"{name} must hold 0 and 1 only, got {value}"
+        message = rf"LongformerBackbone got {name} {value} at {name}\[1, 1\]: expected 0 and 1"
         with pytest.raises(ValueError, match=message):
             backbone(dict(x, **{name: bad}))
+        with pytest.raises(ValueError, match=message):
+            backbone.predict(dict(x, **{name: bad}), verbose=0)
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
 
+            data = tf.data.Dataset.from_tensor_slices(dict(x, **{name: bad})).batch(3)
             with pytest.raises(tf.errors.InvalidArgumentError,
                                match=rf"{name} must hold 0 and 1 only, got\] \[{value}\]"):
-                backbone.predict(dict(x, **{name: bad}), verbose=0)
+                backbone.predict(data, verbose=0)
     backbone(x)  # 0 / 1 masks run
 
 

@@ -1,5 +1,6 @@
 """MaskedLM and BertPretrainer: losses, fit() on preprocessed and raw text, every backend."""
 import os
+import re
 
 import keras
 import numpy as np
@@ -704,6 +705,47 @@ def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
         distiller.fit(x, y, verbose=0)
     with pytest.raises(Exception, match=message.format(" of a batch")):
         distiller.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(2), verbose=0)
+
+
+def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
+    """A backbone's own `predict` (and `*_on_batch`, `fit`, `evaluate`, an eager call) took a
+    padding_mask of 2 silently where a task refuses it: a Longformer's on JAX (its jitted step
+    cannot raise; HF reads 2 as a global token), a BERT's on every backend (read as 1). They
+    refuse it now with the tasks' message, on every backend; 0 / 1 masks still run."""
+    longformer = kb.models.LongformerBackbone(100, 1, 2, 16, 32, max_sequence_length=16,
+                                              attention_window=4)
+    bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
+    for backbone, key, value in ((longformer, "padding_mask", 2),
+                                 (longformer, "global_attention_mask", -1),
+                                 (bert, "padding_mask", 2)):
+        name = type(backbone).__name__
+        size = backbone.hidden_dim
+        y = {"sequence_output": np.zeros((2, 8, size), "float32"),
+             "pooled_output": np.zeros((2, size), "float32")}
+        backbone.compile(optimizer="sgd", loss="mse")
+        mask = np.zeros((2, 8), "int32") if key == "global_attention_mask" else np.ones((2, 8),
+                                                                                         "int32")
+        mask[1, 1] = value
+        bad = dict(good, **{key: mask})
+        tensors = {k: keras.ops.convert_to_tensor(v) for k, v in bad.items()}
+        message = re.escape(f"{name} got {key} {value} at {key}[1, 1]: expected 0 and 1 only "
+                            f"({kb.models.input_checks.MASK_INPUTS[key]}).")
+        for call in (lambda: backbone.predict(bad, verbose=0),
+                     lambda: backbone.predict_on_batch(bad),
+                     lambda: backbone(bad),
+                     lambda: backbone(tensors),
+                     lambda: backbone.fit(bad, y, verbose=0),
+                     lambda: backbone.fit(good, y, validation_data=(bad, y), verbose=0),
+                     lambda: backbone.evaluate(bad, y, verbose=0),
+                     lambda: backbone.train_on_batch(bad, y),
+                     lambda: backbone.test_on_batch(bad, y)):
+            with pytest.raises(ValueError, match=message):
+                call()
+        out = backbone.predict(good, verbose=0)  # 0 / 1 masks run
+        np.testing.assert_allclose(to_numpy(backbone(good)["sequence_output"]),
+                                   out["sequence_output"], atol=1e-5)
+        assert np.isfinite(backbone.fit(good, y, verbose=0).history["loss"]).all()
 
 
 def test_evaluate_gives_the_metric_of_the_whole_data_whatever_the_batching():

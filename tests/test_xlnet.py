@@ -296,6 +296,66 @@ def test_memory_is_carried_between_consecutive_calls():
 
 
 @pytest.mark.multibackend
+def test_pretrainer_refuses_perm_mask_and_target_mapping_that_compute_silently_wrong():
+    """`preprocessor=None`: HF's XLNetLMHeadModel blocks i -> j where `padding + perm_mask > 0`,
+    ours where either is nonzero: a negative (or NaN) perm_mask attended in HF's and was blocked
+    in ours. `target_mapping` rows pick each slot's position: a row with a value other than 0 / 1
+    or two 1s mixed positions into one prediction, and a perm_mask or target_mapping of another
+    batch size (or one position) broadcast. All ran silently; now a ValueError naming the input,
+    the first wrong value and its position (or both shapes), on every backend. Positive
+    perm_mask values (HF's `> 0`) and all-zero target_mapping rows (padding slots) still run."""
+    x, y, w = _plm_batch()
+    task = XLNetPretrainer(XLNetBackbone(50, 1, 2, 16, 32, dropout=0.0), preprocessor=None)
+    perm, mapping = x["perm_mask"], x["target_mapping"]
+    negative, nan, two, second = perm.copy(), perm.copy(), mapping.copy(), mapping.copy()
+    negative[1, 2, 3] = -1
+    nan[0, 4, 5] = np.nan
+    two[2, 1] *= 2
+    column = int(np.argmax(mapping[3, 2]))
+    second[3, 2, (column + 1) % 16] = 1
+    first, after = sorted((column, (column + 1) % 16))
+    perm_expected = (r"expected 0 \(i may attend to j\) or a positive value \(i may not: HF's "
+                     r"XLNet reads perm_mask > 0 as 1\)")
+    cases = [
+        (dict(perm_mask=negative), r"perm_mask -1.0 at perm_mask\[1, 2, 3\]: " + perm_expected),
+        (dict(perm_mask=nan), r"perm_mask nan at perm_mask\[0, 4, 5\]: " + perm_expected),
+        (dict(target_mapping=two),
+         rf"target_mapping 2.0 at target_mapping\[2, 1, {int(np.argmax(mapping[2, 1]))}\]: "
+         r"expected 0 and 1 only"),
+        (dict(target_mapping=second),
+         rf"target_mapping 1.0 at target_mapping\[3, 2, {after}\] after a 1 at "
+         rf"target_mapping\[3, 2, {first}\]: expected each row one-hot \(the position its "
+         r"slot predicts\) or all 0 \(a padding slot\)"),
+        (dict(perm_mask=perm[:1]), r"perm_mask of shape \(1, 16, 16\) for token_ids of shape "
+                                   r"\(4, 16\): expected \(4, 16, 16\)"),
+        (dict(perm_mask=perm[:, :1, :1]), r"perm_mask of shape \(4, 1, 1\)"),
+        (dict(target_mapping=mapping[:1]), r"target_mapping of shape \(1, 4, 16\) for token_ids "
+                                           r"of shape \(4, 16\): expected \(4, 4, 16\)"),
+        (dict(target_mapping=mapping[:, :, :1]), r"target_mapping of shape \(4, 4, 1\)"),
+    ]
+    for change, message in cases:
+        bad = dict(x, **change)
+        for call in (lambda: task.fit(bad, y, sample_weight=w, verbose=0),
+                     lambda: task.predict(bad, verbose=0),
+                     lambda: task.evaluate(bad, y, sample_weight=w, verbose=0),
+                     lambda: task.train_on_batch(bad, y, sample_weight=w),
+                     lambda: task.fit(((bad, y, w) for _ in range(1)), verbose=0)):
+            with pytest.raises(ValueError, match="XLNetPretrainer got " + message):
+                call()
+    # HF reads perm_mask > 0 as 1, as ours does: the same predictions; padding slots run
+    logits = to_numpy(task.predict_on_batch(x))
+    for scale in (2.0, 0.5):
+        np.testing.assert_allclose(to_numpy(task.predict_on_batch(dict(x, perm_mask=perm * scale))),
+                                   logits, atol=1e-5)
+    padded = mapping.copy()
+    padded[:, -1] = 0
+    w_padded = w.copy()
+    w_padded[:, -1] = 0
+    assert np.isfinite(task.fit(dict(x, target_mapping=padded), y, sample_weight=w_padded,
+                                verbose=0).history["loss"]).all()
+
+
+@pytest.mark.multibackend
 def test_an_xlnet_model_is_built_without_a_keras_warning():
     """The query stream's mask embedding is not on the content-stream graph; left unbuilt until
     after the functional model, Keras warned "`build()` was called on layer 'xl_net_backbone'

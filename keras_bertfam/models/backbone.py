@@ -4,6 +4,7 @@ A family is a thin subclass of `EncoderBackbone`: it names its constructor argum
 names) and fixes what makes it that family: an `embedding_dim` projection (ALBERT, ELECTRA), a
 position offset (RoBERTa), no segment table and no pooler (DistilBERT), a sharing plan (ALBERT).
 """
+import contextlib
 import inspect
 import os
 
@@ -14,16 +15,19 @@ from keras import ops
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding, TransformerStack
 from keras_bertfam.layers.utils import TruncatedNormal, _check_positive, clone_initializer
+from keras_bertfam.models.input_checks import check_masks_in_memory
 from keras_bertfam.models.weights_files import check_archive_store, checked_load, record
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Inputs of the pretraining heads, which ride in the same dict as the backbone's.
 HEAD_INPUTS = ("mask_positions", "span_starts", "span_ends", "perm_mask", "target_mapping")
-# The backbones' mask inputs, which hold 0 and 1 only, and what each value means: another value
-# is refused naming the mask (the tasks' checks of model inputs, `kb.tasks.task.check_ids` and
-# `_check_masks_in_memory`, on every backend; a Longformer's own, `check_mask_values`).
-MASK_INPUTS = {"padding_mask": "1: a token, 0: padding",
-               "global_attention_mask": "1: global attention on a token, 0: local"}
+
+
+def _outermost_call():
+    """Whether a layer's `__call__` now is no other layer's inner call (Keras' call context)."""
+    from keras.src.backend.common import global_state
+
+    return global_state.get_global_attribute("current_call_ctx") is None
 
 
 def bert_initializer(stddev=0.02):
@@ -117,7 +121,59 @@ class Backbone(keras.Model):
         return self.embeddings.token_embedding
 
     def __call__(self, inputs, *args, **kwargs):
-        return super().__call__(complete_inputs(self, inputs), *args, **kwargs)
+        inputs = complete_inputs(self, inputs)
+        if not getattr(self, "_inputs_checked", False) and _outermost_call():
+            # A user's eager call (a task's graph calls its backbone inside its own call, with
+            # inputs the task checked; a traced step's symbolic tensors are not looked at).
+            check_masks_in_memory(type(self).__name__, inputs)
+        return super().__call__(inputs, *args, **kwargs)
+
+    # A backbone's own entry points check in-memory inputs on the host as a task's do (JAX's
+    # jitted step cannot raise: a Longformer's padding_mask of 2 ran silently there, a BERT's
+    # everywhere). The call of the step then does not check them again (torch's step calls the
+    # backbone eagerly, batch by batch).
+    def fit(self, x=None, *args, **kwargs):
+        validation = kwargs.get("validation_data")
+        validation = validation[0] if isinstance(validation, (tuple, list)) and validation \
+            else validation
+        with self._checked_inputs(x, validation):
+            return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        with self._checked_inputs(x):
+            return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        with self._checked_inputs(x):
+            return super().predict(x, *args, **kwargs)
+
+    def train_on_batch(self, x, *args, **kwargs):
+        with self._checked_inputs(x):
+            return super().train_on_batch(x, *args, **kwargs)
+
+    def test_on_batch(self, x, *args, **kwargs):
+        with self._checked_inputs(x):
+            return super().test_on_batch(x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        with self._checked_inputs(x):
+            return super().predict_on_batch(x)
+
+    @contextlib.contextmanager
+    def _checked_inputs(self, *inputs):
+        """In-memory inputs (dicts) checked now (`check_masks_in_memory`); while the block runs,
+        `__call__` checks nothing more when every one given was (other data, e.g. a dataset on
+        torch, is checked where the step calls the backbone with its values)."""
+        given = [x for x in inputs if x is not None]
+        for x in given:
+            check_masks_in_memory(type(self).__name__, x)
+        checked = bool(given) and all(isinstance(x, dict) for x in given)
+        before = getattr(self, "_inputs_checked", False)
+        object.__setattr__(self, "_inputs_checked", before or checked)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_inputs_checked", before)
 
     def call(self, inputs, training=None, mask=None, cls_only=False, positions=None, **kwargs):
         """The functional graph; with `cls_only=True` (a family with `supports_cls_only`),

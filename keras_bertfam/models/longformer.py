@@ -14,12 +14,12 @@ from keras_bertfam.layers.longformer_attention import (
 )
 from keras_bertfam.layers.utils import clone_initializer
 from keras_bertfam.models.backbone import (
-    MASK_INPUTS,
     Backbone,
     _check_positive,
     _unique,
     bert_initializer,
 )
+from keras_bertfam.models.input_checks import MASK_INPUTS
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET
 
 LONGFORMER_INPUTS = ("token_ids", "segment_ids", "padding_mask", "global_attention_mask")

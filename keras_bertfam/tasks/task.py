@@ -20,7 +20,15 @@ import tensorflow as tf
 from keras import ops, tree
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.models.backbone import MASK_INPUTS, complete_inputs
+from keras_bertfam.models.backbone import complete_inputs
+from keras_bertfam.models.input_checks import (
+    MASK_INPUTS,
+    check_masks_in_memory,
+    first_wrong,
+    mask_expected,
+    min_max,
+    numbers_in_memory,
+)
 from keras_bertfam.models.weights_files import (OPTIMIZER_RECORD, check_archive_store,
                                                  check_optimizer_store, checked_load, record,
                                                  save_optimizer_record)
@@ -96,6 +104,12 @@ class Task(keras.Model):
     def losses_and_metrics(self, y, y_pred, sample_weight):
         """-> (total loss, {name: value}) for the named trackers."""
         raise NotImplementedError
+
+    def check_head_inputs(self, x):
+        """In-memory model inputs (a dict) read by the task's head beyond positions, checked on
+        the host with the backbone's (`_checked_model_inputs`: in memory and batch by batch
+        from a generator, PyDataset or torch DataLoader): a ValueError where they would compute
+        silently wrong. None here; `XLNetPretrainer`: its perm_mask and target_mapping."""
 
     def metric_weights(self, y, y_pred, sample_weight):
         """{name: what a batch's value of that tracked metric averages over} (the sum of the
@@ -625,9 +639,10 @@ class Task(keras.Model):
 
     def _checked_model_inputs(self, x, y=None):
         """Model inputs a user gives (preprocessor=None, `*_on_batch`): token and segment ids
-        checked against the backbone's tables, masks for 0 and 1 only, and label ids against
+        checked against the backbone's tables, masks for 0 and 1 only, the head's own inputs
+        (`check_head_inputs`), and label ids against
         theirs (`y`, or a dataset's labels: `_label_tables`), in memory now
-        (`_check_ids_in_memory`, `_check_masks_in_memory`) or, for a
+        (`_check_ids_in_memory`, `check_masks_in_memory`) or, for a
         dataset, in its `tf.data` graph as it is read (`check_ids`), or, for a Python
         generator, a `keras.utils.PyDataset` or a torch `DataLoader`, batch by batch as Keras
         reads it (`_checked_batches`, `_CheckedPyDataset`, `_checked_data_loader`); then
@@ -640,7 +655,8 @@ class Task(keras.Model):
             return _checked_data_loader(self, x)
         if isinstance(x, dict) and "token_ids" in x:
             _check_ids_in_memory(self, x)
-            _check_masks_in_memory(self, x)
+            check_masks_in_memory(type(self).__name__, x)
+            self.check_head_inputs(x)
             _check_labels_in_memory(self, y)
         return self._checked_features(x, ids=True)
 
@@ -1646,7 +1662,7 @@ def check_ids(task, features):
             wrong = tf.logical_and(tf.not_equal(mask, 0), tf.not_equal(mask, 1))
             checked[key] = _checked_where(mask, tf.logical_not(tf.reduce_any(wrong)),
                                           lambda wrong=wrong: wrong, f"{name} got {key}", key,
-                                          _mask_expected(key))
+                                          mask_expected(key))
     ids = checked.get("token_ids")
     if isinstance(ids, tf.Tensor) and ids.shape.rank is not None and ids.shape.rank >= 2:
         # rows longer than the position table (a JAX or torch slice error, deep in the model),
@@ -1723,11 +1739,6 @@ def _checked_where(values, ok, wrong, what, key, expected):
     return tf.cond(ok, lambda: tf.identity(values), refuse)
 
 
-def _mask_expected(key):
-    """How an error on the mask input `key` ends: the values it takes."""
-    return f"expected 0 and 1 only ({MASK_INPUTS[key]})."
-
-
 def _label_tables(task, y):
     """The label ids of `y` that index a table of the task's (its `label_id_tables()`: a
     MaskedLM's `mask_ids` the vocabulary, a pretrainer's `pair_labels` its two classes), as
@@ -1769,71 +1780,16 @@ def _check_labels_in_memory(task, y):
     labels' minimum and maximum where they are; the position only where one is wrong."""
     name = type(task).__name__
     for key, labels, size, expected in _label_tables(task, y):
-        labels, _ = _numbers_in_memory(labels)
+        labels, _ = numbers_in_memory(labels)
         if labels is None:
             continue
-        low, high = _min_max(labels)
+        low, high = min_max(labels)
         if low is None or (low >= 0 and high < size):  # (NaN: neither, so looked at)
             continue
-        value, where = _first_wrong(labels, lambda v: ~((v >= 0) & (v < size)))
+        value, where = first_wrong(labels, lambda v: ~((v >= 0) & (v < size)))
         hint = (" A label to ignore takes weight 0 (sample_weight, mask_weights), not a "
                 "negative id." if value < 0 else "")
         raise ValueError(f"{name} got label {key} {value} at {key}[{where}]: {expected}{hint}")
-
-
-def _check_masks_in_memory(task, x):
-    """In-memory model inputs (preprocessor=None): each mask (`MASK_INPUTS`) holds 0 and 1 only,
-    else an error naming the mask, the first other value and its position. A Longformer's
-    TensorFlow graph refused them, but its jitted JAX step cannot raise (a padding_mask of 2,
-    HF's global token, trained as a token; a global_attention_mask of -1, HF's padding, as
-    global), and every family read a nonzero value as 1. The mask's minimum and maximum where
-    it is (a float mask is looked at whole: 0.5 is in [0, 1]); the position only where a value
-    is wrong. A dataset's are checked in its graph (`check_ids`)."""
-    name = type(task).__name__
-    for key in MASK_INPUTS:
-        mask, kind = _numbers_in_memory(x.get(key))
-        if mask is None:  # (a bool mask holds 0 and 1)
-            continue
-        low, high = _min_max(mask)
-        if low is None or (low >= 0 and high <= 1 and kind != "f"):  # (NaN: looked at)
-            continue
-        found = _first_wrong(mask, lambda v: (v != 0) & (v != 1))
-        if found is not None:
-            value, where = found
-            raise ValueError(f"{name} got {key} {value} at {key}[{where}]: "
-                             + _mask_expected(key))
-
-
-def _numbers_in_memory(values):
-    """-> (`values`, lists as an array; their dtype's kind: "i", "u" or "f"), or (None, None)
-    for what is checked elsewhere or not at all: nothing, a dataset, a string, ragged lists
-    (Keras' own error names them), another dtype (bool, strings), an empty array."""
-    if values is None or isinstance(values, (tf.data.Dataset, str, bytes)):
-        return None, None
-    if isinstance(values, (list, tuple)):
-        try:
-            values = np.asarray(values)
-        except ValueError:
-            return None, None
-    try:
-        kind = np.dtype(keras.backend.standardize_dtype(getattr(values, "dtype", None))).kind
-    except (TypeError, ValueError):
-        return None, None
-    if kind not in "iuf" or 0 in tuple(getattr(values, "shape", (0,))):
-        return None, None
-    return values, kind
-
-
-def _first_wrong(values, wrong):
-    """In-memory `values` -> (the first value where `wrong(values as a NumPy array)` holds, as a
-    Python number; its position, as "i, j"), or None where there is none."""
-    values = values if isinstance(values, np.ndarray) else np.asarray(
-        keras.ops.convert_to_numpy(values))
-    found = np.argwhere(wrong(values))
-    if not len(found):
-        return None
-    index = tuple(int(i) for i in found[0])
-    return values[index].item(), ", ".join(map(str, index))
 
 
 def _checked_batches(task, batches):
@@ -1956,7 +1912,7 @@ def _check_ids_in_memory(task, x):
         if size is None:  # the token ids' dtype and length, once
             _check_token_ids_shape(task, shape, dtype)
             continue
-        low, high = _min_max(ids)
+        low, high = min_max(ids)
         if low is not None and (low < 0 or high >= size):
             raise ValueError(f"{name} got {key} from {low} to {high}: "
                              + _id_range(task, size, bound))
@@ -1972,7 +1928,7 @@ def _check_ids_in_memory(task, x):
         if isinstance(positions, (list, tuple)):
             positions = np.asarray(positions)
         if 0 not in tuple(getattr(positions, "shape", (0,))):
-            low, high = _min_max(positions)
+            low, high = min_max(positions)
             if low is not None and (low < 0 or high >= length):
                 raise ValueError(f"{name} got {key} from {low} to {high} for rows of "
                                  f"{length} positions: expected positions in [0, {length}).")
@@ -1988,7 +1944,7 @@ def _check_spans_in_memory(name, positions, starts, ends):
     and an offset clipped to 0 (a wrong loss, silently). The two differences' minima where the
     values are; the first wrong slot looked for only where there is one."""
     try:
-        low = min(_min_max(positions - starts)[0], _min_max(ends - positions)[0])
+        low = min(min_max(positions - starts)[0], min_max(ends - positions)[0])
     except Exception:  # noqa: BLE001 - not in-memory arrays (symbolic, None): checked where read
         return
     if low >= 0:
@@ -2017,25 +1973,6 @@ def _check_token_ids_shape(task, shape, dtype):
         raise ValueError(f"{name} got token_ids of {shape[-1]} positions: "
                          f"{type(backbone).__name__} takes at most max_sequence_length="
                          f"{max_length} (its position table).")
-
-
-def _min_max(values):
-    """(min, max) of an array or tensor as Python numbers, computed where the values are; (None,
-    None) for what is not an in-memory array (a symbolic tensor: checked where it is read)."""
-    try:
-        if isinstance(values, np.ndarray):
-            return values.min().item(), values.max().item()
-        if isinstance(values, (tf.Tensor, tf.Variable)):
-            if not tf.executing_eagerly() or not hasattr(values, "numpy"):
-                return None, None
-            return (tf.reduce_min(values).numpy().item(), tf.reduce_max(values).numpy().item())
-        if keras.ops.is_tensor(values):  # the backend's own (a JAX array, a torch tensor)
-            return (keras.ops.convert_to_numpy(keras.ops.min(values)).item(),
-                    keras.ops.convert_to_numpy(keras.ops.max(values)).item())
-        values = np.asarray(values)  # another array type (e.g. a pandas frame): NumPy's
-        return values.min().item(), values.max().item()
-    except Exception:  # noqa: BLE001 - not an in-memory array: checked where it is read
-        return None, None
 
 
 def _check_count(value, name, minimum):

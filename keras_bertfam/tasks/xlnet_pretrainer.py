@@ -11,8 +11,10 @@ streams), the batch size must stay `memory_batch_size` (drop the remainder), and
 not be shuffled. `reset_memory()` zeroes it (e.g. between epochs or documents streams).
 """
 import keras
+import numpy as np
 from keras import ops
 
+from keras_bertfam.models.input_checks import first_wrong, min_max, numbers_in_memory
 from keras_bertfam.tasks.losses import weight_sum, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import (
     mask_id_table,
@@ -162,6 +164,10 @@ class XLNetPretrainer(Task):
     def serving_outputs(self, features, outputs):
         return serving_mlm_outputs(features, outputs)
 
+    def check_head_inputs(self, x):
+        """`perm_mask` and `target_mapping` given as model inputs (`check_permutation_inputs`)."""
+        check_permutation_inputs(type(self).__name__, x)
+
     def label_id_tables(self):
         """Labels checked before training (preprocessor=None: `target`, the ids at the
         predicted positions, in the vocabulary)."""
@@ -178,6 +184,90 @@ class XLNetPretrainer(Task):
             y, sample_weight = y["target"], y.get("target_mask", sample_weight)
         loss, accuracy = weighted_sparse_ce(y, y_pred, sample_weight)
         return loss, {"plm_loss": loss, "plm_accuracy": accuracy}
+
+
+PERM_MASK_EXPECTED = ("expected 0 (i may attend to j) or a positive value (i may not: HF's XLNet "
+                      "reads perm_mask > 0 as 1).")
+TARGET_MAPPING_EXPECTED = "(target_mapping[b, p, j] = 1: slot p predicts the token at j)."
+# What each input's shape must be, from token_ids' (batch, length), and its axes' names.
+_LAYOUTS = {"perm_mask": "(batch, length, length)",
+            "target_mapping": "(batch, num_predict, length)"}
+
+
+def check_permutation_inputs(name, x):
+    """In-memory `perm_mask` and `target_mapping` of the model `name` (preprocessor=None), where
+    HF's XLNetLMHeadModel computes otherwise or the permutation LM means nothing; a ValueError
+    naming the input, the first wrong value and its position (or both shapes), else nothing.
+
+    - Shapes: perm_mask (batch, length, length), target_mapping (batch, num_predict, length), of
+      token_ids' (batch, length): another batch size or a length of 1 broadcast silently.
+    - perm_mask >= 0: HF blocks i -> j where `(1 - padding_mask) + perm_mask > 0`, ours where
+      either is nonzero: the same for every value >= 0 (2 and 0.5 block as 1 does), but a
+      negative one (or NaN) is attended in HF's and blocked in ours.
+    - target_mapping: 0 and 1 only, each row one-hot (the position its slot predicts) or all 0
+      (a padding slot), as HF documents it. Both models compute the same for any values (a
+      slot's query is put at, and its output read from, the row's weighted sum of positions),
+      but a 2 or a 0.5 scales the slot's query and output and a second 1 sums two positions:
+      the logits are then no prediction of a token, and a loss trains on them silently.
+
+    One min (perm_mask) and one pass over target_mapping (B, P, T) a batch, on the host."""
+    ids_shape = _static_shape(x.get("token_ids"))
+    if ids_shape is None or len(ids_shape) != 2:
+        return
+    batch, length = ids_shape
+    for key, layout in _LAYOUTS.items():
+        shape = _static_shape(x.get(key))
+        if shape is None:
+            continue
+        middle = length if key == "perm_mask" else shape[1] if len(shape) == 3 else "num_predict"
+        expected = (batch, middle, length)
+        if tuple(shape) != expected:
+            raise ValueError(f"{name} got {key} of shape {tuple(shape)} for token_ids of shape "
+                             f"{tuple(ids_shape)}: expected ({batch}, {middle}, {length}) "
+                             f"{layout}.")
+    perm_mask, _ = numbers_in_memory(x.get("perm_mask"))
+    if perm_mask is not None:
+        low, _ = min_max(perm_mask)
+        if low is not None and not low >= 0:  # (NaN: not >= 0)
+            found = first_wrong(perm_mask, lambda v: ~(v >= 0))
+            if found is not None:
+                value, where = found
+                raise ValueError(f"{name} got perm_mask {value} at perm_mask[{where}]: "
+                                 + PERM_MASK_EXPECTED)
+    mapping, _ = numbers_in_memory(x.get("target_mapping"))
+    if mapping is None:
+        return
+    mapping = mapping if isinstance(mapping, np.ndarray) else np.asarray(
+        keras.ops.convert_to_numpy(mapping))
+    found = first_wrong(mapping, lambda v: (v != 0) & (v != 1))
+    if found is not None:
+        value, where = found
+        raise ValueError(f"{name} got target_mapping {value} at target_mapping[{where}]: "
+                         "expected 0 and 1 only " + TARGET_MAPPING_EXPECTED)
+    several = np.argwhere(mapping.sum(axis=-1) > 1)
+    if len(several):
+        b, p = (int(i) for i in several[0])
+        first, second = (int(j) for j in np.flatnonzero(mapping[b, p])[:2])
+        raise ValueError(
+            f"{name} got target_mapping {mapping[b, p, second].item()} at target_mapping[{b}, "
+            f"{p}, {second}] after a 1 at target_mapping[{b}, {p}, {first}]: expected each row "
+            "one-hot (the position its slot predicts) or all 0 (a padding slot) "
+            + TARGET_MAPPING_EXPECTED)
+
+
+def _static_shape(values):
+    """The shape of in-memory values (lists: NumPy's), or None: nothing, ragged lists, a shape
+    with an unknown axis (symbolic: not checked here)."""
+    if values is None or isinstance(values, (str, bytes)):
+        return None
+    try:
+        shape = tuple(np.shape(values)) if isinstance(values, (list, tuple)) else tuple(
+            values.shape)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if any(not isinstance(d, (int, np.integer)) for d in shape):
+        return None
+    return tuple(int(d) for d in shape)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
