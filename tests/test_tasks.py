@@ -704,8 +704,9 @@ def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
                r"expected 0 and 1 only \(1: global attention on a token, 0: local\)")
     with pytest.raises(ValueError, match=message.format("")):
         distiller.fit(x, y, verbose=0)
-    with pytest.raises(Exception, match=message.format(" of a batch")):  # (predict: no train
-        distiller.predict(tf.data.Dataset.from_tensor_slices((x, y)).batch(2), verbose=0)  # step)
+    # predict: the dataset check fit runs (the same map), without tracing a train step
+    with pytest.raises(Exception, match=message.format(" of a batch")):
+        distiller.predict(tf.data.Dataset.from_tensor_slices((x, y)).batch(2), verbose=0)
 
 
 def test_evaluate_gives_the_metric_of_the_whole_data_whatever_the_batching():
