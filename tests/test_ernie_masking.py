@@ -370,20 +370,25 @@ def test_entries_longer_than_the_rows_cost_nothing():
     assert long.find_units(fits).numpy()[0, 1] == 300  # still found where it fits
 
 
-def _find_units_in_a_session(entities, batch):
-    """find_units of an EntityMasker of `entities` on `batch`, its rows' length unknown when
-    traced (`[None, None]`, as ragged or unpadded rows): (the matches, the number of ops the
-    run executed, from the session's step stats)."""
+def _find_units_in_a_session(entities, *batches):
+    """find_units of an EntityMasker of `entities` on each of `batches`, its rows' length unknown
+    when traced (`[None, None]`, as ragged or unpadded rows), one graph and session for all: for
+    each batch (the matches, the number of ops its run executed, from the session's step
+    stats)."""
     graph = tf.Graph()
     with graph.as_default():
         m = M.EntityMasker(entities=entities, vocabulary=VOCAB, unselectable_token_ids=SPECIAL)
         ids = tf.compat.v1.placeholder(tf.int32, [None, None])
         units = m.find_units(ids)
-        trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-        stats = tf.compat.v1.RunMetadata()
+        results = []
         with tf.compat.v1.Session(graph=graph) as session:
-            found = session.run(units, {ids: batch}, options=trace, run_metadata=stats)
-    return found.tolist(), sum(len(d.node_stats) for d in stats.step_stats.dev_stats)
+            for batch in batches:
+                trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+                stats = tf.compat.v1.RunMetadata()
+                found = session.run(units, {ids: batch}, options=trace, run_metadata=stats)
+                results.append((found.tolist(),
+                                sum(len(d.node_stats) for d in stats.step_stats.dev_stats)))
+    return results
 
 
 def test_entries_longer_than_the_rows_cost_nothing_at_run_time_too():
@@ -392,12 +397,13 @@ def test_entries_longer_than_the_rows_cost_nothing_at_run_time_too():
     300 tokens long (they ran ~300 more), with the same matches; where they fit, they match."""
     names = [[10, 11], [12, 13, 14]]
     batch = [[CLS, 10, 11, 5, 12, 13, 14, SEP]]
-    found, ops = _find_units_in_a_session(names + [[20] * 40], batch)
+    (found, ops), = _find_units_in_a_session(names + [[20] * 40], batch)
     assert found == [[0, 2, 0, 0, 3, 0, 0, 0]]
-    assert _find_units_in_a_session(names + [[20] * 300], batch) == (found, ops)
+    assert _find_units_in_a_session(names + [[20] * 300], batch) == [(found, ops)]
     lexicon = names + [[20] * 40, [20] * 300]
-    for n in (40, 100, 300):  # the widths' branches up to the widest
-        row = [CLS, 10, 11] + [20] * n + [SEP]
-        found, _ = _find_units_in_a_session(lexicon, [row])
+    widths = (40, 100, 300)  # the widths' branches up to the widest
+    rows = [[CLS, 10, 11] + [20] * n + [SEP] for n in widths]
+    for n, row, (found, _) in zip(widths, rows,
+                                  _find_units_in_a_session(lexicon, *[[row] for row in rows])):
         assert {t: k for t, k in enumerate(found[0]) if k} == reference_units(row, lexicon), n
         assert found[0][3] == (300 if n == 300 else 40)

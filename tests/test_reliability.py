@@ -811,9 +811,9 @@ def test_every_task_of_every_family_refuses_a_sequence_length_past_the_position_
     tok = _tokenizer()
     for family, make in POSITION_TABLE_BACKBONES.items():
         names = list(FINETUNING_TASKS) + ([PRETRAINERS[family]] if family in PRETRAINERS else [])
+        backbone = make()  # one a family: a backbone takes any number of tasks
         for name in names:
             cls = getattr(kb.tasks, name)
-            backbone = make()
             pre = cls.default_preprocessor(tok, backbone)
             length = pre.sequence_length
             with pytest.raises(ValueError, match=rf"sequence_length={length} is longer than "
