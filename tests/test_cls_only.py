@@ -1,8 +1,8 @@
 """The [CLS]-only last layer (`backbone(x, cls_only=True)`, TextClassifier / MultipleChoice's
 default) and the masked-rows-only one (`backbone(x, positions=...)`, MaskedLM / BertPretrainer /
-AlbertPretrainer / SpanBertPretrainer's default): the same logits and gradients as the full path
-on every EncoderBackbone family and every backend, fewer rows computed, the same weights and
-saved paths, the full path kept for XLNet and Longformer."""
+AlbertPretrainer's default): the same logits and gradients as the full path on every
+EncoderBackbone family and every backend, fewer rows computed, the same weights and saved paths,
+the full path kept for XLNet and Longformer."""
 import h5py
 import keras
 import numpy as np
@@ -289,16 +289,16 @@ def _mlm_loss(outputs):
     return loss
 
 
-def _assert_same(fast, full, x, family, loss_of=_mlm_loss, rows_read=None):
+def _assert_same(fast, full, x, family):
     """Outputs and every trainable weight's gradient equal the full path's (1e-5); the last
-    block call computes the `rows_read` rows per example (default P) (+1 for [CLS] with a
-    pooler), every other call (and the full path) all 9."""
+    block call computes P rows per example (+1 for [CLS] with a pooler), every other call (and
+    the full path) all 9."""
     backbone = fast.backbone
     rows = _rows_seen(full, x)
-    last = (rows_read or MASK_POSITIONS.shape[1]) + (backbone.pooler_dense is not None)
+    last = MASK_POSITIONS.shape[1] + (backbone.pooler_dense is not None)
     assert rows == [9] * len(rows) and _rows_seen(fast, x) == [9] * (len(rows) - 1) + [last]
-    out_fast, grads_fast = _loss_and_grads(fast, x, None, loss_of)
-    out_full, grads_full = _loss_and_grads(full, x, None, loss_of)
+    out_fast, grads_fast = _loss_and_grads(fast, x, None, _mlm_loss)
+    out_full, grads_full = _loss_and_grads(full, x, None, _mlm_loss)
     keras.tree.map_structure(
         lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=family),
         out_fast, out_full)
@@ -332,42 +332,6 @@ def test_pretrainers_rows_only_equal_the_full_path(task, family):
     fast, full = task(backbone), task(backbone, masked_rows_only=False)
     full.set_weights(fast.get_weights())
     _assert_same(fast, full, _mlm_inputs(), family)
-
-
-# SpanBERT: the SBO head reads each slot's span boundaries s-1, e+1 as well. Spans at the row's
-# start (s = 0: its left boundary clipped to 0) and end (e = 8, the last row; e = 5, the last
-# real token of example 1), repeated positions, padded slots, a position in the padding.
-SPAN_STARTS = np.array([[1, 1, 1, 8, 0], [0, 0, 5, 3, 0], [1, 1, 6, 0, 0], [0, 0, 0, 0, 0]],
-                       "int32")
-SPAN_ENDS = np.array([[2, 2, 2, 8, 0], [1, 1, 5, 4, 0], [2, 2, 6, 0, 0], [0, 0, 0, 0, 0]],
-                     "int32")
-SPAN_POSITIONS = np.array([[1, 2, 2, 8, 0], [0, 1, 5, 3, 0], [1, 2, 6, 0, 0], [0, 0, 0, 0, 0]],
-                          "int32")
-
-
-def test_spanbert_pretrainer_rows_only_equals_the_full_path():
-    """SpanBertPretrainer: the last layer at the mask positions and their spans' boundary
-    positions only (3P rows, + [CLS]); both heads' logits, the SBO weights, the task's loss
-    (MLM + SBO) and the gradients equal the full path's; `masked_rows_only` in the config."""
-    backbone = FAMILIES["spanbert"]()
-    fast = kb.tasks.SpanBertPretrainer(backbone, max_span_length=4, position_embedding_dim=8)
-    full = kb.tasks.SpanBertPretrainer(backbone, max_span_length=4, position_embedding_dim=8,
-                                       masked_rows_only=False)
-    full.set_weights(fast.get_weights())
-    x = dict(_inputs(), mask_positions=SPAN_POSITIONS, span_starts=SPAN_STARTS,
-             span_ends=SPAN_ENDS)
-    y = {"mask_ids": MASK_IDS, "mask_weights": MASK_WEIGHTS}
-
-    def loss_of(outputs):
-        return fast.losses_and_metrics(y, outputs, None)[0]
-
-    _assert_same(fast, full, x, "spanbert", loss_of, rows_read=3 * SPAN_POSITIONS.shape[1])
-    sbo_weights = to_numpy(full(_for(full, x), training=False)["sbo_weights"])
-    assert sbo_weights[1, :2].sum() == 0 and sbo_weights[0, :3].sum() == 3  # both edges seen
-    for task, expected in ((fast, True), (full, False)):
-        config = task.get_config()
-        assert config["masked_rows_only"] is expected
-        assert kb.tasks.SpanBertPretrainer.from_config(config).masked_rows_only is expected
 
 
 def test_backbone_positions_outputs_and_spec():

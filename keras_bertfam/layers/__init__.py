@@ -11,12 +11,7 @@ from keras_bertfam.layers.encoder import (
 )
 from keras_bertfam.layers.heads import MaskedLMHead, PairHead, gather_positions
 from keras_bertfam.layers.longformer_attention import LongformerSelfAttention
-from keras_bertfam.layers.heads import (
-    ReplacedTokenHead,
-    SpanBoundaryHead,
-    span_boundary_positions,
-    span_boundary_weights,
-)
+from keras_bertfam.layers.heads import ReplacedTokenHead, SpanBoundaryHead, span_boundary_weights
 from keras_bertfam.layers.relative_attention import (
     MaskEmbedding,
     RelativeAttentionInputs,

@@ -267,16 +267,6 @@ def span_boundary_weights(span_starts, span_ends, padding_mask):
     return ops.cast(ops.logical_and(valid, ends >= starts), "float32")  # (B, P)
 
 
-def span_boundary_positions(span_starts, span_ends, rows):
-    """The positions (B, P) int32 of each slot's span boundaries, `s - 1` and `e + 1`, clipped to
-    [0, T) (a span at an edge has no target there: `span_boundary_weights`) -> (left, right): the
-    rows `SpanBoundaryHead` reads. `rows`: any (B, T) tensor of the sequence's length (T from a
-    tensor, so a task graph's symbolic inputs, of unknown T, compute it too)."""
-    last = ops.sum(ops.ones_like(rows, "int32"), axis=1, keepdims=True) - 1  # (B, 1): T - 1
-    return tuple(ops.minimum(ops.maximum(p, 0), last) for p in (
-        ops.cast(span_starts, "int32") - 1, ops.cast(span_ends, "int32") + 1))
-
-
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class SpanBoundaryHead(keras.layers.Layer):
     """SpanBERT's span boundary objective (SBO) head (Joshi et al. 2020, section 3.2).
@@ -290,10 +280,7 @@ class SpanBoundaryHead(keras.layers.Layer):
     by the caller (`span_boundary_weights`); their gathers are clipped to stay in range.
 
     Call args: `sequence` (B, T, H), `positions` (B, P) of the predicted tokens, `span_starts`,
-    `span_ends` (B, P) first and last token of each slot's span -> logits (B, P, V). With
-    `boundary_rows=True`, `sequence` is (B, 2P, H): the states at the left boundaries then at
-    the right ones (`span_boundary_positions`), gathered by the caller (a task whose backbone
-    computed those rows alone).
+    `span_ends` (B, P) first and last token of each slot's span -> logits (B, P, V).
     """
 
     def __init__(
@@ -346,13 +333,12 @@ class SpanBoundaryHead(keras.layers.Layer):
         )
         self.built = True
 
-    def call(self, sequence, positions, span_starts, span_ends, boundary_rows=False):
+    def call(self, sequence, positions, span_starts, span_ends):
+        last = ops.shape(sequence)[1] - 1
         starts = ops.cast(span_starts, "int32")
-        if boundary_rows:
-            left, right = ops.split(sequence, 2, axis=1)  # (B, P, H) each
-        else:
-            left, right = (gather_positions(sequence, p) for p in span_boundary_positions(
-                starts, span_ends, sequence[:, :, 0]))  # (B, P, H) each
+        ends = ops.cast(span_ends, "int32")
+        left = gather_positions(sequence, ops.clip(starts - 1, 0, last))  # (B, P, H)
+        right = gather_positions(sequence, ops.clip(ends + 1, 0, last))  # (B, P, H)
         offset = ops.clip(ops.cast(positions, "int32") - starts, 0, self.max_span_length - 1)
         relative = ops.cast(self.position_embedding(offset), sequence.dtype)  # (B, P, D)
         x = ops.concatenate([left, right, relative], axis=-1)  # (B, P, 2H + D)

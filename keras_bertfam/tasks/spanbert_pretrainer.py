@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_bertfam.layers import SpanBoundaryHead, span_boundary_positions, span_boundary_weights
+from keras_bertfam.layers import SpanBoundaryHead, span_boundary_weights
 from keras_bertfam.models.backbone import head_initializer
 from keras_bertfam.preprocessing.preprocessors import MASKING_ARGS
 from keras_bertfam.tasks.losses import mlm_targets, weight_sum, weighted_sparse_ce
@@ -11,7 +11,6 @@ from keras_bertfam.tasks.masked_lm import (
     backbone_inputs,
     mask_id_table,
     masked_lm_head,
-    masked_sequence,
     serving_mask_positions,
     serving_mlm_outputs,
 )
@@ -33,11 +32,6 @@ class SpanBertPretrainer(Task):
     mask_ids`, `sample_weight = mask_weights` (or `y = {"mask_ids", "mask_weights"}`).
     Outputs: `{"mlm_logits", "sbo_logits": (B, P, V), "sbo_weights": (B, P)}`.
 
-    `masked_rows_only=True` (the default): the backbone's last layer runs only at the rows the
-    heads read, the `mask_positions` and their spans' boundaries `s-1`, `e+1` (3P rows, and
-    [CLS] with a pooler), as `MaskedLM`'s at its mask positions (the same logits and gradients;
-    in training, other dropout draws in that layer than `masked_rows_only=False`).
-
     Export: `text` with [MASK] tokens -> MLM top-k at them (as `MaskedLM`'s) and the SBO head's
     top-k (`sbo_top_ids`, `sbo_top_probabilities`, weighted by `sbo_weights`): each run of
     consecutive [MASK] tokens is one span, predicted from the tokens around it.
@@ -54,10 +48,9 @@ class SpanBertPretrainer(Task):
     preprocessor_args = Task.preprocessor_args + MASKING_ARGS + ("truncate",)
 
     def __init__(self, backbone, preprocessor=None, max_span_length=20,
-                 position_embedding_dim=200, masked_rows_only=True, **kwargs):
+                 position_embedding_dim=200, **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
-        self.masked_rows_only = masked_rows_only
         self.max_span_length = max_span_length
         self.position_embedding_dim = position_embedding_dim
         common = dict(activation=getattr(backbone, "activation", "gelu"),
@@ -69,19 +62,12 @@ class SpanBertPretrainer(Task):
             position_embedding_dim=position_embedding_dim, name="sbo_head", **common)
 
         inputs, features = backbone_inputs(backbone, extra=SPAN_INPUTS)
+        sequence = backbone(features)["sequence_output"]
         positions = inputs["mask_positions"]
-        # One (B, 3P) positions tensor: the masked rows, then the left and right boundaries.
-        boundaries = span_boundary_positions(inputs["span_starts"], inputs["span_ends"],
-                                             features["token_ids"])
-        rows = ops.concatenate([ops.cast(positions, "int32"), *boundaries], axis=1)
-        sequence = masked_sequence(backbone, features, rows,
-                                   masked_rows_only)["sequence_output"]  # (B, 3P, H)
-        masked, left, right = ops.split(sequence, 3, axis=1)  # (B, P, H) each (P unknown here)
         outputs = {
-            "mlm_logits": self.mlm_head(masked),
-            "sbo_logits": self.sbo_head(ops.concatenate([left, right], axis=1), positions,
-                                        inputs["span_starts"], inputs["span_ends"],
-                                        boundary_rows=True),
+            "mlm_logits": self.mlm_head(sequence, positions),
+            "sbo_logits": self.sbo_head(sequence, positions, inputs["span_starts"],
+                                        inputs["span_ends"]),
             "sbo_weights": span_boundary_weights(inputs["span_starts"], inputs["span_ends"],
                                                  features["padding_mask"]),
         }
