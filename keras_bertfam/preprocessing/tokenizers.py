@@ -1093,12 +1093,17 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         super().__init__(
             proto=proto, sequence_length=sequence_length, _allow_python_workflow=False, **kwargs
         )
-        self._set_tokens_read_alone()
+        self._read_proto()
 
     def set_proto(self, proto):
         super().set_proto(proto)
         if "tokens_read_alone" in self.__dict__:  # a later set_proto (load_assets)
-            self._set_tokens_read_alone()
+            self._read_proto()
+
+    def _read_proto(self):
+        """What the tokenizer derives from its model, once a model is set (in `__init__`, and
+        again at a later `set_proto`): the `tokens_read_alone`."""
+        self._set_tokens_read_alone()
 
     def _set_tokens_read_alone(self):
         object.__setattr__(self, "tokens_read_alone", self._pieces_read_alone())
@@ -1462,6 +1467,8 @@ class XLNetTokenizer(SentencePieceTokenizer):
             sequence_length=sequence_length, cls_token=cls_token, sep_token=sep_token,
             pad_token=pad_token, mask_token=mask_token, unk_token=unk_token,
             split_user_defined=split_user_defined, **kwargs)
+
+    def _read_proto(self):
         self._set_extra_roles()
 
     def _set_extra_roles(self):
@@ -1481,11 +1488,6 @@ class XLNetTokenizer(SentencePieceTokenizer):
         "▁a", "<eop>", "▁b"; SentencePiece alone "▁a", "▁", "<eop>", "b")."""
         object.__setattr__(self, "tokens_read_alone", self._pieces_read_alone(
             self.special_token_ids if self.proto is not None else ()))
-
-    def set_proto(self, proto):
-        super().set_proto(proto)
-        if hasattr(self, "bos_token"):  # a later set_proto (load_assets): refresh the extras
-            self._set_extra_roles()
 
     @property
     def special_token_ids(self):
