@@ -524,6 +524,22 @@ def test_a_nested_tasks_optimizer_state_of_other_variables_is_refused_before_loa
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_the_cli_reports_a_checkpoints_optimizer_refusal_whole(frozen_block_0, tmp_path):
+    """The CLI's resume cut a checkpoint's load error to its first 200 characters: a refusal of
+    its optimizer state lost the variables past the first and what to do. The library's
+    refusals of a weights file reach the user whole (Keras' own errors: their first line)."""
+    from keras_bertfam import cli
+
+    shutil.copy(frozen_block_0[1][0], tmp_path / cli.WEIGHTS)
+    with pytest.raises(cli.CommandError) as caught:
+        cli._restore(_frozen(1), str(tmp_path), 1, {})
+    assert re.search(re.escape(str(tmp_path / cli.WEIGHTS)) + r" does not load into this model "
+                     r"\(WeightsMismatch: Cannot load .*" + _BLOCK_0 + r" would get .* and \d+ "
+                     r"more\. Freeze the same layers as in the saved model before `compile`, or load "
+                     r"the weights before `compile` \(a fresh optimizer\)\. Nothing was "
+                     r"loaded\.\)\. Delete ", str(caught.value)), caught.value
+
+
 def test_a_plain_keras_archive_loads_as_before(tmp_path):
     """A `.keras` archive of a model not of this library records nothing: loaded as Keras does."""
     def plain(activation):
