@@ -537,7 +537,7 @@ def _restore(task, where, step, state):
     """Loads a verified checkpoint and checks that weights, optimizer, RNG and state agree."""
     import numpy as np
 
-    from keras_bertfam.models.weights_files import checked_by_caller
+    from keras_bertfam.models.weights_files import DamagedFile, WeightsMismatch, checked_by_caller
 
     weights = os.path.join(where, WEIGHTS)
     try:
@@ -545,8 +545,11 @@ def _restore(task, where, step, state):
         with checked_by_caller(weights, verified_bytes=True):
             task.load_weights(weights)
     except Exception as e:  # noqa: BLE001 - h5py / Keras errors: say which file, in one line
+        # the library's refusals whole (what differs, what to do); others' first line, cut
+        detail = (_one_line(e) if isinstance(e, (WeightsMismatch, DamagedFile))
+                  else str(e).splitlines()[0][:200] if str(e) else "")
         raise CommandError(f"The checkpoint {weights} does not load into this model "
-                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]}). Delete "
+                           f"({type(e).__name__}: {detail}). Delete "
                            f"{where} (or use a new --output) to start fresh.") from None
     import keras
 

@@ -431,6 +431,115 @@ def test_load_model_refuses_optimizer_state_of_other_variables(tmp_path, monkeyp
         np.testing.assert_array_equal(momentum, got[name][0])
 
 
+def _compiled(optimizer):
+    """A tiny 1-layer classifier compiled with `optimizer`, its state built."""
+    task = _classifier(num_layers=1)
+    task.compile(optimizer=optimizer)
+    task.optimizer.build(task.trainable_variables)
+    return task
+
+
+@pytest.mark.multibackend
+def test_optimizer_state_of_another_optimizer_class_is_refused_naming_both(tmp_path,
+                                                                          monkeypatch):
+    """Lion keeps one `momentum` slot per variable, and so does SGD with momentum: a task
+    trained with Lion, loaded into one compiled with SGD (the same number of optimizer
+    variables, the same variables), gave SGD Lion's moments as its velocities, silently. The
+    file records the optimizer's class (and the classes it extends): another class is refused
+    naming both, before anything is loaded. AdamW extends Adam (the same slots): their state
+    loads either way. A file saved before the class was recorded loads as before."""
+    batch = {"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1])
+    saved = _compiled(keras.optimizers.Lion(1e-3))
+    saved.fit(*batch, verbose=0)
+    paths = [str(tmp_path / "lion.weights.h5"), str(tmp_path / "lion.keras")]
+    saved.save_weights(paths[0])
+    saved.save(paths[1])
+    for path in paths:
+        other = _compiled(keras.optimizers.SGD(1e-3, momentum=0.9))
+        assert len(other.optimizer.variables) == len(saved.optimizer.variables)
+        optimizer_before = [np.asarray(v) for v in other.optimizer.variables]
+        _refused_unchanged(other, path, ValueError, re.escape(path) + r".*: its optimizer state "
+                           r"is a Lion's, the model's optimizer is a SGD.* Compile with a Lion "
+                           r".*or load the weights before `compile`.*Nothing was loaded\.")
+        for value, variable in zip(optimizer_before, other.optimizer.variables):
+            np.testing.assert_array_equal(value, np.asarray(variable))
+    adamw = _compiled(keras.optimizers.AdamW(1e-3))
+    adamw.fit(*batch, verbose=0)
+    path = str(tmp_path / "adamw.weights.h5")
+    adamw.save_weights(path)
+    adam = _compiled(keras.optimizers.Adam(1e-3))
+    adam.load_weights(path)
+    for a, b in zip(adamw.optimizer.variables, adam.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    real = weights_files.optimizer_record
+    old = str(tmp_path / "old.weights.h5")
+    with monkeypatch.context() as before:  # the record as it was: no optimizer class
+        before.setattr(weights_files, "optimizer_record", lambda *a, **k: {
+            key: value for key, value in real(*a, **k).items() if key != "classes"})
+        saved.save_weights(old)
+    assert "classes" not in weights_files.read_layout(old).optimizer[""]
+    sgd = _compiled(keras.optimizers.SGD(1e-3, momentum=0.9))
+    sgd.load_weights(old)
+    assert int(sgd.optimizer.iterations) == 1
+
+
+@pytest.mark.multibackend
+def test_a_nested_tasks_optimizer_state_of_other_variables_is_refused_before_loading(tmp_path):
+    """A Distiller whose teacher is itself a compiled task saves the teacher's optimizer state
+    and record at the teacher's path. A teacher compiled with another block frozen was compared
+    only when Keras' walk reached it, after the Distiller's own layers had loaded; and Keras,
+    visiting the teacher again by another path, dropped the refusal: the file loaded silently,
+    the teacher's moments on other variables. The teacher's record is compared with the rest,
+    before anything is assigned, and the refusal names it."""
+    def distiller(frozen):
+        teacher = kb.tasks.MaskedLM(kb.models.BertBackbone(vocabulary_size=len(VOCAB), **SIZES))
+        teacher.backbone.transformer_layers[frozen].trainable = False
+        teacher.compile()
+        teacher.optimizer.build(teacher.trainable_variables)
+        task = kb.tasks.Distiller(
+            teacher, kb.models.BertBackbone(vocabulary_size=len(VOCAB), **_ONE))
+        task.compile()
+        task.optimizer.build(task.trainable_variables)
+        return task
+
+    path = str(tmp_path / "distiller.weights.h5")
+    saved = distiller(0)
+    for variable in saved.teacher.optimizer.variables[2:]:  # moments unlike a fresh one's
+        variable.assign(np.full(variable.shape, 0.5, variable.dtype))
+    saved.save_weights(path)
+    other = distiller(1)
+    teacher_before = [np.asarray(v) for v in other.teacher.optimizer.variables]
+    _refused_unchanged(other, path, ValueError, re.escape(path) + r".* into Distiller .*: its "
+                       r"MaskedLM 'masked_lm.*' \(at 'layers/.*teacher'\): its optimizer state "
+                       r"is other variables'.*" + _BLOCK_0 + r" would get .*transformer_block_1/"
+                       r".*Nothing was loaded")
+    for value, variable in zip(teacher_before, other.teacher.optimizer.variables):
+        np.testing.assert_array_equal(value, np.asarray(variable))
+    with pytest.raises(ValueError, match=r"into Distiller .*: its MaskedLM .*optimizer state "
+                       r"is other variables'"):  # Keras' own walk (as `load_model`'s) too
+        keras.Model.load_weights(distiller(1), path)
+    same = distiller(0)
+    same.load_weights(path)
+    for a, b in zip(saved.teacher.optimizer.variables, same.teacher.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_cli_reports_a_checkpoints_optimizer_refusal_whole(frozen_block_0, tmp_path):
+    """The CLI's resume cut a checkpoint's load error to its first 200 characters: a refusal of
+    its optimizer state lost the variables past the first and what to do. The library's
+    refusals of a weights file reach the user whole (Keras' own errors: their first line)."""
+    from keras_bertfam import cli
+
+    shutil.copy(frozen_block_0[1][0], tmp_path / cli.WEIGHTS)
+    with pytest.raises(cli.CommandError) as caught:
+        cli._restore(_frozen(1), str(tmp_path), 1, {})
+    assert re.search(re.escape(str(tmp_path / cli.WEIGHTS)) + r" does not load into this model "
+                     r"\(WeightsMismatch: Cannot load .*" + _BLOCK_0 + r" would get .* and \d+ "
+                     r"more\. Freeze the same layers as in the saved model before `compile`, or load "
+                     r"the weights before `compile` \(a fresh optimizer\)\. Nothing was "
+                     r"loaded\.\)\. Delete ", str(caught.value)), caught.value
+
+
 def test_a_plain_keras_archive_loads_as_before(tmp_path):
     """A `.keras` archive of a model not of this library records nothing: loaded as Keras does."""
     def plain(activation):

@@ -268,6 +268,12 @@ def checked_by_caller(filepath, verified_bytes=False, overridden=()):
         _CALLER_CHECKED.reset(token)
 
 
+class WeightsMismatch(ValueError):
+    """A weights file refused as another model's: another layout, task class or configuration,
+    or optimizer state of other variables or another optimizer (`check_weights_file`,
+    `check_optimizer_store`). Its message names the file, what differs and how to proceed."""
+
+
 class DamagedFile(OSError):
     """A weights file whose bytes changed after it was saved (its tensors' digests, a `.keras`
     archive's CRC-32), named."""
@@ -412,12 +418,13 @@ def check_archive_store(store):
 
 class _LayoutStore(saving_lib.H5IOStore):
     """A write store for Keras' saving walk (`_save_state` takes Keras' store classes only)
-    that keeps the shapes, not the values: `entries` {path: {key: shape}}, and `places`
+    that keeps the shapes, not the values: `entries` {path: {key: shape}}, `places`
     {id(variable): the dataset path it is saved at ("<path>/vars/<key>")} of the variables
-    saved as they are (a layer's own: Keras saves each variable itself)."""
+    saved as they are (a layer's own: Keras saves each variable itself), and `tasks` {path:
+    task} of the tasks saved (the model's own at "", others inside it: `save_optimizer_record`)."""
 
     def __init__(self):  # no file
-        self.entries, self.places, self._path = {}, {}, None
+        self.entries, self.places, self.tasks, self._path = {}, {}, {}, None
 
     def __bool__(self):
         return True
@@ -458,16 +465,21 @@ def model_layout(model):
     return _walk(model)[0]
 
 
+Walked = collections.namedtuple("Walked", "layout places tasks")
+
+
 def _walk(model):
-    """-> (`model_layout`, {id(variable): the dataset path it is saved at} (`_LayoutStore`))
-    of `model`. Its optimizer is not walked (its state is a list of tensors that Keras reads
-    out to save; the layout's comparison leaves it to `optimizer_mismatch`)."""
+    """-> `Walked`: `layout` (`model_layout`), `places` {id(variable): the dataset path it is
+    saved at} and `tasks` {path: task} (`_LayoutStore`) of `model`. Its optimizer is not walked
+    (its state is a list of tensors that Keras reads out to save; the layout's comparison
+    leaves it to `optimizer_mismatch`)."""
     cache_attr_skipsets()
     store = _LayoutStore()
     optimizer = getattr(model, "optimizer", None)
     saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
                            visited_saveables={id(optimizer)} if optimizer is not None else set())
-    return {p: keys for p, keys in store.entries.items() if keys}, store.places
+    return Walked({p: keys for p, keys in store.entries.items() if keys}, store.places,
+                  store.tasks)
 
 
 def _optimizer_state(model):
@@ -480,26 +492,37 @@ def _optimizer_state(model):
     return optimizer, list(getattr(inner, "_trainable_variables", None) or [])
 
 
+def _optimizer_classes(optimizer):
+    """The names of `optimizer`'s class and of the optimizer classes it extends, Keras' base
+    `Optimizer` excluded (a LossScaleOptimizer: its inner optimizer's), e.g. ["AdamW", "Adam"]:
+    what its state's slots mean."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return [c.__name__ for c in type(inner).__mro__
+            if issubclass(c, keras.optimizers.Optimizer) and c is not keras.optimizers.Optimizer]
+
+
 def optimizer_record(model, places=None):
-    """{"variables": the number of the optimizer's variables (what Keras compares), "trainable":
-    the dataset path each model variable whose state it holds is saved at, in the optimizer's
-    order} of `model`'s optimizer, or None (`_optimizer_state`). A variable the weights do not
-    hold as it is (a LoRA factor, merged into its kernel when saved) by its Keras path.
-    `places`: the model's `_walk`'s, if it was walked (else it is walked here)."""
+    """{"variables": the number of the optimizer's variables (what Keras compares), "classes":
+    `_optimizer_classes`, "trainable": the dataset path each model variable whose state it holds
+    is saved at, in the optimizer's order} of `model`'s optimizer, or None
+    (`_optimizer_state`). A variable the weights do not hold as it is (a LoRA factor, merged
+    into its kernel when saved) by its Keras path. `places`: the model's `_walk`'s, if it was
+    walked (else it is walked here)."""
     state = _optimizer_state(model)
     if state is None:
         return None
     optimizer, trainable = state
     if places is None:
-        places = _walk(model)[1]
-    return {"variables": len(optimizer.variables),
+        places = _walk(model).places
+    return {"variables": len(optimizer.variables), "classes": _optimizer_classes(optimizer),
             "trainable": [places.get(id(v), v.path) for v in trainable]}
 
 
 def save_optimizer_record(model, store):
     """For `save_own_variables(store)` of a task: its `optimizer_record` under `OPTIMIZER_RECORD`
-    (none without a built optimizer, and none in a layout walk)."""
+    (none without a built optimizer; in a layout walk, the task's path is noted instead)."""
     if isinstance(store, _LayoutStore):
+        store.tasks.setdefault(store._path or "", model)
         return
     found = optimizer_record(model)
     if found is not None:
@@ -508,14 +531,26 @@ def save_optimizer_record(model, store):
 
 def optimizer_mismatch(saved, model, places=None):
     """Where Keras would load the optimizer state a file records (`saved`, its
-    `optimizer_record`) onto other variables of `model`: what differs, naming the variables;
-    else None (the same variables in the same order; an optimizer of another variable count,
-    whose state Keras skips with a warning; no optimizer to load into). `places`: as
+    `optimizer_record`) into an optimizer of another class (`_optimizer_classes`: neither
+    extends the other, e.g. Lion's moments as SGD's velocities) or onto other variables of
+    `model`: what differs, naming the optimizers or the variables; else None (the same
+    variables in the same order, of the same or an extended class; an optimizer of another
+    variable count, whose state Keras skips with a warning; no optimizer to load into; a file
+    recording no class, saved before it was recorded: the variables alone). `places`: as
     `optimizer_record`'s."""
     state = _optimizer_state(model)
     if (state is None or not isinstance(saved, dict)
             or saved.get("variables") != len(state[0].variables)):
         return None
+    saved_classes, classes = saved.get("classes"), _optimizer_classes(state[0])
+    if (isinstance(saved_classes, list) and saved_classes
+            and saved_classes[0] not in classes and classes[0] not in saved_classes):
+        return (f"its optimizer state is a {saved_classes[0]}'s, the model's optimizer is a "
+                f"{classes[0]}, whose state means something else ({saved['variables']} "
+                f"variables each: Keras would load them by position, the {saved_classes[0]}'s "
+                f"as the {classes[0]}'s). Compile with a {saved_classes[0]} (as saved) to resume "
+                f"its training, or load the weights before `compile` (a fresh optimizer; "
+                f"`keras.saving.load_model(path, compile=False)`).")
     theirs = [str(p) for p in saved.get("trainable") or []]
     own = optimizer_record(model, places)["trainable"]
     if theirs == own:
@@ -529,21 +564,59 @@ def optimizer_mismatch(saved, model, places=None):
             f"`compile`, or load the weights before `compile` (a fresh optimizer).")
 
 
+def optimizers_mismatch(model, saved_at, walked=None):
+    """`optimizer_mismatch` of `model`'s own optimizer state and of each task's inside it (a
+    Distiller's compiled teacher: Keras saves and loads its optimizer at its path), the first
+    found (a task inside named, with its path), else None. `saved_at(path)`: the
+    `optimizer_record` the file holds for the task at `path` ("" the model's own), or None.
+    `walked`: the model's `_walk`, if it was walked (else it is walked here, where any
+    optimizer is built)."""
+    if walked is None:
+        if not any(_optimizer_state(layer) for layer in model._flatten_layers(include_self=True)):
+            return None
+        walked = _walk(model)
+    for path, task in sorted(walked.tasks.items()):
+        saved = saved_at(path)
+        if saved is None:
+            continue
+        if task is model:
+            mismatch = optimizer_mismatch(saved, task, walked.places)
+        else:  # (recorded by the task's own walk: its paths are its own)
+            mismatch = optimizer_mismatch(saved, task)
+            if mismatch:
+                mismatch = f"its {type(task).__name__} {task.name!r} (at {path!r}): {mismatch}"
+        if mismatch:
+            return mismatch
+    return None
+
+
 def check_optimizer_store(model, store):
     """For `load_own_variables(store)` of a task, where `checked_load` did not compare the file
-    (`keras.saving.load_model`; a sharded or remote file): refuses (ValueError) the optimizer
-    state its record says is for other variables (`optimizer_mismatch`). Keras' walk goes on
-    loading, then raises it (no model is returned)."""
-    if OPTIMIZER_RECORD not in store.keys() or id(model) in _OPTIMIZERS_CHECKED.get():
+    (`keras.saving.load_model`; a sharded or remote file): refuses (`WeightsMismatch`) the
+    optimizer state its record says is for other variables or another optimizer class
+    (`optimizers_mismatch`: the task's own, and those of the tasks inside it, read at their
+    paths from the store's file). Keras' walk goes on loading, then raises it (no model is
+    returned)."""
+    if id(model) in _OPTIMIZERS_CHECKED.get():
         return
-    mismatch = optimizer_mismatch(_json_of(store[OPTIMIZER_RECORD]), model)
+    h5 = getattr(store, "h5_file", None)
+    base = getattr(store, "_h5_entry_path", None) or ""
+
+    def saved_at(path):
+        if not path:
+            return _json_of(store[OPTIMIZER_RECORD]) if OPTIMIZER_RECORD in store.keys() else None
+        found = "/".join(filter(None, (base, path, "vars", OPTIMIZER_RECORD)))
+        return (_json_of(h5[found]) if isinstance(h5, (h5py.File, h5py.Group)) and found in h5
+                else None)
+
+    mismatch = optimizers_mismatch(model, saved_at)
     if mismatch:  # (`load_model` reads the archive's weights from memory: no file name)
         archive = getattr(store, "archive", None)
         name = (archive.filename if isinstance(archive, zipfile.ZipFile)
-                else getattr(getattr(store, "h5_file", None), "filename", None))
+                else getattr(h5, "filename", None))
         source = f"the weights file {name!r}" if isinstance(name, str) else "the weights"
-        raise ValueError(f"Cannot load {source} into {type(model).__name__} {model.name!r}: "
-                         f"{mismatch}")
+        raise WeightsMismatch(f"Cannot load {source} into {type(model).__name__} "
+                              f"{model.name!r}: {mismatch}")
 
 
 def config_settings(config):
@@ -607,13 +680,15 @@ def _open_h5(filepath):
 SavedFile = collections.namedtuple("SavedFile", "layout task record places optimizer")
 
 
+
 def read_layout(filepath):
     """-> `SavedFile`: `layout` {path: {key: shape}}, `task` the task class it was saved from
     or None (a backbone's, a user's class, a file saved before tasks recorded it), `record`
     ({"settings", "digests"}, `record`; a `.keras` archive of this library's model: its
     `config_settings` alone; None in a file without it), `places` (its tensors'
-    bytes, `_tensors`; None without a record) and `optimizer` (a task's `optimizer_record`,
-    None in a file without it) of a `.weights.h5` file or a `.keras`
+    bytes, `_tensors`; None without a record) and `optimizer` ({path: the `optimizer_record`
+    of the task saved there}: "" the saved task's own, others of tasks inside it; empty in a
+    file without it) of a `.weights.h5` file or a `.keras`
     archive's weights; a file that is not one (truncated, damaged, another
     format) is an OSError naming it (as h5py's, which does not)."""
     with _read(filepath) as (saved, _):
@@ -623,7 +698,7 @@ def read_layout(filepath):
 @contextlib.contextmanager
 def _read(filepath):
     """`read_layout`, the file kept open within: -> (`SavedFile`, the h5 file)."""
-    found = optimizer = None
+    found, optimizer = None, {}
     if not os.path.exists(filepath):
         raise FileNotFoundError(f"The weights file {filepath!r} does not exist.")
     with contextlib.ExitStack() as stack:
@@ -633,8 +708,8 @@ def _read(filepath):
             layout, places = _tensors(h5, with_places=recorded)
             if layout.pop(TASK_CLASS_PATH, None):
                 task = h5[TASK_CLASS_PATH]["vars"]["0"][()]
-            if OPTIMIZER_RECORD in layout.get("", ()):
-                optimizer = _json_of(h5["vars"][OPTIMIZER_RECORD])
+            optimizer = {p: _json_of(h5["/".join(filter(None, (p, "vars", OPTIMIZER_RECORD)))])
+                         for p, keys in layout.items() if OPTIMIZER_RECORD in keys}
             if recorded:
                 found = _json_of(h5[RECORD_PATH])
             elif configured is not None:  # a `.keras` archive: its model's config says them
@@ -703,8 +778,8 @@ def checked_load(model, filepath, task_class=None, skip_mismatch=False):
     archives, models = _VERIFIED_ARCHIVES.get(), _OPTIMIZERS_CHECKED.get()
     if checking and _is_checked(filepath) and filepath.endswith(".keras"):
         archives |= {filepath}
-    if not checking or _is_checked(filepath):
-        models |= {id(model)}
+    if not checking or _is_checked(filepath):  # the tasks inside it too (`optimizers_mismatch`)
+        models |= {id(layer) for layer in model._flatten_layers(include_self=True)}
     tokens = _VERIFIED_ARCHIVES.set(archives), _OPTIMIZERS_CHECKED.set(models)
     try:
         yield
@@ -714,10 +789,11 @@ def checked_load(model, filepath, task_class=None, skip_mismatch=False):
 
 
 def check_weights_file(model, filepath, task_class=None):
-    """Refuses (ValueError) a weights file whose layout is not the model's, before anything is
+    """Refuses (`WeightsMismatch`, a ValueError) a weights file whose layout is not the model's, before anything is
     loaded: weights the model has no place for, model weights the file lacks, shapes that
     differ (naming the paths), or, for a task (`task_class`, its class name), a file another
-    task class saved, or optimizer state recorded as other variables' (`optimizer_mismatch`).
+    task class saved, or optimizer state recorded as other variables' or another optimizer's
+    (`optimizers_mismatch`: the model's and that of each task inside it).
     The rest of the optimizer's state is left to Keras, and so are the keys a layer reads
     itself (a task's seed generators, a LoRA layer's factors): only the keys both sides hold
     are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
@@ -738,7 +814,8 @@ def check_weights_file(model, filepath, task_class=None):
             pool = concurrent.futures.ThreadPoolExecutor(1)
             stack.callback(pool.shutdown)
             verification = pool.submit(verify_digests, filepath, digests, saved_file.places, h5)
-        own_layout, own_places = _walk(model)
+        walked = _walk(model)
+        own_layout = walked.layout
         if verification is not None:
             verification.result()
     where = f"the weights file {filepath!r} into {type(model).__name__} {model.name!r}"
@@ -754,7 +831,7 @@ def check_weights_file(model, filepath, task_class=None):
               if saved_layout[p][k] != own_layout[p][k]]
     if not (extra or missing or shapes):
         if task_class is not None and saved_task is not None and saved_task != task_class:
-            raise ValueError(
+            raise WeightsMismatch(
                 f"Cannot load {where}: the file holds a {saved_task}'s weights, whose head is "
                 f"not a {task_class}'s (the same shapes, another function). Load its backbone "
                 f"alone (`backbone.save_weights` / `task.backbone.load_weights`). Nothing was "
@@ -763,14 +840,14 @@ def check_weights_file(model, filepath, task_class=None):
         differ = _settings_differ(settings, function_settings(model), overridden) if isinstance(
             settings, dict) else []
         if differ:
-            raise ValueError(
+            raise WeightsMismatch(
                 f"Cannot load {where}: it was saved from a model configured otherwise, whose "
                 f"weights have the same shapes but compute something else: "
                 f"{'; '.join(differ)}. Build the model with the file's values (or pass "
                 f"skip_mismatch=True to load the weights anyway). Nothing was loaded.")
-        mismatch = optimizer_mismatch(saved_file.optimizer, model, own_places)
+        mismatch = optimizers_mismatch(model, saved_file.optimizer.get, walked)
         if mismatch:
-            raise ValueError(f"Cannot load {where}: {mismatch} Nothing was loaded.")
+            raise WeightsMismatch(f"Cannot load {where}: {mismatch} Nothing was loaded.")
         return
     problems = []
     if extra:
@@ -789,7 +866,7 @@ def check_weights_file(model, filepath, task_class=None):
     elif outer is not None:
         hint = (f" The file holds this model inside a larger one (at {outer.rstrip('/')!r}"
                 f"{', a ' + saved_task if saved_task else ''}): load it into that model.")
-    raise ValueError(
+    raise WeightsMismatch(
         f"Cannot load {where}: it was saved from another model or configuration (another "
         f"family, task, num_layers, hidden_dim, num_heads, vocabulary_size, num_classes, ...): "
         f"{'; '.join(problems)}.{hint} Nothing was loaded.")
