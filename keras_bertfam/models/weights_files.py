@@ -680,7 +680,6 @@ def _open_h5(filepath):
 SavedFile = collections.namedtuple("SavedFile", "layout task record places optimizer")
 
 
-
 def read_layout(filepath):
     """-> `SavedFile`: `layout` {path: {key: shape}}, `task` the task class it was saved from
     or None (a backbone's, a user's class, a file saved before tasks recorded it), `record`
@@ -789,11 +788,12 @@ def checked_load(model, filepath, task_class=None, skip_mismatch=False):
 
 
 def check_weights_file(model, filepath, task_class=None):
-    """Refuses (`WeightsMismatch`, a ValueError) a weights file whose layout is not the model's, before anything is
-    loaded: weights the model has no place for, model weights the file lacks, shapes that
-    differ (naming the paths), or, for a task (`task_class`, its class name), a file another
-    task class saved, or optimizer state recorded as other variables' or another optimizer's
-    (`optimizers_mismatch`: the model's and that of each task inside it).
+    """Refuses (`WeightsMismatch`, a ValueError) a weights file whose layout is not the
+    model's, before anything is loaded: weights the model has no place for, model weights the
+    file lacks, shapes that differ (naming the paths), or, for a task (`task_class`, its class
+    name), a file another task class saved, or optimizer state recorded as other variables'
+    or another optimizer's (`optimizers_mismatch`: the model's and that of each task inside
+    it).
     The rest of the optimizer's state is left to Keras, and so are the keys a layer reads
     itself (a task's seed generators, a LoRA layer's factors): only the keys both sides hold
     are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
