@@ -524,6 +524,38 @@ def test_a_nested_tasks_optimizer_state_of_other_variables_is_refused_before_loa
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.multibackend
+@pytest.mark.parametrize("saved_compiled, loaded_compiled", [(True, False), (False, True)])
+def test_a_nested_tasks_optimizer_state_of_another_count_loads_as_a_top_level_tasks(
+        saved_compiled, loaded_compiled, tmp_path):
+    """A Distiller saved while its teacher was a compiled task holds the teacher's optimizer
+    state at the teacher's path: loaded into a Distiller whose teacher was not compiled (or the
+    other way round) it was refused as "saved from another model or configuration" naming
+    '.../teacher/optimizer', though only an optimizer's state differs. It loads as a top-level
+    task's file does: the weights, with Keras' warning where it skips the optimizer state."""
+    def distiller(compiled):
+        teacher = kb.tasks.MaskedLM(kb.models.BertBackbone(vocabulary_size=len(VOCAB), **_ONE))
+        if compiled:
+            teacher.compile()
+            teacher.optimizer.build(teacher.trainable_variables)
+        return kb.tasks.Distiller(
+            teacher, kb.models.BertBackbone(vocabulary_size=len(VOCAB), **_ONE))
+
+    saved = distiller(saved_compiled)
+    for name in ("saved.weights.h5", "saved.keras"):
+        path = str(tmp_path / name)
+        saved.save_weights(path) if name.endswith(".weights.h5") else saved.save(path)
+        loaded = distiller(loaded_compiled)
+        if loaded_compiled:  # Keras' own warning: its optimizer state is skipped
+            with pytest.warns(UserWarning, match=r"Skipping variable loading for optimizer .* "
+                              r"the saved optimizer has 0 variables"):
+                loaded.load_weights(path)
+        else:
+            loaded.load_weights(path)
+        for a, b in zip(saved.weights, loaded.weights):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_the_cli_reports_a_checkpoints_optimizer_refusal_whole(frozen_block_0, tmp_path):
     """The CLI's resume cut a checkpoint's load error to its first 200 characters: a refusal of
     its optimizer state lost the variables past the first and what to do. The library's

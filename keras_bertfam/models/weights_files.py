@@ -794,9 +794,9 @@ def check_weights_file(model, filepath, task_class=None):
     name), a file another task class saved, or optimizer state recorded as other variables'
     or another optimizer's (`optimizers_mismatch`: the model's and that of each task inside
     it).
-    The rest of the optimizer's state is left to Keras, and so are the keys a layer reads
-    itself (a task's seed generators, a LoRA layer's factors): only the keys both sides hold
-    are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
+    The rest of the optimizer state (the model's, and that of each task inside it) is left to
+    Keras, and so are the keys a layer reads itself (a task's seed generators, a LoRA layer's
+    factors): only the keys both sides hold are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
     bytes changed after saving (`DamagedFile`) or when the model's `function_settings` differ
     from the file's, unless the caller made that check itself (`checked_by_caller`); a `.keras`
     archive whose weights are not those its CRC-32 records (`verify_archive`) alike."""
@@ -820,8 +820,14 @@ def check_weights_file(model, filepath, task_class=None):
             verification.result()
     where = f"the weights file {filepath!r} into {type(model).__name__} {model.name!r}"
 
+    # The optimizer state of the model and of each task inside it (a Distiller's teacher, compiled
+    # or not when saved): compared by `optimizers_mismatch`, the rest left to Keras, which skips
+    # it with a warning where the optimizer has another variable count (or none to load into).
+    optimizers = {OPTIMIZER} | {"/".join(filter(None, (path, OPTIMIZER))) for path in walked.tasks}
+
     def weights(layout):
-        return {p for p in layout if p and p != OPTIMIZER and not p.startswith(OPTIMIZER + "/")}
+        return {p for p in layout
+                if p and not any(p == o or p.startswith(o + "/") for o in optimizers)}
 
     saved, own = weights(saved_layout), weights(own_layout)
     extra, missing = sorted(saved - own), sorted(own - saved)
