@@ -796,10 +796,11 @@ def check_weights_file(model, filepath, task_class=None):
     it).
     The rest of the optimizer state (the model's, and that of each task inside it) is left to
     Keras, and so are the keys a layer reads itself (a task's seed generators, a LoRA layer's
-    factors): only the keys both sides hold are compared. A file our `save_weights` wrote (`record`) is also refused when a tensor's
-    bytes changed after saving (`DamagedFile`) or when the model's `function_settings` differ
-    from the file's, unless the caller made that check itself (`checked_by_caller`); a `.keras`
-    archive whose weights are not those its CRC-32 records (`verify_archive`) alike."""
+    factors): only the keys both sides hold are compared. A file our `save_weights` wrote
+    (`record`) is also refused when a tensor's bytes changed after saving (`DamagedFile`) or
+    when the model's `function_settings` differ from the file's, unless the caller made that
+    check itself (`checked_by_caller`); a `.keras` archive whose weights are not those its
+    CRC-32 records (`verify_archive`) alike."""
     filepath = str(filepath)
     if not _is_checked(filepath):
         return  # Keras' sharded `.weights.json`, a remote file: loaded by Keras as they are
