@@ -12,14 +12,15 @@ PyTorch), in ONE process, writing what the test asserts to WORKDIR/results.json:
 3. Resumed to the end, bit for bit as the reference: one copy of each checkpoint a kill can
    leave behind (step-2, step-4; copies that start from the same checkpoint hold the same bytes,
    2.); the first from step-2 stopped by SIGTERM at step 3 (inside a chunk) and resumed.
+4. A checkpoint another backend wrote (its record rewritten) resumed: the run says so.
 """
 import json
 import os
 import shutil
 import sys
 
-from cli_scenarios import (call, differences, final_arrays, make_preset, pretrain_args, state,
-                           temporaries)
+from cli_scenarios import (call, differences, final_arrays, make_preset, pretrain_args,
+                           rewrite_manifest, state, temporaries)
 
 
 def main(work):
@@ -72,6 +73,16 @@ def main(work):
     results["sigterm"] = results.pop("killed_resume_2")
     resume(first[2], "sigterm_resume")
     resume(first[4], "killed_resume_4")
+    # 4. A step-4 checkpoint whose training_state.json says TensorFlow trained it (the manifest's
+    #    sums rewritten): resumed here, it says so; the state itself is this backend's.
+    other = [s for s, b in zip(snapshots, boundaries) if b["resumes_from"] == 4][-1]
+    where = os.path.join(other["dir"], run_directory.CHECKPOINTS, "step-4")
+    record = state(other["dir"])
+    record["sessions"][-1]["backend"] = "tensorflow"
+    with open(os.path.join(where, "training_state.json"), "w") as f:
+        json.dump(record, f)
+    rewrite_manifest(where)
+    resume(other, "other_backend_resume")
     with open(out("results.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
 

@@ -862,6 +862,9 @@ def test_kill_and_resume_are_bit_identical_on_this_backend(tmp_path):
     assert resumed["state"]["history"] == history  # the losses, bit for bit
     assert [(s["from_step"], s["to_step"]) for s in resumed["state"]["sessions"]] == [(0, 4),
                                                                                       (4, 6)]
+    backend = os.environ["KERAS_BACKEND"]
+    assert [s["backend"] for s in resumed["state"]["sessions"]] == [backend, backend]
+    assert "trained under" not in resumed["stdout"]
     stopped = results["sigterm"]
     assert stopped["status"] == 128 + 15, stopped["stderr"][-3000:]
     assert "Resuming from step 2" in stopped["stdout"]
@@ -875,3 +878,13 @@ def test_kill_and_resume_are_bit_identical_on_this_backend(tmp_path):
     by_step = {h["step"]: h for h in resumed["state"]["history"]}
     assert sorted(by_step) == [2, 3, 4, 6]
     assert [by_step[2], by_step[6]] == [history[0], history[2]]
+
+    # A checkpoint TensorFlow wrote resumes here (weights, optimizer and seed generators' state
+    # load by value), saying that the random draws and kernels from its step on are this
+    # backend's: the run is not the one TensorFlow would have continued, bit for bit.
+    resumed = results["other_backend_resume"]
+    assert resumed["status"] == 0, resumed["stderr"][-3000:]
+    assert (f"Step 4 was trained under KERAS_BACKEND=tensorflow; this run continues under "
+            f"{backend}") in resumed["stdout"], resumed["stdout"]
+    assert resumed["differences"] == []  # (its state was this backend's)
+    assert [s["backend"] for s in resumed["state"]["sessions"]] == ["tensorflow", backend]
