@@ -8,9 +8,10 @@ place (`keras_bertfam/run_directory.py`). A run killed at any moment resumes fro
 checkpoint after verifying it; chunk c always sees the data and masks drawn from seed `seed + c`,
 so a resumed run repeats exactly what the interrupted one would have done (bit-identical with
 `--deterministic`, on one backend: `training_state.json` records each session's, and a resume
-under another says that its random draws and kernels are the new backend's). SIGINT / SIGTERM stop at the next step and checkpoint there; a NaN loss stops
-the run and keeps the last good checkpoint. Running a finished command again does nothing (a larger
-`--steps` continues training).
+under another says that its random draws and kernels are the new backend's). SIGINT / SIGTERM
+stop at the next step and checkpoint there; a NaN loss stops the run and keeps the last good
+checkpoint. Running a finished command again does nothing (a larger `--steps` continues
+training).
 
 This module imports TensorFlow only when a command needs it: `--help` answers at once.
 
