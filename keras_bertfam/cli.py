@@ -7,9 +7,11 @@ manifest (every file's sha256 and the step) is written last before the directory
 place (`keras_bertfam/run_directory.py`). A run killed at any moment resumes from its last complete
 checkpoint after verifying it; chunk c always sees the data and masks drawn from seed `seed + c`,
 so a resumed run repeats exactly what the interrupted one would have done (bit-identical with
-`--deterministic`). SIGINT / SIGTERM stop at the next step and checkpoint there; a NaN loss stops
-the run and keeps the last good checkpoint. Running a finished command again does nothing (a larger
-`--steps` continues training).
+`--deterministic`, on one backend: `training_state.json` records each session's, and a resume
+under another says that its random draws and kernels are the new backend's). SIGINT / SIGTERM
+stop at the next step and checkpoint there; a NaN loss stops the run and keeps the last good
+checkpoint. Running a finished command again does nothing (a larger `--steps` continues
+training).
 
 This module imports TensorFlow only when a command needs it: `--help` answers at once.
 
@@ -762,6 +764,14 @@ def _pretrain(args, run, state, step, where, products):
     if where is not None:
         _restore(task, where, step, state)
         _say(args, f"Resuming from step {step} ({where}); training to step {args.steps}.")
+        trained_under = sessions[-1].get("backend") if sessions else None  # (older: unrecorded)
+        now = keras.backend.backend()
+        if trained_under not in (None, now):
+            within = "; --deterministic holds within one backend" if args.deterministic else ""
+            _say(args, f"Step {step} was trained under KERAS_BACKEND={trained_under}; this run "
+                       f"continues under {now}: the weights, optimizer and seed generators' "
+                       f"state carry over, the random draws and kernels from here are {now}'s "
+                       f"(not bit for bit what a {trained_under} run would reach{within}).")
     start_step, start = step, time.time()
     control = _make_control(args, step, args.steps, start)
     previous = _install_signal_handlers(control)
@@ -776,8 +786,9 @@ def _pretrain(args, run, state, step, where, products):
                 "written. Lower --learning-rate or check the corpus, then rerun to resume.")
         if metrics:
             history.append({"step": step, **metrics})
-        now_sessions = sessions + [{"pid": os.getpid(), "from_step": start_step,
-                                    "to_step": step, "seconds": round(time.time() - start, 1)}]
+        now_sessions = sessions + [{"pid": os.getpid(), "backend": keras.backend.backend(),
+                                    "from_step": start_step, "to_step": step,
+                                    "seconds": round(time.time() - start, 1)}]
         record = {"step": step, "args": _resume_args(args), "steps": args.steps,
                   "history": history, "sessions": now_sessions}
         state_path_of[step] = run.save(step, {

@@ -110,6 +110,21 @@ def temporaries(output):
                   if name.startswith("tmp-"))
 
 
+def rewrite_manifest(where, names=None):
+    """The manifest of the checkpoint directory `where` rewritten with the sizes and sums its
+    files (`names`; by default the ones it lists) have now."""
+    from keras_bertfam import run_directory
+
+    path = os.path.join(where, run_directory.MANIFEST)
+    with open(path) as f:
+        manifest = json.load(f)
+    manifest["files"] = {n: {"bytes": os.path.getsize(os.path.join(where, n)),
+                             "sha256": run_directory.sha256(os.path.join(where, n))}
+                         for n in (names or manifest["files"])}
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
 def older_layout(where, argv):
     """The checkpoint in `where` rewritten as checkpoints were before model.weights.h5 held the
     seed generators' state (session 31) and while rng_state.npz held it (until session 32):
@@ -136,11 +151,7 @@ def older_layout(where, argv):
         moved = sorted(k for k in f["vars"] if k.startswith("seed_generator_"))
         for k in moved:
             del f["vars"][k]
-    manifest["files"] = {n: {"bytes": os.path.getsize(os.path.join(where, n)),
-                             "sha256": run_directory.sha256(os.path.join(where, n))}
-                         for n in ("model.weights.h5", "rng_state.npz", "training_state.json")}
-    with open(os.path.join(where, run_directory.MANIFEST), "w") as f:
-        json.dump(manifest, f)
+    rewrite_manifest(where, ("model.weights.h5", "rng_state.npz", "training_state.json"))
     return {"moved": moved, "rng": sorted(rng)}
 
 

@@ -814,3 +814,77 @@ def test_a_strategy_the_environment_cannot_run_is_a_run_error(tmp_path, capsys, 
                     f"not {names[1]}, {names[2]}")
     monkeypatch.delenv(names[0])
     _one_line_error(capsys, cli.main(argv), 1, prefix, "needs KERAS_BACKEND=jax")
+
+
+# === The same kills and resumes on JAX and PyTorch ===
+@pytest.mark.multibackend
+@pytest.mark.skipif(os.environ["KERAS_BACKEND"] == "tensorflow",
+                    reason="the scenarios above run the CLI on TensorFlow")
+def test_kill_and_resume_are_bit_identical_on_this_backend(tmp_path):
+    """`keras-bertfam pretrain --deterministic` under KERAS_BACKEND (JAX, PyTorch; users pretrain
+    there too), in one process (tests/cli_backend_scenarios.py): the directory a kill -9 leaves
+    at every file boundary of every checkpoint write resumes from a complete checkpoint, and
+    resumed (from step-4; from step-2 with a SIGTERM at step 3 in between) it ends with the
+    uninterrupted run's weights, optimizer state (iterations, moments), seed generators' state
+    and loss history, bit for bit."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    driver = subprocess.run([sys.executable, os.path.join(HERE, "cli_backend_scenarios.py"),
+                             str(tmp_path)], env=env, capture_output=True, text=True,
+                            timeout=3600)
+    assert driver.returncode == 0, driver.stderr[-5000:]
+    with open(tmp_path / "results.json") as f:
+        results = json.load(f)
+    reference = results["reference"]
+    assert reference["status"] == 0, reference["stderr"][-3000:]
+    history = reference["state"]["history"]
+    assert [h["step"] for h in history] == [2, 4, 6]
+
+    boundaries = results["boundaries"]
+    per_write = ["wrote model.weights.h5", "wrote training_state.json", "wrote manifest.json"]
+    removal = ["renamed step-{} for removal", "removed step-{}"]
+    assert [(b["writing"], b["label"]) for b in boundaries] == [
+        (2, label) for label in per_write + ["renamed to step-2"]] + [
+        (step, label.format(step - 2)) for step in (4, 6)
+        for label in per_write + [f"renamed to step-{step}"] + removal]
+    # before the rename, the previous checkpoint (none: a fresh start); from it, the new one
+    assert [b["resumes_from"] for b in boundaries] == [None] * 3 + [2] * 4 + [4] * 6 + [6] * 3
+    for b in boundaries:
+        assert b["temporaries"] == [], b  # a resume starts by removing what the kill left
+    for step in (2, 4, 6):  # a checkpoint's bytes, whichever boundary the kill came at
+        sums = {json.dumps(b["sha256"], sort_keys=True) for b in boundaries
+                if b["resumes_from"] == step}
+        assert len(sums) == 1, step
+
+    resumed = results["killed_resume_4"]
+    assert resumed["status"] == 0, resumed["stderr"][-3000:]
+    assert "Resuming from step 4" in resumed["stdout"]
+    assert resumed["differences"] == []  # weights, optimizer, seed generators
+    assert resumed["state"]["history"] == history  # the losses, bit for bit
+    assert [(s["from_step"], s["to_step"]) for s in resumed["state"]["sessions"]] == [(0, 4),
+                                                                                      (4, 6)]
+    backend = os.environ["KERAS_BACKEND"]
+    assert [s["backend"] for s in resumed["state"]["sessions"]] == [backend, backend]
+    assert "trained under" not in resumed["stdout"]
+    stopped = results["sigterm"]
+    assert stopped["status"] == 128 + 15, stopped["stderr"][-3000:]
+    assert "Resuming from step 2" in stopped["stdout"]
+    assert "Stopped by SIGTERM at step 3" in stopped["stdout"]
+    assert stopped["state"]["step"] == 3 and ".lock" not in stopped["entries"]
+    resumed = results["sigterm_resume"]
+    assert resumed["status"] == 0, resumed["stderr"][-3000:]
+    assert "Resuming from step 3" in resumed["stdout"]
+    assert resumed["differences"] == []
+    # an entry per checkpoint, each the mean since the one before: step 4's is step 4's alone
+    by_step = {h["step"]: h for h in resumed["state"]["history"]}
+    assert sorted(by_step) == [2, 3, 4, 6]
+    assert [by_step[2], by_step[6]] == [history[0], history[2]]
+
+    # A checkpoint TensorFlow wrote resumes here (weights, optimizer and seed generators' state
+    # load by value), saying that the random draws and kernels from its step on are this
+    # backend's: the run is not the one TensorFlow would have continued, bit for bit.
+    resumed = results["other_backend_resume"]
+    assert resumed["status"] == 0, resumed["stderr"][-3000:]
+    assert (f"Step 4 was trained under KERAS_BACKEND=tensorflow; this run continues under "
+            f"{backend}") in resumed["stdout"], resumed["stdout"]
+    assert resumed["differences"] == []  # (its state was this backend's)
+    assert [s["backend"] for s in resumed["state"]["sessions"]] == ["tensorflow", backend]
