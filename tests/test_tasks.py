@@ -794,15 +794,17 @@ def test_a_backbones_own_entry_points_refuse_bad_masks_in_datasets_and_streams()
         message = re.escape(f"{name} got {key} {value} at {key}[1, 1]: expected 0 and 1 only "
                             f"({kb.models.input_checks.MASK_INPUTS[key]}).{ends}")
         data = tf.data.Dataset.from_tensor_slices((bad, y)).batch(2)
-        for call in (lambda: backbone.predict(tf.data.Dataset.from_tensor_slices(bad).batch(2),
-                                              verbose=0),
-                     lambda: backbone.evaluate(data, verbose=0),
-                     lambda: backbone.fit(data, verbose=0),
-                     lambda: backbone.fit(good, y, validation_data=data, verbose=0),
-                     lambda: backbone.fit(((bad, y) for _ in range(1)), verbose=0),
-                     lambda: backbone.fit(Batches(), verbose=0),
-                     lambda: backbone.fit(torch.utils.data.DataLoader(rows, batch_size=2),
-                                          verbose=0)):
+        calls = [lambda: backbone.predict(tf.data.Dataset.from_tensor_slices(bad).batch(2),
+                                          verbose=0)]
+        if backbone is bert:  # every entry point and kind of data (one mechanism: cheap here)
+            calls += [lambda: backbone.evaluate(data, verbose=0),
+                      lambda: backbone.fit(data, verbose=0),
+                      lambda: backbone.fit(good, y, validation_data=data, verbose=0),
+                      lambda: backbone.fit(((bad, y) for _ in range(1)), verbose=0),
+                      lambda: backbone.fit(Batches(), verbose=0),
+                      lambda: backbone.fit(torch.utils.data.DataLoader(rows, batch_size=2),
+                                           verbose=0)]
+        for call in calls:
             with pytest.raises(ValueError, match=message):
                 call()
     good_data = tf.data.Dataset.from_tensor_slices((good, y)).batch(2)
