@@ -666,7 +666,10 @@ def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
         mask[1, 1] = value
         bad = dict(good, padding_mask=mask)
         message = (rf"TextClassifier got padding_mask {value} at padding_mask\[1, 1\]"
-                   r"{}: expected 0 and 1 only \(1: a token, 0: padding\)")
+                   r"{}: expected 0 and 1 only \(1: a token, 0: padding\)\.")
+        if backbone is longformer:  # (HF's hint, on every path a Longformer refuses it)
+            message += re.escape(" HF's attention_mask of 2 (a global token) is "
+                                 "global_attention_mask=1 here.")
         for call in (lambda: clf.fit(bad, labels, verbose=0),
                      lambda: clf.predict(bad, verbose=0),
                      lambda: clf.evaluate(bad, labels, verbose=0),
@@ -714,7 +717,8 @@ def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
     """A backbone's own `predict` (and `*_on_batch`, `fit`, `evaluate`, an eager call) took a
     padding_mask of 2 silently where a task refuses it: a Longformer's on JAX (its jitted step
     cannot raise; HF reads 2 as a global token), a BERT's on every backend (read as 1). They
-    refuse it now with the tasks' message, on every backend; 0 / 1 masks still run."""
+    refuse it now with the tasks' message, on every backend (a Longformer's padding_mask with
+    HF's attention_mask hint, which its eager call had lost); 0 / 1 masks still run."""
     longformer = kb.models.LongformerBackbone(100, 1, 2, 16, 32, max_sequence_length=16,
                                               attention_window=4)
     bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
@@ -732,8 +736,10 @@ def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
         mask[1, 1] = value
         bad = dict(good, **{key: mask})
         tensors = {k: keras.ops.convert_to_tensor(v) for k, v in bad.items()}
+        hint = " HF's attention_mask of 2 (a global token) is global_attention_mask=1 here." \
+            if backbone is longformer and key == "padding_mask" else ""
         message = re.escape(f"{name} got {key} {value} at {key}[1, 1]: expected 0 and 1 only "
-                            f"({kb.models.input_checks.MASK_INPUTS[key]}).")
+                            f"({kb.models.input_checks.MASK_INPUTS[key]}).{hint}")
         for call in (lambda: backbone.predict(bad, verbose=0),
                      lambda: backbone.predict_on_batch(bad),
                      lambda: backbone(bad),
@@ -749,6 +755,62 @@ def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
         np.testing.assert_allclose(to_numpy(backbone(good)["sequence_output"]),
                                    out["sequence_output"], atol=1e-5)
         assert np.isfinite(backbone.fit(good, y, verbose=0).history["loss"]).all()
+
+
+def test_a_backbones_own_entry_points_refuse_bad_masks_in_datasets_and_streams():
+    """A backbone's own `predict`, `fit` (and its validation data) and `evaluate` given a
+    `tf.data.Dataset`, a generator, a PyDataset or a torch DataLoader took a padding_mask of 2
+    silently: a BERT's on every backend but torch (its eager step calls the backbone, which
+    checks), a Longformer's on JAX (its jitted step cannot raise). Each batch is checked now as
+    it is read, with the in-memory message (a Longformer's with HF's attention_mask hint)."""
+    import torch
+
+    longformer = kb.models.LongformerBackbone(100, 1, 2, 16, 32, max_sequence_length=16,
+                                              attention_window=4)
+    bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
+    hint = " HF's attention_mask of 2 (a global token) is global_attention_mask=1 here."
+    for backbone, key, value, ends in ((longformer, "padding_mask", 2, hint),
+                                       (longformer, "global_attention_mask", -1, ""),
+                                       (bert, "padding_mask", 2, "")):
+        name, size = type(backbone).__name__, backbone.hidden_dim
+        y = {"sequence_output": np.zeros((2, 8, size), "float32"),
+             "pooled_output": np.zeros((2, size), "float32")}
+        backbone.compile(optimizer="sgd", loss="mse")
+        mask = np.zeros((2, 8), "int32") if key == "global_attention_mask" else np.ones((2, 8),
+                                                                                         "int32")
+        mask[1, 1] = value
+        bad = dict(good, **{key: mask})
+
+        class Batches(keras.utils.PyDataset):
+            def __len__(self):
+                return 1
+
+            def __getitem__(self, i):
+                return bad, y
+
+        rows = [({k: torch.as_tensor(v[i]) for k, v in bad.items()},
+                 {k: torch.as_tensor(v[i]) for k, v in y.items()}) for i in (0, 1)]
+        message = re.escape(f"{name} got {key} {value} at {key}[1, 1]: expected 0 and 1 only "
+                            f"({kb.models.input_checks.MASK_INPUTS[key]}).{ends}")
+        data = tf.data.Dataset.from_tensor_slices((bad, y)).batch(2)
+        calls = [lambda: backbone.predict(tf.data.Dataset.from_tensor_slices(bad).batch(2),
+                                          verbose=0)]
+        if backbone is bert:  # every entry point and kind of data (one mechanism: cheap here)
+            calls += [lambda: backbone.evaluate(data, verbose=0),
+                      lambda: backbone.fit(data, verbose=0),
+                      lambda: backbone.fit(good, y, validation_data=data, verbose=0),
+                      lambda: backbone.fit(((bad, y) for _ in range(1)), verbose=0),
+                      lambda: backbone.fit(Batches(), verbose=0),
+                      lambda: backbone.fit(torch.utils.data.DataLoader(rows, batch_size=2),
+                                           verbose=0)]
+        for call in calls:
+            with pytest.raises(ValueError, match=message):
+                call()
+    good_data = tf.data.Dataset.from_tensor_slices((good, y)).batch(2)
+    assert np.isfinite(bert.fit(good_data, verbose=0).history["loss"]).all()  # 0 / 1 masks run
+    np.testing.assert_allclose(bert.predict(good_data, verbose=0)["pooled_output"],
+                               to_numpy(bert(good)["pooled_output"]), atol=1e-5)
 
 
 def test_evaluate_gives_the_metric_of_the_whole_data_whatever_the_batching():

@@ -302,8 +302,12 @@ def test_pretrainer_refuses_perm_mask_and_target_mapping_that_compute_silently_w
     in ours. `target_mapping` rows pick each slot's position: a row with a value other than 0 / 1
     or two 1s mixed positions into one prediction, and a perm_mask or target_mapping of another
     batch size (or one position) broadcast. All ran silently; now a ValueError naming the input,
-    the first wrong value and its position (or both shapes), on every backend. Positive
-    perm_mask values (HF's `> 0`) and all-zero target_mapping rows (padding slots) still run."""
+    the first wrong value and its position (or both shapes), on every backend, in memory, batch
+    by batch from a generator and in a dataset's pipeline (which JAX and torch read unchecked).
+    Positive perm_mask values (HF's `> 0`) and all-zero target_mapping rows (padding slots)
+    still run."""
+    import tensorflow as tf
+
     x, y, w = _plm_batch()
     task = XLNetPretrainer(XLNetBackbone(50, 1, 2, 16, 32, dropout=0.0), preprocessor=None)
     perm, mapping = x["perm_mask"], x["target_mapping"]
@@ -333,13 +337,19 @@ def test_pretrainer_refuses_perm_mask_and_target_mapping_that_compute_silently_w
                                            r"of shape \(4, 16\): expected \(4, 4, 16\)"),
         (dict(target_mapping=mapping[:, :, :1]), r"target_mapping of shape \(4, 4, 1\)"),
     ]
-    for change, message in cases:
+    for i, (change, message) in enumerate(cases):
         bad = dict(x, **change)
-        for call in (lambda: task.fit(bad, y, sample_weight=w, verbose=0),
-                     lambda: task.predict(bad, verbose=0),
-                     lambda: task.evaluate(bad, y, sample_weight=w, verbose=0),
-                     lambda: task.train_on_batch(bad, y, sample_weight=w),
-                     lambda: task.fit(((bad, y, w) for _ in range(1)), verbose=0)):
+        calls = [lambda: task.fit(bad, y, sample_weight=w, verbose=0),
+                 lambda: task.predict(bad, verbose=0),
+                 lambda: task.evaluate(bad, y, sample_weight=w, verbose=0),
+                 lambda: task.train_on_batch(bad, y, sample_weight=w),
+                 lambda: task.fit(((bad, y, w) for _ in range(1)), verbose=0)]
+        if len(bad["perm_mask"]) == len(bad["target_mapping"]) == 4:  # (one dataset's rows)
+            # a dataset's, as its batches are read (they ran silently on JAX and torch); fit
+            # for the first case, predict (no train step traced) for the rest: the same map
+            data = tf.data.Dataset.from_tensor_slices((bad, y, w)).batch(4)
+            calls.append(lambda: (task.fit if i == 0 else task.predict)(data, verbose=0))
+        for call in calls:
             with pytest.raises(ValueError, match="XLNetPretrainer got " + message):
                 call()
     # HF reads perm_mask > 0 as 1, as ours does: the same predictions; padding slots run

@@ -15,7 +15,7 @@ from keras import ops
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers import TextEmbedding, TransformerStack
 from keras_bertfam.layers.utils import TruncatedNormal, _check_positive, clone_initializer
-from keras_bertfam.models.input_checks import check_masks_in_memory
+from keras_bertfam.models.input_checks import _tf, check_masks_in_memory, checked_data
 from keras_bertfam.models.weights_files import check_archive_store, checked_load, record
 
 BACKBONE_INPUTS = ("token_ids", "segment_ids", "padding_mask")
@@ -78,7 +78,41 @@ def complete_inputs(model, inputs):
     return out
 
 
-class Backbone(keras.Model):
+class KeepsVariablesOnError:
+    """Mixin of a `keras.Model` (`Backbone`, `kb.tasks.Task`) whose data can fail in the middle
+    of Keras' loop (a check of a dataset's batch, `checked_data`): on JAX its variables survive
+    a failed fit / evaluate / predict (`evaluate` and `predict` run in
+    `_variables_restored_on_error`)."""
+
+    def _get_jax_state(self, **kwargs):
+        """Keras' JAX loops take the variables' values out of the model (purging the variables)
+        before their first step and put them back after the steps: `fit` in a `finally` from
+        the last completed step's state, `evaluate` and `predict` only when the loop ends. An
+        error at a first batch (a bad label in the pipeline), or anywhere in `evaluate` /
+        `predict`, left every variable empty ("'NoneType' object is not callable" at any later
+        use of the model). The values taken are kept where Keras' `jax_state_sync` restores
+        from, until a completed step replaces them."""
+        state = super()._get_jax_state(**kwargs)
+        if kwargs.get("purge_model_variables"):
+            parts = [name for name in ("trainable_variables", "non_trainable_variables",
+                                       "optimizer_variables", "metrics_variables")
+                     if kwargs.get(name)]
+            self._jax_state = dict(zip(parts, state))
+        return state
+
+    @contextlib.contextmanager
+    def _variables_restored_on_error(self):
+        """`evaluate` / `predict`: on an error, the variables get their values back (JAX)."""
+        try:
+            yield
+        except BaseException:
+            if keras.backend.backend() == "jax":
+                self.jax_state_sync()
+                self._jax_state = None
+            raise
+
+
+class Backbone(KeepsVariablesOnError, keras.Model):
     """Base of every family's backbone: config round trip, presets, the tied token embedding.
 
     `get_config()` mirrors the constructor exactly: each argument of the subclass's `__init__` is
@@ -125,53 +159,75 @@ class Backbone(keras.Model):
         if not getattr(self, "_inputs_checked", False) and _outermost_call():
             # A user's eager call (a task's graph calls its backbone inside its own call, with
             # inputs the task checked; a traced step's symbolic tensors are not looked at).
-            check_masks_in_memory(type(self).__name__, inputs)
+            check_masks_in_memory(self, inputs)
         return super().__call__(inputs, *args, **kwargs)
 
-    # A backbone's own entry points check in-memory inputs on the host as a task's do (JAX's
-    # jitted step cannot raise: a Longformer's padding_mask of 2 ran silently there, a BERT's
-    # everywhere). The call of the step then does not check them again (torch's step calls the
-    # backbone eagerly, batch by batch).
+    # A backbone's own entry points check its inputs on the host as a task's do (JAX's jitted
+    # step cannot raise: a Longformer's padding_mask of 2 ran silently there, a BERT's on every
+    # backend): in memory now, a dataset's or a stream's batch by batch as Keras reads them.
+    # The call of the step then does not check them again (torch's step calls the backbone
+    # eagerly, batch by batch).
     def fit(self, x=None, *args, **kwargs):
-        validation = kwargs.get("validation_data")
-        validation = validation[0] if isinstance(validation, (tuple, list)) and validation \
-            else validation
-        with self._checked_inputs(x, validation):
+        with self._checked_inputs(x, kwargs.get("validation_data")) as (x, validation):
+            if validation is not None:
+                kwargs["validation_data"] = validation
             return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        with self._checked_inputs(x):
+        with self._checked_inputs(x) as (x,), self._variables_restored_on_error():
             return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
-        with self._checked_inputs(x):
+        with self._checked_inputs(x) as (x,), self._variables_restored_on_error():
             return super().predict(x, *args, **kwargs)
 
     def train_on_batch(self, x, *args, **kwargs):
-        with self._checked_inputs(x):
+        with self._checked_inputs(x) as (x,):
             return super().train_on_batch(x, *args, **kwargs)
 
     def test_on_batch(self, x, *args, **kwargs):
-        with self._checked_inputs(x):
+        with self._checked_inputs(x) as (x,):
             return super().test_on_batch(x, *args, **kwargs)
 
     def predict_on_batch(self, x):
-        with self._checked_inputs(x):
+        with self._checked_inputs(x) as (x,):
             return super().predict_on_batch(x)
 
     @contextlib.contextmanager
     def _checked_inputs(self, *inputs):
-        """In-memory inputs (dicts) checked now (`check_masks_in_memory`); while the block runs,
-        `__call__` checks nothing more when every one given was (other data, e.g. a dataset on
-        torch, is checked where the step calls the backbone with its values)."""
-        given = [x for x in inputs if x is not None]
-        for x in given:
-            check_masks_in_memory(type(self).__name__, x)
-        checked = bool(given) and all(isinstance(x, dict) for x in given)
+        """Yields `inputs` (each None, in-memory inputs, `(x, y, ...)` validation data, or
+        data Keras reads batch by batch) as the entry point passes them on: a dict (or a
+        tuple's first) checked now (`check_masks_in_memory`), a dataset, generator, PyDataset
+        or torch DataLoader batch by batch as it is read (`checked_data`). While the block
+        runs, `__call__` checks nothing more when every one given was so checked (other data
+        is checked where the step calls the backbone with its values, on torch); a
+        TensorFlow error (a dataset's failed check) leaves as a task's does
+        (`carry_tf_error`: a ValueError with the check's message)."""
+        checked, passed = [], []
+        for x in inputs:
+            first = x[0] if isinstance(x, (tuple, list)) and x else x
+            if isinstance(first, dict):
+                check_masks_in_memory(self, first)
+                checked.append(True)
+                passed.append(x)
+            else:
+                passed.append(checked_data(x, lambda batch, y: check_masks_in_memory(self, batch)))
+                checked.append(passed[-1] is not x)
+        given = [done for x, done in zip(inputs, checked) if x is not None]
         before = getattr(self, "_inputs_checked", False)
-        object.__setattr__(self, "_inputs_checked", before or checked)
+        object.__setattr__(self, "_inputs_checked", before or (bool(given) and all(given)))
         try:
-            yield
+            yield tuple(passed)
+        except Exception as error:
+            tf = _tf()
+            if tf is None or not isinstance(error, tf.errors.OpError):
+                raise
+            from keras_bertfam.preprocessing.errors import carry_tf_error
+
+            carried = carry_tf_error(error)
+            if carried is None:
+                raise
+            raise carried from None
         finally:
             object.__setattr__(self, "_inputs_checked", before)
 

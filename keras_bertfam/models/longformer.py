@@ -19,7 +19,7 @@ from keras_bertfam.models.backbone import (
     _unique,
     bert_initializer,
 )
-from keras_bertfam.models.input_checks import MASK_INPUTS
+from keras_bertfam.models.input_checks import GLOBAL_TOKEN_HINT, MASK_INPUTS
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET
 
 LONGFORMER_INPUTS = ("token_ids", "segment_ids", "padding_mask", "global_attention_mask")
@@ -105,8 +105,7 @@ def check_global_tokens(mask, max_global_tokens):
 MASK_NOT_0_OR_1 = {
     name: f"{name} must hold 0 and 1 only, got {{}} ({meaning})." for name, meaning in
     MASK_INPUTS.items()}
-MASK_NOT_0_OR_1["padding_mask"] += (" HF's attention_mask of 2 (a global token) is "
-                                    "global_attention_mask=1 here.")
+MASK_NOT_0_OR_1["padding_mask"] += " " + GLOBAL_TOKEN_HINT
 
 
 def check_mask_values(mask, name):

@@ -20,14 +20,17 @@ import tensorflow as tf
 from keras import ops, tree
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.models.backbone import complete_inputs
+from keras_bertfam.models.backbone import KeepsVariablesOnError, complete_inputs
 from keras_bertfam.models.input_checks import (
     MASK_INPUTS,
     check_masks_in_memory,
+    checked_data,
     first_wrong,
+    is_batch_stream,
     mask_expected,
     min_max,
     numbers_in_memory,
+    takes_global_attention,
 )
 from keras_bertfam.models.weights_files import (OPTIMIZER_RECORD, check_archive_store,
                                                  check_optimizer_store, checked_load, record,
@@ -43,7 +46,7 @@ from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 
 
-class Task(keras.Model):
+class Task(KeepsVariablesOnError, keras.Model):
     """Base of every task. Subclasses build the functional graph and define `losses_and_metrics`."""
 
     def __setattr__(self, name, value):
@@ -108,8 +111,9 @@ class Task(keras.Model):
     def check_head_inputs(self, x):
         """In-memory model inputs (a dict) read by the task's head beyond positions, checked on
         the host with the backbone's (`_checked_model_inputs`: in memory and batch by batch
-        from a generator, PyDataset or torch DataLoader): a ValueError where they would compute
-        silently wrong. None here; `XLNetPretrainer`: its perm_mask and target_mapping."""
+        from a dataset, generator, PyDataset or torch DataLoader): a ValueError where they
+        would compute silently wrong. None here (a dataset is then not mapped for it);
+        `XLNetPretrainer`: its perm_mask and target_mapping."""
 
     def metric_weights(self, y, y_pred, sample_weight):
         """{name: what a batch's value of that tracked metric averages over} (the sum of the
@@ -643,19 +647,18 @@ class Task(keras.Model):
         (`check_head_inputs`), and label ids against
         theirs (`y`, or a dataset's labels: `_label_tables`), in memory now
         (`_check_ids_in_memory`, `check_masks_in_memory`) or, for a
-        dataset, in its `tf.data` graph as it is read (`check_ids`), or, for a Python
-        generator, a `keras.utils.PyDataset` or a torch `DataLoader`, batch by batch as Keras
-        reads it (`_checked_batches`, `_CheckedPyDataset`, `_checked_data_loader`); then
-        `_checked_features`."""
-        if isinstance(x, types.GeneratorType):
-            return _checked_batches(self, x)
-        if isinstance(x, keras.utils.PyDataset):
-            return _CheckedPyDataset(self, x)
-        if _is_torch_data_loader(x):
-            return _checked_data_loader(self, x)
+        dataset, in its `tf.data` graph as it is read (`check_ids`; the head's own inputs on
+        the host, batch by batch: `checked_data`), or, for a Python generator, a
+        `keras.utils.PyDataset` or a torch `DataLoader`, batch by batch as Keras reads it
+        (`checked_data`, with these checks); then `_checked_features`."""
+        if is_batch_stream(x):
+            return checked_data(x, self._checked_model_inputs)
+        if isinstance(x, tf.data.Dataset) and \
+                type(self).check_head_inputs is not Task.check_head_inputs:
+            x = checked_data(x, lambda features, y: self.check_head_inputs(features))
         if isinstance(x, dict) and "token_ids" in x:
             _check_ids_in_memory(self, x)
-            check_masks_in_memory(type(self).__name__, x)
+            check_masks_in_memory(self, x)
             self.check_head_inputs(x)
             _check_labels_in_memory(self, y)
         return self._checked_features(x, ids=True)
@@ -783,7 +786,7 @@ class Task(keras.Model):
                 vx, kwargs = one_iterator(vx, kwargs, "validation_steps",
                                           every=self._steps_per_execution())
                 validation_data = vx if vy is None else (vx, vy) if vw is None else (vx, vy, vw)
-            elif isinstance(validation_data, tf.data.Dataset) or _is_batch_stream(validation_data):
+            elif isinstance(validation_data, tf.data.Dataset) or is_batch_stream(validation_data):
                 validation_data = self._checked_model_inputs(validation_data)  # ids checked
             elif isinstance(validation_data, (tuple, list)) and validation_data:
                 self._checked_model_inputs(*validation_data[:2])  # in memory: checked now
@@ -1164,34 +1167,6 @@ class Task(keras.Model):
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
         return tree.map_structure(lambda *parts: np.concatenate(parts)[inverse], *outputs)
-
-    # === JAX: the variables survive a failed fit / evaluate / predict ===
-    def _get_jax_state(self, **kwargs):
-        """Keras' JAX loops take the variables' values out of the model (purging the variables)
-        before their first step and put them back after the steps: `fit` in a `finally` from
-        the last completed step's state, `evaluate` and `predict` only when the loop ends. An
-        error at a first batch (a bad label in the pipeline), or anywhere in `evaluate` /
-        `predict`, left every variable empty ("'NoneType' object is not callable" at any later
-        use of the model). The values taken are kept where Keras' `jax_state_sync` restores
-        from, until a completed step replaces them."""
-        state = super()._get_jax_state(**kwargs)
-        if kwargs.get("purge_model_variables"):
-            parts = [name for name in ("trainable_variables", "non_trainable_variables",
-                                       "optimizer_variables", "metrics_variables")
-                     if kwargs.get(name)]
-            self._jax_state = dict(zip(parts, state))
-        return state
-
-    @contextlib.contextmanager
-    def _variables_restored_on_error(self):
-        """`evaluate` / `predict`: on an error, the variables get their values back (JAX)."""
-        try:
-            yield
-        except BaseException:
-            if keras.backend.backend() == "jax":
-                self.jax_state_sync()
-                self._jax_state = None
-            raise
 
     # === Config ===
     def get_config(self):
@@ -1647,8 +1622,8 @@ def check_ids(task, features):
 
     Masks (`MASK_INPUTS`: every family's padding_mask, a Longformer's global_attention_mask)
     hold 0 and 1 only: else the pipeline stops naming the first other value and its position
-    (a Longformer refuses them in its TensorFlow graph, but a JAX step cannot raise; every
-    family read a nonzero value as 1)."""
+    (`mask_expected`; a Longformer refuses them in its TensorFlow graph, but a JAX step cannot
+    raise; every family read a nonzero value as 1)."""
     name = type(task).__name__
     checked = dict(features)
     for key, size, bound in _id_tables(task):
@@ -1662,7 +1637,7 @@ def check_ids(task, features):
             wrong = tf.logical_and(tf.not_equal(mask, 0), tf.not_equal(mask, 1))
             checked[key] = _checked_where(mask, tf.logical_not(tf.reduce_any(wrong)),
                                           lambda wrong=wrong: wrong, f"{name} got {key}", key,
-                                          mask_expected(key))
+                                          mask_expected(key, takes_global_attention(task)))
     ids = checked.get("token_ids")
     if isinstance(ids, tf.Tensor) and ids.shape.rank is not None and ids.shape.rank >= 2:
         # rows longer than the position table (a JAX or torch slice error, deep in the model),
@@ -1790,97 +1765,6 @@ def _check_labels_in_memory(task, y):
         hint = (" A label to ignore takes weight 0 (sample_weight, mask_weights), not a "
                 "negative id." if value < 0 else "")
         raise ValueError(f"{name} got label {key} {value} at {key}[{where}]: {expected}{hint}")
-
-
-def _checked_batches(task, batches):
-    """A Python generator's batches of model inputs (preprocessor=None), each checked as it is
-    read, as in-memory inputs are (`_checked_model_inputs`): Keras' generator adapter reads them
-    on every backend (on TensorFlow through `tf.data.Dataset.from_generator`), where ids out of
-    range passed unchecked (NaN on JAX). A generator again, which Keras takes as the one it
-    wraps. (Also what a torch `DataLoader`'s batches are read through: `_checked_data_loader`.)"""
-    for batch in batches:
-        _check_batch(task, batch)
-        yield batch
-
-
-def _check_batch(task, batch):
-    """One batch of model inputs read from a stream (a Python generator, a PyDataset, a torch
-    DataLoader): `(x,)`, `(x, y)` or `(x, y, sample_weight)` (a tuple or a list), or `x` alone,
-    checked as in-memory inputs are (`_checked_model_inputs`)."""
-    if isinstance(batch, (tuple, list)) and batch and isinstance(batch[0], dict):
-        task._checked_model_inputs(batch[0], batch[1] if len(batch) > 1 else None)
-    elif isinstance(batch, dict):
-        task._checked_model_inputs(batch)
-
-
-class _CheckedPyDataset(keras.utils.PyDataset):
-    """A `keras.utils.PyDataset` of model inputs (preprocessor=None) whose batches are checked as
-    Keras reads them (`_check_batch`), on every backend: ids out of range passed unchecked
-    (NaN on JAX, a graph error of TensorFlow's own on TF). Its length, workers, queue and epoch
-    hooks are the wrapped one's."""
-
-    def __init__(self, task, data):
-        super().__init__(workers=data.workers, use_multiprocessing=data.use_multiprocessing,
-                         max_queue_size=data.max_queue_size)
-        self._task, self._data = task, data
-
-    def __len__(self):
-        return len(self._data)
-
-    @property
-    def num_batches(self):
-        return self._data.num_batches
-
-    def __getitem__(self, index):
-        batch = self._data[index]
-        _check_batch(self._task, batch)
-        return batch
-
-    def on_epoch_begin(self):
-        self._data.on_epoch_begin()
-
-    def on_epoch_end(self):
-        self._data.on_epoch_end()
-
-
-def _is_torch_data_loader(x):
-    """A torch `DataLoader` (as Keras' data adapters recognise it: by class, torch not
-    imported)."""
-    return any(c.__name__ == "DataLoader" and c.__module__.startswith("torch.utils.data")
-               for c in type(x).__mro__)
-
-
-def _is_batch_stream(x):
-    """Model inputs that Keras reads batch by batch from Python: a generator, a PyDataset, a
-    torch DataLoader."""
-    return isinstance(x, (types.GeneratorType, keras.utils.PyDataset)) or \
-        _is_torch_data_loader(x)
-
-
-def _checked_data_loader(task, loader):
-    """A torch `DataLoader` of model inputs (preprocessor=None) whose batches are checked as
-    Keras reads them (`_checked_batches`), on every backend (ids out of range passed unchecked:
-    NaN on JAX). A DataLoader again (Keras' torch loop iterates it as it is): the batches as
-    the wrapped one makes them (its sampler, workers, collation), one a step, and its length
-    where it has one. Its own random generator: opening it draws nothing from torch's global
-    random state (the wrapped one's shuffling draws as it did)."""
-    import torch
-
-    class Batches(torch.utils.data.IterableDataset):
-        def __iter__(self):
-            return _checked_batches(task, loader)
-
-    class SizedBatches(Batches):
-        def __len__(self):
-            return len(loader)
-
-    sized = hasattr(loader.dataset, "__len__")  # as Keras' adapter asks
-    return torch.utils.data.DataLoader(SizedBatches() if sized else Batches(), batch_size=None,
-                                       collate_fn=_as_it_is, generator=torch.Generator())
-
-
-def _as_it_is(batch):
-    return batch
 
 
 def _check_ids_in_memory(task, x):
