@@ -1,8 +1,11 @@
 """keras-hub conformance: keras-hub 0.32's own docstring examples and keras.io guide snippets for
-every task, preprocessor, tokenizer and preprocessing layer that has a counterpart here, changed
-only in class names (keras-hub's `BertTextClassifier` is our `TextClassifier` on a
-`BertBackbone`, ...), preset names (the offline `bert_tiny_en_uncased` for `bert_base_en_uncased`),
-`load_weights=False` and tiny configs where a docstring builds a big model.
+every task, preprocessor, tokenizer and preprocessing layer that has a counterpart here (the
+generic tokenizers, the base classes' and every family's examples, the text embedder: our
+`SentenceEncoder`; keras-hub's StartEndPacker has none), changed only in class names
+(keras-hub's `BertTextClassifier` is our `TextClassifier` on a `BertBackbone`, ...), preset names
+(the offline `bert_tiny_en_uncased` for `bert_base_en_uncased`; RoBERTa's and ALBERT's preset
+vocabularies are not offline: their custom-vocabulary examples run), `load_weights=False` and
+tiny configs where a docstring builds a big model.
 
 Where we deliberately differ (README, "Differences from keras-hub"), the test asserts our
 documented behaviour and says so. The second half holds the regressions of issue 12: each failed
@@ -386,6 +389,280 @@ def test_masked_lm_docstring_preprocessed_integer_data():
     logits = masked_lm.predict(features, verbose=0)
     loss = masked_lm.train_on_batch(features, np.array(labels), return_dict=True)["mlm_loss"]
     assert np.isfinite(loss) and logits.shape[:2] == (2, 2)
+
+
+# === More docstring examples: the generic tokenizers, the base classes' examples, the text
+# embedder and the other families' tasks (keras-hub's WordPieceTokenizer, BytePairTokenizer,
+# SentencePieceTokenizer, Tokenizer, TextClassifierPreprocessor, MaskedLMPreprocessor,
+# TextEmbedder(Preprocessor), BertTextEmbedder(Preprocessor), ElectraTokenizer, DistilBert* /
+# Roberta* / Albert* docstrings) ===
+
+DOC_WORDPIECE_VOCAB = ["[UNK]", "the", "qu", "##ick", "br", "##own", "fox", "."]
+
+
+def test_word_piece_tokenizer_docstring():
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=DOC_WORDPIECE_VOCAB,
+                                                    lowercase=True)
+    assert to_numpy(tokenizer("The quick brown fox.")).tolist() == [1, 2, 3, 4, 5, 6, 7]
+    assert tokenizer.detokenize(tokenizer.tokenize("The quick brown fox.")) == \
+        "the quick brown fox ."
+    dense = kb.preprocessing.WordPieceTokenizer(vocabulary=DOC_WORDPIECE_VOCAB,
+                                                sequence_length=10, lowercase=True)
+    assert to_numpy(dense(["The quick brown fox."])).tolist() == [[1, 2, 3, 4, 5, 6, 7, 0, 0, 0]]
+    strings = kb.preprocessing.WordPieceTokenizer(vocabulary=DOC_WORDPIECE_VOCAB,
+                                                  lowercase=True, dtype="string")
+    assert [t.decode() for t in to_numpy(strings("The quick brown fox."))] == [
+        "the", "qu", "##ick", "br", "##own", "fox", "."]
+    unsplit = kb.preprocessing.WordPieceTokenizer(vocabulary=DOC_WORDPIECE_VOCAB, split=False,
+                                                  lowercase=True, dtype="string")
+    split_inputs = tf.strings.split("The$quick$brown$fox", sep="$")
+    assert [t.decode() for t in to_numpy(unsplit(split_inputs))] == [
+        "the", "qu", "##ick", "br", "##own", "fox"]
+
+
+def _butterfly_vocabulary():
+    merge = ["b u", "t t", "e r", "bu tt", "butt er", "f l", "fl y"]
+    vocab = []
+    [vocab.extend([a, b, a + b]) for a, b in [m.split(" ") for m in merge]]
+    vocab = sorted(set(vocab))  # Remove duplicates
+    return dict([(token, i) for i, token in enumerate(vocab)]), merge
+
+
+def test_byte_pair_tokenizer_docstring_vocabulary_without_special_tokens():
+    """keras-hub's BytePairTokenizer example: a vocabulary of merges' parts only, no special
+    tokens. It was refused at construction ("lacks the special token(s) ['<s>', '</s>',
+    '<pad>']"); as a WordPieceTokenizer's, it tokenizes, and packing names the missing token."""
+    vocab, merge = _butterfly_vocabulary()
+    tokenizer = kb.preprocessing.BytePairTokenizer(vocab, merge)
+    assert to_numpy(tokenizer("butterfly")).tolist() == [3, 8]
+    seq1, seq2 = tokenizer(["butterfly", "butter"])
+    assert to_numpy(seq1).tolist() == [3, 8] and to_numpy(seq2).tolist() == [3]
+    tokenizer = kb.preprocessing.BytePairTokenizer(vocab, merge, sequence_length=2)
+    seq1, seq2 = tokenizer(["butterfly", "butter"])
+    assert to_numpy(seq1).tolist() == [3, 8] and to_numpy(seq2).tolist() == [3, 0]
+    tokenizer = kb.preprocessing.BytePairTokenizer(vocab, merge)
+    assert tokenizer.detokenize([[3, 8]]) == ["butterfly"]  # as keras-hub's
+    assert tokenizer.cls_token_id is None and tokenizer.pad_token_id is None
+    with pytest.raises(ValueError, match="TextClassifierPreprocessor needs a cls token and a "
+                                         "sep token and a pad token, and the vocabulary .* "
+                                         "Add '<s>', '</s>', '<pad>'"):
+        kb.preprocessing.TextClassifierPreprocessor(tokenizer)(["butterfly"])
+    # A token named explicitly is still checked at once.
+    with pytest.raises(ValueError, match=r"lacks the special token\(s\) \['<cls>'\]"):
+        kb.preprocessing.BytePairTokenizer(vocab, merge, cls_token="<cls>")
+
+
+def test_sentence_piece_tokenizer_docstring_from_bytes_and_from_a_file(tmp_path):
+    """keras-hub's SentencePieceTokenizer example trains a model with SentencePiece's defaults
+    (<unk>, <s>, </s>; no [CLS], [SEP], <pad> or [MASK]). It was refused at construction; it
+    tokenizes now, in tf.data too, and packing names the missing tokens."""
+    import sentencepiece
+
+    def train_sentence_piece_bytes(ds, size):
+        bytes_io = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=ds.as_numpy_iterator(), model_writer=bytes_io, vocab_size=size)
+        return bytes_io.getvalue()
+
+    def train_sentence_piece_file(ds, path, size):
+        with open(path, "wb") as model_file:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=ds.as_numpy_iterator(), model_writer=model_file,
+                vocab_size=size)
+
+    ds = tf.data.Dataset.from_tensor_slices(["the quick brown fox."])
+    proto = train_sentence_piece_bytes(ds, 20)
+    tokenizer = kb.preprocessing.SentencePieceTokenizer(proto=proto)
+    expected = sentencepiece.SentencePieceProcessor(model_proto=proto).encode(
+        "the quick brown fox.")
+    assert [t.tolist() for t in ds.map(tokenizer).as_numpy_iterator()] == [expected]
+    path = str(tmp_path / "model.spm")
+    train_sentence_piece_file(ds, path, 20)
+    tokenizer = kb.preprocessing.SentencePieceTokenizer(proto=path)
+    assert [t.tolist() for t in ds.map(tokenizer).as_numpy_iterator()] == [expected]
+    assert tokenizer.unk_token_id == 0 and tokenizer.cls_token_id is None
+    with pytest.raises(ValueError, match="needs a cls token and a sep token and a pad token"):
+        kb.preprocessing.TextClassifierPreprocessor(tokenizer)(["the quick brown fox."])
+    with pytest.raises(ValueError, match=r"MaskedLMPreprocessor needs a cls token and a sep "
+                                         r"token and a pad token.* Add '\[CLS\]', "
+                                         r"'\[SEP\]', '<pad>'"):
+        kb.preprocessing.MaskedLMPreprocessor(tokenizer)
+
+
+def test_tokenizer_base_docstring():
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(PRESET)  # keras-hub: "bert_base_en"
+    assert to_numpy(tokenizer("The quick brown fox tripped.")).shape == (6,)
+    # Python ids: the same text as the ids as a tensor.
+    text = tokenizer.detokenize([5, 6, 7, 8, 9])
+    assert text == tokenizer.detokenize(tf.constant([5, 6, 7, 8, 9]))
+    assert isinstance(text, str) and len(text) > 0
+
+
+def test_electra_tokenizer_docstring():
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
+    assert to_numpy(tokenizer("The quick brown fox jumped.")).tolist() == [5, 6, 7, 8, 9, 10]
+    batch = tokenizer(["The quick brown fox jumped.", "The fox slept."])
+    assert batch.to_list() == [[5, 6, 7, 8, 9, 10], [5, 8, 0, 10]]
+    assert tokenizer.detokenize(tokenizer("The quick brown fox jumped.")) == \
+        "The quick brown fox jumped ."
+
+
+def test_text_classifier_preprocessor_base_docstring():
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor.from_preset(
+        PRESET, sequence_length=256)
+    x = preprocessor("The quick brown fox jumped.")
+    assert x["token_ids"].shape == (256,)
+    x, y = preprocessor("The quick brown fox jumped.", 1)
+    assert x["token_ids"].shape == (256,) and int(y) == 1
+    x, y = preprocessor(["The quick brown fox jumped.", "Call me Ishmael."], [1, 0])
+    assert x["token_ids"].shape == (2, 256) and to_numpy(y).tolist() == [1, 0]
+    first = ["The quick brown fox jumped.", "Call me Ishmael."]
+    second = ["The fox tripped.", "Oh look, a whale."]
+    labels = [1, 0]
+    x, y = preprocessor((first, second), labels)
+    assert to_numpy(x["segment_ids"]).max() == 1 and to_numpy(y).tolist() == labels
+    ds = tf.data.Dataset.from_tensor_slices(((first, second), labels))
+    ds = ds.map(preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
+    pairs = list(ds.as_numpy_iterator())
+    assert [int(y) for _, y in pairs] == labels
+    assert all(x["segment_ids"].max() == 1 for x, _ in pairs)
+
+
+def test_masked_lm_preprocessor_base_docstring():
+    """keras-hub's example maps the preprocessor over a dataset of (first, second): tf.data
+    passes the second texts as `y`, which keras-hub drops (the pair's second half silently
+    lost). Ours refused nothing either; now `y` or `sample_weight` given to a masked-LM
+    preprocessor (it makes its own labels) is an error saying how to pass a pair."""
+    preprocessor = kb.preprocessing.MaskedLMPreprocessor.from_preset(PRESET,
+                                                                     sequence_length=256)
+    x, y, sample_weight = preprocessor("The quick brown fox jumped.")
+    assert x["token_ids"].shape == (256,) and y.shape == (39,)  # ceil(0.15 * 256) slots
+    first = ["The quick brown fox jumped.", "Call me Ishmael."]
+    second = ["The fox tripped.", "Oh look, a whale."]
+    x, y, sample_weight = preprocessor((first, second))
+    assert to_numpy(x["segment_ids"]).max() == 1 and sample_weight.shape == (2, 39)
+    ds = tf.data.Dataset.from_tensor_slices((first, second))
+    message = (r"MaskedLMPreprocessor makes its own labels .* got y=.* For a text pair, pass "
+               r"x=\(first, second\)")
+    with pytest.raises(ValueError, match=message):
+        ds.map(preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
+    with pytest.raises(ValueError, match=message):
+        preprocessor(first, second)
+    ds = ds.map(lambda first, second: preprocessor(x=(first, second)))  # keras-hub's advice
+    assert all(x["segment_ids"].max() == 1 for x, _, _ in ds.as_numpy_iterator())
+
+
+@pytest.fixture(scope="module")
+def minilm_embedder():
+    # keras-hub's BertTextEmbedder on "all_minilm_l6_v2_en": our SentenceEncoder on the same
+    # weights (the installed package).
+    return kb.tasks.SentenceEncoder.from_preset("all_minilm_l6_v2")
+
+
+def test_text_embedder_docstring_semantic_search(minilm_embedder):
+    """keras-hub's TextEmbedder / BertTextEmbedder examples call `encode_text`,
+    `encode_documents` and `similarity`: an AttributeError here (ours had `encode` only)."""
+    embedder = minilm_embedder
+    query = "Which planet is known as the Red Planet?"
+    documents = [
+        "Mars is often referred to as the Red Planet.",
+        "Venus is often called Earth's twin.",
+    ]
+    q_emb = embedder.encode_text(query)
+    d_embs = embedder.encode_documents(documents)
+    assert q_emb.shape == (1, 384) and d_embs.shape == (2, 384)  # one string: a batch of one
+    np.testing.assert_allclose(d_embs, embedder.encode_text(documents), atol=1e-6)
+    np.testing.assert_allclose(q_emb[0], embedder.encode(query), atol=1e-6)
+    sims = embedder.similarity(q_emb, d_embs)
+    assert sims.shape == (1, 2)
+    np.testing.assert_allclose(sims, q_emb @ d_embs.T, atol=1e-5)
+    assert documents[sims.argmax()] == documents[0]
+
+
+def test_text_embedder_docstring_preprocessed_integer_data(minilm_embedder):
+    features = {
+        "token_ids": np.ones(shape=(2, 12), dtype="int32"),
+        "segment_ids": np.array([[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0]] * 2),
+        "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]] * 2),
+    }
+    embedder = kb.tasks.SentenceEncoder(minilm_embedder.backbone, preprocessor=None)
+    embeddings = embedder.predict(features, verbose=0)
+    assert embeddings.shape == (2, 384)
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=-1), 1.0, atol=1e-5)
+
+
+def test_text_embedder_preprocessor_docstrings():
+    # keras-hub's TextEmbedderPreprocessor / BertTextEmbedderPreprocessor on
+    # "all_minilm_l6_v2_en": our TextClassifierPreprocessor (SentenceEncoder's) of the preset.
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor.from_preset(
+        "all_minilm_l6_v2", sequence_length=256)
+    x = preprocessor("The quick brown fox jumped.")
+    assert x["token_ids"].shape == (256,)
+    x = preprocessor(["The quick brown fox jumped.", "Call me Ishmael."])
+    assert x["token_ids"].shape == (2, 256)
+    ds = tf.data.Dataset.from_tensor_slices(FIRST)
+    ds = ds.map(preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
+    assert next(iter(ds))["token_ids"].shape == (256,)
+
+
+def test_distil_bert_docstrings_with_the_preset_vocabulary():
+    """DistilBertTextClassifier / MaskedLM / their preprocessors and tokenizer: the preset's
+    vocabulary (offline), the model at TINY size (keras-hub's 6 x 768 is not what is tested)."""
+    preset = "distil_bert_base_en_uncased"
+    tokenizer = kb.preprocessing.Tokenizer.from_preset(preset)
+    ids = tokenizer("The quick brown fox jumped.")
+    assert tokenizer.detokenize(ids) == "the quick brown fox jumped ."  # as keras-hub's
+    assert tokenizer(["The quick brown fox jumped.", "The fox slept."]).shape[0] == 2
+    preprocessor = kb.preprocessing.TextClassifierPreprocessor.from_preset(preset,
+                                                                           sequence_length=128)
+    classifier = kb.tasks.TextClassifier(kb.models.DistilBertBackbone(vocabulary_size=30522,
+                                                                      **TINY),
+                                         preprocessor=preprocessor, num_classes=4)
+    classifier.fit(x=FEATURES, y=LABELS, batch_size=2, verbose=0)
+    classifier.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                       optimizer=keras.optimizers.Adam(5e-5))
+    classifier.backbone.trainable = False
+    assert np.isfinite(classifier.fit(x=FEATURES, y=LABELS, batch_size=2,
+                                      verbose=0).history["loss"][0])
+    masked = kb.preprocessing.MaskedLMPreprocessor.from_preset(preset)
+    x, y, w = masked((FIRST, SECOND))
+    assert x["token_ids"].shape == (2, 128) and y.shape == (2, 20)
+    ds = tf.data.Dataset.from_tensor_slices((FIRST, SECOND)).map(
+        lambda first, second: masked(x=(first, second)))
+    assert next(iter(ds))[0]["token_ids"].shape == (128,)
+
+
+@pytest.mark.parametrize("family", ["distil_bert", "roberta", "albert"])
+def test_other_families_docstrings_preprocessed_integer_data(family):
+    """keras-hub's DistilBert / Roberta / Albert TextClassifier and MaskedLM examples on model
+    inputs (`preprocessor=None`; DistilBERT's and RoBERTa's without segment_ids), on a TINY
+    backbone of the family."""
+    backbone = {
+        "distil_bert": lambda: kb.models.DistilBertBackbone(vocabulary_size=30552, **TINY),
+        "roberta": lambda: kb.models.RobertaBackbone(vocabulary_size=50265, **TINY),
+        "albert": lambda: kb.models.AlbertBackbone(vocabulary_size=30000, embedding_dim=16,
+                                                   **TINY),
+    }[family]
+    features = {
+        "token_ids": np.ones(shape=(2, 12), dtype="int32"),
+        "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]] * 2),
+    }
+    if family == "albert":
+        features["segment_ids"] = np.array([[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0]] * 2)
+    classifier = kb.tasks.TextClassifier(backbone(), preprocessor=None, num_classes=4)
+    history = classifier.fit(x=features, y=LABELS, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+    features = {
+        "token_ids": np.array([[1, 2, 0, 4, 0, 6, 7, 8]] * 2),
+        "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 1, 1]] * 2),
+        "mask_positions": np.array([[2, 4]] * 2),
+    }
+    if family == "albert":
+        features["segment_ids"] = np.array([[0, 0, 0, 0, 0, 0, 0, 0]] * 2)
+    labels = [[3, 5]] * 2
+    masked_lm = kb.tasks.MaskedLM(backbone(), preprocessor=None)
+    history = masked_lm.fit(x=features, y=labels, batch_size=2, verbose=0).history
+    assert np.isfinite(history["loss"][0])
 
 
 # === Regressions of issue 12 (each failed on an ordinary keras-hub pattern) ===

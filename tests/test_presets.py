@@ -873,6 +873,43 @@ def test_hf_albert_dir_with_only_tokenizer_json(tmp_path, albert_spiece, config)
                                x["padding_mask"]) <= 1e-4
 
 
+def test_hf_albert_tokenizer_json_special_tokens_added_by_the_user(tmp_path, albert_spiece):
+    """`add_special_tokens({"additional_special_tokens": [...]})` of pieces of the model, saved
+    by transformers 5 (tokenizer.json alone): HF reads each such token whole. Ours made every
+    special added token without a role a control piece, never read from a text: other ids
+    than HF's ("the fox" [▁the ▁fox] vs HF's pieces of "▁fox" spelt out), and than the same
+    directory with spiece.model beside it gives. A special added token with a score of its own
+    (a normal piece; SentencePiece gives control pieces 0) is read whole now; the model's
+    control pieces ([CLS], ...) stay control pieces."""
+    import sentencepiece
+    import transformers
+
+    spm_dir, path = tmp_path / "spm", tmp_path / "hf"
+    spm_dir.mkdir()
+    shutil.copy(albert_spiece, spm_dir)
+    sp = sentencepiece.SentencePieceProcessor(model_file=albert_spiece)
+    added = [p for p in (sp.id_to_piece(i) for i in range(sp.get_piece_size()))
+             if p in ("▁fox", "▁lazy")]
+    assert len(added) == 2
+    hf_tok = transformers.AlbertTokenizer.from_pretrained(str(spm_dir))
+    hf_tok.add_special_tokens({"additional_special_tokens": added})
+    hf_tok.save_pretrained(str(path))
+    assert "spiece.model" not in os.listdir(path)
+    transformers.AlbertConfig(vocab_size=sp.get_piece_size(), embedding_size=8, hidden_size=16,
+                              num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=32).save_pretrained(str(path))
+    texts = ["the quick fox", "afoxb fox,lazy", "foxlazy the lazy dog", "  fox  ", "FOX lazy.",
+             "[CLS] the [MASK] fox", "", "café fox"]
+    hf = transformers.AutoTokenizer.from_pretrained(str(path))
+    hf_ids = [hf(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ours = kb.preprocessing.Tokenizer.from_preset(str(path))
+    # [CLS] and [MASK] written in a text: split into pieces (README; HF reads their ids)
+    assert ours(texts[:5] + texts[6:]).to_list() == hf_ids[:5] + hf_ids[6:]
+    shutil.copy(albert_spiece, path)  # the same directory with spiece.model: the same ids
+    assert kb.preprocessing.Tokenizer.from_preset(str(path))(texts).to_list() == \
+        ours(texts).to_list()
+
+
 def test_hf_xlnet_dir_with_only_tokenizer_json(tmp_path):
     """XLNet's Unigram tokenizer.json (cased, no Lowercase step) converts too: its control pieces
     and its user-defined "<eop>" (a non-special added token) as in the spiece.model it came from,

@@ -153,8 +153,14 @@ def test_trained_bpe_vocabulary(bpe_dir):
                                              os.path.join(bpe_dir, "merges.txt"))
     assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id,
             tok.unk_token_id) == (0, 2, 1, 4, 3)
+    # Without RoBERTa's special tokens (keras-hub's BytePairTokenizer example): it tokenizes,
+    # packing names the missing ones; a token named explicitly must be in the vocabulary.
+    bare = kb.preprocessing.BytePairTokenizer({"a": 0, "b": 1, "ab": 2}, ["a b"])
+    assert to_numpy(bare("ab")).tolist() == [2] and bare.cls_token_id is None
+    with pytest.raises(ValueError, match="needs a cls token and a sep token and a pad token"):
+        kb.preprocessing.TextClassifierPreprocessor(bare)(["ab"])
     with pytest.raises(ValueError, match="lacks the special token"):
-        kb.preprocessing.BytePairTokenizer({"a": 0, "b": 1}, ["a b"])
+        kb.preprocessing.BytePairTokenizer({"a": 0, "b": 1}, ["a b"], pad_token="[PAD]")
 
 
 def test_bpe_ids_equal_hf_roberta_tokenizer(bpe_dir, imdb_sentences):

@@ -515,6 +515,16 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
         return packer
 
     def call(self, x, y=None, sample_weight=None, seed=None):
+        if y is not None or sample_weight is not None:
+            # keras-hub's example maps its preprocessor over a dataset of (first, second):
+            # tf.data passes the second texts as y, which keras-hub drops (the pair lost).
+            given = "y" if y is not None else "sample_weight"
+            raise ValueError(
+                f"{type(self).__name__} makes its own labels (the masked token ids) and "
+                f"weights; got {given}={y if y is not None else sample_weight!r:.80}. For a "
+                "text pair, pass x=(first, second): `ds.map(preprocessor)` over a dataset of "
+                "(first, second) passes the second texts as y; map "
+                "`lambda first, second: preprocessor(x=(first, second))` instead.")
         segments = as_segments(x, type(self).__name__, RAW_TEXT)
         segments = tuple(self.tokenizer(s) for s in segments)
         token_ids, segment_ids, padding_mask = self.packer(segments)

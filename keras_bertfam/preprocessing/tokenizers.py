@@ -53,10 +53,14 @@ def bert_normalize(texts, lowercase, strip_accents=None):
 
 
 class _SpecialTokens(KeepsTFErrors):
-    """Special tokens by role on top of keras-hub's mechanism, checked up front, TF outputs,
-    TensorFlow errors' messages kept on every backend (`KeepsTFErrors`)."""
+    """Special tokens by role on top of keras-hub's mechanism (a token named explicitly checked
+    up front; one left at its `optional_defaults` token may be absent, and what needs it says
+    so), TF outputs, TensorFlow errors' messages kept on every backend (`KeepsTFErrors`)."""
 
     ROLES = ("cls", "sep", "pad", "mask", "unk")
+    # {role: token}: a role left at this default token is optional (see
+    # `_declare_special_tokens`): keras-hub's generic tokenizers need no special tokens.
+    optional_defaults = {}
 
     def __setattr__(self, name, value):
         # A vocabulary is data, not state: Keras' tracker (and TensorFlow's) would wrap its list
@@ -70,9 +74,12 @@ class _SpecialTokens(KeepsTFErrors):
         """Registers `{role: token}` as keras-hub special tokens; names every missing one. A role
         without a token has `*_token` and `*_token_id` None.
 
-        A token of an `optional` role that the vocabulary lacks leaves the role unset (its
-        `*_token` and `*_token_id` are None), as keras-hub's tokenizers need no special tokens;
-        what needs the role refuses it then, naming it (`require_special_tokens`)."""
+        A token of an `optional` role (or of a role left at its `optional_defaults` token) that
+        the vocabulary lacks leaves the role unset (its `*_token` and `*_token_id` are None), as
+        keras-hub's tokenizers need no special tokens; what needs the role refuses it then,
+        naming it (`require_special_tokens`). A token named otherwise must be there."""
+        optional = set(optional) | {role for role, token in self.optional_defaults.items()
+                                    if tokens.get(role) == token}
         if vocabulary is not None:
             vocab = set(read_vocabulary(vocabulary))
             tokens = {role: None if role in optional and token not in vocab else token
@@ -200,7 +207,8 @@ def require_special_tokens(tokenizer, roles, objective):
               and getattr(tokenizer, f"{role}_token_id", None) is None]
     if absent:
         names = " and ".join(f"a {role} token" for role in absent)
-        example = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]"}
+        example = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]",
+                   **getattr(tokenizer, "optional_defaults", {})}  # the tokenizer's defaults
         raise ValueError(
             f"{objective} needs {names}, and the vocabulary of this "
             f"{type(tokenizer).__name__} has none. Add "
@@ -410,6 +418,9 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
     """
 
     kind = "wordpiece"
+    # keras-hub's WordPieceTokenizer needs no special tokens (its guides train vocabularies with
+    # "[START]" / "[END]"): a default token the vocabulary lacks leaves its role unset.
+    optional_defaults = dict(cls="[CLS]", sep="[SEP]", pad="[PAD]", mask="[MASK]")
 
     def __init__(
         self,
@@ -434,11 +445,7 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         self.added_tokens = list(added_tokens or ())
         self.normalized_added_tokens = list(normalized_added_tokens or ())
         tokens = dict(cls=cls_token, sep=sep_token, pad=pad_token, mask=mask_token, unk=unk_token)
-        # keras-hub's WordPieceTokenizer needs no special tokens (its guides train vocabularies
-        # with "[START]" / "[END]"): a default token the vocabulary lacks leaves its role unset.
-        defaults = dict(cls="[CLS]", sep="[SEP]", pad="[PAD]", mask="[MASK]")
-        self._declare_special_tokens(
-            vocabulary, tokens, optional=[r for r, t in defaults.items() if tokens[r] == t])
+        self._declare_special_tokens(vocabulary, tokens)
         added = self.added_tokens + self.normalized_added_tokens
         if added and vocabulary is not None:
             vocab = set(read_vocabulary(vocabulary))
@@ -715,6 +722,8 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
     """
 
     kind = "byte_pair"
+    # keras-hub's BytePairTokenizer example builds a vocabulary of merges' parts only.
+    optional_defaults = {"cls": "<s>", "sep": "</s>", "pad": "<pad>", "mask": "<mask>"}
     # RoBERTa packs a pair as `<s> A </s></s> B </s>` (HF's `build_inputs_with_special_tokens`).
     pair_separators = 2
 
@@ -1056,6 +1065,9 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
     """
 
     kind = "sentencepiece"
+    # keras-hub's SentencePieceTokenizer example trains a model with SentencePiece's defaults
+    # (<unk>, <s>, </s>). XLNetTokenizer (its pieces always there) sets none.
+    optional_defaults = dict(cls="[CLS]", sep="[SEP]", pad="<pad>", mask="[MASK]")
 
     def __init__(
         self,
@@ -1445,6 +1457,8 @@ class XLNetTokenizer(SentencePieceTokenizer):
     >>> tok = XLNetTokenizer("spiece.model")  # doctest: +SKIP
     >>> tok(["Hello world, in 1990, yes"])  # doctest: +SKIP
     """
+
+    optional_defaults = {}  # its special pieces are the pretraining's: each must be there
 
     def __init__(
         self,

@@ -218,10 +218,16 @@ def hf_unigram_proto(model_dir, spec, source):
         raise ValueError(f"{source!r} adds the token(s) {new} beyond its Unigram vocabulary, "
                          "which the SentencePiece tokenizer here cannot keep whole as HF's does.")
     # HF's converter made the model's control pieces special added tokens and its user-defined
-    # pieces (XLNet's "<eop>", found whole in a text) non-special ones.
+    # pieces (XLNet's "<eop>", found whole in a text) non-special ones. A special added token
+    # with a score of its own (SentencePiece scores control and user-defined pieces 0) was a
+    # normal piece that `add_special_tokens` added: HF reads it whole, a user-defined piece here
+    # (as `hf_spiece_as_read` makes such a token beside spiece.model).
     entries = [e for e in spec.get("added_tokens") or [] if isinstance(e, dict)]
-    control = set(tokens.values()) | {e["content"] for e in entries if e.get("special")}
-    user = {e["content"] for e in kept if not e.get("special")}
+    special = {e["content"] for e in entries if e.get("special")}
+    scores = dict((piece, score) for piece, score in vocab)
+    readded = {t for t in special - set(tokens.values()) if scores.get(t, 0) != 0}
+    control = (set(tokens.values()) | special) - readded
+    user = {e["content"] for e in kept if not e.get("special")} | readded
     unk = model.get("unk_id")
     if not isinstance(unk, int) or not 0 <= unk < len(vocab):
         raise ValueError(f"{source!r} has no unk_id of its Unigram vocabulary (got {unk!r}).")

@@ -40,7 +40,9 @@ class SentenceEncoder(Task):
     `all_minilm_l6_v2` they equal sentence-transformers' `all-MiniLM-L6-v2` (tested ≤ 1e-4;
     sequence length 256 as its `max_seq_length`). Each batch is padded to its longest sentence
     (`pad_to_batch_max=True`, as sentence-transformers pads; the embeddings do not depend on
-    the padding). Not trained here (no loss); fine-tune a `TextClassifier` instead.
+    the padding). keras-hub's `BertTextEmbedder` methods are here too: `encode_text` and
+    `encode_documents` ((B, H), one string a batch of one), `similarity` (dot products). Not
+    trained here (no loss); fine-tune a `TextClassifier` instead.
 
     Example:
     >>> enc = kb.tasks.SentenceEncoder.from_preset("all_minilm_l6_v2")  # doctest: +SKIP
@@ -87,3 +89,18 @@ class SentenceEncoder(Task):
             return np.zeros((0, self.output.shape[-1]), keras.backend.standardize_dtype(
                 self.output.dtype))
         return self.predict(sentences, batch_size=batch_size, verbose=0)
+
+    def encode_text(self, text, batch_size=32):
+        """keras-hub's `TextEmbedder.encode_text`: a string or strings -> (B, H) embeddings (one
+        string: a batch of one)."""
+        return self.encode([text] if isinstance(text, (str, bytes)) else text, batch_size)
+
+    def encode_documents(self, documents, batch_size=32):
+        """keras-hub's `BertTextEmbedder.encode_documents`: as `encode_text` (the same model
+        embeds queries and documents)."""
+        return self.encode_text(documents, batch_size)
+
+    def similarity(self, query_embeddings, document_embeddings):
+        """(Q, H), (D, H) embeddings -> (Q, D) dot products as numpy (cosine similarities of
+        normalized embeddings), keras-hub's `BertTextEmbedder.similarity`."""
+        return np.matmul(np.asarray(query_embeddings), np.asarray(document_embeddings).T)
