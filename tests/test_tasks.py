@@ -713,20 +713,19 @@ def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
         distiller.predict(tf.data.Dataset.from_tensor_slices((x, y)).batch(2), verbose=0)
 
 
-def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
-    """A backbone's own `predict` (and `*_on_batch`, `fit`, `evaluate`, an eager call) took a
-    padding_mask of 2 silently where a task refuses it: a Longformer's on JAX (its jitted step
-    cannot raise; HF reads 2 as a global token), a BERT's on every backend (read as 1). They
-    refuse it now with the tasks' message, on every backend (a Longformer's padding_mask with
-    HF's attention_mask hint, which its eager call had lost); 0 / 1 masks still run."""
+def _bad_mask_cases():
+    """The backbone mask tests' cases: (backbone compiled with an MSE loss, good inputs, bad
+    inputs, targets y, the refusal's message as a regex) for a Longformer's padding_mask of 2
+    (with HF's attention_mask hint) and global_attention_mask of -1, and a BERT's padding_mask
+    of 2, each at [1, 1]."""
     longformer = kb.models.LongformerBackbone(100, 1, 2, 16, 32, max_sequence_length=16,
                                               attention_window=4)
     bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
     good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
-    for backbone, key, value in ((longformer, "padding_mask", 2),
-                                 (longformer, "global_attention_mask", -1),
-                                 (bert, "padding_mask", 2)):
-        name = type(backbone).__name__
+    hint = " HF's attention_mask of 2 (a global token) is global_attention_mask=1 here."
+    for backbone, key, value, ends in ((longformer, "padding_mask", 2, hint),
+                                       (longformer, "global_attention_mask", -1, ""),
+                                       (bert, "padding_mask", 2, "")):
         size = backbone.hidden_dim
         y = {"sequence_output": np.zeros((2, 8, size), "float32"),
              "pooled_output": np.zeros((2, size), "float32")}
@@ -734,12 +733,20 @@ def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
         mask = np.zeros((2, 8), "int32") if key == "global_attention_mask" else np.ones((2, 8),
                                                                                          "int32")
         mask[1, 1] = value
-        bad = dict(good, **{key: mask})
+        message = re.escape(f"{type(backbone).__name__} got {key} {value} at {key}[1, 1]: "
+                            f"expected 0 and 1 only ({kb.models.input_checks.MASK_INPUTS[key]})."
+                            f"{ends}")
+        yield backbone, good, dict(good, **{key: mask}), y, message
+
+
+def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
+    """A backbone's own `predict` (and `*_on_batch`, `fit`, `evaluate`, an eager call) took a
+    padding_mask of 2 silently where a task refuses it: a Longformer's on JAX (its jitted step
+    cannot raise; HF reads 2 as a global token), a BERT's on every backend (read as 1). They
+    refuse it now with the tasks' message, on every backend (a Longformer's padding_mask with
+    HF's attention_mask hint, which its eager call had lost); 0 / 1 masks still run."""
+    for backbone, good, bad, y, message in _bad_mask_cases():
         tensors = {k: keras.ops.convert_to_tensor(v) for k, v in bad.items()}
-        hint = " HF's attention_mask of 2 (a global token) is global_attention_mask=1 here." \
-            if backbone is longformer and key == "padding_mask" else ""
-        message = re.escape(f"{name} got {key} {value} at {key}[1, 1]: expected 0 and 1 only "
-                            f"({kb.models.input_checks.MASK_INPUTS[key]}).{hint}")
         for call in (lambda: backbone.predict(bad, verbose=0),
                      lambda: backbone.predict_on_batch(bad),
                      lambda: backbone(bad),
@@ -765,22 +772,7 @@ def test_a_backbones_own_entry_points_refuse_bad_masks_in_datasets_and_streams()
     it is read, with the in-memory message (a Longformer's with HF's attention_mask hint)."""
     import torch
 
-    longformer = kb.models.LongformerBackbone(100, 1, 2, 16, 32, max_sequence_length=16,
-                                              attention_window=4)
-    bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
-    good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
-    hint = " HF's attention_mask of 2 (a global token) is global_attention_mask=1 here."
-    for backbone, key, value, ends in ((longformer, "padding_mask", 2, hint),
-                                       (longformer, "global_attention_mask", -1, ""),
-                                       (bert, "padding_mask", 2, "")):
-        name, size = type(backbone).__name__, backbone.hidden_dim
-        y = {"sequence_output": np.zeros((2, 8, size), "float32"),
-             "pooled_output": np.zeros((2, size), "float32")}
-        backbone.compile(optimizer="sgd", loss="mse")
-        mask = np.zeros((2, 8), "int32") if key == "global_attention_mask" else np.ones((2, 8),
-                                                                                         "int32")
-        mask[1, 1] = value
-        bad = dict(good, **{key: mask})
+    for backbone, good, bad, y, message in _bad_mask_cases():
 
         class Batches(keras.utils.PyDataset):
             def __len__(self):
@@ -791,12 +783,11 @@ def test_a_backbones_own_entry_points_refuse_bad_masks_in_datasets_and_streams()
 
         rows = [({k: torch.as_tensor(v[i]) for k, v in bad.items()},
                  {k: torch.as_tensor(v[i]) for k, v in y.items()}) for i in (0, 1)]
-        message = re.escape(f"{name} got {key} {value} at {key}[1, 1]: expected 0 and 1 only "
-                            f"({kb.models.input_checks.MASK_INPUTS[key]}).{ends}")
         data = tf.data.Dataset.from_tensor_slices((bad, y)).batch(2)
         calls = [lambda: backbone.predict(tf.data.Dataset.from_tensor_slices(bad).batch(2),
                                           verbose=0)]
-        if backbone is bert:  # every entry point and kind of data (one mechanism: cheap here)
+        if type(backbone) is kb.models.BertBackbone:  # every entry point and kind of data
+            # (one mechanism: cheap here)
             calls += [lambda: backbone.evaluate(data, verbose=0),
                       lambda: backbone.fit(data, verbose=0),
                       lambda: backbone.fit(good, y, validation_data=data, verbose=0),
@@ -807,6 +798,7 @@ def test_a_backbones_own_entry_points_refuse_bad_masks_in_datasets_and_streams()
         for call in calls:
             with pytest.raises(ValueError, match=message):
                 call()
+    bert = backbone  # the last case's
     good_data = tf.data.Dataset.from_tensor_slices((good, y)).batch(2)
     assert np.isfinite(bert.fit(good_data, verbose=0).history["loss"]).all()  # 0 / 1 masks run
     np.testing.assert_allclose(bert.predict(good_data, verbose=0)["pooled_output"],
