@@ -1163,10 +1163,14 @@ def test_sentence_encoder_pooling_mode_builds_saves_and_refuses_unknown_modes():
         with pytest.raises(ValueError, match=rf"pooling_mode must be one of 'mean', 'cls', "
                                              rf"'max'; got pooling_mode={bad!r}"):
             kb.tasks.SentenceEncoder(backbone, pooling_mode=bad)
-    old = {"module": "keras_bertfam.tasks.sentence_encoder", "class_name": "MeanPooling",
-           "registered_name": "keras_bertfam>MeanPooling",
-           "config": {"name": "mean_pooling", "trainable": True, "dtype": "float32",
-                      "normalize": False}}
+    old = {  # serialize_keras_object(SentenceEncoder(backbone, normalize=False).pooling) before
+        "module": "keras_bertfam.tasks.sentence_encoder", "class_name": "MeanPooling",
+        "config": {"name": "mean_pooling", "trainable": True,
+                   "dtype": {"module": "keras", "class_name": "DTypePolicy",
+                             "config": {"name": "float32"}, "registered_name": None},
+                   "normalize": False},
+        "registered_name": "keras_bertfam>MeanPooling",
+        "build_config": {"input_shape": (None, None, 16)}}
     layer = keras.saving.deserialize_keras_object(old)
     assert layer.name == "mean_pooling" and layer.pooling_mode == "mean"
     np.testing.assert_allclose(to_numpy(layer(sequence, x["padding_mask"])), by_hand["mean"],
