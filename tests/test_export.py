@@ -201,9 +201,19 @@ def cases(tok, vocab_file, xlnet_spiece):
     f = {k: v.reshape(3, 2, SEQ) for k, v in flat.items()}
     out.append(("multiple_choice", mc, {"prompt": TEXT_A, "choices": choices}, reference(mc, f), f))
 
-    enc = kb.tasks.SentenceEncoder(albert_backbone(),  # ALBERT
+    enc = kb.tasks.SentenceEncoder(albert_backbone(), pooling_mode="max",  # ALBERT
                                    preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
-    out.append(("sentence_encoder", enc, {"text": TEXT_A}, reference(enc, text_a), text_a))
+    ref = reference(enc, text_a)
+    np.testing.assert_allclose(ref["embedding"], enc.encode(TEXT_A), atol=1e-5)
+    out.append(("sentence_encoder", enc, {"text": TEXT_A}, ref, text_a))
+    # "cls" on XLNet reads `<cls>`, last in its left-padded `A <sep> <cls>` rows
+    xlnet_enc = kb.tasks.SentenceEncoder(
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 1, 2, 16, 32), pooling_mode="cls",
+        preprocessor=ft.TextClassifierPreprocessor(xlnet_tok, SEQ))
+    f = xlnet_packed(xlnet_tok, xlnet_texts)
+    ref = reference(xlnet_enc, f, special_ids(xlnet_tok))
+    np.testing.assert_allclose(ref["embedding"], xlnet_enc.encode(xlnet_texts), atol=1e-5)
+    out.append(("xlnet_sentence_encoder", xlnet_enc, {"text": xlnet_texts}, ref, f))
 
     mlm_pre = kb.preprocessing.MaskedLMPreprocessor(tok, SEQ)
     f = packed(tok, with_mask(tok, masked))
@@ -281,7 +291,8 @@ def exports(tmp_path_factory, bert_vocab, xlnet_spiece):
         for name, model, inputs, ref, ids in cases(tok, bert_vocab, xlnet_spiece):
             path = str(root / name / "1")
             # QA (the real vocabulary) and XLNet (SentencePiece) export their own tokenizers
-            own = name in ("question_answerer", "XLNetPretrainer", "xlnet_text_classifier")
+            own = name in ("question_answerer", "XLNetPretrainer", "xlnet_text_classifier",
+                           "xlnet_sentence_encoder")
             signatures = kb.export.export_saved_model(model, path,
                                                       sequence_length=None if own else SEQ,
                                                       tokenizer=None if own else tok)
@@ -397,7 +408,7 @@ def _ids_for(name, inputs, vocab_file, xlnet_spiece):
         return packed(tok, tok(inputs["text"]))
     if name in ("masked_lm", "ElectraPretrainer", "SpanBertPretrainer", "Distiller"):
         return packed(tok, with_mask(tok, inputs["text"]))
-    if name in ("XLNetPretrainer", "xlnet_text_classifier"):
+    if name in ("XLNetPretrainer", "xlnet_text_classifier", "xlnet_sentence_encoder"):
         return xlnet_packed(kb.preprocessing.tokenizers.XLNetTokenizer(xlnet_spiece),
                             inputs["text"])
     if name in ("BertPretrainer", "AlbertPretrainer"):

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import check_export_answers_as_answer_does, check_says_no_answer, to_numpy
+from conftest import (check_export_answers_as_answer_does, check_says_no_answer, to_numpy,
+                      unblock_imports)
 from keras_bertfam.tasks.task import batched_examples, one_iterator
 
 # One layer: the depth is not what these tests check (each layer is traced / compiled again in
@@ -1088,6 +1089,126 @@ def test_sentence_encoder_encodes_a_string_a_list_and_nothing_padded_per_batch(t
     assert not fixed.preprocessor.pad_to_batch_max
     assert fixed.preprocessor(sentences[:1])["token_ids"].shape[1] == 64
     np.testing.assert_allclose(fixed.encode(sentences), batch, atol=1e-5)
+
+
+
+def _pooling_case():
+    """(B, T, H) states and (B, T) masks: right padding that is larger than every real value
+    (rows 0, 1: all real values negative), no padding (row 2), padding only (row 3)."""
+    rng = np.random.default_rng(0)
+    states = rng.normal(size=(4, 5, 6)).astype("float32")
+    states[:2] = -np.abs(states[:2]) - 0.5
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1] * 5, [0] * 5], "int32")
+    states[mask == 0] = 7.0
+    return states, mask
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("mode", ["mean", "cls", "max"])
+def test_sentence_encoder_pooling_modes_are_sentence_transformers(mode):
+    """keras-hub's `BertTextEmbedder(pooling_mode=)` and sentence-transformers' `Pooling`:
+    "mean", "cls" and "max" (ours pooled "mean" only: `SentenceEncoder(backbone,
+    pooling_mode="cls")` was a TypeError). "max" over the non-pad tokens (padding never wins);
+    a row of padding only as sentence-transformers' (mean 0, cls the first state, max -inf)."""
+    import torch
+    from keras_hub.models import BertTextEmbedder
+
+    unblock_imports()  # sentence-transformers imports scikit-learn
+    from sentence_transformers.models import Normalize, Pooling as StPooling
+
+    from keras_bertfam.tasks.sentence_encoder import Pooling
+
+    states, mask = _pooling_case()
+    st = StPooling(6, pooling_mode=mode)
+    features = {"token_embeddings": torch.tensor(states), "attention_mask": torch.tensor(mask)}
+    expected = st(dict(features))["sentence_embedding"].numpy()
+    got = to_numpy(Pooling(mode, normalize=False)(states, mask))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert mode != "max" or (got[:2] < 0).all() and np.isneginf(got[3]).all()
+    normalized = Normalize()(st(dict(features)))["sentence_embedding"].numpy()
+    np.testing.assert_allclose(to_numpy(Pooling(mode)(states, mask)), normalized, atol=1e-5)
+    # keras-hub's BertTextEmbedder pools as sentence-transformers on these rows
+    if mode != "cls":
+        pool = getattr(BertTextEmbedder, f"_{mode}_pooling")
+        hub = to_numpy(pool(keras.ops.convert_to_tensor(states), keras.ops.convert_to_tensor(mask)))
+        np.testing.assert_allclose(hub, expected, atol=1e-5)
+
+
+@pytest.mark.multibackend
+def test_sentence_encoder_pooling_mode_builds_saves_and_refuses_unknown_modes():
+    """`SentenceEncoder(backbone, pooling_mode=)`: the model pools its sequence output so
+    ("cls": the [CLS] state, as keras-hub's: not BERT's pooler), the config round-trips, an unknown
+    mode is refused by name, and the layer name `.keras` files saved before `pooling_mode`
+    existed hold ("keras_bertfam>MeanPooling") still deserializes."""
+    backbone = kb.models.BertBackbone(300, 1, 2, 16, 32, max_sequence_length=16)
+    x = {"token_ids": np.array([[2, 10, 11, 3, 0, 0], [2, 12, 13, 14, 15, 3]], "int32"),
+         "segment_ids": np.zeros((2, 6), "int32"),
+         "padding_mask": np.array([[1, 1, 1, 1, 0, 0], [1] * 6], "int32")}
+    sequence = to_numpy(backbone(x)["sequence_output"])
+    real = x["padding_mask"][:, :, None] == 1
+    by_hand = {"mean": (sequence * real).sum(1) / real.sum(1),
+               "max": np.where(real, sequence, -np.inf).max(1),
+               "cls": sequence[:, 0]}
+    for mode, expected in by_hand.items():
+        enc = kb.tasks.SentenceEncoder(backbone, pooling_mode=mode, normalize=False)
+        np.testing.assert_allclose(to_numpy(enc(x)), expected, atol=1e-5, err_msg=mode)
+        config = enc.get_config()
+        assert config["pooling_mode"] == mode and not config["normalize"]
+        again = kb.tasks.SentenceEncoder.from_config(config)
+        assert again.pooling_mode == mode
+        again.set_weights(enc.get_weights())
+        np.testing.assert_allclose(to_numpy(again(x)), expected, atol=1e-5, err_msg=mode)
+    assert kb.tasks.SentenceEncoder(backbone).pooling_mode == "mean"
+    for bad in ("first", "MEAN", None):
+        with pytest.raises(ValueError, match=rf"pooling_mode must be one of 'mean', 'cls', "
+                                             rf"'max'; got pooling_mode={bad!r}"):
+            kb.tasks.SentenceEncoder(backbone, pooling_mode=bad)
+    old = {  # serialize_keras_object(SentenceEncoder(backbone, normalize=False).pooling) before
+        "module": "keras_bertfam.tasks.sentence_encoder", "class_name": "MeanPooling",
+        "config": {"name": "mean_pooling", "trainable": True,
+                   "dtype": {"module": "keras", "class_name": "DTypePolicy",
+                             "config": {"name": "float32"}, "registered_name": None},
+                   "normalize": False},
+        "registered_name": "keras_bertfam>MeanPooling",
+        "build_config": {"input_shape": (None, None, 16)}}
+    layer = keras.saving.deserialize_keras_object(old)
+    assert layer.name == "mean_pooling" and layer.pooling_mode == "mean"
+    np.testing.assert_allclose(to_numpy(layer(sequence, x["padding_mask"])), by_hand["mean"],
+                               atol=1e-5)
+    assert keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(layer)).get_config() == layer.get_config()
+
+
+
+@pytest.mark.multibackend
+def test_sentence_encoder_cls_pooling_reads_xlnets_cls_last(tmp_path):
+    """"cls" on XLNet reads `<cls>` where its TextClassifier reads it: last, in rows packed
+    `A <sep> <cls>` on the left (position 0 of those rows is padding or the text's first
+    piece). "mean" keeps its `[CLS] A [SEP]` rows."""
+    from keras_bertfam.preprocessing import finetuning as ft
+    from keras_bertfam.preprocessing.tokenizers import (XLNetTokenizer,
+                                                        train_xlnet_sentencepiece_model)
+    from keras_bertfam.tasks.classifier import pooled
+
+    lines = [f"The film number {i} was great and the plot was dull {i % 7}. The actor wrote it; "
+             f"a cast of {i * 13} lived in Paris and Rome." for i in range(40)]
+    spiece = str(tmp_path / "spiece.model")
+    train_xlnet_sentencepiece_model(lines, 60, output_file=spiece)
+    tok = XLNetTokenizer(spiece)
+    backbone = kb.models.XLNetBackbone(tok.vocabulary_size(), 1, 2, 16, 32)
+    texts = ["The film was great.", "The plot was dull and the film number was great."]
+    enc = kb.tasks.SentenceEncoder(backbone, pooling_mode="cls",
+                                   preprocessor=ft.TextClassifierPreprocessor(tok, 24))
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2,
+                                  preprocessor=ft.TextClassifierPreprocessor(tok, 24))
+    assert enc.preprocessor.packing_layout == clf.preprocessor.packing_layout == "xlnet"
+    x = {k: to_numpy(v) for k, v in enc.preprocessor(texts).items()}
+    assert (x["token_ids"][:, -1] == tok.cls_token_id).all() and x["padding_mask"][0, 0] == 0
+    read = to_numpy(pooled(backbone, x, cls_only=False))  # the classifier's [CLS] state
+    expected = read / np.linalg.norm(read, axis=-1, keepdims=True)
+    np.testing.assert_allclose(enc.encode(texts), expected, atol=1e-5)
+    mean = kb.tasks.SentenceEncoder(backbone, preprocessor=ft.TextClassifierPreprocessor(tok, 24))
+    assert mean.preprocessor.packing_layout == "bert"
 
 
 # === QuestionAnswerer: sample_weight and batch_size ===

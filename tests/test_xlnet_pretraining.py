@@ -431,7 +431,7 @@ def test_every_xlnet_task_round_trips_a_keras_file_with_its_preprocessor(tmp_pat
             texts),
     }
     for name, (task, x) in cases.items():
-        if getattr(type(task), "follows_xlnet_layout", False):  # (SentenceEncoder: mean pooling)
+        if getattr(task, "follows_xlnet_layout", False):  # (SentenceEncoder: mean pooling)
             assert task.preprocessor.packing_layout == "xlnet", name
         if name == "XLNetPretrainer":
             task.compile(learning_rate=1e-3)
