@@ -201,7 +201,7 @@ def cases(tok, vocab_file, xlnet_spiece):
     f = {k: v.reshape(3, 2, SEQ) for k, v in flat.items()}
     out.append(("multiple_choice", mc, {"prompt": TEXT_A, "choices": choices}, reference(mc, f), f))
 
-    enc = kb.tasks.SentenceEncoder(albert_backbone(), pooling_mode="max",  # ALBERT
+    enc = kb.tasks.SentenceEncoder(albert_backbone(),  # ALBERT, the default mean pooling
                                    preprocessor=ft.TextClassifierPreprocessor(tok, SEQ))
     ref = reference(enc, text_a)
     np.testing.assert_allclose(ref["embedding"], enc.encode(TEXT_A), atol=1e-5)
