@@ -27,8 +27,8 @@ class Pooling(keras.layers.Layer):
     0, or -1 for XLNet's `<cls>`, which its layout packs last)."""
 
     def __init__(self, pooling_mode="mean", normalize=True, cls_index=0, **kwargs):
+        check_pooling_mode(pooling_mode)  # (before the layer's name, which the mode makes)
         super().__init__(**kwargs)
-        check_pooling_mode(pooling_mode)
         self.pooling_mode = pooling_mode
         self.normalize = normalize
         self.cls_index = cls_index
@@ -99,7 +99,6 @@ class SentenceEncoder(Task):
 
     def __init__(self, backbone, preprocessor=None, pooling_mode="mean", normalize=True,
                  **kwargs):
-        check_pooling_mode(pooling_mode)
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.pooling_mode = pooling_mode
