@@ -245,7 +245,8 @@ class Task(KeepsVariablesOnError, keras.Model):
         and optimizer state recorded as other variables' is refused
         (`weights_files.check_optimizer_store`)."""
         check_archive_store(store)
-        check_optimizer_store(self, store)
+        if not self.__dict__.pop("_skip_saved_optimizer_record", False):  # compile_from_config
+            check_optimizer_store(self, store)
         keys = list(store.keys())
         seeds = sorted((k for k in keys if k.startswith("seed_generator_")),
                        key=lambda k: int(k.rsplit("_", 1)[1]))
@@ -518,7 +519,8 @@ class Task(KeepsVariablesOnError, keras.Model):
         registered nor in `custom_objects`, e.g. a learning-rate schedule defined in a script)
         is left to `compile`'s default, with a warning naming it: the task loads, as keras-hub's
         tasks do (which Keras never compiles from the file). Without its saved optimizer, the
-        file's optimizer state is not loaded (Keras warns that it skips it)."""
+        file's optimizer state (another optimizer's) is skipped by the load that follows: the
+        optimizer starts fresh, as the warning says."""
         rebuilt, lost = {}, {}
         for key, value in config.items():
             try:
@@ -541,7 +543,18 @@ class Task(KeepsVariablesOnError, keras.Model):
                 f"with @keras.saving.register_keras_serializable(), to restore it.",
                 stacklevel=2)
         self.compile(**rebuilt)
-        if self.built and "optimizer" not in lost:
+        if "optimizer" in lost:
+            # `load_model` loads the file's state next (`load_own_variables`): not this
+            # optimizer's, so that load only skips it (Keras would assign it by position when
+            # the variable counts agree; our record check would refuse the other class).
+            optimizer = self.optimizer
+
+            def skip_saved_state(store):
+                del optimizer.load_own_variables
+
+            optimizer.load_own_variables = skip_saved_state
+            object.__setattr__(self, "_skip_saved_optimizer_record", True)
+        elif self.built:
             self.optimizer.build(self.trainable_variables)
 
     def _task_class_name(self):
