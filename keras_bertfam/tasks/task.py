@@ -532,11 +532,11 @@ class Task(KeepsVariablesOnError, keras.Model):
                      for e in lost.values()]
             names = sorted({n for names in found for n in names})
             what = (f"the class{'es' if len(names) > 1 else ''} "
-                    f"{', '.join(map(repr, names))}" if names
+                    f"{', '.join(map(repr, names))} could not be found" if names
                     else "; ".join(str(e).splitlines()[0] for e in lost.values()))
             warnings.warn(
                 f"keras.saving.load_model: {type(self).__name__} {self.name!r} could not "
-                f"rebuild its saved compile {'/'.join(lost)} ({what} could not be found): it is "
+                f"rebuild its saved compile {'/'.join(lost)} ({what}): it is "
                 f"compiled with compile()'s default for {'it' if len(lost) == 1 else 'them'}"
                 f"{' and without the saved optimizer state' if 'optimizer' in lost else ''}. "
                 f"Pass custom_objects={{name: class}} to load_model, or register the class "
