@@ -245,7 +245,8 @@ class Task(KeepsVariablesOnError, keras.Model):
         and optimizer state recorded as other variables' is refused
         (`weights_files.check_optimizer_store`)."""
         check_archive_store(store)
-        check_optimizer_store(self, store)
+        if not self.__dict__.pop("_skip_saved_optimizer_record", False):  # compile_from_config
+            check_optimizer_store(self, store)
         keys = list(store.keys())
         seeds = sorted((k for k in keys if k.startswith("seed_generator_")),
                        key=lambda k: int(k.rsplit("_", 1)[1]))
@@ -512,10 +513,48 @@ class Task(KeepsVariablesOnError, keras.Model):
         """`keras.saving.load_model` of a compiled task: compiled again with its saved optimizer
         (AdamW and its schedule, as `compile` made them), losses and metrics, the optimizer built
         so that its saved moments and step count load. Keras compiles no model whose `compile`
-        is overridden (it warns), so a reloaded task trained on from a fresh optimizer."""
-        config = keras.saving.deserialize_keras_object(config)
-        self.compile(**config)
-        if self.built:
+        is overridden (it warns), so a reloaded task trained on from a fresh optimizer.
+
+        An entry this session cannot rebuild (a class of the user's own that is neither
+        registered nor in `custom_objects`, e.g. a learning-rate schedule defined in a script)
+        is left to `compile`'s default, with a warning naming it: the task loads, as keras-hub's
+        tasks do (which Keras never compiles from the file). Without its saved optimizer, the
+        file's optimizer state (another optimizer's) is skipped by the load that follows: the
+        optimizer starts fresh, as the warning says."""
+        rebuilt, lost = {}, {}
+        for key, value in config.items():
+            try:
+                rebuilt[key] = keras.saving.deserialize_keras_object(value)
+            except TypeError as error:  # Keras' "could not be deserialized" / "locate class"
+                lost[key] = error
+        if lost:
+            found = [re.findall(r"Could not locate (?:class|function) '([^']+)'", str(e))
+                     for e in lost.values()]
+            names = sorted({n for names in found for n in names})
+            what = (f"the class{'es' if len(names) > 1 else ''} "
+                    f"{', '.join(map(repr, names))} could not be found" if names
+                    else "; ".join(str(e).splitlines()[0] for e in lost.values()))
+            warnings.warn(
+                f"keras.saving.load_model: {type(self).__name__} {self.name!r} could not "
+                f"rebuild its saved compile {'/'.join(lost)} ({what}): it is "
+                f"compiled with compile()'s default for {'it' if len(lost) == 1 else 'them'}"
+                f"{' and without the saved optimizer state' if 'optimizer' in lost else ''}. "
+                f"Pass custom_objects={{name: class}} to load_model, or register the class "
+                f"with @keras.saving.register_keras_serializable(), to restore it.",
+                stacklevel=2)
+        self.compile(**rebuilt)
+        if "optimizer" in lost:
+            # `load_model` loads the file's state next (`load_own_variables`): not this
+            # optimizer's, so that load only skips it (Keras would assign it by position when
+            # the variable counts agree; our record check would refuse the other class).
+            optimizer = self.optimizer
+
+            def skip_saved_state(store):
+                del optimizer.load_own_variables
+
+            optimizer.load_own_variables = skip_saved_state
+            object.__setattr__(self, "_skip_saved_optimizer_record", True)
+        elif self.built:
             self.optimizer.build(self.trainable_variables)
 
     def _task_class_name(self):
