@@ -154,6 +154,28 @@ class Backbone(KeepsVariablesOnError, keras.Model):
         """The `keras.layers.Embedding` of token ids, for heads that tie their output to it."""
         return self.embeddings.token_embedding
 
+    # keras-hub's backbones are flat: `get_layer("pooled_dense")` (keras.io's data-parallel
+    # guide freezes it so), "token_embedding", "transformer_layer_0", ... Ours nest them
+    # (`embeddings`, `encoder`, `pooler`) and expose them as attributes of keras-hub's names.
+    KERAS_HUB_LAYER_NAMES = ("token_embedding", "position_embedding", "segment_embedding",
+                             "embeddings_layer_norm", "embeddings_dropout", "pooled_dense")
+
+    def get_layer(self, name=None, index=None):
+        """`keras.Model.get_layer`, also by keras-hub's layer names (`KERAS_HUB_LAYER_NAMES`,
+        `transformer_layer_{i}`) where this backbone has that layer."""
+        try:
+            return super().get_layer(name, index)
+        except ValueError:
+            layer = None
+            if name in self.KERAS_HUB_LAYER_NAMES:
+                layer = getattr(self, name, None)
+            elif name and name.startswith("transformer_layer_") and name[18:].isdigit():
+                layers = getattr(self, "transformer_layers", [])
+                layer = layers[int(name[18:])] if int(name[18:]) < len(layers) else None
+            if isinstance(layer, keras.layers.Layer):
+                return layer
+            raise
+
     def __call__(self, inputs, *args, **kwargs):
         inputs = complete_inputs(self, inputs)
         if not getattr(self, "_inputs_checked", False) and _outermost_call():
