@@ -45,6 +45,7 @@ setup(
             "matplotlib",
             "onnxruntime",
             "onnx",
+            "tensorboard",  # keras.io examples' TensorBoard callback (not a TF dependency)
         ],
         "analysis": ["matplotlib"],
     },

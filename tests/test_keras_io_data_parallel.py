@@ -23,7 +23,7 @@ from tests.conftest import TF_TEST_SETTINGS
 from tests.test_distribute import _result, _run, _wait
 
 EXAMPLE = r'''
-import os, sys, json, importlib.util
+import os, sys, json
 import numpy as np
 os.environ["KERAS_BACKEND"] = "tensorflow"
 import tensorflow as tf
@@ -121,13 +121,6 @@ with strategy.scope():
     )
     initial = model_dist.get_weights()
 
-    # TensorBoard's callback writes with tf.summary, which needs the `tensorboard` package
-    # (not a dependency of TensorFlow, Keras, keras-hub or ours; not installed here). Without
-    # it the example's fit fails in the first epoch with TensorFlow's own error, whatever the
-    # model: that error is checked below, and fit runs with the example's other callback.
-    if importlib.util.find_spec("tensorboard") is None:
-        result["tensorboard_installed"] = False
-        callbacks = callbacks[1:]
     history = model_dist.fit(
         wiki_train_ds, validation_data=wiki_val_ds, epochs=EPOCHS, callbacks=callbacks
     )
@@ -170,16 +163,7 @@ model_single = masked_lm(trained)
 result["evaluate_fixed_single"] = model_single.evaluate(fixed, verbose=0)
 model_single.set_weights(initial)
 result["evaluate_fixed_initial"] = model_single.evaluate(fixed, verbose=0)
-if result.get("tensorboard_installed", True):
-    result["tensorboard"] = sorted(os.listdir("logs"))
-else:
-    board = tf.keras.callbacks.TensorBoard(log_dir="./logs")
-    board.set_model(model_dist)
-    board.on_train_begin()
-    try:
-        board.on_epoch_end(0, {"loss": 1.0})
-    except Exception as e:
-        result["tensorboard_error"] = f"{type(e).__name__}: {e}"
+result["tensorboard"] = sorted(os.listdir("logs"))
 print(json.dumps(result))
 '''
 
@@ -252,11 +236,8 @@ def test_data_parallel_callbacks(data_parallel_run):
     printed = [line for line in out.splitlines() if line.startswith("Learning rate for epoch")]
     assert [line.split()[4] for line in printed] == ["1", "2"]
     assert [float(line.split()[-1]) for line in printed] == pytest.approx([2e-4, 2e-4])
-    if result.get("tensorboard_installed", True):
-        assert {"train", "validation"} <= set(result["tensorboard"])
-    else:  # TensorFlow's own error, whichever model the callback watches
-        assert result["tensorboard_error"].startswith(
-            "TBNotInstalledError: TensorBoard is not installed")
+    # TensorBoard wrote both logs (`tensorboard`, not a TensorFlow dependency: the dev extras).
+    assert {"train", "validation"} <= set(result["tensorboard"])
 
 
 # The example's `get_layer("bert_backbone").get_layer("pooled_dense")`: keras-hub's layer names.
