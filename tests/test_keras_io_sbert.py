@@ -14,8 +14,9 @@ TextClassifierPreprocessor, RobertaBackbone -> kb.models.RobertaBackbone), data 
 - Sizes: 2 training batches per fit (the example: 300 and 200), no validation pass (the
   example's 40 and 75 batches): see the fits.
 - The example sets KERAS_BACKEND=tensorflow (string inputs inside a functional model, tf.unstack
-  in its loss): TensorFlow only, as written. Its mixed_float16 policy is set for the regression fit, as
-  its first line sets it for the whole run; the comparisons and the triplet fit are float32.
+  in its loss): TensorFlow only, as written. Its mixed_float16 policy is set for the regression
+  fit, as its first line sets it for the whole run; the comparisons and the triplet fit are
+  float32.
 
 Our differences (README, "Differences from keras-hub"): the backbone returns a dict, so the
 example's `backbone(x)` is read as `backbone(x)["sequence_output"]`; `padding_mask` is int32 0/1
