@@ -30,14 +30,49 @@ GROUP_BY_LENGTH_BATCHES = 50  # HF's megabatch of group_by_length: 50 batches so
 
 def as_segments(x, who=None, expected=None):
     """keras-hub's convention: a tuple is segments (a sentence pair is a tuple of two batches);
-    anything else, a Python list of strings included, is one batch (or one string). `who`: each
-    segment is checked to be one batch of texts (`check_text_batch`: not a table, lists of
-    lists, a 2-D array), which `expected` describes."""
-    segments = x if isinstance(x, tuple) else (x,)
+    anything else, a Python list of strings included, is one batch (or one string). A column
+    of texts, an array or tensor of shape (batch, 1) (a `keras.Input(shape=(1,),
+    dtype="string")`, as Keras' `TextVectorization` takes it), is the batch of its texts
+    (`_text_column`). `who`: each segment is checked to be one batch of texts
+    (`check_text_batch`: not a table, lists of lists, another 2-D array), which `expected`
+    describes."""
+    segments = tuple(_text_column(s) for s in (x if isinstance(x, tuple) else (x,)))
     if who is not None:
         for segment in segments:
             check_text_batch(segment, who, expected)
     return segments
+
+
+def _text_column(batch):
+    """A (batch, 1) array or dense tensor (symbolic too; a tensor spec) -> its [batch] texts;
+    anything else (lists, tables, ragged or other shapes: `check_text_batch` names them) as it
+    is. A tensor of shape (batch, None) is taken for a column too, its width checked when it
+    runs: a dataset's `.batch()` of make_csv_dataset's [1] columns (the keras.io SBERT
+    example's) has no static width. So is a tensor of unknown rank, [batch] or (batch, 1) when
+    it runs: a traced call that met both (`_traced_call`, `reduce_retracing`) relaxes the rank."""
+    if isinstance(batch, (str, bytes, list, dict, tf.RaggedTensor, tf.RaggedTensorSpec)) or \
+            hasattr(batch, "columns"):
+        return batch
+    try:
+        dims = tuple(batch.shape)
+    except (AttributeError, TypeError, ValueError):  # no shape, or of unknown rank
+        dims = None if isinstance(batch, tf.Tensor) else ()
+    if dims is not None and (len(dims) != 2 or dims[1] not in (1, None)):
+        return batch
+    if isinstance(batch, tf.TensorSpec):
+        return tf.TensorSpec(dims[:1], batch.dtype)
+    if (dims is None or dims[1] is None) and isinstance(batch, tf.Tensor):
+        rank = tf.rank(batch)
+        batch = _assert_then(batch, (rank >= 1) & (rank <= 2),
+                             "A tensor of texts is a batch [B] or a (batch, 1) column of "
+                             "texts; got one of rank {}.", tf.reshape(rank, [1]))
+        width = tf.reduce_prod(tf.shape(batch)[1:], keepdims=True)
+        batch = _assert_then(batch, width[0] == 1,
+                             "A rank-2 tensor of texts is read as a (batch, 1) column of "
+                             "texts; got {} texts in a row: pass a [batch] tensor of texts, "
+                             "or a (batch, 1) one.", width)
+        return tf.reshape(batch, [-1])
+    return batch[:, 0]
 
 
 def check_fits_positions(sequence_length, limit, backbone_name):
