@@ -37,18 +37,23 @@ def export(out):
     spiece = os.path.join(out, "xlnet_spiece.model")
     lines = [f"The film number {i} was great and the plot was dull {i % 7}." for i in range(300)]
     train_xlnet_sentencepiece_model(lines * 3, 60, output_file=spiece)
-    # BERT (every task), ELECTRA, SpanBERT, Distiller and XLNet pretrainers: the test cases
-    # (the XLNet classifier with its own SentencePiece tokenizer, as test_export exports it)
-    models = [("bert+" + name, model, inputs,
-               name in ("question_answerer", "XLNetPretrainer", "xlnet_text_classifier"))
-              for name, model, inputs, *_ in te.cases(te.tokenizer(),
-                                                      os.path.join(minilm, "vocab.txt"), spiece)]
+    # test_export's cases (BERT's backbone and every BERT task; ALBERT's, ELECTRA's, SpanBERT's
+    # and XLNet's tasks and pretrainers, DistilBERT's classifier, a Distiller, SentenceEncoders
+    # pooling "mean" and "cls"), each named by its family: exported with its own preprocessor
+    # (its tokenizer: WordPiece, the real vocabulary, SentencePiece), a bare backbone with the
+    # test's tokenizer
+    shared = {"sequence_length": te.SEQ, "tokenizer": te.tokenizer()}
+    cases = {name: (model, inputs) for name, model, inputs, *_ in te.cases(
+        te.tokenizer(), os.path.join(minilm, "vocab.txt"), spiece)}
+    models = [(f"{_family(model)}+{name}", model, inputs,
+               {} if getattr(model, "preprocessor", None) is not None else shared)
+              for name, (model, inputs) in cases.items()]
     # MiniLM (real weights) classifier
     clf = kb.tasks.TextClassifier.from_preset(minilm, num_classes=2, sequence_length=64)
     models.append(("minilm+text_classifier", clf,
                    {"text": ["A gripping, beautifully shot film.", "Dull and far too long.", ""]},
-                   True))
-    # RoBERTa (byte-level BPE), ALBERT (SentencePiece), DistilBERT
+                   {}))
+    # RoBERTa (byte-level BPE), ALBERT (SentencePiece)
     docs = corpus.default_corpus().take(800)
     bpe = os.path.join(out, "bpe")
     kb.preprocessing.train_byte_pair_vocabulary(docs, 1000, output_dir=bpe)
@@ -59,18 +64,18 @@ def export(out):
                                                 max_sequence_length=32)
     models.append(("roberta+masked_lm", kb.tasks.MaskedLM(
         roberta(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(bpe_tok, 16)),
-        {"text": texts}, True))
+        {"text": texts}, {}))
     models.append(("roberta+text_classifier", kb.tasks.TextClassifier(
         roberta(), num_classes=3, preprocessor=ft.TextClassifierPreprocessor(bpe_tok, 16)),
-        {"text": texts}, True))
+        {"text": texts}, {}))
     sp_path = os.path.join(out, "albert_spiece.model")
     kb.preprocessing.tokenizers.train_sentencepiece_model(docs, 400, output_file=sp_path)
     sp_tok = kb.preprocessing.SentencePieceTokenizer(sp_path)
     albert = kb.models.AlbertBackbone(sp_tok.vocabulary_size(), 2, 2, 8, 16, 32,
                                       max_sequence_length=32)
-    models.append(("albert+AlbertPretrainer", kb.tasks.AlbertPretrainer(
+    models.append(("albert+AlbertPretrainer_sentencepiece", kb.tasks.AlbertPretrainer(
         albert, preprocessor=kb.preprocessing.MaskedLMPreprocessor(sp_tok, 16)),
-        {"text_a": ["The [MASK] was great.", "Zoë"], "text_b": ["A plot.", ""]}, True))
+        {"text_a": ["The [MASK] was great.", "Zoë"], "text_b": ["A plot.", ""]}, {}))
     # ALBERT question answering (lowercasing SentencePiece): tf-text's SentencePiece offsets
     # mapped back through ALBERT's normalization, in strided windows
     albert_qa_tok = kb.preprocessing.SentencePieceTokenizer(sp_path, lowercase=True)
@@ -79,11 +84,7 @@ def export(out):
                                  max_sequence_length=48),
         preprocessor=ft.QuestionAnswererPreprocessor(albert_qa_tok, 48, stride=16,
                                                      max_question_length=16)),
-        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, True))
-    distil = kb.models.DistilBertBackbone(len(te.VOCAB), 2, 2, 16, 32, max_sequence_length=32)
-    models.append(("distilbert+text_classifier", kb.tasks.TextClassifier(
-        distil, num_classes=2, preprocessor=ft.TextClassifierPreprocessor(te.tokenizer(), 16)),
-        {"text": te.TEXT_A}, True))
+        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, {}))
     # Longformer (sliding-window + global attention: its banded ops), WordPiece here; its QA
     # answer path (global attention on the question) with the real vocabulary
     def longformer(vocab=len(te.VOCAB)):
@@ -92,67 +93,109 @@ def export(out):
     masked = ["the [MASK] was great", "a [MASK] plot [MASK]", "[MASK]"]
     models.append(("longformer+masked_lm", kb.tasks.MaskedLM(
         longformer(), preprocessor=kb.preprocessing.MaskedLMPreprocessor(te.tokenizer(), te.SEQ)),
-        {"text": masked}, True))
+        {"text": masked}, {}))
     models.append(("longformer+text_classifier", kb.tasks.TextClassifier(
         longformer(), num_classes=3, preprocessor=ft.TextClassifierPreprocessor(te.tokenizer(),
                                                                                 te.SEQ)),
-        {"text": te.TEXT_A}, True))
+        {"text": te.TEXT_A}, {}))
     real = kb.preprocessing.WordPieceTokenizer(os.path.join(minilm, "vocab.txt"), lowercase=True)
     models.append(("longformer+question_answerer", kb.tasks.QuestionAnswerer(
         longformer(real.vocabulary_size()), preprocessor=ft.QuestionAnswererPreprocessor(
             real, 48, stride=16, max_question_length=16)),
-        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, True))
+        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, {}))
     # Multiple choice: global attention on the choice, derived in the graph from the ids
     choices = {"prompt": te.TEXT_A, "choices": [[b, a] for a, b in zip(te.TEXT_A, te.TEXT_B)]}
     models.append(("longformer+multiple_choice", kb.tasks.MultipleChoice(
         longformer(), preprocessor=ft.MultipleChoicePreprocessor(te.tokenizer(), te.SEQ)),
-        choices, True))
+        choices, {}))
     # XLNet fine-tuned (the content stream alone, relative attention; SentencePiece)
     xlnet_tok = kb.preprocessing.XLNetTokenizer(spiece)
     models.append(("xlnet+multiple_choice", kb.tasks.MultipleChoice(
         kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32),
         preprocessor=ft.MultipleChoicePreprocessor(xlnet_tok, 16)),
         {"prompt": ["The film was great.", "Dull plot 3."],
-         "choices": [["A plot.", ""], ["Zoë 7", "The film."]]}, True))
+         "choices": [["A plot.", ""], ["Zoë 7", "The film."]]}, {}))
     models.append(("xlnet+text_classifier", kb.tasks.TextClassifier(
         kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32), num_classes=2,
         preprocessor=ft.TextClassifierPreprocessor(xlnet_tok, 16)),
-        {"text": ["The film was great.", "Dull plot 3.", ""]}, True))
+        {"text": ["The film was great.", "Dull plot 3.", ""]}, {}))
     models.append(("xlnet+token_classifier", kb.tasks.TokenClassifier(
         kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32), num_classes=3,
         preprocessor=ft.TokenClassifierPreprocessor(xlnet_tok, 16)),
-        {"text": ["The film was great.", "Dull plot 3.", ""]}, True))
+        {"text": ["The film was great.", "Dull plot 3.", ""]}, {}))
     # XLNet's QA windows (context <sep> question <sep> <cls>, left padded) and their answers as
     # character offsets of its SentencePiece pieces, mapped back through XLNet's normalization
-    models.append(("xlnet+question_answerer", kb.tasks.QuestionAnswerer(
+    # (weights 3x their initial scale: at 1x a piece repeated in a window, "i" of "in" and of
+    # "Zürich", got end logits one float32 ulp apart, 0.19321632 and 0.19321635 in TF 2.21,
+    # equal in TF 2.12.1, and the argmax, so the served answer, differed between the two)
+    xlnet_qa = kb.tasks.QuestionAnswerer(
         kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 2, 2, 16, 32),
         preprocessor=ft.QuestionAnswererPreprocessor(xlnet_tok, 32, stride=8,
-                                                     max_question_length=8)),
-        {"question": te.QA_QUESTIONS + ["Who met Zoë?"], "context": te.QA_CONTEXTS + [
-            " ".join(f"Zoë met Ada {j} times in Zürich, café {j}." for j in range(5))]}, True))
+                                                     max_question_length=8))
+    for w in xlnet_qa.weights:
+        w.assign(w * 3.0)
+    models.append(("xlnet+question_answerer", xlnet_qa, {
+        "question": te.QA_QUESTIONS + ["Who met Zoë?"], "context": te.QA_CONTEXTS + [
+            " ".join(f"Zoë met Ada {j} times in Zürich, café {j}." for j in range(5))]}, {}))
 
     # RoBERTa's tagger (HF's split words, each after a space) and QA (byte-level BPE offsets)
     models.append(("roberta+token_classifier", kb.tasks.TokenClassifier(
         roberta(), num_classes=3, preprocessor=ft.TokenClassifierPreprocessor(bpe_tok, 16)),
-        {"text": texts}, True))
+        {"text": texts}, {}))
     models.append(("roberta+question_answerer", kb.tasks.QuestionAnswerer(
         kb.models.RobertaBackbone(bpe_tok.vocabulary_size(), 2, 2, 16, 32,
                                   max_sequence_length=64),
         preprocessor=ft.QuestionAnswererPreprocessor(bpe_tok, 48, stride=16,
                                                      max_question_length=16)),
-        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, True))
+        {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS}, {}))
     # a bare Longformer backbone: global_attention_mask is a token_ids input (its row cap
     # checked in the graph)
-    models.append(("longformer+backbone", longformer(), {"text": te.TEXT_A}, False))
+    models.append(("longformer+backbone", longformer(), {"text": te.TEXT_A}, shared))
 
+    # What users export besides (README; each case of test_export exported once more): a
+    # SentenceEncoder's other modes ("max" on RoBERTa's byte-level BPE, "cls" read first on
+    # DistilBERT, "max" on XLNet: `[CLS] A [SEP]` padded on the right, not XLNet's layout), a
+    # QuestionAnswerer answering "" where no answer beats the null score (the CLI's
+    # --handle-impossible-answer), a fixed-length string signature (dynamic_padding=False), a
+    # classifier with pruned heads, and a bare RoBERTa encoder with its pretraining preset's
+    # preprocessor (the CLI's export of a pretraining preset)
+    def encoder(backbone, mode, tokenizer):
+        return kb.tasks.SentenceEncoder(backbone, pooling_mode=mode,
+                                        preprocessor=ft.TextClassifierPreprocessor(tokenizer, 16))
+
+    models.append(("roberta+sentence_encoder_max", encoder(roberta(), "max", bpe_tok),
+                   {"text": texts}, {}))
+    models.append(("distil_bert+sentence_encoder_cls", encoder(
+        kb.models.DistilBertBackbone(len(te.VOCAB), 1, 2, 16, 32, max_sequence_length=32),
+        "cls", te.tokenizer()), {"text": te.TEXT_A}, {}))
+    models.append(("xlnet+sentence_encoder_max", encoder(
+        kb.models.XLNetBackbone(xlnet_tok.vocabulary_size(), 1, 2, 16, 32), "max", xlnet_tok),
+        {"text": ["The film was great.", "Dull plot 3.", ""]}, {}))
+    # (threshold -0.2: its null scores are 0.16-0.24 below its best spans', so some examples
+    # answer "" and one keeps its span)
+    models.append(("bert+question_answerer_impossible", cases["question_answerer"][0],
+                   {"question": te.QA_QUESTIONS, "context": te.QA_CONTEXTS},
+                   {"handle_impossible_answer": True, "null_score_diff_threshold": -0.2}))
+    clf, clf_inputs = cases["text_classifier"]
+    models.append(("bert+text_classifier_fixed_length", clf, clf_inputs,
+                   {"dynamic_padding": False}))
+    models.append(("bert+text_classifier_pruned", kb.analysis.prune_heads(clf, {0: [1]}),
+                   clf_inputs, {}))
+    models.append(("roberta+backbone", roberta(), {"text": texts},
+                   {"preprocessor": kb.preprocessing.MaskedLMPreprocessor(bpe_tok, 16)}))
+
+    names = [name for name, *_ in models]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # each is a directory of its own
+        raise ValueError(f"Model names repeated: {', '.join(repeated)}.")
     jobs, problems = [], []
-    for name, model, inputs, own in models:
+    for name, model, inputs, kwargs in models:
         path = os.path.join(out, name, "1")
-        kwargs = {} if own else {"sequence_length": te.SEQ, "tokenizer": te.tokenizer()}
         kb.export.export_saved_model(model, path, **kwargs)
         kb.export.audit_ops(path, tf_text="2.12.1")
         loaded = tf.saved_model.load(path)
-        length = kwargs.get("sequence_length") or model.preprocessor.sequence_length
+        length = kwargs.get("sequence_length") or (kwargs.get("preprocessor") or
+                                                   model.preprocessor).sequence_length
         backbone = getattr(model, "backbone", model)
         requests = []
         for request, signature, feed, refused in _requests(
@@ -185,6 +228,12 @@ def export(out):
     for problem in problems:  # in the exporting process already: left out of jobs.json
         print("PROBLEM " + problem, flush=True)
     return 1 if problems else 0
+
+
+def _family(model):
+    """The family of a backbone, or of a task's (a Distiller's: its student's) backbone."""
+    model = getattr(model, "student", model)
+    return getattr(model, "backbone", model).family
 
 
 # bytes that are not UTF-8: a lone continuation byte, a truncated sequence, a surrogate's
