@@ -285,6 +285,17 @@ def _shape(values):
         return ()
 
 
+def dataset_label_shape(x):
+    """The labels' shape (batched: its first dim None) of a dataset of model inputs and labels,
+    `(features dict, labels[, sample_weight])`; () for anything else (labels given apart, raw
+    text, whose preprocessor checks its labels)."""
+    spec = getattr(x, "element_spec", None)
+    if isinstance(spec, tuple) and len(spec) > 1 and isinstance(spec[0], dict) and \
+            hasattr(spec[1], "shape"):
+        return spec[1].shape
+    return ()
+
+
 def _flat_values(labels):
     """Every value of an array, a tensor, a ragged tensor or nested (ragged) lists, flattened."""
     if hasattr(labels, "flat_values"):  # tf.RaggedTensor
