@@ -419,16 +419,21 @@ def test_our_task_scores_the_example_s_features_as_the_example_s_model(example):
     rng = np.random.default_rng(0)
     try:
         # A head of larger weights than one epoch at a 1e-6 rate leaves (its options' scores
-        # tie within 1e-5): options apart, so that a mixed-up option order would show.
-        classifier.head.set_weights([rng.normal(0, 100, w.shape).astype("float32")
-                                     for w in trained])
+        # tie within 1e-5): options apart, so that a mixed-up option order would show. (The
+        # tiny backbone's pooled outputs of one row's options differ by ~1e-4; its trained
+        # weights vary from run to run: the example's pipeline is not deterministic.)
+        kernel, bias = trained
+        classifier.head.set_weights([rng.normal(0, 1000, kernel.shape).astype("float32"),
+                                     np.zeros_like(bias)])
         task = _our_task(example)
         theirs = _logits(example["model"], x)
-        assert np.ptp(theirs, axis=-1).min() > 1e-2, theirs
         logits = to_numpy(task(x, training=False))  # (B, 4): the example's softmax inputs
-        np.testing.assert_allclose(logits, theirs, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(logits, theirs, rtol=1e-5, atol=1e-4)
+        centered, theirs_centered = (v - v.mean(-1, keepdims=True) for v in (logits, theirs))
+        assert np.ptp(theirs_centered, axis=-1).min() > 2e-2, theirs
+        np.testing.assert_allclose(centered, theirs_centered, atol=2e-3)
         np.testing.assert_allclose(to_numpy(keras.ops.softmax(logits)),
-                                   to_numpy(example["model"](x, training=False)), atol=1e-5)
+                                   to_numpy(example["model"](x, training=False)), atol=1e-4)
     finally:
         classifier.head.set_weights(trained)
 
@@ -450,6 +455,9 @@ def test_our_task_takes_the_example_s_dataset_and_callbacks(example):
     # its scheduler. (Its checkpoint monitors val_accuracy: the task's metric is "accuracy".
     # No validation here: one more compiled step, checked by the example's own fit above.)
     train_ds = example["train_ds"].map(lambda x, y: (x, tf.argmax(y, axis=-1)))
+    with pytest.raises(TypeError, match=r"created with a `LearningRateSchedule`"):
+        task.fit(train_ds, callbacks=[example["get_lr_callback"](CFG.batch_size)],
+                 steps_per_epoch=1, verbose=0)  # (at the epoch's start: nothing compiled)
     task.compile(optimizer=keras.optimizers.AdamW(5e-6))
     history = task.fit(train_ds, epochs=1, callbacks=[example["get_lr_callback"](CFG.batch_size)],
                        steps_per_epoch=1, verbose=0).history
