@@ -507,3 +507,13 @@ def test_one_hot_labels_in_a_dataset_of_model_inputs_are_named_on_every_backend(
     for labels in (np.array([0, 2, 1, 0]), np.array([[0], [2], [1], [0]])):
         ds = tf.data.Dataset.from_tensor_slices((features, labels)).batch(2)
         task._prepare(ds)  # the label check only: no step compiled
+    # TextClassifier alike: one-hot rows were named in memory, failed inside the step in a
+    # dataset ("Incompatible shapes: [2] vs. [6]" on TF).
+    classifier = kb.tasks.TextClassifier(backbone, num_classes=3, preprocessor=None)
+    rows = {k: v[:, 0] for k, v in features.items()}
+    ds = tf.data.Dataset.from_tensor_slices((rows, one_hot)).batch(2)
+    with pytest.raises(ValueError, match=r"got labels of shape \(None, 3\), one-hot or "
+                                         r"probabilities \(num_classes=3\)\. Pass np\.argmax"
+                                         r"\(y, axis=-1\) \(a dataset: ds\.map"):
+        classifier.fit(ds, verbose=0)
+    classifier._prepare(tf.data.Dataset.from_tensor_slices((rows, [0, 2, 1, 0])).batch(2))

@@ -134,14 +134,19 @@ class TextClassifier(Task):
                                           pad_to_multiple_of=pad_to_multiple_of, **kwargs)
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
-        shape = _shape(y)
+        # A dataset's labels by their spec (one-hot rows failed inside the train step:
+        # "Incompatible shapes").
+        shape = _shape(y) if y is not None else dataset_label_shape(x)
         if self.num_classes > 1:
             check_one_label_per_example(y, "TextClassifier", "class id")
-            if len(shape) == 2 and shape[1] == self.num_classes and not _multi_hot(y):
+            if len(shape) == 2 and shape[1] == self.num_classes and (
+                    y is None or not _multi_hot(y)):
                 raise ValueError(
                     f"TextClassifier takes one class id per example, labels of shape (N,); got "
                     f"labels of shape {shape}, one-hot or probabilities (num_classes="
-                    f"{self.num_classes}). Pass np.argmax(y, axis=-1).")
+                    f"{self.num_classes}). Pass np.argmax(y, axis=-1)" + (
+                        "." if y is not None else
+                        " (a dataset: ds.map(lambda x, y: (x, tf.argmax(y, axis=-1)))."))
             check_label_shape(shape, "TextClassifier", "class id", MULTI_LABEL)
             check_label_values(y, self.num_classes)
         else:
@@ -291,8 +296,8 @@ def dataset_label_shape(x):
     text, whose preprocessor checks its labels)."""
     spec = getattr(x, "element_spec", None)
     if isinstance(spec, tuple) and len(spec) > 1 and isinstance(spec[0], dict) and \
-            hasattr(spec[1], "shape"):
-        return spec[1].shape
+            getattr(getattr(spec[1], "shape", None), "rank", None) is not None:
+        return tuple(spec[1].shape)
     return ()
 
 
