@@ -28,7 +28,9 @@ Sections of the example and what happened to them:
 
 Then the example's data goes to this library's own `kb.tasks.MultipleChoice`, whose head is HF's
 `*ForMultipleChoice` (dropout -> Dense(1) on the pooled output), the layout the example builds by
-hand with `num_classes=1`.
+hand with `num_classes=1`: on the same weights and features it scores as the example's model.
+Fed the example's dataset (one-hot labels) it failed inside the train step with a shape error;
+it now names the labels' shape and the `tf.argmax` map (TextClassifier likewise).
 """
 import re
 
@@ -352,6 +354,17 @@ def test_options_and_preprocessing(example):
         "token_ids": (4, CFG.sequence_length), "segment_ids": (4, CFG.sequence_length),
         "padding_mask": (4, CFG.sequence_length)}
     assert valid_df[0].options[0] == f"{valid_df[0].startphrase}\n{valid_df[0].ending0}"
+    # keras-hub's BERT preprocessor on the same vocabulary packs the options alike (its
+    # padding_mask bool: README, Differences from keras-hub).
+    import keras_hub
+
+    preprocessor = example["preprocessor"]
+    hub = keras_hub.models.BertTextClassifierPreprocessor(
+        keras_hub.models.BertTokenizer(vocabulary=preprocessor.tokenizer.get_vocabulary(),
+                                       lowercase=True), sequence_length=CFG.sequence_length)
+    hub_outs = hub(example["train_df"][0].options)
+    for k, v in outs.items():
+        np.testing.assert_array_equal(to_numpy(v), to_numpy(hub_outs[k]).astype(v.dtype.name))
     x, y = next(iter(example["train_ds"]))
     assert x["token_ids"].shape == (CFG.batch_size, 4, CFG.sequence_length)
     assert y.shape == (CFG.batch_size, 4) and y.dtype.is_floating  # one-hot
