@@ -530,3 +530,11 @@ def test_one_hot_labels_in_a_dataset_of_model_inputs_are_named_on_every_backend(
                                          r"\(y, axis=-1\) \(a dataset: ds\.map"):
         classifier.fit(ds, verbose=0)
     classifier._prepare(tf.data.Dataset.from_tensor_slices((rows, [0, 2, 1, 0])).batch(2))
+    # Labels of a width the spec leaves unknown (a generator's) are left to the values' checks:
+    # a regressor's (B, 1) targets declared (None, None) were refused as multi-target.
+    regressor = kb.tasks.TextClassifier(backbone, num_classes=1, preprocessor=None)
+    unknown = tf.data.Dataset.from_generator(
+        lambda: iter([(rows, np.ones((4, 1), "float32"))]),
+        output_signature=({k: tf.TensorSpec((None, None), tf.int32) for k in rows},
+                          tf.TensorSpec((None, None), tf.float32)))
+    regressor._prepare(unknown)

@@ -293,10 +293,12 @@ def _shape(values):
 def dataset_label_shape(x):
     """The labels' shape (batched: its first dim None) of a dataset of model inputs and labels,
     `(features dict, labels[, sample_weight])`; () for anything else (labels given apart, raw
-    text, whose preprocessor checks its labels)."""
+    text, whose preprocessor checks its labels) and for labels of a width the spec leaves
+    unknown (a generator's or `padded_batch`'s: their values are checked as they come)."""
     spec = getattr(x, "element_spec", None)
     if isinstance(spec, tuple) and len(spec) > 1 and isinstance(spec[0], dict) and \
-            getattr(getattr(spec[1], "shape", None), "rank", None) is not None:
+            getattr(getattr(spec[1], "shape", None), "rank", None) is not None and \
+            None not in tuple(spec[1].shape)[1:]:
         return tuple(spec[1].shape)
     return ()
 
