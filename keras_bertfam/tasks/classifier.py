@@ -134,14 +134,19 @@ class TextClassifier(Task):
                                           pad_to_multiple_of=pad_to_multiple_of, **kwargs)
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
-        shape = _shape(y)
+        # A dataset's labels by their spec (one-hot rows failed inside the train step:
+        # "Incompatible shapes").
+        shape = _shape(y) if y is not None else dataset_label_shape(x)
         if self.num_classes > 1:
             check_one_label_per_example(y, "TextClassifier", "class id")
-            if len(shape) == 2 and shape[1] == self.num_classes and not _multi_hot(y):
+            if len(shape) == 2 and shape[1] == self.num_classes and (
+                    y is None or not _multi_hot(y)):
                 raise ValueError(
                     f"TextClassifier takes one class id per example, labels of shape (N,); got "
                     f"labels of shape {shape}, one-hot or probabilities (num_classes="
-                    f"{self.num_classes}). Pass np.argmax(y, axis=-1).")
+                    f"{self.num_classes}). Pass np.argmax(y, axis=-1)" + (
+                        "." if y is not None else
+                        " (a dataset: ds.map(lambda x, y: (x, tf.argmax(y, axis=-1)))."))
             check_label_shape(shape, "TextClassifier", "class id", MULTI_LABEL)
             check_label_values(y, self.num_classes)
         else:
@@ -283,6 +288,19 @@ def _shape(values):
         return np.shape(values)
     except ValueError:  # ragged lists
         return ()
+
+
+def dataset_label_shape(x):
+    """The labels' shape (batched: its first dim None) of a dataset of model inputs and labels,
+    `(features dict, labels[, sample_weight])`; () for anything else (labels given apart, raw
+    text, whose preprocessor checks its labels) and for labels of a width the spec leaves
+    unknown (a generator's or `padded_batch`'s: their values are checked as they come)."""
+    spec = getattr(x, "element_spec", None)
+    if isinstance(spec, tuple) and len(spec) > 1 and isinstance(spec[0], dict) and \
+            getattr(getattr(spec[1], "shape", None), "rank", None) is not None and \
+            None not in tuple(spec[1].shape)[1:]:
+        return tuple(spec[1].shape)
+    return ()
 
 
 def _flat_values(labels):

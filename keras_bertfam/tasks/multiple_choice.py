@@ -9,6 +9,7 @@ from keras_bertfam.tasks.classifier import (
     _shape,
     build_classification_head,
     check_label_values,
+    dataset_label_shape,
     check_one_label_per_example,
     class_outputs,
     classification_logits,
@@ -114,7 +115,10 @@ class MultipleChoice(Task):
         return class_outputs(ops.cast(outputs, "float32"))
 
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True, **kwargs):
-        check_label_shape(_shape(y), "MultipleChoice", "choice label", ONE_CHOICE_LABEL)
+        # A dataset's labels by their spec: one-hot rows (keras.io's multiple-choice example
+        # feeds `to_categorical` labels) failed inside the train step ("Incompatible shapes").
+        check_label_shape(_shape(y) if y is not None else dataset_label_shape(x),
+                          "MultipleChoice", "choice label", ONE_CHOICE_LABEL)
         if y is not None and isinstance(x, dict):  # model inputs (B, C, T)
             check_label_values(y, int(x["token_ids"].shape[1]), what="choice label",
                                count="number of choices")
