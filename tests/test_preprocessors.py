@@ -417,7 +417,7 @@ def test_a_byte_pair_preprocessor_returns_roberta_s_inputs_as_keras_hub():
     x = pre(_PAIRS)
     theirs = keras_hub.models.RobertaTextClassifierPreprocessor(
         keras_hub.models.RobertaTokenizer(vocabulary=_BPE, merges=_MERGES), sequence_length=12)
-    assert set(x) == set(theirs(_PAIRS)) == {"token_ids", "padding_mask"}
+    assert set(x) == set(theirs(x=_PAIRS)) == {"token_ids", "padding_mask"}
     backbone = kb.models.RobertaBackbone(vocabulary_size=len(_BPE), **_TINY)
     _check_feeds_a_custom_model(x, backbone)
     mlm = kb.preprocessing.MaskedLMPreprocessor(tokenizer, sequence_length=12, seed=0)
@@ -451,7 +451,7 @@ def test_a_preset_preprocessor_returns_its_backbone_s_inputs(tmp_path):
     x = pre(_PAIRS)
     theirs = keras_hub.models.DistilBertTextClassifierPreprocessor(
         keras_hub.models.DistilBertTokenizer(vocabulary=_WORDS), sequence_length=12)
-    assert set(x) == set(theirs(_PAIRS)) == {"token_ids", "padding_mask"}
+    assert set(x) == set(theirs(x=_PAIRS)) == {"token_ids", "padding_mask"}
     _check_feeds_a_custom_model(x, backbone)
     mlm = kb.preprocessing.MaskedLMPreprocessor.from_preset(path, sequence_length=12, seed=0)
     theirs = keras_hub.models.DistilBertMaskedLMPreprocessor(
