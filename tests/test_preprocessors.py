@@ -409,25 +409,31 @@ def _check_feeds_a_custom_model(x, backbone):
                                model.predict({k: x[k] for k in backbone.input}, verbose=0))
 
 
-def test_a_byte_pair_preprocessor_returns_roberta_s_inputs_as_keras_hub():
+def test_a_roberta_preprocessor_returns_roberta_s_inputs_as_keras_hub():
+    """Attached to a RoBERTa task, or built with segment_ids=False: a byte-level BPE vocabulary
+    alone is RoBERTa's or Longformer's (whose tasks read `segment_ids`): kept by default."""
     import keras_hub
 
     tokenizer = kb.preprocessing.BytePairTokenizer(_BPE, _MERGES)
+    backbone = kb.models.RobertaBackbone(vocabulary_size=len(_BPE), **_TINY)
     pre = kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=12)
+    assert "segment_ids" in pre(_PAIRS)
+    kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre)
+    assert set(pre(_PAIRS)) == {"token_ids", "padding_mask"}
+    pre = kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=12,
+                                                      segment_ids=False)
     x = pre(_PAIRS)
     theirs = keras_hub.models.RobertaTextClassifierPreprocessor(
         keras_hub.models.RobertaTokenizer(vocabulary=_BPE, merges=_MERGES), sequence_length=12)
     assert set(x) == set(theirs(x=_PAIRS)) == {"token_ids", "padding_mask"}
-    backbone = kb.models.RobertaBackbone(vocabulary_size=len(_BPE), **_TINY)
     _check_feeds_a_custom_model(x, backbone)
     mlm = kb.preprocessing.MaskedLMPreprocessor(tokenizer, sequence_length=12, seed=0)
+    assert "segment_ids" in mlm(_PAIRS[0])[0]
+    kb.tasks.MaskedLM(backbone, preprocessor=mlm)
     theirs = keras_hub.models.RobertaMaskedLMPreprocessor(
         keras_hub.models.RobertaTokenizer(vocabulary=_BPE, merges=_MERGES), sequence_length=12)
     assert set(mlm(_PAIRS[0])[0]) == set(theirs(_PAIRS[0])[0]) == {
         "token_ids", "padding_mask", "mask_positions"}
-    # asked for explicitly: kept
-    assert "segment_ids" in kb.preprocessing.TextClassifierPreprocessor(
-        tokenizer, sequence_length=12, segment_ids=True)(_PAIRS)
 
 
 def _family_preset(tmp_path, backbone_cls, tokenizer):

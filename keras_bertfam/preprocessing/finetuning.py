@@ -296,9 +296,10 @@ class ReturnsModelInputs:
     def returns_segment_ids(self):
         """`segment_ids` if a bool; "auto": XLNet's layout has them; else the task this is
         attached to (`check_backbone_and_preprocessor`: whether its backbones take them), else
-        the preset it was loaded from (`from_preset`: its backbone's config), else the
-        tokenizer: a byte-level BPE tokenizer's families (RoBERTa; Longformer, whose backbone
-        does not embed them either) take none, the others do."""
+        the preset it was loaded from (`from_preset`: its backbone's config), else True: a
+        tokenizer alone does not tell the family (a byte-level BPE vocabulary is RoBERTa's or
+        Longformer's, whose QA / multiple-choice global attention reads them; a WordPiece one
+        BERT's, ELECTRA's or DistilBERT's)."""
         if getattr(self, "packing_layout", None) == "xlnet":
             return True
         if self.segment_ids != "auto":
@@ -307,7 +308,7 @@ class ReturnsModelInputs:
                       self.__dict__.get("_preset_segment_ids")):
             if found is not None:
                 return found
-        return getattr(self.tokenizer, "kind", None) != "byte_pair"
+        return True
 
     def model_inputs(self, features):
         """Packed features (a dict) without `segment_ids` where `returns_segment_ids` is False."""
