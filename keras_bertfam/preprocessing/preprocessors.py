@@ -478,9 +478,9 @@ class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
 
     Returns `(x, mask_ids, mask_weights)` with x = {token_ids, segment_ids, padding_mask,
     mask_positions}: keras-hub's format. A new mask is drawn every time an example is seen.
-    `segment_ids="auto"` (default): x holds `segment_ids` only for a backbone that takes them
-    (not RoBERTa's or DistilBERT's, as keras-hub's `RobertaMaskedLMPreprocessor`;
-    `ReturnsModelInputs`); True / False: always / never.
+    `segment_ids="auto"` (default): no `segment_ids` when the task's or the preset's backbone
+    takes none (RoBERTa's, DistilBERT's: keras-hub's `RobertaMaskedLMPreprocessor`'s keys;
+    `ReturnsModelInputs`), else returned; True / False: always / never.
 
     keras-hub's arguments: `truncate` ("round_robin", or "waterfall": the first segment keeps
     what fits; `packing="segments"`), `mask_selection_rate`, `mask_selection_length`,
