@@ -378,3 +378,132 @@ def test_keras_hub_s_masking_and_truncation_arguments_are_taken(tokenizer, tmp_p
     nsp = kb.tasks.BertPretrainer.from_preset("bert_tiny_en_uncased", load_weights=False,
                                               sequence_length=16, mask_token_rate=0.5)
     assert nsp.preprocessor.masker.mask_token_rate == 0.5
+
+
+# === Model inputs of the family: no `segment_ids` where the backbone takes none ===
+# A user's functional model over `backbone.input` (keras.io's "Getting Started", fine-tuning a
+# custom model) given a dict with one key more than its inputs is matched BY POSITION by Keras
+# (sorted keys, with a warning): `segment_ids` was read as `token_ids`, silently.
+_MERGES = ["Ġ q", "u i", "c k", "ui ck", "Ġq uick", "Ġ f", "o x", "Ġf ox"]
+_BPE = {"<s>": 0, "<pad>": 1, "</s>": 2, "<mask>": 3, "<unk>": 4, "a": 5, "Ġquick": 6, "Ġfox": 7}
+for _part in [p for m in _MERGES for p in m.split()] + ["Ġq", "ui", "ck", "uick", "Ġf", "ox"]:
+    _BPE.setdefault(_part, len(_BPE))
+_WORDS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "a", "quick", "fox", "the", "film"]
+_TINY = dict(num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32,
+             max_sequence_length=16)
+_PAIRS = (tf.constant(["a quick fox", "the film"]), tf.constant(["a fox", "quick quick"]))
+
+
+def _custom_model(backbone):
+    """keras.io's custom model over a backbone's own inputs."""
+    import keras
+
+    h = backbone(backbone.input)["sequence_output"][:, 0]
+    return keras.Model(backbone.input, keras.layers.Dense(2)(h))
+
+
+def _check_feeds_a_custom_model(x, backbone):
+    model = _custom_model(backbone)
+    assert set(x) == set(backbone.input)
+    np.testing.assert_allclose(model.predict(x, verbose=0),
+                               model.predict({k: x[k] for k in backbone.input}, verbose=0))
+
+
+def test_a_roberta_preprocessor_returns_roberta_s_inputs_as_keras_hub():
+    """Attached to a RoBERTa task, or built with segment_ids=False: a byte-level BPE vocabulary
+    alone is RoBERTa's or Longformer's (whose tasks read `segment_ids`): kept by default."""
+    import keras_hub
+
+    tokenizer = kb.preprocessing.BytePairTokenizer(_BPE, _MERGES)
+    backbone = kb.models.RobertaBackbone(vocabulary_size=len(_BPE), **_TINY)
+    pre = kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=12)
+    assert "segment_ids" in pre(_PAIRS)
+    kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre)
+    assert set(pre(_PAIRS)) == {"token_ids", "padding_mask"}
+    pre = kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=12,
+                                                      segment_ids=False)
+    x = pre(_PAIRS)
+    theirs = keras_hub.models.RobertaTextClassifierPreprocessor(
+        keras_hub.models.RobertaTokenizer(vocabulary=_BPE, merges=_MERGES), sequence_length=12)
+    assert set(x) == set(theirs(x=_PAIRS)) == {"token_ids", "padding_mask"}
+    _check_feeds_a_custom_model(x, backbone)
+    mlm = kb.preprocessing.MaskedLMPreprocessor(tokenizer, sequence_length=12, seed=0)
+    assert "segment_ids" in mlm(_PAIRS[0])[0]
+    kb.tasks.MaskedLM(backbone, preprocessor=mlm)
+    theirs = keras_hub.models.RobertaMaskedLMPreprocessor(
+        keras_hub.models.RobertaTokenizer(vocabulary=_BPE, merges=_MERGES), sequence_length=12)
+    assert set(mlm(_PAIRS[0])[0]) == set(theirs(_PAIRS[0])[0]) == {
+        "token_ids", "padding_mask", "mask_positions"}
+
+
+def _family_preset(tmp_path, backbone_cls, tokenizer):
+    config = {k: v for k, v in _TINY.items()
+              if k != "max_sequence_length" or backbone_cls is not kb.models.XLNetBackbone}
+    if backbone_cls is kb.models.AlbertBackbone:
+        config["embedding_dim"] = 8
+    backbone = backbone_cls(vocabulary_size=tokenizer.vocabulary_size(), **config)
+    pre = kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=12)
+    path = str(tmp_path / backbone_cls.__name__)
+    kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre).save_to_preset(path)
+    return path, backbone
+
+
+def test_a_preset_preprocessor_returns_its_backbone_s_inputs(tmp_path):
+    """DistilBERT's WordPiece vocabulary is BERT's: the preset's backbone says which inputs."""
+    import keras
+    import keras_hub
+
+    words = kb.preprocessing.WordPieceTokenizer(_WORDS)
+    path, backbone = _family_preset(tmp_path, kb.models.DistilBertBackbone, words)
+    pre = kb.preprocessing.TextClassifierPreprocessor.from_preset(path, sequence_length=12)
+    x = pre(_PAIRS)
+    theirs = keras_hub.models.DistilBertTextClassifierPreprocessor(
+        keras_hub.models.DistilBertTokenizer(vocabulary=_WORDS), sequence_length=12)
+    assert set(x) == set(theirs(x=_PAIRS)) == {"token_ids", "padding_mask"}
+    _check_feeds_a_custom_model(x, backbone)
+    mlm = kb.preprocessing.MaskedLMPreprocessor.from_preset(path, sequence_length=12, seed=0)
+    theirs = keras_hub.models.DistilBertMaskedLMPreprocessor(
+        keras_hub.models.DistilBertTokenizer(vocabulary=_WORDS), sequence_length=12)
+    assert set(mlm(_PAIRS[0])[0]) == set(theirs(_PAIRS[0])[0])
+    # the same preprocessors from their config (the tokenizer's vocabulary is an asset) and
+    # from a .keras file
+    config = dict(pre.get_config(), tokenizer=pre.tokenizer)
+    assert config["segment_ids"] is False
+    assert set(type(pre)(**config)(_PAIRS)) == {"token_ids", "padding_mask"}
+    config = dict(mlm.get_config(), tokenizer=mlm.tokenizer)
+    assert config["segment_ids"] is False
+    assert set(type(mlm)(**config)(_PAIRS[0])[0]) == set(mlm(_PAIRS[0])[0])
+    kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre).save(
+        str(tmp_path / "clf.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "clf.keras")).preprocessor
+    assert set(loaded(_PAIRS)) == {"token_ids", "padding_mask"}
+    for cls, tok in ((kb.models.RobertaBackbone, kb.preprocessing.BytePairTokenizer(_BPE, _MERGES)),
+                     (kb.models.BertBackbone, words), (kb.models.AlbertBackbone, words),
+                     (kb.models.XLNetBackbone, words)):
+        path, backbone = _family_preset(tmp_path, cls, tok)
+        x = kb.preprocessing.TextClassifierPreprocessor.from_preset(path, sequence_length=12)(
+            _PAIRS)
+        assert set(x) == set(backbone.input), cls.__name__
+
+
+def test_a_task_s_preprocessor_returns_its_backbone_s_inputs():
+    """A preprocessor attached to a task returns the inputs of the task's backbone; one asked
+    for no `segment_ids` is refused by a backbone that reads them."""
+    words = kb.preprocessing.WordPieceTokenizer(_WORDS)
+    distil = kb.models.DistilBertBackbone(vocabulary_size=len(_WORDS), **_TINY)
+    pre = kb.preprocessing.TextClassifierPreprocessor(words, sequence_length=12)
+    assert "segment_ids" in pre(_PAIRS)
+    task = kb.tasks.TextClassifier(distil, num_classes=2, preprocessor=pre)
+    assert set(task.preprocessor(_PAIRS)) == {"token_ids", "padding_mask"}
+    bpe = kb.preprocessing.BytePairTokenizer(_BPE, _MERGES)
+    longformer = kb.models.LongformerBackbone(vocabulary_size=len(_BPE), attention_window=4,
+                                              **_TINY)
+    pre = kb.preprocessing.TextClassifierPreprocessor(bpe, sequence_length=12)
+    kb.tasks.TextClassifier(longformer, num_classes=2, preprocessor=pre)
+    assert "segment_ids" in pre(_PAIRS)  # Longformer's tasks read them
+    bert = kb.models.BertBackbone(vocabulary_size=len(_WORDS), **_TINY)
+    pre = kb.preprocessing.TextClassifierPreprocessor(words, sequence_length=12, segment_ids=False)
+    with pytest.raises(ValueError, match=r"BertBackbone reads `segment_ids`.*segment_ids=False"):
+        kb.tasks.TextClassifier(bert, num_classes=2, preprocessor=pre)
+    with pytest.raises(ValueError, match=r"segment_ids must be 'auto', True or False, got 1"):
+        kb.preprocessing.TextClassifierPreprocessor(words, segment_ids=1)

@@ -127,6 +127,12 @@ class Backbone(KeepsVariablesOnError, keras.Model):
     # pre_classifier and XLNet's sequence summary read the state as it is).
     classifier_dropout_first = True
 
+    @classmethod
+    def takes_segment_ids_in(cls, config):
+        """Whether `cls.from_config(config)` takes a `segment_ids` input, read without building
+        it (a preset's backbone: `presets.takes_segment_ids`): XLNet and Longformer do."""
+        return True
+
     def __init__(self, *args, dtype=None, **kwargs):
         super().__init__(*args, **kwargs)
         # keras.Model's functional constructor drops `dtype`: set the policy the layers got.
@@ -640,7 +646,14 @@ class EncoderBackbone(Backbone):
         self.initializer_range = initializer_range
         self.heads_per_layer = self.encoder.heads_per_layer
 
-    takes_segment_ids = True  # RoBERTa: False (one token type, no `segment_ids` input)
+    takes_segment_ids = True  # RoBERTa, DistilBERT: False (no `segment_ids` input)
+
+    @classmethod
+    def takes_segment_ids_in(cls, config):
+        # as the functional model's inputs are made: `num_segments and takes_segment_ids`
+        parameter = inspect.signature(cls.__init__).parameters.get("num_segments")
+        segments = config.get("num_segments", getattr(parameter, "default", None))
+        return bool(cls.takes_segment_ids and segments)
     supports_cls_only = True
 
     # === keras-hub's attribute names ===

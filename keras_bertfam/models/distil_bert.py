@@ -21,6 +21,7 @@ class DistilBertBackbone(EncoderBackbone):
     # HF DistilBertForSequenceClassification: pre_classifier -> ReLU -> dropout -> classifier.
     classifier_hidden_activation = "relu"
     classifier_dropout_first = False
+    takes_segment_ids = False  # no segment table (`num_segments=0`)
 
     def __init__(
         self,

@@ -97,6 +97,11 @@ def preset_preprocessor(cls, preset, **kwargs):
     read from that one loader."""
     loader = preset_hooks.call("get_loader", preset)
     preprocessor = cls(preset_hooks.call("load_tokenizer", loader), **kwargs)
+    if isinstance(preprocessor, ReturnsModelInputs):
+        # the preset's backbone says whether x holds `segment_ids` (DistilBERT's WordPiece
+        # vocabulary is BERT's); kept by `get_config`
+        object.__setattr__(preprocessor, "_preset_segment_ids",
+                           preset_hooks.call("takes_segment_ids", loader))
     table = preset_hooks.call("position_table", loader)
     check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
     if table[0] is not None:
@@ -307,7 +312,55 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
                         tf.boolean_mask(flat, bad)[:1], num_classes - 1, num_classes)
 
 
-class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
+def check_segment_ids(value):
+    """A preprocessor's `segment_ids` argument: "auto", True or False."""
+    if value != "auto" and not isinstance(value, bool):
+        raise ValueError(f"segment_ids must be 'auto', True or False, got {value!r}.")
+    return value
+
+
+class ReturnsModelInputs:
+    """The `segment_ids` argument of a preprocessor whose x feeds a backbone: whether x holds
+    `segment_ids`. A backbone that takes none (RoBERTa, DistilBERT) gets exactly its inputs, as
+    keras-hub's family preprocessors return: Keras' functional model given a dict with another
+    key matches it by position, so a user's model over `backbone.input` read `segment_ids` as
+    `token_ids`. "auto" (default): whether the model fed takes them (`returns_segment_ids`).
+    Set `self.segment_ids` (`check_segment_ids`) in the constructor."""
+
+    @property
+    def returns_segment_ids(self):
+        """`segment_ids` if a bool; "auto": XLNet's layout has them; else the task this is
+        attached to (`check_backbone_and_preprocessor`: whether its backbones take them), else
+        the preset it was loaded from (`from_preset`: its backbone's config), else True: a
+        tokenizer alone does not tell the family (a byte-level BPE vocabulary is RoBERTa's or
+        Longformer's, whose QA / multiple-choice global attention reads them; a WordPiece one
+        BERT's, ELECTRA's or DistilBERT's)."""
+        if getattr(self, "packing_layout", None) == "xlnet":
+            return True
+        if self.segment_ids != "auto":
+            return self.segment_ids
+        for found in (self.__dict__.get("_task_segment_ids"),
+                      self.__dict__.get("_preset_segment_ids")):
+            if found is not None:
+                return found
+        return True
+
+    def model_inputs(self, features):
+        """Packed features (a dict) without `segment_ids` where `returns_segment_ids` is False."""
+        if self.returns_segment_ids:
+            return features
+        return {k: v for k, v in features.items() if k != "segment_ids"}
+
+    def segment_ids_config(self):
+        """`{"segment_ids": ...}` for `get_config` where it is set or resolves to False (a
+        preset's or a task's backbone without them: the reloaded layer returns the same keys);
+        else {} (the configs saved before this argument)."""
+        if self.segment_ids == "auto" and self.returns_segment_ids:
+            return {}
+        return {"segment_ids": self.returns_segment_ids}
+
+
+class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Layer):
     """Shared base: a tokenizer and a `[CLS] A [SEP] (B [SEP])` packer of `sequence_length`.
 
     `layout`: `"bert"` packs `[CLS] A [SEP] (B [SEP])`, padded on the right; `"xlnet"` packs
@@ -326,8 +379,10 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
     # can; a subclass that cannot sets False and is refused layout="xlnet").
     xlnet_layout_supported = True
 
-    def __init__(self, tokenizer, sequence_length=128, layout="auto", **kwargs):
+    def __init__(self, tokenizer, sequence_length=128, layout="auto", segment_ids="auto",
+                 **kwargs):
         super().__init__(**kwargs)
+        self.segment_ids = check_segment_ids(segment_ids)
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.tokenizer = tokenizer
@@ -491,9 +546,9 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
                                   pad_token_id=tok.pad_token_id)
             return {k: tf.cast(v, tf.int32) for k, v in features.items()}
         token_ids, segment_ids, padding_mask = self._packer()(tuple(segments))
-        return {"token_ids": tf.cast(token_ids, tf.int32),
-                "segment_ids": tf.cast(segment_ids, tf.int32),
-                "padding_mask": tf.cast(padding_mask, tf.int32)}
+        return self.model_inputs({"token_ids": tf.cast(token_ids, tf.int32),
+                                  "segment_ids": tf.cast(segment_ids, tf.int32),
+                                  "padding_mask": tf.cast(padding_mask, tf.int32)})
 
     @property
     def prepares_batch_by_batch(self):
@@ -585,7 +640,8 @@ class FinetuningPreprocessor(KeepsTFErrors, keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(tokenizer=keras.saving.serialize_keras_object(self.tokenizer),
-                      sequence_length=self.sequence_length, layout=self.layout)
+                      sequence_length=self.sequence_length, layout=self.layout,
+                      **self.segment_ids_config())
         return config
 
     @classmethod

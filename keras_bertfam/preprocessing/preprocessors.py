@@ -20,10 +20,12 @@ from keras_bertfam.preprocessing.corpus import split_sentences
 from keras_bertfam.preprocessing.errors import KeepsTFErrors, check_text_batch
 from keras_bertfam.preprocessing.finetuning import (
     GROUP_BY_LENGTH_BATCHES,
+    ReturnsModelInputs,
     _cut_to_longest,
     _merge_batches,
     as_segments,
     check_flag,
+    check_segment_ids,
     check_pad_to_multiple_of,
     longest_first,
     preset_preprocessor,
@@ -461,7 +463,7 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
-class MaskedLMPreprocessor(PretrainingPreprocessor):
+class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
     """Strings -> masked-LM examples (BERT's MLM, RoBERTa's objective).
 
     `packing="segments"` (default): each string (or pair of strings) is one example,
@@ -476,6 +478,9 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
 
     Returns `(x, mask_ids, mask_weights)` with x = {token_ids, segment_ids, padding_mask,
     mask_positions}: keras-hub's format. A new mask is drawn every time an example is seen.
+    `segment_ids="auto"` (default): no `segment_ids` when the task's or the preset's backbone
+    takes none (RoBERTa's, DistilBERT's: keras-hub's `RobertaMaskedLMPreprocessor`'s keys;
+    `ReturnsModelInputs`), else returned; True / False: always / never.
 
     keras-hub's arguments: `truncate` ("round_robin", or "waterfall": the first segment keeps
     what fits; `packing="segments"`), `mask_selection_rate`, `mask_selection_length`,
@@ -484,8 +489,9 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
 
     def __init__(self, tokenizer, sequence_length=128, masker=None, packing="segments",
                  batch_size=32, seed=None, shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
-                 truncate="round_robin", **kwargs):
+                 truncate="round_robin", segment_ids="auto", **kwargs):
         super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
+        self.segment_ids = check_segment_ids(segment_ids)
         self.shuffle_buffer = shuffle_buffer
         if packing != "segments" and packing not in DocumentPacker.MODES:
             raise ValueError(f"packing must be 'segments' or one of {DocumentPacker.MODES}, "
@@ -530,6 +536,10 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
         token_ids, segment_ids, padding_mask = self.packer(segments)
         return self._mask(token_ids, segment_ids, padding_mask, seed=seed)
 
+    def _mask(self, token_ids, segment_ids, padding_mask, seed=None):
+        x, mask_ids, mask_weights = super()._mask(token_ids, segment_ids, padding_mask, seed)
+        return self.model_inputs(x), mask_ids, mask_weights
+
     def _pack_blocks(self, blocks, seed=None):
         token_ids = blocks.to_tensor(self.tokenizer.pad_token_id,
                                      shape=[None, self.sequence_length])
@@ -554,7 +564,7 @@ class MaskedLMPreprocessor(PretrainingPreprocessor):
 
     def get_config(self):
         config = dict(super().get_config(), packing=self.packing,
-                      shuffle_buffer=self.shuffle_buffer)
+                      shuffle_buffer=self.shuffle_buffer, **self.segment_ids_config())
         if self.truncate != "round_robin":
             config["truncate"] = self.truncate
         return config

@@ -218,6 +218,17 @@ def position_table(preset, download=False):
     return (limit if isinstance(limit, int) else None), cls.__name__
 
 
+def takes_segment_ids(preset, download=False):
+    """Whether the backbone a preset builds takes a `segment_ids` input, read from its config
+    (nothing built; `Backbone.takes_segment_ids_in`); None without a backbone config. A
+    preprocessor's `from_preset` returns them only then (`ReturnsModelInputs`)."""
+    found = get_loader(preset, download).backbone_config()
+    if found is None:
+        return None
+    cls, config = found
+    return cls.takes_segment_ids_in(config)
+
+
 def save_tokenizer(tokenizer, preset_dir):
     """Copies the tokenizer's files into the preset's assets; returns its spec for the manifest."""
     assets = os.path.join(preset_dir, TOKENIZER_ASSETS)
@@ -412,7 +423,7 @@ def convert(path, load_weights=True, **overrides):
 
 preset_hooks.register(load_backbone=load_backbone, save_backbone=save_backbone,
                       get_loader=get_loader, load_tokenizer=load_tokenizer,
-                      position_table=position_table,
+                      position_table=position_table, takes_segment_ids=takes_segment_ids,
                       load_task=load_task, save_task=save_task,
                       load_hf_heads=load_hf_heads,
                       deferred_initialization=deferred_initialization)

@@ -35,7 +35,7 @@ from keras_bertfam.models.input_checks import (
 from keras_bertfam.models.weights_files import (OPTIMIZER_RECORD, check_archive_store,
                                                  check_optimizer_store, checked_load, record,
                                                  save_optimizer_record)
-from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor,
+from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, ReturnsModelInputs,
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
                                                     check_no_text_labels)
@@ -1420,6 +1420,19 @@ def check_backbone_and_preprocessor(task):
                 f"{called[layout]}'s."
                 f" Give each task a preprocessor of its own.")
         preprocessor._task_layout = layout
+    if isinstance(preprocessor, ReturnsModelInputs) and backbones:
+        takes = [type(b).__name__ for b in backbones
+                 if type(b).takes_segment_ids_in(b.get_config())]
+        if takes and preprocessor.segment_ids is False:
+            raise ValueError(
+                f"{name} on {takes[0]} reads `segment_ids`, but its {type(preprocessor).__name__}"
+                f" was built with segment_ids=False (it returns none; zeros would stand for a "
+                f"text pair's second segment). Build it with segment_ids='auto' (or True).")
+        # x holds the inputs of the task's backbones: a user's model over `backbone.input`
+        # matches them by position (`ReturnsModelInputs`). A preprocessor shared with a task
+        # that reads them keeps returning them (a task drops what its model does not take).
+        preprocessor._task_segment_ids = bool(takes) or bool(
+            preprocessor.__dict__.get("_task_segment_ids"))
     check_tokenizer_fits(getattr(preprocessor, "tokenizer", None), backbones)
     tables = [(b.max_sequence_length, type(b).__name__) for b in backbones
               if isinstance(getattr(b, "max_sequence_length", None), (int, np.integer))]
