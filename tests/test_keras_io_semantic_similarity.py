@@ -341,9 +341,9 @@ def test_pairs_pack_and_truncate_as_keras_hub(snli, roberta_preset):
         keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges),
         sequence_length=24)
     x, want = ours((hypothesis, premise)), theirs(x=(hypothesis, premise))
-    # `<s> A </s></s> B </s>`, cut round robin. (Ours also gives `segment_ids`, which
-    # keras-hub's RoBERTa preprocessor does not: our RoBERTa tasks drop them by name.)
-    assert set(want) == {"token_ids", "padding_mask"}
+    # `<s> A </s></s> B </s>`, cut round robin; the same keys: a RoBERTa preset's preprocessor
+    # returns no `segment_ids`, as keras-hub's.
+    assert set(x) == set(want) == {"token_ids", "padding_mask"}
     np.testing.assert_array_equal(to_numpy(x["token_ids"]), to_numpy(want["token_ids"]))
     np.testing.assert_array_equal(to_numpy(x["padding_mask"]).astype(bool),
                                   to_numpy(want["padding_mask"]))
