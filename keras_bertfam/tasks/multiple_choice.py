@@ -9,10 +9,10 @@ from keras_bertfam.tasks.classifier import (
     _shape,
     build_classification_head,
     check_label_values,
-    dataset_label_shape,
     check_one_label_per_example,
     class_outputs,
     classification_logits,
+    dataset_label_shape,
     label_weights,
     pooled,
 )
