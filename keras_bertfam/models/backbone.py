@@ -175,9 +175,10 @@ class Backbone(KeepsVariablesOnError, keras.Model):
             layer = None
             if name in self.KERAS_HUB_LAYER_NAMES:
                 layer = getattr(self, name, None)
-            elif name and name.startswith("transformer_layer_") and name[18:].isdigit():
-                layers = getattr(self, "transformer_layers", [])
-                layer = layers[int(name[18:])] if int(name[18:]) < len(layers) else None
+            elif name and name.startswith(prefix := "transformer_layer_") and \
+                    name[len(prefix):].isdigit():
+                layers, index = getattr(self, "transformer_layers", []), int(name[len(prefix):])
+                layer = layers[index] if index < len(layers) else None
             if isinstance(layer, keras.layers.Layer):
                 return layer
             raise
@@ -654,6 +655,7 @@ class EncoderBackbone(Backbone):
         parameter = inspect.signature(cls.__init__).parameters.get("num_segments")
         segments = config.get("num_segments", getattr(parameter, "default", None))
         return bool(cls.takes_segment_ids and segments)
+
     supports_cls_only = True
 
     # === keras-hub's attribute names ===

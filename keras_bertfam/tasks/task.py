@@ -1422,7 +1422,7 @@ def check_backbone_and_preprocessor(task):
         preprocessor._task_layout = layout
     if isinstance(preprocessor, ReturnsModelInputs) and backbones:
         takes = [type(b).__name__ for b in backbones
-                 if type(b).takes_segment_ids_in(b.get_config())]
+                 if isinstance(b.input, dict) and "segment_ids" in b.input]
         if takes and preprocessor.segment_ids is False:
             raise ValueError(
                 f"{name} on {takes[0]} reads `segment_ids`, but its {type(preprocessor).__name__}"
