@@ -28,8 +28,9 @@ Sections of the guide and what happened to them:
   directory put there as huggingface_hub lays it out); a handle not cached, and any
   "kaggle://" handle, are clear errors naming the handle and how to load a local directory.
 - A keras-hub user's directory (keras-hub's own `save_to_preset` of a tiny random
-  `BertTextClassifier`, what the guide's Kaggle upload holds) loads here: its backbone and
-  tokenizer, with a warning that its head is not loaded (README).
+  `BertTextClassifier`, what the guide's Kaggle upload holds) loads here, through
+  `TextClassifier` and the generic `Task`: its backbone, tokenizer, class count and sequence
+  length, with a warning that its head's weights are not loaded (README).
 """
 import os
 import re
@@ -240,11 +241,17 @@ def test_keras_hub_classifier_preset_loads(tmp_path, transport):
                               hidden_dim=16, intermediate_dim=32, max_sequence_length=64)
     preprocessor = m.BertTextClassifierPreprocessor(
         m.BertTokenizer(vocabulary=vocabulary, lowercase=True), sequence_length=32)
-    theirs = m.BertTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
+    # three classes (the guide's two): a count other than our default must come back
+    theirs = m.BertTextClassifier(backbone, num_classes=3, preprocessor=preprocessor)
     preset_dir = str(tmp_path / "bert_tiny_imdb")
     theirs.save_to_preset(preset_dir)
     with pytest.warns(UserWarning, match="not its head weights"):
-        ours = kb.tasks.TextClassifier.from_preset(preset_dir, num_classes=2)
+        ours = kb.tasks.TextClassifier.from_preset(preset_dir)
+    assert ours.num_classes == 3
+    assert ours.predict(INFERENCE, verbose=0).shape == (2, 3)
+    with pytest.warns(UserWarning, match="not its head weights"):  # keras-hub's Task.from_preset
+        generic = kb.tasks.Task.from_preset(preset_dir)
+    assert type(generic) is kb.tasks.TextClassifier and generic.num_classes == 3
     assert ours.preprocessor.tokenizer(INFERENCE).to_list() == \
         [list(r) for r in theirs.preprocessor.tokenizer(INFERENCE)]
     x = theirs.preprocessor(INFERENCE)

@@ -318,16 +318,21 @@ def _saved_task_class(loader):
     task's own class)."""
     from keras_bertfam import tasks
 
-    name = loader.manifest.get("task", {}).get("class_name") if loader.kind == "ours" else None
-    cls = getattr(tasks, name, None) if isinstance(name, str) else None
-    if isinstance(cls, type) and issubclass(cls, tasks.Task):
-        return cls
     classes = sorted(n for n in dir(tasks) if isinstance(getattr(tasks, n), type) and issubclass(
         getattr(tasks, n), tasks.Task) and n != "Task")
+    if loader.kind == "ours":
+        name = loader.manifest.get("task", {}).get("class_name")
+        if name in classes:
+            return getattr(tasks, name)
+    elif loader.kind == "keras_hub":  # BertTextClassifier: our TextClassifier
+        saved = keras_hub_format.saved_task_class(loader.where) or ""
+        ours = [n for n in classes if saved.endswith(n)]
+        if ours:
+            return getattr(tasks, max(ours, key=len))
     raise ValueError(
-        f"{loader.preset!r} holds no task saved by this library's `save_to_preset` (only a "
-        "backbone and tokenizer), so `Task.from_preset` cannot tell which task to build: use a "
-        f"task class, e.g. `kb.tasks.TextClassifier.from_preset({loader.preset!r}, "
+        f"{loader.preset!r} holds no task this library builds (a backbone and tokenizer, or a "
+        "task of a class it has not), so `Task.from_preset` cannot tell which task to build: "
+        f"use a task class, e.g. `kb.tasks.TextClassifier.from_preset({loader.preset!r}, "
         f"num_classes=...)`. The task classes: {classes}.")
 
 

@@ -12,6 +12,7 @@ backbone (with or without weights), its tokenizer, what a task saved there, and 
 directory holding task heads, if any. Nothing is downloaded unless the caller asks with
 `download=True`.
 """
+import inspect
 import os
 import warnings
 
@@ -361,12 +362,22 @@ class KerasHubLoader(PresetLoader):
 
     def saved_task(self, cls):
         """A keras-hub task of `cls`'s kind (BertTextClassifier: a TextClassifier) gives its
-        preprocessor's `sequence_length`, as keras-hub's `from_preset` reads it; not its head."""
+        `num_classes` and its preprocessor's `sequence_length`, as keras-hub's `from_preset`
+        reads them; not its head's weights (`warn_task_head`)."""
         keras_hub_format.warn_task_head(self.where, cls)
         task = keras_hub_format.saved_task_class(self.where)
-        length = (keras_hub_format.saved_sequence_length(self.where, "Preprocessor")
-                  if task is not None and task.endswith(cls.__name__) else None)
-        return {"preprocessor": {"sequence_length": length}} if length else {}
+        if task is None or not task.endswith(cls.__name__):
+            return {}
+        saved = {}
+        num_classes = keras_hub_format.read_json(self.where, "task.json").get(
+            "config", {}).get("num_classes")
+        if isinstance(num_classes, int) and "num_classes" in inspect.signature(
+                cls.__init__).parameters:
+            saved["config"] = {"num_classes": num_classes}
+        length = keras_hub_format.saved_sequence_length(self.where, "Preprocessor")
+        if length:
+            saved["preprocessor"] = {"sequence_length": length}
+        return saved
 
 
 class HFDirLoader(PresetLoader):
