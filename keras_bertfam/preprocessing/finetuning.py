@@ -90,12 +90,15 @@ def check_fits_positions(sequence_length, limit, backbone_name):
 
 
 def preset_preprocessor(cls, preset, **kwargs):
-    """`cls(tokenizer=<the preset's tokenizer>, **kwargs)`, whose `sequence_length` must fit the
-    position table of the preset's backbone (the check a task makes of the preprocessor it is
-    given, made here, where the preset's backbone config is known). The preset is resolved
+    """`cls(tokenizer=<the preset's tokenizer>, **kwargs)` (`kwargs` over the arguments of a
+    `cls` preprocessor a task saved in the preset: its `sequence_length`, ...), whose
+    `sequence_length` must fit the position table of the preset's backbone (the check a task
+    makes of the preprocessor it is given, made here, where the preset's backbone config is
+    known). The preset is resolved
     once (`get_loader`: a directory's manifest read, a hub id's snapshot found), and both are
     read from that one loader."""
     loader = preset_hooks.call("get_loader", preset)
+    kwargs = preset_hooks.call("preprocessor_args", loader, cls, kwargs)  # a saved task's
     preprocessor = cls(preset_hooks.call("load_tokenizer", loader), **kwargs)
     if isinstance(preprocessor, ReturnsModelInputs):
         # the preset's backbone says whether x holds `segment_ids` (DistilBERT's WordPiece

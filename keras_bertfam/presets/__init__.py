@@ -21,6 +21,7 @@ import inspect
 import json
 import math
 import os
+import re
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.models import weights_files
@@ -253,6 +254,7 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     come too when the checkpoint has them (`convert_task` requires them).
     """
     loader = get_loader(preset, download)
+    cls = _saved_task_class(loader) if _is_generic_task(cls) else cls
     check_task_family(cls, loader)
     saved = loader.saved_task(cls) if load_weights or loader.kind == "ours" else {}
     # the saved task's arguments the caller gives other values (num_classes=5 on a 3-class
@@ -303,6 +305,51 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     elif from_hf:
         load_hf_heads(task, loader, download=download, warn_no_pooler=True)
     return task
+
+
+def _is_generic_task(cls):
+    from keras_bertfam.tasks import Task
+
+    return cls is Task
+
+
+def _saved_task_class(loader):
+    """The task class saved in the preset (keras-hub's generic `Task.from_preset` loads the saved
+    task's own class)."""
+    from keras_bertfam import tasks
+
+    classes = sorted(n for n in dir(tasks) if isinstance(getattr(tasks, n), type) and issubclass(
+        getattr(tasks, n), tasks.Task) and n != "Task")
+    if loader.kind == "ours":
+        name = loader.manifest.get("task", {}).get("class_name")
+        if name in classes:
+            return getattr(tasks, name)
+    elif loader.kind == "keras_hub":  # BertTextClassifier: our TextClassifier
+        saved = keras_hub_format.saved_task_class(loader.where) or ""
+        ours = [n for n in classes if saved.endswith(n)]
+        if ours:
+            return getattr(tasks, max(ours, key=len))
+    raise ValueError(
+        f"{loader.preset!r} holds no task this library builds (a backbone and tokenizer, or a "
+        "task of a class it has not), so `Task.from_preset` cannot tell which task to build: "
+        f"use a task class, e.g. `kb.tasks.TextClassifier.from_preset({loader.preset!r}, "
+        f"num_classes=...)`. The task classes: {classes}.")
+
+
+def preprocessor_args(loader, cls, kwargs):
+    """A preprocessor `cls`'s arguments from a preset: those a task saved there with a `cls`
+    preprocessor (as keras-hub's `Preprocessor.from_preset` reads a saved preprocessor.json; of
+    a keras-hub directory, its preprocessor's `sequence_length`), overridden by `kwargs`."""
+    saved = loader.manifest.get("task", {}) if loader.kind == "ours" else {}
+    if loader.kind == "keras_hub":  # its preprocessor.json's sequence_length
+        length = keras_hub_format.saved_sequence_length(loader.where, cls.__name__)
+        saved = {"preprocessor_class": cls.__name__,
+                 "preprocessor": {"sequence_length": length}} if length else {}
+    if saved.get("preprocessor_class") != cls.__name__:
+        return dict(kwargs)
+    args = dict(saved.get("preprocessor", {}), **kwargs)
+    _follow_sequence_length(args, saved.get("preprocessor", {}))
+    return args
 
 
 def _own_head_config(cls, loader):
@@ -402,12 +449,46 @@ def _task_entry(task):
         names = set(getattr(type(task), "preprocessor_args", ()))
         entry["preprocessor"] = {
             k: v for k, v in preprocessor.get_config().items() if k in names}
+        entry["preprocessor_class"] = type(preprocessor).__name__
     return entry
 
 
 def save_task(task, preset_dir):
     tokenizer = getattr(getattr(task, "preprocessor", None), "tokenizer", None)
     _write_preset(preset_dir, task.backbone, tokenizer, task=task)
+
+
+def upload_preset(uri, preset):
+    """Uploads a `save_to_preset` directory to Kaggle Models
+    ("kaggle://<user>/<model>/keras/<variation>") or the HF hub ("hf://[<org>/]<name>"), as
+    keras-hub's `upload_preset` (which checks keras-hub's layout and refuses ours). The directory
+    is verified first (its manifest, every file's sha256), then handed to
+    `kagglehub.model_upload` or to huggingface_hub's `create_repo` and `upload_folder`: the
+    transfer and the credentials are theirs. `from_preset("hf://...", download=True)` loads it
+    back; a Kaggle upload, from the directory `kagglehub.model_download` returns."""
+    if not isinstance(uri, str) or not re.fullmatch(r"(kaggle|hf)://[^/\s]+(/[^/\s]+)*", uri):
+        raise ValueError(
+            f"upload_preset's uri is 'kaggle://<user>/<model>/keras/<variation>' (Kaggle Models) "
+            f"or 'hf://[<org>/]<name>' (the HF hub); got {uri!r}.")
+    preset_dir = preset_path(preset, "upload_preset's preset")
+    if not os.path.isdir(preset_dir):
+        raise FileNotFoundError(f"The preset directory {preset_dir!r} does not exist.")
+    if not OursLoader.claims(preset_dir):
+        raise ValueError(
+            f"{preset_dir!r} has no {MANIFEST}: upload_preset uploads a directory written by "
+            "this library's `save_to_preset` (keras-hub's own directories: "
+            "`keras_hub.upload_preset`).")
+    integrity.verify(preset_dir, read_manifest(preset_dir).get("files") or {})
+    scheme, handle = uri.split("://", 1)
+    if scheme == "kaggle":
+        import kagglehub
+
+        kagglehub.model_upload(handle, preset_dir)
+    else:
+        import huggingface_hub
+
+        repo = huggingface_hub.create_repo(repo_id=handle, exist_ok=True)
+        huggingface_hub.upload_folder(repo_id=repo.repo_id, folder_path=preset_dir)
 
 
 def convert(path, load_weights=True, **overrides):
@@ -425,5 +506,6 @@ preset_hooks.register(load_backbone=load_backbone, save_backbone=save_backbone,
                       get_loader=get_loader, load_tokenizer=load_tokenizer,
                       position_table=position_table, takes_segment_ids=takes_segment_ids,
                       load_task=load_task, save_task=save_task,
+                      preprocessor_args=preprocessor_args,
                       load_hf_heads=load_hf_heads,
                       deferred_initialization=deferred_initialization)

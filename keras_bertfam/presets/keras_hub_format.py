@@ -333,10 +333,26 @@ def load_tokenizer(path, spec, fmt):
     return spec.make_tokenizer(fmt.tokenizer(read_json(path, "tokenizer.json")["config"]), assets)
 
 
+def saved_sequence_length(path, suffix):
+    """The `sequence_length` of the keras-hub preprocessor saved in `path` (preprocessor.json)
+    when its class name ends with `suffix` (keras-hub's BertTextClassifierPreprocessor: our
+    TextClassifierPreprocessor), else None."""
+    name = _keras_hub_class(path, "preprocessor.json")
+    if name is None or not name.endswith(suffix):
+        return None
+    length = read_json(path, "preprocessor.json").get("config", {}).get("sequence_length")
+    return length if isinstance(length, int) and not isinstance(length, bool) else None
+
+
+def saved_task_class(path):
+    """The keras-hub task class saved in `path` (task.json), or None."""
+    return _keras_hub_class(path, "task.json")
+
+
 def warn_task_head(path, task_cls):
     """A keras-hub task directory's head (task.weights.h5) is keras-hub's layout, not loaded here:
     say so rather than silently start a fine-tuned head over."""
-    task = _keras_hub_class(path, "task.json")
+    task = saved_task_class(path)
     if task is not None:
         warnings.warn(
             f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its backbone "

@@ -12,6 +12,7 @@ backbone (with or without weights), its tokenizer, what a task saved there, and 
 directory holding task heads, if any. Nothing is downloaded unless the caller asks with
 `download=True`.
 """
+import inspect
 import os
 import warnings
 
@@ -52,23 +53,38 @@ def get_loader(preset, download=False):
         return preset
     preset = preset_path(preset, "A preset")
     if preset.startswith("hf://"):
-        return HFDirLoader(preset, hub_snapshot(preset[len("hf://"):], download))
-    if os.path.isdir(preset):
-        for loader in (OursLoader, KerasHubLoader, HFDirLoader):
-            if loader.claims(preset):
-                return loader(preset, preset)
+        return _directory_loader(preset, hub_snapshot(preset[len("hf://"):], download, preset))
+    if preset.startswith("kaggle://"):
+        handle = preset[len("kaggle://"):]
         raise ValueError(
-            f"{preset!r} is neither a keras_bertfam preset directory ({MANIFEST}), a keras-hub "
-            "preset directory (config.json or tokenizer.json of a keras-hub class) nor an "
-            "HF-format model directory (config.json)."
-        )
+            f"{preset!r} is a Kaggle Models handle; this library does not download from Kaggle. "
+            f"Download it once with `kagglehub.model_download({handle!r})` (online) and pass "
+            "the local directory it returns to from_preset.")
+    if os.path.isdir(preset):
+        return _directory_loader(preset, preset)
     if preset in PRESETS:
         return HubCacheLoader(preset, PRESETS[preset], download)
     if preset.count("/") == 1 and not preset.startswith(("/", ".")):
-        return HFDirLoader(preset, hub_snapshot(preset, download))
+        return _directory_loader(preset, hub_snapshot(preset, download))
     if os.sep in preset:
         raise FileNotFoundError(f"Preset directory {preset!r} does not exist.")
     return HubCacheLoader(preset, get(preset), download)
+
+
+def _directory_loader(preset, where):
+    """The loader of the directory `where` (`preset` itself, or an HF hub snapshot of it: one
+    holding a directory that `save_to_preset`, ours or keras-hub's, wrote and uploaded loads
+    as that directory does)."""
+    for loader in (OursLoader, KerasHubLoader, HFDirLoader):
+        if loader.claims(where):
+            return loader(preset, where)
+    if where != preset:  # a hub snapshot: HF's format (its errors name the missing files)
+        return HFDirLoader(preset, where)
+    raise ValueError(
+        f"{preset!r} is neither a keras_bertfam preset directory ({MANIFEST}), a keras-hub "
+        "preset directory (config.json or tokenizer.json of a keras-hub class) nor an "
+        "HF-format model directory (config.json)."
+    )
 
 
 def hf_cache_dir():
@@ -80,8 +96,9 @@ def hf_cache_dir():
     return os.path.join(home, "hub")
 
 
-def hub_snapshot(repo_id, download=False):
-    """The local directory of an HF hub model; downloads only with `download=True`."""
+def hub_snapshot(repo_id, download=False, uri=None):
+    """The local directory of an HF hub model; downloads only with `download=True`. `uri`: the
+    preset as the caller gave it ("hf://org/name"), named by the error."""
     from huggingface_hub import snapshot_download
 
     try:
@@ -89,10 +106,14 @@ def hub_snapshot(repo_id, download=False):
     except Exception as e:
         how = ("the download failed (offline, HF_HUB_OFFLINE=1, or no such repository)"
                if download else "pass download=True (online) to fetch it once")
+        what = (f"{uri!r} names an HF hub model that" if uri else
+                f"{repo_id!r} is not a registered preset or a directory, and the HF hub model "
+                "of that id")
         raise FileNotFoundError(
-            f"{repo_id!r} is not a registered preset or a directory, and the HF hub model of that "
-            f"id is not in the local HF cache {hf_cache_dir()!r}: {how}. "
-            f"({type(e).__name__}: {e})"
+            f"{what} is not in the local HF cache {hf_cache_dir()!r}: {how}, or pass "
+            "from_preset the local directory holding it (a model directory written by "
+            "transformers' `save_pretrained`, a `save_to_preset` directory, ours or "
+            f"keras-hub's). ({type(e).__name__}: {e})"
         ) from e
 
 
@@ -340,8 +361,23 @@ class KerasHubLoader(PresetLoader):
         return spec.backbone_cls, fmt.config(config)
 
     def saved_task(self, cls):
+        """A keras-hub task of `cls`'s kind (BertTextClassifier: a TextClassifier) gives its
+        `num_classes` and its preprocessor's `sequence_length`, as keras-hub's `from_preset`
+        reads them; not its head's weights (`warn_task_head`)."""
         keras_hub_format.warn_task_head(self.where, cls)
-        return {}
+        task = keras_hub_format.saved_task_class(self.where)
+        if task is None or not task.endswith(cls.__name__):
+            return {}
+        saved = {}
+        num_classes = keras_hub_format.read_json(self.where, "task.json").get(
+            "config", {}).get("num_classes")
+        if isinstance(num_classes, int) and "num_classes" in inspect.signature(
+                cls.__init__).parameters:
+            saved["config"] = {"num_classes": num_classes}
+        length = keras_hub_format.saved_sequence_length(self.where, "Preprocessor")
+        if length:
+            saved["preprocessor"] = {"sequence_length": length}
+        return saved
 
 
 class HFDirLoader(PresetLoader):
