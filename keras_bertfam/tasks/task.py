@@ -1433,6 +1433,9 @@ def check_backbone_and_preprocessor(task):
         # that reads them keeps returning them (a task drops what its model does not take).
         preprocessor._task_segment_ids = bool(takes) or bool(
             preprocessor.__dict__.get("_task_segment_ids"))
+        # A task derives a Longformer's global attention in its graph (`backbone_inputs`): its
+        # model inputs have no `global_attention_mask`.
+        preprocessor._task_global_attention = False
     check_tokenizer_fits(getattr(preprocessor, "tokenizer", None), backbones)
     tables = [(b.max_sequence_length, type(b).__name__) for b in backbones
               if isinstance(getattr(b, "max_sequence_length", None), (int, np.integer))]
