@@ -191,3 +191,26 @@ def test_fine_tuning_a_custom_model(presets, family):
     part = keras.Model(inputs, sequence)
     np.testing.assert_allclose(part.predict(x, verbose=0),
                                to_numpy(backbone(x)["sequence_output"]), atol=1e-5)
+
+
+@pytest.mark.multibackend
+def test_a_longformer_task_takes_its_own_global_attention_given(presets):
+    """A Longformer task fed a preset preprocessor's output (`preprocessor=None`), which holds
+    the global attention the task derives: the same logits as without it (in memory and from a
+    dataset); another global attention would be ignored, and is refused."""
+    path = presets["longformer"]
+    pre = kb.preprocessing.TextClassifierPreprocessor.from_preset(path, sequence_length=12)
+    clf = kb.tasks.TextClassifier.from_preset(path, num_classes=2, preprocessor=None)
+    x = _numpy(_mapped(pre, TEXTS))
+    assert "global_attention_mask" in x
+    without = {k: v for k, v in x.items() if k != "global_attention_mask"}
+    expected = clf.predict(without, verbose=0)
+    np.testing.assert_allclose(clf.predict(x, verbose=0), expected, atol=1e-6)
+    ds = tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1, 1, 0])).batch(4).map(pre)
+    np.testing.assert_allclose(clf.predict(ds.map(lambda x, y: x), verbose=0), expected,
+                               atol=1e-6)
+    assert np.isfinite(clf.evaluate(ds, verbose=0, return_dict=True)["loss"])
+    other = dict(x, global_attention_mask=np.zeros_like(x["global_attention_mask"]))
+    with pytest.raises(ValueError, match=r"TextClassifier puts its own global attention .* "
+                                         r"differs from it in row 0 at position 0"):
+        clf.predict(other, verbose=0)
