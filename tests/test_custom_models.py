@@ -214,3 +214,31 @@ def test_a_longformer_task_takes_its_own_global_attention_given(presets):
     with pytest.raises(ValueError, match=r"TextClassifier puts its own global attention .* "
                                          r"differs from it in row 0 at position 0"):
         clf.predict(other, verbose=0)
+
+
+@pytest.mark.multibackend
+def test_a_custom_model_over_roberta_s_sequence_output_with_its_pooler_frozen(presets):
+    """RoBERTa keeps HF `RobertaModel`'s pooler (keras-hub's has none; an HF checkpoint's pooler
+    weights load into it). A model of one's own reading only `sequence_output` leaves it without
+    gradients, and Keras warns so on TensorFlow and torch (as for keras-hub's BERT); README's
+    remedy, `backbone.get_layer("pooler").trainable = False`, trains without the warning."""
+    import warnings
+
+    pre = kb.preprocessing.TextClassifierPreprocessor.from_preset(presets["roberta"],
+                                                                  sequence_length=12)
+    backbone = kb.models.RobertaBackbone.from_preset(presets["roberta"])
+    backbone.get_layer("pooler").trainable = False
+    inputs = backbone.input
+    outputs = keras.layers.Dense(2)(backbone(inputs)["sequence_output"][:, 0, :])
+    model = keras.Model(inputs, outputs)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.AdamW(1e-3))
+    ds = tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1, 1, 0])).batch(4).map(pre)
+    pooler = [to_numpy(w) for w in backbone.get_layer("pooler").weights]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(ds, epochs=1, verbose=0)
+    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
+    assert "pooled_output" in backbone.output
+    for before, after in zip(pooler, backbone.get_layer("pooler").weights):
+        np.testing.assert_array_equal(before, to_numpy(after))
