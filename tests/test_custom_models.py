@@ -170,26 +170,40 @@ def test_fine_tuning_a_custom_model(presets, family):
     """The guide's custom model, fit one step and predicted, on the two families whose
     preprocessors gave other keys than the backbone's inputs (RoBERTa: `segment_ids` too, read
     by position; Longformer: no `global_attention_mask`). The backbone part of the model
-    computes what `backbone(preprocessor(x))` computes."""
+    computes what `backbone(preprocessor(x))` computes.
+
+    Both keep HF's pooler (RoBERTa's: HF `RobertaModel`'s, which keras-hub's lacks; an HF
+    checkpoint's pooler weights load into it). A model reading only `sequence_output` leaves it
+    without gradients, which Keras warns of on TensorFlow and torch (as for keras-hub's BERT);
+    README's remedy, `backbone.get_layer("pooler").trainable = False`, trains without it."""
+    import warnings
+
     pre = kb.preprocessing.TextClassifierPreprocessor.from_preset(presets[family],
                                                                   sequence_length=12)
     backbone = FAMILIES[family][0].from_preset(presets[family])
+    backbone.get_layer("pooler").trainable = False
     inputs = backbone.input
     sequence = backbone(inputs)["sequence_output"]
-    hidden = kb.layers.TransformerEncoder(num_heads=2, intermediate_dim=32)(sequence)
-    outputs = keras.layers.Dense(2)(hidden[:, backbone.cls_token_index, :])
+    outputs = keras.layers.Dense(2)(sequence[:, backbone.cls_token_index, :])
     model = keras.Model(inputs, outputs)
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  optimizer=keras.optimizers.AdamW(1e-3))
+                  optimizer=keras.optimizers.AdamW(1e-3), jit_compile=False)
     ds = tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1, 1, 0])).batch(4).map(pre)
     before = [to_numpy(w) for w in backbone.weights]
-    history = model.fit(ds, epochs=1, verbose=0).history
+    pooler = [id(w) for w in backbone.get_layer("pooler").weights]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(ds, epochs=1, verbose=0).history
     assert np.isfinite(history["loss"][0])
-    assert any(not np.array_equal(b, to_numpy(w)) for b, w in zip(before, backbone.weights))
+    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
+    changed = [id(w) for b, w in zip(before, backbone.weights)
+               if not np.array_equal(b, to_numpy(w))]
+    assert changed and not set(changed) & set(pooler)
+    assert "pooled_output" in backbone.output
     x = _numpy(_mapped(pre, TEXTS))
-    assert model.predict(x, verbose=0).shape == (4, 2)
-    part = keras.Model(inputs, sequence)
-    np.testing.assert_allclose(part.predict(x, verbose=0),
+    got_sequence, got = keras.Model(inputs, [sequence, outputs])(x)  # Keras' matching too
+    np.testing.assert_allclose(model.predict(x, verbose=0), to_numpy(got), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(got_sequence),
                                to_numpy(backbone(x)["sequence_output"]), atol=1e-5)
 
 
@@ -207,38 +221,8 @@ def test_a_longformer_task_takes_its_own_global_attention_given(presets):
     expected = clf.predict(without, verbose=0)
     np.testing.assert_allclose(clf.predict(x, verbose=0), expected, atol=1e-6)
     ds = tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1, 1, 0])).batch(4).map(pre)
-    np.testing.assert_allclose(clf.predict(ds.map(lambda x, y: x), verbose=0), expected,
-                               atol=1e-6)
     assert np.isfinite(clf.evaluate(ds, verbose=0, return_dict=True)["loss"])
     other = dict(x, global_attention_mask=np.zeros_like(x["global_attention_mask"]))
     with pytest.raises(ValueError, match=r"TextClassifier puts its own global attention .* "
                                          r"differs from it in row 0 at position 0"):
         clf.predict(other, verbose=0)
-
-
-@pytest.mark.multibackend
-def test_a_custom_model_over_roberta_s_sequence_output_with_its_pooler_frozen(presets):
-    """RoBERTa keeps HF `RobertaModel`'s pooler (keras-hub's has none; an HF checkpoint's pooler
-    weights load into it). A model of one's own reading only `sequence_output` leaves it without
-    gradients, and Keras warns so on TensorFlow and torch (as for keras-hub's BERT); README's
-    remedy, `backbone.get_layer("pooler").trainable = False`, trains without the warning."""
-    import warnings
-
-    pre = kb.preprocessing.TextClassifierPreprocessor.from_preset(presets["roberta"],
-                                                                  sequence_length=12)
-    backbone = kb.models.RobertaBackbone.from_preset(presets["roberta"])
-    backbone.get_layer("pooler").trainable = False
-    inputs = backbone.input
-    outputs = keras.layers.Dense(2)(backbone(inputs)["sequence_output"][:, 0, :])
-    model = keras.Model(inputs, outputs)
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  optimizer=keras.optimizers.AdamW(1e-3))
-    ds = tf.data.Dataset.from_tensor_slices((TEXTS, [0, 1, 1, 0])).batch(4).map(pre)
-    pooler = [to_numpy(w) for w in backbone.get_layer("pooler").weights]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model.fit(ds, epochs=1, verbose=0)
-    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
-    assert "pooled_output" in backbone.output
-    for before, after in zip(pooler, backbone.get_layer("pooler").weights):
-        np.testing.assert_array_equal(before, to_numpy(after))
