@@ -105,6 +105,9 @@ def preset_preprocessor(cls, preset, **kwargs):
         # vocabulary is BERT's); kept by `get_config`
         object.__setattr__(preprocessor, "_preset_segment_ids",
                            preset_hooks.call("takes_segment_ids", loader))
+        # and whether they hold a `global_attention_mask` (a Longformer's)
+        object.__setattr__(preprocessor, "_preset_global_attention",
+                           preset_hooks.call("takes_global_attention", loader))
     table = preset_hooks.call("position_table", loader)
     check_fits_positions(getattr(preprocessor, "sequence_length", None), *table)
     if table[0] is not None:
@@ -315,10 +318,11 @@ def check_labels(labels, num_classes, what="label", allow_negative=False, count=
                         tf.boolean_mask(flat, bad)[:1], num_classes - 1, num_classes)
 
 
-def check_segment_ids(value):
-    """A preprocessor's `segment_ids` argument: "auto", True or False."""
+def check_segment_ids(value, name="segment_ids"):
+    """A preprocessor's `segment_ids` (or `global_attention_mask`) argument: "auto", True or
+    False."""
     if value != "auto" and not isinstance(value, bool):
-        raise ValueError(f"segment_ids must be 'auto', True or False, got {value!r}.")
+        raise ValueError(f"{name} must be 'auto', True or False, got {value!r}.")
     return value
 
 
@@ -328,7 +332,18 @@ class ReturnsModelInputs:
     keras-hub's family preprocessors return: Keras' functional model given a dict with another
     key matches it by position, so a user's model over `backbone.input` read `segment_ids` as
     `token_ids`. "auto" (default): whether the model fed takes them (`returns_segment_ids`).
-    Set `self.segment_ids` (`check_segment_ids`) in the constructor."""
+    Set `self.segment_ids` (`check_segment_ids`) in the constructor.
+
+    The `global_attention_mask` argument: whether x holds a Longformer's
+    `global_attention_mask`, the global attention the task of `global_attention_task` puts on
+    the rows (`LongformerBackbone.task_global_attention`: a classifier's on `<s>`), so that a
+    model of one's own over a Longformer's `backbone.input` gets every input it takes and
+    computes what the family's task computes. "auto" (default): where the preset's backbone
+    takes one and no task is attached (a task derives it in its own graph); True / False:
+    always / never. Set `self.global_attention_mask` in the constructor."""
+
+    # The task whose global attention x carries (`global_attention_for_task`; None: none).
+    global_attention_task = None
 
     @property
     def returns_segment_ids(self):
@@ -348,8 +363,31 @@ class ReturnsModelInputs:
                 return found
         return True
 
+    @property
+    def returns_global_attention(self):
+        """`global_attention_mask` if a bool; "auto": False once attached to a task (its graph
+        derives the mask: `_task_global_attention`), else whether the preset's backbone takes
+        one (`from_preset`: a Longformer's), else False (a byte-level BPE vocabulary alone is
+        RoBERTa's or Longformer's)."""
+        value = getattr(self, "global_attention_mask", "auto")
+        if value != "auto":
+            return value
+        for found in (self.__dict__.get("_task_global_attention"),
+                      self.__dict__.get("_preset_global_attention")):
+            if found is not None:
+                return found
+        return False
+
     def model_inputs(self, features):
-        """Packed features (a dict) without `segment_ids` where `returns_segment_ids` is False."""
+        """Packed features (a dict) without `segment_ids` where `returns_segment_ids` is False,
+        with the task's `global_attention_mask` where `returns_global_attention` (computed from
+        the rows' `segment_ids` before they are dropped: QA's and multiple choice's rule)."""
+        if self.returns_global_attention:
+            from keras_bertfam.models.longformer import global_attention_for_task
+            from keras_bertfam.tasks.task import TF_OPS
+
+            features = dict(features, global_attention_mask=tf.cast(global_attention_for_task(
+                features, self.global_attention_task, xp=TF_OPS), tf.int32))
         if self.returns_segment_ids:
             return features
         return {k: v for k, v in features.items() if k != "segment_ids"}
@@ -357,10 +395,15 @@ class ReturnsModelInputs:
     def segment_ids_config(self):
         """`{"segment_ids": ...}` for `get_config` where it is set or resolves to False (a
         preset's or a task's backbone without them: the reloaded layer returns the same keys);
-        else {} (the configs saved before this argument)."""
-        if self.segment_ids == "auto" and self.returns_segment_ids:
-            return {}
-        return {"segment_ids": self.returns_segment_ids}
+        else {} (the configs saved before this argument). `global_attention_mask` alike, where
+        it is set or resolves to True."""
+        config = {}
+        if self.segment_ids != "auto" or not self.returns_segment_ids:
+            config["segment_ids"] = self.returns_segment_ids
+        if getattr(self, "global_attention_mask", "auto") != "auto" or \
+                self.returns_global_attention:
+            config["global_attention_mask"] = self.returns_global_attention
+        return config
 
 
 class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Layer):
@@ -383,9 +426,11 @@ class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Lay
     xlnet_layout_supported = True
 
     def __init__(self, tokenizer, sequence_length=128, layout="auto", segment_ids="auto",
-                 **kwargs):
+                 global_attention_mask="auto", **kwargs):
         super().__init__(**kwargs)
         self.segment_ids = check_segment_ids(segment_ids)
+        self.global_attention_mask = check_segment_ids(global_attention_mask,
+                                                       "global_attention_mask")
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
         self.tokenizer = tokenizer
@@ -678,6 +723,8 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
     The extra columns are padding: the outputs are the same.
     """
 
+    global_attention_task = "TextClassifier"
+
     group_by_length_batches = GROUP_BY_LENGTH_BATCHES
     raw_inputs = ("a batch of texts (a list, 1-D array or pandas Series of strings, a string "
                   "tensor [B]), or a tuple of two such batches for text pairs")
@@ -838,6 +885,8 @@ class TokenClassifierPreprocessor(FinetuningPreprocessor):
     padding, words cut by truncation and labels < 0 have weight 0 (label 0).
     """
 
+    global_attention_task = "TokenClassifier"
+
     raw_inputs = ("sentences (a list of strings) or their words (a list of word lists, a "
                   "RaggedTensor)")
 
@@ -952,6 +1001,8 @@ class MultipleChoicePreprocessor(FinetuningPreprocessor):
     choice [SEP]` (SWAG / RACE; XLNet's layout: `context <sep> choice <sep> <cls>`); `y` [B] the
     index of the right choice."""
 
+    global_attention_task = "MultipleChoice"
+
     raw_inputs = ("a tuple (contexts, choices): a batch of strings [B] and a batch of lists of "
                   "strings [B, C] (C choices each)")
     takes_a_pair = True
@@ -1014,6 +1065,8 @@ class QuestionAnswererPreprocessor(FinetuningPreprocessor):
     token's character span in the context (-1 outside the context), which `QuestionAnswerer`
     uses to map predicted spans back to text.
     """
+
+    global_attention_task = "QuestionAnswerer"
 
     raw_inputs = "a tuple (questions, contexts): two batches of strings [B]"
     takes_a_pair = True

@@ -481,6 +481,8 @@ class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
     `segment_ids="auto"` (default): no `segment_ids` when the task's or the preset's backbone
     takes none (RoBERTa's, DistilBERT's: keras-hub's `RobertaMaskedLMPreprocessor`'s keys;
     `ReturnsModelInputs`), else returned; True / False: always / never.
+    `global_attention_mask="auto"`: a Longformer preset's gives one, all zeros (`MaskedLM`'s:
+    no global token), for a model of one's own over its `backbone.input`.
 
     keras-hub's arguments: `truncate` ("round_robin", or "waterfall": the first segment keeps
     what fits; `packing="segments"`), `mask_selection_rate`, `mask_selection_length`,
@@ -489,9 +491,12 @@ class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
 
     def __init__(self, tokenizer, sequence_length=128, masker=None, packing="segments",
                  batch_size=32, seed=None, shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
-                 truncate="round_robin", segment_ids="auto", **kwargs):
+                 truncate="round_robin", segment_ids="auto", global_attention_mask="auto",
+                 **kwargs):
         super().__init__(tokenizer, sequence_length, masker, batch_size, seed, **kwargs)
         self.segment_ids = check_segment_ids(segment_ids)
+        self.global_attention_mask = check_segment_ids(global_attention_mask,
+                                                       "global_attention_mask")
         self.shuffle_buffer = shuffle_buffer
         if packing != "segments" and packing not in DocumentPacker.MODES:
             raise ValueError(f"packing must be 'segments' or one of {DocumentPacker.MODES}, "

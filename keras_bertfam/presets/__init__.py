@@ -230,6 +230,17 @@ def takes_segment_ids(preset, download=False):
     return cls.takes_segment_ids_in(config)
 
 
+def takes_global_attention(preset, download=False):
+    """Whether the backbone a preset builds takes a `global_attention_mask` input (a
+    Longformer's: its class derives a task's, `task_global_attention`), read from its config
+    (nothing built); None without a backbone config. A preprocessor's `from_preset` returns
+    the mask its task would derive only then (`ReturnsModelInputs`)."""
+    found = get_loader(preset, download).backbone_config()
+    if found is None:
+        return None
+    return getattr(found[0], "task_global_attention", None) is not None
+
+
 def save_tokenizer(tokenizer, preset_dir):
     """Copies the tokenizer's files into the preset's assets; returns its spec for the manifest."""
     assets = os.path.join(preset_dir, TOKENIZER_ASSETS)
@@ -505,6 +516,7 @@ def convert(path, load_weights=True, **overrides):
 preset_hooks.register(load_backbone=load_backbone, save_backbone=save_backbone,
                       get_loader=get_loader, load_tokenizer=load_tokenizer,
                       position_table=position_table, takes_segment_ids=takes_segment_ids,
+                      takes_global_attention=takes_global_attention,
                       load_task=load_task, save_task=save_task,
                       preprocessor_args=preprocessor_args,
                       load_hf_heads=load_hf_heads,

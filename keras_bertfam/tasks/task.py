@@ -39,8 +39,8 @@ from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, Retu
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
                                                     check_no_text_labels)
-from keras_bertfam.preprocessing.errors import (carries_tf_errors, check_column_lengths,
-                                                check_text_batch)
+from keras_bertfam.preprocessing.errors import (_first_or_zero, carries_tf_errors,
+                                                check_column_lengths, check_text_batch)
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
@@ -715,6 +715,8 @@ class Task(KeepsVariablesOnError, keras.Model):
             checks.append(check_ids)
         if needs_global_attention_check(self):
             checks.append(check_global_attention)
+        if getattr(self.__dict__.get("backbone"), "task_global_attention", None) is not None:
+            checks.insert(0, drop_derived_global_attention)
         if not checks:
             return x
 
@@ -737,6 +739,8 @@ class Task(KeepsVariablesOnError, keras.Model):
             if isinstance(spec, tuple):
                 return x.map(lambda f, *rest: (checked(f), *rest))
             return x.map(checked)
+        if isinstance(x, dict) and "token_ids" in x and drop_derived_global_attention in checks:
+            x = drop_derived_global_attention(self, x)
         if isinstance(x, dict) and "token_ids" in x and check_global_attention in checks:
             check_global_attention(self, x)
         return x
@@ -1433,6 +1437,9 @@ def check_backbone_and_preprocessor(task):
         # that reads them keeps returning them (a task drops what its model does not take).
         preprocessor._task_segment_ids = bool(takes) or bool(
             preprocessor.__dict__.get("_task_segment_ids"))
+        # A task derives a Longformer's global attention in its graph (`backbone_inputs`): its
+        # model inputs have no `global_attention_mask`.
+        preprocessor._task_global_attention = False
     check_tokenizer_fits(getattr(preprocessor, "tokenizer", None), backbones)
     tables = [(b.max_sequence_length, type(b).__name__) for b in backbones
               if isinstance(getattr(b, "max_sequence_length", None), (int, np.integer))]
@@ -1522,6 +1529,52 @@ def needs_global_attention_check(task):
             and type(task).global_attention_task in TASK_GLOBAL_ATTENTION)
 
 
+def _task_rows(features):
+    """A task's model inputs as (rows, T) int32 TensorFlow tensors, as the task folds a
+    multiple choice's (B, C, T): `token_ids`, `segment_ids` (zeros where missing),
+    `padding_mask` (ones), and `global_attention_mask` where given."""
+    token_ids = tf.convert_to_tensor(features["token_ids"])
+    width = tf.shape(token_ids)[-1]
+
+    def rows(key, default):
+        value = features.get(key)
+        value = default(token_ids) if value is None else tf.convert_to_tensor(value)
+        return tf.reshape(tf.cast(value, tf.int32), [-1, width])
+
+    flat = {"token_ids": rows("token_ids", tf.identity),
+            "segment_ids": rows("segment_ids", tf.zeros_like),
+            "padding_mask": rows("padding_mask", tf.ones_like)}
+    if features.get("global_attention_mask") is not None:
+        flat["global_attention_mask"] = rows("global_attention_mask", tf.zeros_like)
+    return flat
+
+
+def drop_derived_global_attention(task, features):
+    """A Longformer task's model inputs without the `global_attention_mask` they were given (a
+    preset's preprocessor gives one, the task's, for a model of one's own over
+    `backbone.input`): the task derives its own in its graph (`task_global_attention`). One that
+    differs from it would be ignored: the pipeline stops (eagerly: raises) with an
+    InvalidArgumentError naming the first row and position where they differ."""
+    if features.get("global_attention_mask") is None:
+        return features
+    name = type(task).global_attention_task
+    flat = _task_rows(features)
+    derived = task.backbone.task_global_attention(flat, name, xp=TF_OPS)
+    differ = tf.where(tf.not_equal(flat.pop("global_attention_mask"), derived))
+    message = (f"{type(task).__name__} puts its own global attention on its rows (the Longformer "
+               f"backbone's task_global_attention for {name!r}); got a global_attention_mask "
+               f"that differs from it in row {{}} at position {{}}. Drop the "
+               f"global_attention_mask (a preprocessor attached to the task gives none), or for "
+               f"other global attention use a model of your own over backbone.input.")
+    token_ids = _assert_then(tf.convert_to_tensor(features["token_ids"]),
+                             tf.equal(tf.size(differ), 0), message, differ[:1, 0],
+                             _first_or_zero(differ[:1, 1]))
+    kept = {k: v for k, v in features.items() if k != "global_attention_mask"}
+    if isinstance(features["token_ids"], tf.Tensor):
+        kept["token_ids"] = token_ids
+    return kept
+
+
 def check_global_attention(task, features):
     """The task's model inputs (TensorFlow tensors, in `tf.data` or eager; or arrays), once no
     row has more global tokens than its Longformer backbone's `max_global_tokens`: the global
@@ -1538,16 +1591,8 @@ def check_global_attention(task, features):
     name = type(task).global_attention_task
     limit = int(backbone.max_global_tokens)
     token_ids = tf.convert_to_tensor(features["token_ids"])
-    width = tf.shape(token_ids)[-1]
-
-    def rows(key, default):  # (..., T) -> (rows, T) int32, as the task folds its choices
-        value = features.get(key)
-        value = default(token_ids) if value is None else tf.convert_to_tensor(value)
-        return tf.reshape(tf.cast(value, tf.int32), [-1, width])
-
-    flat = {"token_ids": rows("token_ids", tf.identity),
-            "segment_ids": rows("segment_ids", tf.zeros_like),
-            "padding_mask": rows("padding_mask", tf.ones_like)}
+    flat = _task_rows(features)
+    flat.pop("global_attention_mask", None)
     counts = tf.reduce_sum(backbone.task_global_attention(flat, name, xp=TF_OPS), axis=1)
     bad = counts > limit
     message = TASK_TOO_MANY_GLOBAL_TOKENS.format(task=name, limit=limit,
