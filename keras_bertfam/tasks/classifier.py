@@ -3,7 +3,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_bertfam.models.backbone import head_initializer
+from keras_bertfam.models.backbone import complete_inputs, head_initializer
 from keras_bertfam.preprocessing.finetuning import (MULTI_LABEL, MULTI_TARGET, NOT_AN_INTEGER,
                                                     NOT_FINITE, TEXT_TARGET, check_label_shape)
 from keras_bertfam.tasks.losses import weight_sum
@@ -99,7 +99,7 @@ class TextClassifier(Task):
     `Activation` layer named "output_activation" after the `logits` Dense, so the weights, their
     names and the saved files are those of `activation=None`. `predict` and `fit`'s `y_pred` are
     then the activation's outputs, and the parts of the library that need logits read them
-    before it (`logits_model`): the SavedModel's `logits` / `probabilities` / `labels` are those
+    before it (`logits(inputs)`): the SavedModel's `logits` / `probabilities` / `labels` are those
     of `activation=None` on the same weights. The default loss (no `compile(loss=...)`) is the
     cross-entropy of the logits, taken from the outputs: from logits for None and "log_softmax",
     from probabilities for "softmax" (as keras-hub's `from_logits=False`); with `num_classes >
@@ -143,16 +143,19 @@ class TextClassifier(Task):
         if self.activation is not None:
             outputs = keras.layers.Activation(self.activation, name="output_activation")(logits)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        # Not tracked (a second functional model on the same layers and weights): nothing saved.
-        object.__setattr__(self, "_logits_model", None if self.activation is None
-                           else keras.Model(inputs, logits, name=f"{self.name}_logits"))
+        # A second functional model on the same layers and weights, out of Keras' sight (its
+        # saving walks every attribute: it would save it too).
+        object.__setattr__(self, "_logits_model", _Untracked(
+            None if self.activation is None else keras.Model(inputs, logits)))
         self._track_losses(["mse" if num_classes == 1 else "accuracy"])
 
-    @property
-    def logits_model(self):
-        """The model from the task's inputs to its logits, before `activation` (the task itself
-        when `activation` is None): the same layers and weights."""
-        return self if self._logits_model is None else self._logits_model
+    def logits(self, inputs, training=False):
+        """The logits on model inputs (a dict, as the task's call takes): the outputs before
+        `activation` (with activation=None, the outputs)."""
+        model = self._logits_model.value
+        if model is None:
+            return self(inputs, training=training)
+        return model(complete_inputs(self, inputs), training=training)
 
     def get_config(self):
         config = super().get_config()
@@ -186,7 +189,7 @@ class TextClassifier(Task):
 
     def serving_call(self, inputs):
         # The serving outputs are computed from the logits (not the activation's outputs).
-        return self.logits_model({k: inputs[k] for k in self.input}, training=False)
+        return self.logits({k: inputs[k] for k in self.input}, training=False)
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, num_classes=None,
@@ -244,6 +247,13 @@ class TextClassifier(Task):
         correct = ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32")
         loss = _mean(ce, w)
         return loss, {"accuracy": _mean(correct, w)}
+
+
+class _Untracked:
+    """Holds `value` where Keras' tracking and saving do not look (not a layer, not a list)."""
+
+    def __init__(self, value):
+        self.value = value
 
 
 def output_activation(activation, who):
