@@ -211,8 +211,9 @@ def test_head_importance_and_pruning_read_the_logits_loss():
     np.testing.assert_allclose(ours.raw, theirs.raw, rtol=1e-4, atol=1e-7)
     assert ours.baseline == pytest.approx(theirs.baseline)
     with pytest.raises(ValueError, match=r"activation='sigmoid'"):
-        kb.analysis.head_importance(with_activation(soft, "sigmoid", preprocessor=soft.preprocessor),
-                                    (TEXTS, LABELS), accuracy_drop=False)
+        kb.analysis.head_importance(
+            with_activation(soft, "sigmoid", preprocessor=soft.preprocessor), (TEXTS, LABELS),
+            accuracy_drop=False)
     pruned = kb.analysis.prune_heads(soft, {0: [1]})
     assert pruned.activation is keras.activations.softmax
     np.testing.assert_allclose(pruned.predict(TEXTS, verbose=0).sum(-1), 1.0, atol=1e-6)

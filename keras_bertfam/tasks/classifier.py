@@ -100,7 +100,8 @@ class TextClassifier(Task):
     names and the saved files are those of `activation=None`. `predict` and `fit`'s `y_pred` are
     then the activation's outputs, and the parts of the library that need logits read them
     before it (`logits(inputs)`): the SavedModel's `logits` / `probabilities` / `labels` are those
-    of `activation=None` on the same weights. The default loss (no `compile(loss=...)`) is the
+    of `activation=None` on the same weights (a regression's `scores` are its predictions, after
+    the activation). The default loss (no `compile(loss=...)`) is the
     cross-entropy of the logits, taken from the outputs: from logits for None and "log_softmax",
     from probabilities for "softmax" (as keras-hub's `from_logits=False`); with `num_classes >
     1` and any other activation (e.g. "sigmoid") it cannot be taken, and `compile()` without a
@@ -188,7 +189,10 @@ class TextClassifier(Task):
             f"activation='softmax' or None.")
 
     def serving_call(self, inputs):
-        # The serving outputs are computed from the logits (not the activation's outputs).
+        # A classifier's serving outputs are computed from its logits (not from `activation`'s
+        # outputs); a regression's `scores` are its predictions (after `activation`).
+        if self.num_classes == 1:
+            return super().serving_call(inputs)
         return self.logits({k: inputs[k] for k in self.input}, training=False)
 
     @classmethod
@@ -235,16 +239,16 @@ class TextClassifier(Task):
                              else ops.reshape(sample_weight, (-1,)))
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
-        logits = ops.cast(y_pred, "float32")
+        outputs = ops.cast(y_pred, "float32")  # the logits, or `activation`'s outputs
         w = None if sample_weight is None else ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
         if self.num_classes == 1:
-            err = ops.square(logits[:, 0] - ops.cast(ops.reshape(y, (-1,)), "float32"))
+            err = ops.square(outputs[:, 0] - ops.cast(ops.reshape(y, (-1,)), "float32"))
             loss = _mean(err, w)
             return loss, {"mse": loss}
         labels = ops.cast(ops.reshape(y, (-1,)), "int32")
-        ce = ops.sparse_categorical_crossentropy(labels, logits,
+        ce = ops.sparse_categorical_crossentropy(labels, outputs,
                                                  from_logits=self.default_loss_from_logits())
-        correct = ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32")
+        correct = ops.cast(ops.equal(ops.argmax(outputs, axis=-1), labels), "float32")
         loss = _mean(ce, w)
         return loss, {"accuracy": _mean(correct, w)}
 
