@@ -239,3 +239,16 @@ def test_hf_export_writes_the_logits_head_and_says_the_activation_is_left(pair, 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         kb.presets.export_to_transformers(plain, str(tmp_path / "plain"))
+
+
+@pytest.mark.multibackend
+def test_distiller_refuses_a_classifier_by_name(pair):
+    """The Distiller distils masked-LM logits; a TextClassifier (with an activation, its
+    probabilities) as teacher or student was an AttributeError ('TextClassifier' object has no
+    attribute 'token_embedding'): a TypeError naming it and the fix."""
+    soft, _ = pair
+    for teacher, student in ((soft, bert()), (bert(), soft)):
+        role = "teacher" if teacher is soft else "student"
+        with pytest.raises(TypeError, match=rf"its {role} is a MaskedLM or a backbone; got a "
+                                            rf"TextClassifier\. Pass its backbone"):
+            kb.tasks.Distiller(teacher, student)
