@@ -565,6 +565,35 @@ def test_token_ids_signature_validates_its_input(ids_export):
     assert call(np.zeros([0, 4], np.int32))["logits"].shape == (0, 2)  # an empty batch
 
 
+def test_a_softmax_classifier_serves_what_its_logits_serve(ids_export, tmp_path):
+    """keras-hub's `TextClassifier(activation="softmax")` returns probabilities: its export's
+    `logits`, `probabilities` and `labels` are those of the same weights with activation=None
+    (serving its probabilities as `logits` gave a softmax of probabilities); a regression's
+    `scores` are its predictions."""
+    task, path, _ = ids_export
+    soft = kb.tasks.TextClassifier(task.backbone, num_classes=2, activation="softmax")
+    soft.head.set_weights(task.head.get_weights())
+    kb.export.export_saved_model(soft, str(tmp_path / "1"), include_preprocessing=False)
+    ids = np.array([[2, 5, 6, 3], [2, 7, 3, 0]], np.int32)
+    features = {"token_ids": ids, "segment_ids": np.zeros_like(ids),
+                "padding_mask": (ids > 0).astype(np.int32)}
+    served = tf.saved_model.load(str(tmp_path / "1")).signatures["token_ids"](
+        **{k: tf.constant(v) for k, v in features.items()})
+    reference = tf.saved_model.load(path).signatures["token_ids"](
+        **{k: tf.constant(v) for k, v in features.items()})
+    for key in ("logits", "probabilities", "labels"):
+        np.testing.assert_allclose(served[key].numpy(), reference[key].numpy(), atol=1e-6,
+                                   err_msg=key)
+    np.testing.assert_allclose(served["probabilities"].numpy(),
+                               soft(features).numpy(), atol=1e-6)
+    # a regression's scores are its predictions, after the activation
+    bounded = kb.tasks.TextClassifier(task.backbone, num_classes=1, activation="sigmoid")
+    kb.export.export_saved_model(bounded, str(tmp_path / "2"), include_preprocessing=False)
+    scores = tf.saved_model.load(str(tmp_path / "2")).signatures["token_ids"](
+        **{k: tf.constant(v) for k, v in features.items()})["scores"].numpy()
+    np.testing.assert_allclose(scores, bounded(features).numpy()[:, 0], atol=1e-6)
+
+
 def test_each_signature_graph_is_saved_once(exports, ids_export):
     """The model's graph is in the SavedModel once: the string signature calls the token_ids
     function (with preprocessing, and ids only: both signatures name it). A token_ids function

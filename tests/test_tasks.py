@@ -383,8 +383,9 @@ def test_first_fit_traces_once_after_the_preprocessor_is_detached(bert_vocab):
 
 def test_task_keyword_arguments_are_checked_and_a_frozen_backbone_stays_frozen(tmp_path):
     """keras.Model's functional constructor dropped a task's unknown keyword arguments silently:
-    `num_clases=3` built 2 classes, keras-hub's `activation="softmax"` still returned logits,
-    `dtype="bfloat16"` a float32 task. Unknown names are a TypeError naming them; `dtype` must
+    `num_clases=3` built 2 classes, `activation="softmax"` (keras-hub's TextClassifier's, which
+    ours takes) on another task still returned logits, `dtype="bfloat16"` a float32 task.
+    Unknown names are a TypeError naming them; `dtype` must
     be the backbone's policy (`from_preset(..., dtype=)` builds the backbone with it). And a
     task's `trainable=True` in its config unfroze a frozen backbone on JAX and torch when it
     was rebuilt (`from_config`, `load_model`)."""
@@ -392,7 +393,7 @@ def test_task_keyword_arguments_are_checked_and_a_frozen_backbone_stays_frozen(t
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['num_clases'\]"):
         kb.tasks.TextClassifier(backbone, num_clases=3)
     with pytest.raises(TypeError, match=r"\['activation'\] \(the task returns logits"):
-        kb.tasks.TextClassifier(backbone, num_classes=3, activation="softmax")
+        kb.tasks.TokenClassifier(backbone, num_classes=3, activation="softmax")
     with pytest.raises(TypeError, match=r"\['mask_selection_rate'\]"):
         kb.tasks.MaskedLM(backbone, mask_selection_rate=0.2)
     with pytest.raises(ValueError, match=r"dtype='bfloat16'.*'float32'"):

@@ -77,6 +77,14 @@ FUNCTION_KEYS = (
     "clamp_len", "untie_r",  # XLNet's relative positions and biases
     "hidden_activation",  # TextClassifier's / MultipleChoice's head
 )
+
+
+def function_keys(cls):
+    """`FUNCTION_KEYS` of a backbone or task class, but for the arguments it names in
+    `output_settings`, which act after its weights (TextClassifier's output `activation`: its
+    logits are the same under any)."""
+    skip = getattr(cls, "output_settings", ())
+    return tuple(k for k in FUNCTION_KEYS if k not in skip)
 # A `.keras` archive's weights member (Keras' name).
 ARCHIVE_WEIGHTS = "model.weights.h5"
 # {path: the checks its caller made itself} (`checked_by_caller`).
@@ -139,7 +147,7 @@ def function_settings(model):
 
     def settings(obj):
         params = inspect.signature(type(obj).__init__).parameters
-        found = {k: getattr(obj, k) for k in FUNCTION_KEYS
+        found = {k: getattr(obj, k) for k in function_keys(type(obj))
                  if k in params and hasattr(obj, k)}
         if getattr(obj, "heads_per_layer", None) is not None:  # any family's keyword
             found["heads_per_layer"] = list(obj.heads_per_layer)
@@ -630,13 +638,17 @@ def config_settings(config):
     def own(entry):
         args = entry.get("config")
         args = args if isinstance(args, dict) else {}
-        return setting_value({k: args[k] for k in FUNCTION_KEYS if k in args})
+        keys = function_keys(registered(entry))
+        return setting_value({k: args[k] for k in keys if k in args})
+
+    def registered(entry):
+        try:
+            return keras.saving.get_registered_object(entry.get("registered_name") or "")
+        except Exception:  # noqa: BLE001 - a name this session cannot resolve
+            return None
 
     def is_backbone(entry):
-        try:
-            cls = keras.saving.get_registered_object(entry.get("registered_name") or "")
-        except Exception:  # noqa: BLE001 - a name this session cannot resolve
-            return False
+        cls = registered(entry)
         return isinstance(cls, type) and issubclass(cls, Backbone)
 
     def backbones(value):

@@ -122,7 +122,7 @@ def warn_function_overrides(preset, saved, overrides, cls, stacklevel=6):
     import warnings
 
     defaults = inspect.signature(cls.__init__).parameters
-    for key in weights_files.FUNCTION_KEYS:
+    for key in weights_files.function_keys(cls):
         if key not in overrides:
             continue
         if key in saved:

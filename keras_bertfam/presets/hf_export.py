@@ -75,11 +75,26 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
     if generator_path is not None:
         exported, declared = exported + generator_mapping + generator_heads, []
     _check_all_written(model, spec, exported, no_pooler, declared, why)
+    _warn_output_activation(model, spec, task_name if heads else None)
     if generator_path is not None:
         _write_transformers(generator_path, spec.config_to_hf(generator), spec, "MaskedLM",
                             generator_mapping, generator_heads, None, tokenizer)
     return _write_transformers(path, config, spec, task_name if heads else None, written,
                                head_mapping, getattr(model, "num_classes", None), tokenizer)
+
+
+def _warn_output_activation(model, spec, task_name):
+    """A task with an output `activation` (TextClassifier's, keras-hub's): HF's model class has
+    none and returns the logits, which the exported weights compute; said, not silent."""
+    activation = getattr(model, "activation", None) if task_name is not None else None
+    if activation is None:
+        return
+    name = getattr(activation, "__name__", repr(activation))
+    warnings.warn(
+        f"{task_name}(activation={name!r}): HF's {spec.hf_task_architectures[task_name]} "
+        f"returns the logits, before the activation, which is not part of the exported model "
+        f"(its weights are written as they are). Apply {name} to HF's logits; from_preset(..., "
+        f"activation={name!r}) loads the export back with it.", stacklevel=3)
 
 
 def _refuse_pruned(backbone):

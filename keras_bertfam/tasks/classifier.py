@@ -3,7 +3,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_bertfam.models.backbone import head_initializer
+from keras_bertfam.models.backbone import complete_inputs, head_initializer
 from keras_bertfam.preprocessing.finetuning import (MULTI_LABEL, MULTI_TARGET, NOT_AN_INTEGER,
                                                     NOT_FINITE, TEXT_TARGET, check_label_shape)
 from keras_bertfam.tasks.losses import weight_sum
@@ -94,6 +94,21 @@ class TextClassifier(Task):
     so the random draws (not their distribution) differ from those of `cls_only=False`, which
     runs the whole last layer. The weights and their saved paths are the same either way.
 
+    `activation` (keras-hub's): None (the default) returns the logits; a Keras activation (a
+    name such as "softmax", or a callable) is applied to them by a weightless
+    `Activation` layer named "output_activation" after the `logits` Dense, so the weights, their
+    names and the saved files are those of `activation=None`. `predict` and `fit`'s `y_pred` are
+    then the activation's outputs, and the parts of the library that need logits read them
+    before it (`logits(inputs)`): the SavedModel's `logits` / `probabilities` / `labels` are those
+    of `activation=None` on the same weights (a regression's `scores` are its predictions, after
+    the activation). The default loss (no `compile(loss=...)`) is the
+    cross-entropy of the logits, taken from the outputs: from logits for None and "log_softmax",
+    from probabilities for "softmax" (as keras-hub's `from_logits=False`); with `num_classes >
+    1` and any other activation (e.g. "sigmoid") it cannot be taken, and `compile()` without a
+    loss, `fit` / `evaluate` (which compile with the defaults) and the analysis tools refuse it,
+    asking for a loss (keras-hub computes it from logits, silently wrong). Regression
+    (`num_classes=1`) takes the MSE of the outputs under any activation.
+
     Example:
     >>> clf = kb.tasks.TextClassifier.from_preset("bert_tiny_en_uncased", num_classes=2)  # doctest: +SKIP
     >>> clf.fit(["great film", "dull"], [1, 0], epochs=1)  # doctest: +SKIP
@@ -107,10 +122,16 @@ class TextClassifier(Task):
     labels_are_one_array = True
     follows_xlnet_layout = True
 
+    # Constructor arguments that act on the outputs after the logits, not on what the weights
+    # compute (`weights_files.function_settings` leaves them out: keras-hub's output
+    # `activation` is not the backbone's).
+    output_settings = ("activation",)
+
     def __init__(self, backbone, num_classes=2, preprocessor=None, dropout=0.1,
-                 hidden_activation="auto", cls_only=True, **kwargs):
+                 hidden_activation="auto", cls_only=True, activation=None, **kwargs):
         if not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
+        self.activation = output_activation(activation, type(self).__name__)
         self.backbone = backbone
         self.num_classes = num_classes
         self.preprocessor = share_num_classes(preprocessor, num_classes)
@@ -119,8 +140,60 @@ class TextClassifier(Task):
         build_classification_head(self, num_classes, hidden_activation, name="logits")
         inputs, features = backbone_inputs(backbone, task=self.global_attention_task)
         logits = classification_logits(self, pooled(backbone, features, cls_only))
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        outputs = logits
+        if self.activation is not None:
+            outputs = keras.layers.Activation(self.activation, name="output_activation")(logits)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        # A second functional model on the same layers and weights, out of Keras' sight (its
+        # saving walks every attribute: it would save it too).
+        object.__setattr__(self, "_logits_model", _Untracked(
+            None if self.activation is None else keras.Model(inputs, logits)))
         self._track_losses(["mse" if num_classes == 1 else "accuracy"])
+
+    def logits(self, inputs, training=False):
+        """The logits on model inputs (a dict, as the task's call takes): the outputs before
+        `activation` (with activation=None, the outputs)."""
+        model = self._logits_model.value
+        if model is None:
+            return self(inputs, training=training)
+        return model(complete_inputs(self, inputs), training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        if self.activation is not None:
+            config["activation"] = keras.activations.serialize(self.activation)
+        return config
+
+    def compile(self, *args, **kwargs):
+        """`Task.compile`; without a `loss`, the default one must be computable from this
+        task's outputs (see the class docstring, `activation`)."""
+        if kwargs.get("loss") is None:
+            self.default_loss_from_logits()
+        super().compile(*args, **kwargs)
+
+    def default_loss_from_logits(self):
+        """Whether the default cross-entropy reads the outputs as logits (True: None,
+        "log_softmax") or as probabilities (False: "softmax"); a ValueError for any other
+        activation of a classifier (its outputs give no cross-entropy of the logits)."""
+        activation = self.activation
+        if activation is None or activation is keras.activations.log_softmax:
+            return True
+        if activation is keras.activations.softmax or self.num_classes == 1:
+            return False
+        name = getattr(activation, "__name__", repr(activation))
+        raise ValueError(
+            f"{type(self).__name__}(activation={name!r}): the default loss is the softmax "
+            f"cross-entropy of the logits, which {name!r} outputs do not give (keras-hub takes "
+            f"them for logits). Pass compile(loss=...) a loss for these outputs (e.g. "
+            f"keras.losses.BinaryCrossentropy() on one-hot labels for 'sigmoid'), or use "
+            f"activation='softmax' or None.")
+
+    def serving_call(self, inputs):
+        # A classifier's serving outputs are computed from its logits (not from `activation`'s
+        # outputs); a regression's `scores` are its predictions (after `activation`).
+        if self.num_classes == 1:
+            return super().serving_call(inputs)
+        return self.logits({k: inputs[k] for k in self.input}, training=False)
 
     @classmethod
     def default_preprocessor(cls, tokenizer, backbone, sequence_length=128, num_classes=None,
@@ -166,17 +239,41 @@ class TextClassifier(Task):
                              else ops.reshape(sample_weight, (-1,)))
 
     def losses_and_metrics(self, y, y_pred, sample_weight):
-        logits = ops.cast(y_pred, "float32")
+        outputs = ops.cast(y_pred, "float32")  # the logits, or `activation`'s outputs
         w = None if sample_weight is None else ops.cast(ops.reshape(sample_weight, (-1,)), "float32")
         if self.num_classes == 1:
-            err = ops.square(logits[:, 0] - ops.cast(ops.reshape(y, (-1,)), "float32"))
+            err = ops.square(outputs[:, 0] - ops.cast(ops.reshape(y, (-1,)), "float32"))
             loss = _mean(err, w)
             return loss, {"mse": loss}
         labels = ops.cast(ops.reshape(y, (-1,)), "int32")
-        ce = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-        correct = ops.cast(ops.equal(ops.argmax(logits, axis=-1), labels), "float32")
+        ce = ops.sparse_categorical_crossentropy(labels, outputs,
+                                                 from_logits=self.default_loss_from_logits())
+        correct = ops.cast(ops.equal(ops.argmax(outputs, axis=-1), labels), "float32")
         loss = _mean(ce, w)
         return loss, {"accuracy": _mean(correct, w)}
+
+
+class _Untracked:
+    """Holds `value` where Keras' tracking and saving do not look (not a layer, not a list)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def output_activation(activation, who):
+    """keras-hub's task `activation` -> None (logits: None or "linear") or the Keras activation
+    function; a ValueError naming anything else."""
+    if activation is None:
+        return None
+    try:
+        function = keras.activations.get(activation)
+    except (ValueError, TypeError):
+        function = None
+    if not callable(function):
+        raise ValueError(
+            f"{who}(activation={activation!r}): expected None (logits), the name of a Keras "
+            f"activation (e.g. 'softmax') or a callable.")
+    return None if function is keras.activations.linear else function
 
 
 def share_num_classes(preprocessor, num_classes):

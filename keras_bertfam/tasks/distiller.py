@@ -146,6 +146,14 @@ class Distiller(Task):
         preprocessor=None,
         **kwargs,
     ):
+        for role, model in (("teacher", teacher), ("student", student)):
+            if isinstance(model, Task) and not isinstance(model, MaskedLM):
+                # (a TextClassifier's logits, or with an `activation` its probabilities, are
+                # not what this distils)
+                raise TypeError(
+                    f"Distiller distils masked-LM logits: its {role} is a MaskedLM or a "
+                    f"backbone; got a {type(model).__name__}. Pass its backbone "
+                    f"({role}.backbone) to distil the encoder.")
         if not isinstance(teacher, MaskedLM):
             teacher = MaskedLM(teacher, name="teacher")
         if not isinstance(student, MaskedLM):

@@ -1268,8 +1268,9 @@ def _check_model_kwargs(task, kwargs):
     if unknown:
         own = [n for n in inspect.signature(type(task).__init__).parameters
                if n not in ("self", "kwargs")]
-        hint = (" (the task returns logits, keras-hub's activation=None: apply "
-                "keras.activations.softmax to its predictions)" if "activation" in unknown else "")
+        hint = (" (the task returns logits; keras-hub's activation= is a TextClassifier's: apply "
+                "keras.activations.softmax to this task's predictions)"
+                if "activation" in unknown else "")
         raise TypeError(f"{type(task).__name__} got unexpected keyword argument(s) {unknown}"
                         f"{hint}; it takes {own + ['dtype', 'name']}.")
 
