@@ -691,6 +691,33 @@ def test_compile_loss_is_honoured():
     assert "accuracy" not in history  # the task's own loss terms are not computed
 
 
+def test_compile_takes_keras_hub_s_auto_spelling():
+    """keras-hub's `Task.compile(optimizer="auto", loss="auto", metrics="auto")` (its defaults,
+    written out) compiles the task's defaults: on ours Keras read "auto" as a loss name ("Could
+    not interpret loss identifier") and refused it as `metrics`."""
+    x, _ = _mlm_batch()
+    x = {k: v for k, v in x.items() if k != "mask_positions"}
+    y = np.array([0, 1, 0, 1])
+    tasks = []
+    for _ in range(2):  # without dropout: the same weights train to the same loss
+        keras.utils.set_random_seed(0)
+        tasks.append(kb.tasks.TextClassifier(
+            kb.models.BertBackbone(**dict(TINY_BERT, dropout=0.0)), num_classes=2, dropout=0.0))
+    auto, default = tasks
+    auto.compile(optimizer="auto", loss="auto", metrics="auto", weighted_metrics="auto")
+    default.compile()
+    assert type(auto.optimizer) is type(default.optimizer)
+    got = auto.fit(x, y, batch_size=4, verbose=0).history
+    want = default.fit(x, y, batch_size=4, verbose=0).history
+    assert set(got) == set(want) and "accuracy" in got
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
+    # "auto" is the default loss: refused, as without a loss, where the outputs give none
+    soft = kb.tasks.TextClassifier(kb.models.BertBackbone(**TINY_BERT), num_classes=2,
+                                   activation="sigmoid")
+    with pytest.raises(ValueError, match="compile\\(loss=...\\)"):
+        soft.compile(loss="auto")
+
+
 def test_missing_sample_weight_means_all_ones():
     x, y = _mlm_batch()
     weights = np.ones_like(y, "float32")

@@ -167,7 +167,8 @@ class TextClassifier(Task):
     def compile(self, *args, **kwargs):
         """`Task.compile`; without a `loss`, the default one must be computable from this
         task's outputs (see the class docstring, `activation`)."""
-        if kwargs.get("loss") is None:
+        loss = kwargs.get("loss")
+        if loss is None or isinstance(loss, str) and loss == "auto":
             self.default_loss_from_logits()
         super().compile(*args, **kwargs)
 

@@ -479,7 +479,11 @@ class Task(KeepsVariablesOnError, keras.Model):
         `learning_rate` defaults to the task's `default_learning_rate`. When `total_steps` is not
         given, the first `fit` sets it to `epochs × steps per epoch` (when the dataset's length is
         known) with `warmup_ratio` (default `default_warmup_ratio`) of them warming up, unless
-        `warmup_steps` is given; until then the rate is constant after warmup."""
+        `warmup_steps` is given; until then the rate is constant after warmup. `loss`,
+        `metrics` and `weighted_metrics` of "auto" (keras-hub's defaults written out) are the
+        task's defaults, as when not given."""
+        kwargs = {k: None if isinstance(v, str) and v == "auto" and k in (
+            "loss", "metrics", "weighted_metrics") else v for k, v in kwargs.items()}
         self._auto_schedule = None
         if optimizer == "auto":
             schedule = WarmupLinearDecay(
