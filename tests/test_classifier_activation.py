@@ -252,3 +252,23 @@ def test_distiller_refuses_a_classifier_by_name(pair):
         with pytest.raises(TypeError, match=rf"its {role} is a MaskedLM or a backbone; got a "
                                             rf"TextClassifier\. Pass its backbone"):
             kb.tasks.Distiller(teacher, student)
+
+
+@pytest.mark.multibackend
+def test_the_output_activation_runs_in_float32_under_mixed_precision():
+    """Under `mixed_float16` the logits are float16 (the backbone's compute dtype, as
+    keras-hub's), but the activation runs in float32 (Keras' mixed-precision guide: a softmax
+    in float16 rounds probabilities near 1 to 1 and small ones to 0, and the loss on them
+    loses its gradient)."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        task = kb.tasks.TextClassifier(bert(), num_classes=3, activation="softmax")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    x = model_inputs()
+    probabilities = task.predict(x, verbose=0)
+    logits = to_numpy(task.logits(x))
+    assert logits.dtype == np.float16 and probabilities.dtype == np.float32
+    want = keras.ops.convert_to_numpy(keras.ops.softmax(logits.astype("float32")))
+    np.testing.assert_allclose(probabilities, want, atol=1e-6)

@@ -97,7 +97,8 @@ class TextClassifier(Task):
     `activation` (keras-hub's): None (the default) returns the logits; a Keras activation (a
     name such as "softmax", or a callable) is applied to them by a weightless
     `Activation` layer named "output_activation" after the `logits` Dense, so the weights, their
-    names and the saved files are those of `activation=None`. `predict` and `fit`'s `y_pred` are
+    names and the saved files are those of `activation=None`; it runs in float32 (under mixed
+    precision too, as Keras advises for a softmax). `predict` and `fit`'s `y_pred` are
     then the activation's outputs, and the parts of the library that need logits read them
     before it (`logits(inputs)`): the SavedModel's `logits` / `probabilities` / `labels` are those
     of `activation=None` on the same weights (a regression's `scores` are its predictions, after
@@ -142,7 +143,9 @@ class TextClassifier(Task):
         logits = classification_logits(self, pooled(backbone, features, cls_only))
         outputs = logits
         if self.activation is not None:
-            outputs = keras.layers.Activation(self.activation, name="output_activation")(logits)
+            # in float32 under mixed precision (probabilities in float16 round to 1 and 0)
+            outputs = keras.layers.Activation(self.activation, dtype="float32",
+                                              name="output_activation")(logits)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         # A second functional model on the same layers and weights, out of Keras' sight (its
         # saving walks every attribute: it would save it too).
