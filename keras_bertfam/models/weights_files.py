@@ -77,14 +77,6 @@ FUNCTION_KEYS = (
     "clamp_len", "untie_r",  # XLNet's relative positions and biases
     "hidden_activation",  # TextClassifier's / MultipleChoice's head
 )
-
-
-def function_keys(cls):
-    """`FUNCTION_KEYS` of a backbone or task class, but for the arguments it names in
-    `output_settings`, which act after its weights (TextClassifier's output `activation`: its
-    logits are the same under any)."""
-    skip = getattr(cls, "output_settings", ())
-    return tuple(k for k in FUNCTION_KEYS if k not in skip)
 # A `.keras` archive's weights member (Keras' name).
 ARCHIVE_WEIGHTS = "model.weights.h5"
 # {path: the checks its caller made itself} (`checked_by_caller`).
@@ -97,6 +89,14 @@ _VERIFIED_ARCHIVES = contextvars.ContextVar("keras_bertfam_verified_archives",
 # Keras loads it: `check_optimizer_store` does not compare their optimizer's record again.
 _OPTIMIZERS_CHECKED = contextvars.ContextVar("keras_bertfam_optimizers_checked",
                                              default=frozenset())
+
+
+def function_keys(cls):
+    """`FUNCTION_KEYS` of a backbone or task class, but for the arguments it names in
+    `output_settings`, which act after its weights (TextClassifier's output `activation`: its
+    logits are the same under any)."""
+    skip = getattr(cls, "output_settings", ())
+    return tuple(k for k in FUNCTION_KEYS if k not in skip)
 
 
 def _utf8(text):
