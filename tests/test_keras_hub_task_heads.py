@@ -129,7 +129,7 @@ def test_keras_hub_task_head_loads(saved_tasks, family, kind):
     _check_same_outputs(theirs, ours, kind)
     if kind == "TextClassifier":
         assert ours.num_classes == 3 and ours.dropout == theirs.dropout
-        # the generic Task.from_preset (keras-hub's) loads it too
+    if family == "roberta":  # the generic Task.from_preset (keras-hub's) loads it too
         _check_same_outputs(theirs, _load_quietly(kb.tasks.Task, where), kind)
 
 
@@ -143,6 +143,17 @@ def test_keras_hub_distil_bert_classifier_head_loads(tmp_path):
     theirs.save_to_preset(str(tmp_path))
     ours = _load_quietly(kb.tasks.TextClassifier, str(tmp_path))
     _check_same_outputs(theirs, ours, "TextClassifier")
+
+
+def test_loaded_head_saves_and_overrides_warn(saved_tasks, tmp_path):
+    """Ours saved again keeps keras-hub's head settings; overriding one warns."""
+    theirs, where = saved_tasks["bert", "MaskedLM"]
+    ours = _load_quietly(kb.tasks.MaskedLM, where)
+    assert (ours.head_activation, ours.head_layer_norm_epsilon) == ("gelu", 1e-5)
+    ours.save_to_preset(str(tmp_path))
+    _check_same_outputs(theirs, _load_quietly(kb.tasks.MaskedLM, str(tmp_path)), "MaskedLM")
+    with pytest.warns(UserWarning, match="saved with head_activation='gelu'.*computes something"):
+        kb.tasks.MaskedLM.from_preset(where, head_activation="relu")
 
 
 def test_without_weights_no_head(saved_tasks):
