@@ -134,15 +134,16 @@ def test_keras_hub_task_head_loads(saved_tasks, family, kind):
 
 
 @pytest.mark.multibackend
-def test_keras_hub_distil_bert_classifier_head_loads(tmp_path):
+@pytest.mark.parametrize("kind", ["TextClassifier", "MaskedLM"])
+def test_keras_hub_distil_bert_head_loads(tmp_path, kind):
     """On every backend (hand-made vocabulary: no tokenizer training)."""
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
         set(" ".join(TEXTS).replace(",", " ,").split()))
     theirs = _keras_hub_task("distil_bert", keras_hub.models.DistilBertTokenizer(
-        vocabulary=vocabulary, lowercase=True), "TextClassifier")
+        vocabulary=vocabulary, lowercase=True), kind)
     theirs.save_to_preset(str(tmp_path))
-    ours = _load_quietly(kb.tasks.TextClassifier, str(tmp_path))
-    _check_same_outputs(theirs, ours, "TextClassifier")
+    ours = _load_quietly(getattr(kb.tasks, kind), str(tmp_path))
+    _check_same_outputs(theirs, ours, kind)
 
 
 def test_loaded_head_saves_and_overrides_warn(saved_tasks, tmp_path):
