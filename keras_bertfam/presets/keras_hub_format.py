@@ -440,9 +440,10 @@ TASK_HEADS = {
 }
 
 
-def task_head(path, task_cls):
+def task_head(path, task_cls, warn=True):
     """-> (the KerasHubHead of the keras-hub task saved in `path`, our arguments computing its
-    head) when `task_cls` loads it; else warns why not and returns None. No task saved: None."""
+    head) when `task_cls` loads it; else None, and with `warn` a warning saying why (no task
+    saved: None, silently)."""
     task = saved_task_class(path)
     if task is None:
         return None
@@ -456,10 +457,11 @@ def task_head(path, task_cls):
         arguments, reason = head.config(read_json(path, "task.json").get("config", {}))
         if reason is None:
             return head, arguments
-    warnings.warn(
-        f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its backbone "
-        f"and tokenizer, not its head weights (task.weights.h5): {reason}. The head starts from "
-        "its initialization.", stacklevel=4)
+    if warn:
+        warnings.warn(
+            f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its "
+            f"backbone and tokenizer, not its head weights (task.weights.h5): {reason}. The head "
+            "starts from its initialization.", stacklevel=4)
     return None
 
 

@@ -366,7 +366,7 @@ class KerasHubLoader(PresetLoader):
         reads them, and the arguments that make our head compute keras-hub's
         (`keras_hub_format.TASK_HEADS`), whose weights `load_task_weights` loads; a task whose
         head does not load here warns why (`keras_hub_format.task_head`)."""
-        self._head = keras_hub_format.task_head(self.where, cls)
+        head = keras_hub_format.task_head(self.where, cls)
         task = keras_hub_format.saved_task_class(self.where)
         if task is None or not task.endswith(cls.__name__):
             return {}
@@ -376,16 +376,16 @@ class KerasHubLoader(PresetLoader):
         if isinstance(num_classes, int) and "num_classes" in inspect.signature(
                 cls.__init__).parameters:
             saved["config"] = {"num_classes": num_classes}
-        if self._head is not None:
-            saved["config"] = dict(saved.get("config", {}), **self._head[1])
+        if head is not None:
+            saved["config"] = dict(saved.get("config", {}), **head[1])
         length = keras_hub_format.saved_sequence_length(self.where, "Preprocessor")
         if length:
             saved["preprocessor"] = {"sequence_length": length}
         return saved
 
     def load_task_weights(self, task, overridden=()):
-        head = getattr(self, "_head", None)
-        if head is None or head[0].task != type(task).__name__:
+        head = keras_hub_format.task_head(self.where, type(task), warn=False)
+        if head is None:
             return False
         keras_hub_format.load_task_head(self.where, task, head[0])
         return True
