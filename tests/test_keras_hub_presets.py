@@ -367,12 +367,13 @@ def test_keras_hub_config_with_fewer_layers_than_its_weights_is_refused(tmp_path
 
 
 def test_keras_hub_task_dir_warns_that_its_head_is_not_loaded(tmp_path, bert_vocab):
+    """(keras-hub heads that load: tests/test_keras_hub_task_heads.py)"""
     m = keras_hub.models
     backbone = _keras_hub_backbone("bert")
     preprocessor = m.BertTextClassifierPreprocessor(
         m.BertTokenizer(vocabulary=bert_vocab, lowercase=True), sequence_length=8)
-    m.BertTextClassifier(backbone, num_classes=3, preprocessor=preprocessor).save_to_preset(
-        str(tmp_path))
+    m.BertTextClassifier(backbone, num_classes=3, preprocessor=preprocessor,
+                         activation="softmax").save_to_preset(str(tmp_path))
     with pytest.warns(UserWarning, match="keras-hub BertTextClassifier.*not its head weights"):
         clf = kb.tasks.TextClassifier.from_preset(str(tmp_path), num_classes=3, sequence_length=8)
     assert isinstance(clf.backbone, kb.models.BertBackbone)

@@ -76,6 +76,7 @@ FUNCTION_KEYS = (
     "position_offset", "attention_window",  # an EncoderBackbone's positions; Longformer
     "clamp_len", "untie_r",  # XLNet's relative positions and biases
     "hidden_activation",  # TextClassifier's / MultipleChoice's head
+    "head_activation", "head_layer_norm_epsilon",  # MaskedLM's head
 )
 # A `.keras` archive's weights member (Keras' name).
 ARCHIVE_WEIGHTS = "model.weights.h5"

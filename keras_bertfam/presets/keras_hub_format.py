@@ -302,14 +302,15 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
     return backbone
 
 
-def _count_arrays(h5_path):
-    """The number of arrays (datasets) in a Keras `.weights.h5` file."""
+def _count_arrays(h5_path, skip=()):
+    """The number of arrays (datasets) in a Keras `.weights.h5` file, but for those under the
+    prefixes `skip` (a compiled task's `optimizer/`)."""
     import h5py
 
     count = [0]
 
-    def visit(_, item):
-        count[0] += isinstance(item, h5py.Dataset)
+    def visit(name, item):
+        count[0] += isinstance(item, h5py.Dataset) and not name.startswith(skip)
 
     with h5py.File(h5_path, "r") as f:
         f.visititems(visit)
@@ -349,12 +350,159 @@ def saved_task_class(path):
     return _keras_hub_class(path, "task.json")
 
 
-def warn_task_head(path, task_cls):
-    """A keras-hub task directory's head (task.weights.h5) is keras-hub's layout, not loaded here:
-    say so rather than silently start a fine-tuned head over."""
+# === Task heads (task.json, task.weights.h5) ===
+@dataclasses.dataclass(frozen=True)
+class KerasHubHead:
+    """How one keras-hub task's head maps onto one of our tasks.
+
+    Attributes:
+        task: our task class's name.
+        config: keras-hub task config -> (our task arguments that compute keras-hub's head, or
+            None and the reason none do).
+        weights: `(our task) -> [(our variable, keras-hub variable path, None)]`; raises
+            CheckpointError where the task built has another head (its arguments overridden).
+    """
+
+    task: str
+    config: Callable
+    weights: Callable
+
+
+def _no_head_of(task, reason):
+    raise checkpoints.CheckpointError(
+        f"{type(task).__name__} has {reason}, keras-hub's head has not: its head does not fit.")
+
+
+def _classifier_config(hidden_activation):
+    def config(config):
+        activation = config.get("activation")
+        if activation not in (None, "linear"):
+            return None, (f"its logits go through activation={activation!r}; "
+                          "TextClassifier outputs logits (it has no output activation)")
+        if config.get("hidden_dim") not in (None, config["backbone"]["config"]["hidden_dim"]):
+            return None, (f"its hidden layer has hidden_dim={config['hidden_dim']}, not the "
+                          "backbone's; TextClassifier's is the backbone's hidden_dim")
+        return dict(_take(config, "dropout"), hidden_activation=hidden_activation), None
+    return config
+
+
+def _classifier_weights(pooler=None, hidden=None):
+    """keras-hub's `logits` on our head; `pooler`: its dense on the first token (RoBERTa's
+    `pooled_dense`, tanh) is our backbone's pooler; `hidden`: its dense with an activation
+    (DistilBERT's `pooled_dense`, ReLU) is our hidden layer."""
+    def weights(task):
+        if (task.hidden_dense is not None) != (hidden is not None):
+            _no_head_of(task, f"hidden_activation={task.hidden_activation!r}" if hidden is None
+                        else "no hidden layer")
+        out = []
+        if pooler is not None:
+            if task.backbone.pooler_dense is None:
+                _no_head_of(task, "a backbone without a pooler")
+            out += _pair(task.backbone.pooler_dense, pooler)
+        if hidden is not None:
+            out += _pair(task.hidden_dense, hidden)
+        return out + _pair(task.head, "logits")
+    return weights
+
+
+def _masked_lm_config(activation):
+    # keras-hub's MaskedLMHead keeps its own epsilon (1e-5), not the backbone's
+    return lambda config: ({"head_activation": activation, "head_layer_norm_epsilon": 1e-5},
+                           None)
+
+
+def _masked_lm_weights(task):
+    head = task.mlm_head
+    return (_pair(head.dense, "mlm_head/intermediate_dense")
+            + _norm(head.layer_norm, "mlm_head/intermediate_layer_norm")
+            + [(head.bias, "mlm_head/output_bias", None)])
+
+
+TASK_HEADS = {
+    # BERT and ALBERT: dropout -> logits on the pooled output, as ours
+    "BertTextClassifier": KerasHubHead("TextClassifier", _classifier_config(None),
+                                       _classifier_weights()),
+    "AlbertTextClassifier": KerasHubHead("TextClassifier", _classifier_config(None),
+                                         _classifier_weights()),
+    # dropout -> tanh dense -> dropout -> logits on <s>: our pooler then dropout -> logits (the
+    # same function; in training ours has no dropout before the pooler)
+    "RobertaTextClassifier": KerasHubHead("TextClassifier", _classifier_config(None),
+                                          _classifier_weights(pooler="pooled_dense")),
+    # ReLU dense -> dropout -> logits on [CLS]: ours (no dropout before the hidden layer)
+    "DistilBertTextClassifier": KerasHubHead("TextClassifier", _classifier_config("relu"),
+                                             _classifier_weights(hidden="pooled_dense")),
+    "BertMaskedLM": KerasHubHead("MaskedLM", _masked_lm_config("gelu"), _masked_lm_weights),
+    "RobertaMaskedLM": KerasHubHead("MaskedLM", _masked_lm_config("gelu"), _masked_lm_weights),
+    "AlbertMaskedLM": KerasHubHead("MaskedLM", _masked_lm_config("gelu_approximate"),
+                                   _masked_lm_weights),
+    "DistilBertMaskedLM": KerasHubHead("MaskedLM", _masked_lm_config("gelu"),
+                                       _masked_lm_weights),
+}
+
+
+def task_head(path, task_cls, warn=True):
+    """-> (the KerasHubHead of the keras-hub task saved in `path`, our arguments computing its
+    head) when `task_cls` loads it; else None, and with `warn` a warning saying why (no task
+    saved: None, silently)."""
     task = saved_task_class(path)
-    if task is not None:
+    if task is None:
+        return None
+    head, reason = TASK_HEADS.get(task), None
+    if head is None:
+        reason = (f"keras-hub's {task} has no counterpart here (the heads loaded: "
+                  f"{sorted(TASK_HEADS)})")
+    elif head.task != task_cls.__name__:
+        reason = f"its head is a {head.task}'s, not a {task_cls.__name__}'s"
+    else:
+        arguments, reason = head.config(read_json(path, "task.json").get("config", {}))
+        if reason is None:
+            return head, arguments
+    if warn:
         warnings.warn(
-            f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its backbone "
-            "and tokenizer, not its head weights (task.weights.h5); the head starts from its "
-            "initialization.", stacklevel=4)
+            f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its "
+            f"backbone and tokenizer, not its head weights (task.weights.h5): {reason}. The head "
+            "starts from its initialization.", stacklevel=4)
+    return None
+
+
+def load_task_head(path, task, head):
+    """Loads keras-hub's head weights (`path/task.weights.h5`, read by keras-hub itself into its
+    task rebuilt from task.json and config.json) into `task`, through `checkpoints.assign`:
+    every head weight used, shapes checked, values finite."""
+    import keras
+    import keras_hub  # noqa: F401 - registers keras-hub's classes for deserialization
+
+    weights = os.path.join(path, "task.weights.h5")
+    if not os.path.exists(weights):
+        raise FileNotFoundError(f"The keras-hub task preset {path!r} has no task.weights.h5.")
+    try:
+        stored = _count_arrays(weights, skip=("optimizer/",))
+    except Exception as e:  # not an HDF5 file, truncated
+        raise integrity.IntegrityError(
+            f"Could not read the keras-hub head weights {weights!r}: the file is damaged "
+            f"({type(e).__name__}: {e}).") from e
+    saved = read_json(path, "task.json")
+    try:
+        config = dict(saved, config=dict(saved["config"], backbone=read_json(path, "config.json"),
+                                         preprocessor=None, compile=False))
+        kh = keras.saving.deserialize_keras_object(config)
+        kh.load_task_weights(weights)
+    except Exception as e:
+        raise checkpoints.CheckpointError(
+            f"Could not load the keras-hub head weights {weights!r}: the file is damaged or does "
+            f"not match task.json ({type(e).__name__}: {e}).") from e
+    backbone = {id(v) for v in kh.backbone.weights}
+    own = [v for v in kh.weights if id(v) not in backbone]
+    if stored != len(own):
+        raise checkpoints.CheckpointError(
+            f"{weights!r} holds {stored} weight arrays, the keras-hub {saved['class_name']} of "
+            f"its task.json a head of {len(own)}: task.json does not describe this file; every "
+            "stored weight must be used.")
+    state = {v.path: keras.ops.convert_to_numpy(v) for v in own}
+    mapping = head.weights(task)
+    left = sorted(set(state) - {key for _, key, _ in mapping})
+    if left:
+        raise checkpoints.CheckpointError(
+            f"The keras-hub {saved['class_name']} head in {weights!r} has weight(s) "
+            f"{type(task).__name__} has no place for: {left}.")
+    checkpoints.assign(mapping, state, what=f"{type(task).__name__} head", source=weights)

@@ -363,8 +363,10 @@ class KerasHubLoader(PresetLoader):
     def saved_task(self, cls):
         """A keras-hub task of `cls`'s kind (BertTextClassifier: a TextClassifier) gives its
         `num_classes` and its preprocessor's `sequence_length`, as keras-hub's `from_preset`
-        reads them; not its head's weights (`warn_task_head`)."""
-        keras_hub_format.warn_task_head(self.where, cls)
+        reads them, and the arguments that make our head compute keras-hub's
+        (`keras_hub_format.TASK_HEADS`), whose weights `load_task_weights` loads; a task whose
+        head does not load here warns why (`keras_hub_format.task_head`)."""
+        head = keras_hub_format.task_head(self.where, cls)
         task = keras_hub_format.saved_task_class(self.where)
         if task is None or not task.endswith(cls.__name__):
             return {}
@@ -374,10 +376,19 @@ class KerasHubLoader(PresetLoader):
         if isinstance(num_classes, int) and "num_classes" in inspect.signature(
                 cls.__init__).parameters:
             saved["config"] = {"num_classes": num_classes}
+        if head is not None:
+            saved["config"] = dict(saved.get("config", {}), **head[1])
         length = keras_hub_format.saved_sequence_length(self.where, "Preprocessor")
         if length:
             saved["preprocessor"] = {"sequence_length": length}
         return saved
+
+    def load_task_weights(self, task, overridden=()):
+        head = keras_hub_format.task_head(self.where, type(task), warn=False)
+        if head is None:
+            return False
+        keras_hub_format.load_task_head(self.where, task, head[0])
+        return True
 
 
 class HFDirLoader(PresetLoader):

@@ -29,14 +29,18 @@ def backbone_inputs(backbone, extra=(), task=None, fold=None):
     return inputs, features
 
 
-def masked_lm_head(backbone, token_embedding=None, name="mlm_head"):
+def masked_lm_head(backbone, token_embedding=None, name="mlm_head", activation="auto",
+                   layer_norm_epsilon="auto"):
     """The MLM head every task builds on `backbone` (MaskedLM, the BERT / ALBERT / SpanBERT
     pretrainers, ELECTRA's generator): tied to `token_embedding` (default the backbone's), the
-    backbone's activation, LayerNorm epsilon, initializer and dtype policy; returns logits."""
+    backbone's activation and LayerNorm epsilon (unless given: "auto" takes the backbone's),
+    initializer and dtype policy; returns logits."""
     return MaskedLMHead(
         token_embedding=token_embedding or backbone.token_embedding,
-        intermediate_activation=getattr(backbone, "activation", "gelu"),
-        layer_norm_epsilon=backbone.layer_norm_epsilon,
+        intermediate_activation=(getattr(backbone, "activation", "gelu") if activation == "auto"
+                                 else activation),
+        layer_norm_epsilon=(backbone.layer_norm_epsilon if layer_norm_epsilon == "auto"
+                            else layer_norm_epsilon),
         kernel_initializer=head_initializer(backbone),
         dtype=backbone.dtype_policy,
         name=name,
@@ -100,6 +104,12 @@ class MaskedLM(Task):
     their distribution) differ from those of `masked_rows_only=False`, which runs the whole
     last layer. The weights and their saved paths are the same either way.
 
+    `head_activation` and `head_layer_norm_epsilon`: the head's transform activation and
+    LayerNorm epsilon; "auto" (the default) takes the backbone's `activation` and
+    `layer_norm_epsilon`. keras-hub's `*MaskedLM` heads use their own (exact GELU, ALBERT's
+    tanh-approximate one, and epsilon 1e-5 for every family): a keras-hub task directory
+    loads with those.
+
     Example:
     >>> backbone = kb.models.BertBackbone(100, 2, 2, 16, 32)  # doctest: +SKIP
     >>> mlm = kb.tasks.MaskedLM(backbone)                     # doctest: +SKIP
@@ -111,11 +121,15 @@ class MaskedLM(Task):
     # keras-hub's MaskedLMPreprocessor arguments too (`from_preset(..., mask_selection_rate=)`)
     preprocessor_args = Task.preprocessor_args + MASKING_ARGS + ("truncate",)
 
-    def __init__(self, backbone, preprocessor=None, masked_rows_only=True, **kwargs):
+    def __init__(self, backbone, preprocessor=None, masked_rows_only=True, head_activation="auto",
+                 head_layer_norm_epsilon="auto", **kwargs):
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.masked_rows_only = masked_rows_only
-        self.mlm_head = masked_lm_head(backbone)
+        self.head_activation = head_activation
+        self.head_layer_norm_epsilon = head_layer_norm_epsilon
+        self.mlm_head = masked_lm_head(backbone, activation=head_activation,
+                                       layer_norm_epsilon=head_layer_norm_epsilon)
         inputs, features = backbone_inputs(backbone, extra=("mask_positions",))
         sequence = masked_sequence(backbone, features, inputs["mask_positions"],
                                    masked_rows_only)["sequence_output"]  # (B, P, H)
