@@ -8,6 +8,7 @@ import json
 import os
 import warnings
 
+import keras
 import keras_hub
 import numpy as np
 import pytest
@@ -184,12 +185,20 @@ def test_a_head_of_another_task_warns(saved_tasks):
         kb.tasks.TextClassifier.from_preset(where, num_classes=2, sequence_length=LENGTH)
 
 
-@pytest.mark.parametrize("family, kwargs, reason", [
-    ("bert", {"activation": "softmax"}, "activation='softmax'"),
-    ("roberta", {"hidden_dim": 12}, "hidden_dim=12"),
-])
-def test_head_we_cannot_compute_warns(tokenizers, tmp_path, family, kwargs, reason):
-    theirs = _keras_hub_task(family, tokenizers[family](), "TextClassifier", **kwargs)
+def test_a_softmax_classifier_loads_with_its_activation(tokenizers, tmp_path):
+    """keras-hub's `activation="softmax"` (keras.io's GLUE guide): ours is built with it, the
+    head loaded, the same probabilities."""
+    theirs = _keras_hub_task("bert", tokenizers["bert"](), "TextClassifier",
+                             activation="softmax")
+    theirs.save_to_preset(str(tmp_path))
+    ours = _load_quietly(kb.tasks.TextClassifier, str(tmp_path))
+    assert ours.activation is keras.activations.softmax
+    _check_same_outputs(theirs, ours, "TextClassifier")
+
+
+def test_head_we_cannot_compute_warns(tokenizers, tmp_path):
+    family, reason = "roberta", "hidden_dim=12"
+    theirs = _keras_hub_task(family, tokenizers[family](), "TextClassifier", hidden_dim=12)
     theirs.save_to_preset(str(tmp_path))
     name = PREFIX[family] + "TextClassifier"
     with pytest.warns(UserWarning, match=f"keras-hub {name}.*not its head weights.*{reason}"):

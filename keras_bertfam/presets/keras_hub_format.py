@@ -375,14 +375,12 @@ def _no_head_of(task, reason):
 
 def _classifier_config(hidden_activation):
     def config(config):
-        activation = config.get("activation")
-        if activation not in (None, "linear"):
-            return None, (f"its logits go through activation={activation!r}; "
-                          "TextClassifier outputs logits (it has no output activation)")
         if config.get("hidden_dim") not in (None, config["backbone"]["config"]["hidden_dim"]):
             return None, (f"its hidden layer has hidden_dim={config['hidden_dim']}, not the "
                           "backbone's; TextClassifier's is the backbone's hidden_dim")
-        return dict(_take(config, "dropout"), hidden_activation=hidden_activation), None
+        # keras-hub's output activation (serialized by Keras: "softmax", ...) is ours
+        return dict(_take(config, "dropout", "activation"),
+                    hidden_activation=hidden_activation), None
     return config
 
 
