@@ -18,9 +18,9 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
     and checkpoints without them leave the task's heads as they are. `companions`: the presets of
     the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
     classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
-    when `preset` has no pooler weights and its heads do not fill the backbone's pooler either
-    (see `convert_hf`). Head tensors no head of the family knows warn. `task.from_preset` calls
-    this; `convert_task` is the strict form."""
+    when `preset` has no pooler weights, the task reads the pooler (`uses_pooled_output`) and
+    its heads do not fill it either (see `convert_hf`). Head tensors no head of the family knows
+    warn. `task.from_preset` calls this; `convert_task` is the strict form."""
     spec = family_of_class(type(task.backbone))
     if spec is None:
         return
@@ -32,7 +32,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         if companions.get(argument) is not None:
             sources.append((companions[argument], companion_heads, architecture))
     for i, (source, source_heads, architecture) in enumerate(sources):
-        check_pooler = warn_no_pooler and i == 0
+        # only a task that reads the pooler (not MaskedLM: BertForMaskedLM saves none)
+        check_pooler = warn_no_pooler and i == 0 and type(task).uses_pooled_output
         model_dir = None
         if source_heads is not None or check_pooler or name in FINETUNING_TASKS:
             model_dir = get_loader(source, download).hf_model_dir(download)
