@@ -57,7 +57,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
-        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg)
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg,
+                             warn_missing=get_loader(source, download).kind == "hf")
         if unlike is None:  # else its head's tensors are named in the warning above
             _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
                              f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
@@ -67,12 +68,17 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
                               state, loaded)
 
 
-def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
-    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or []."""
+def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
+    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or [].
+    `warn_missing`: a checkpoint without them all warns that the task's head is new (a bare
+    `BertModel` directory into TextClassifier), naming the tensors and the layers."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
-        if not mapping or not all(key in state for _, key, _ in mapping):
+        missing = sorted(key for _, key, _ in mapping if key not in state)
+        if not mapping or missing:
+            if mapping and warn_missing:
+                _warn_new_head(task, mapping, missing, model_dir, architecture)
             return []
         check_tied_heads(mapping, state, spec, checkpoints.weights_file(model_dir))
         _check_head_config(mapping, spec, cfg, checkpoints.weights_file(model_dir))
@@ -88,6 +94,20 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
             warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}",
                           stacklevel=4)
         return []
+
+
+def _warn_new_head(task, mapping, missing, model_dir, architecture):
+    """HF's "Some weights ... are newly initialized": the task's head layers whose tensors
+    `missing` are not in `model_dir` (the backbone's own layers are not named: its pooler, which
+    RoBERTa's classifier fills, loads from the checkpoint when it has one)."""
+    ours = {id(w) for w in task.backbone.weights}
+    layers = sorted({v.path.rsplit("/", 1)[0] for v, key, _ in mapping
+                     if key in missing and id(v) not in ours})
+    name = type(task).__name__
+    warnings.warn(f"{model_dir!r} has no weights for {name}'s head ({architecture}'s "
+                  f"{missing}): its layers {layers} keep their random initialization. Train "
+                  f"{name} (fit) before predicting with it, or load a {architecture} directory "
+                  f"to get the head.", stacklevel=8)  # from_preset's caller
 
 
 @deferring
