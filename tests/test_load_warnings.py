@@ -24,7 +24,7 @@ _CONFIGS = {
     "Roberta": lambda: T.RobertaConfig(**_SMALL, pad_token_id=1, bos_token_id=0, eos_token_id=2),
     "Albert": lambda: T.AlbertConfig(**_SMALL, embedding_size=8),
 }
-_SAVED = ["BertModel", "BertForMaskedLM", "BertForSequenceClassification",
+_SAVED = ["BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
           "BertForQuestionAnswering", "RobertaForTokenClassification",
           "RobertaForSequenceClassification", "RobertaModel", "AlbertForMaskedLM"]
 
@@ -115,6 +115,18 @@ def test_bare_model_into_task_warns_that_the_head_is_new(hf_dirs, saved, task, t
     found = _about(messages, hf_dirs[saved], tensor, "random initialization", architecture)
     assert len(found) == 1, messages
     assert "fit" in found[0], found
+
+
+def test_partial_head_names_every_layer_left_random(hf_dirs):
+    """A BertForMaskedLM directory into BertPretrainer: the NSP head's tensors are missing, and
+    the heads load all or none, so the MLM head is random too: both are named (the warning named
+    the NSP head only), with the tensors missing."""
+    messages = _load(kb.tasks.BertPretrainer, hf_dirs["BertForMaskedLM"])
+    found = _about(messages, "cls.seq_relationship.weight", "BertForPreTraining")
+    assert len(found) == 1, messages
+    assert "'mlm_head" in found[0] and "'nsp_head" in found[0], found
+    assert _load(kb.tasks.BertPretrainer, hf_dirs["BertForPreTraining"]) == []
+    assert _load(kb.tasks.MaskedLM, hf_dirs["BertForPreTraining"]) == []
 
 
 def test_head_of_another_task_does_not_warn_twice(hf_dirs):

@@ -97,12 +97,12 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_mis
 
 
 def _warn_new_head(task, mapping, missing, model_dir, architecture):
-    """HF's "Some weights ... are newly initialized": the task's head layers whose tensors
-    `missing` are not in `model_dir` (the backbone's own layers are not named: its pooler, which
-    RoBERTa's classifier fills, loads from the checkpoint when it has one)."""
+    """HF's "Some weights ... are newly initialized": `model_dir` lacks the tensors `missing` of
+    the task's head `mapping`, so none of it loads: every head layer is named (not the
+    backbone's: its pooler, which RoBERTa's classifier fills, loads from the checkpoint when it
+    has one)."""
     ours = {id(w) for w in task.backbone.weights}
-    layers = sorted({v.path.rsplit("/", 1)[0] for v, key, _ in mapping
-                     if key in missing and id(v) not in ours})
+    layers = sorted({v.path.rsplit("/", 1)[0] for v, _, _ in mapping if id(v) not in ours})
     name = type(task).__name__
     warnings.warn(f"{model_dir!r} has no weights for {name}'s head ({architecture}'s "
                   f"{missing}): its layers {layers} keep their random initialization. Train "
