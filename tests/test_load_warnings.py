@@ -24,7 +24,7 @@ _CONFIGS = {
     "Roberta": lambda: T.RobertaConfig(**_SMALL, pad_token_id=1, bos_token_id=0, eos_token_id=2),
     "Albert": lambda: T.AlbertConfig(**_SMALL, embedding_size=8),
 }
-_SAVED = ["BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
+_SAVED = ["BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForTokenClassification", "BertForSequenceClassification",
           "BertForQuestionAnswering", "RobertaForTokenClassification",
           "RobertaForSequenceClassification", "RobertaModel", "AlbertForMaskedLM"]
 
@@ -135,3 +135,16 @@ def test_head_of_another_task_does_not_warn_twice(hf_dirs):
     messages = _load(kb.tasks.TextClassifier, hf_dirs["BertForQuestionAnswering"])
     assert len(_about(messages, "head")) == 1, messages
     assert _about(messages, "pooler.dense", "random"), messages
+
+
+def test_token_classifier_from_hf_directory_of_two_labels(hf_dirs):
+    """transformers 5 saves no `id2label` / `num_labels` for HF's default two labels: loading such
+    a BertForTokenClassification directory into TokenClassifier without `num_classes` failed with
+    "missing 1 required positional argument: 'num_classes'"; it has HF's default, 2, and its
+    head."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task = kb.tasks.TokenClassifier.from_preset(hf_dirs["BertForTokenClassification"],
+                                                    preprocessor=None)
+    assert task.num_classes == 2
+    assert not [w for w in caught if issubclass(w.category, UserWarning)], caught
