@@ -148,3 +148,15 @@ def test_token_classifier_from_hf_directory_of_two_labels(hf_dirs):
                                                     preprocessor=None)
     assert task.num_classes == 2
     assert not [w for w in caught if issubclass(w.category, UserWarning)], caught
+
+
+def test_convert_task_of_a_bare_model_refuses_without_the_warning(hf_dirs):
+    """`convert_task` requires the head: its error says the head is missing; the new-head warning
+    of the `from_preset` it calls came first, saying it again (and that the task loaded)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(kb.presets.checkpoints.CheckpointError,
+                           match=r"lacks 2 weight\(s\) the TextClassifier head needs"):
+            kb.presets.convert_task(hf_dirs["BertModel"], kb.tasks.TextClassifier,
+                                    preprocessor=None)
+    assert not _about([str(w.message) for w in caught], "random initialization"), caught

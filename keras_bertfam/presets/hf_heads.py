@@ -96,6 +96,9 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_mis
         return []
 
 
+_NEW_HEAD_WARNING = r".* has no weights for \w+'s head "
+
+
 def _warn_new_head(task, mapping, missing, model_dir, architecture):
     """HF's "Some weights ... are newly initialized": `model_dir` lacks the tensors `missing` of
     the task's head `mapping`, so none of it loads: every head layer is named (not the
@@ -165,8 +168,10 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     if name in ("TextClassifier", "TokenClassifier") and "num_classes" not in kwargs:
         kwargs["num_classes"] = cfg.get("num_labels") or len(cfg.get("id2label", {})) or 2
     companions = (spec.hf_task_companions or {}).get(name, {})
-    task = task_cls.from_preset(where, load_weights=load_weights, preprocessor=preprocessor,
-                                **kwargs)
+    with warnings.catch_warnings():  # a missing head is the error below, not a warning
+        warnings.filterwarnings("ignore", message=_NEW_HEAD_WARNING)
+        task = task_cls.from_preset(where, load_weights=load_weights, preprocessor=preprocessor,
+                                    **kwargs)
     if load_weights:
         expected = (spec.hf_task_architectures or {}).get(name, "a head checkpoint")
         _assign_heads(heads(task), where, spec, name, f"{name} loads its heads from {expected}")
