@@ -24,9 +24,10 @@ _CONFIGS = {
     "Roberta": lambda: T.RobertaConfig(**_SMALL, pad_token_id=1, bos_token_id=0, eos_token_id=2),
     "Albert": lambda: T.AlbertConfig(**_SMALL, embedding_size=8),
 }
-_SAVED = ["BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForTokenClassification", "BertForSequenceClassification",
-          "BertForQuestionAnswering", "RobertaForTokenClassification",
-          "RobertaForSequenceClassification", "RobertaModel", "AlbertForMaskedLM"]
+_SAVED = ["BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForTokenClassification",
+          "BertForSequenceClassification", "BertForQuestionAnswering",
+          "RobertaForTokenClassification", "RobertaForSequenceClassification", "RobertaModel",
+          "AlbertForMaskedLM"]
 
 
 @pytest.fixture(scope="module")
