@@ -375,12 +375,14 @@ def _own_head_config(cls, loader):
 
 def _hf_num_labels(cls, loader):
     """The label count of an HF checkpoint of `cls`'s own head (its config's `id2label`, or
-    `num_labels`), as HF's `AutoModelFor*.from_pretrained` reads it; None for another model."""
+    `num_labels`, else HF's default 2: transformers 5 saves neither for it), as HF's
+    `AutoModelFor*.from_pretrained` reads it; None for another model."""
     cfg = _own_head_config(cls, loader)
     if cfg is None:
         return None
     labels = cfg.get("id2label")
     count = len(labels) if isinstance(labels, dict) and labels else cfg.get("num_labels")
+    count = 2 if count is None else count
     return count if isinstance(count, int) and count > 0 else None
 
 

@@ -18,9 +18,9 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
     and checkpoints without them leave the task's heads as they are. `companions`: the presets of
     the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
     classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
-    when `preset` has no pooler weights and its heads do not fill the backbone's pooler either
-    (see `convert_hf`). Head tensors no head of the family knows warn. `task.from_preset` calls
-    this; `convert_task` is the strict form."""
+    when `preset` has no pooler weights, the task reads the pooler (`uses_pooled_output`) and
+    its heads do not fill it either (see `convert_hf`). Head tensors no head of the family knows
+    warn. `task.from_preset` calls this; `convert_task` is the strict form."""
     spec = family_of_class(type(task.backbone))
     if spec is None:
         return
@@ -32,7 +32,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         if companions.get(argument) is not None:
             sources.append((companions[argument], companion_heads, architecture))
     for i, (source, source_heads, architecture) in enumerate(sources):
-        check_pooler = warn_no_pooler and i == 0
+        # only a task that reads the pooler (not MaskedLM: BertForMaskedLM saves none)
+        check_pooler = warn_no_pooler and i == 0 and type(task).uses_pooled_output
         model_dir = None
         if source_heads is not None or check_pooler or name in FINETUNING_TASKS:
             model_dir = get_loader(source, download).hf_model_dir(download)
@@ -56,7 +57,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
-        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg)
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg,
+                             warn_missing=get_loader(source, download).kind == "hf")
         if unlike is None:  # else its head's tensors are named in the warning above
             _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
                              f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
@@ -66,12 +68,17 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
                               state, loaded)
 
 
-def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
-    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or []."""
+def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
+    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or [].
+    `warn_missing`: a checkpoint without them all warns that the task's head is new (a bare
+    `BertModel` directory into TextClassifier), naming the tensors and the layers."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
-        if not mapping or not all(key in state for _, key, _ in mapping):
+        missing = sorted(key for _, key, _ in mapping if key not in state)
+        if not mapping or missing:
+            if mapping and warn_missing:
+                _warn_new_head(task, mapping, missing, model_dir, architecture)
             return []
         check_tied_heads(mapping, state, spec, checkpoints.weights_file(model_dir))
         _check_head_config(mapping, spec, cfg, checkpoints.weights_file(model_dir))
@@ -87,6 +94,23 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
             warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}",
                           stacklevel=4)
         return []
+
+
+_NEW_HEAD_WARNING = r".* has no weights for \w+'s head "
+
+
+def _warn_new_head(task, mapping, missing, model_dir, architecture):
+    """HF's "Some weights ... are newly initialized": `model_dir` lacks the tensors `missing` of
+    the task's head `mapping`, so none of it loads: every head layer is named (not the
+    backbone's: its pooler, which RoBERTa's classifier fills, loads from the checkpoint when it
+    has one)."""
+    ours = {id(w) for w in task.backbone.weights}
+    layers = sorted({v.path.rsplit("/", 1)[0] for v, _, _ in mapping if id(v) not in ours})
+    name = type(task).__name__
+    warnings.warn(f"{model_dir!r} has no weights for {name}'s head ({architecture}'s "
+                  f"{missing}): its layers {layers} keep their random initialization. Train "
+                  f"{name} (fit) before predicting with it, or load a {architecture} directory "
+                  f"to get the head.", stacklevel=8)  # from_preset's caller
 
 
 @deferring
@@ -144,8 +168,10 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     if name in ("TextClassifier", "TokenClassifier") and "num_classes" not in kwargs:
         kwargs["num_classes"] = cfg.get("num_labels") or len(cfg.get("id2label", {})) or 2
     companions = (spec.hf_task_companions or {}).get(name, {})
-    task = task_cls.from_preset(where, load_weights=load_weights, preprocessor=preprocessor,
-                                **kwargs)
+    with warnings.catch_warnings():  # a missing head is the error below, not a warning
+        warnings.filterwarnings("ignore", message=_NEW_HEAD_WARNING)
+        task = task_cls.from_preset(where, load_weights=load_weights, preprocessor=preprocessor,
+                                    **kwargs)
     if load_weights:
         expected = (spec.hf_task_architectures or {}).get(name, "a head checkpoint")
         _assign_heads(heads(task), where, spec, name, f"{name} loads its heads from {expected}")

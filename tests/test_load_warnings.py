@@ -1,0 +1,163 @@
+"""The warnings of `Task.from_preset` / `Backbone.from_preset` on an HF-format directory.
+
+A load warns exactly when something the loaded model uses keeps its random initialization (a
+head the checkpoint does not have; a pooler a TextClassifier reads), naming the tensors and what
+to do; never for a part the model does not use (the pooler of a MaskedLM, TokenClassifier or
+QuestionAnswerer; the head of a checkpoint loaded as a backbone only).
+
+HF models are random-initialized from tiny configs and saved to tmp once (nothing downloads).
+"""
+import warnings
+
+import pytest
+
+import keras_bertfam as kb
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+T = transformers
+_SMALL = dict(vocab_size=300, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+              intermediate_size=32, max_position_embeddings=66)
+_CONFIGS = {
+    "Bert": lambda: T.BertConfig(**_SMALL),
+    "Roberta": lambda: T.RobertaConfig(**_SMALL, pad_token_id=1, bos_token_id=0, eos_token_id=2),
+    "Albert": lambda: T.AlbertConfig(**_SMALL, embedding_size=8),
+}
+_SAVED = ["BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForTokenClassification",
+          "BertForSequenceClassification", "BertForQuestionAnswering",
+          "RobertaForTokenClassification", "RobertaForSequenceClassification", "RobertaModel",
+          "AlbertForMaskedLM"]
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    """{HF class name: its saved directory} for the tiny models of `_SAVED`."""
+    root = tmp_path_factory.mktemp("hf_load_warnings")
+    dirs = {}
+    for name in _SAVED:
+        family = next(f for f in _CONFIGS if name.startswith(f))
+        torch.manual_seed(0)
+        getattr(T, name)(_CONFIGS[family]()).save_pretrained(str(root / name))
+        dirs[name] = str(root / name)
+    return dirs
+
+
+def _load(cls, path, **kwargs):
+    """`cls.from_preset(path)` -> the messages of the warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if issubclass(cls, kb.tasks.Task):
+            kwargs["preprocessor"] = None
+        cls.from_preset(path, **kwargs)
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+def _about(messages, *words):
+    return [m for m in messages if all(w in m for w in words)]
+
+
+# === Parts the task does not use: no warning ===
+@pytest.mark.parametrize("saved,task,kwargs", [
+    ("BertForMaskedLM", kb.tasks.MaskedLM, {}),
+    ("AlbertForMaskedLM", kb.tasks.MaskedLM, {}),
+    ("BertForQuestionAnswering", kb.tasks.QuestionAnswerer, {}),
+    ("RobertaForTokenClassification", kb.tasks.TokenClassifier, {"num_classes": 2}),
+])
+def test_task_that_reads_no_pooler_does_not_warn_of_it(hf_dirs, saved, task, kwargs):
+    """HF's *ForMaskedLM / *ForTokenClassification / *ForQuestionAnswering save no pooler; our
+    MaskedLM, TokenClassifier and QuestionAnswerer never read it: a warning that it is random cried
+    wolf on the most common load (a fine-tuned BertForMaskedLM into MaskedLM)."""
+    messages = _load(task, hf_dirs[saved], **kwargs)
+    assert not _about(messages, "pooler"), messages
+    assert not _about(messages, "random"), messages
+
+
+@pytest.mark.multibackend
+def test_masked_lm_from_hf_masked_lm_loads_silently(hf_dirs):
+    """The user's path of the brief on every backend: a BertForMaskedLM directory into MaskedLM
+    gives no warning at all."""
+    assert _load(kb.tasks.MaskedLM, hf_dirs["BertForMaskedLM"]) == []
+
+
+@pytest.mark.parametrize("saved,task", [
+    ("BertForSequenceClassification", kb.tasks.TextClassifier),
+    ("RobertaForSequenceClassification", kb.tasks.TextClassifier),  # classifier.dense: the pooler
+    ("BertModel", kb.models.BertBackbone),
+    ("BertForSequenceClassification", kb.models.BertBackbone),  # a backbone has no head to miss
+])
+def test_complete_load_is_silent(hf_dirs, saved, task):
+    assert _load(task, hf_dirs[saved]) == []
+
+
+# === Parts the task uses, left random: a warning naming them ===
+def test_pooler_still_warns_where_it_is_read(hf_dirs):
+    """A backbone (its `pooled_output`) and a TextClassifier (its head reads the pooler) from a
+    checkpoint without one: the pooler is random, said."""
+    messages = _load(kb.models.BertBackbone, hf_dirs["BertForMaskedLM"])
+    assert _about(messages, "pooler.dense", "random"), messages
+    messages = _load(kb.tasks.TextClassifier, hf_dirs["BertForMaskedLM"])
+    assert _about(messages, "pooler.dense", "random"), messages
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("saved,task,tensor,architecture", [
+    ("BertModel", kb.tasks.TextClassifier, "classifier.weight", "BertForSequenceClassification"),
+    ("RobertaModel", kb.tasks.TextClassifier, "classifier.out_proj.weight",
+     "RobertaForSequenceClassification"),
+    ("BertModel", kb.tasks.MaskedLM, "cls.predictions.transform.dense.weight", "BertForMaskedLM"),
+])
+def test_bare_model_into_task_warns_that_the_head_is_new(hf_dirs, saved, task, tensor,
+                                                        architecture):
+    """A bare `BertModel` directory (e.g. a fine-tuned classifier saved without its head) into
+    TextClassifier: the classification head is random; the warning names the missing tensors,
+    the task's layers and what to do."""
+    messages = _load(task, hf_dirs[saved])
+    found = _about(messages, hf_dirs[saved], tensor, "random initialization", architecture)
+    assert len(found) == 1, messages
+    assert "fit" in found[0], found
+
+
+def test_partial_head_names_every_layer_left_random(hf_dirs):
+    """A BertForMaskedLM directory into BertPretrainer: the NSP head's tensors are missing, and
+    the heads load all or none, so the MLM head is random too: both are named (the warning named
+    the NSP head only), with the tensors missing."""
+    messages = _load(kb.tasks.BertPretrainer, hf_dirs["BertForMaskedLM"])
+    found = _about(messages, "cls.seq_relationship.weight", "BertForPreTraining")
+    assert len(found) == 1, messages
+    assert "'mlm_head" in found[0] and "'nsp_head" in found[0], found
+    assert _load(kb.tasks.BertPretrainer, hf_dirs["BertForPreTraining"]) == []
+    assert _load(kb.tasks.MaskedLM, hf_dirs["BertForPreTraining"]) == []
+
+
+def test_head_of_another_task_does_not_warn_twice(hf_dirs):
+    """A BertForQuestionAnswering directory into TextClassifier: one warning for the head (the
+    checkpoint is another task's), and the pooler's (TextClassifier reads it)."""
+    messages = _load(kb.tasks.TextClassifier, hf_dirs["BertForQuestionAnswering"])
+    assert len(_about(messages, "head")) == 1, messages
+    assert _about(messages, "pooler.dense", "random"), messages
+
+
+def test_token_classifier_from_hf_directory_of_two_labels(hf_dirs):
+    """transformers 5 saves no `id2label` / `num_labels` for HF's default two labels: loading such
+    a BertForTokenClassification directory into TokenClassifier without `num_classes` failed with
+    "missing 1 required positional argument: 'num_classes'"; it has HF's default, 2, and its
+    head."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task = kb.tasks.TokenClassifier.from_preset(hf_dirs["BertForTokenClassification"],
+                                                    preprocessor=None)
+    assert task.num_classes == 2
+    assert not [w for w in caught if issubclass(w.category, UserWarning)], caught
+
+
+def test_convert_task_of_a_bare_model_refuses_without_the_warning(hf_dirs):
+    """`convert_task` requires the head: its error says the head is missing; the new-head warning
+    of the `from_preset` it calls came first, saying it again (and that the task loaded)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(kb.presets.checkpoints.CheckpointError,
+                           match=r"lacks 2 weight\(s\) the TextClassifier head needs"):
+            kb.presets.convert_task(hf_dirs["BertModel"], kb.tasks.TextClassifier,
+                                    preprocessor=None)
+    assert not _about([str(w.message) for w in caught], "random initialization"), caught
