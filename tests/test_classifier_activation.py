@@ -3,7 +3,7 @@ probabilities): applied after the same logits, kept through configs, `.keras` fi
 files and presets, and read back as logits by what needs logits (the default loss, the analysis
 tools, HF export; the SavedModel's outputs are in test_export.py).
 
-Tiny random BERTs (vocabulary 28, hidden 16, one or two layers); no tf.data but the presets'.
+Tiny random BERTs (vocabulary 28, hidden 16, one layer); no tf.data but the presets'.
 """
 import warnings
 
@@ -23,9 +23,8 @@ TEXTS = ["the film was great!", "a dull plot, bad actor", "ada wrote it", "good 
 LABELS = np.array([1, 0, 2, 1])
 
 
-def bert(num_layers=1):
-    return kb.models.BertBackbone(len(VOCAB), num_layers, 2, 16, 32, max_sequence_length=32,
-                                  dropout=0.0)
+def bert():
+    return kb.models.BertBackbone(len(VOCAB), 1, 2, 16, 32, max_sequence_length=32, dropout=0.0)
 
 
 def model_inputs(batch=4, length=7):
@@ -159,9 +158,10 @@ def test_from_preset_takes_the_tasks_activation_not_the_backbones(tmp_path):
         relu = kb.models.BertBackbone.from_preset(str(tmp_path / "preset"), activation="relu")
     assert relu.activation == "relu"
     probabilities = again.predict(TEXTS, verbose=0)
-    np.testing.assert_allclose(probabilities, soft.predict(TEXTS, verbose=0), atol=1e-6)
-    np.testing.assert_allclose(probabilities, to_numpy(keras.ops.softmax(
-        plain.predict(TEXTS, verbose=0))), atol=1e-6)
+    # the saved task and the logits of the same weights, called directly (no predict traces)
+    x = {k: to_numpy(v) for k, v in soft.preprocessor(TEXTS).items()}
+    np.testing.assert_allclose(probabilities, to_numpy(soft(x)), atol=1e-6)
+    np.testing.assert_allclose(probabilities, to_numpy(keras.ops.softmax(plain(x))), atol=1e-6)
 
 
 @pytest.mark.multibackend
@@ -179,7 +179,7 @@ def test_default_loss_reads_softmax_outputs_as_probabilities(pair):
     plain_loss, plain_accuracy = plain.evaluate(x, LABELS, verbose=0)
     assert soft_loss == pytest.approx(plain_loss, abs=1e-5) and soft_accuracy == plain_accuracy
     keras_hub_loss = keras.losses.SparseCategoricalCrossentropy()(
-        LABELS, soft.predict(x, verbose=0))
+        LABELS, soft(x, training=False))
     assert soft_loss == pytest.approx(float(keras_hub_loss), abs=1e-5)
 
     sigmoid = with_activation(soft, "sigmoid")
@@ -203,7 +203,7 @@ def test_head_importance_and_pruning_read_the_logits_loss():
     refused; a pruned task keeps its activation."""
     keras.utils.set_random_seed(2)
     tok = kb.preprocessing.WordPieceTokenizer(VOCAB, lowercase=True)
-    soft = kb.tasks.TextClassifier(bert(num_layers=2), num_classes=3, activation="softmax",
+    soft = kb.tasks.TextClassifier(bert(), num_classes=3, activation="softmax",
                                    preprocessor=ft.TextClassifierPreprocessor(tok, 16))
     plain = with_activation(soft, None, preprocessor=soft.preprocessor)
     ours = kb.analysis.head_importance(soft, (TEXTS, LABELS), accuracy_drop=False)
@@ -216,7 +216,8 @@ def test_head_importance_and_pruning_read_the_logits_loss():
             accuracy_drop=False)
     pruned = kb.analysis.prune_heads(soft, {0: [1]})
     assert pruned.activation is keras.activations.softmax
-    np.testing.assert_allclose(pruned.predict(TEXTS, verbose=0).sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(pruned(pruned.preprocessor(TEXTS))).sum(-1), 1.0,
+                               atol=1e-6)
 
 
 @pytest.mark.multibackend
@@ -267,7 +268,7 @@ def test_the_output_activation_runs_in_float32_under_mixed_precision():
     finally:
         keras.mixed_precision.set_global_policy("float32")
     x = model_inputs()
-    probabilities = task.predict(x, verbose=0)
+    probabilities = to_numpy(task(x))
     logits = to_numpy(task.logits(x))
     assert logits.dtype == np.float16 and probabilities.dtype == np.float32
     want = keras.ops.convert_to_numpy(keras.ops.softmax(logits.astype("float32")))

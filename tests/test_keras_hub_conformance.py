@@ -712,8 +712,7 @@ def test_compile_takes_keras_hub_s_auto_spelling():
     assert set(got) == set(want) and "accuracy" in got
     np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
     # "auto" is the default loss: refused, as without a loss, where the outputs give none
-    soft = kb.tasks.TextClassifier(kb.models.BertBackbone(**TINY_BERT), num_classes=2,
-                                   activation="sigmoid")
+    soft = kb.tasks.TextClassifier(auto.backbone, num_classes=2, activation="sigmoid")
     with pytest.raises(ValueError, match="compile\\(loss=...\\)"):
         soft.compile(loss="auto")
 
