@@ -21,14 +21,7 @@ import tensorflow as tf
 
 import keras_bertfam as kb
 from tests.conftest import to_numpy
-
-_MERGES = ["Ġ q", "u i", "c k", "ui ck", "Ġq uick", "Ġ f", "o x", "Ġf ox"]
-_BPE = {"<s>": 0, "<pad>": 1, "</s>": 2, "<mask>": 3, "<unk>": 4, "a": 5, "Ġquick": 6, "Ġfox": 7}
-for _part in [p for m in _MERGES for p in m.split()] + ["Ġq", "ui", "ck", "uick", "Ġf", "ox"]:
-    _BPE.setdefault(_part, len(_BPE))
-_WORDS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "a", "quick", "fox", "the", "film"]
-_TINY = dict(num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32,
-             max_sequence_length=16)
+from test_preprocessors import _BPE, _MERGES, _TINY, _WORDS  # the tiny vocabularies
 # family: (backbone class, tokenizer kind, extra backbone arguments)
 FAMILIES = {
     "bert": (kb.models.BertBackbone, "wordpiece", {}),

@@ -228,7 +228,7 @@ def test_load_a_handle_that_is_not_here(tmp_path, monkeypatch):
         kb.tasks.TextClassifier.from_preset("hf://me/bert_tiny_imdb")
     message = str(info.value)
     for part in ("'hf://me/bert_tiny_imdb'", str(tmp_path / "hub"), "download=True",
-                 "local directory"):
+                 "local directory", "save_pretrained"):
         assert part in message, message
     with pytest.raises(ValueError) as info:
         kb.tasks.TextClassifier.from_preset("kaggle://me/bert/keras/bert_tiny_imdb")
