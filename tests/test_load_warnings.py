@@ -197,6 +197,10 @@ def test_electra_pretrainer_without_generator_preset_warns_its_generator_is_new(
                    "'generator_head'", "generator_preset=", "ElectraForMaskedLM")
     assert len(found) == 1, messages
     assert "discriminator_head" not in found[0], found
+    with warnings.catch_warnings(record=True) as caught:  # convert_task's (strict) load too
+        warnings.simplefilter("always")
+        kb.presets.convert_task(path, kb.tasks.ElectraPretrainer, preprocessor=None)
+    assert _about([str(w.message) for w in caught], "'generator'", "generator_preset="), caught
     assert _load_from_here(kb.tasks.ElectraPretrainer, path,
                            generator_preset=hf_dirs["ElectraForMaskedLM"]) == []
 

@@ -115,16 +115,16 @@ def _warn_new_head(task, mapping, missing, model_dir, architecture):
                         f"load {_a(architecture)} directory to get the head")
 
 
-def _warn_random_layers(task, model_dir, lacking, layers, remedy):
-    """The new-head warning: `model_dir` lacks `lacking`, so the task's `layers` keep their
-    random initialization; `remedy`: how to get them. It points at the first caller outside
-    keras_bertfam (from_preset's, however deep the load)."""
+def _warn_random_layers(task, model_dir, lacking, layers, remedy, part="head"):
+    """The new-head warning: `model_dir` lacks `lacking`, the task's `part`, so its `layers`
+    keep their random initialization; `remedy`: how to get them. It points at the first caller
+    outside keras_bertfam (from_preset's, however deep the load)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frame, stacklevel = sys._getframe(), 1
     while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
         frame, stacklevel = frame.f_back, stacklevel + 1
     name = type(task).__name__
-    warnings.warn(f"{model_dir!r} has no weights for {name}'s head ({lacking}): its layers "
+    warnings.warn(f"{model_dir!r} has no weights for {name}'s {part} ({lacking}): its layers "
                   f"{layers} keep their random initialization. Train {name} (fit) before "
                   f"predicting with it, or {remedy}.", stacklevel=stacklevel)
 
@@ -146,7 +146,8 @@ def _warn_heads_no_checkpoint_fills(task, spec, preset, download, companions):
         layers = _layers_outside(task, [])
         if layers:
             _warn_random_layers(task, model_dir, f"no HF {spec.name} class has them", layers,
-                                f"load {_a(name)} preset saved with save_to_preset to get them")
+                                f"load {_a(name)} preset saved with save_to_preset to get them",
+                                part="heads")
         return
     for argument, (architecture, heads, _) in (spec.hf_task_companions or {}).get(
             name, {}).items():
@@ -154,7 +155,8 @@ def _warn_heads_no_checkpoint_fills(task, spec, preset, download, companions):
             layers = _layers_outside(task, own(task))
             _warn_random_layers(
                 task, model_dir, f"{architecture}'s, from {argument}=, not given", layers,
-                f"pass {argument}= {_a(architecture)} directory to get them")
+                f"pass {argument}= {_a(architecture)} directory to get them",
+                part=argument.replace("_preset", ""))  # convert_task's filter lets it through
 
 
 def _layers_outside(task, mapping):
