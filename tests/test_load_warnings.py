@@ -23,11 +23,13 @@ _CONFIGS = {
     "Bert": lambda: T.BertConfig(**_SMALL),
     "Roberta": lambda: T.RobertaConfig(**_SMALL, pad_token_id=1, bos_token_id=0, eos_token_id=2),
     "Albert": lambda: T.AlbertConfig(**_SMALL, embedding_size=8),
+    "Electra": lambda: T.ElectraConfig(**_SMALL, embedding_size=8),
 }
 _SAVED = ["BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForTokenClassification",
           "BertForSequenceClassification", "BertForQuestionAnswering",
           "RobertaForTokenClassification", "RobertaForSequenceClassification", "RobertaModel",
-          "AlbertForMaskedLM"]
+          "AlbertForMaskedLM", "ElectraForPreTraining", "ElectraForMaskedLM",
+          "ElectraModel"]
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +163,53 @@ def test_convert_task_of_a_bare_model_refuses_without_the_warning(hf_dirs):
             kb.presets.convert_task(hf_dirs["BertModel"], kb.tasks.TextClassifier,
                                     preprocessor=None)
     assert not _about([str(w.message) for w in caught], "random initialization"), caught
+
+
+# === Heads no HF checkpoint of the directory fills: the same warning ===
+def _load_from_here(cls, path, **kwargs):
+    """`_load`, checking that each warning points at this file (from_preset's caller)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cls.from_preset(path, preprocessor=None, **kwargs)
+    caught = [w for w in caught if issubclass(w.category, UserWarning)]
+    assert all(w.filename == __file__ for w in caught), [(w.filename, w.lineno) for w in caught]
+    return [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("saved", ["BertForMaskedLM", "BertModel"])
+def test_spanbert_pretrainer_from_hf_directory_warns_its_heads_are_new(hf_dirs, saved):
+    """No HF class has SpanBERT's span-boundary head (nor maps its MLM head): from an HF
+    directory both started random with no word, unlike every other task's missing head."""
+    messages = _load_from_here(kb.tasks.SpanBertPretrainer, hf_dirs[saved])
+    found = _about(messages, hf_dirs[saved], "SpanBertPretrainer", "random initialization",
+                   "'mlm_head'", "'sbo_head'", "save_to_preset")
+    assert len(found) == 1, messages
+    assert "fit" in found[0], found
+
+
+def test_electra_pretrainer_without_generator_preset_warns_its_generator_is_new(hf_dirs):
+    """An ElectraForPreTraining directory has the discriminator and its head only: without
+    `generator_preset=` the generator and its MLM head were random with no word; the warning
+    names them (not the discriminator's head, which loads) and `generator_preset=`."""
+    path = hf_dirs["ElectraForPreTraining"]
+    messages = _load_from_here(kb.tasks.ElectraPretrainer, path)
+    found = _about(messages, path, "ElectraPretrainer", "random initialization", "'generator'",
+                   "'generator_head'", "generator_preset=", "ElectraForMaskedLM")
+    assert len(found) == 1, messages
+    assert "discriminator_head" not in found[0], found
+    with warnings.catch_warnings(record=True) as caught:  # convert_task's (strict) load too
+        warnings.simplefilter("always")
+        kb.presets.convert_task(path, kb.tasks.ElectraPretrainer, preprocessor=None)
+    assert _about([str(w.message) for w in caught], "'generator'", "generator_preset="), caught
+    assert _load_from_here(kb.tasks.ElectraPretrainer, path,
+                           generator_preset=hf_dirs["ElectraForMaskedLM"]) == []
+
+
+def test_electra_pretrainer_from_bare_model_warns_at_the_caller(hf_dirs):
+    """ElectraPretrainer.from_preset loads its heads one call shallower than Task.from_preset:
+    the warning that a bare ElectraModel directory has no discriminator head pointed one frame
+    above the caller (at pytest's python.py; at "sys", line 1, from a script)."""
+    messages = _load_from_here(kb.tasks.ElectraPretrainer, hf_dirs["ElectraModel"],
+                               generator_preset=hf_dirs["ElectraForMaskedLM"])
+    found = _about(messages, "discriminator_predictions.dense.weight", "ElectraForPreTraining")
+    assert len(found) == 1 and len(messages) == 1, messages

@@ -1,9 +1,12 @@
 """HF task heads: `convert_task` (strict) and `load_hf_heads` (what `Task.from_preset` loads when
 the HF checkpoint has the heads), from the families' `hf_task_heads`."""
+import os
+import sys
 import warnings
 
 import numpy as np
 
+from keras_bertfam.models.backbone import Backbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
@@ -66,6 +69,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         if check_pooler:
             warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
                               state, loaded)
+    if get_loader(preset, download).kind == "hf":
+        _warn_heads_no_checkpoint_fills(task, spec, preset, download, companions)
 
 
 def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
@@ -106,11 +111,62 @@ def _warn_new_head(task, mapping, missing, model_dir, architecture):
     has one)."""
     ours = {id(w) for w in task.backbone.weights}
     layers = sorted({v.path.rsplit("/", 1)[0] for v, _, _ in mapping if id(v) not in ours})
+    _warn_random_layers(task, model_dir, f"{architecture}'s {missing}", layers,
+                        f"load {_a(architecture)} directory to get the head")
+
+
+def _warn_random_layers(task, model_dir, lacking, layers, remedy, part="head"):
+    """The new-head warning: `model_dir` lacks `lacking`, the task's `part`, so its `layers`
+    keep their random initialization; `remedy`: how to get them. It points at the first caller
+    outside keras_bertfam (from_preset's, however deep the load)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, stacklevel = sys._getframe(), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, stacklevel = frame.f_back, stacklevel + 1
     name = type(task).__name__
-    warnings.warn(f"{model_dir!r} has no weights for {name}'s head ({architecture}'s "
-                  f"{missing}): its layers {layers} keep their random initialization. Train "
-                  f"{name} (fit) before predicting with it, or load a {architecture} directory "
-                  f"to get the head.", stacklevel=8)  # from_preset's caller
+    warnings.warn(f"{model_dir!r} has no weights for {name}'s {part} ({lacking}): its layers "
+                  f"{layers} keep their random initialization. Train {name} (fit) before "
+                  f"predicting with it, or {remedy}.", stacklevel=stacklevel)
+
+
+def _a(architecture):
+    return ("an " if architecture[0] in "AEIOU" else "a ") + architecture
+
+
+def _warn_heads_no_checkpoint_fills(task, spec, preset, download, companions):
+    """The heads of an HF-format `preset` no HF checkpoint of the family fills warn as a missing
+    head does: SpanBERT's MLM and span-boundary heads (no HF class has the latter), and an
+    ElectraPretrainer's generator without `generator_preset` (its HF class, `ElectraForMaskedLM`,
+    another checkpoint). The heads `load_hf_heads` loaded, and the backbone's weights, are not
+    named."""
+    name = type(task).__name__
+    model_dir = get_loader(preset, download).hf_model_dir(download)
+    own = (spec.hf_task_heads or {}).get(name)
+    if own is None:
+        layers = _layers_outside(task, [])
+        if layers:
+            _warn_random_layers(task, model_dir, f"no HF {spec.name} class has them", layers,
+                                f"load {_a(name)} preset saved with save_to_preset to get them",
+                                part="heads")
+        return
+    for argument, (architecture, heads, _) in (spec.hf_task_companions or {}).get(
+            name, {}).items():
+        if companions.get(argument) is None:
+            layers = _layers_outside(task, own(task))
+            _warn_random_layers(
+                task, model_dir, f"{architecture}'s, from {argument}=, not given", layers,
+                f"pass {argument}= {_a(architecture)} directory to get them",
+                part=argument.replace("_preset", ""))  # convert_task's filter lets it through
+
+
+def _layers_outside(task, mapping):
+    """The top-level layers of `task` with weights neither in its backbone nor in `mapping`: a
+    backbone (ELECTRA's generator) named by the task's attribute for it."""
+    known = {id(w) for w in task.backbone.weights} | {id(v) for v, _, _ in mapping}
+    attributes = {id(v): k for k, v in vars(task).items() if not k.startswith("_")}
+    return [attributes.get(id(layer), layer.name) if isinstance(layer, Backbone) else layer.name
+            for layer in task.layers
+            if layer is not task.backbone and any(id(w) not in known for w in layer.weights)]
 
 
 @deferring
