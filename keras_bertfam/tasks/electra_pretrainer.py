@@ -260,8 +260,9 @@ class ElectraPretrainer(Task):
         or a directory) and, optionally, a generator preset with the same embedding sizes;
         without one the generator is built at `generator_hidden_fraction` of the width, random
         (from an HF-format directory, a warning says so). HF checkpoints that have the heads
-        (`ElectraForPreTraining`, `ElectraForMaskedLM`) give theirs. A preset an `ElectraPretrainer` saved gives its generator, heads and arguments
-        back (unless `generator_preset` replaces its generator), as other tasks' presets."""
+        (`ElectraForPreTraining`, `ElectraForMaskedLM`) give theirs. A preset an
+        `ElectraPretrainer` saved gives its generator, heads and arguments back (unless
+        `generator_preset` replaces its generator), as other tasks' presets."""
         if generator_preset is None and preset_hooks.call("get_loader", preset).saved_task(cls):
             return super().from_preset(preset, load_weights=load_weights,
                                        preprocessor=preprocessor, **kwargs)
