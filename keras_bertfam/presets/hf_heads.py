@@ -34,12 +34,13 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             spec.hf_task_companions or {}).get(name, {}).items():
         if companions.get(argument) is not None:
             sources.append((companions[argument], companion_heads, architecture))
+    loaders = [get_loader(source, download) for source, _, _ in sources]  # resolved once each
     for i, (source, source_heads, architecture) in enumerate(sources):
         # only a task that reads the pooler (not MaskedLM: BertForMaskedLM saves none)
         check_pooler = warn_no_pooler and i == 0 and type(task).uses_pooled_output
         model_dir = None
         if source_heads is not None or check_pooler or name in FINETUNING_TASKS:
-            model_dir = get_loader(source, download).hf_model_dir(download)
+            model_dir = loaders[i].hf_model_dir(download)
         if model_dir is None:
             continue
         cfg = checkpoints.read_hf_config(model_dir)
@@ -61,7 +62,7 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
         loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg,
-                             warn_missing=get_loader(source, download).kind == "hf")
+                             warn_missing=loaders[i].kind == "hf")
         if unlike is None:  # else its head's tensors are named in the warning above
             _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
                              f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
@@ -69,8 +70,8 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         if check_pooler:
             warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
                               state, loaded)
-    if get_loader(preset, download).kind == "hf":
-        _warn_heads_no_checkpoint_fills(task, spec, preset, download, companions)
+    if loaders[0].kind == "hf":
+        _warn_heads_no_checkpoint_fills(task, spec, loaders[0], download, companions)
 
 
 def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
@@ -133,14 +134,14 @@ def _a(architecture):
     return ("an " if architecture[0] in "AEIOU" else "a ") + architecture
 
 
-def _warn_heads_no_checkpoint_fills(task, spec, preset, download, companions):
-    """The heads of an HF-format `preset` no HF checkpoint of the family fills warn as a missing
-    head does: SpanBERT's MLM and span-boundary heads (no HF class has the latter), and an
+def _warn_heads_no_checkpoint_fills(task, spec, loader, download, companions):
+    """The heads of an HF-format preset (its `loader`) that no HF checkpoint of the family
+    fills warn as a missing head does: SpanBERT's MLM and span-boundary heads (no HF class has the latter), and an
     ElectraPretrainer's generator without `generator_preset` (its HF class, `ElectraForMaskedLM`,
     another checkpoint). The heads `load_hf_heads` loaded, and the backbone's weights, are not
     named."""
     name = type(task).__name__
-    model_dir = get_loader(preset, download).hf_model_dir(download)
+    model_dir = loader.hf_model_dir(download)
     own = (spec.hf_task_heads or {}).get(name)
     if own is None:
         layers = _layers_outside(task, [])
