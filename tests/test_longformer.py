@@ -195,7 +195,7 @@ def test_task_global_attention():
     assert cls[:, 0].tolist() == [1, 1] and cls[:, 1:].sum() == 0
     assert to_numpy(global_attention_for_task(x, "MaskedLM")).sum() == 0
     # the same rule in TensorFlow's ops, as the tasks' tf.data check counts it
-    from keras_bertfam.tasks.task import TF_OPS
+    from keras_bertfam.preprocessing.global_attention import TF_OPS
 
     for task in ("QuestionAnswerer", "MultipleChoice", "TextClassifier", "MaskedLM"):
         np.testing.assert_array_equal(global_attention_for_task(x, task, xp=TF_OPS).numpy(),

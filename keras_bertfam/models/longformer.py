@@ -21,43 +21,9 @@ from keras_bertfam.models.backbone import (
 )
 from keras_bertfam.models.input_checks import GLOBAL_TOKEN_HINT, MASK_INPUTS
 from keras_bertfam.models.roberta import ROBERTA_POSITION_OFFSET
+from keras_bertfam.preprocessing.global_attention import global_attention_for_task
 
 LONGFORMER_INPUTS = ("token_ids", "segment_ids", "padding_mask", "global_attention_mask")
-
-
-def global_attention_for_task(features, task, xp=ops):
-    """The global attention a task puts on its inputs (the paper's choices, HF's defaults).
-
-    - "TextClassifier": the first token (`<s>`).
-    - "QuestionAnswerer": the question, `<s>` included: HF's "tokens before the first `</s>`",
-      the separator being the token that closes the first segment (one `[SEP]` or RoBERTa's
-      `</s></s>`).
-    - "MultipleChoice": the choice, HF `LongformerForMultipleChoice`'s "tokens after the first
-      `</s>` and the one after it": of `<s> context </s></s> choice </s>`, `choice </s>`.
-    - anything else (MaskedLM, TokenClassifier): none.
-
-    `xp`: the ops it is written in, `keras.ops` in the model's graph; the tasks pass TensorFlow's
-    under the same names (`kb.tasks.task.TF_OPS`) to count a row's global tokens in `tf.data` on
-    every backend, with this very rule (`check_global_attention`).
-    """
-    padding = xp.cast(xp.cast(features["padding_mask"], "bool"), "int32")
-    position = xp.cumsum(xp.ones_like(padding), axis=1) - 1
-    if task == "TextClassifier":
-        return padding * xp.cast(xp.equal(position, 0), "int32")
-    if task in ("QuestionAnswerer", "MultipleChoice"):
-        token_ids = xp.cast(features["token_ids"], "int32")
-        first_segment = xp.cast(xp.equal(features["segment_ids"], 0), "int32") * padding
-        # The last token of the first segment (its next position is not in it): a separator.
-        # With one segment id throughout (HF's RoBERTa inputs), the row's closing separator.
-        nxt = xp.pad(first_segment[:, 1:], [[0, 0], [0, 1]])
-        sep = xp.sum(token_ids * first_segment * (1 - nxt), axis=1, keepdims=True)  # (B, 1)
-        before = xp.cast(xp.equal(xp.cumsum(xp.cast(xp.equal(token_ids, sep), "int32"),
-                                            axis=1), 0), "int32")  # before the first sep
-        if task == "QuestionAnswerer":
-            return padding * before
-        first_sep = xp.sum(before, axis=1, keepdims=True)  # (B, 1): its position
-        return padding * xp.cast(xp.greater(position, first_sep + 1), "int32")
-    return xp.zeros_like(padding)
 
 
 # The tasks whose global attention can overflow max_global_tokens, what it is on and how a row

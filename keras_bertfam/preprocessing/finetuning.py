@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.errors import (KeepsTFErrors, _assert_then, _first_or_zero,
                                                 check_column_lengths, check_text_batch)
+from keras_bertfam.preprocessing.global_attention import TF_OPS, global_attention_for_task
 from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 from keras_bertfam.preprocessing.packing import (XLNET_PAD_SEGMENT_ID, SegmentPacker, left_pad,
                                                  xlnet_pack)
@@ -383,9 +384,6 @@ class ReturnsModelInputs:
         with the task's `global_attention_mask` where `returns_global_attention` (computed from
         the rows' `segment_ids` before they are dropped: QA's and multiple choice's rule)."""
         if self.returns_global_attention:
-            from keras_bertfam.models.longformer import global_attention_for_task
-            from keras_bertfam.tasks.task import TF_OPS
-
             features = dict(features, global_attention_mask=tf.cast(global_attention_for_task(
                 features, self.global_attention_task, xp=TF_OPS), tf.int32))
         if self.returns_segment_ids:

@@ -39,6 +39,7 @@ from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, Retu
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
                                                     check_no_text_labels)
+from keras_bertfam.preprocessing.global_attention import TF_OPS
 from keras_bertfam.preprocessing.errors import (_first_or_zero, carries_tf_errors,
                                                 check_column_lengths, check_text_batch)
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
@@ -1513,13 +1514,6 @@ def _vocabulary_size(tokenizer):
         return int(tokenizer.vocabulary_size())
     except (ValueError, AttributeError, TypeError):
         return None
-
-
-# keras.ops' names for the TensorFlow ops a backbone's `task_global_attention` is written in: its
-# very rule, run in `tf.data` (on every backend) by `check_global_attention`.
-TF_OPS = types.SimpleNamespace(cast=tf.cast, equal=tf.equal, greater=tf.greater,
-                               cumsum=tf.cumsum, pad=tf.pad, sum=tf.reduce_sum,
-                               ones_like=tf.ones_like, zeros_like=tf.zeros_like)
 
 
 def needs_global_attention_check(task):
