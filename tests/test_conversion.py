@@ -217,17 +217,23 @@ def test_untied_mlm_decoder_is_refused_not_replaced(family, tmp_path):
     """An HF `*ForMaskedLM` saved with `tie_word_embeddings=False` holds its own decoder. Ours
     ties the decoder to the word embeddings, so loading it replaced the decoder with the
     embeddings silently (logits off by up to ~13, other argmax tokens): now refused, naming
-    the tensors, by `from_preset` and `convert_task`; its backbone and a classifier still load."""
+    the tensors, by `from_preset` and `convert_task`; its backbone and a classifier still load.
+    BERT / ALBERT pretraining, which loads the MLM head of a *ForMaskedLM (its pair head new),
+    refuses it too."""
     prefix, make_config = QA_CONFIGS[family]
     hf = getattr(transformers, f"{prefix}ForMaskedLM")(make_config(tie_word_embeddings=False))
     decoder = hf.get_output_embeddings()
     with torch.no_grad():
         decoder.weight.normal_(0.0, 0.5)
     path = _save(hf, tmp_path / "hf")
+    loads = [lambda: kb.tasks.MaskedLM.from_preset(path, preprocessor=None),
+             lambda: kb.presets.convert_task(path, kb.tasks.MaskedLM, preprocessor=None)]
+    pretrainer = {"bert": kb.tasks.BertPretrainer, "albert": kb.tasks.AlbertPretrainer}.get(family)
+    if pretrainer is not None:
+        loads.append(lambda: pretrainer.from_preset(path, preprocessor=None))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # no pooler weights
-        for load in (lambda: kb.tasks.MaskedLM.from_preset(path, preprocessor=None),
-                     lambda: kb.presets.convert_task(path, kb.tasks.MaskedLM, preprocessor=None)):
+        warnings.simplefilter("ignore")  # no pooler weights; the pair head is new
+        for load in loads:
             with pytest.raises(ValueError, match=r"differs from .*word_embeddings.* untied"):
                 load()
         kb.tasks.TextClassifier.from_preset(path, num_classes=2, preprocessor=None)

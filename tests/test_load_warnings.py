@@ -7,8 +7,11 @@ QuestionAnswerer; the head of a checkpoint loaded as a backbone only).
 
 HF models are random-initialized from tiny configs and saved to tmp once (nothing downloads).
 """
+import shutil
 import warnings
 
+import keras
+import numpy as np
 import pytest
 
 import keras_bertfam as kb
@@ -120,16 +123,73 @@ def test_bare_model_into_task_warns_that_the_head_is_new(hf_dirs, saved, task, t
     assert "fit" in found[0], found
 
 
-def test_partial_head_names_every_layer_left_random(hf_dirs):
-    """A BertForMaskedLM directory into BertPretrainer: the NSP head's tensors are missing, and
-    the heads load all or none, so the MLM head is random too: both are named (the warning named
-    the NSP head only), with the tensors missing."""
-    messages = _load(kb.tasks.BertPretrainer, hf_dirs["BertForMaskedLM"])
-    found = _about(messages, "cls.seq_relationship.weight", "BertForPreTraining")
-    assert len(found) == 1, messages
-    assert "'mlm_head" in found[0] and "'nsp_head" in found[0], found
+def _mlm_logits(task, hf_dir, hf_class):
+    """(ours, HF's) MLM logits at a few positions of two rows, HF's model loaded from `hf_dir`."""
+    hf = getattr(T, hf_class).from_pretrained(hf_dir).eval()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, _SMALL["vocab_size"], (2, 9)).astype("int32")
+    positions = np.array([[1, 2, 4], [0, 3, 5]], "int32")
+    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+    ours = keras.ops.convert_to_numpy(task(dict(x, mask_positions=positions))["mlm_logits"])
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.tensor(ids).long(),
+                    token_type_ids=torch.tensor(x["segment_ids"]).long()).logits.numpy()
+    return ours, np.take_along_axis(theirs, positions[:, :, None], axis=1)
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("saved,task,missing,layer", [
+    ("BertForMaskedLM", kb.tasks.BertPretrainer, "cls.seq_relationship.weight", "nsp_head"),
+    ("AlbertForMaskedLM", kb.tasks.AlbertPretrainer, "sop_classifier.classifier.weight",
+     "sop_head"),
+])
+def test_pretrainer_from_masked_lm_loads_its_mlm_head(hf_dirs, saved, task, missing, layer):
+    """A *ForMaskedLM directory (most domain BERTs on the Hub) into BertPretrainer /
+    AlbertPretrainer: the heads loaded all or none, so the MLM head the checkpoint has stayed
+    random with the pair head it lacks (continued pretraining started from a loss ~ln(vocab)).
+    Now, as HF's *ForPreTraining.from_pretrained, it loads: HF's MLM logits; the warning names
+    the pair head's tensors and layer alone."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pretrainer = task.from_preset(hf_dirs[saved], preprocessor=None)
+    ours, theirs = _mlm_logits(pretrainer, hf_dirs[saved], saved)
+    assert np.abs(ours - theirs).max() <= 1e-4
+    caught = [w for w in caught if issubclass(w.category, UserWarning)]
+    found = [w for w in caught if _about([str(w.message)], missing, "random initialization",
+                                         f"'{layer}/")]
+    assert len(found) == 1, [str(w.message) for w in caught]
+    assert "mlm_head" not in str(found[0].message), found[0].message
+    assert found[0].filename == __file__, (found[0].filename, found[0].lineno)
+
+
+def test_full_pretraining_checkpoint_loads_both_heads_silently(hf_dirs):
     assert _load(kb.tasks.BertPretrainer, hf_dirs["BertForPreTraining"]) == []
     assert _load(kb.tasks.MaskedLM, hf_dirs["BertForPreTraining"]) == []
+
+
+def test_head_layer_loads_whole_or_not_at_all(hf_dirs, tmp_path):
+    """A BertForPreTraining checkpoint without `cls.predictions.bias`: the MLM head's other
+    tensors do not load without it (no half a layer); the NSP head loads. The warning names the
+    missing tensor, the MLM head's layers and the tensors it leaves unread, not the NSP head."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(hf_dirs["BertForPreTraining"], tmp_path / "hf")
+    weights = str(tmp_path / "hf" / "model.safetensors")
+    state = load_file(weights)
+    del state["cls.predictions.bias"]
+    save_file(state, weights, metadata={"format": "pt"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task = kb.tasks.BertPretrainer.from_preset(str(tmp_path / "hf"), preprocessor=None)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    found = _about(messages, "['cls.predictions.bias']", "'mlm_head/transform'",
+                   "cls.predictions.transform.dense.weight", "random initialization")
+    assert len(found) == 1 and len(messages) == 1, messages
+    assert "nsp_head" not in found[0], found
+    kernel = keras.ops.convert_to_numpy(task.mlm_head.dense.kernel)
+    assert not np.allclose(kernel, state["cls.predictions.transform.dense.weight"].T)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(task.pair_head.dense.kernel),
+                                  state["cls.seq_relationship.weight"].T)
 
 
 def test_head_of_another_task_does_not_warn_twice(hf_dirs):

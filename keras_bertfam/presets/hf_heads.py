@@ -16,9 +16,10 @@ from keras_bertfam.presets.registry import FAMILIES, family_of_class
 
 def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companions):
     """Loads the task's HF heads (the family's `hf_task_heads`) from `preset` (an HF-format
-    directory or a registered name) when the checkpoint has all of them, e.g.
-    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head`; other presets
-    and checkpoints without them leave the task's heads as they are. `companions`: the presets of
+    directory or a registered name), each head layer the checkpoint has whole, e.g.
+    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head` and
+    `BertPretrainer` a `BertForMaskedLM`'s MLM head (its NSP head new, with a warning); other
+    presets and checkpoints without them leave the task's heads as they are. `companions`: the presets of
     the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
     classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
     when `preset` has no pooler weights, the task reads the pooler (`uses_pooled_output`) and
@@ -75,22 +76,25 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
 
 
 def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
-    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or [].
-    `warn_missing`: a checkpoint without them all warns that the task's head is new (a bare
-    `BertModel` directory into TextClassifier), naming the tensors and the layers."""
+    """`heads(task)` loaded from `state`, each head layer whose tensors `state` has all (a layer
+    loads whole or not at all: `_whole_layers`) -> the mapping loaded, or []. So a
+    `BertForMaskedLM` directory gives `BertPretrainer` its MLM head (HF's `BertForPreTraining`
+    loads it too). `warn_missing`: the layers left out warn that they are new (a bare
+    `BertModel` directory into TextClassifier; `BertPretrainer`'s NSP head there), naming the
+    tensors and the layers."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
-        missing = sorted(key for _, key, _ in mapping if key not in state)
-        if not mapping or missing:
-            if mapping and warn_missing:
-                _warn_new_head(task, mapping, missing, model_dir, architecture)
+        loading = _whole_layers(task, mapping, state)
+        if warn_missing and len(loading) < len(mapping):
+            _warn_new_head(task, mapping, loading, state, model_dir, architecture)
+        if not loading:
             return []
-        check_tied_heads(mapping, state, spec, checkpoints.weights_file(model_dir))
-        _check_head_config(mapping, spec, cfg, checkpoints.weights_file(model_dir))
-        checkpoints.assign(mapping, state, what=f"{type(task).__name__} head",
+        check_tied_heads(loading, state, spec, checkpoints.weights_file(model_dir))
+        _check_head_config(loading, spec, cfg, checkpoints.weights_file(model_dir))
+        checkpoints.assign(loading, state, what=f"{type(task).__name__} head",
                            source=checkpoints.weights_file(model_dir))
-        return mapping
+        return loading
     except checkpoints.CheckpointError as e:
         if isinstance(e, TiedHeadError):  # no new head either: the task would predict otherwise
             raise
@@ -102,17 +106,39 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_mis
         return []
 
 
+def _whole_layers(task, mapping, state):
+    """The entries of the head `mapping` whose layer `state` has every tensor of: a head layer
+    (the task's top-level layer holding the variable: BertPretrainer's `mlm_head` and `nsp_head`)
+    loads whole or not at all. A mapping that fills a backbone layer (RoBERTa's
+    `classifier.dense`, our pooler, one HF module with `classifier.out_proj`) is one layer."""
+    ours = {id(w) for w in task.backbone.weights}
+    layer_of = {}
+    if not any(id(v) in ours for v, _, _ in mapping):
+        for i, layer in enumerate(task.layers):
+            for w in layer.weights:
+                layer_of.setdefault(id(w), i)
+    lacking = {layer_of.get(id(v)) for v, key, _ in mapping if key not in state}
+    return [m for m in mapping if layer_of.get(id(m[0])) not in lacking]
+
+
 _NEW_HEAD_WARNING = r".* has no weights for \w+'s head "
 
 
-def _warn_new_head(task, mapping, missing, model_dir, architecture):
-    """HF's "Some weights ... are newly initialized": `model_dir` lacks the tensors `missing` of
-    the task's head `mapping`, so none of it loads: every head layer is named (not the
+def _warn_new_head(task, mapping, loading, state, model_dir, architecture):
+    """HF's "Some weights ... are newly initialized": the head layers of `mapping` left out of
+    `loading` keep their random initialization: the tensors `model_dir` lacks are named, with
+    those of the same layers it has (not loaded without them), and every such layer (not the
     backbone's: its pooler, which RoBERTa's classifier fills, loads from the checkpoint when it
     has one)."""
     ours = {id(w) for w in task.backbone.weights}
-    layers = sorted({v.path.rsplit("/", 1)[0] for v, _, _ in mapping if id(v) not in ours})
-    _warn_random_layers(task, model_dir, f"{architecture}'s {missing}", layers,
+    loaded = {id(v) for v, _, _ in loading}
+    new = [m for m in mapping if id(m[0]) not in loaded]
+    missing = sorted(key for _, key, _ in new if key not in state)
+    unread = sorted(key for _, key, _ in new if key in state)
+    layers = sorted({v.path.rsplit("/", 1)[0] for v, _, _ in new if id(v) not in ours})
+    lacking = f"{architecture}'s {missing}" + (
+        f"; its {unread}, of the same layers, are not loaded without them" if unread else "")
+    _warn_random_layers(task, model_dir, lacking, layers,
                         f"load {_a(architecture)} directory to get the head")
 
 
