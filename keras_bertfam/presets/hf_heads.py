@@ -1,7 +1,5 @@
 """HF task heads: `convert_task` (strict) and `load_hf_heads` (what `Task.from_preset` loads when
 the HF checkpoint has the heads), from the families' `hf_task_heads`."""
-import os
-import sys
 import warnings
 
 import numpy as np
@@ -10,7 +8,7 @@ from keras_bertfam.models.backbone import Backbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
-from keras_bertfam.presets.loaders import warn_if_no_pooler
+from keras_bertfam.presets.loaders import caller_stacklevel, warn_if_no_pooler
 from keras_bertfam.presets.registry import FAMILIES, family_of_class
 
 
@@ -146,14 +144,10 @@ def _warn_random_layers(task, model_dir, lacking, layers, remedy, part="head"):
     """The new-head warning: `model_dir` lacks `lacking`, the task's `part`, so its `layers`
     keep their random initialization; `remedy`: how to get them. It points at the first caller
     outside keras_bertfam (from_preset's, however deep the load)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, stacklevel = sys._getframe(), 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
-        frame, stacklevel = frame.f_back, stacklevel + 1
     name = type(task).__name__
     warnings.warn(f"{model_dir!r} has no weights for {name}'s {part} ({lacking}): its layers "
                   f"{layers} keep their random initialization. Train {name} (fit) before "
-                  f"predicting with it, or {remedy}.", stacklevel=stacklevel)
+                  f"predicting with it, or {remedy}.", stacklevel=caller_stacklevel())
 
 
 def _a(architecture):
