@@ -975,9 +975,6 @@ def test_head_checkpoint_of_another_family(tmp_path):
         kb.presets.convert_task(bert_dir, kb.tasks.AlbertPretrainer, preprocessor=None)
     with pytest.raises(ValueError, match=r"'electra' \(ElectraForPreTraining\)"):
         kb.presets.convert_task(bert_dir, kb.tasks.ElectraPretrainer, preprocessor=None)
-    with pytest.raises(ValueError, match="No HF head conversion for SpanBertPretrainer in the "
-                       "'bert' family"):
-        kb.presets.convert_task(bert_dir, kb.tasks.SpanBertPretrainer, preprocessor=None)
 
 
 def test_checkpoint_without_the_head(tmp_path, electra_dirs):
@@ -1111,15 +1108,22 @@ def test_export_refuses_what_hf_cannot_represent(tmp_path):
 
 
 def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
-    """A task the family has no HF head for and an ElectraPretrainer without `generator_path`
-    export with a warning naming what is left out; a weight no weight map writes is an error."""
+    """A task's layers no HF class has (SpanBertPretrainer's span-boundary head) and an
+    ElectraPretrainer without `generator_path` export with a warning naming what is left out; a
+    weight no weight map writes is an error."""
     backbone = kb.models.BertBackbone(vocabulary_size=VOCAB, **SMALL)
     spanbert = kb.tasks.SpanBertPretrainer(kb.models.SpanBertBackbone(vocabulary_size=VOCAB,
                                                                       **SMALL))
+    # its MLM head as BertForMaskedLM's; no HF class has the span-boundary head
     with pytest.warns(UserWarning, match=r"\d+ weight\(s\) of the SpanBertPretrainer are not "
-                      r"exported \(the 'spanbert' family has no HF head for SpanBertPretrainer"):
+                      r"exported \(no HF class of the 'spanbert' family has its \['sbo_head'\]"):
         kb.presets.export_to_transformers(spanbert, str(tmp_path / "sbo"))
-    _reloaded_without_missing_keys(str(tmp_path / "sbo"), "BertModel")
+    _reloaded_without_missing_keys(str(tmp_path / "sbo"), "BertForMaskedLM")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the span-boundary head is new
+        again = kb.tasks.SpanBertPretrainer.from_preset(str(tmp_path / "sbo"), preprocessor=None)
+    for a, b in zip(again.mlm_head.weights, spanbert.mlm_head.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
     electra = kb.tasks.ElectraPretrainer(discriminator=kb.models.ElectraBackbone(
         vocabulary_size=VOCAB, **SMALL, embedding_dim=8))
     with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"):

@@ -136,7 +136,8 @@ def _mlm_logits(task, hf_dir, hf_class):
     ids = rng.integers(5, _SMALL["vocab_size"], (2, 9)).astype("int32")
     positions = np.array([[1, 2, 4], [0, 3, 5]], "int32")
     x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
-    ours = keras.ops.convert_to_numpy(task(dict(x, mask_positions=positions))["mlm_logits"])
+    sequence = task.backbone(x)["sequence_output"]
+    ours = keras.ops.convert_to_numpy(task.mlm_head(sequence, positions))
     with torch.no_grad():
         theirs = hf(input_ids=torch.tensor(ids).long(),
                     token_type_ids=torch.tensor(x["segment_ids"]).long()).logits.numpy()
@@ -242,15 +243,40 @@ def _load_from_here(cls, path, **kwargs):
     return [str(w.message) for w in caught]
 
 
-@pytest.mark.parametrize("saved", ["BertForMaskedLM", "BertModel"])
-def test_spanbert_pretrainer_from_hf_directory_warns_its_heads_are_new(hf_dirs, saved):
-    """No HF class has SpanBERT's span-boundary head (nor maps its MLM head): from an HF
-    directory both started random with no word, unlike every other task's missing head."""
-    messages = _load_from_here(kb.tasks.SpanBertPretrainer, hf_dirs[saved])
-    found = _about(messages, hf_dirs[saved], "SpanBertPretrainer", "random initialization",
-                   "'mlm_head'", "'sbo_head'", "save_to_preset")
-    assert len(found) == 1, messages
-    assert "fit" in found[0], found
+def test_spanbert_pretrainer_from_hf_directory_loads_its_mlm_head(hf_dirs):
+    """No HF class has SpanBERT's span-boundary head: from an HF directory it started random
+    with no word, and the MLM head with it, though a BertForMaskedLM has it (`cls.predictions`).
+    The MLM head loads (HF's logits); the warning names the span-boundary head alone."""
+    path = hf_dirs["BertForMaskedLM"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task = kb.tasks.SpanBertPretrainer.from_preset(path, preprocessor=None)
+    ours, theirs = _mlm_logits(task, path, "BertForMaskedLM")
+    assert np.abs(ours - theirs).max() <= 1e-4
+    caught = [w for w in caught if issubclass(w.category, UserWarning)]
+    assert all(w.filename == __file__ for w in caught), [(w.filename, w.lineno) for w in caught]
+    messages = [str(w.message) for w in caught]
+    found = _about(messages, path, "SpanBertPretrainer", "random initialization", "'sbo_head'",
+                   "save_to_preset", "fit")
+    assert len(found) == 1 and len(messages) == 1, messages
+    assert "mlm_head" not in found[0], found
+
+
+def test_spanbert_pretrainer_from_bare_model_warns_both_heads_are_new(hf_dirs):
+    """A bare BertModel directory: the MLM head is new (the tensors of BertForMaskedLM it lacks
+    named) and so is the span-boundary head (no HF class has it)."""
+    path = hf_dirs["BertModel"]
+    messages = _load_from_here(kb.tasks.SpanBertPretrainer, path)
+    assert len(_about(messages, path, "cls.predictions.bias", "BertForMaskedLM",
+                      "'mlm_head/transform'", "random initialization")) == 1, messages
+    assert len(_about(messages, path, "'sbo_head'", "random initialization")) == 1, messages
+    assert len(messages) == 2, messages
+    with pytest.raises(kb.presets.checkpoints.CheckpointError,  # strict: the MLM head is required
+                       match=r"lacks 5 weight\(s\) the SpanBertPretrainer head needs.*a BertModel "
+                             r"checkpoint; SpanBertPretrainer loads its heads from BertForMaskedLM"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kb.presets.convert_task(path, kb.tasks.SpanBertPretrainer, preprocessor=None)
 
 
 def test_electra_pretrainer_without_generator_preset_warns_its_generator_is_new(hf_dirs):

@@ -156,22 +156,25 @@ def _a(architecture):
 
 def _warn_heads_no_checkpoint_fills(task, spec, loader, download, companions):
     """The heads of an HF-format preset (its `loader`) that no HF checkpoint of the family
-    fills warn as a missing head does: SpanBERT's MLM and span-boundary heads (no HF class has the latter), and an
-    ElectraPretrainer's generator without `generator_preset` (its HF class, `ElectraForMaskedLM`,
-    another checkpoint). The heads `load_hf_heads` loaded, and the backbone's weights, are not
-    named."""
+    fills warn as a missing head does: SpanBERT's span-boundary head (no HF class has it; its
+    MLM head is BertForMaskedLM's), and an ElectraPretrainer's generator without
+    `generator_preset` (its HF class, `ElectraForMaskedLM`, another checkpoint). The heads
+    `load_hf_heads` loads, and the backbone's weights, are not named."""
     name = type(task).__name__
     model_dir = loader.hf_model_dir(download)
     own = (spec.hf_task_heads or {}).get(name)
-    if own is None:
-        layers = _layers_outside(task, [])
+    given = (spec.hf_task_companions or {}).get(name, {})
+    if not given:
+        try:
+            layers = _layers_outside(task, own(task) if own is not None else [])
+        except checkpoints.CheckpointError:  # a head HF's cannot fill: _load_heads said so
+            return
         if layers:
             _warn_random_layers(task, model_dir, f"no HF {spec.name} class has them", layers,
                                 f"load {_a(name)} preset saved with save_to_preset to get them",
                                 part="heads")
         return
-    for argument, (architecture, heads, _) in (spec.hf_task_companions or {}).get(
-            name, {}).items():
+    for argument, (architecture, heads, _) in given.items():
         if companions.get(argument) is None:
             layers = _layers_outside(task, own(task))
             _warn_random_layers(
@@ -197,7 +200,9 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     The heads come from the family's `hf_task_heads`, e.g. BERT's `BertForPreTraining` (MLM
     `cls.predictions.*` + NSP) into `BertPretrainer`, ALBERT's `AlbertForPreTraining` (MLM + SOP)
     into `AlbertPretrainer`, `{Bert,Roberta,Albert,DistilBert,Electra}ForMaskedLM` into
-    `MaskedLM`, `ElectraForPreTraining`'s discriminator head into `ElectraPretrainer` (with
+    `MaskedLM`, BERT's `cls.predictions` into `SpanBertPretrainer`'s MLM head (no HF class has
+    its span-boundary head: it stays new, with a warning), `ElectraForPreTraining`'s
+    discriminator head into `ElectraPretrainer` (with
     `generator_preset=` an `ElectraForMaskedLM` directory, its generator head too: the family's
     `hf_task_companions`), `XLNetLMHeadModel`'s `lm_loss` into `XLNetPretrainer`,
     `{Bert,Albert,Roberta,DistilBert,Electra,XLNet}ForSequenceClassification` into

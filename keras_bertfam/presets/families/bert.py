@@ -88,8 +88,12 @@ HF_TASK_HEADS = {"MaskedLM": _mlm_head, "BertPretrainer": _pretrainer_heads,
                  "TokenClassifier": checkpoints.classifier_head_map,
                  "QuestionAnswerer": checkpoints.question_answerer_map,
                  # BertForMultipleChoice: pooler -> dropout -> classifier (1 unit)
-                 "MultipleChoice": checkpoints.text_classifier_map}
+                 "MultipleChoice": checkpoints.text_classifier_map,
+                 # its MLM head is BERT's; no HF class has its span-boundary head, which stays
+                 # new (with a warning) and is not exported
+                 "SpanBertPretrainer": _mlm_head}
 HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertForPreTraining",
+                         "SpanBertPretrainer": "BertForMaskedLM",
                          "TextClassifier": "BertForSequenceClassification",
                          "TokenClassifier": "BertForTokenClassification",
                          "QuestionAnswerer": "BertForQuestionAnswering",
