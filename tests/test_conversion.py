@@ -1134,6 +1134,13 @@ def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
                                                   r"TextClassifier .*e\.g\. \['[^']*bias'\]"):
         kb.presets.export_to_transformers(kb.tasks.TextClassifier(backbone, num_classes=2),
                                           str(tmp_path / "clf"))
+    # a whole layer no map writes, not declared as SpanBERT's is (hf_unexported_layers): an error
+    monkeypatch.setitem(kb.presets.FAMILIES["bert"].hf_task_heads, "TextClassifier",
+                        lambda task: [])
+    with pytest.raises(NotImplementedError, match=r"would drop 2 weight\(s\) of the "
+                                                  r"TextClassifier"):
+        kb.presets.export_to_transformers(kb.tasks.TextClassifier(backbone, num_classes=2),
+                                          str(tmp_path / "clf"))
     assert not os.path.exists(tmp_path / "clf")
 
 

@@ -73,14 +73,11 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
     elif generator is not None:
         declared = [m[0] for m in generator_mapping + generator_heads]
         why = "its generator goes to generator_path"
-    elif model is not backbone:  # whole layers no HF class has (SpanBERT's span-boundary head)
-        in_heads = {id(m[0]) for m in head_mapping}
-        unmapped = [layer for layer in model.layers if layer is not backbone
-                    and not any(id(w) in in_heads for w in layer.weights)
-                    and any(id(w) not in in_backbone for w in layer.weights)]
-        declared = [w for layer in unmapped for w in layer.weights if id(w) not in in_backbone]
-        why = (f"no HF class of the {spec.name!r} family has its "
-               f"{[layer.name for layer in unmapped]}")
+    elif model is not backbone:  # layers no HF class has (SpanBERT's span-boundary head)
+        names = (spec.hf_unexported_layers or {}).get(task_name, ())
+        declared = [w for name in names for w in getattr(model, name).weights
+                    if id(w) not in in_backbone]
+        why = f"no HF class of the {spec.name!r} family has its {list(names)}"
     exported = written + head_mapping
     if generator_path is not None:
         exported, declared = exported + generator_mapping + generator_heads, []
