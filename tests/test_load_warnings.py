@@ -272,8 +272,9 @@ def test_spanbert_pretrainer_from_bare_model_warns_both_heads_are_new(hf_dirs):
     assert len(_about(messages, path, "'sbo_head'", "random initialization")) == 1, messages
     assert len(messages) == 2, messages
     with pytest.raises(kb.presets.checkpoints.CheckpointError,  # strict: the MLM head is required
-                       match=r"lacks 5 weight\(s\) the SpanBertPretrainer head needs.*a BertModel "
-                             r"checkpoint; SpanBertPretrainer loads its heads from BertForMaskedLM"):
+                       match=r"lacks 5 weight\(s\) the SpanBertPretrainer head needs.*a "
+                             r"BertModel checkpoint; SpanBertPretrainer loads its heads from "
+                             r"BertForMaskedLM"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             kb.presets.convert_task(path, kb.tasks.SpanBertPretrainer, preprocessor=None)

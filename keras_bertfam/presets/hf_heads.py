@@ -17,12 +17,13 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
     directory or a registered name), each head layer the checkpoint has whole, e.g.
     `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head` and
     `BertPretrainer` a `BertForMaskedLM`'s MLM head (its NSP head new, with a warning); other
-    presets and checkpoints without them leave the task's heads as they are. `companions`: the presets of
-    the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
-    classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
-    when `preset` has no pooler weights, the task reads the pooler (`uses_pooled_output`) and
-    its heads do not fill it either (see `convert_hf`). Head tensors no head of the family knows
-    warn. `task.from_preset` calls this; `convert_task` is the strict form."""
+    presets and checkpoints without them leave the task's heads as they are. `companions`: the
+    presets of the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of
+    another shape (a classifier with another number of labels) stays new, with a warning.
+    `warn_no_pooler`: warn when `preset` has no pooler weights, the task reads the pooler
+    (`uses_pooled_output`) and its heads do not fill it either (see `convert_hf`). Head tensors
+    no head of the family knows warn. `task.from_preset` calls this; `convert_task` is the
+    strict form."""
     spec = family_of_class(type(task.backbone))
     if spec is None:
         return
@@ -78,8 +79,8 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_mis
     loads whole or not at all: `_whole_layers`) -> the mapping loaded, or []. So a
     `BertForMaskedLM` directory gives `BertPretrainer` its MLM head (HF's `BertForPreTraining`
     loads it too). `warn_missing`: the layers left out warn that they are new (a bare
-    `BertModel` directory into TextClassifier; `BertPretrainer`'s NSP head there), naming the
-    tensors and the layers."""
+    `BertModel` directory into TextClassifier; the NSP head of a `BertPretrainer` from a
+    `BertForMaskedLM`), naming the tensors and the layers."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
