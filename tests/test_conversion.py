@@ -217,17 +217,23 @@ def test_untied_mlm_decoder_is_refused_not_replaced(family, tmp_path):
     """An HF `*ForMaskedLM` saved with `tie_word_embeddings=False` holds its own decoder. Ours
     ties the decoder to the word embeddings, so loading it replaced the decoder with the
     embeddings silently (logits off by up to ~13, other argmax tokens): now refused, naming
-    the tensors, by `from_preset` and `convert_task`; its backbone and a classifier still load."""
+    the tensors, by `from_preset` and `convert_task`; its backbone and a classifier still load.
+    BERT / ALBERT pretraining, which loads the MLM head of a *ForMaskedLM (its pair head new),
+    refuses it too."""
     prefix, make_config = QA_CONFIGS[family]
     hf = getattr(transformers, f"{prefix}ForMaskedLM")(make_config(tie_word_embeddings=False))
     decoder = hf.get_output_embeddings()
     with torch.no_grad():
         decoder.weight.normal_(0.0, 0.5)
     path = _save(hf, tmp_path / "hf")
+    loads = [lambda: kb.tasks.MaskedLM.from_preset(path, preprocessor=None),
+             lambda: kb.presets.convert_task(path, kb.tasks.MaskedLM, preprocessor=None)]
+    pretrainer = {"bert": kb.tasks.BertPretrainer, "albert": kb.tasks.AlbertPretrainer}.get(family)
+    if pretrainer is not None:
+        loads.append(lambda: pretrainer.from_preset(path, preprocessor=None))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # no pooler weights
-        for load in (lambda: kb.tasks.MaskedLM.from_preset(path, preprocessor=None),
-                     lambda: kb.presets.convert_task(path, kb.tasks.MaskedLM, preprocessor=None)):
+        warnings.simplefilter("ignore")  # no pooler weights; the pair head is new
+        for load in loads:
             with pytest.raises(ValueError, match=r"differs from .*word_embeddings.* untied"):
                 load()
         kb.tasks.TextClassifier.from_preset(path, num_classes=2, preprocessor=None)
@@ -969,9 +975,6 @@ def test_head_checkpoint_of_another_family(tmp_path):
         kb.presets.convert_task(bert_dir, kb.tasks.AlbertPretrainer, preprocessor=None)
     with pytest.raises(ValueError, match=r"'electra' \(ElectraForPreTraining\)"):
         kb.presets.convert_task(bert_dir, kb.tasks.ElectraPretrainer, preprocessor=None)
-    with pytest.raises(ValueError, match="No HF head conversion for SpanBertPretrainer in the "
-                       "'bert' family"):
-        kb.presets.convert_task(bert_dir, kb.tasks.SpanBertPretrainer, preprocessor=None)
 
 
 def test_checkpoint_without_the_head(tmp_path, electra_dirs):
@@ -1105,15 +1108,22 @@ def test_export_refuses_what_hf_cannot_represent(tmp_path):
 
 
 def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
-    """A task the family has no HF head for and an ElectraPretrainer without `generator_path`
-    export with a warning naming what is left out; a weight no weight map writes is an error."""
+    """A task's layers no HF class has (SpanBertPretrainer's span-boundary head) and an
+    ElectraPretrainer without `generator_path` export with a warning naming what is left out; a
+    weight no weight map writes is an error."""
     backbone = kb.models.BertBackbone(vocabulary_size=VOCAB, **SMALL)
     spanbert = kb.tasks.SpanBertPretrainer(kb.models.SpanBertBackbone(vocabulary_size=VOCAB,
                                                                       **SMALL))
+    # its MLM head as BertForMaskedLM's; no HF class has the span-boundary head
     with pytest.warns(UserWarning, match=r"\d+ weight\(s\) of the SpanBertPretrainer are not "
-                      r"exported \(the 'spanbert' family has no HF head for SpanBertPretrainer"):
+                      r"exported \(no HF class of the 'spanbert' family has its \['sbo_head'\]"):
         kb.presets.export_to_transformers(spanbert, str(tmp_path / "sbo"))
-    _reloaded_without_missing_keys(str(tmp_path / "sbo"), "BertModel")
+    _reloaded_without_missing_keys(str(tmp_path / "sbo"), "BertForMaskedLM")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the span-boundary head is new
+        again = kb.tasks.SpanBertPretrainer.from_preset(str(tmp_path / "sbo"), preprocessor=None)
+    for a, b in zip(again.mlm_head.weights, spanbert.mlm_head.weights):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
     electra = kb.tasks.ElectraPretrainer(discriminator=kb.models.ElectraBackbone(
         vocabulary_size=VOCAB, **SMALL, embedding_dim=8))
     with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"):
@@ -1122,6 +1132,13 @@ def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
                         lambda task: checkpoints.dense(task.head, "classifier")[:1])
     with pytest.raises(NotImplementedError, match=r"would drop 1 weight\(s\) of the "
                                                   r"TextClassifier .*e\.g\. \['[^']*bias'\]"):
+        kb.presets.export_to_transformers(kb.tasks.TextClassifier(backbone, num_classes=2),
+                                          str(tmp_path / "clf"))
+    # a whole layer no map writes, not declared as SpanBERT's is (hf_unexported_layers): an error
+    monkeypatch.setitem(kb.presets.FAMILIES["bert"].hf_task_heads, "TextClassifier",
+                        lambda task: [])
+    with pytest.raises(NotImplementedError, match=r"would drop 2 weight\(s\) of the "
+                                                  r"TextClassifier"):
         kb.presets.export_to_transformers(kb.tasks.TextClassifier(backbone, num_classes=2),
                                           str(tmp_path / "clf"))
     assert not os.path.exists(tmp_path / "clf")

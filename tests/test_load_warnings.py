@@ -7,8 +7,11 @@ QuestionAnswerer; the head of a checkpoint loaded as a backbone only).
 
 HF models are random-initialized from tiny configs and saved to tmp once (nothing downloads).
 """
+import shutil
 import warnings
 
+import keras
+import numpy as np
 import pytest
 
 import keras_bertfam as kb
@@ -93,13 +96,19 @@ def test_complete_load_is_silent(hf_dirs, saved, task):
 
 
 # === Parts the task uses, left random: a warning naming them ===
-def test_pooler_still_warns_where_it_is_read(hf_dirs):
-    """A backbone (its `pooled_output`) and a TextClassifier (its head reads the pooler) from a
-    checkpoint without one: the pooler is random, said."""
-    messages = _load(kb.models.BertBackbone, hf_dirs["BertForMaskedLM"])
-    assert _about(messages, "pooler.dense", "random"), messages
-    messages = _load(kb.tasks.TextClassifier, hf_dirs["BertForMaskedLM"])
-    assert _about(messages, "pooler.dense", "random"), messages
+@pytest.mark.parametrize("task", [kb.models.BertBackbone, kb.tasks.TextClassifier,
+                                  kb.tasks.BertPretrainer])
+def test_pooler_still_warns_where_it_is_read(hf_dirs, task):
+    """A backbone (its `pooled_output`) and a TextClassifier / BertPretrainer (a head reads the
+    pooler) from a checkpoint without one: the pooler is random, said, at the caller (a task's
+    warning pointed into keras_bertfam/preset_hooks.py, a fixed stacklevel)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task.from_preset(hf_dirs["BertForMaskedLM"],
+                         **({} if task is kb.models.BertBackbone else {"preprocessor": None}))
+    found = [w for w in caught if _about([str(w.message)], "pooler.dense", "random")]
+    assert len(found) == 1, [str(w.message) for w in caught]
+    assert found[0].filename == __file__, (found[0].filename, found[0].lineno)
 
 
 @pytest.mark.multibackend
@@ -120,16 +129,74 @@ def test_bare_model_into_task_warns_that_the_head_is_new(hf_dirs, saved, task, t
     assert "fit" in found[0], found
 
 
-def test_partial_head_names_every_layer_left_random(hf_dirs):
-    """A BertForMaskedLM directory into BertPretrainer: the NSP head's tensors are missing, and
-    the heads load all or none, so the MLM head is random too: both are named (the warning named
-    the NSP head only), with the tensors missing."""
-    messages = _load(kb.tasks.BertPretrainer, hf_dirs["BertForMaskedLM"])
-    found = _about(messages, "cls.seq_relationship.weight", "BertForPreTraining")
-    assert len(found) == 1, messages
-    assert "'mlm_head" in found[0] and "'nsp_head" in found[0], found
+def _mlm_logits(task, hf_dir, hf_class):
+    """(ours, HF's) MLM logits at a few positions of two rows, HF's model loaded from `hf_dir`."""
+    hf = getattr(T, hf_class).from_pretrained(hf_dir).eval()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, _SMALL["vocab_size"], (2, 9)).astype("int32")
+    positions = np.array([[1, 2, 4], [0, 3, 5]], "int32")
+    x = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
+    sequence = task.backbone(x)["sequence_output"]
+    ours = keras.ops.convert_to_numpy(task.mlm_head(sequence, positions))
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.tensor(ids).long(),
+                    token_type_ids=torch.tensor(x["segment_ids"]).long()).logits.numpy()
+    return ours, np.take_along_axis(theirs, positions[:, :, None], axis=1)
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("saved,task,missing,layer", [
+    ("BertForMaskedLM", kb.tasks.BertPretrainer, "cls.seq_relationship.weight", "nsp_head"),
+    ("AlbertForMaskedLM", kb.tasks.AlbertPretrainer, "sop_classifier.classifier.weight",
+     "sop_head"),
+])
+def test_pretrainer_from_masked_lm_loads_its_mlm_head(hf_dirs, saved, task, missing, layer):
+    """A *ForMaskedLM directory (most domain BERTs on the Hub) into BertPretrainer /
+    AlbertPretrainer: the heads loaded all or none, so the MLM head the checkpoint has stayed
+    random with the pair head it lacks (continued pretraining started from a loss ~ln(vocab)).
+    Now, as HF's *ForPreTraining.from_pretrained, it loads: HF's MLM logits; the warning names
+    the pair head's tensors and layer alone."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pretrainer = task.from_preset(hf_dirs[saved], preprocessor=None)
+    ours, theirs = _mlm_logits(pretrainer, hf_dirs[saved], saved)
+    assert np.abs(ours - theirs).max() <= 1e-4
+    caught = [w for w in caught if issubclass(w.category, UserWarning)]
+    found = [w for w in caught if _about([str(w.message)], missing, "random initialization",
+                                         f"'{layer}/")]
+    assert len(found) == 1, [str(w.message) for w in caught]
+    assert "mlm_head" not in str(found[0].message), found[0].message
+    assert all(w.filename == __file__ for w in caught), [(w.filename, w.lineno) for w in caught]
+
+
+def test_full_pretraining_checkpoint_loads_both_heads_silently(hf_dirs):
     assert _load(kb.tasks.BertPretrainer, hf_dirs["BertForPreTraining"]) == []
     assert _load(kb.tasks.MaskedLM, hf_dirs["BertForPreTraining"]) == []
+
+
+def test_head_layer_loads_whole_or_not_at_all(hf_dirs, tmp_path):
+    """A BertForPreTraining checkpoint without `cls.predictions.bias`: the MLM head's other
+    tensors do not load without it (no half a layer); the NSP head loads. The warning names the
+    missing tensor, the MLM head's layers and the tensors it leaves unread, not the NSP head."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(hf_dirs["BertForPreTraining"], tmp_path / "hf")
+    weights = str(tmp_path / "hf" / "model.safetensors")
+    state = load_file(weights)
+    del state["cls.predictions.bias"]
+    save_file(state, weights, metadata={"format": "pt"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task = kb.tasks.BertPretrainer.from_preset(str(tmp_path / "hf"), preprocessor=None)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    found = _about(messages, "['cls.predictions.bias']", "'mlm_head/transform'",
+                   "cls.predictions.transform.dense.weight", "random initialization")
+    assert len(found) == 1 and len(messages) == 1, messages
+    assert "nsp_head" not in found[0], found
+    kernel = keras.ops.convert_to_numpy(task.mlm_head.dense.kernel)
+    assert not np.allclose(kernel, state["cls.predictions.transform.dense.weight"].T)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(task.pair_head.dense.kernel),
+                                  state["cls.seq_relationship.weight"].T)
 
 
 def test_head_of_another_task_does_not_warn_twice(hf_dirs):
@@ -176,15 +243,41 @@ def _load_from_here(cls, path, **kwargs):
     return [str(w.message) for w in caught]
 
 
-@pytest.mark.parametrize("saved", ["BertForMaskedLM", "BertModel"])
-def test_spanbert_pretrainer_from_hf_directory_warns_its_heads_are_new(hf_dirs, saved):
-    """No HF class has SpanBERT's span-boundary head (nor maps its MLM head): from an HF
-    directory both started random with no word, unlike every other task's missing head."""
-    messages = _load_from_here(kb.tasks.SpanBertPretrainer, hf_dirs[saved])
-    found = _about(messages, hf_dirs[saved], "SpanBertPretrainer", "random initialization",
-                   "'mlm_head'", "'sbo_head'", "save_to_preset")
-    assert len(found) == 1, messages
-    assert "fit" in found[0], found
+def test_spanbert_pretrainer_from_hf_directory_loads_its_mlm_head(hf_dirs):
+    """No HF class has SpanBERT's span-boundary head: from an HF directory it started random
+    with no word, and the MLM head with it, though a BertForMaskedLM has it (`cls.predictions`).
+    The MLM head loads (HF's logits); the warning names the span-boundary head alone."""
+    path = hf_dirs["BertForMaskedLM"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task = kb.tasks.SpanBertPretrainer.from_preset(path, preprocessor=None)
+    ours, theirs = _mlm_logits(task, path, "BertForMaskedLM")
+    assert np.abs(ours - theirs).max() <= 1e-4
+    caught = [w for w in caught if issubclass(w.category, UserWarning)]
+    assert all(w.filename == __file__ for w in caught), [(w.filename, w.lineno) for w in caught]
+    messages = [str(w.message) for w in caught]
+    found = _about(messages, path, "SpanBertPretrainer", "random initialization", "'sbo_head'",
+                   "save_to_preset", "fit")
+    assert len(found) == 1 and len(messages) == 1, messages
+    assert "mlm_head" not in found[0], found
+
+
+def test_spanbert_pretrainer_from_bare_model_warns_both_heads_are_new(hf_dirs):
+    """A bare BertModel directory: the MLM head is new (the tensors of BertForMaskedLM it lacks
+    named) and so is the span-boundary head (no HF class has it)."""
+    path = hf_dirs["BertModel"]
+    messages = _load_from_here(kb.tasks.SpanBertPretrainer, path)
+    assert len(_about(messages, path, "cls.predictions.bias", "BertForMaskedLM",
+                      "'mlm_head/transform'", "random initialization")) == 1, messages
+    assert len(_about(messages, path, "'sbo_head'", "random initialization")) == 1, messages
+    assert len(messages) == 2, messages
+    with pytest.raises(kb.presets.checkpoints.CheckpointError,  # strict: the MLM head is required
+                       match=r"lacks 5 weight\(s\) the SpanBertPretrainer head needs.*a "
+                             r"BertModel checkpoint; SpanBertPretrainer loads its heads from "
+                             r"BertForMaskedLM"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kb.presets.convert_task(path, kb.tasks.SpanBertPretrainer, preprocessor=None)
 
 
 def test_electra_pretrainer_without_generator_preset_warns_its_generator_is_new(hf_dirs):

@@ -20,9 +20,10 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
     its MLM head (`ElectraForMaskedLM`, the embeddings the two share in both) there: the pair
     `ElectraPretrainer.from_preset(path, generator_preset=generator_path)` loads back.
     Every weight of `model` is written or declared not exported: the pooler where the task's HF
-    class has none, and, with a warning, the head of a task without HF heads and an
-    ElectraPretrainer's generator without `generator_path`. Any other is an error (nothing is
-    written).
+    class has none, and, with a warning, the head of a task without HF heads, a task's layers
+    no HF class has (SpanBertPretrainer's span-boundary head: it is written as
+    `BertForMaskedLM`) and an ElectraPretrainer's generator without `generator_path`. Any other
+    is an error (nothing is written).
     """
     backbone = getattr(model, "backbone", model)
     spec = family_of_class(type(backbone))
@@ -64,13 +65,19 @@ def export_to_transformers(model, path, tokenizer=None, generator_path=None):
     if heads and generator is not None:  # an ElectraForMaskedLM at generator_path
         generator_heads = spec.hf_task_heads["MaskedLM"](model)
         generator_mapping = _backbone_mapping(generator, spec, generator_heads)
+    in_backbone = {id(w) for w in backbone.weights}
+    declared, why = [], None
     if model is not backbone and not heads:
-        in_backbone = {id(w) for w in backbone.weights}
         declared = [w for w in model.weights if id(w) not in in_backbone]
         why = f"the {spec.name!r} family has no HF head for {task_name}"
-    else:
+    elif generator is not None:
         declared = [m[0] for m in generator_mapping + generator_heads]
         why = "its generator goes to generator_path"
+    elif model is not backbone:  # layers no HF class has (SpanBERT's span-boundary head)
+        names = (spec.hf_unexported_layers or {}).get(task_name, ())
+        declared = [w for name in names for w in getattr(model, name).weights
+                    if id(w) not in in_backbone]
+        why = f"no HF class of the {spec.name!r} family has its {list(names)}"
     exported = written + head_mapping
     if generator_path is not None:
         exported, declared = exported + generator_mapping + generator_heads, []

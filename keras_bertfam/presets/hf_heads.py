@@ -1,7 +1,5 @@
 """HF task heads: `convert_task` (strict) and `load_hf_heads` (what `Task.from_preset` loads when
 the HF checkpoint has the heads), from the families' `hf_task_heads`."""
-import os
-import sys
 import warnings
 
 import numpy as np
@@ -10,20 +8,22 @@ from keras_bertfam.models.backbone import Backbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
-from keras_bertfam.presets.loaders import warn_if_no_pooler
+from keras_bertfam.presets.loaders import caller_stacklevel, warn_if_no_pooler
 from keras_bertfam.presets.registry import FAMILIES, family_of_class
 
 
 def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companions):
     """Loads the task's HF heads (the family's `hf_task_heads`) from `preset` (an HF-format
-    directory or a registered name) when the checkpoint has all of them, e.g.
-    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head`; other presets
-    and checkpoints without them leave the task's heads as they are. `companions`: the presets of
-    the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of another shape (a
-    classifier with another number of labels) stays new, with a warning. `warn_no_pooler`: warn
-    when `preset` has no pooler weights, the task reads the pooler (`uses_pooled_output`) and
-    its heads do not fill it either (see `convert_hf`). Head tensors no head of the family knows
-    warn. `task.from_preset` calls this; `convert_task` is the strict form."""
+    directory or a registered name), each head layer the checkpoint has whole, e.g.
+    `MaskedLM.from_preset("roberta_base_en")` gets `RobertaForMaskedLM`'s `lm_head` and
+    `BertPretrainer` a `BertForMaskedLM`'s MLM head (its NSP head new, with a warning); other
+    presets and checkpoints without them leave the task's heads as they are. `companions`: the
+    presets of the family's `hf_task_companions` (ELECTRA's `generator_preset`). A head of
+    another shape (a classifier with another number of labels) stays new, with a warning.
+    `warn_no_pooler`: warn when `preset` has no pooler weights, the task reads the pooler
+    (`uses_pooled_output`) and its heads do not fill it either (see `convert_hf`). Head tensors
+    no head of the family knows warn. `task.from_preset` calls this; `convert_task` is the
+    strict form."""
     spec = family_of_class(type(task.backbone))
     if spec is None:
         return
@@ -75,22 +75,25 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
 
 
 def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
-    """`heads(task)` loaded from `state` when it has them all -> the mapping loaded, or [].
-    `warn_missing`: a checkpoint without them all warns that the task's head is new (a bare
-    `BertModel` directory into TextClassifier), naming the tensors and the layers."""
+    """`heads(task)` loaded from `state`, each head layer whose tensors `state` has all (a layer
+    loads whole or not at all: `_whole_layers`) -> the mapping loaded, or []. So a
+    `BertForMaskedLM` directory gives `BertPretrainer` its MLM head (HF's `BertForPreTraining`
+    loads it too). `warn_missing`: the layers left out warn that they are new (a bare
+    `BertModel` directory into TextClassifier; the NSP head of a `BertPretrainer` from a
+    `BertForMaskedLM`), naming the tensors and the layers."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
-        missing = sorted(key for _, key, _ in mapping if key not in state)
-        if not mapping or missing:
-            if mapping and warn_missing:
-                _warn_new_head(task, mapping, missing, model_dir, architecture)
+        loading = _whole_layers(task, mapping, state)
+        if warn_missing and len(loading) < len(mapping):
+            _warn_new_head(task, mapping, loading, state, model_dir, architecture)
+        if not loading:
             return []
-        check_tied_heads(mapping, state, spec, checkpoints.weights_file(model_dir))
-        _check_head_config(mapping, spec, cfg, checkpoints.weights_file(model_dir))
-        checkpoints.assign(mapping, state, what=f"{type(task).__name__} head",
+        check_tied_heads(loading, state, spec, checkpoints.weights_file(model_dir))
+        _check_head_config(loading, spec, cfg, checkpoints.weights_file(model_dir))
+        checkpoints.assign(loading, state, what=f"{type(task).__name__} head",
                            source=checkpoints.weights_file(model_dir))
-        return mapping
+        return loading
     except checkpoints.CheckpointError as e:
         if isinstance(e, TiedHeadError):  # no new head either: the task would predict otherwise
             raise
@@ -102,17 +105,39 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_mis
         return []
 
 
+def _whole_layers(task, mapping, state):
+    """The entries of the head `mapping` whose layer `state` has every tensor of: a head layer
+    (the task's top-level layer holding the variable: BertPretrainer's `mlm_head` and `nsp_head`)
+    loads whole or not at all. A mapping that fills a backbone layer (RoBERTa's
+    `classifier.dense`, our pooler, one HF module with `classifier.out_proj`) is one layer."""
+    ours = {id(w) for w in task.backbone.weights}
+    layer_of = {}
+    if not any(id(v) in ours for v, _, _ in mapping):
+        for i, layer in enumerate(task.layers):
+            for w in layer.weights:
+                layer_of.setdefault(id(w), i)
+    lacking = {layer_of.get(id(v)) for v, key, _ in mapping if key not in state}
+    return [m for m in mapping if layer_of.get(id(m[0])) not in lacking]
+
+
 _NEW_HEAD_WARNING = r".* has no weights for \w+'s head "
 
 
-def _warn_new_head(task, mapping, missing, model_dir, architecture):
-    """HF's "Some weights ... are newly initialized": `model_dir` lacks the tensors `missing` of
-    the task's head `mapping`, so none of it loads: every head layer is named (not the
+def _warn_new_head(task, mapping, loading, state, model_dir, architecture):
+    """HF's "Some weights ... are newly initialized": the head layers of `mapping` left out of
+    `loading` keep their random initialization: the tensors `model_dir` lacks are named, with
+    those of the same layers it has (not loaded without them), and every such layer (not the
     backbone's: its pooler, which RoBERTa's classifier fills, loads from the checkpoint when it
     has one)."""
     ours = {id(w) for w in task.backbone.weights}
-    layers = sorted({v.path.rsplit("/", 1)[0] for v, _, _ in mapping if id(v) not in ours})
-    _warn_random_layers(task, model_dir, f"{architecture}'s {missing}", layers,
+    loaded = {id(v) for v, _, _ in loading}
+    new = [m for m in mapping if id(m[0]) not in loaded]
+    missing = sorted(key for _, key, _ in new if key not in state)
+    unread = sorted(key for _, key, _ in new if key in state)
+    layers = sorted({v.path.rsplit("/", 1)[0] for v, _, _ in new if id(v) not in ours})
+    lacking = f"{architecture}'s {missing}" + (
+        f"; its {unread}, of the same layers, are not loaded without them" if unread else "")
+    _warn_random_layers(task, model_dir, lacking, layers,
                         f"load {_a(architecture)} directory to get the head")
 
 
@@ -120,14 +145,10 @@ def _warn_random_layers(task, model_dir, lacking, layers, remedy, part="head"):
     """The new-head warning: `model_dir` lacks `lacking`, the task's `part`, so its `layers`
     keep their random initialization; `remedy`: how to get them. It points at the first caller
     outside keras_bertfam (from_preset's, however deep the load)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, stacklevel = sys._getframe(), 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
-        frame, stacklevel = frame.f_back, stacklevel + 1
     name = type(task).__name__
     warnings.warn(f"{model_dir!r} has no weights for {name}'s {part} ({lacking}): its layers "
                   f"{layers} keep their random initialization. Train {name} (fit) before "
-                  f"predicting with it, or {remedy}.", stacklevel=stacklevel)
+                  f"predicting with it, or {remedy}.", stacklevel=caller_stacklevel())
 
 
 def _a(architecture):
@@ -136,22 +157,25 @@ def _a(architecture):
 
 def _warn_heads_no_checkpoint_fills(task, spec, loader, download, companions):
     """The heads of an HF-format preset (its `loader`) that no HF checkpoint of the family
-    fills warn as a missing head does: SpanBERT's MLM and span-boundary heads (no HF class has the latter), and an
-    ElectraPretrainer's generator without `generator_preset` (its HF class, `ElectraForMaskedLM`,
-    another checkpoint). The heads `load_hf_heads` loaded, and the backbone's weights, are not
-    named."""
+    fills warn as a missing head does: SpanBERT's span-boundary head (no HF class has it; its
+    MLM head is BertForMaskedLM's), and an ElectraPretrainer's generator without
+    `generator_preset` (its HF class, `ElectraForMaskedLM`, another checkpoint). The heads
+    `load_hf_heads` loads, and the backbone's weights, are not named."""
     name = type(task).__name__
     model_dir = loader.hf_model_dir(download)
     own = (spec.hf_task_heads or {}).get(name)
-    if own is None:
-        layers = _layers_outside(task, [])
+    given = (spec.hf_task_companions or {}).get(name, {})
+    if not given:
+        try:
+            layers = _layers_outside(task, own(task) if own is not None else [])
+        except checkpoints.CheckpointError:  # a head HF's cannot fill: _load_heads said so
+            return
         if layers:
             _warn_random_layers(task, model_dir, f"no HF {spec.name} class has them", layers,
                                 f"load {_a(name)} preset saved with save_to_preset to get them",
                                 part="heads")
         return
-    for argument, (architecture, heads, _) in (spec.hf_task_companions or {}).get(
-            name, {}).items():
+    for argument, (architecture, heads, _) in given.items():
         if companions.get(argument) is None:
             layers = _layers_outside(task, own(task))
             _warn_random_layers(
@@ -177,7 +201,9 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     The heads come from the family's `hf_task_heads`, e.g. BERT's `BertForPreTraining` (MLM
     `cls.predictions.*` + NSP) into `BertPretrainer`, ALBERT's `AlbertForPreTraining` (MLM + SOP)
     into `AlbertPretrainer`, `{Bert,Roberta,Albert,DistilBert,Electra}ForMaskedLM` into
-    `MaskedLM`, `ElectraForPreTraining`'s discriminator head into `ElectraPretrainer` (with
+    `MaskedLM`, BERT's `cls.predictions` into `SpanBertPretrainer`'s MLM head (no HF class has
+    its span-boundary head: it stays new, with a warning), `ElectraForPreTraining`'s
+    discriminator head into `ElectraPretrainer` (with
     `generator_preset=` an `ElectraForMaskedLM` directory, its generator head too: the family's
     `hf_task_companions`), `XLNetLMHeadModel`'s `lm_loss` into `XLNetPretrainer`,
     `{Bert,Albert,Roberta,DistilBert,Electra,XLNet}ForSequenceClassification` into

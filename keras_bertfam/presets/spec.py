@@ -54,6 +54,10 @@ class FamilySpec:
             heads under that prefix assume (ELECTRA's and XLNet's `sequence_summary`: its
             `summary_type`, `summary_use_proj`, `summary_activation`); a checkpoint whose config
             sets another is refused (`convert_task`) or its head left new (`from_preset`).
+        hf_unexported_layers: `{task class name: (attribute names of its layers)}`: layers of a
+            task with HF heads that no HF class has (SpanBertPretrainer's `sbo_head`, beside its
+            MLM head): `export_to_transformers` writes the task without them, with a warning
+            (any other weight no map writes is an error); `from_preset` warns they are new.
     """
 
     name: str
@@ -78,6 +82,7 @@ class FamilySpec:
     # backbone -> HF keys this configuration reads from layer 0 only (XLNet's untie_r=False)
     hf_unused_of: Optional[Callable] = None
     hf_head_config: Optional[dict] = None
+    hf_unexported_layers: Optional[dict] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,12 +88,17 @@ HF_TASK_HEADS = {"MaskedLM": _mlm_head, "BertPretrainer": _pretrainer_heads,
                  "TokenClassifier": checkpoints.classifier_head_map,
                  "QuestionAnswerer": checkpoints.question_answerer_map,
                  # BertForMultipleChoice: pooler -> dropout -> classifier (1 unit)
-                 "MultipleChoice": checkpoints.text_classifier_map}
+                 "MultipleChoice": checkpoints.text_classifier_map,
+                 # its MLM head is BERT's (its span-boundary head: HF_UNEXPORTED_LAYERS)
+                 "SpanBertPretrainer": _mlm_head}
 HF_TASK_ARCHITECTURES = {"MaskedLM": "BertForMaskedLM", "BertPretrainer": "BertForPreTraining",
+                         "SpanBertPretrainer": "BertForMaskedLM",
                          "TextClassifier": "BertForSequenceClassification",
                          "TokenClassifier": "BertForTokenClassification",
                          "QuestionAnswerer": "BertForQuestionAnswering",
                          "MultipleChoice": "BertForMultipleChoice"}
+# No HF class has SpanBertPretrainer's span-boundary head.
+HF_UNEXPORTED_LAYERS = {"SpanBertPretrainer": ("sbo_head",)}
 # The MLM decoder, tied to the word embeddings and `cls.predictions.bias` (HF's _tied_weights_keys).
 HF_TIED_HEADS = {"cls.predictions.decoder.weight": "embeddings.word_embeddings.weight",
                  "cls.predictions.decoder.bias": "cls.predictions.bias"}
@@ -115,6 +120,7 @@ FAMILY = FamilySpec(
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
     hf_tied_heads=HF_TIED_HEADS,
+    hf_unexported_layers=HF_UNEXPORTED_LAYERS,
 )
 
 UNCASED = {"kind": "wordpiece", "vocabulary": "bert_uncased", "lowercase": True}

@@ -8,6 +8,7 @@ from keras_bertfam.presets.families.bert import (
     HF_TIED_HEADS,
     HF_TASK_ARCHITECTURES,
     HF_TASK_HEADS,
+    HF_UNEXPORTED_LAYERS,
     WordPieceTokenizer,
     make_wordpiece,
     wordpiece_from_hf,
@@ -32,6 +33,7 @@ FAMILY = FamilySpec(
     hf_task_heads=HF_TASK_HEADS,
     hf_task_architectures=HF_TASK_ARCHITECTURES,
     hf_tied_heads=HF_TIED_HEADS,
+    hf_unexported_layers=HF_UNEXPORTED_LAYERS,
 )
 
 
