@@ -22,16 +22,18 @@ def _blocks(language):
 def make_user_files(root):
     """What the tour reads: text directories, an HF BERT checkpoint, an HF ALBERT pretraining
     checkpoint with its SentencePiece model (for convert_task) and an HF RoBERTa directory (for
-    from_roberta), all small."""
+    from_roberta), all small. `export_to_transformers` writes the HF directories (config.json and
+    model.safetensors in HF's names, which `transformers` loads: test_conversion, test_presets),
+    not transformers' torch models: the tour reads them with safetensors and NumPy, and importing
+    transformers' torch models to write them was ~7 s of this test's ~70 s of CPU."""
     import pathlib
 
-    import transformers
-
     import keras_bertfam as kb
-    from keras_bertfam.preprocessing import corpus
+    from tests.conftest import default_corpus_documents
 
     root = pathlib.Path(root)
-    docs = [d.decode() for d in corpus.default_corpus().take(40).as_numpy_iterator()]
+    # default_corpus()'s first 40 documents, without starting its pipeline
+    docs = [d.decode() for d in default_corpus_documents(0, 40)]
     # the pretraining corpus: 10 reviews, a batch or two of the tour's pretrainer (40: four
     # batches, ~1.5 s of CPU more); the vocabulary trainer's the same 10 (40: ~1.2 s more); the
     # SentencePiece model's below all 40 (its 300 pieces)
@@ -39,18 +41,17 @@ def make_user_files(root):
         os.makedirs(root / name)
         for i in range(2):
             (root / name / f"part{i}.txt").write_text("\n".join(texts[i::2]))
-    small = dict(vocab_size=300, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                 intermediate_size=32, max_position_embeddings=34)
-    transformers.BertModel(transformers.BertConfig(**small)).save_pretrained(
-        str(root / "path" / "to" / "hf_model_dir"))
+    small = dict(vocabulary_size=300, num_layers=1, num_heads=2, hidden_dim=16,
+                 intermediate_dim=32, max_sequence_length=34)
+    kb.presets.export_to_transformers(kb.models.BertBackbone(**small),
+                                      str(root / "path" / "to" / "hf_model_dir"))
     # convert_task attaches the default preprocessor: 128 positions at least
-    albert = transformers.AlbertConfig(**dict(small, embedding_size=8, max_position_embeddings=128))
-    transformers.AlbertForPreTraining(albert) \
-        .save_pretrained(str(root / "hf_dir"))
+    albert = kb.models.AlbertBackbone(**dict(small, embedding_dim=8, max_sequence_length=128))
+    kb.presets.export_to_transformers(kb.tasks.AlbertPretrainer(albert, preprocessor=None),
+                                      str(root / "hf_dir"))
     kb.preprocessing.train_sentencepiece_model(docs, 300, output_file=str(root / "hf_dir" /
                                                                           "spiece.model"))
-    transformers.RobertaModel(transformers.RobertaConfig(
-        **dict(small, type_vocab_size=1, pad_token_id=1))).save_pretrained(str(root / "roberta_dir"))
+    kb.presets.export_to_transformers(kb.models.RobertaBackbone(**small), str(root / "roberta_dir"))
     return root
 
 
