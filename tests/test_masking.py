@@ -245,12 +245,13 @@ def test_greedy_selection_equals_sequential_original(cls, kw):
         budget = m._budget(valid, sel, tf.constant([s, 0]))
         covered, word, chosen, key, cand_n = m._ngram_select(ids, sel, budget, tf.constant([s, 1]))
         _, _, ctok = m._words(ids, sel)
+        # To NumPy once (slicing the tensors row by row ran ~1,000 eager ops a call).
+        key, cand_n, ctok, budget, covered, chosen = (
+            t.numpy() for t in (key, cand_n, ctok, budget, covered, chosen))
         for b in range(ids.shape[0]):
-            ref_cov, ref_chosen = reference_greedy(
-                key[b].numpy(), cand_n[b].numpy(), ctok[b].numpy(), budget[b].numpy()
-            )
-            np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
-            np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
+            ref_cov, ref_chosen = reference_greedy(key[b], cand_n[b], ctok[b], budget[b])
+            np.testing.assert_array_equal(covered[b], ref_cov)
+            np.testing.assert_array_equal(chosen[b], ref_chosen)
 
 
 @pytest.mark.parametrize("first", [1, 3])
@@ -294,10 +295,11 @@ def test_greedy_select_at_any_width_with_tied_random_bits(W, max_n):
             tf.constant(key, tf.int32), tf.constant(cand_n, tf.int32),
             tf.constant(ctok, tf.int32), tf.constant(budget, tf.int32),
             max_n=max_n, overlaps=max_n > 1)
+        covered, chosen = covered.numpy(), chosen.numpy()
         for b in range(B):
             ref_cov, ref_chosen = reference_greedy(key[b], cand_n[b], ctok[b], budget[b])
-            np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
-            np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
+            np.testing.assert_array_equal(covered[b], ref_cov)
+            np.testing.assert_array_equal(chosen[b], ref_chosen)
 
 
 def test_greedy_full_walk_keeps_the_batch_shape(monkeypatch):
@@ -316,11 +318,12 @@ def test_greedy_full_walk_keeps_the_batch_shape(monkeypatch):
         covered, chosen = M._greedy_select(
             tf.constant(key, tf.int32), tf.constant(cand_n, tf.int32),
             tf.constant(ctok, tf.int32), tf.constant(budget, tf.int32), max_n=1, overlaps=False)
+        covered, chosen = covered.numpy(), chosen.numpy()
         for b in range(8):
             ref_cov, ref_chosen = reference_greedy(key[b], cand_n[b], ctok[b], budget[b])
-            np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
-            np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
-        assert covered[: n].numpy().sum() == n * 30
+            np.testing.assert_array_equal(covered[b], ref_cov)
+            np.testing.assert_array_equal(chosen[b], ref_chosen)
+        assert covered[: n].sum() == n * 30
     assert M._greedy_words_xla.experimental_get_tracing_count() - before <= 1
 
 
@@ -337,11 +340,12 @@ def test_greedy_maskers_equal_sequential_original_at_other_widths(cls, T):
     budget = m._budget(valid, sel, tf.constant([1, 0]))
     covered, word, chosen, key, cand_n = m._ngram_select(ids, sel, budget, tf.constant([1, 1]))
     _, _, ctok = m._words(ids, sel)
+    key, cand_n, ctok, budget, covered, chosen = (
+        t.numpy() for t in (key, cand_n, ctok, budget, covered, chosen))
     for b in range(ids.shape[0]):
-        ref_cov, ref_chosen = reference_greedy(
-            key[b].numpy(), cand_n[b].numpy(), ctok[b].numpy(), budget[b].numpy())
-        np.testing.assert_array_equal(covered[b].numpy(), ref_cov)
-        np.testing.assert_array_equal(chosen[b].numpy(), ref_chosen)
+        ref_cov, ref_chosen = reference_greedy(key[b], cand_n[b], ctok[b], budget[b])
+        np.testing.assert_array_equal(covered[b], ref_cov)
+        np.testing.assert_array_equal(chosen[b], ref_chosen)
     check_common(ids, m(ids))
 
 

@@ -132,7 +132,7 @@ def test_training_batches_are_full_unless_an_epoch_has_only_one(tokenizer, kind)
     epoch with fewer instances than a batch keeps that one batch; evaluation keeps every one."""
     docs = kb.preprocessing.read_corpus().take(12)
 
-    def sizes(batch_size, training):
+    def sizes(batch_size, training, epochs=2):
         if kind == "pairs":
             pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, 32, batch_size=batch_size,
                                                             seed=2)
@@ -140,9 +140,9 @@ def test_training_batches_are_full_unless_an_epoch_has_only_one(tokenizer, kind)
             pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 32, batch_size=batch_size,
                                                         seed=2, packing="full_sentences")
         ds = pre.prepare(docs, training=training)
-        return [[int(x["token_ids"].shape[0]) for x, *_ in ds] for _ in range(2)]
+        return [[int(x["token_ids"].shape[0]) for x, *_ in ds] for _ in range(epochs)]
 
-    evaluation = sizes(8, training=False)[0]
+    evaluation, = sizes(8, training=False, epochs=1)  # each epoch read costs ~1 s of CPU
     assert evaluation[-1] < 8  # the instances do not fill whole batches
     for epoch in sizes(8, training=True):
         assert len(epoch) >= 3 and set(epoch) == {8}
@@ -157,7 +157,7 @@ def test_group_by_length_regroups_the_same_examples_and_cuts_the_padding(tokeniz
     it, sorted by length within groups of `group_by_length_batches` batches (longest first) and
     each batch cut to its longest row (rounded up to `pad_to_multiple_of`); evaluation keeps
     the order and the full width."""
-    docs = kb.preprocessing.read_corpus().take(48)
+    docs = kb.preprocessing.read_corpus().take(24)  # 35-36 batches of 4: 7 groups of 5 and more
     length = 64
 
     def batches(training=True, take=-1, **kwargs):
