@@ -1130,8 +1130,10 @@ def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
     electra = kb.tasks.ElectraPretrainer(discriminator=kb.models.ElectraBackbone(
         vocabulary_size=VOCAB, **SMALL, embedding_dim=8))
-    with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"):
+    with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"
+                      ) as caught:
         kb.presets.export_to_transformers(electra, str(tmp_path / "electra"))
+    assert [w.filename for w in caught if "not exported" in str(w.message)] == [__file__]
     monkeypatch.setitem(kb.presets.FAMILIES["bert"].hf_task_heads, "TextClassifier",
                         lambda task: checkpoints.dense(task.head, "classifier")[:1])
     with pytest.raises(NotImplementedError, match=r"would drop 1 weight\(s\) of the "
