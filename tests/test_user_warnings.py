@@ -6,8 +6,10 @@ test_classifier_activation, test_load_warnings); here: the rule itself, a warnin
 inside Keras' weight loading, and that no fixed `stacklevel` is left."""
 import os
 import re
+import sys
 import warnings
 
+import pytest
 import tensorflow as tf
 
 import keras_bertfam as kb
@@ -47,15 +49,23 @@ def test_a_warning_given_under_a_tf_data_trace_points_at_the_user():
         (__file__, DeprecationWarning, "from inside")]
 
 
-def test_with_no_user_frame_the_outermost_frame_is_named():
-    frame = user_warnings.user_frame()
-    assert frame.f_code.co_filename == __file__
-    outermost = frame
+def test_with_no_user_frame_the_outermost_frame_is_named(monkeypatch):
+    """Everything on the stack library code (a worker thread of tf.data): the outermost frame,
+    not an error or None."""
+    assert user_warnings.user_frame().f_code.co_filename == __file__
+    outermost = sys._getframe()
     while outermost.f_back is not None:
         outermost = outermost.f_back
-    assert user_warnings.user_frame(outermost) is outermost
+    monkeypatch.setattr(user_warnings, "_is_library", lambda frame: True)
+    assert user_warnings.user_frame() is outermost
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn("nowhere else")
+    assert [(w.filename, w.lineno) for w in caught] == [
+        (outermost.f_code.co_filename, outermost.f_lineno)]
 
 
+@pytest.mark.multibackend
 def test_a_task_warning_from_inside_keras_weight_loading_points_at_load_weights(tmp_path):
     """`Task.load_own_variables` warns about seed generators it cannot restore; Keras' saving
     calls it, so a `stacklevel=2` pointed into keras/src/saving: now at the load_weights line."""
