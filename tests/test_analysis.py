@@ -101,8 +101,9 @@ def test_prune_every_encoder_family(family):
 def test_albert_shared_layers_prune_together():
     b = kb.models.AlbertBackbone(len(VOCAB), 4, 4, 8, 16, 32,
                                  max_sequence_length=32)
-    with pytest.warns(UserWarning, match=r"Layers \[0, 1, 2, 3\].*share one attention"):
+    with pytest.warns(UserWarning, match=r"Layers \[0, 1, 2, 3\].*share one attention") as caught:
         pruned = kb.analysis.prune_heads(b, {1: [2]})
+    assert [w.filename for w in caught] == [__file__]  # the user's prune_heads line
     assert pruned.get_config()["heads_per_layer"] == [3, 3, 3, 3]
     x = inputs()
     ref = to_numpy(b.inspect(x, head_mask=masked({i: [2] for i in range(4)}, [4] * 4))[

@@ -228,8 +228,10 @@ def test_hf_export_writes_the_logits_head_and_says_the_activation_is_left(pair, 
     transformers = pytest.importorskip("transformers")
     soft, plain = pair
     with pytest.warns(UserWarning, match=r"TextClassifier\(activation='softmax'\).*HF's "
-                                         r"BertForSequenceClassification returns the logits"):
+                                         r"BertForSequenceClassification returns the logits"
+                      ) as caught:
         out = kb.presets.export_to_transformers(soft, str(tmp_path / "hf"))
+    assert [w.filename for w in caught if "returns the logits" in str(w.message)] == [__file__]
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
     x = model_inputs()
     with torch.no_grad():

@@ -150,8 +150,10 @@ def test_from_preset_loads_the_heads_a_checkpoint_has(tmp_path, electra_dirs):
     hf = transformers.AlbertForSequenceClassification.from_pretrained(clf_dir)
     clf = kb.tasks.TextClassifier.from_preset(clf_dir, num_classes=3, preprocessor=None)
     assert _max_diff(clf(x, training=False), _hf(hf, x).logits) <= 1e-4
-    with pytest.warns(UserWarning, match=r"head was not loaded.*Shape mismatch for classifier"):
+    with pytest.warns(UserWarning, match=r"head was not loaded.*Shape mismatch for classifier"
+                      ) as caught:
         other = kb.tasks.TextClassifier.from_preset(clf_dir, num_classes=2, preprocessor=None)
+    assert [w.filename for w in caught if "head was not loaded" in str(w.message)] == [__file__]
     assert other.head.kernel.shape == (16, 2)
 
 
@@ -1020,8 +1022,10 @@ def test_head_tensor_no_head_has_a_place_for(tmp_path):
                              r"from BertForSequenceClassification: "
                              r"\['classifier\.bias', 'classifier\.weight'\]"):
         kb.presets.convert_task(path, kb.tasks.TextClassifier, preprocessor=None)
-    with pytest.warns(UserWarning, match=r"\['classifier\.extra\.weight'\].*they are not loaded"):
+    with pytest.warns(UserWarning, match=r"\['classifier\.extra\.weight'\].*they are not loaded"
+                      ) as caught:
         clf = kb.tasks.TextClassifier.from_preset(path, num_classes=3, preprocessor=None)
+    assert [w.filename for w in caught if "not loaded" in str(w.message)] == [__file__]
     np.testing.assert_array_equal(to_numpy(clf.head.bias), state["classifier.bias"])
 
 
@@ -1126,8 +1130,10 @@ def test_export_writes_every_weight_or_says_which_not(tmp_path, monkeypatch):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
     electra = kb.tasks.ElectraPretrainer(discriminator=kb.models.ElectraBackbone(
         vocabulary_size=VOCAB, **SMALL, embedding_dim=8))
-    with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"):
+    with pytest.warns(UserWarning, match="not exported .its generator goes to generator_path"
+                      ) as caught:
         kb.presets.export_to_transformers(electra, str(tmp_path / "electra"))
+    assert [w.filename for w in caught if "not exported" in str(w.message)] == [__file__]
     monkeypatch.setitem(kb.presets.FAMILIES["bert"].hf_task_heads, "TextClassifier",
                         lambda task: checkpoints.dense(task.head, "classifier")[:1])
     with pytest.raises(NotImplementedError, match=r"would drop 1 weight\(s\) of the "

@@ -13,17 +13,21 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "keras_ber
 
 # What each part of the package may import of ours (besides itself). `preset_hooks` is where the
 # preset mechanism plugs in from above (it imports nothing of ours); `distribute` is the
-# strategy helpers tasks use.
+# strategy helpers tasks use; `user_warnings` (warnings at the user's line) is a leaf every part
+# may import.
 BELOW = {
+    "user_warnings": set(),
     "preset_hooks": set(),
     "version": set(),
     "distribute": set(),
-    "layers": set(),
-    "preprocessing": {"preset_hooks"},
-    "models": {"layers", "preprocessing", "preset_hooks"},
-    "tasks": {"layers", "models", "preprocessing", "preset_hooks", "distribute"},
-    "presets": {"layers", "models", "preprocessing", "tasks", "preset_hooks", "distribute"},
-    "export": {"layers", "models", "preprocessing", "tasks", "presets", "preset_hooks"},
+    "layers": {"user_warnings"},
+    "preprocessing": {"preset_hooks", "user_warnings"},
+    "models": {"layers", "preprocessing", "preset_hooks", "user_warnings"},
+    "tasks": {"layers", "models", "preprocessing", "preset_hooks", "distribute", "user_warnings"},
+    "presets": {"layers", "models", "preprocessing", "tasks", "preset_hooks", "distribute",
+                "user_warnings"},
+    "export": {"layers", "models", "preprocessing", "tasks", "presets", "preset_hooks",
+               "user_warnings"},
 }
 
 

@@ -344,11 +344,18 @@ def test_entries_that_can_never_match_are_skipped_with_one_warning_naming_them()
 def test_an_empty_lexicon_warns_that_it_is_whole_word_masking():
     kw = dict(vocabulary=VOCAB, unselectable_token_ids=SPECIAL)
     for cls, arg in ((M.PhraseMasker, "phrases"), (M.EntityMasker, "entities")):
-        with pytest.warns(UserWarning, match=f"{arg} is empty.*whole-word masking"):
+        with pytest.warns(UserWarning, match=f"{arg} is empty.*whole-word masking") as caught:
             m = cls(**{arg: []}, **kw)
+        assert [w.filename for w in caught] == [__file__]
         assert m.lexicon_ids == [] and m.max_unit_length == 1
-    with pytest.warns(UserWarning, match=r"min_count=5.*most frequent pair.*occurs 1 time"):
+        # Through from_config (a fixed stacklevel pointed into masking.py): the user's line
+        with pytest.warns(UserWarning, match=f"{arg} is empty") as caught:
+            cls.from_config(m.get_config())
+        assert [w.filename for w in caught] == [__file__]
+    with pytest.warns(UserWarning, match=r"min_count=5.*most frequent pair.*occurs 1 time"
+                      ) as caught:
         assert kb.preprocessing.learn_phrases(["the film was great", "a dull plot"]) == []
+    assert [w.filename for w in caught] == [__file__]
 
 
 def test_entries_longer_than_the_rows_cost_nothing():

@@ -274,9 +274,11 @@ def test_overriding_a_setting_the_weights_were_trained_with_warns(tmp_path, bert
                r"something else than they were trained for")
     for preset in (str(tmp_path / "backbone"), hf_pretraining_dir):
         with pytest.warns(UserWarning, match=re.escape(message.format(
-                preset, "activation", "gelu", "activation", "relu"))):
+                preset, "activation", "gelu", "activation", "relu"))) as caught:
             kb.models.BertBackbone.from_preset(preset, activation="relu",
                                                layer_norm_epsilon=1e-12)
+        # At the from_preset line, through keras_bertfam and Keras' from_preset machinery.
+        assert {w.filename for w in caught if "activation=" in str(w.message)} == {__file__}
     with pytest.warns(UserWarning, match=re.escape(message.format(
             str(tmp_path / "clf"), "hidden_activation", "gelu", "hidden_activation", "relu"))):
         kb.tasks.TextClassifier.from_preset(str(tmp_path / "clf"), hidden_activation="relu")

@@ -295,8 +295,10 @@ def test_compile_warns_that_keras_adam_is_wrong_on_tensorflow():
             return
     for cls in (keras.optimizers.Adam, keras.optimizers.AdamW):
         with pytest.warns(UserWarning, match=rf"keras.*\.{cls.__name__} on TensorFlow updates "
-                                             r"the second moment .* kb.tasks.AdamW takes"):
+                                             r"the second moment .* kb.tasks.AdamW takes"
+                          ) as caught:
             task.compile(optimizer=cls(1e-3))
+        assert [w.filename for w in caught] == [__file__]
     # What the warning is about: token 1 twice, dL/dw = 1 + 1 = 2; Keras' v = (1 - β2)(1² + 1²).
     embedding = keras.layers.Embedding(4, 1, embeddings_initializer="zeros")
     embedding.build((None,))

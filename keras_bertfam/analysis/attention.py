@@ -1,12 +1,12 @@
 """Attention maps of raw strings, and the per-head statistics of Clark et al. 2019."""
 import dataclasses
 import string
-import warnings
 
 import numpy as np
 
 from keras_bertfam.analysis._common import (
     backbone_of, banded_attention, family_name, to_numpy)
+from keras_bertfam.user_warnings import warn
 
 _PUNCTUATION = set(string.punctuation) | {"``", "''", "\u2019", "\u2018", "\u201c", "\u201d"}
 # Word-piece markers of the families' tokenizers (WordPiece, SentencePiece, byte-level BPE).
@@ -136,11 +136,11 @@ def attention_maps(model, texts, tokenizer=None, max_length=None, progress=None)
         if progress is not None:
             progress(i + 1)
     if cut:
-        warnings.warn(
+        warn(
             f"{cut} of {len(texts)} texts were longer than "
             + (f"max_length={max_length} tokens" if max_length else
                f"{positions} tokens (the model's positions)")
-            + " and were truncated.", stacklevel=2)
+            + " and were truncated.")
     return AttentionMaps(tokens, maps, special, family_name(backbone))
 
 

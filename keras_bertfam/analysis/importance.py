@@ -2,7 +2,6 @@
 import csv
 import dataclasses
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -12,6 +11,7 @@ from keras import ops
 from keras_bertfam.analysis._common import (
     attention_groups, backbone_of, full_mask, head_mask_override, heads_per_layer, per_layer,
     require_head_mask, value_and_grad)
+from keras_bertfam.user_warnings import warn
 
 
 @dataclasses.dataclass
@@ -382,8 +382,8 @@ def iterative_pruning(task, data, target=0.5, step=0.1, importance_data=None, ba
             break
         record(i)
     if pruned_heads() < goal:
-        warnings.warn(
+        warn(
             f"iterative_pruning pruned {pruned_heads()} of the {goal} heads asked (target="
             f"{target}): every layer keeps one head; pass allow_empty_layers=True to prune "
-            "further.", stacklevel=2)
+            "further.")
     return PruningCurve(rows, masks, metric)

@@ -1,5 +1,4 @@
 """Structural head pruning: the heads' rows and columns leave the Q/K/V/output kernels."""
-import warnings
 
 import numpy as np
 
@@ -7,6 +6,7 @@ from keras_bertfam.analysis._common import (
     attention_groups, backbone_of, heads_per_layer, require_head_mask)
 from keras_bertfam.models.backbone import _unique
 from keras_bertfam.presets.deferred import deferred_initialization
+from keras_bertfam.user_warnings import warn
 
 
 def prune_heads(model, heads, allow_empty_layers=False):
@@ -46,8 +46,7 @@ def prune_heads(model, heads, allow_empty_layers=False):
     counts = heads_per_layer(backbone)
     plan = _plan(backbone, heads, counts, allow_empty_layers)
     if not any(plan.values()):
-        warnings.warn("prune_heads: no head to prune; returning a copy of the model.",
-                      stacklevel=2)
+        warn("prune_heads: no head to prune; returning a copy of the model.")
     new_counts = [n - len(plan.get(i, ())) for i, n in enumerate(counts)]
 
     config = backbone.get_config()
@@ -89,10 +88,10 @@ def _plan(backbone, heads, counts, allow_empty_layers):
             continue
         union = set().union(*(plan.get(i, set()) for i in members))
         if union and any(plan.get(i, set()) != union for i in members):
-            warnings.warn(
+            warn(
                 f"Layers {members} of this {backbone.family or 'model'} share one attention "
                 f"sublayer (ALBERT's cross-layer sharing): heads {sorted(union)} are pruned in "
-                "all of them.", stacklevel=3)
+                "all of them.")
         for i in members:
             if union:
                 plan[i] = set(union)

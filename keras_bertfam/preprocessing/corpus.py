@@ -45,12 +45,12 @@ import gzip
 import os
 import re
 import stat
-import warnings
 
 import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.ragged import keep_values
+from keras_bertfam.user_warnings import warn
 
 # === Constants ===
 
@@ -224,9 +224,9 @@ def _list_files(source):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
         if loops:
-            warnings.warn(f"The corpus directory {source!r} has a symlink loop ({loops[0]!r} "
-                          f"leads back to {os.path.realpath(loops[0])!r}): each directory is "
-                          "read once.", stacklevel=3)
+            warn(f"The corpus directory {source!r} has a symlink loop ({loops[0]!r} "
+                 f"leads back to {os.path.realpath(loops[0])!r}): each directory is "
+                 "read once.")
         files = _unique_files(files)
         if not files:
             raise ValueError(f"Empty corpus: the directory {source!r} contains no files.")
@@ -237,9 +237,9 @@ def _list_files(source):
         matches = sorted(f for f in glob.glob(source, recursive=True) if not os.path.isdir(f))
         files = _unique_files(matches)
         if len(files) < len(matches):  # "**" through a directory symlink (or a loop of them)
-            warnings.warn(f"{len(matches) - len(files)} path(s) matching the corpus pattern "
-                          f"{source!r} lead through symlinks (or a symlink loop) to files "
-                          "already matched: each file is read once.", stacklevel=3)
+            warn(f"{len(matches) - len(files)} path(s) matching the corpus pattern "
+                 f"{source!r} lead through symlinks (or a symlink loop) to files "
+                 "already matched: each file is read once.")
         if not files:
             raise FileNotFoundError(f"No file matches the corpus pattern {source!r}")
         return files, "glob"
@@ -265,9 +265,8 @@ def _file_kind(mode):
     return "not a file"
 
 
-def _warn_skipped(path, source, why, stacklevel):
-    warnings.warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: {why}.",
-                  stacklevel=stacklevel)
+def _warn_skipped(path, source, why):
+    warn(f"Skipping {path!r} in the corpus {os.fspath(source)!r}: {why}.")
 
 
 def _not_regular(path):
@@ -287,7 +286,7 @@ def _regular_tfrecords(files, source):
     for path in files:
         why = _not_regular(path)
         if why:
-            _warn_skipped(path, source, why, stacklevel=4)
+            _warn_skipped(path, source, why)
         else:
             kept.append(path)
     if not kept:
@@ -321,7 +320,7 @@ def _text_files(files, source, document_format):
 
     def skip(path, why):
         skipped.append((path, why))
-        _warn_skipped(path, source, why, stacklevel=5)
+        _warn_skipped(path, source, why)
 
     for path in files:
         why = _not_regular(path)

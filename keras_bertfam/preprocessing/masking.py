@@ -54,13 +54,13 @@ import functools
 import math
 import numbers
 import os
-import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.seeding import SeededStage
+from keras_bertfam.user_warnings import warn
 
 __all__ = [
     "TokenMasker",
@@ -1681,15 +1681,15 @@ class _LexiconMasker(WholeWordMasker):
                 return f"an unselectable token: {shown}" if e else "tokenizes to nothing"
 
             shown = ", ".join(f"{n!r} ({why(e)})" for n, e in never[:5])
-            warnings.warn(
+            warn(
                 f"{arg}: skipping {len(never)} of {len(entries)} entries that could never match: "
-                f"{shown}{', ...' if len(never) > 5 else ''}.", stacklevel=3)
+                f"{shown}{', ...' if len(never) > 5 else ''}.")
         if not kept:
-            warnings.warn(
+            warn(
                 f"{type(self).__name__}: {arg} is empty{' after skipping' if never else ''}: "
                 "there is nothing to match, so this masker is plain whole-word masking "
                 "(WholeWordMasker). Pass a non-empty lexicon (learn_phrases returns [] on a "
-                "corpus too small for its min_count).", stacklevel=3)
+                "corpus too small for its min_count).")
         entries = sorted(set(kept))
         self.lexicon_ids = [list(e) for e in entries]
         self.prefer_units = bool(prefer_units)

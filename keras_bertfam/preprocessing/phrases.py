@@ -6,9 +6,10 @@ pretraining; the masker then matches the phrases in TF ops inside `tf.data`.
 import collections
 import math
 import re
-import warnings
 
 import numpy as np
+
+from keras_bertfam.user_warnings import warn
 
 __all__ = ["learn_phrases"]
 
@@ -147,5 +148,5 @@ def learn_phrases(corpus, min_count=5, threshold=0.5, max_words=3, max_phrases=N
                "as whole units once merged into longer ones" if scores else
                f"{frequent} pair(s) occur at least min_count={min_count} times, but none has "
                f"npmi >= threshold={threshold} without a stop word at its edge; lower threshold")
-        warnings.warn(f"learn_phrases found no phrase: {why}.", stacklevel=2)
+        warn(f"learn_phrases found no phrase: {why}.")
     return [" ".join(p) for p in phrases]

@@ -8,7 +8,6 @@ special tokens by role (`cls_token_id`, `sep_token_id`, `pad_token_id`, `mask_to
 import json
 import os
 import re
-import warnings
 
 import keras
 import keras_hub
@@ -22,6 +21,7 @@ from tensorflow_text.python.ops import regex_split_ops
 from keras_bertfam import preset_hooks
 from keras_bertfam.preprocessing.errors import KeepsTFErrors
 from keras_bertfam.preprocessing.ragged import keep_values, merge_rows, row_ids, rows_and_index
+from keras_bertfam.user_warnings import warn
 
 # HF's BasicTokenizer._clean_text: every whitespace character becomes a space (tab, newline and
 # carriage return count as whitespace), then U+FFFD and all "other" characters (\p{C}: control,
@@ -640,10 +640,10 @@ def train_word_piece_vocabulary(
         reserved_tokens=list(reserved_tokens),
     )
     if len(vocabulary) < vocabulary_size:
-        warnings.warn(
+        warn(
             f"train_word_piece_vocabulary: the corpus gave {len(vocabulary)} tokens, fewer than "
             f"vocabulary_size={vocabulary_size} (every word piece it holds is in). A backbone "
-            f"built for this vocabulary takes vocabulary_size={len(vocabulary)}.", stacklevel=2)
+            f"built for this vocabulary takes vocabulary_size={len(vocabulary)}.")
     if output_file:
         with open(output_file, "w", encoding="utf-8") as f:
             f.write("\n".join(vocabulary) + "\n")

@@ -48,6 +48,7 @@ from keras_bertfam.presets.loaders import (  # noqa: F401
     registered_weights_dir,
 )
 from keras_bertfam.presets.registry import FAMILIES, PRESETS, family_of_class, get  # noqa: F401
+from keras_bertfam.user_warnings import warn
 
 _read_manifest = read_manifest  # the name cli.py used
 
@@ -112,15 +113,12 @@ def load_backbone(preset, cls=None, load_weights=True, download=False, warn_no_p
     return backbone
 
 
-def warn_function_overrides(preset, saved, overrides, cls, stacklevel=6):
+def warn_function_overrides(preset, saved, overrides, cls):
     """Warns for each setting of `FUNCTION_KEYS` (activation, layer_norm_epsilon, ...) that
     `overrides` sets otherwise than the preset's config `saved` (where it has none, `cls`'s
     default): the preset's weights, trained under its value, then compute something else.
     keras-hub and HF take such overrides silently; training settings (dropout) are not said.
-    `stacklevel`: the warning's, by default from_preset's caller (through load_backbone /
-    load_task)."""
-    import warnings
-
+    The warning points at the user's line (from_preset's, convert's caller)."""
     defaults = inspect.signature(cls.__init__).parameters
     for key in weights_files.function_keys(cls):
         if key not in overrides:
@@ -132,12 +130,11 @@ def warn_function_overrides(preset, saved, overrides, cls, stacklevel=6):
         else:
             continue
         if weights_files.setting_value(value) != weights_files.setting_value(overrides[key]):
-            warnings.warn(
+            warn(
                 f"{preset!r} was saved with {key}={value!r}; loading its weights with "
                 f"{key}={overrides[key]!r} computes something else than they were trained for "
                 f"(the weights load as they are). Leave {key} to the preset, or pass "
-                f"load_weights=False to build the model untrained.",
-                stacklevel=stacklevel)
+                f"load_weights=False to build the model untrained.")
 
 
 def save_backbone(backbone, preset_dir, tokenizer=None):
@@ -306,13 +303,10 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         except checkpoints.CheckpointError as e:
             if not changed or isinstance(e, integrity.IntegrityError):
                 raise
-            import warnings
-
-            warnings.warn(
+            warn(
                 f"{preset!r} holds a {cls.__name__} saved with "
                 f"{ {k: saved['config'][k] for k in changed} }; with {changed} its task weights do "
-                f"not fit, so the head is new (its backbone's weights are the preset's).",
-                stacklevel=3)
+                f"not fit, so the head is new (its backbone's weights are the preset's).")
     elif from_hf:
         load_hf_heads(task, loader, download=download, warn_no_pooler=True)
     return task
@@ -393,13 +387,11 @@ def _warn_if_multi_label(cls, loader):
     cfg = _own_head_config(cls, loader)
     if cfg is None or cfg.get("problem_type") != "multi_label_classification":
         return
-    import warnings
-
-    warnings.warn(
+    warn(
         f"{loader.preset!r} is an HF classifier with problem_type='multi_label_classification' "
         f"(a sigmoid per label, several labels per example); {cls.__name__} is single-label: "
         f"its head loads, but it predicts a softmax over the labels (one label per example) and "
-        f"fit takes one class id per example.", stacklevel=3)
+        f"fit takes one class id per example.")
 
 
 def check_task_family(cls, loader):
@@ -511,7 +503,7 @@ def convert(path, load_weights=True, **overrides):
     backbone = convert_hf(path, load_weights=load_weights, **overrides)
     if load_weights:
         cls, saved = HFDirLoader(path, path).backbone_config()
-        warn_function_overrides(path, saved, overrides, cls, stacklevel=3)  # convert's caller
+        warn_function_overrides(path, saved, overrides, cls)
     return backbone
 
 

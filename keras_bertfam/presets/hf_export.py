@@ -1,10 +1,10 @@
 """Export to HF transformers: a backbone or task as an HF-format directory (`config.json`,
 `model.safetensors`, the tokenizer's files), the families' HF weight maps read in reverse."""
 import os
-import warnings
 
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.registry import family_of_class, family_of_tokenizer
+from keras_bertfam.user_warnings import warn
 
 
 def export_to_transformers(model, path, tokenizer=None, generator_path=None):
@@ -97,11 +97,11 @@ def _warn_output_activation(model, spec, task_name):
     if activation is None:
         return
     name = getattr(activation, "__name__", repr(activation))
-    warnings.warn(
+    warn(
         f"{task_name}(activation={name!r}): HF's {spec.hf_task_architectures[task_name]} "
         f"returns the logits, before the activation, which is not part of the exported model "
         f"(its weights are written as they are). Apply {name} to HF's logits; from_preset(..., "
-        f"activation={name!r}) loads the export back with it.", stacklevel=3)
+        f"activation={name!r}) loads the export back with it.")
 
 
 def _refuse_pruned(backbone):
@@ -140,8 +140,8 @@ def _check_all_written(model, spec, written, no_pooler, declared, why):
             f"export_to_transformers would drop {len(undeclared)} weight(s) of the {name} that no "
             f"HF weight map of the {spec.name!r} family writes, e.g. {undeclared[:4]}.")
     if left:
-        warnings.warn(f"{len(left)} weight(s) of the {name} are not exported ({why}), e.g. "
-                      f"{[w.path for w in left[:4]]}.", stacklevel=3)
+        warn(f"{len(left)} weight(s) of the {name} are not exported ({why}), e.g. "
+             f"{[w.path for w in left[:4]]}.")
 
 
 def _write_transformers(path, config, spec, task_name, mapping, head_mapping, num_classes,

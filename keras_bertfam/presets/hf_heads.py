@@ -8,8 +8,9 @@ from keras_bertfam.models.backbone import Backbone
 from keras_bertfam.presets import checkpoints
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
-from keras_bertfam.presets.loaders import caller_stacklevel, warn_if_no_pooler
+from keras_bertfam.presets.loaders import warn_if_no_pooler
 from keras_bertfam.presets.registry import FAMILIES, family_of_class
+from keras_bertfam.user_warnings import warn
 
 
 def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companions):
@@ -46,16 +47,16 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         cfg = checkpoints.read_hf_config(model_dir)
         other = _another_finetuning_head(spec, name, cfg)
         if other is not None:
-            warnings.warn(f"{model_dir!r} is a {other[0]} checkpoint, {other[1]}'s head: {name} "
-                          f"does not load it as its own; its head is new"
-                          + (f" (it loads one from {architecture})" if architecture else "")
-                          + ".", stacklevel=3)
+            warn(f"{model_dir!r} is a {other[0]} checkpoint, {other[1]}'s head: {name} "
+                 f"does not load it as its own; its head is new"
+                 + (f" (it loads one from {architecture})" if architecture else "")
+                 + ".")
             source_heads = None
         unlike = _another_model(spec, name, cfg)
         if unlike is not None:
-            warnings.warn(f"{model_dir!r} is a {unlike[0]} checkpoint, {unlike[1]}: {name} does "
-                          f"not load its head; its head is new (it loads one from "
-                          f"{architecture}). The backbone's weights are loaded.", stacklevel=3)
+            warn(f"{model_dir!r} is a {unlike[0]} checkpoint, {unlike[1]}: {name} does "
+                 f"not load its head; its head is new (it loads one from "
+                 f"{architecture}). The backbone's weights are loaded.")
             source_heads = None
         if source_heads is None and not check_pooler:
             continue
@@ -100,8 +101,7 @@ def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_mis
         # A head of another shape; or, with no mapping, one HF's cannot fill (TextClassifier's
         # hidden_activation), news only from a checkpoint of that head.
         if mapping or architecture in (cfg.get("architectures") or ()):
-            warnings.warn(f"The checkpoint's head was not loaded, the task's is new: {e}",
-                          stacklevel=4)
+            warn(f"The checkpoint's head was not loaded, the task's is new: {e}")
         return []
 
 
@@ -143,12 +143,12 @@ def _warn_new_head(task, mapping, loading, state, model_dir, architecture):
 
 def _warn_random_layers(task, model_dir, lacking, layers, remedy, part="head"):
     """The new-head warning: `model_dir` lacks `lacking`, the task's `part`, so its `layers`
-    keep their random initialization; `remedy`: how to get them. It points at the first caller
-    outside keras_bertfam (from_preset's, however deep the load)."""
+    keep their random initialization; `remedy`: how to get them. It points at the user's line
+    (from_preset's, however deep the load)."""
     name = type(task).__name__
-    warnings.warn(f"{model_dir!r} has no weights for {name}'s {part} ({lacking}): its layers "
-                  f"{layers} keep their random initialization. Train {name} (fit) before "
-                  f"predicting with it, or {remedy}.", stacklevel=caller_stacklevel())
+    warn(f"{model_dir!r} has no weights for {name}'s {part} ({lacking}): its layers "
+         f"{layers} keep their random initialization. Train {name} (fit) before "
+         f"predicting with it, or {remedy}.")
 
 
 def _a(architecture):
@@ -322,10 +322,9 @@ def _warn_if_not_shared(mapping, where, spec, name, argument):
         theirs = (transform or (lambda v: v))(np.asarray(state[key], "float32"))
         ours = keras.ops.convert_to_numpy(variable)
         if theirs.shape != ours.shape or not np.allclose(theirs, ours, atol=1e-6):
-            warnings.warn(f"{name} shares {key} between its models, but the {argument} "
-                          f"checkpoint {where!r} holds another {key}: the task uses the first "
-                          "checkpoint's, so its second model is not exactly the checkpoint's.",
-                          stacklevel=3)
+            warn(f"{name} shares {key} between its models, but the {argument} "
+                 f"checkpoint {where!r} holds another {key}: the task uses the first "
+                 "checkpoint's, so its second model is not exactly the checkpoint's.")
             return
 
 
@@ -422,10 +421,10 @@ def _check_heads_used(mapping, raw, spec, source, expected, strict=True):
         if strict:
             raise checkpoints.CheckpointError(message + ". A head with more or other layers "
                                               "than HF's does not convert.")
-        warnings.warn(message + "; they are not loaded.", stacklevel=4)
+        warn(message + "; they are not loaded.")
     dropped = [k for k in left if k in known and k not in (spec.hf_tied_heads or ())]
     if strict and dropped:
-        warnings.warn(f"Some weights of {source!r} were not used: {dropped}, another task's head "
-                      f"of the {spec.name} family ({expected}).", stacklevel=4)
+        warn(f"Some weights of {source!r} were not used: {dropped}, another task's head "
+             f"of the {spec.name} family ({expected}).")
 
 

@@ -23,12 +23,12 @@ turns "``" and "''" into '"', keras-hub does not.
 """
 import dataclasses
 import os
-import warnings
 from typing import Callable, Optional
 
 import numpy as np
 
 from keras_bertfam.presets import checkpoints, integrity
+from keras_bertfam.user_warnings import warn
 
 TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
 
@@ -456,10 +456,10 @@ def task_head(path, task_cls, warn=True):
         if reason is None:
             return head, arguments
     if warn:
-        warnings.warn(
+        warn(
             f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its "
             f"backbone and tokenizer, not its head weights (task.weights.h5): {reason}. The head "
-            "starts from its initialization.", stacklevel=4)
+            "starts from its initialization.")
     return None
 
 

@@ -14,8 +14,6 @@ directory holding task heads, if any. Nothing is downloaded unless the caller as
 """
 import inspect
 import os
-import sys
-import warnings
 
 import keras
 
@@ -24,6 +22,7 @@ from keras_bertfam.presets import checkpoints, integrity, keras_hub_format
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.registry import (FAMILIES, PRESETS, check_family,
                                              family_of_tokenizer, get)
+from keras_bertfam.user_warnings import warn
 
 MANIFEST = "keras_bertfam.json"
 BACKBONE_WEIGHTS = "backbone.weights.h5"
@@ -198,19 +197,8 @@ def warn_if_no_pooler(model_dir, backbone, mapping, state, heads=()):
     pooler = getattr(backbone, "pooler_dense", None)
     absent = sorted(k for k in checkpoints.keys_of(mapping, pooler) if k not in state)
     if absent and not checkpoints.keys_of(heads, pooler):
-        warnings.warn(f"{model_dir!r} has no pooler weights ({absent[0]}, ...): the "
-                      "backbone's pooler keeps its random initialization.",
-                      stacklevel=caller_stacklevel())
-
-
-def caller_stacklevel():
-    """The `stacklevel` that points a warning given by the function calling this at the first
-    caller outside keras_bertfam (from_preset's, however deep the load)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, stacklevel = sys._getframe(1), 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
-        frame, stacklevel = frame.f_back, stacklevel + 1
-    return stacklevel
+        warn(f"{model_dir!r} has no pooler weights ({absent[0]}, ...): the "
+             "backbone's pooler keeps its random initialization.")
 
 
 # === Loaders ===

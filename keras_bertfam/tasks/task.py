@@ -45,6 +45,7 @@ from keras_bertfam.preprocessing.errors import (_first_or_zero, carries_tf_error
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
+from keras_bertfam.user_warnings import warn
 
 
 class Task(KeepsVariablesOnError, keras.Model):
@@ -260,10 +261,10 @@ class Task(KeepsVariablesOnError, keras.Model):
                 # Another configuration of the task (a preset loaded with other dropout): its
                 # weights fit, its random state does not. A resume refuses another
                 # configuration before this (`_restore_backups`).
-                warnings.warn(
+                warn(
                     f"The weights file holds the state of {len(seeds)} seed generators; "
                     f"{type(self).__name__} {self.name!r} has {len(generators)} (dropout "
-                    f"layers, samplers): their state is not loaded.", stacklevel=2)
+                    f"layers, samplers): their state is not loaded.")
             else:
                 for generator, key in zip(generators, seeds):
                     generator.state.assign(store[key])
@@ -503,7 +504,7 @@ class Task(KeepsVariablesOnError, keras.Model):
             optimizer.exclude_from_weight_decay(var_names=["layer_norm", "bias", "gamma", "beta"])
         elif (keras.backend.backend() == "tensorflow"
               and isinstance(optimizer, keras.optimizers.Adam) and not isinstance(optimizer, AdamW)):
-            warnings.warn(
+            warn(
                 f"{type(optimizer).__module__}.{type(optimizer).__name__} on TensorFlow updates "
                 f"the second moment of a token seen k times in a batch with the sum of its k "
                 f"squared gradient slices instead of the square of their sum (without clipping), "
@@ -511,7 +512,7 @@ class Task(KeepsVariablesOnError, keras.Model):
                 f"global_clipnorm), and clips each replica's gradient before the all-reduce "
                 f"under tf.distribute: a different step from JAX, torch and one device. "
                 f"kb.tasks.AdamW takes the same arguments and has none of these problems "
-                f"(compile's default).", stacklevel=2)
+                f"(compile's default).")
         super().compile(optimizer=optimizer, **kwargs)
 
     def compile_from_config(self, config):
@@ -539,14 +540,13 @@ class Task(KeepsVariablesOnError, keras.Model):
             what = (f"the class{'es' if len(names) > 1 else ''} "
                     f"{', '.join(map(repr, names))} could not be found" if names
                     else "; ".join(str(e).splitlines()[0] for e in lost.values()))
-            warnings.warn(
+            warn(
                 f"keras.saving.load_model: {type(self).__name__} {self.name!r} could not "
                 f"rebuild its saved compile {'/'.join(lost)} ({what}): it is "
                 f"compiled with compile()'s default for {'it' if len(lost) == 1 else 'them'}"
                 f"{' and without the saved optimizer state' if 'optimizer' in lost else ''}. "
                 f"Pass custom_objects={{name: class}} to load_model, or register the class "
-                f"with @keras.saving.register_keras_serializable(), to restore it.",
-                stacklevel=2)
+                f"with @keras.saving.register_keras_serializable(), to restore it.")
         self.compile(**rebuilt)
         if "optimizer" in lost:
             # `load_model` loads the file's state next (`load_own_variables`): not this

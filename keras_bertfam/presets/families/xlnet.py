@@ -6,7 +6,6 @@ attention weights copy without transforms; only the FFN's torch Linear kernels a
 """
 import functools
 import os
-import warnings
 
 from keras_bertfam.models.xlnet import XLNetBackbone
 from keras_bertfam.presets import checkpoints
@@ -14,6 +13,7 @@ from keras_bertfam.presets.families import albert
 from keras_bertfam.presets.spec import FamilySpec, Preset
 from keras_bertfam.presets.vocabularies import hf_tokenizer_config, tokenizer_options
 from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
+from keras_bertfam.user_warnings import warn
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate", "relu": "relu"}
 
@@ -139,11 +139,11 @@ def sentencepiece_from_hf(model_dir):
     of accented text are those. A directory asking to keep them (which the original XLNet's
     `preprocess_text` and transformers 4 did) is warned about."""
     if hf_tokenizer_config(model_dir).get("keep_accents"):
-        warnings.warn(
+        warn(
             f"{model_dir}: tokenizer_config.json sets keep_accents=True, which transformers 5's "
             "XLNetTokenizer ignores: it strips accents (NFKD, combining marks dropped), and so "
             "does this tokenizer, to give HF's ids. For the original XLNet's kept accents, build "
-            "kb.preprocessing.XLNetTokenizer(..., keep_accents=True) yourself.", stacklevel=2)
+            "kb.preprocessing.XLNetTokenizer(..., keep_accents=True) yourself.")
     return albert.sentencepiece_from_hf(model_dir, XLNetTokenizer, lowercase=False,
                                         keep_accents=False)
 
@@ -152,11 +152,11 @@ def sentencepiece_to_hf(tokenizer, model_dir):
     """ALBERT's files (`albert.sentencepiece_to_hf`) as an HF `XLNetTokenizer`'s; a tokenizer
     keeping accents is warned about: transformers 5 strips them (`sentencepiece_from_hf`)."""
     if tokenizer.keep_accents:
-        warnings.warn(
+        warn(
             "This XLNetTokenizer keeps accents (keep_accents=True): tokenizer_config.json records "
             "it, but transformers 5's XLNetTokenizer ignores it and strips accents, so HF's ids "
             "of accented text (and this directory's, loaded here again) differ from this "
-            "tokenizer's.", stacklevel=2)
+            "tokenizer's.")
     albert.sentencepiece_to_hf(tokenizer, model_dir, tokenizer_class="XLNetTokenizer")
 
 
