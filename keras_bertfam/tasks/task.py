@@ -347,7 +347,8 @@ class Task(KeepsVariablesOnError, keras.Model):
             twice the tracing, ~4-5 s of CPU for a tiny task's first `fit` here. Build them
             first, as Keras does on JAX and under a strategy, from the batch's spec: no batch is
             read (a raw-text pipeline is not started for it). A spec Keras cannot make
-            symbolic (ragged, sparse) leaves Keras' own deferral."""
+            symbolic (ragged, sparse), or a model it cannot build so, leaves Keras' own
+            deferral."""
             if not self._needs_symbolic_build():
                 if self.optimizer is not None and not self.optimizer.built:
                     self.optimizer.build(self.trainable_variables)
@@ -358,7 +359,10 @@ class Task(KeepsVariablesOnError, keras.Model):
             if data_batch is None or not all(isinstance(s, (tf.TensorSpec, tf.Tensor, np.ndarray))
                                              for s in tree.flatten(data_batch)):
                 return
-            self._symbolic_build(data_batch=data_batch)
+            try:
+                self._symbolic_build(data_batch=data_batch)
+            except Exception:  # a call Keras cannot run symbolically: its own deferral, and
+                return  # any error of the inputs is the trace's, where it always was
 
         def _needs_symbolic_build(self):
             """Whether Keras' symbolic build has anything but the optimizer to build: a model
