@@ -319,6 +319,7 @@ class Task(KeepsVariablesOnError, keras.Model):
             # Build from the first replica's batch rather than Keras' strategy.reduce of the
             # distributed batch, which fails under MultiWorkerMirroredStrategy.
             if self._distribute_strategy is None:
+                self._build_before_tracing(iterator, data_batch)
                 return
             if not self._needs_symbolic_build():
                 # Only the optimizer's slots are missing, and they need no batch. Keras pulls one
@@ -338,6 +339,31 @@ class Task(KeepsVariablesOnError, keras.Model):
                     break
             with self.distribute_strategy.scope():
                 self._symbolic_build(data_batch=data_batch)
+
+        def _build_before_tracing(self, iterator, data_batch):
+            """Without a strategy Keras builds nothing before tracing the step: the compiled
+            metrics and losses (and any optimizer slot) are created inside the first trace of
+            `fit` / `evaluate`, and TensorFlow then traces the whole step a second time (a
+            `tf.function` that creates variables is traced once to create them, once to run):
+            twice the tracing, ~4-5 s of CPU for a tiny task's first `fit` here. Build them
+            first, as Keras does on JAX and under a strategy, from the batch's spec: no batch is
+            read (a raw-text pipeline is not started for it). A spec Keras cannot make
+            symbolic (ragged, sparse), or a model it cannot build so, leaves Keras' own
+            deferral."""
+            if not self._needs_symbolic_build():
+                if self.optimizer is not None and not self.optimizer.built:
+                    self.optimizer.build(self.trainable_variables)
+                return
+            if data_batch is None:
+                dataset = getattr(iterator, "_distributed_dataset", None)
+                data_batch = getattr(dataset, "element_spec", None)
+            if data_batch is None or not all(isinstance(s, (tf.TensorSpec, tf.Tensor, np.ndarray))
+                                             for s in tree.flatten(data_batch)):
+                return
+            try:
+                self._symbolic_build(data_batch=data_batch)
+            except Exception:  # a call Keras cannot run symbolically: its own deferral, and
+                return  # any error of the inputs is the trace's, where it always was
 
         def _needs_symbolic_build(self):
             """Whether Keras' symbolic build has anything but the optimizer to build: a model
