@@ -47,9 +47,12 @@ def warn(message, category=UserWarning):
     if isinstance(message, Warning):
         category = type(message)
     frame = user_frame(sys._getframe(1))
-    module_globals = frame.f_globals
-    module = module_globals.get("__name__")
-    registry = module_globals.setdefault("__warningregistry__", {})
+    module = frame.f_globals.get("__name__")
+    registry = frame.f_globals.setdefault("__warningregistry__", {})
+    # No `module_globals`: with it, the source line is fetched through the module's loader,
+    # which raises for `python -c` and `python -m` programs' `__main__` ("'__main__' is not a
+    # built-in module"); `warnings.warn` does not pass it either. The line is read from the
+    # file when the warning is shown.
     warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
                            module=module if isinstance(module, str) else None,
-                           registry=registry, module_globals=module_globals)
+                           registry=registry)

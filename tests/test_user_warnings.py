@@ -6,6 +6,7 @@ test_classifier_activation, test_load_warnings); here: the rule itself, a warnin
 inside Keras' weight loading, and that no fixed `stacklevel` is left."""
 import os
 import re
+import subprocess
 import sys
 import warnings
 
@@ -84,3 +85,26 @@ def test_a_task_warning_from_inside_keras_weight_loading_points_at_load_weights(
     found = [w for w in caught if "seed generators" in str(w.message)]
     assert len(found) == 1, [str(w.message) for w in caught]
     assert found[0].filename == __file__, (found[0].filename, found[0].lineno)
+
+
+@pytest.mark.parametrize("how", ["-c", "-m"])
+def test_a_warning_in_a_python_c_or_m_program_is_shown_not_raised(tmp_path, how):
+    """A `python -c` / `python -m` program's `__main__` has a loader that cannot give its source
+    (`python -m keras_bertfam_cli analyze` died of "loader ... cannot handle __main__" at its
+    first warning): the warning is printed with the program's line, and the program goes on."""
+    program = ("import importlib.util, sys\n"
+               f"spec = importlib.util.spec_from_file_location('uw', {user_warnings.__file__!r})\n"
+               "uw = importlib.util.module_from_spec(spec); spec.loader.exec_module(uw)\n"
+               "uw.warn('careful')\n"
+               "print('went on')\n")
+    if how == "-c":
+        args = ["-c", program]
+    else:
+        (tmp_path / "a_program.py").write_text(program)
+        args = ["-m", "a_program"]
+    done = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "went on\n"
+    expected = "<string>:4: UserWarning: careful" if how == "-c" else "a_program.py:4: UserWarning"
+    assert expected in done.stderr, done.stderr

@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from keras_bertfam.presets import checkpoints, integrity
-from keras_bertfam.user_warnings import warn
+from keras_bertfam import user_warnings
 
 TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
 
@@ -456,7 +456,7 @@ def task_head(path, task_cls, warn=True):
         if reason is None:
             return head, arguments
     if warn:
-        warn(
+        user_warnings.warn(
             f"{path!r} holds a keras-hub {task}: {task_cls.__name__}.from_preset loads its "
             f"backbone and tokenizer, not its head weights (task.weights.h5): {reason}. The head "
             "starts from its initialization.")
