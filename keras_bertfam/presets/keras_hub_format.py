@@ -27,8 +27,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from keras_bertfam.presets import checkpoints, integrity
 from keras_bertfam import user_warnings
+from keras_bertfam.presets import checkpoints, integrity
 
 TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
 

@@ -39,9 +39,9 @@ from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, Retu
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
                                                     check_no_text_labels)
-from keras_bertfam.preprocessing.global_attention import TF_OPS
 from keras_bertfam.preprocessing.errors import (_first_or_zero, carries_tf_errors,
                                                 check_column_lengths, check_text_batch)
+from keras_bertfam.preprocessing.global_attention import TF_OPS
 from keras_bertfam.preprocessing.preprocessors import PretrainingPreprocessor, check_texts
 from keras_bertfam.preprocessing.tokenizers import check_text_items
 from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
@@ -315,22 +315,30 @@ class Task(KeepsVariablesOnError, keras.Model):
     if keras.backend.backend() == "tensorflow":
 
         def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+            """Builds the model, compiled metrics and losses and the optimizer before the step is
+            traced. Keras does so on TensorFlow only under a strategy; without one the compiled
+            metrics (and any optimizer slot) were created inside the first trace of `fit` /
+            `evaluate`, and TensorFlow then traced the whole step a second time (a
+            `tf.function` that creates variables is traced once to create them, once to run):
+            ~4-5 s of CPU for a tiny task's first `fit` here. As Keras does on JAX, so here
+            on every strategy."""
             self._keep_epoch_iterator(iterator)
-            # Build from the first replica's batch rather than Keras' strategy.reduce of the
-            # distributed batch, which fails under MultiWorkerMirroredStrategy.
-            if self._distribute_strategy is None:
-                self._build_before_tracing(iterator, data_batch)
-                return
+            strategy = self._distribute_strategy
             if not self._needs_symbolic_build():
                 # Only the optimizer's slots are missing, and they need no batch. Keras pulls one
                 # anyway, from an iterator of its own: a raw-text pipeline (tokenizer, masker)
                 # started twice per fit / evaluate, and a symbolic forward pass traced for
                 # nothing (the preprocessor's tokenizer is the one layer never "built").
-                with self.distribute_strategy.scope():
+                with strategy.scope() if strategy is not None else contextlib.nullcontext():
                     if self.optimizer is not None and not self.optimizer.built:
                         self.optimizer.build(self.trainable_variables)
                     self._post_build()
                 return
+            if strategy is None:
+                self._build_from_spec(iterator, data_batch)
+                return
+            # Build from the first replica's batch rather than Keras' strategy.reduce of the
+            # distributed batch, which fails under MultiWorkerMirroredStrategy.
             from keras_bertfam.distribute import first_replica_batch
 
             if iterator is not None:
@@ -340,20 +348,11 @@ class Task(KeepsVariablesOnError, keras.Model):
             with self.distribute_strategy.scope():
                 self._symbolic_build(data_batch=data_batch)
 
-        def _build_before_tracing(self, iterator, data_batch):
-            """Without a strategy Keras builds nothing before tracing the step: the compiled
-            metrics and losses (and any optimizer slot) are created inside the first trace of
-            `fit` / `evaluate`, and TensorFlow then traces the whole step a second time (a
-            `tf.function` that creates variables is traced once to create them, once to run):
-            twice the tracing, ~4-5 s of CPU for a tiny task's first `fit` here. Build them
-            first, as Keras does on JAX and under a strategy, from the batch's spec: no batch is
-            read (a raw-text pipeline is not started for it). A spec Keras cannot make
-            symbolic (ragged, sparse), or a model it cannot build so, leaves Keras' own
-            deferral."""
-            if not self._needs_symbolic_build():
-                if self.optimizer is not None and not self.optimizer.built:
-                    self.optimizer.build(self.trainable_variables)
-                return
+        def _build_from_spec(self, iterator, data_batch):
+            """Keras' symbolic build from the batch's spec (no strategy): no batch is read, so
+            a raw-text pipeline is not started for it. A spec Keras cannot make symbolic
+            (ragged, sparse), or a model it cannot build so, leaves Keras' own deferral to the
+            first trace."""
             if data_batch is None:
                 dataset = getattr(iterator, "_distributed_dataset", None)
                 data_batch = getattr(dataset, "element_spec", None)
