@@ -33,9 +33,13 @@ def vocab():
         {w for t in TEXTS for w in t.split()})
 
 
+def tiny_backbone(vocab):
+    return kb.models.BertBackbone(vocabulary_size=len(vocab), num_layers=1, num_heads=2,
+                                  hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
+
+
 def classifier(vocab):
-    backbone = kb.models.BertBackbone(vocabulary_size=len(vocab), num_layers=1, num_heads=2,
-                                      hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
+    backbone = tiny_backbone(vocab)
     pre = kb.preprocessing.TextClassifierPreprocessor(
         kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True), sequence_length=8)
     clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=pre)
@@ -71,9 +75,7 @@ def test_evaluate_before_any_fit_traces_the_test_step_once(vocab):
 def test_fit_on_preprocessed_arrays_traces_once(vocab):
     """keras-hub's preprocessed format (preprocessor=None): the batch spec comes from Keras' own
     dataset of the arrays."""
-    backbone = kb.models.BertBackbone(vocabulary_size=len(vocab), num_layers=1, num_heads=2,
-                                      hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
-    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    mlm = kb.tasks.MaskedLM(tiny_backbone(vocab), preprocessor=None)
     mlm.compile(optimizer="adam", weighted_metrics=["sparse_categorical_accuracy"])
     traces = counting(mlm, "train_step")
     x = {"token_ids": np.full((4, 8), 5, "int32"), "segment_ids": np.zeros((4, 8), "int32"),

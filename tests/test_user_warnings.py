@@ -103,7 +103,7 @@ def test_a_warning_in_a_python_c_or_m_program_is_shown_not_raised(tmp_path, how)
         (tmp_path / "a_program.py").write_text(program)
         args = ["-m", "a_program"]
     done = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=1800)  # a hang guard only
     assert done.returncode == 0, done.stderr
     assert done.stdout == "went on\n"
     expected = "<string>:4: UserWarning: careful" if how == "-c" else "a_program.py:4: UserWarning"
