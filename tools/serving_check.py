@@ -3,6 +3,7 @@
 
     python tools/serving_check.py export OUT      # in the project venv: exports + expected outputs
     python tools/serving_check.py load OUT        # in the TF 2.12.1 venv: loads, runs, compares
+    python tools/serving_check.py export OUT NAME...   # only these models (e.g. one that failed)
 
 `export` writes one SavedModel per (family, task) under OUT/ and, for each of its requests
 (`_requests`: its inputs, invalid UTF-8, long texts, empty batches, the `token_ids` signature,
@@ -19,7 +20,7 @@ import sys
 ATOL = 1e-5
 
 
-def export(out):
+def export(out, only=()):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import importlib
 
@@ -184,10 +185,35 @@ def export(out):
     models.append(("roberta+backbone", roberta(), {"text": texts},
                    {"preprocessor": kb.preprocessing.MaskedLMPreprocessor(bpe_tok, 16)}))
 
+    # keras-hub's TextClassifier(activation=...) (keras.io's GLUE guide: "softmax"), fitted one
+    # step with its default loss before the export, as a user exports it: its `logits` /
+    # `probabilities` / `labels` are those of its logits (README), a regression's `scores` its
+    # outputs after the activation ("sigmoid"). What each serves is also checked here against
+    # the task itself (`served`: the request "inputs"' outputs).
+    served = {}
+    for name, classes, activation, labels in (("softmax", 3, "softmax", [0, 2, 1]),
+                                              ("sigmoid_regression", 1, "sigmoid",
+                                               [0.2, 0.9, 0.5])):
+        task = kb.tasks.TextClassifier(te.backbone(), num_classes=classes, activation=activation,
+                                       preprocessor=ft.TextClassifierPreprocessor(te.tokenizer(),
+                                                                                  te.SEQ))
+        task.fit(te.TEXT_A, np.array(labels), epochs=1, verbose=0)
+        for w in task.weights:  # large enough weights that the labels tell the inputs apart
+            w.assign(w * 30.0)
+        outputs = task.predict(te.TEXT_A, verbose=0)
+        logits = np.asarray(task.logits(task.preprocessor(te.TEXT_A)))
+        served[f"bert+text_classifier_{name}"] = {"scores": outputs[:, 0]} if classes == 1 else {
+            "logits": logits, "probabilities": outputs, "labels": np.argmax(logits, axis=-1)}
+        models.append((f"bert+text_classifier_{name}", task, {"text": te.TEXT_A}, {}))
+
     names = [name for name, *_ in models]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:  # each is a directory of its own
         raise ValueError(f"Model names repeated: {', '.join(repeated)}.")
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ValueError(f"No model named {', '.join(unknown)}; the models: {', '.join(names)}.")
+    models = [m for m in models if not only or m[0] in only]
     jobs, problems = [], []
     for name, model, inputs, kwargs in models:
         path = os.path.join(out, name, "1")
@@ -219,6 +245,11 @@ def export(out):
                 np.savez(stem + ".npz", **{k: v.numpy().astype("S") if v.dtype == tf.string
                                            else v.numpy() for k, v in got.items()})
                 entry["expected"] = stem + ".npz"
+                for key, want in served.get(name, {}).items() if request == "inputs" else ():
+                    diff = np.max(np.abs(got[key].numpy() - want), initial=0.0)
+                    if diff > ATOL:
+                        problems.append(f"{name} {key}: served {got[key].numpy().tolist()}, "
+                                        f"the task's {want.tolist()} (max |diff| {diff:.1e})")
             requests.append(entry)
         jobs.append({"name": name, "dir": path, "requests": requests})
         print(f"exported {name} ({len(requests)} requests, "
@@ -440,6 +471,6 @@ def load(out):
 if __name__ == "__main__":
     command, out = sys.argv[1], sys.argv[2]
     if command == "export":
-        sys.exit(export(out))
+        sys.exit(export(out, sys.argv[3:]))
     else:
         sys.exit(load(out))
