@@ -383,7 +383,7 @@ def test_probe_token_and_sentence_level(tmp_path, monkeypatch):
         return original(model, *args)
 
     monkeypatch.setattr(probing, "_fit", recording)
-    keras.utils.set_random_seed(0)  # the weights and the probe's training: any seed of 0-7 passes
+    keras.utils.set_random_seed(0)  # the backbone's weights (the probe is seeded): seeds 0-7 pass
     b = bert(num_layers=2)
     features, token_labels, sentence_labels = _copy_task()
     tok = kb.analysis.probe(b, (features, token_labels), epochs=20)
@@ -484,6 +484,30 @@ def test_edge_probe_layers_share_one_model_that_trains_as_a_new_one(monkeypatch)
             np.testing.assert_array_equal(got, expected, err_msg=f"layer {layer}")
         for got, expected in zip(start, shared_fits[0][1]):  # one seeded start for all
             np.testing.assert_array_equal(got, expected, err_msg=f"layer {layer}")
+
+
+def test_probes_repeat_their_training_given_the_same_seed(monkeypatch):
+    """A probe's examples are shuffled with its `seed`: they took tf.data's global seed, so a
+    second call in the same process trained on another order, to other weights and scores."""
+    probing = kb.analysis.probing
+    original = probing._fit
+    trained = []
+
+    def recording(model, *args):
+        scores = original(model, *args)
+        trained.append(model.get_weights())
+        return scores
+
+    monkeypatch.setattr(probing, "_fit", recording)
+    b = bert(num_layers=1)
+    features, _, sentence_labels = _copy_task(n=24)
+    pairs, _ = _span_pair_task(n=24)
+    for _ in range(2):
+        kb.analysis.probe(b, (features, sentence_labels), layers=[1], epochs=2, batch_size=4)
+        kb.analysis.edge_probe(b, pairs, layers=[1], epochs=2, batch_size=4)
+    assert len(trained) == 4
+    for got, expected in zip(trained[2] + trained[3], trained[0] + trained[1]):
+        np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.multibackend

@@ -111,15 +111,17 @@ def _fresh_model(models, width, build, learning_rate):
     return model
 
 
-def _fit(model, train, val, epochs, batch_size):
+def _fit(model, train, val, epochs, batch_size, seed):
     import tensorflow as tf
 
     # The examples reshuffled every epoch in batches of batch_size (the last one partial), as
     # fit(arrays, shuffle=True), but read from ONE iterator over the repeated pipeline: given
     # arrays, Keras opens a new one every epoch (on TensorFlow ~20-50 ms each: the README's
-    # 7-layer probe, 30 epochs, spent 58% of its time opening 210 iterators).
+    # 7-layer probe, 30 epochs, spent 58% of its time opening 210 iterators). The orders are
+    # seeded: every layer's probe, and every call with that seed, sees the same ones.
     n = len(train[1])
-    data = tf.data.Dataset.from_tensor_slices(train).shuffle(n, reshuffle_each_iteration=True)
+    data = tf.data.Dataset.from_tensor_slices(train).shuffle(n, seed=seed,
+                                                            reshuffle_each_iteration=True)
     model.fit(data.batch(batch_size).repeat(), epochs=epochs,
               steps_per_epoch=-(-n // batch_size), shuffle=False, verbose=0)  # shuffled above
     return (float(model.evaluate(*train, verbose=0, batch_size=256)[1]),
@@ -141,8 +143,10 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
         layers: "all" (0 = the embedding output, then each layer) or a list of indices.
         kind: "linear" (a softmax regression) or "mlp" (one ReLU layer of `hidden_dim`).
         validation_split: the held-out fraction (of sentences, for both levels), seeded.
-        seed: the split's and the probe's initial weights': every layer's probe starts from the
-            same weights (one model per representation width, reset before each layer).
+        seed: the split's, the probe's initial weights' and its examples' order: every layer's
+            probe starts from the same weights (one model per representation width, reset
+            before each layer) and sees the examples in the same orders; a call repeats its
+            results.
 
     Returns:
         `ProbeResult` (per layer held-out accuracy; compare with a control such as a randomly
@@ -180,7 +184,7 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
         model = _fresh_model(models, xt.shape[-1], lambda width: _probe_model(
             keras.Input((width,)), num_classes, kind, hidden_dim, seed), learning_rate)
         tr, va = _fit(model, ((xt - mean) / std, yt), ((xv - mean) / std, yv), epochs,
-                      batch_size)
+                      batch_size, seed)
         train_scores.append(tr)
         scores.append(va)
     return ProbeResult(layers, scores, train_scores, majority, kind)
@@ -298,9 +302,10 @@ def edge_probe(backbone, data, layers="all", validation_split=0.25, epochs=30,
     Args:
         data: `(features, spans1, spans2, labels)`: packed inputs (B, T), two (B, 2) arrays of
             `[start, end)` token positions, and (B,) labels.
-        seed: the held-out split's and the probe's initial weights' (every kernel seeded): every
-            layer's probe starts from the same weights and a fresh optimizer (one model per
-            representation width, reset before each layer, as `probe`'s).
+        seed: the held-out split's, the probe's initial weights' (every kernel seeded) and its
+            examples' order: every layer's probe starts from the same weights and a fresh
+            optimizer (one model per representation width, reset before each layer, as
+            `probe`'s) and sees the examples in the same orders; a call repeats its results.
 
     Returns:
         `ProbeResult` (kind "edge").
@@ -331,7 +336,7 @@ def edge_probe(backbone, data, layers="all", validation_split=0.25, epochs=30,
 
         model = _fresh_model(models, x.shape[-1], lambda width: _edge_model(
             length, width, num_classes, hidden_dim, projection_dim, seed), learning_rate)
-        tr, va = _fit(model, part(train), part(val), epochs, batch_size)
+        tr, va = _fit(model, part(train), part(val), epochs, batch_size, seed)
         train_scores.append(tr)
         scores.append(va)
     return ProbeResult(layers, scores, train_scores, majority, "edge")
