@@ -441,6 +441,7 @@ def test_edge_probe_learns_a_span_pair_relation():
         kb.analysis.edge_probe(b, (features, spans1 + 0.5, spans2, labels))
 
 
+@pytest.mark.multibackend  # (on JAX and torch Keras opens an extra iterator in a first fit)
 def test_edge_probe_layers_share_one_model_that_trains_as_a_new_one(monkeypatch):
     """edge_probe built and compiled a new model for every layer (its train and test steps
     traced again each time) whose unseeded layers started from other weights each time. Now
@@ -454,12 +455,12 @@ def test_edge_probe_layers_share_one_model_that_trains_as_a_new_one(monkeypatch)
 
     def run(fresh_model):
         monkeypatch.setattr(probing, "_fresh_model", fresh_model)
-        fits, traces = [], {}  # traces: train_step's Python runs, by model
+        fits, traces = [], {}  # traces: train_step's Python runs (TF, JAX: traces), by model
 
         def recording(model, *args):
             if id(model) not in traces:
                 step, traces[id(model)] = model.train_step, []
-                model.train_step = lambda batch: traces[id(model)].append(1) or step(batch)
+                model.train_step = lambda *a: traces[id(model)].append(1) or step(*a)
             start = model.get_weights()
             scores = original_fit(model, *args)
             fits.append((model, start, model.get_weights()))
@@ -476,7 +477,9 @@ def test_edge_probe_layers_share_one_model_that_trains_as_a_new_one(monkeypatch)
     # one model for the 3 layers, its step traced as a new model's is (Keras' first fit traces
     # it twice on TF: its metrics are built in the first trace), not again for each layer
     assert len(shared_fits) == 3 and len(new_traces) == 3, (shared_traces, new_traces)
-    assert shared_traces == new_traces[:1] and min(new_traces) >= 1, (shared_traces, new_traces)
+    if keras.backend.backend() != "torch":  # (torch runs the step eagerly: nothing traced)
+        assert shared_traces == new_traces[:1] and min(new_traces) >= 1, (shared_traces,
+                                                                          new_traces)
     assert shared.scores == new.scores and shared.train_scores == new.train_scores
     for layer, ((_, start, end), (_, new_start, new_end)) in enumerate(zip(shared_fits,
                                                                            new_fits)):

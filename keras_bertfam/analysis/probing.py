@@ -111,18 +111,32 @@ def _fresh_model(models, width, build, learning_rate):
     return model
 
 
-def _fit(model, train, val, epochs, batch_size, seed):
+def _epochs(train, batch_size, seed):
+    """`train` reshuffled every epoch in batches of batch_size (the last one partial), epoch after
+    epoch without end: epoch e's order a function of (seed, e) alone, so that every iterator of
+    the pipeline starts with the same orders (a seeded `shuffle` draws a new order for each new
+    iterator, and Keras opens an extra one in a model's first fit on JAX and torch) and every
+    layer's probe and every call with that seed sees the same ones."""
     import tensorflow as tf
 
-    # The examples reshuffled every epoch in batches of batch_size (the last one partial), as
-    # fit(arrays, shuffle=True), but read from ONE iterator over the repeated pipeline: given
-    # arrays, Keras opens a new one every epoch (on TensorFlow ~20-50 ms each: the README's
-    # 7-layer probe, 30 epochs, spent 58% of its time opening 210 iterators). The orders are
-    # seeded: every layer's probe, and every call with that seed, sees the same ones.
+    train = tf.nest.map_structure(tf.constant, train)
+    n = len(tf.nest.flatten(train)[-1])
+
+    def epoch(e):
+        key = tf.random.stateless_uniform([n], seed=tf.stack([tf.constant(seed, tf.int64), e]))
+        return tf.data.Dataset.from_tensor_slices(tf.argsort(key)).batch(batch_size)
+
+    return tf.data.Dataset.counter().flat_map(epoch).map(
+        lambda rows: tf.nest.map_structure(lambda a: tf.gather(a, rows), train))
+
+
+def _fit(model, train, val, epochs, batch_size, seed):
+    # The examples reshuffled every epoch (`_epochs`), as fit(arrays, shuffle=True), but read
+    # from ONE iterator over the endless pipeline: given arrays, Keras opens a new one every
+    # epoch (on TensorFlow ~20-50 ms each: the README's 7-layer probe, 30 epochs, spent 58% of
+    # its time opening 210 iterators).
     n = len(train[1])
-    data = tf.data.Dataset.from_tensor_slices(train).shuffle(n, seed=seed,
-                                                            reshuffle_each_iteration=True)
-    model.fit(data.batch(batch_size).repeat(), epochs=epochs,
+    model.fit(_epochs(train, batch_size, seed), epochs=epochs,
               steps_per_epoch=-(-n // batch_size), shuffle=False, verbose=0)  # shuffled above
     return (float(model.evaluate(*train, verbose=0, batch_size=256)[1]),
             float(model.evaluate(*val, verbose=0, batch_size=256)[1]))
