@@ -383,7 +383,7 @@ def test_probe_token_and_sentence_level(tmp_path, monkeypatch):
         return original(model, *args)
 
     monkeypatch.setattr(probing, "_fit", recording)
-    keras.utils.set_random_seed(0)  # the weights and the probe's training: any seed of 0-7 passes
+    keras.utils.set_random_seed(0)  # the backbone's weights (the probe is seeded): seeds 0-7 pass
     b = bert(num_layers=2)
     features, token_labels, sentence_labels = _copy_task()
     tok = kb.analysis.probe(b, (features, token_labels), epochs=20)
@@ -411,12 +411,10 @@ def test_probe_token_and_sentence_level(tmp_path, monkeypatch):
         kb.analysis.probe(b, (features, sentence_labels), kind="svm", layers=[0])
 
 
-def test_edge_probe_learns_a_span_pair_relation():
-    """Label: do the two one-token spans hold the same token? Readable from the embeddings
-    through self-attentive pooling of each span."""
-    b = bert(num_layers=1)
+def _span_pair_task(n=160, length=8):
+    """Label: do the two one-token spans hold the same token? `(features, spans1, spans2,
+    labels)`, spans [start, end) of one token (and the start positions s1, s2)."""
     rng = np.random.default_rng(0)
-    n, length = 160, 8
     ids = rng.integers(5, 9, (n, length)).astype("int32")
     s1 = rng.integers(1, 4, n)
     s2 = rng.integers(4, 7, n)
@@ -425,16 +423,94 @@ def test_edge_probe_learns_a_span_pair_relation():
     labels = (ids[np.arange(n), s1] == ids[np.arange(n), s2]).astype("int64")
     features = {"token_ids": ids, "segment_ids": np.zeros_like(ids),
                 "padding_mask": np.ones_like(ids)}
-    spans1 = np.stack([s1, s1 + 1], 1)
-    spans2 = np.stack([s2, s2 + 1], 1)
-    result = kb.analysis.edge_probe(b, (features, spans1, spans2, labels), layers=[0],
-                                    epochs=60)
+    return (features, np.stack([s1, s1 + 1], 1), np.stack([s2, s2 + 1], 1), labels), (s1, s2)
+
+
+def test_edge_probe_learns_a_span_pair_relation():
+    """The span pair relation is readable from the embeddings through self-attentive pooling of
+    each span."""
+    b = bert(num_layers=1)
+    data, (s1, s2) = _span_pair_task()
+    features, spans1, spans2, labels = data
+    result = kb.analysis.edge_probe(b, data, layers=[0], epochs=60)
     assert result.scores[0] >= 0.8 > result.majority
     with pytest.raises(ValueError, match=r"spans2 must hold non-empty"):
         kb.analysis.edge_probe(b, (features, spans1, np.stack([s2, s2], 1), labels))
     with pytest.raises(ValueError, match=r"spans1 must hold integer token positions, got "
                                          r"dtype float64 \(e\.g\. \[\d\.5, \d\.5\]\)"):
         kb.analysis.edge_probe(b, (features, spans1 + 0.5, spans2, labels))
+
+
+@pytest.mark.multibackend  # (on JAX and torch Keras opens an extra iterator in a first fit)
+def test_edge_probe_layers_share_one_model_that_trains_as_a_new_one(monkeypatch):
+    """edge_probe built and compiled a new model for every layer (its train and test steps
+    traced again each time) whose unseeded layers started from other weights each time. Now
+    the layers of one width share one model, traced once for all, every layer from the same
+    seeded weights and a fresh optimizer: its scores and trained weights are those of a new
+    model built for each layer."""
+    probing = kb.analysis.probing
+    original_fit, original_fresh = probing._fit, probing._fresh_model
+    b = bert(num_layers=2)
+    data, _ = _span_pair_task(n=32)
+
+    def run(fresh_model):
+        monkeypatch.setattr(probing, "_fresh_model", fresh_model)
+        fits, traces = [], {}  # traces: train_step's Python runs (TF, JAX: traces), by model
+
+        def recording(model, *args):
+            if id(model) not in traces:
+                step, traces[id(model)] = model.train_step, []
+                model.train_step = lambda *a: traces[id(model)].append(1) or step(*a)
+            start = model.get_weights()
+            scores = original_fit(model, *args)
+            fits.append((model, start, model.get_weights()))
+            return scores
+
+        monkeypatch.setattr(probing, "_fit", recording)
+        keras.utils.set_random_seed(0)  # tf.data's shuffles: the same in both runs
+        result = kb.analysis.edge_probe(b, data, layers=[0, 1, 2], epochs=2, batch_size=8)
+        return result, fits, [len(t) for t in traces.values()]
+
+    shared, shared_fits, shared_traces = run(original_fresh)
+    # the reference: a new model for every layer (a `models` cache of its own each time)
+    new, new_fits, new_traces = run(lambda models, *args: original_fresh({}, *args))
+    # one model for the 3 layers, its step traced as a new model's is (Keras' first fit traces
+    # it twice on TF: its metrics are built in the first trace), not again for each layer
+    assert len(shared_fits) == 3 and len(new_traces) == 3, (shared_traces, new_traces)
+    if keras.backend.backend() != "torch":  # (torch runs the step eagerly: nothing traced)
+        assert shared_traces == new_traces[:1] and min(new_traces) >= 1, (shared_traces,
+                                                                          new_traces)
+    assert shared.scores == new.scores and shared.train_scores == new.train_scores
+    for layer, ((_, start, end), (_, new_start, new_end)) in enumerate(zip(shared_fits,
+                                                                           new_fits)):
+        for got, expected in zip(start + end, new_start + new_end):
+            np.testing.assert_array_equal(got, expected, err_msg=f"layer {layer}")
+        for got, expected in zip(start, shared_fits[0][1]):  # one seeded start for all
+            np.testing.assert_array_equal(got, expected, err_msg=f"layer {layer}")
+
+
+def test_probes_repeat_their_training_given_the_same_seed(monkeypatch):
+    """A probe's examples are shuffled with its `seed`: they took tf.data's global seed, so a
+    second call in the same process trained on another order, to other weights and scores."""
+    probing = kb.analysis.probing
+    original = probing._fit
+    trained = []
+
+    def recording(model, *args):
+        scores = original(model, *args)
+        trained.append(model.get_weights())
+        return scores
+
+    monkeypatch.setattr(probing, "_fit", recording)
+    b = bert(num_layers=1)
+    features, _, sentence_labels = _copy_task(n=24)
+    pairs, _ = _span_pair_task(n=24)
+    for _ in range(2):
+        kb.analysis.probe(b, (features, sentence_labels), layers=[1], epochs=2, batch_size=4)
+        kb.analysis.edge_probe(b, pairs, layers=[1], epochs=2, batch_size=4)
+    assert len(trained) == 4
+    for got, expected in zip(trained[2] + trained[3], trained[0] + trained[1]):
+        np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.multibackend
@@ -450,6 +526,10 @@ def test_span_pool_is_attention_over_the_span():
     a /= a.sum()
     np.testing.assert_allclose(out[0], a @ states[0, 1:3], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[1], states[1, 4], rtol=1e-5, atol=1e-6)
+    seeded = kb.analysis.SelfAttentiveSpanPool(keras.initializers.GlorotUniform(3))
+    config = seeded.get_config()
+    assert config["kernel_initializer"]["config"]["seed"] == 3
+    assert kb.analysis.SelfAttentiveSpanPool.from_config(config).get_config() == config
 
 
 # === CLI ===

@@ -32,7 +32,6 @@ hand with `num_classes=1`: on the same weights and features it scores as the exa
 Fed the example's dataset (one-hot labels) it failed inside the train step with a shape error;
 it now names the labels' shape and the `tf.argmax` map (TextClassifier likewise).
 """
-import re
 
 import keras
 import numpy as np
@@ -40,7 +39,7 @@ import pytest
 import tensorflow as tf  # For tf.data only.
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import tiny_bert_of, to_numpy
 
 NUM_TRAIN_ROWS, NUM_VALID_ROWS = 8, 4
 
@@ -96,12 +95,7 @@ def swag_preset(tmp_path_factory):
     train_df, valid_df = _swag_rows()
     texts = [r.startphrase for r in train_df + valid_df] + \
         [r[f"ending{k}"] for r in train_df + valid_df for k in range(4)]
-    # Every word and punctuation mark of the rows, whole (train_word_piece_vocabulary: 4 s more)
-    words = sorted(set(re.findall(r"\w+|[^\w\s]", " ".join(texts).lower())))
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
-    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=vocabulary, lowercase=True)
-    backbone = kb.models.BertBackbone(vocabulary_size=len(vocabulary), num_layers=1, num_heads=2,
-                                      hidden_dim=16, intermediate_dim=32, max_sequence_length=64)
+    tokenizer, backbone = tiny_bert_of(texts)
     preset = str(tmp_path_factory.mktemp("swag") / "tiny_bert")
     kb.tasks.TextClassifier(backbone, num_classes=1, preprocessor=kb.preprocessing.
                             TextClassifierPreprocessor(tokenizer, 32)).save_to_preset(preset)

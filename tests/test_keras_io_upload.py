@@ -35,7 +35,6 @@ Sections of the guide and what happened to them:
   length, with a warning that its head's weights are not loaded (README).
 """
 import os
-import re
 import shutil
 import sys
 
@@ -45,7 +44,7 @@ import pytest
 import tensorflow as tf  # For tf.data only.
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import tiny_bert_of, to_numpy
 from test_presets import _fake_hub_cache
 
 BATCH_SIZE = 4  # the guide's tfds batch_size
@@ -64,11 +63,7 @@ def imdb_train():
 def bert_tiny_en_uncased(imdb_train, tmp_path_factory):
     """The guide's base preset: a tiny BERT backbone + WordPiece tokenizer directory."""
     texts = [t.decode() for x, _ in imdb_train.as_numpy_iterator() for t in x] + INFERENCE
-    words = sorted(set(re.findall(r"\w+|[^\w\s]", " ".join(texts).lower())))
-    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
-    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=vocabulary, lowercase=True)
-    backbone = kb.models.BertBackbone(vocabulary_size=len(vocabulary), num_layers=1, num_heads=2,
-                                      hidden_dim=16, intermediate_dim=32, max_sequence_length=64)
+    tokenizer, backbone = tiny_bert_of(texts)
     preset = str(tmp_path_factory.mktemp("base") / "bert_tiny_en_uncased")
     kb.presets.save_backbone(backbone, preset, tokenizer=tokenizer)
     return preset

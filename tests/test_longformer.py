@@ -3,6 +3,7 @@ tensor), all-global = full attention, from_roberta, bad input, XLA, presets."""
 import inspect
 import os
 import re
+import warnings
 
 import keras
 import numpy as np
@@ -863,6 +864,25 @@ def test_text_classifier_fits_raw_strings_with_global_cls(bert_vocab):
                       batch_size=2, epochs=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
 
+
+
+@pytest.mark.multibackend
+def test_fit_at_dropout_0_has_a_gradient_for_every_weight():
+    """The fused global rows (dropout 0: no probabilities needed) with few global slots
+    (G * N < H) dropped q . b_k, the global keys' bias term: one shift per softmax row, so its
+    gradient is 0 in exact arithmetic, but then the bias was on no path and Keras warned
+    "Gradients do not exist for variables [.../key_global/bias]" in every fit: on torch (G is
+    eagerly the exact count) and on TF when the traced G = max_global_tokens is small (2 here).
+    HF adds the bias to every global key (its gradient is rounding, ~1e-10 at this size, not 0
+    nor None): so do we."""
+    backbone = kb.models.LongformerBackbone(**dict(TINY, dropout=0.0, max_global_tokens=2))
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    x = {k: v for k, v in _inputs(16).items() if k != "global_attention_mask"}  # global <s>
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = clf.fit(x, np.array([1, 0, 1]), batch_size=3, epochs=1, verbose=0)
+    missing = [str(w.message) for w in caught if "Gradients do not exist" in str(w.message)]
+    assert missing == [] and np.isfinite(history.history["loss"]).all()
 
 
 def test_multiple_choice_fits_raw_strings_with_global_attention_on_the_choice(bert_vocab):

@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_bertfam.analysis._common import backbone_of, banded_attention, to_numpy
+from keras_bertfam.layers.utils import serialize_initializer
 
 
 @dataclasses.dataclass
@@ -91,13 +92,14 @@ def _compile(model, learning_rate):
                   metrics=["accuracy"])
 
 
-def _fresh_probe_model(models, width, num_classes, kind, hidden, seed, learning_rate):
-    """`probe`'s model for inputs of `width` (`models`: the call's, by width), built and compiled
-    once, so its train and test steps are traced once for every layer of that width rather than
-    once a layer (~1.2 s each on 2 CPU cores), and set to the weights and optimizer state a new
-    model has: the seeded initial weights, no step taken, zero moments."""
+def _fresh_model(models, width, build, learning_rate):
+    """A probe's model for representations of `width` (`models`: the call's, by width):
+    `build(width)` (its initializers seeded), compiled once, so its train and test steps are
+    traced once for every layer of that width rather than once a layer (~1.2 s each on 2 CPU
+    cores), and set to the weights and optimizer state a new model has: the seeded initial
+    weights, no step taken, zero moments."""
     if width not in models:
-        model = _probe_model(keras.Input((width,)), num_classes, kind, hidden, seed)
+        model = build(width)
         _compile(model, learning_rate)
         model.optimizer.build(model.trainable_variables)
         models[width] = (model, model.get_weights(),
@@ -109,18 +111,32 @@ def _fresh_probe_model(models, width, num_classes, kind, hidden, seed, learning_
     return model
 
 
-def _fit(model, train, val, epochs, learning_rate, batch_size):
+def _epochs(train, batch_size, seed):
+    """`train` reshuffled every epoch in batches of batch_size (the last one partial), epoch after
+    epoch without end: epoch e's order a function of (seed, e) alone, so that every iterator of
+    the pipeline starts with the same orders (a seeded `shuffle` draws a new order for each new
+    iterator, and Keras opens an extra one in a model's first fit on JAX and torch) and every
+    layer's probe and every call with that seed sees the same ones."""
     import tensorflow as tf
 
-    if not model.compiled:  # (`probe`'s models are compiled once, `_fresh_probe_model`)
-        _compile(model, learning_rate)
-    # The examples reshuffled every epoch in batches of batch_size (the last one partial), as
-    # fit(arrays, shuffle=True), but read from ONE iterator over the repeated pipeline: given
-    # arrays, Keras opens a new one every epoch (on TensorFlow ~20-50 ms each: the README's
-    # 7-layer probe, 30 epochs, spent 58% of its time opening 210 iterators).
+    train = tf.nest.map_structure(tf.constant, train)
+    n = len(tf.nest.flatten(train)[-1])
+
+    def epoch(e):
+        key = tf.random.stateless_uniform([n], seed=tf.stack([tf.constant(seed, tf.int64), e]))
+        return tf.data.Dataset.from_tensor_slices(tf.argsort(key)).batch(batch_size)
+
+    return tf.data.Dataset.counter().flat_map(epoch).map(
+        lambda rows: tf.nest.map_structure(lambda a: tf.gather(a, rows), train))
+
+
+def _fit(model, train, val, epochs, batch_size, seed):
+    # The examples reshuffled every epoch (`_epochs`), as fit(arrays, shuffle=True), but read
+    # from ONE iterator over the endless pipeline: given arrays, Keras opens a new one every
+    # epoch (on TensorFlow ~20-50 ms each: the README's 7-layer probe, 30 epochs, spent 58% of
+    # its time opening 210 iterators).
     n = len(train[1])
-    data = tf.data.Dataset.from_tensor_slices(train).shuffle(n, reshuffle_each_iteration=True)
-    model.fit(data.batch(batch_size).repeat(), epochs=epochs,
+    model.fit(_epochs(train, batch_size, seed), epochs=epochs,
               steps_per_epoch=-(-n // batch_size), shuffle=False, verbose=0)  # shuffled above
     return (float(model.evaluate(*train, verbose=0, batch_size=256)[1]),
             float(model.evaluate(*val, verbose=0, batch_size=256)[1]))
@@ -141,6 +157,10 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
         layers: "all" (0 = the embedding output, then each layer) or a list of indices.
         kind: "linear" (a softmax regression) or "mlp" (one ReLU layer of `hidden_dim`).
         validation_split: the held-out fraction (of sentences, for both levels), seeded.
+        seed: the split's, the probe's initial weights' and its examples' order: every layer's
+            probe starts from the same weights (one model per representation width, reset
+            before each layer) and sees the examples in the same orders; a call repeats its
+            results.
 
     Returns:
         `ProbeResult` (per layer held-out accuracy; compare with a control such as a randomly
@@ -175,10 +195,10 @@ def probe(backbone, data, layers="all", kind="linear", pooling="mean", validatio
         xt, yt = flatten(train, reps[layer])
         xv, yv = flatten(val, reps[layer])
         mean, std = xt.mean(0), xt.std(0) + 1e-6  # standardized features: one lr for all layers
-        model = _fresh_probe_model(models, xt.shape[-1], num_classes, kind, hidden_dim, seed,
-                                   learning_rate)
+        model = _fresh_model(models, xt.shape[-1], lambda width: _probe_model(
+            keras.Input((width,)), num_classes, kind, hidden_dim, seed), learning_rate)
         tr, va = _fit(model, ((xt - mean) / std, yt), ((xv - mean) / std, yv), epochs,
-                      learning_rate, batch_size)
+                      batch_size, seed)
         train_scores.append(tr)
         scores.append(va)
     return ProbeResult(layers, scores, train_scores, majority, kind)
@@ -225,10 +245,16 @@ def _check_data(data, backbone=None):
 @keras.saving.register_keras_serializable(package="keras_bertfam")
 class SelfAttentiveSpanPool(keras.layers.Layer):
     """Tenney et al. 2019's span representation: attention weights `softmax(w . h_t)` over the
-    tokens of the span, and their weighted sum. Inputs: states (B, T, H), span mask (B, T)."""
+    tokens of the span, and their weighted sum. Inputs: states (B, T, H), span mask (B, T).
+    `kernel_initializer`: the score's (its bias starts at 0)."""
+
+    def __init__(self, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
 
     def build(self, input_shape):
-        self.score = keras.layers.Dense(1, name="span_score")
+        self.score = keras.layers.Dense(1, kernel_initializer=self.kernel_initializer,
+                                        name="span_score")
         self.score.build(input_shape[0])
         self.built = True
 
@@ -242,19 +268,27 @@ class SelfAttentiveSpanPool(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return (input_shape[0][0], input_shape[0][-1])
 
+    def get_config(self):
+        config = super().get_config()
+        config.update(kernel_initializer=serialize_initializer(self.kernel_initializer))
+        return config
+
 
 def _edge_model(length, width, num_classes, hidden_dim, projection_dim, seed):
+    """Every kernel seeded (`seed`, `seed + 1`, ...: the two span scores start apart)."""
+    def init(k):
+        return keras.initializers.GlorotUniform(seed + k)
+
     states = keras.Input((length, width), name="states")
     span1 = keras.Input((length,), name="span1")
     span2 = keras.Input((length,), name="span2")
     projected = keras.layers.Dense(projection_dim, name="projection",
-                                   kernel_initializer=keras.initializers.GlorotUniform(seed))(
-        states)  # (B, T, P)
-    a = SelfAttentiveSpanPool(name="pool1")([projected, span1])
-    b = SelfAttentiveSpanPool(name="pool2")([projected, span2])
+                                   kernel_initializer=init(0))(states)  # (B, T, P)
+    a = SelfAttentiveSpanPool(init(1), name="pool1")([projected, span1])
+    b = SelfAttentiveSpanPool(init(2), name="pool2")([projected, span2])
     x = keras.layers.Concatenate()([a, b])  # (B, 2P)
-    x = keras.layers.Dense(hidden_dim, activation="relu")(x)
-    logits = keras.layers.Dense(num_classes)(x)
+    x = keras.layers.Dense(hidden_dim, activation="relu", kernel_initializer=init(3))(x)
+    logits = keras.layers.Dense(num_classes, kernel_initializer=init(4))(x)
     return keras.Model({"states": states, "span1": span1, "span2": span2}, logits)
 
 
@@ -282,6 +316,10 @@ def edge_probe(backbone, data, layers="all", validation_split=0.25, epochs=30,
     Args:
         data: `(features, spans1, spans2, labels)`: packed inputs (B, T), two (B, 2) arrays of
             `[start, end)` token positions, and (B,) labels.
+        seed: the held-out split's, the probe's initial weights' (every kernel seeded) and its
+            examples' order: every layer's probe starts from the same weights and a fresh
+            optimizer (one model per representation width, reset before each layer, as
+            `probe`'s) and sees the examples in the same orders; a call repeats its results.
 
     Returns:
         `ProbeResult` (kind "edge").
@@ -301,7 +339,7 @@ def edge_probe(backbone, data, layers="all", validation_split=0.25, epochs=30,
     train, val = _split(len(labels), validation_split, seed)
     num_classes = int(labels.max()) + 1
     majority = float(np.mean(labels[val] == np.bincount(labels[train]).argmax()))
-    scores, train_scores = [], []
+    scores, train_scores, models = [], [], {}
     for layer in layers:
         x = reps[layer]
         mean, std = x[train].mean((0, 1)), x[train].std((0, 1)) + 1e-6
@@ -310,8 +348,9 @@ def edge_probe(backbone, data, layers="all", validation_split=0.25, epochs=30,
         def part(rows):
             return {"states": x[rows], "span1": m1[rows], "span2": m2[rows]}, labels[rows]
 
-        model = _edge_model(length, x.shape[-1], num_classes, hidden_dim, projection_dim, seed)
-        tr, va = _fit(model, part(train), part(val), epochs, learning_rate, batch_size)
+        model = _fresh_model(models, x.shape[-1], lambda width: _edge_model(
+            length, width, num_classes, hidden_dim, projection_dim, seed), learning_rate)
+        tr, va = _fit(model, part(train), part(val), epochs, batch_size, seed)
         train_scores.append(tr)
         scores.append(va)
     return ProbeResult(layers, scores, train_scores, majority, "edge")

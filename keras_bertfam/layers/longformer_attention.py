@@ -405,10 +405,12 @@ class LongformerSelfAttention(keras.layers.Layer):
 
         With few global tokens (G·N < H) the global keys and values of all Tp tokens (two
         H x H projections, 1/7 of a layer's dense FLOPs) are not computed: the key projection
-        moves to the G queries, q·(x·Wk + bk) = (q·Wkᵀ)·x + q·bk, the last term shared by a
-        row and so ignored by its softmax; the value projection is applied after the
-        probabilities (they sum to 1): Σ p·(x·Wv + bv) = (Σ p·x)·Wv + bv. The (G·N, Tp) scores
-        are small, computed op by op (a kernel call of width H with one head is slower)."""
+        moves to the G queries, q·(x·Wk + bk) = (q·Wkᵀ)·x + q·bk; the value projection is
+        applied after the probabilities (they sum to 1): Σ p·(x·Wv + bv) = (Σ p·x)·Wv + bv.
+        The (G·N, Tp) scores are small, computed op by op (a kernel call of width H with one
+        head is slower). q·bk is one shift per row, which its softmax ignores, but it is added
+        as HF adds bk to every key: left out, bk was on no path, and Keras warned in every fit
+        that it had no gradient (HF's, and this one's, is rounding: ~1e-10, neither 0 nor None)."""
         n, d = self.num_heads, self.head_dim
         key, value = self.key_global_dense, self.value_global_dense
         scale = 1.0 / math.sqrt(d)
@@ -418,7 +420,9 @@ class LongformerSelfAttention(keras.layers.Layer):
                 q_g, key(x_pad), value(x_pad), mask=valid[:, None, None, :], scale=scale,
                 flash_attention=False)  # (B, G, N, D)
         q_x = ops.einsum("bgnd,hnd->bgnh", q_g, ops.cast(key.kernel, q_g.dtype))  # (B, G, N, H)
-        scores = ops.einsum("bgnh,bth->bgnt", q_x, x_pad) * ops.cast(scale, q_x.dtype)
+        q_b = ops.einsum("bgnd,nd->bgn", q_g, ops.cast(key.bias, q_g.dtype))  # (B, G, N)
+        scores = (ops.einsum("bgnh,bth->bgnt", q_x, x_pad) + q_b[..., None]) * ops.cast(
+            scale, q_x.dtype)  # (B, G, N, Tp)
         scores = ops.where(valid[:, None, None, :], scores,
                            ops.cast(NEG_INF, scores.dtype))  # (B, G, N, Tp)
         probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), q_x.dtype)

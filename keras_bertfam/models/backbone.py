@@ -422,8 +422,6 @@ class Backbone(KeepsVariablesOnError, keras.Model):
     def save_lora_weights(self, filepath):
         """Writes the LoRA factors of `enable_lora()` to `filepath` (a name ending in
         `.lora.h5`, as keras-hub's), whole or not at all (written beside it, then renamed)."""
-        import os
-
         import h5py
 
         if not getattr(self, "_lora_enabled_layers", None):
@@ -456,8 +454,6 @@ class Backbone(KeepsVariablesOnError, keras.Model):
         """Reads a `save_lora_weights` file: checks that its rank, layers, shapes and values
         (finite) fit this backbone, then enables LoRA at its rank if it is not enabled (on the
         default layers) and assigns the factors. A file that does not fit changes nothing."""
-        import os
-
         import h5py
 
         filepath = os.path.expanduser(os.fspath(filepath))

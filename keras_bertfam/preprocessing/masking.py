@@ -51,7 +51,6 @@ position. SpanMasker keeps spans disjoint and whole-word, which the original doe
 docstring).
 """
 import functools
-import math
 import numbers
 import os
 

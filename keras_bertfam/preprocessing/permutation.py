@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.corpus import split_sentences
-from keras_bertfam.preprocessing.packing import keep_first, longest_first_lengths
+from keras_bertfam.preprocessing.packing import longest_first_lengths
 from keras_bertfam.preprocessing.seeding import SeededStage
 from keras_bertfam.preprocessing.preprocessors import AUTOTUNE, PretrainingPreprocessor
 

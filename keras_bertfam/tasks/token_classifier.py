@@ -138,7 +138,6 @@ class TokenClassifier(Task):
         """One label per word: the argmax at each word's first piece (words cut by truncation
         get -1)."""
         import numpy as np
-        import tensorflow as tf
 
         logits = self.predict(x, batch_size=batch_size, verbose=0)
         words = _words(x)
