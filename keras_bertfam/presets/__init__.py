@@ -270,13 +270,14 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     changed = {k: v for k, v in kwargs.items()
                if k in saved.get("config", {}) and saved["config"][k] != v}
     kwargs = dict(saved.get("config", {}), **kwargs)
+    # an HF checkpoint, however named: a directory, a hub id's snapshot, a registered name's
     from_hf = load_weights and isinstance(loader, HFDirLoader)
-    if from_hf and loader.kind == "hf" and "num_classes" not in kwargs and "num_classes" in (
+    if from_hf and "num_classes" not in kwargs and "num_classes" in (
             inspect.signature(cls.__init__).parameters):
         labels = _hf_num_labels(cls, loader)
         if labels:  # HF's *ForSequenceClassification / *ForTokenClassification: its labels
             kwargs["num_classes"] = labels
-    if from_hf and loader.kind == "hf":
+    if from_hf:
         _warn_if_multi_label(cls, loader)
     # keras-hub's `dtype=` builds the backbone with that policy (the task's layers follow it)
     dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}

@@ -62,8 +62,7 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
-        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg,
-                             warn_missing=loaders[i].kind == "hf")
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg)
         if unlike is None:  # else its head's tensors are named in the warning above
             _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
                              f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
@@ -71,22 +70,24 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         if check_pooler:
             warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
                               state, loaded)
-    if loaders[0].kind == "hf":
+    if isinstance(loaders[0], HFDirLoader):  # a directory, hub id or registered name alike
         _warn_heads_no_checkpoint_fills(task, spec, loaders[0], download, companions)
 
 
-def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
+def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
     """`heads(task)` loaded from `state`, each head layer whose tensors `state` has all (a layer
     loads whole or not at all: `_whole_layers`) -> the mapping loaded, or []. So a
     `BertForMaskedLM` directory gives `BertPretrainer` its MLM head (HF's `BertForPreTraining`
-    loads it too). `warn_missing`: the layers left out warn that they are new (a bare
-    `BertModel` directory into TextClassifier; the NSP head of a `BertPretrainer` from a
-    `BertForMaskedLM`), naming the tensors and the layers."""
+    loads it too). The layers left out warn that they are new (a bare `BertModel` directory
+    into TextClassifier; the NSP head of a `BertPretrainer` from a `BertForMaskedLM`), naming
+    the tensors and the layers, whichever way the checkpoint was named: a directory, an HF hub
+    id's cached snapshot or a registered name's (session 46 kept registered names silent: the
+    same checkpoint warned from its directory, not by its name)."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
         loading = _whole_layers(task, mapping, state)
-        if warn_missing and len(loading) < len(mapping):
+        if len(loading) < len(mapping):
             _warn_new_head(task, mapping, loading, state, model_dir, architecture)
         if not loading:
             return []
