@@ -4,7 +4,9 @@ an HF hub id or a registered name through the local cache: the same warnings, la
 A load warns exactly when something the loaded model uses keeps its random initialization (a
 head the checkpoint does not have; a pooler a TextClassifier reads), naming the tensors and what
 to do; never for a part the model does not use (the pooler of a MaskedLM, TokenClassifier or
-QuestionAnswerer; the head of a checkpoint loaded as a backbone only).
+QuestionAnswerer). A backbone loaded alone drops the checkpoint's heads: its pretraining heads
+(MLM, NSP, ...: what a backbone is taken from) silently, a fine-tuned head (the checkpoint's
+trained answer) with a warning naming its tensors (HF's "Some weights ... were not used").
 
 HF models are random-initialized from tiny configs and saved to tmp once (nothing downloads).
 """
@@ -90,10 +92,41 @@ def test_masked_lm_from_hf_masked_lm_loads_silently(hf_dirs):
     ("BertForSequenceClassification", kb.tasks.TextClassifier),
     ("RobertaForSequenceClassification", kb.tasks.TextClassifier),  # classifier.dense: the pooler
     ("BertModel", kb.models.BertBackbone),
-    ("BertForSequenceClassification", kb.models.BertBackbone),  # a backbone has no head to miss
+    # a backbone has no head to miss, and the pretraining heads it drops are declared unused
+    ("BertForPreTraining", kb.models.BertBackbone),
+    ("ElectraForPreTraining", kb.models.ElectraBackbone),
+    ("ElectraForMaskedLM", kb.models.ElectraBackbone),
 ])
 def test_complete_load_is_silent(hf_dirs, saved, task):
     assert _load(task, hf_dirs[saved]) == []
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("saved,load,tensors,task", [
+    ("BertForSequenceClassification", kb.models.BertBackbone.from_preset,
+     "['classifier.bias', 'classifier.weight']", "TextClassifier"),
+    ("BertForSequenceClassification", kb.presets.convert,
+     "['classifier.bias', 'classifier.weight']", "TextClassifier"),
+    ("BertForQuestionAnswering", kb.models.BertBackbone.from_preset,
+     "['qa_outputs.bias', 'qa_outputs.weight']", "QuestionAnswerer"),
+    ("RobertaForSequenceClassification", kb.models.RobertaBackbone.from_preset,
+     "'classifier.dense.weight', 'classifier.out_proj.bias'", "TextClassifier"),
+])
+def test_backbone_of_a_fine_tuned_checkpoint_says_its_head_is_not_used(hf_dirs, saved, load,
+                                                                       tensors, task):
+    """A backbone from a fine-tuned checkpoint dropped its head (`classifier.*`) silently; HF's
+    `BertModel.from_pretrained` logs the weights it did not use. A fine-tuned head is the
+    checkpoint's trained answer: dropping it is said, naming the tensors and the task that
+    loads them, at the caller. The pretraining heads of BertForPreTraining / ElectraForPreTraining
+    (the common load of a backbone) stay silent (`test_complete_load_is_silent`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load(hf_dirs[saved])
+    caught = [w for w in caught if _about([str(w.message)], "were not used")]
+    assert len(caught) == 1, caught
+    assert _about([str(caught[0].message)], hf_dirs[saved], tensors, saved,
+                  f"{task}.from_preset"), caught[0].message
+    assert caught[0].filename == __file__, (caught[0].filename, caught[0].lineno)
 
 
 # === Parts the task uses, left random: a warning naming them ===

@@ -6,6 +6,7 @@ import numpy as np
 
 from keras_bertfam.models.backbone import Backbone
 from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.checkpoints import FINETUNING_TASKS, known_head_keys
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
 from keras_bertfam.presets.loaders import warn_if_no_pooler
@@ -269,11 +270,6 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     return task
 
 
-# Fine-tuning tasks whose HF heads can share tensor names (`classifier.weight` is BERT's sequence,
-# token and multiple-choice head alike): the checkpoint's `architectures` tells them apart.
-FINETUNING_TASKS = ("TextClassifier", "TokenClassifier", "QuestionAnswerer", "MultipleChoice")
-
-
 def _another_finetuning_head(spec, name, cfg):
     """(architecture, task) when the HF config `cfg` names another fine-tuning task's head
     architecture of the family and not `name`'s, else None."""
@@ -376,31 +372,6 @@ def _assign_heads(mapping, where, spec, name, expected):
     check_tied_heads(mapping, state, spec, source)
     checkpoints.assign(mapping, state, what=f"{name} head", hint=hint, source=source)
     _check_heads_used(mapping, raw, spec, source, expected)
-
-
-class _AnyTask:
-    """Stands for any task, layer and variable: a family's head mapping called on it lists its HF
-    keys with no model built (equal to anything, for `text_classifier_map`'s activation check)."""
-
-    def __getattr__(self, name):
-        return self
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-
-def known_head_keys(spec):
-    """Every HF task-head tensor the family knows: the keys of each task's heads (companions'
-    too) and its tied ones (`hf_tied_heads`)."""
-    heads = list((spec.hf_task_heads or {}).values()) + [
-        companion_heads for companions in (spec.hf_task_companions or {}).values()
-        for _, companion_heads, _ in companions.values()]
-    return {key for h in heads for _, key, _ in h(_AnyTask())} | set(spec.hf_tied_heads or ())
 
 
 def _check_heads_used(mapping, raw, spec, source, expected, strict=True):
