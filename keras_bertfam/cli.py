@@ -1099,4 +1099,10 @@ class _null:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m keras_bertfam.cli` runs the console script's program: its lazy imports, and its
+    # frame (keras_bertfam_cli.main) as the CLI's line that warnings point at. Run as this
+    # module, its `__name__` is "__main__", so `user_warnings` took it for the user's code and
+    # warnings pointed into cli.py.
+    import keras_bertfam_cli
+
+    sys.exit(keras_bertfam_cli.main())

@@ -6,7 +6,10 @@ runs under (Keras, keras-hub, TensorFlow, JAX, torch, ...; importlib's frozen fr
 deep the package is when it warns and whoever called it (a `tf.data` map or a `fit` tracing our
 code, Keras' weight loading calling a layer's `load_own_variables`). A fixed `stacklevel` points
 wherever the call depth happened to be. Without such a frame (everything on the stack is library
-code, e.g. a `tf.data` worker thread), the outermost frame.
+code, e.g. a `tf.data` worker thread), the outermost frame. When the CLI is the program (the
+`keras-bertfam` console script, `python -m keras_bertfam_cli`, `python -m keras_bertfam.cli`,
+which runs the console script's `main`), the user's line is the CLI's: `keras_bertfam_cli.main`'s
+call that runs the command (so `keras_bertfam_cli` is not in `LIBRARIES`).
 
 A leaf module: it imports nothing of ours, so that every part of the package may use it."""
 import sys

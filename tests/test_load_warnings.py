@@ -1,9 +1,12 @@
-"""The warnings of `Task.from_preset` / `Backbone.from_preset` on an HF-format directory.
+"""The warnings of `Task.from_preset` / `Backbone.from_preset` of an HF checkpoint (its directory;
+an HF hub id or a registered name through the local cache: the same warnings, last section).
 
 A load warns exactly when something the loaded model uses keeps its random initialization (a
 head the checkpoint does not have; a pooler a TextClassifier reads), naming the tensors and what
 to do; never for a part the model does not use (the pooler of a MaskedLM, TokenClassifier or
-QuestionAnswerer; the head of a checkpoint loaded as a backbone only).
+QuestionAnswerer). A backbone loaded alone drops the checkpoint's heads: its pretraining heads
+(MLM, NSP, ...: what a backbone is taken from) silently, a fine-tuned head (the checkpoint's
+trained answer) with a warning naming its tensors (HF's "Some weights ... were not used").
 
 HF models are random-initialized from tiny configs and saved to tmp once (nothing downloads).
 """
@@ -89,10 +92,41 @@ def test_masked_lm_from_hf_masked_lm_loads_silently(hf_dirs):
     ("BertForSequenceClassification", kb.tasks.TextClassifier),
     ("RobertaForSequenceClassification", kb.tasks.TextClassifier),  # classifier.dense: the pooler
     ("BertModel", kb.models.BertBackbone),
-    ("BertForSequenceClassification", kb.models.BertBackbone),  # a backbone has no head to miss
+    # a backbone has no head to miss, and the pretraining heads it drops are declared unused
+    ("BertForPreTraining", kb.models.BertBackbone),
+    ("ElectraForPreTraining", kb.models.ElectraBackbone),
+    ("ElectraForMaskedLM", kb.models.ElectraBackbone),
 ])
 def test_complete_load_is_silent(hf_dirs, saved, task):
     assert _load(task, hf_dirs[saved]) == []
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("saved,load,tensors,task", [
+    ("BertForSequenceClassification", kb.models.BertBackbone.from_preset,
+     "['classifier.bias', 'classifier.weight']", "TextClassifier"),
+    ("BertForSequenceClassification", kb.presets.convert,
+     "['classifier.bias', 'classifier.weight']", "TextClassifier"),
+    ("BertForQuestionAnswering", kb.models.BertBackbone.from_preset,
+     "['qa_outputs.bias', 'qa_outputs.weight']", "QuestionAnswerer"),
+    ("RobertaForSequenceClassification", kb.models.RobertaBackbone.from_preset,
+     "'classifier.dense.weight', 'classifier.out_proj.bias'", "TextClassifier"),
+])
+def test_backbone_of_a_fine_tuned_checkpoint_says_its_head_is_not_used(hf_dirs, saved, load,
+                                                                       tensors, task):
+    """A backbone from a fine-tuned checkpoint dropped its head (`classifier.*`) silently; HF's
+    `BertModel.from_pretrained` logs the weights it did not use. A fine-tuned head is the
+    checkpoint's trained answer: dropping it is said, naming the tensors and the task that
+    loads them, at the caller. The pretraining heads of BertForPreTraining / ElectraForPreTraining
+    (the common load of a backbone) stay silent (`test_complete_load_is_silent`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load(hf_dirs[saved])
+    caught = [w for w in caught if _about([str(w.message)], "were not used")]
+    assert len(caught) == 1, caught
+    assert _about([str(caught[0].message)], hf_dirs[saved], tensors, saved,
+                  f"{task}.from_preset"), caught[0].message
+    assert caught[0].filename == __file__, (caught[0].filename, caught[0].lineno)
 
 
 # === Parts the task uses, left random: a warning naming them ===
@@ -306,3 +340,91 @@ def test_electra_pretrainer_from_bare_model_warns_at_the_caller(hf_dirs):
                                generator_preset=hf_dirs["ElectraForMaskedLM"])
     found = _about(messages, "discriminator_predictions.dense.weight", "ElectraForPreTraining")
     assert len(found) == 1 and len(messages) == 1, messages
+
+
+# === Every route to the same HF checkpoint: the same warnings ===
+def _fake_hub_cache(cache, repo_id, model_dir, revision="0123456789abcdef"):
+    """huggingface_hub's cache layout (models--org--name/{refs/main, snapshots/<rev>/}) holding
+    `model_dir` -> the snapshot directory."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    shutil.copytree(model_dir, repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return str(repo / "snapshots" / revision)
+
+
+# The registered name whose checkpoint each HF model stands for (its config is the name's).
+_REGISTERED = {
+    "BertModel": "bert_tiny_en_uncased", "BertForMaskedLM": "bert_tiny_en_uncased",
+    "ElectraForPreTraining": "electra_small_discriminator_uncased_en",
+}
+_ROUTES = {  # how a user names the checkpoint -> the preset passed to from_preset
+    "directory": lambda case: case["dir"],
+    "hub id": lambda case: "someorg/tiny",
+    "hf:// id": lambda case: "hf://someorg/tiny",
+    "registered name": lambda case: case["name"],
+}
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory):
+    """{HF class: its directory, the registered name it stands for, and an HF cache holding it
+    as "someorg/tiny" and as that name's checkpoint}: nothing downloads (HF_HUB_OFFLINE=1)."""
+    cases = {}
+    for saved, name in _REGISTERED.items():
+        root = tmp_path_factory.mktemp(saved)
+        config = {k: v for k, v in kb.presets.get(name).config.items()
+                  if k not in ("max_sequence_length", "num_segments")}
+        family = T.ElectraConfig if saved.startswith("Electra") else T.BertConfig
+        hf_config = family(vocab_size=config["vocabulary_size"], embedding_size=config.get(
+            "embedding_dim"), hidden_size=config["hidden_dim"], num_hidden_layers=config[
+            "num_layers"], num_attention_heads=config["num_heads"], intermediate_size=config[
+            "intermediate_dim"])
+        torch.manual_seed(0)
+        getattr(T, saved)(hf_config).save_pretrained(str(root / "model"))
+        snapshots = [_fake_hub_cache(root / "hub", repo, root / "model")
+                     for repo in ("someorg/tiny", kb.presets.get(name).hf_id)]
+        cases[saved] = {"dir": str(root / "model"), "name": name, "hub": str(root / "hub"),
+                        "snapshots": snapshots}
+    return cases
+
+
+@pytest.mark.parametrize("saved,task,kwargs,expected", [  # the words of each warning
+    ("BertModel", kb.tasks.TextClassifier, {"num_classes": 2},
+     [("has no weights for TextClassifier's head", "classifier.weight", "'logits")]),
+    ("BertForMaskedLM", kb.tasks.BertPretrainer, {},
+     [("has no weights for BertPretrainer's head", "cls.seq_relationship.weight", "'nsp_head/"),
+      ("has no pooler weights",)]),
+    ("BertForMaskedLM", kb.models.BertBackbone, {}, [("has no pooler weights",)]),
+    ("BertForMaskedLM", kb.tasks.MaskedLM, {}, []),
+    ("ElectraForPreTraining", kb.tasks.ElectraPretrainer, {},
+     [("has no weights for ElectraPretrainer's generator", "'generator'", "generator_preset=")]),
+])
+def test_every_route_to_a_checkpoint_warns_the_same(routed, monkeypatch, saved, task, kwargs,
+                                                    expected):
+    """A checkpoint's warnings do not depend on how it is named: its directory, its HF hub id
+    (through the local cache, "org/name" or "hf://org/name") or a registered name whose weights
+    it is. A registered name loaded a bare BertModel into TextClassifier, a BertForMaskedLM's
+    MLM head without the NSP head, and an ElectraForPreTraining without its generator, all
+    silently, while the same directory warned (session 46 kept registered names silent). The
+    warnings name the files' directory, point at the caller, and differ in nothing else."""
+    case = routed[saved]
+    monkeypatch.setenv("HF_HUB_CACHE", case["hub"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if issubclass(task, kb.tasks.Task):
+        kwargs = dict(kwargs, preprocessor=None)
+    found = {}
+    for route, preset in _ROUTES.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            task.from_preset(preset(case), **kwargs)
+        caught = [w for w in caught if issubclass(w.category, UserWarning)]
+        assert all(w.filename == __file__ for w in caught), (route, [w.filename for w in caught])
+        messages = [str(w.message) for w in caught]
+        for where in case["snapshots"] + [case["dir"]]:
+            messages = [m.replace(where, "<checkpoint>") for m in messages]
+        found[route] = messages
+    assert all(found[route] == found["directory"] for route in _ROUTES), found
+    assert len(found["directory"]) == len(expected), found["directory"]
+    for message, words in zip(found["directory"], expected):
+        assert _about([message], "'<checkpoint>'", *words), message

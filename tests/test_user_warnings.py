@@ -108,3 +108,35 @@ def test_a_warning_in_a_python_c_or_m_program_is_shown_not_raised(tmp_path, how)
     assert done.stdout == "went on\n"
     expected = "<string>:4: UserWarning: careful" if how == "-c" else "a_program.py:4: UserWarning"
     assert expected in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("entry", ["console script", "python -m keras_bertfam.cli"])
+def test_a_cli_warning_points_at_the_cli_program_however_it_is_started(tmp_path, entry):
+    """When the CLI is the program, a warning points at its line that ran the command
+    (`keras_bertfam_cli.main`'s call of `cli.main`), however it was started: run as
+    `python -m keras_bertfam.cli`, cli.py's `__name__` was "__main__", taken for the user's code,
+    and the warning pointed into cli.py. The console script is what pip writes: it imports
+    `keras_bertfam_cli.main` and calls it."""
+    import keras_bertfam_cli
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("A first sentence.\nA second one.\n")
+    (corpus / "b.bin").write_bytes(b"ok\n\x00\xff")  # skipped, with a warning
+    start = {"console script": ["-c", "import sys\nfrom keras_bertfam_cli import main\n"
+                                      "sys.exit(main())"],
+             "python -m keras_bertfam.cli": ["-m", "keras_bertfam.cli"]}[entry]
+    root = os.path.dirname(ROOT)
+    env = dict(os.environ, KERAS_BACKEND="tensorflow",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, *start, "pretrain", "--family", "bert", "--preset",
+         str(tmp_path / "no_preset"), "--corpus", str(corpus), "--output", str(tmp_path / "run"),
+         "--steps", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)  # a hang guard
+    assert done.returncode == 1 and "--preset" in done.stderr, done.stderr[-3000:]
+    source = open(keras_bertfam_cli.__file__, encoding="utf-8").read().splitlines()
+    line = next(n for n, text in enumerate(source, 1) if "cli.main(argv)" in text)
+    warned = [text for text in done.stderr.splitlines() if "UserWarning: Skipping" in text]
+    assert warned and all(text.startswith(f"{keras_bertfam_cli.__file__}:{line}: ")
+                          for text in warned), done.stderr[-3000:]

@@ -98,14 +98,14 @@ def count_params(preset):
 
 # === Backbones ===
 @deferring
-def load_backbone(preset, cls=None, load_weights=True, download=False, warn_no_pooler=True,
+def load_backbone(preset, cls=None, load_weights=True, download=False, alone=True,
                   **overrides):
-    """The backbone of `preset` (any source); `cls` checks the family. `warn_no_pooler`: see
+    """The backbone of `preset` (any source); `cls` checks the family. `alone`: see
     `convert_hf`. An override of a setting that changes what the preset's weights compute
     warns (`warn_function_overrides`)."""
     loader = get_loader(preset, download)
     backbone = loader.load_backbone(
-        cls=cls, load_weights=load_weights, warn_no_pooler=warn_no_pooler, **overrides)
+        cls=cls, load_weights=load_weights, alone=alone, **overrides)
     if load_weights:
         found = loader.backbone_config()
         if found is not None:
@@ -270,19 +270,19 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     changed = {k: v for k, v in kwargs.items()
                if k in saved.get("config", {}) and saved["config"][k] != v}
     kwargs = dict(saved.get("config", {}), **kwargs)
+    # an HF checkpoint, however named: a directory, a hub id's snapshot, a registered name's
     from_hf = load_weights and isinstance(loader, HFDirLoader)
-    if from_hf and loader.kind == "hf" and "num_classes" not in kwargs and "num_classes" in (
+    if from_hf and "num_classes" not in kwargs and "num_classes" in (
             inspect.signature(cls.__init__).parameters):
         labels = _hf_num_labels(cls, loader)
         if labels:  # HF's *ForSequenceClassification / *ForTokenClassification: its labels
             kwargs["num_classes"] = labels
-    if from_hf and loader.kind == "hf":
+    if from_hf:
         _warn_if_multi_label(cls, loader)
     # keras-hub's `dtype=` builds the backbone with that policy (the task's layers follow it)
     dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
-    backbone = loader.load_backbone(load_weights=load_weights,
-                                    warn_no_pooler=not from_hf,  # load_hf_heads warns: heads may
-                                    **dtype)
+    # from an HF checkpoint, load_hf_heads says what is left (its heads may fill the pooler)
+    backbone = loader.load_backbone(load_weights=load_weights, alone=not from_hf, **dtype)
     if preprocessor == "default":
         tokenizer = loader.load_tokenizer()
         args = dict(saved.get("preprocessor", {}))

@@ -225,6 +225,41 @@ def check_all_used(mapping, base_keys, spec, what, source, backbone=None):
             "to match the weights.")
 
 
+# Fine-tuning tasks whose HF heads can share tensor names (`classifier.weight` is BERT's sequence,
+# token and multiple-choice head alike): the checkpoint's `architectures` tells them apart. The
+# other tasks' heads (MaskedLM's, the pretrainers') are pretraining objectives'.
+FINETUNING_TASKS = ("TextClassifier", "TokenClassifier", "QuestionAnswerer", "MultipleChoice")
+
+
+class _AnyTask:
+    """Stands for any task, layer and variable: a family's head mapping called on it lists its HF
+    keys with no model built (equal to anything, for `text_classifier_map`'s activation check)."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def known_head_keys(spec, finetuning=None):
+    """Every HF task-head tensor the family knows: the keys of each task's heads (companions'
+    too) and its tied ones (`hf_tied_heads`, the MLM decoder's). `finetuning=True`: of the
+    `FINETUNING_TASKS`' heads only; False: of the others' (pretraining heads) only."""
+    tasks = {t: h for t, h in (spec.hf_task_heads or {}).items()
+             if finetuning is None or (t in FINETUNING_TASKS) == finetuning}
+    heads = list(tasks.values()) + [
+        companion_heads for task, companions in (spec.hf_task_companions or {}).items()
+        if task in tasks for _, companion_heads, _ in companions.values()]
+    tied = set(spec.hf_tied_heads or ()) if not finetuning else set()
+    return {key for h in heads for _, key, _ in h(_AnyTask())} | tied
+
+
 def keys_of(mapping, layer):
     """The checkpoint keys of `mapping` that fill `layer`'s variables (none for None)."""
     if layer is None:

@@ -6,6 +6,7 @@ import numpy as np
 
 from keras_bertfam.models.backbone import Backbone
 from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets.checkpoints import FINETUNING_TASKS, known_head_keys
 from keras_bertfam.presets.deferred import deferring
 from keras_bertfam.presets.loaders import HFDirLoader, get_loader, hf_family
 from keras_bertfam.presets.loaders import warn_if_no_pooler
@@ -62,8 +63,7 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
             continue
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
-        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg,
-                             warn_missing=loaders[i].kind == "hf")
+        loaded = _load_heads(task, source_heads, state, model_dir, architecture, spec, cfg)
         if unlike is None:  # else its head's tensors are named in the warning above
             _check_heads_used(loaded, raw, spec, checkpoints.weights_file(model_dir),
                              f"{name} loads its heads from {architecture or 'no HF checkpoint'}",
@@ -71,22 +71,24 @@ def load_hf_heads(task, preset, download=False, warn_no_pooler=False, **companio
         if check_pooler:
             warn_if_no_pooler(model_dir, task.backbone, spec.weights_from_hf(task.backbone),
                               state, loaded)
-    if loaders[0].kind == "hf":
+    if isinstance(loaders[0], HFDirLoader):  # a directory, hub id or registered name alike
         _warn_heads_no_checkpoint_fills(task, spec, loaders[0], download, companions)
 
 
-def _load_heads(task, heads, state, model_dir, architecture, spec, cfg, warn_missing=False):
+def _load_heads(task, heads, state, model_dir, architecture, spec, cfg):
     """`heads(task)` loaded from `state`, each head layer whose tensors `state` has all (a layer
     loads whole or not at all: `_whole_layers`) -> the mapping loaded, or []. So a
     `BertForMaskedLM` directory gives `BertPretrainer` its MLM head (HF's `BertForPreTraining`
-    loads it too). `warn_missing`: the layers left out warn that they are new (a bare
-    `BertModel` directory into TextClassifier; the NSP head of a `BertPretrainer` from a
-    `BertForMaskedLM`), naming the tensors and the layers."""
+    loads it too). The layers left out warn that they are new (a bare `BertModel` directory
+    into TextClassifier; the NSP head of a `BertPretrainer` from a `BertForMaskedLM`), naming
+    the tensors and the layers, whichever way the checkpoint was named: a directory, an HF hub
+    id's cached snapshot or a registered name's (session 46 kept registered names silent: the
+    same checkpoint warned from its directory, not by its name)."""
     mapping = []
     try:
         mapping = heads(task) if heads is not None else []
         loading = _whole_layers(task, mapping, state)
-        if warn_missing and len(loading) < len(mapping):
+        if len(loading) < len(mapping):
             _warn_new_head(task, mapping, loading, state, model_dir, architecture)
         if not loading:
             return []
@@ -268,11 +270,6 @@ def convert_task(path, task_cls, load_weights=True, preprocessor="default", **kw
     return task
 
 
-# Fine-tuning tasks whose HF heads can share tensor names (`classifier.weight` is BERT's sequence,
-# token and multiple-choice head alike): the checkpoint's `architectures` tells them apart.
-FINETUNING_TASKS = ("TextClassifier", "TokenClassifier", "QuestionAnswerer", "MultipleChoice")
-
-
 def _another_finetuning_head(spec, name, cfg):
     """(architecture, task) when the HF config `cfg` names another fine-tuning task's head
     architecture of the family and not `name`'s, else None."""
@@ -375,31 +372,6 @@ def _assign_heads(mapping, where, spec, name, expected):
     check_tied_heads(mapping, state, spec, source)
     checkpoints.assign(mapping, state, what=f"{name} head", hint=hint, source=source)
     _check_heads_used(mapping, raw, spec, source, expected)
-
-
-class _AnyTask:
-    """Stands for any task, layer and variable: a family's head mapping called on it lists its HF
-    keys with no model built (equal to anything, for `text_classifier_map`'s activation check)."""
-
-    def __getattr__(self, name):
-        return self
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-
-def known_head_keys(spec):
-    """Every HF task-head tensor the family knows: the keys of each task's heads (companions'
-    too) and its tied ones (`hf_tied_heads`)."""
-    heads = list((spec.hf_task_heads or {}).values()) + [
-        companion_heads for companions in (spec.hf_task_companions or {}).values()
-        for _, companion_heads, _ in companions.values()]
-    return {key for h in heads for _, key, _ in h(_AnyTask())} | set(spec.hf_tied_heads or ())
 
 
 def _check_heads_used(mapping, raw, spec, source, expected, strict=True):

@@ -161,15 +161,17 @@ def load_weights_file(model, path, verification=None, overridden=()):
 
 # === HF conversion (HF dirs and the hub cache) ===
 @deferring
-def convert_hf(model_dir, load_weights=True, family=None, warn_no_pooler=True, **overrides):
+def convert_hf(model_dir, load_weights=True, family=None, alone=True, **overrides):
     """An HF-format directory -> our backbone with the checkpoint's weights.
 
     `family` (a FamilySpec) converts with that family instead of the one claiming the directory's
-    model_type (SpanBERT's checkpoints are model_type "bert"). A checkpoint without the pooler
-    leaves the backbone's pooler as initialized, with a warning unless `warn_no_pooler=False`
-    (`load_task`, whose heads may fill it, warns after loading them instead). Every tensor of
-    the checkpoint's base model must be used: a config with fewer layers than its checkpoint is
-    an error naming the tensors left over.
+    model_type (SpanBERT's checkpoints are model_type "bert"). Every tensor of the checkpoint's
+    base model must be used: a config with fewer layers than its checkpoint is an error naming
+    the tensors left over. `alone`: the backbone is loaded by itself, so what it leaves of the
+    checkpoint is said here: a pooler the checkpoint lacks keeps its initialization, with a
+    warning, and so do the head tensors it drops (`warn_unused_heads`); `load_task`
+    (`alone=False`), whose heads may fill the pooler and use the head tensors, says it after
+    loading them instead.
     """
     spec, cfg = hf_family(model_dir)
     if family is not None:
@@ -185,9 +187,34 @@ def convert_hf(model_dir, load_weights=True, family=None, warn_no_pooler=True, *
         checkpoints.check_all_used(mapping, checkpoints.base_model_keys(raw, spec.hf_prefixes),
                                    spec, what=type(backbone).__name__, source=model_dir,
                                    backbone=backbone)
-        if warn_no_pooler:
+        if alone:
             warn_if_no_pooler(model_dir, backbone, mapping, state)
+            warn_unused_heads(model_dir, raw, spec, cfg, type(backbone).__name__)
     return backbone
+
+
+def warn_unused_heads(model_dir, raw, spec, cfg, what):
+    """A backbone loaded alone uses its checkpoint's base model. The checkpoint's pretraining
+    heads (MLM, NSP / SOP, ELECTRA's discriminator and generator heads, ...: those of every
+    `BertForPreTraining`, `*ForMaskedLM`, `ElectraForPreTraining`, the checkpoints backbones
+    are taken from) are dropped silently: a backbone is by definition what they were trained
+    on top of. Every other tensor outside the base model (a fine-tuned task's head, the
+    checkpoint's trained answer, or tensors no head of the family has) is dropped with HF's
+    "Some weights ... were not used" warning, naming the tensors and the task that loads them.
+    """
+    pretraining = checkpoints.known_head_keys(spec, finetuning=False)
+    left = sorted(k for k in checkpoints.head_keys(raw, spec.hf_prefixes)
+                  if k not in pretraining and not k.endswith(checkpoints.HF_BUFFERS))
+    if not left:
+        return
+    named = cfg.get("architectures") or ()
+    task = next((t for t, a in (spec.hf_task_architectures or {}).items()
+                 if t in checkpoints.FINETUNING_TASKS and a in named), None)
+    whose = (f"the head of its {spec.hf_task_architectures[task]} ({task}.from_preset loads "
+             "it with the backbone)" if task else "outside its base model")
+    warn(f"Some weights of {checkpoints.weights_file(model_dir)!r} were not used by {what}: "
+         f"{left}, {whose}. A backbone is the encoder alone; the checkpoint's pretraining "
+         "heads, if any, are dropped without a word.")
 
 
 def warn_if_no_pooler(model_dir, backbone, mapping, state, heads=()):
@@ -226,7 +253,7 @@ class PresetLoader:
         check_family(spec, cls, self.preset)
         return spec
 
-    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
         raise NotImplementedError
 
     def load_tokenizer(self, **kwargs):
@@ -291,7 +318,7 @@ class OursLoader(PresetLoader):
     def _verification(self, *names):
         return integrity.Verification(self.where, self.manifest.get("files"), names)
 
-    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
         spec = self.family_for(cls)
         # The checksum runs in a thread while the backbone is built.
         verification = self._verification(BACKBONE_WEIGHTS) if load_weights else None
@@ -343,7 +370,7 @@ class KerasHubLoader(PresetLoader):
     def family(self):
         return keras_hub_format.family_of(self.where, FAMILIES)[0]
 
-    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
         spec, fmt = keras_hub_format.family_of(self.where, FAMILIES)
         check_family(spec, cls, self.preset)
         return keras_hub_format.load_backbone(self.where, spec, fmt, load_weights=load_weights,
@@ -415,9 +442,9 @@ class HFDirLoader(PresetLoader):
         check_family(spec, cls, self.preset)
         return spec
 
-    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
         return convert_hf(self.hf_model_dir(), load_weights=load_weights,
-                          family=self.family_for(cls), warn_no_pooler=warn_no_pooler, **overrides)
+                          family=self.family_for(cls), alone=alone, **overrides)
 
     def load_tokenizer(self, **kwargs):
         return self.family.tokenizer_from_hf(self.where)
@@ -450,11 +477,11 @@ class HubCacheLoader(HFDirLoader):
         check_family(self.family, cls, self.preset)
         return self.family
 
-    def load_backbone(self, cls=None, load_weights=True, warn_no_pooler=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
         spec = self.family_for(cls)
         if not load_weights:
             return spec.backbone_cls(**dict(self.registered.config, **overrides))
-        return convert_hf(self.hf_model_dir(), family=spec, warn_no_pooler=warn_no_pooler,
+        return convert_hf(self.hf_model_dir(), family=spec, alone=alone,
                           **overrides)
 
     def load_tokenizer(self, **kwargs):
