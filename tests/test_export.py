@@ -865,7 +865,7 @@ def _not_a_saved_model(tmp_path, kind):
     ("no_pb", FileNotFoundError, r"no_pb' has no saved_model.pb: expected a SavedModel"),
     ("corrupt", ValueError, r"corrupt/saved_model.pb' \(100 bytes\) is not a SavedModel proto"),
     ("empty", ValueError, r"empty/saved_model.pb' \(0 bytes\) holds no meta graph"),
-])
+], ids=["missing", "file", "no_pb", "corrupt", "empty"])
 @pytest.mark.parametrize("function", ["list_ops", "audit_ops", "strip_unknown_attrs"])
 def test_op_tools_refuse_what_is_not_a_saved_model(tmp_path, function, kind, error, message):
     """A damaged saved_model.pb was protobuf's DecodeError without the file's name; an empty
