@@ -154,6 +154,22 @@ def export_saved_model(model, export_dir, include_preprocessing=True, sequence_l
         raise FileExistsError(f"{export_dir!r} is a file; export into a new version directory.")
     if os.path.isdir(export_dir) and os.listdir(export_dir):
         raise FileExistsError(f"{export_dir!r} is not empty; export into a new version directory.")
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(f"export_dir={export_dir!r}: {parent!r} is a file, not a "
+                                 "directory; export under a directory.")
+    from keras_bertfam.models.backbone import Backbone
+    from keras_bertfam.tasks.task import Task
+
+    if not isinstance(model, (Task, Backbone)):
+        raise TypeError(f"export_saved_model exports a kb.tasks task or a kb.models backbone; "
+                        f"got {type(model).__name__} {model!r:.80}.")
+    for name, flag in (("include_preprocessing", include_preprocessing),
+                       ("dynamic_padding", dynamic_padding)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}={flag!r}: expected True or False.")
     import numpy as np
 
     if sequence_length is not None and (isinstance(sequence_length, bool) or not isinstance(
@@ -585,12 +601,7 @@ def list_ops(export_dir):
 
     Returns `{op_type: sorted names of the graphs / functions using it}`.
     """
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    path = os.path.join(export_dir, "saved_model.pb")
-    proto = saved_model_pb2.SavedModel()
-    with open(path, "rb") as f:
-        proto.ParseFromString(f.read())
+    proto = _read_saved_model(export_dir)
     used = {}
     for meta in proto.meta_graphs:
         graph = meta.graph_def
@@ -648,11 +659,33 @@ def _node_attrs(export_dir):
 
 
 def _read_saved_model(export_dir):
+    """The SavedModel proto of `export_dir`; an error naming the directory or file when it is
+    not a SavedModel's (a missing directory or saved_model.pb, a damaged or empty file)."""
+    from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import saved_model_pb2
 
+    if not isinstance(export_dir, (str, os.PathLike)) or not os.fspath(export_dir):
+        raise TypeError(f"export_dir={export_dir!r}: expected the path of a SavedModel directory "
+                        "(one holding saved_model.pb).")
+    path = os.path.join(export_dir, "saved_model.pb")
+    if not os.path.isfile(path):
+        what = ("does not exist" if not os.path.exists(export_dir) else
+                "is not a directory" if not os.path.isdir(export_dir) else
+                "has no saved_model.pb")
+        raise FileNotFoundError(f"{os.fspath(export_dir)!r} {what}: expected a SavedModel "
+                                "directory (one holding saved_model.pb, as export_saved_model "
+                                "writes).")
     proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError as e:
+        raise ValueError(f"{path!r} ({len(data)} bytes) is not a SavedModel proto ({e}): a "
+                         "damaged or truncated file?") from None
+    if not proto.meta_graphs:
+        raise ValueError(f"{path!r} ({len(data)} bytes) holds no meta graph: an empty or "
+                         "truncated SavedModel, not one export_saved_model wrote.")
     return proto
 
 
@@ -672,6 +705,10 @@ def strip_unknown_attrs(export_dir, tensorflow="2.12.1"):
     """
     from tensorflow.python.framework import op_def_registry
 
+    if tensorflow is None:
+        raise ValueError("strip_unknown_attrs(tensorflow=None): expected the target release "
+                         f"whose op definitions to keep ({', '.join(CORE_REGISTRIES)}); the "
+                         "running TensorFlow reads every attr it writes.")
     target = core_registry(tensorflow)
     proto = _read_saved_model(export_dir)
     removed = {}
@@ -697,9 +734,15 @@ def strip_unknown_attrs(export_dir, tensorflow="2.12.1"):
         for fn in meta.graph_def.library.function:
             for node in fn.node_def:
                 strip(node)
-    if removed:
-        with open(os.path.join(export_dir, "saved_model.pb"), "wb") as f:
-            f.write(proto.SerializeToString())
+    if removed:  # written beside it, then renamed over it: a failed write loses nothing
+        path = os.path.join(export_dir, "saved_model.pb")
+        try:
+            with open(path + ".tmp", "wb") as f:
+                f.write(proto.SerializeToString())
+            os.replace(path + ".tmp", path)
+        finally:
+            if os.path.exists(path + ".tmp"):
+                os.remove(path + ".tmp")
     return {op: sorted(names) for op, names in sorted(removed.items())}
 
 

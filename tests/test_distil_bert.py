@@ -247,3 +247,36 @@ def test_save_reload_with_shared_preprocessors(tmp_path):
                     == model.preprocessor.tokenizer(text).to_list()), name
         np.testing.assert_allclose(to_numpy(loaded(x)["mlm_logits"]),
                                    to_numpy(distiller(x)["mlm_logits"]), atol=1e-5, err_msg=name)
+
+
+SMALL = dict(TEACHER, num_layers=1)
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("teacher, student, options, error, message", [
+    ("mlm", dict(SMALL, vocabulary_size=80), {}, ValueError,
+     r"teacher's vocabulary_size \(60\) and the student's \(80\) must be equal"),
+    (None, SMALL, {}, TypeError, r"Distiller's teacher is a MaskedLM or a kb.models backbone; "
+                                 r"got NoneType None"),
+    ("bert_base_en_uncased", SMALL, {}, TypeError, r"got str 'bert_base_en_uncased'"),
+    ("dense", SMALL, {}, TypeError, r"got Dense"),
+    ("mlm", SMALL, {"temperature": 0}, ValueError, r"temperature=0: expected a finite number > 0"),
+    ("mlm", SMALL, {"temperature": -1.0}, ValueError, r"temperature=-1.0: expected a finite"),
+    ("mlm", SMALL, {"temperature": float("nan")}, ValueError, r"temperature=nan: expected"),
+    ("mlm", SMALL, {"temperature": "2"}, ValueError, r"temperature='2': expected"),
+    ("mlm", SMALL, {"alpha_ce": -1.0}, ValueError, r"alpha_ce=-1.0: expected a finite number >= 0"),
+    ("mlm", SMALL, {"alpha_cos": float("inf")}, ValueError, r"alpha_cos=inf: expected a finite"),
+    ("mlm", SMALL, {"alpha_ce": 0, "alpha_mlm": 0, "alpha_cos": 0}, ValueError,
+     r"alpha_ce=0, alpha_mlm=0, alpha_cos=0: every loss weighs 0"),
+], ids=["vocabulary", "teacher_none", "teacher_str", "teacher_layer", "temperature_0",
+        "temperature_negative", "temperature_nan", "temperature_str", "alpha_negative",
+        "alpha_inf", "alphas_0"])
+def test_distiller_refuses_what_it_cannot_distil(teacher, student, options, error, message):
+    """Before: a student of another vocabulary was built (its logits failed in the loss), a
+    teacher that is not a model was an AttributeError ('token_embedding'), and a temperature
+    <= 0 or NaN gave NaN losses from the first step (temperature 0: loss nan, ce_loss nan)."""
+    teacher = {"mlm": lambda: kb.tasks.MaskedLM(kb.models.BertBackbone(**SMALL),
+                                                preprocessor=None),
+               "dense": lambda: keras.layers.Dense(3)}.get(teacher, lambda: teacher)()
+    with pytest.raises(error, match=message):
+        Distiller(teacher, kb.models.BertBackbone(**student), **options)

@@ -414,3 +414,45 @@ def test_entries_longer_than_the_rows_cost_nothing_at_run_time_too():
                                   _find_units_in_a_session(lexicon, *[[row] for row in rows])):
         assert {t: k for t, k in enumerate(found[0]) if k} == reference_units(row, lexicon), n
         assert found[0][3] == (300 if n == 300 else 40)
+
+
+@pytest.mark.parametrize("corpus, options, message", [
+    (None, {}, r"corpus must be an iterable of documents .* got NoneType None"),
+    (5, {}, r"corpus must be an iterable of documents .* got int 5"),
+    (["a b"], {"min_count": "5"}, r"min_count must be an integer >= 1; got '5'"),
+    (["a b"], {"min_count": None}, r"min_count must be an integer >= 1; got None"),
+    (["a b"], {"min_count": 2.7}, r"min_count must be an integer >= 1; got 2.7"),
+    (["a b"], {"max_words": 2.5}, r"max_words must be an integer >= 2; got 2.5"),
+    (["a b"], {"max_words": True}, r"max_words must be an integer >= 2; got True"),
+    (["a b"], {"max_phrases": 0.5}, r"max_phrases must be an integer >= 1 or None; got 0.5"),
+    (["a b"], {"threshold": "x"}, r"threshold is a normalized PMI in \[-1, 1\]; got 'x'"),
+    (["a b"], {"threshold": float("nan")}, r"threshold is a normalized PMI .* got nan"),
+    (["a b"], {"stop_words": "the"}, r"stop_words must be a list of words .* got 'the'"),
+    (["a b"], {"stop_words": [1]}, r"stop_words must be a list of words .* got \[1\]"),
+    (["a b"], {"lowercase": "no"}, r"lowercase must be True or False; got 'no'"),
+], ids=["corpus_none", "corpus_int", "min_count_str", "min_count_none", "min_count_float",
+        "max_words_float", "max_words_bool", "max_phrases_float", "threshold_str",
+        "threshold_nan", "stop_words_str", "stop_words_int", "lowercase_str"])
+def test_learn_phrases_refuses_bad_arguments_by_name(corpus, options, message):
+    """Before: Python's TypeErrors ("'<' not supported between 'int' and 'str'", "'int' object
+    has no attribute 'lower'", "not iterable"), a float count or length silently truncated, and
+    stop_words="the" read as the letters t, h, e ("the new" came out as a phrase)."""
+    with pytest.raises(ValueError, match=message):
+        kb.preprocessing.learn_phrases(corpus, **options)
+
+
+@pytest.mark.parametrize("lexicon, options, message", [
+    (5, {}, r"phrases must be a list of entries .* got int 5"),
+    ([[5.5, 6.7]], {}, r"entry \[5.5, 6.7\] is neither a string nor a sequence of integer"),
+    ([5, 6], {}, r"entry 5 is neither .* \(a one-token entry is a list of one id"),
+    ([[5, [6]]], {}, r"entry \[5, \[6\]\] is neither a string nor a sequence of integer"),
+    (["new york"], {"tokenizer": "bert"}, r"tokenizer='bert': expected a tokenizer object"),
+    ([[5, 6]], {"prefer_units": "no"}, r"prefer_units must be True or False; got 'no'"),
+], ids=["int", "float_ids", "bare_ids", "nested", "tokenizer_str", "prefer_units_str"])
+def test_lexicon_maskers_refuse_entries_that_are_not_strings_or_ids(lexicon, options, message):
+    """Before: float ids were truncated (5.5 -> 5) and bare ints read as one-token entries,
+    silently; an int lexicon or a string tokenizer were Python's "not iterable" / "not
+    callable"; prefer_units="no" preferred units."""
+    with pytest.raises(ValueError, match=message):
+        M.PhraseMasker(vocabulary=VOCAB, phrases=lexicon, unselectable_token_ids=SPECIAL,
+                       **options)

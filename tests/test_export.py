@@ -819,6 +819,97 @@ def test_export_refuses_a_tokenizer_larger_than_the_embedding_table(tmp_path, id
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize("model, options, error, message", [
+    (keras.Sequential([keras.layers.Dense(2)]), {}, TypeError,
+     r"exports a kb.tasks task or a kb.models backbone; got Sequential"),
+    ("bert_tiny_en_uncased", {}, TypeError, r"kb.models backbone; got str 'bert_tiny_en_uncased'"),
+    (None, {}, TypeError, r"kb.models backbone; got NoneType None"),
+    ("task", {"dynamic_padding": "no"}, ValueError, r"dynamic_padding='no': expected True or"),
+    ("task", {"include_preprocessing": 0}, ValueError, r"include_preprocessing=0: expected True"),
+], ids=["keras_model", "preset_name", "none", "dynamic_padding_str", "include_preprocessing_int"])
+def test_export_refuses_what_is_not_ours_or_not_a_flag(tmp_path, ids_export, model, options,
+                                                        error, message):
+    """Another model was refused as having no tokenizer (it has none to give), a functional one
+    failed in Keras ("Output with path `` is not connected"); dynamic_padding="no" exported
+    dynamic padding (a truthy string)."""
+    model = ids_export[0] if model == "task" else model
+    with pytest.raises(error, match=message):
+        kb.export.export_saved_model(model, str(tmp_path / "1"), tokenizer=tokenizer(), **options)
+    assert not (tmp_path / "1").exists()
+
+
+def test_export_refuses_an_export_dir_under_a_file(tmp_path, ids_export):
+    """TensorFlow's FailedPreconditionError from deep in the save, after tracing."""
+    (tmp_path / "notes.txt").write_text("keep")
+    with pytest.raises(NotADirectoryError, match=r"notes.txt' is a file, not a directory"):
+        kb.export.export_saved_model(ids_export[0], str(tmp_path / "notes.txt" / "1"),
+                                     include_preprocessing=False)
+
+
+def _not_a_saved_model(tmp_path, kind):
+    folder = tmp_path / kind
+    if kind == "file":
+        folder.write_text("x")
+        return str(folder)
+    if kind != "missing":
+        folder.mkdir()
+    contents = {"corrupt": b"\x00garbage\xff\xfe" * 10, "empty": b""}
+    if kind in contents:
+        (folder / "saved_model.pb").write_bytes(contents[kind])
+    return str(folder)
+
+
+@pytest.mark.parametrize("kind, error, message", [
+    ("missing", FileNotFoundError, r"missing' does not exist: expected a SavedModel directory"),
+    ("file", FileNotFoundError, r"file' is not a directory: expected a SavedModel directory"),
+    ("no_pb", FileNotFoundError, r"no_pb' has no saved_model.pb: expected a SavedModel"),
+    ("corrupt", ValueError, r"corrupt/saved_model.pb' \(100 bytes\) is not a SavedModel proto"),
+    ("empty", ValueError, r"empty/saved_model.pb' \(0 bytes\) holds no meta graph"),
+], ids=["missing", "file", "no_pb", "corrupt", "empty"])
+@pytest.mark.parametrize("function", ["list_ops", "audit_ops", "strip_unknown_attrs"])
+def test_op_tools_refuse_what_is_not_a_saved_model(tmp_path, function, kind, error, message):
+    """A damaged saved_model.pb was protobuf's DecodeError without the file's name; an empty
+    one listed no op and passed the audit."""
+    with pytest.raises(error, match=message):
+        getattr(kb.export, function)(_not_a_saved_model(tmp_path, kind))
+
+
+@pytest.mark.parametrize("function", ["list_ops", "audit_ops", "strip_unknown_attrs"])
+def test_op_tools_refuse_a_path_that_is_not_a_path(function):
+    """os.path's "expected str, bytes or os.PathLike object, not NoneType"."""
+    with pytest.raises(TypeError, match=r"export_dir=None: expected the path of a SavedModel"):
+        getattr(kb.export, function)(None)
+
+
+def test_strip_unknown_attrs_loses_nothing_when_its_write_fails(tmp_path, monkeypatch):
+    """saved_model.pb was rewritten in place: a write that failed (here: serializing) left it
+    empty, which then listed no op and passed the audit. And tensorflow=None, which core_registry's
+    message offered, is refused by name."""
+    module = tf.Module()
+    module.scale = tf.Variable(2.0)
+    serve = tf.function(lambda x: {"y": x * module.scale},
+                        input_signature=[tf.TensorSpec([None], tf.float32)])
+    path = str(tmp_path / "1")
+    tf.saved_model.save(module, path, signatures={"serving_default": serve.get_concrete_function()})
+    before = (tmp_path / "1" / "saved_model.pb").read_bytes()
+    with pytest.raises(ValueError, match=r"strip_unknown_attrs\(tensorflow=None\): expected the"):
+        kb.export.strip_unknown_attrs(path, tensorflow=None)
+    read = kb.export._read_saved_model
+
+    class Unwritable:
+        def __init__(self, proto):
+            self.meta_graphs = proto.meta_graphs
+
+        def SerializeToString(self):
+            raise OSError("No space left on device")
+
+    monkeypatch.setattr(kb.export, "_read_saved_model", lambda d: Unwritable(read(d)))
+    with pytest.raises(OSError, match="No space left"):
+        kb.export.strip_unknown_attrs(path)
+    assert (tmp_path / "1" / "saved_model.pb").read_bytes() == before
+    assert sorted(os.listdir(path)) == ["assets", "fingerprint.pb", "saved_model.pb", "variables"]
+
+
 # === Requests the string and token_ids signatures must serve as predict does, or refuse by name
 def test_qa_export_reads_invalid_utf8_as_answer_does(exports):
     """Contexts that are not valid UTF-8: each invalid sequence is one U+FFFD (as for every

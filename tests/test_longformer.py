@@ -1116,3 +1116,28 @@ def test_predict_refuses_more_tokens_than_max_sequence_length():
     else:
         with pytest.raises(ValueError, match=message):
             backbone.predict(_inputs(40, global_tokens=False), verbose=0)
+
+
+@pytest.mark.multibackend
+@pytest.mark.parametrize("source, options, message", [
+    ("roberta", {"max_sequence_length": "64"}, r"max_sequence_length='64'; expected a positive"),
+    ("roberta", {"max_sequence_length": None}, r"max_sequence_length=None; expected a positive"),
+    ("roberta", {"max_sequence_length": -1}, r"max_sequence_length=-1; expected a positive"),
+    ("bert", {"max_sequence_length": 64.0}, r"from_bert: max_sequence_length=64.0; expected"),
+    ("missing", {"attention_window": 3}, r"attention_window must be a positive even integer "
+                                         r"\(w/2 tokens on each side\), got 3"),
+    ("missing", {"attention_window": 0}, r"attention_window must be .* got 0"),
+], ids=["length_str", "length_none", "length_negative", "length_float", "odd_window_first",
+        "zero_window_first"])
+def test_from_encoder_refuses_bad_lengths_and_windows_first(tmp_path, source, options, message):
+    """A length of another type was Python's "'<' not supported between 'str' and 'int'"; a bad
+    window was found only after the checkpoint loaded (a missing one's error came first)."""
+    small = dict(vocabulary_size=120, num_layers=1, num_heads=2, hidden_dim=16,
+                 intermediate_dim=32, max_sequence_length=20)
+    method, source = {
+        "roberta": ("from_roberta", lambda: kb.models.RobertaBackbone(**small)),
+        "bert": ("from_bert", lambda: kb.models.BertBackbone(**small)),
+        "missing": ("from_roberta", lambda: str(tmp_path / "no_such_preset"))}[source]
+    arguments = dict(dict(max_sequence_length=64, attention_window=4), **options)
+    with pytest.raises(ValueError, match=message):
+        getattr(kb.models.LongformerBackbone, method)(source(), **arguments)

@@ -1080,3 +1080,68 @@ def test_hf_roberta_config_default_two_token_types(tmp_path):
     assert _max_diff_on_tokens(to_numpy(ours["sequence_output"]), ref.last_hidden_state.numpy(),
                                x["padding_mask"]) <= 1e-4
     assert np.abs(to_numpy(ours["pooled_output"]) - ref.pooler_output.numpy()).max() <= 1e-4
+
+
+def _tiny_classifier():
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "film"]
+    tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=vocab, lowercase=True)
+    backbone = kb.models.BertBackbone(len(vocab), 1, 2, 16, 32, max_sequence_length=16)
+    return kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=(
+        kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=8)))
+
+
+@pytest.mark.parametrize("point", ["backbone_weights", "tokenizer", "task_weights", "checksums",
+                                   "manifest"])
+def test_a_save_to_preset_stopped_midway_is_not_loadable(tmp_path, monkeypatch, point):
+    """A save that fails (or is killed) after any of its writes leaves no manifest, so nothing
+    half-written loads as if whole, over a whole preset too; the load names the unfinished save
+    (it said the directory was neither ours, keras-hub's nor HF's)."""
+    task = _tiny_classifier()
+    path = str(tmp_path / "preset")
+    task.save_to_preset(path)  # a whole preset, then rewritten and stopped
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt(point)
+
+    target, name = {"backbone_weights": (kb.models.BertBackbone, "save_weights"),
+                    "tokenizer": (kb.presets, "save_tokenizer"),
+                    "task_weights": (kb.tasks.TextClassifier, "save_weights"),
+                    "checksums": (kb.presets.integrity, "checksums"),
+                    "manifest": (json, "dump")}[point]
+    monkeypatch.setattr(target, name, stop)
+    with pytest.raises(KeyboardInterrupt):
+        task.save_to_preset(path)
+    monkeypatch.undo()
+    assert "keras_bertfam.json" not in os.listdir(path)
+    for load in (kb.models.BertBackbone.from_preset, kb.tasks.TextClassifier.from_preset,
+                 kb.preprocessing.Tokenizer.from_preset):
+        with pytest.raises(ValueError, match=r"holds backbone.weights.h5.* but no "
+                                             r"keras_bertfam.json: a save_to_preset that did "
+                                             r"not finish"):
+            load(path)
+    task.save_to_preset(path)  # saving again makes it whole
+    assert kb.tasks.TextClassifier.from_preset(path).num_classes == 2
+
+
+def test_convert_and_save_to_preset_refuse_paths_by_name(tmp_path):
+    """convert(None) was os.path's TypeError; a registered name or one of our preset
+    directories "has no config.json"; save_to_preset onto a file os.makedirs' "[Errno 17]"."""
+    ours = str(tmp_path / "ours")
+    _tiny_classifier().backbone.save_to_preset(ours)
+    (tmp_path / "notes.txt").write_text("keep")
+    for path, error, message in [
+            (None, TypeError, r"convert's path \(an HF-format model directory\) .* got None"),
+            (3, TypeError, r"convert's path .* got 3"),
+            (str(tmp_path / "missing"), FileNotFoundError,
+             r"missing'\): no such directory; expected an HF-format model directory"),
+            ("bert_tiny_en_uncased", FileNotFoundError,
+             r"Load a registered name with its backbone's from_preset "
+             r"\(kb.models.BertBackbone.from_preset\)"),
+            (ours, ValueError, r"ours'\): a keras_bertfam preset directory; expected an "
+                               r"HF-format model directory")]:
+        with pytest.raises(error, match=message):
+            kb.presets.convert(path)
+    with pytest.raises(FileExistsError, match=r"notes.txt'\): that path is a file; expected a "
+                                              r"directory"):
+        _tiny_classifier().save_to_preset(str(tmp_path / "notes.txt"))
+    assert (tmp_path / "notes.txt").read_text() == "keep"

@@ -1,5 +1,6 @@
 """Longformer (Beltagy et al. 2020): RoBERTa with sliding-window + global attention."""
 import keras
+import numpy as np
 from keras import ops
 
 from keras_bertfam import preset_hooks
@@ -383,6 +384,13 @@ class LongformerBackbone(Backbone):
     def _copy_encoder(cls, source_cls, source_name, preset_or_dir, max_sequence_length,
                       attention_window, **kwargs):
         method = f"from_{source_name.lower()}"
+        if (not isinstance(max_sequence_length, (int, np.integer))
+                or isinstance(max_sequence_length, bool) or max_sequence_length <= 0):
+            raise ValueError(f"LongformerBackbone.{method}: max_sequence_length="
+                             f"{max_sequence_length!r}; expected a positive integer (the "
+                             "Longformer's position table, at least the checkpoint's).")
+        if not isinstance(attention_window, (list, tuple)):
+            check_window(attention_window)  # before the checkpoint is loaded
         if isinstance(preset_or_dir, Backbone):
             if not isinstance(preset_or_dir, source_cls):
                 raise ValueError(

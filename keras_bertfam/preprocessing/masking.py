@@ -1508,6 +1508,10 @@ def _lexicon_ids(entries, tokenizer, arg):
     if strings and len(strings) != len(entries):
         raise ValueError(f"{arg} must be all strings or all token-id sequences, not a mix")
     if strings:
+        if tokenizer is not None and not callable(tokenizer):
+            raise ValueError(f"tokenizer={tokenizer!r}: expected a tokenizer object (e.g. "
+                             f"kb.preprocessing.WordPieceTokenizer), which turns the {arg} into "
+                             "token ids")
         if tokenizer is None:
             raise ValueError(
                 f"{arg} are strings: pass tokenizer= (the tokenizer of the model's vocabulary, "
@@ -1525,9 +1529,14 @@ def _lexicon_ids(entries, tokenizer, arg):
     out = []
     for e in entries:
         try:
-            out.append(tuple(int(i) for i in np.asarray(e).reshape(-1)))
-        except (TypeError, ValueError):
-            raise ValueError(f"{arg}: entry {e!r} is neither a string nor a sequence of ids")
+            ids = None if e is None or np.isscalar(e) else np.asarray(e)
+        except ValueError:  # ragged nested lists
+            ids = None
+        if ids is None or ids.ndim != 1 or not (ids.size == 0 or np.issubdtype(ids.dtype,
+                                                                              np.integer)):
+            raise ValueError(f"{arg}: entry {e!r} is neither a string nor a sequence of integer "
+                             "token ids (a one-token entry is a list of one id, e.g. [2054])")
+        out.append(tuple(int(i) for i in ids))
     return out
 
 
@@ -1657,7 +1666,12 @@ class _LexiconMasker(WholeWordMasker):
         if lexicon is None:
             raise ValueError(f"Pass {arg}= (a list of strings with tokenizer=, or of id lists)")
         if not isinstance(lexicon, (str, bytes)):
+            if not hasattr(lexicon, "__iter__"):
+                raise ValueError(f"{arg} must be a list of entries (strings with tokenizer=, or "
+                                 f"token-id lists); got {type(lexicon).__name__} {lexicon!r:.80}")
             lexicon = list(lexicon)  # iterated twice (a generator would be empty the second time)
+        if not isinstance(prefer_units, bool):
+            raise ValueError(f"prefer_units must be True or False; got {prefer_units!r}")
         entries = _lexicon_ids(lexicon, tokenizer, arg)
         V = self.vocabulary_size
         special = set(self._unselectable_list)

@@ -20,6 +20,9 @@ def _texts(corpus):
     """Strings from an iterable of str/bytes, a NumPy array, or a tf.data.Dataset of strings."""
     if isinstance(corpus, (str, bytes)):
         raise ValueError("corpus must be an iterable of documents, not a single string")
+    if not hasattr(corpus, "__iter__"):
+        raise ValueError(f"corpus must be an iterable of documents (strings) or a "
+                         f"tf.data.Dataset of them; got {type(corpus).__name__} {corpus!r:.80}")
     try:
         import tensorflow as tf
 
@@ -66,14 +69,19 @@ def learn_phrases(corpus, min_count=5, threshold=0.5, max_words=3, max_phrases=N
     >>> learn_phrases(docs, min_count=3, threshold=0.6)
     ['new york city']
     """
-    if int(min_count) < 1:
-        raise ValueError(f"min_count must be >= 1; got {min_count}")
-    if not -1.0 <= float(threshold) <= 1.0:
-        raise ValueError(f"threshold is a normalized PMI in [-1, 1]; got {threshold}")
-    if int(max_words) < 2:
-        raise ValueError(f"max_words must be >= 2; got {max_words}")
-    if max_phrases is not None and int(max_phrases) < 1:
-        raise ValueError(f"max_phrases must be a positive int or None; got {max_phrases}")
+    for name, value, low in (("min_count", min_count, 1), ("max_words", max_words, 2),
+                             ("max_phrases", 1 if max_phrases is None else max_phrases, 1)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}"
+                             f"{' or None' * (name == 'max_phrases')}; got {value!r}")
+    if (not isinstance(threshold, (int, float, np.number)) or isinstance(threshold, bool)
+            or not -1.0 <= float(threshold) <= 1.0):
+        raise ValueError(f"threshold is a normalized PMI in [-1, 1]; got {threshold!r}")
+    if not isinstance(lowercase, bool):
+        raise ValueError(f"lowercase must be True or False; got {lowercase!r}")
+    if isinstance(stop_words, (str, bytes)) or not all(
+            isinstance(w, str) for w in stop_words or ()):
+        raise ValueError(f"stop_words must be a list of words (strings); got {stop_words!r}")
     stop = {w.lower() if lowercase else w for w in (stop_words or ())}
 
     # Sentences of units; a unit is a tuple of words. Punctuation splits chunks.

@@ -145,6 +145,9 @@ def _write_preset(preset_dir, backbone, tokenizer=None, task=None):
     """Weights and assets first, then the manifest with their sha256: a directory whose manifest
     exists is complete, and every file it names is verified on load."""
     preset_dir = preset_path(preset_dir, "save_to_preset")
+    if os.path.exists(preset_dir) and not os.path.isdir(preset_dir):
+        raise FileExistsError(f"save_to_preset({preset_dir!r}): that path is a file; expected a "
+                              "directory (new, or a preset to overwrite).")
     spec = family_of_class(type(backbone))
     if spec is None:
         raise ValueError(f"{type(backbone).__name__} is not a registered family's backbone.")
@@ -500,6 +503,18 @@ def convert(path, load_weights=True, **overrides):
     """An HF-format model directory -> our backbone with the checkpoint's weights. An override
     of a setting that changes what the weights compute warns, as `from_preset`'s
     (`warn_function_overrides`)."""
+    path = preset_path(path, "convert's path (an HF-format model directory)")
+    loader = None if not os.path.isdir(path) else (
+        OursLoader if OursLoader.claims(path) else KerasHubLoader
+        if KerasHubLoader.claims(path) else HFDirLoader)
+    if loader is not HFDirLoader:
+        what = {None: "no such directory", OursLoader: "a keras_bertfam preset directory",
+                KerasHubLoader: "a keras-hub preset directory"}[loader]
+        cls = FAMILIES[PRESETS[path].family].backbone_cls if path in PRESETS else None
+        raise (FileNotFoundError if loader is None else ValueError)(
+            f"convert({path!r}): {what}; expected an HF-format model directory (config.json and "
+            f"weights). Load {'a registered name' if cls else 'a preset'} with its backbone's "
+            f"from_preset (kb.models.{cls.__name__ if cls else 'BertBackbone'}.from_preset).")
     backbone = convert_hf(path, load_weights=load_weights, **overrides)
     if load_weights:
         cls, saved = HFDirLoader(path, path).backbone_config()

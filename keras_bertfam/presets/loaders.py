@@ -80,6 +80,13 @@ def _directory_loader(preset, where):
             return loader(preset, where)
     if where != preset:  # a hub snapshot: HF's format (its errors name the missing files)
         return HFDirLoader(preset, where)
+    written = [f for f in (BACKBONE_WEIGHTS, TASK_WEIGHTS, MANIFEST + ".tmp")
+               if os.path.exists(os.path.join(where, f))]
+    if written:  # `_write_preset` writes its manifest last: this save did not finish
+        raise ValueError(
+            f"{preset!r} holds {', '.join(written)} but no {MANIFEST}: a save_to_preset that "
+            "did not finish (interrupted, or it failed) wrote it, and its files are not known "
+            "to be whole. Save the model to it again.")
     raise ValueError(
         f"{preset!r} is neither a keras_bertfam preset directory ({MANIFEST}), a keras-hub "
         "preset directory (config.json or tokenizer.json of a keras-hub class) nor an "

@@ -2,16 +2,36 @@
 import inspect
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_bertfam import preset_hooks
 from keras_bertfam.layers.heads import gather_positions
+from keras_bertfam.models.backbone import Backbone
 from keras_bertfam.models.distil_bert import DistilBertBackbone
 from keras_bertfam.tasks.losses import mlm_targets, weight_sum, weighted_sparse_ce
 from keras_bertfam.tasks.masked_lm import MaskedLM, mask_id_table
 from keras_bertfam.tasks.task import Task
 
 DISTILBERT_LAYERS = (0, 2, 4, 7, 9, 11)
+
+
+def _check_loss_settings(temperature, **alphas):
+    """The softmax temperature: a finite number > 0 (0 or less gave NaN losses); the loss
+    weights: finite numbers >= 0, not all 0."""
+    def number(value):
+        return (isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+                and np.isfinite(value))
+
+    if not number(temperature) or temperature <= 0:
+        raise ValueError(f"temperature={temperature!r}: expected a finite number > 0 (the "
+                         "softmax temperature of both models' logits; DistilBERT's is 2.0).")
+    for name, value in alphas.items():
+        if not number(value) or value < 0:
+            raise ValueError(f"{name}={value!r}: expected a finite number >= 0 (a loss weight).")
+    if not any(alphas.values()):
+        raise ValueError(f"{', '.join(f'{k}=0' for k in alphas)}: every loss weighs 0, so "
+                         "nothing is trained; give at least one a positive weight.")
 
 
 # === Student initialization ===
@@ -147,6 +167,9 @@ class Distiller(Task):
         **kwargs,
     ):
         for role, model in (("teacher", teacher), ("student", student)):
+            if not isinstance(model, (Task, Backbone)):
+                raise TypeError(f"Distiller's {role} is a MaskedLM or a kb.models backbone; got "
+                                f"{type(model).__name__} {model!r:.80}.")
             if isinstance(model, Task) and not isinstance(model, MaskedLM):
                 # (a TextClassifier's logits, or with an `activation` its probabilities, are
                 # not what this distils)
@@ -159,6 +182,14 @@ class Distiller(Task):
         if not isinstance(student, MaskedLM):
             student = MaskedLM(student, name="student")
             _copy_head_if_same_size(teacher.mlm_head, student.mlm_head)
+        sizes = [m.backbone.vocabulary_size for m in (teacher, student)]
+        if sizes[0] != sizes[1]:
+            raise ValueError(
+                f"The distillation loss compares the teacher's and the student's logits over "
+                f"one vocabulary: the teacher's vocabulary_size ({sizes[0]}) and the student's "
+                f"({sizes[1]}) must be equal (the same tokenizer).")
+        _check_loss_settings(temperature=temperature, alpha_ce=alpha_ce, alpha_mlm=alpha_mlm,
+                             alpha_cos=alpha_cos)
         if teacher.backbone.hidden_dim != student.backbone.hidden_dim:
             raise ValueError(
                 f"The cosine loss compares hidden states: the teacher's width "
