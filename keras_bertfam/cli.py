@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 
-from keras_bertfam.run_directory import RunDirectory, RunDirectoryError, replace_dir
+from keras_bertfam.run_directory import RunDirectory, RunDirectoryError
 
 # Arguments that name the objective each family pretrains with (kb.tasks class names).
 PRETRAINERS = {
@@ -839,9 +839,7 @@ def _pretrain(args, run, state, step, where, products):
     preset_dir = os.path.join(args.output, "preset")
     preset_done, export_done = _products_done(args, products, step)
     if not preset_done:
-        tmp = os.path.join(args.output, f"tmp-preset.{os.getpid()}")
-        task.save_to_preset(tmp)
-        replace_dir(tmp, preset_dir)
+        task.save_to_preset(preset_dir)  # written beside it and renamed over it whole
         products = dict(products, preset={"step": step})
         _dump_atomic(os.path.join(args.output, PRODUCTS), products)
     print(f"Trained {trained} steps in this run ({start_step} -> {step}) in {elapsed:.0f} s; "

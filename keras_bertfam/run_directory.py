@@ -22,6 +22,8 @@ import json
 import os
 import shutil
 
+from keras_bertfam.atomic import fsync_dir
+
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
 LOCK = ".lock"
@@ -46,19 +48,6 @@ def _boundary(step, label):
         boundary_hook(n, step, label)
     if os.environ.get("KERAS_BERTFAM_TEST_EXIT_AT_BOUNDARY") == str(n):
         os._exit(137)
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def sha256(path):
@@ -252,13 +241,13 @@ class RunDirectory:
             json.dump({"format": FORMAT, "step": step, "files": files}, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         _boundary(step, f"wrote {MANIFEST}")
         if os.path.exists(final):  # this step is saved already (complete): keep that one
             shutil.rmtree(tmp)
             return final
         os.rename(tmp, final)
-        _fsync_dir(self.checkpoints)
+        fsync_dir(self.checkpoints)
         _boundary(step, f"renamed to {os.path.basename(final)}")
         for old in self.steps():
             if old != step:
@@ -268,16 +257,3 @@ class RunDirectory:
                 shutil.rmtree(trash)
                 _boundary(step, f"removed step-{old}")
         return final
-
-
-def replace_dir(tmp, final):
-    """Moves the complete directory `tmp` to `final`, replacing what is there (the old one is
-    renamed aside first and removed after)."""
-    head, name = os.path.split(final)
-    old = os.path.join(head, f"tmp-old-{name}.{os.getpid()}")
-    if os.path.exists(final):
-        os.rename(final, old)
-    os.rename(tmp, final)
-    _fsync_dir(head)
-    if os.path.exists(old):
-        shutil.rmtree(old)

@@ -1090,37 +1090,85 @@ def _tiny_classifier():
         kb.preprocessing.TextClassifierPreprocessor(tokenizer, sequence_length=8)))
 
 
-@pytest.mark.parametrize("point", ["backbone_weights", "tokenizer", "task_weights", "checksums",
-                                   "manifest"])
-def test_a_save_to_preset_stopped_midway_is_not_loadable(tmp_path, monkeypatch, point):
-    """A save that fails (or is killed) after any of its writes leaves no manifest, so nothing
-    half-written loads as if whole, over a whole preset too; the load names the unfinished save
-    (it said the directory was neither ours, keras-hub's nor HF's)."""
+def _logits_kernel(path):
+    return to_numpy(kb.tasks.TextClassifier.from_preset(path).head.kernel)
+
+
+_SAVE_STEPS = {"backbone_weights": (kb.models.BertBackbone, "save_weights"),
+               "tokenizer": (kb.presets, "save_tokenizer"),
+               "task_weights": (kb.tasks.TextClassifier, "save_weights"),
+               "checksums": (kb.presets.integrity, "checksums"),
+               "manifest": (json, "dump")}
+
+
+@pytest.mark.parametrize("point", [*_SAVE_STEPS, "first rename", "second rename"])
+def test_a_save_to_preset_stopped_midway_leaves_the_previous_preset(tmp_path, monkeypatch,
+                                                                     point):
+    """A rewrite that fails (or is interrupted) at any of its writes leaves the previous preset
+    whole and loadable, and the files beside it that are not the preset's. It removed the old
+    manifest first and left a directory no loader would take (since session 48 a preset is
+    written beside the old one and renamed over it, `atomic.replace_dir`). Stopped between
+    the two renames, the load names where the previous preset is."""
     task = _tiny_classifier()
     path = str(tmp_path / "preset")
-    task.save_to_preset(path)  # a whole preset, then rewritten and stopped
+    task.save_to_preset(path)
+    (tmp_path / "preset" / "README.md").write_text("model card")
+    before = _logits_kernel(path)
+    task.head.kernel.assign(before + 1.0)
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt(point)
 
-    target, name = {"backbone_weights": (kb.models.BertBackbone, "save_weights"),
-                    "tokenizer": (kb.presets, "save_tokenizer"),
-                    "task_weights": (kb.tasks.TextClassifier, "save_weights"),
-                    "checksums": (kb.presets.integrity, "checksums"),
-                    "manifest": (json, "dump")}[point]
-    monkeypatch.setattr(target, name, stop)
+    if point in _SAVE_STEPS:
+        monkeypatch.setattr(*_SAVE_STEPS[point], stop)
+    else:
+        renames, rename = [], os.rename
+
+        def counted(a, b):  # the first, or the second, rename of replace_dir does not happen
+            renames.append(a)
+            if len(renames) == {"first rename": 1, "second rename": 2}[point]:
+                stop()
+            rename(a, b)
+
+        monkeypatch.setattr(kb.atomic.os, "rename", counted)
     with pytest.raises(KeyboardInterrupt):
         task.save_to_preset(path)
     monkeypatch.undo()
-    assert "keras_bertfam.json" not in os.listdir(path)
+    if point == "second rename":  # the old one is renamed aside, the new one not yet in place
+        (old,) = [str(p) for p in tmp_path.iterdir() if p.name.startswith("tmp-old-preset.")]
+        with pytest.raises(FileNotFoundError, match=r"interrupted, and the previous preset is "
+                                                    r"whole at '.*tmp-old-preset\.\d+'"):
+            kb.tasks.TextClassifier.from_preset(path)
+        os.rename(old, path)  # what the message says to do
+    np.testing.assert_array_equal(_logits_kernel(path), before)
+    assert (tmp_path / "preset" / "README.md").read_text() == "model card"
+    task.save_to_preset(path)  # saving again replaces it, and keeps the other files
+    np.testing.assert_array_equal(_logits_kernel(path), before + 1.0)
+    assert (tmp_path / "preset" / "README.md").read_text() == "model card"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["preset"], list(tmp_path.iterdir())
+
+
+def test_a_first_save_to_preset_stopped_midway_leaves_no_directory(tmp_path, monkeypatch):
+    """A first save stopped at its last write: nothing at the path (not a directory of files
+    without a manifest), nothing beside it."""
+    monkeypatch.setattr(json, "dump", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_classifier().save_to_preset(str(tmp_path / "preset"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_weights_without_a_manifest_are_named_as_an_unfinished_save(tmp_path):
+    """A directory with our weights files but no manifest (copied by hand, or written by a
+    version that saved in place): the load names the missing manifest."""
+    path = str(tmp_path / "preset")
+    _tiny_classifier().save_to_preset(path)
+    os.remove(os.path.join(path, "keras_bertfam.json"))
     for load in (kb.models.BertBackbone.from_preset, kb.tasks.TextClassifier.from_preset,
                  kb.preprocessing.Tokenizer.from_preset):
         with pytest.raises(ValueError, match=r"holds backbone.weights.h5.* but no "
                                              r"keras_bertfam.json: a save_to_preset that did "
                                              r"not finish"):
             load(path)
-    task.save_to_preset(path)  # saving again makes it whole
-    assert kb.tasks.TextClassifier.from_preset(path).num_classes == 2
 
 
 def test_convert_and_save_to_preset_refuse_paths_by_name(tmp_path):

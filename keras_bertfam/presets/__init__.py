@@ -22,8 +22,9 @@ import json
 import math
 import os
 import re
+import shutil
 
-from keras_bertfam import preset_hooks
+from keras_bertfam import atomic, preset_hooks
 from keras_bertfam.models import weights_files
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format  # noqa: F401
 from keras_bertfam.presets.deferred import deferred_initialization, deferring
@@ -142,8 +143,11 @@ def save_backbone(backbone, preset_dir, tokenizer=None):
 
 
 def _write_preset(preset_dir, backbone, tokenizer=None, task=None):
-    """Weights and assets first, then the manifest with their sha256: a directory whose manifest
-    exists is complete, and every file it names is verified on load."""
+    """Weights and assets first, then the manifest with their sha256 (a directory whose manifest
+    exists is complete, and every file it names is verified on load), all into a new directory
+    beside `preset_dir` that then replaces it whole (`atomic.replace_dir`): a save interrupted
+    or failing at any point leaves the previous preset as it was. Files of the old directory
+    that are not the preset's (a README, a model card) are copied into the new one."""
     preset_dir = preset_path(preset_dir, "save_to_preset")
     if os.path.exists(preset_dir) and not os.path.isdir(preset_dir):
         raise FileExistsError(f"save_to_preset({preset_dir!r}): that path is a file; expected a "
@@ -152,10 +156,39 @@ def _write_preset(preset_dir, backbone, tokenizer=None, task=None):
     if spec is None:
         raise ValueError(f"{type(backbone).__name__} is not a registered family's backbone.")
     _check_finite_weights(task if task is not None else backbone, preset_dir)
-    os.makedirs(preset_dir, exist_ok=True)
+    head, name = os.path.split(os.path.realpath(preset_dir))  # a link's directory is replaced
+    os.makedirs(head, exist_ok=True)
+    stage = os.path.join(head, f"tmp-new-{name}.{os.getpid()}")
+    shutil.rmtree(stage, ignore_errors=True)  # this process's own, from a save that failed
+    os.makedirs(stage)
+    try:
+        _write_preset_files(stage, spec, backbone, tokenizer, task)
+        if os.path.isdir(preset_dir):
+            _copy_other_files(preset_dir, stage)
+        atomic.replace_dir(stage, os.path.join(head, name))
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+# What a preset directory holds of its own: the rest of an old one is copied over by a rewrite.
+_PRESET_ENTRIES = (MANIFEST, MANIFEST + ".tmp", BACKBONE_WEIGHTS, TASK_WEIGHTS,
+                   TOKENIZER_ASSETS.split(os.sep)[0])
+
+
+def _copy_other_files(old, new):
+    for entry in os.listdir(old):
+        if entry in _PRESET_ENTRIES or os.path.lexists(os.path.join(new, entry)):
+            continue
+        source = os.path.join(old, entry)
+        if os.path.isdir(source) and not os.path.islink(source):
+            shutil.copytree(source, os.path.join(new, entry), symlinks=True)
+        else:
+            shutil.copy2(source, os.path.join(new, entry), follow_symlinks=False)
+
+
+def _write_preset_files(preset_dir, spec, backbone, tokenizer, task):
     manifest_path = os.path.join(preset_dir, MANIFEST)
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)  # an interrupted rewrite leaves no manifest naming old files
     config = backbone.get_config()
     for key in ("name", "trainable", "dtype"):
         config.pop(key, None)

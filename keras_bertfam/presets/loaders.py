@@ -17,6 +17,7 @@ import os
 
 import keras
 
+from keras_bertfam import atomic
 from keras_bertfam.models import weights_files
 from keras_bertfam.presets import checkpoints, integrity, keras_hub_format
 from keras_bertfam.presets.deferred import deferring
@@ -66,6 +67,12 @@ def get_loader(preset, download=False):
         return HubCacheLoader(preset, PRESETS[preset], download)
     if preset.count("/") == 1 and not preset.startswith(("/", ".")):
         return _directory_loader(preset, hub_snapshot(preset, download))
+    left = atomic.old_copies(preset)
+    if left:  # a kill between replace_dir's two renames
+        raise FileNotFoundError(
+            f"Preset directory {preset!r} does not exist: a save_to_preset replacing it was "
+            f"interrupted, and the previous preset is whole at {left[-1]!r}. Rename that "
+            f"directory to {preset!r} to load it, or save the model to {preset!r} again.")
     if os.sep in preset:
         raise FileNotFoundError(f"Preset directory {preset!r} does not exist.")
     return HubCacheLoader(preset, get(preset), download)
