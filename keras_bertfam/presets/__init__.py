@@ -280,22 +280,13 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         _warn_if_multi_label(cls, loader)
     # keras-hub's `dtype=` builds the backbone with that policy (the task's layers follow it)
     dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
-    backbone = loader.load_backbone(load_weights=load_weights,
-                                    warn_no_pooler=not from_hf,  # load_hf_heads warns: heads may
-                                    **dtype)
-    if preprocessor == "default":
-        tokenizer = loader.load_tokenizer()
-        args = dict(saved.get("preprocessor", {}))
-        args.update(_pop_preprocessor_args(cls, kwargs))
-        _follow_sequence_length(args, saved.get("preprocessor", {}))
-        args.update({k: kwargs[k] for k in getattr(cls, "preprocessor_shared_args", ())
-                     if k in kwargs})
-        preprocessor = cls.default_preprocessor(tokenizer, backbone, **args)
-    else:
-        _pop_preprocessor_args(cls, kwargs)
-    # a saved model argument (ElectraPretrainer's generator) as `Task.from_config` rebuilds it
-    kwargs = {k: keras_object(v) for k, v in kwargs.items()}
-    task = cls(**{backbone_argument(cls): backbone}, preprocessor=preprocessor, **kwargs)
+    tasks = []  # built on the backbone before its weights are read: a bad argument fails first
+    loader.load_backbone(load_weights=load_weights,
+                         warn_no_pooler=not from_hf,  # load_hf_heads warns: heads may fill it
+                         built=lambda backbone: tasks.append(_build_task(
+                             cls, loader, backbone, preprocessor, saved, dict(kwargs))),
+                         **dtype)
+    task = tasks[0]
     if saved and load_weights:
         try:
             loader.load_task_weights(task, overridden=changed)
@@ -310,6 +301,24 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     elif from_hf:
         load_hf_heads(task, loader, download=download, warn_no_pooler=True)
     return task
+
+
+def _build_task(cls, loader, backbone, preprocessor, saved, kwargs):
+    """`cls` on `backbone` with `kwargs`; with preprocessor="default", `cls.default_preprocessor`
+    on the preset's tokenizer, with the saved preprocessor's arguments and those of `kwargs`."""
+    if preprocessor == "default":
+        tokenizer = loader.load_tokenizer()
+        args = dict(saved.get("preprocessor", {}))
+        args.update(_pop_preprocessor_args(cls, kwargs))
+        _follow_sequence_length(args, saved.get("preprocessor", {}))
+        args.update({k: kwargs[k] for k in getattr(cls, "preprocessor_shared_args", ())
+                     if k in kwargs})
+        preprocessor = cls.default_preprocessor(tokenizer, backbone, **args)
+    else:
+        _pop_preprocessor_args(cls, kwargs)
+    # a saved model argument (ElectraPretrainer's generator) as `Task.from_config` rebuilds it
+    kwargs = {k: keras_object(v) for k, v in kwargs.items()}
+    return cls(**{backbone_argument(cls): backbone}, preprocessor=preprocessor, **kwargs)
 
 
 def _is_generic_task(cls):

@@ -256,7 +256,8 @@ def family_of(path, families):
     return families[fmt.family], fmt
 
 
-def load_backbone(path, spec, fmt, load_weights=True, **overrides):
+def load_backbone(path, spec, fmt, load_weights=True, built=None, **overrides):
+    """Our backbone of the keras-hub preset `path`; `built`: see `PresetLoader.load_backbone`."""
     if not os.path.exists(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"The keras-hub preset {path!r} has no config.json: it holds a "
                                 "tokenizer only, no backbone.")
@@ -264,6 +265,8 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
     backbone = spec.backbone_cls(**dict(fmt.config(config["config"]), **overrides))
     if config["config"].get("trainable") is False and "trainable" not in overrides:
         backbone.trainable = False  # frozen when saved: keras-hub's from_preset keeps it so
+    if built is not None:
+        built(backbone)
     if not load_weights:
         return backbone
     weights = os.path.join(path, "model.weights.h5")
