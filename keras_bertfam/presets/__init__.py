@@ -99,13 +99,13 @@ def count_params(preset):
 # === Backbones ===
 @deferring
 def load_backbone(preset, cls=None, load_weights=True, download=False, warn_no_pooler=True,
-                  **overrides):
+                  built=None, **overrides):
     """The backbone of `preset` (any source); `cls` checks the family. `warn_no_pooler`: see
-    `convert_hf`. An override of a setting that changes what the preset's weights compute
-    warns (`warn_function_overrides`)."""
+    `convert_hf`; `built`: see `PresetLoader.load_backbone`. An override of a setting that
+    changes what the preset's weights compute warns (`warn_function_overrides`)."""
     loader = get_loader(preset, download)
-    backbone = loader.load_backbone(
-        cls=cls, load_weights=load_weights, warn_no_pooler=warn_no_pooler, **overrides)
+    backbone = loader.load_backbone(cls=cls, load_weights=load_weights,
+                                    warn_no_pooler=warn_no_pooler, built=built, **overrides)
     if load_weights:
         found = loader.backbone_config()
         if found is not None:
