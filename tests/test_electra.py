@@ -241,6 +241,26 @@ def test_save_reload(tmp_path):
     assert again.generator.hidden_dim == 8
 
 
+def test_a_bad_argument_fails_before_any_weights_are_read(tmp_path, monkeypatch):
+    """ElectraPretrainer.from_preset builds the task on its two backbones before reading their
+    weights: a bad argument is refused first."""
+    from keras_bertfam.presets import checkpoints
+
+    _, path = _hf_electra(tmp_path)
+
+    def reads_weights(*args, **kwargs):
+        raise AssertionError("weights read before the arguments were checked")
+
+    monkeypatch.setattr(checkpoints, "load_state_dict", reads_weights)
+    for generator in (None, path):
+        with pytest.raises(TypeError, match=r"ElectraPretrainer got unexpected keyword "
+                                            r"argument\(s\) \['mask_rate'\]"):
+            ElectraPretrainer.from_preset(path, generator_preset=generator, preprocessor=None,
+                                          mask_rate=0.2)
+        with pytest.raises(AssertionError, match="weights read"):  # good ones: weights read
+            ElectraPretrainer.from_preset(path, generator_preset=generator, preprocessor=None)
+
+
 def test_pretrainer_preset_keeps_generator_and_heads(tmp_path):
     """`save_to_preset` saves the generator, its MLM head and the discriminator's head, as the
     other pretrainers save theirs: `from_preset` gives the same generator and discriminator

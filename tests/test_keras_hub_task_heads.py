@@ -147,6 +147,24 @@ def test_keras_hub_distil_bert_head_loads(tmp_path, kind):
     _check_same_outputs(theirs, ours, kind)
 
 
+@pytest.mark.parametrize("kind", ["TextClassifier", "MaskedLM"])
+def test_head_loads_without_a_keras_hub_task(saved_tasks, monkeypatch, kind):
+    """The head's weights are read from task.weights.h5 itself: no keras-hub task (and no second
+    keras-hub backbone, a base model's 440 MB) is built for them. The one keras-hub backbone is
+    load_backbone's, which reads model.weights.h5."""
+    built = []
+    for cls in (keras_hub.models.Task, keras_hub.models.Backbone):
+        def counting(self, *args, _init=cls.__init__, _cls=cls, **kwargs):
+            built.append(_cls.__name__)
+            _init(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "__init__", counting)
+    theirs, where = saved_tasks["bert", kind]
+    ours = _load_quietly(getattr(kb.tasks, kind), where)
+    assert built == ["Backbone"]
+    monkeypatch.undo()
+    _check_same_outputs(theirs, ours, kind)
+
+
 def test_loaded_head_saves_and_overrides_warn(saved_tasks, tmp_path):
     """Ours saved again keeps keras-hub's head settings; overriding one warns."""
     theirs, where = saved_tasks["bert", "MaskedLM"]
@@ -231,6 +249,37 @@ def test_non_finite_head_weight_names_the_tensor(tokenizers, tmp_path):
     theirs.save_to_preset(str(tmp_path))
     with pytest.raises(integrity.IntegrityError, match=r"task.weights.h5.*'logits/kernel'.*NaN"):
         kb.tasks.TextClassifier.from_preset(str(tmp_path))
+
+
+def test_a_head_weight_left_over_names_it(saved_tasks, tmp_path):
+    """An array of task.weights.h5 that no weight of ours takes is an error, not dropped."""
+    import h5py
+
+    where = _copy_of(saved_tasks["bert", "TextClassifier"][1], tmp_path)
+    with h5py.File(where / "task.weights.h5", "a") as f:
+        f["layers/dense/vars/2"] = np.zeros(3, "float32")
+    with pytest.raises(checkpoints.CheckpointError, match=r"task.weights.h5.*TextClassifier has "
+                                                          r"no place for.*\['logits/2'\]"):
+        kb.tasks.TextClassifier.from_preset(str(where))
+
+
+def test_bfloat16_head_loads(tokenizers, tmp_path):
+    """A keras-hub task saved in bfloat16 (Keras marks those arrays in the file): its head's
+    values load."""
+    import h5py
+
+    m, tokenizer = keras_hub.models, tokenizers["bert"]()
+    theirs = m.BertTextClassifier(
+        m.BertBackbone(vocabulary_size=tokenizer.vocabulary_size(), dtype="bfloat16", **SIZES),
+        num_classes=3,
+        preprocessor=m.BertTextClassifierPreprocessor(tokenizer, sequence_length=LENGTH))
+    _randomize(theirs)
+    theirs.save_to_preset(str(tmp_path))
+    with h5py.File(tmp_path / "task.weights.h5") as f:
+        assert f["layers/dense/vars/0"].attrs["dtype"] == "bfloat16"
+    ours = _load_quietly(kb.tasks.TextClassifier, str(tmp_path))
+    np.testing.assert_array_equal(to_numpy(ours.head.kernel),
+                                  to_numpy(keras.ops.cast(theirs.output_dense.kernel, "float32")))
 
 
 def test_head_not_matching_task_json_names_the_file(saved_tasks, tmp_path):

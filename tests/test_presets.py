@@ -16,7 +16,7 @@ import pytest
 
 import keras_bertfam as kb
 from conftest import to_numpy, unblock_imports
-from keras_bertfam.presets import checkpoints
+from keras_bertfam.presets import checkpoints, integrity
 from keras_bertfam.presets.params import count_params, encoder_param_count, encoder_arguments
 
 TINY_HF = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -384,6 +384,59 @@ def test_keras_hub_preset_dir(tmp_path, bert_vocab):
     assert tok.bert_lowercase and tok(text).to_list() == reference(text).to_list()
     clf = kb.tasks.TextClassifier.from_preset(str(tmp_path), num_classes=2, sequence_length=8)
     assert clf.predict(["a keras-hub preset"], verbose=0).shape == (1, 2)
+
+
+def _tiny_preset_of(kind, path, bert_vocab, hf_dir):
+    """A tiny BERT preset directory of each source: ours, keras-hub's, HF's."""
+    sizes = dict(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=16,
+                 intermediate_dim=32, max_sequence_length=16)
+    if kind == "ours":
+        kb.presets.save_backbone(kb.models.BertBackbone(**sizes), path,
+                                 tokenizer=kb.preprocessing.WordPieceTokenizer(bert_vocab))
+    elif kind == "keras_hub":
+        import keras_hub
+
+        keras_hub.models.BertBackbone(**sizes).save_to_preset(path)
+        keras_hub.models.BertTokenizer(vocabulary=bert_vocab).save_to_preset(path)
+    else:
+        return hf_dir
+    return path
+
+
+@pytest.mark.parametrize("kind", ["ours", "keras_hub", "hf"])
+def test_a_bad_argument_fails_before_any_weights_are_read(tmp_path, monkeypatch, bert_vocab,
+                                                          hf_pretraining_dir, kind):
+    """A bad preprocessor or task argument of `from_preset` is refused, with its own message,
+    before the preset's weights are read (a typo cost a whole load first)."""
+    import h5py
+
+    where = _tiny_preset_of(kind, str(tmp_path), bert_vocab, hf_pretraining_dir)
+
+    def reads_weights(*args, **kwargs):
+        raise AssertionError("weights read before the arguments were checked")
+
+    def verify(root, recorded, names, _verify=integrity.verify):  # the checksum reads them too
+        if any(name.endswith(".h5") for name in names):
+            reads_weights()
+        return _verify(root, recorded, names)
+
+    def draws(*args, **kwargs):  # nor are the initial values of what failed drawn
+        raise AssertionError("initial values drawn for a model that is not returned")
+
+    for reader in ((h5py, "File", reads_weights), (checkpoints, "load_state_dict", reads_weights),
+                   (integrity, "verify", verify)):
+        monkeypatch.setattr(*reader)
+    monkeypatch.setattr(keras.Variable, "_deferred_initialize", draws)  # the backend's
+    for kwargs, message in (
+            ({"pad_to_multiple_of": 0}, "pad_to_multiple_of must be a positive int or 'auto', "
+                                        "got 0"),
+            ({"num_clases": 3}, r"TextClassifier got unexpected keyword argument\(s\) "
+                                r"\['num_clases'\]"),
+            ({"num_classes": 0}, "num_classes must be a positive int, got 0")):
+        with pytest.raises((ValueError, TypeError), match=message):
+            kb.tasks.TextClassifier.from_preset(where, sequence_length=8, **kwargs)
+    with pytest.raises(Exception, match="weights read before"):  # good ones: the weights read
+        kb.tasks.TextClassifier.from_preset(where, sequence_length=8)
 
 
 def _fake_hub_cache(root, repo_id, model_dir, revision="0123456789abcdef"):

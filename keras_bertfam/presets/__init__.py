@@ -100,13 +100,13 @@ def count_params(preset):
 # === Backbones ===
 @deferring
 def load_backbone(preset, cls=None, load_weights=True, download=False, alone=True,
-                  **overrides):
+                  built=None, **overrides):
     """The backbone of `preset` (any source); `cls` checks the family. `alone`: see
-    `convert_hf`. An override of a setting that changes what the preset's weights compute
-    warns (`warn_function_overrides`)."""
+    `convert_hf`; `built`: see `PresetLoader.load_backbone`. An override of a setting that
+    changes what the preset's weights compute warns (`warn_function_overrides`)."""
     loader = get_loader(preset, download)
-    backbone = loader.load_backbone(
-        cls=cls, load_weights=load_weights, alone=alone, **overrides)
+    backbone = loader.load_backbone(cls=cls, load_weights=load_weights, alone=alone,
+                                    built=built, **overrides)
     if load_weights:
         found = loader.backbone_config()
         if found is not None:
@@ -317,21 +317,13 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
         _warn_if_multi_label(cls, loader)
     # keras-hub's `dtype=` builds the backbone with that policy (the task's layers follow it)
     dtype = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
-    # from an HF checkpoint, load_hf_heads says what is left (its heads may fill the pooler)
-    backbone = loader.load_backbone(load_weights=load_weights, alone=not from_hf, **dtype)
-    if preprocessor == "default":
-        tokenizer = loader.load_tokenizer()
-        args = dict(saved.get("preprocessor", {}))
-        args.update(_pop_preprocessor_args(cls, kwargs))
-        _follow_sequence_length(args, saved.get("preprocessor", {}))
-        args.update({k: kwargs[k] for k in getattr(cls, "preprocessor_shared_args", ())
-                     if k in kwargs})
-        preprocessor = cls.default_preprocessor(tokenizer, backbone, **args)
-    else:
-        _pop_preprocessor_args(cls, kwargs)
-    # a saved model argument (ElectraPretrainer's generator) as `Task.from_config` rebuilds it
-    kwargs = {k: keras_object(v) for k, v in kwargs.items()}
-    task = cls(**{backbone_argument(cls): backbone}, preprocessor=preprocessor, **kwargs)
+    tasks = []  # built on the backbone before its weights are read: a bad argument fails first
+    loader.load_backbone(load_weights=load_weights,
+                         alone=not from_hf,  # load_hf_heads says what is left: heads may fill
+                         built=lambda backbone: tasks.append(_build_task(
+                             cls, loader, backbone, preprocessor, saved, dict(kwargs))),
+                         **dtype)
+    task = tasks[0]
     if saved and load_weights:
         try:
             loader.load_task_weights(task, overridden=changed)
@@ -346,6 +338,24 @@ def load_task(cls, preset, load_weights=True, preprocessor="default", download=F
     elif from_hf:
         load_hf_heads(task, loader, download=download, warn_no_pooler=True)
     return task
+
+
+def _build_task(cls, loader, backbone, preprocessor, saved, kwargs):
+    """`cls` on `backbone` with `kwargs`; with preprocessor="default", `cls.default_preprocessor`
+    on the preset's tokenizer, with the saved preprocessor's arguments and those of `kwargs`."""
+    if preprocessor == "default":
+        tokenizer = loader.load_tokenizer()
+        args = dict(saved.get("preprocessor", {}))
+        args.update(_pop_preprocessor_args(cls, kwargs))
+        _follow_sequence_length(args, saved.get("preprocessor", {}))
+        args.update({k: kwargs[k] for k in getattr(cls, "preprocessor_shared_args", ())
+                     if k in kwargs})
+        preprocessor = cls.default_preprocessor(tokenizer, backbone, **args)
+    else:
+        _pop_preprocessor_args(cls, kwargs)
+    # a saved model argument (ElectraPretrainer's generator) as `Task.from_config` rebuilds it
+    kwargs = {k: keras_object(v) for k, v in kwargs.items()}
+    return cls(**{backbone_argument(cls): backbone}, preprocessor=preprocessor, **kwargs)
 
 
 def _is_generic_task(cls):

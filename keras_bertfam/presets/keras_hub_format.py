@@ -13,6 +13,8 @@ that wrote it); its variables, by path, are then copied into our backbone throug
 names every `TransformerEncoder`'s sublayers the same way, so a family only names its embedding
 layers, its layer prefix and its pooler. Every keras-hub variable must be used (or be listed as
 having no counterpart here), so a keras-hub layout change fails loudly instead of half-loading.
+A task's head weights (task.weights.h5: a few small arrays) are read from the file itself, laid
+out by Keras (`_stored_arrays`): no keras-hub task, with a second backbone, is built for them.
 
 Tokenizers are our family's, with the options of the preset's keras-hub tokenizer (WordPiece
 `lowercase`, RoBERTa `add_prefix_space`; keras-hub's ALBERT tokenizer runs the SentencePiece model
@@ -254,7 +256,8 @@ def family_of(path, families):
     return families[fmt.family], fmt
 
 
-def load_backbone(path, spec, fmt, load_weights=True, **overrides):
+def load_backbone(path, spec, fmt, load_weights=True, built=None, **overrides):
+    """Our backbone of the keras-hub preset `path`; `built`: see `PresetLoader.load_backbone`."""
     if not os.path.exists(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"The keras-hub preset {path!r} has no config.json: it holds a "
                                 "tokenizer only, no backbone.")
@@ -262,6 +265,8 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
     backbone = spec.backbone_cls(**dict(fmt.config(config["config"]), **overrides))
     if config["config"].get("trainable") is False and "trainable" not in overrides:
         backbone.trainable = False  # frozen when saved: keras-hub's from_preset keeps it so
+    if built is not None:
+        built(backbone)
     if not load_weights:
         return backbone
     weights = os.path.join(path, "model.weights.h5")
@@ -302,15 +307,14 @@ def load_backbone(path, spec, fmt, load_weights=True, **overrides):
     return backbone
 
 
-def _count_arrays(h5_path, skip=()):
-    """The number of arrays (datasets) in a Keras `.weights.h5` file, but for those under the
-    prefixes `skip` (a compiled task's `optimizer/`)."""
+def _count_arrays(h5_path):
+    """The number of arrays (datasets) in a Keras `.weights.h5` file."""
     import h5py
 
     count = [0]
 
     def visit(name, item):
-        count[0] += isinstance(item, h5py.Dataset) and not name.startswith(skip)
+        count[0] += isinstance(item, h5py.Dataset)
 
     with h5py.File(h5_path, "r") as f:
         f.visititems(visit)
@@ -464,43 +468,81 @@ def task_head(path, task_cls, warn=True):
 
 
 def load_task_head(path, task, head):
-    """Loads keras-hub's head weights (`path/task.weights.h5`, read by keras-hub itself into its
-    task rebuilt from task.json and config.json) into `task`, through `checkpoints.assign`:
-    every head weight used, shapes checked, values finite."""
-    import keras
-    import keras_hub  # noqa: F401 - registers keras-hub's classes for deserialization
-
+    """Loads keras-hub's head weights (`path/task.weights.h5`, read from the file as Keras laid
+    it out: `_stored_arrays`; no keras-hub model is built) into `task`, through
+    `checkpoints.assign`: every head weight used, shapes checked, values finite."""
     weights = os.path.join(path, "task.weights.h5")
     if not os.path.exists(weights):
         raise FileNotFoundError(f"The keras-hub task preset {path!r} has no task.weights.h5.")
     try:
-        stored = _count_arrays(weights, skip=("optimizer/",))
+        stored = _stored_arrays(weights, skip=("optimizer",))
     except Exception as e:  # not an HDF5 file, truncated
         raise integrity.IntegrityError(
             f"Could not read the keras-hub head weights {weights!r}: the file is damaged "
             f"({type(e).__name__}: {e}).") from e
-    saved = read_json(path, "task.json")
-    try:
-        config = dict(saved, config=dict(saved["config"], backbone=read_json(path, "config.json"),
-                                         preprocessor=None, compile=False))
-        kh = keras.saving.deserialize_keras_object(config)
-        kh.load_task_weights(weights)
-    except Exception as e:
-        raise checkpoints.CheckpointError(
-            f"Could not load the keras-hub head weights {weights!r}: the file is damaged or does "
-            f"not match task.json ({type(e).__name__}: {e}).") from e
-    backbone = {id(v) for v in kh.backbone.weights}
-    own = [v for v in kh.weights if id(v) not in backbone]
-    if stored != len(own):
-        raise checkpoints.CheckpointError(
-            f"{weights!r} holds {stored} weight arrays, the keras-hub {saved['class_name']} of "
-            f"its task.json a head of {len(own)}: task.json does not describe this file; every "
-            "stored weight must be used.")
-    state = {v.path: keras.ops.convert_to_numpy(v) for v in own}
+    name = read_json(path, "task.json").get("class_name")
     mapping = head.weights(task)
-    left = sorted(set(state) - {key for _, key, _ in mapping})
+    left = sorted(set(stored) - {_stored_key(key) for _, key, _ in mapping})
     if left:
         raise checkpoints.CheckpointError(
-            f"The keras-hub {saved['class_name']} head in {weights!r} has weight(s) "
-            f"{type(task).__name__} has no place for: {left}.")
-    checkpoints.assign(mapping, state, what=f"{type(task).__name__} head", source=weights)
+            f"The keras-hub {name} head in {weights!r} has weight(s) {type(task).__name__} has "
+            f"no place for (layer/variable number): {left}; every stored weight must be used.")
+    state = {key: stored[_stored_key(key)] for _, key, _ in mapping if _stored_key(key) in stored}
+    try:
+        checkpoints.assign(mapping, state, what=f"{type(task).__name__} head", source=weights)
+    except integrity.IntegrityError:
+        raise
+    except checkpoints.CheckpointError as e:
+        raise checkpoints.CheckpointError(
+            f"{weights!r} does not match task.json (the keras-hub {name} the head was built "
+            f"from): {e}") from e
+
+
+# Keras saves a layer's own variables numbered in the order the layer creates them: a Dense's
+# kernel and bias, a LayerNormalization's gamma and beta; keras-hub's MaskedLMHead has one of
+# its own, its output_bias (its dense and norm are its sublayers).
+_VARIABLE_NUMBER = {"kernel": 0, "bias": 1, "gamma": 0, "beta": 1, "output_bias": 0}
+
+
+def _stored_key(key):
+    """A keras-hub variable path ("logits/kernel") -> its `_stored_arrays` key ("logits/0")."""
+    layer, _, variable = key.rpartition("/")
+    return f"{layer}/{_VARIABLE_NUMBER[variable]}"
+
+
+def _stored_arrays(h5_path, skip=()):
+    """{"layer path/variable number": array} of a Keras `.weights.h5` file, but for the top-level
+    groups `skip` (a compiled model's "optimizer").
+
+    Keras' `H5IOStore` (keras/src/saving/saving_lib.py) writes, for each layer at attribute path
+    P in the model ("layers/dense", "layers/masked_lm_head/_intermediate_dense"), a group
+    "P/vars" holding the layer's name in its "name" attribute and the layer's own variables as
+    datasets "0", "1", .... A layer's path here is the names of it and of the layers enclosing
+    it, the model's own left out: how its variables' paths begin ("mlm_head/intermediate_dense").
+    """
+    import h5py
+
+    out = {}
+    with h5py.File(h5_path, "r") as f:
+        def visit(name, item):
+            parts = name.split("/")
+            if not isinstance(item, h5py.Dataset) or parts[0] in skip:
+                return
+            if len(parts) < 3 or parts[-2] != "vars":  # not Keras' layout: kept, never used
+                out[name] = item[()]
+                return
+            groups = ["/".join(parts[:i] + ["vars"]) for i in range(1, len(parts) - 1)]
+            names = [str(f[g].attrs.get("name", g)) for g in groups if g in f]
+            out["/".join(names + [parts[-1]])] = _array(item)
+
+        f.visititems(visit)
+    return out
+
+
+def _array(dataset):
+    """A dataset's values; Keras marks a bfloat16 array it wrote with the attribute dtype."""
+    if dataset.attrs.get("dtype") == "bfloat16":
+        import ml_dtypes
+
+        return np.array(dataset, dtype=ml_dtypes.bfloat16)
+    return dataset[()]

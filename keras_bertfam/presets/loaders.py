@@ -175,7 +175,8 @@ def load_weights_file(model, path, verification=None, overridden=()):
 
 # === HF conversion (HF dirs and the hub cache) ===
 @deferring
-def convert_hf(model_dir, load_weights=True, family=None, alone=True, **overrides):
+def convert_hf(model_dir, load_weights=True, family=None, alone=True, built=None,
+               **overrides):
     """An HF-format directory -> our backbone with the checkpoint's weights.
 
     `family` (a FamilySpec) converts with that family instead of the one claiming the directory's
@@ -185,12 +186,14 @@ def convert_hf(model_dir, load_weights=True, family=None, alone=True, **override
     checkpoint is said here: a pooler the checkpoint lacks keeps its initialization, with a
     warning, and so do the head tensors it drops (`warn_unused_heads`); `load_task`
     (`alone=False`), whose heads may fill the pooler and use the head tensors, says it after
-    loading them instead.
+    loading them instead. `built`: see `PresetLoader.load_backbone`.
     """
     spec, cfg = hf_family(model_dir)
     if family is not None:
         spec = family
     backbone = spec.backbone_cls(**dict(spec.config_from_hf(cfg), **overrides))
+    if built is not None:
+        built(backbone)
     if load_weights:
         raw = checkpoints.load_state_dict(model_dir)
         state = checkpoints.strip_prefix(raw, spec.hf_prefixes)
@@ -267,7 +270,11 @@ class PresetLoader:
         check_family(spec, cls, self.preset)
         return spec
 
-    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, built=None,
+                      **overrides):
+        """The preset's backbone. `built(backbone)`, when given, is called once the backbone is
+        built and before any of its weights are read (`load_task` builds its preprocessor and
+        task there, so that a bad argument fails before the load, not after it)."""
         raise NotImplementedError
 
     def load_tokenizer(self, **kwargs):
@@ -332,17 +339,22 @@ class OursLoader(PresetLoader):
     def _verification(self, *names):
         return integrity.Verification(self.where, self.manifest.get("files"), names)
 
-    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, built=None,
+                      **overrides):
         spec = self.family_for(cls)
-        # The checksum runs in a thread while the backbone is built.
-        verification = self._verification(BACKBONE_WEIGHTS) if load_weights else None
+        # The checksum runs in a thread while the backbone is built (after `built`: it reads)
+        early = load_weights and built is None
+        verification = self._verification(BACKBONE_WEIGHTS) if early else None
         config = dict(self.manifest["backbone"], **overrides)
         trainable = config.pop("trainable", True)  # saved only when False (a frozen backbone)
         backbone = spec.backbone_cls(**config)
         if not trainable:
             backbone.trainable = False
+        if built is not None:
+            built(backbone)
         if load_weights:
-            load_weights_file(backbone, os.path.join(self.where, BACKBONE_WEIGHTS), verification,
+            load_weights_file(backbone, os.path.join(self.where, BACKBONE_WEIGHTS),
+                              verification if early else self._verification(BACKBONE_WEIGHTS),
                               overridden=overrides)
         return backbone
 
@@ -384,11 +396,12 @@ class KerasHubLoader(PresetLoader):
     def family(self):
         return keras_hub_format.family_of(self.where, FAMILIES)[0]
 
-    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, built=None,
+                      **overrides):
         spec, fmt = keras_hub_format.family_of(self.where, FAMILIES)
         check_family(spec, cls, self.preset)
         return keras_hub_format.load_backbone(self.where, spec, fmt, load_weights=load_weights,
-                                              **overrides)
+                                              built=built, **overrides)
 
     def load_tokenizer(self, **kwargs):
         spec, fmt = keras_hub_format.family_of(self.where, FAMILIES)
@@ -456,9 +469,10 @@ class HFDirLoader(PresetLoader):
         check_family(spec, cls, self.preset)
         return spec
 
-    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, built=None,
+                      **overrides):
         return convert_hf(self.hf_model_dir(), load_weights=load_weights,
-                          family=self.family_for(cls), alone=alone, **overrides)
+                          family=self.family_for(cls), alone=alone, built=built, **overrides)
 
     def load_tokenizer(self, **kwargs):
         return self.family.tokenizer_from_hf(self.where)
@@ -491,11 +505,15 @@ class HubCacheLoader(HFDirLoader):
         check_family(self.family, cls, self.preset)
         return self.family
 
-    def load_backbone(self, cls=None, load_weights=True, alone=True, **overrides):
+    def load_backbone(self, cls=None, load_weights=True, alone=True, built=None,
+                      **overrides):
         spec = self.family_for(cls)
         if not load_weights:
-            return spec.backbone_cls(**dict(self.registered.config, **overrides))
-        return convert_hf(self.hf_model_dir(), family=spec, alone=alone,
+            backbone = spec.backbone_cls(**dict(self.registered.config, **overrides))
+            if built is not None:
+                built(backbone)
+            return backbone
+        return convert_hf(self.hf_model_dir(), family=spec, alone=alone, built=built,
                           **overrides)
 
     def load_tokenizer(self, **kwargs):

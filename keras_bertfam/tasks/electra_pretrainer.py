@@ -268,17 +268,28 @@ class ElectraPretrainer(Task):
                                        preprocessor=preprocessor, **kwargs)
         preprocessor_kwargs = {k: kwargs.pop(k) for k in list(kwargs)
                                if k in cls.preprocessor_args}
+        tasks = []  # built before any weights are read (`built`): a bad argument fails first
+
+        def build(discriminator, generator=None):
+            made = preprocessor
+            if made == "default":
+                made = cls.default_preprocessor(preset_hooks.call("load_tokenizer", preset),
+                                                discriminator, **preprocessor_kwargs)
+            tasks.append(cls(generator=generator, discriminator=discriminator,
+                             preprocessor=made, **kwargs))
+
+        def with_generator(discriminator):  # the generator's weights are read first
+            if generator_preset is None:
+                return build(discriminator)
+            preset_hooks.call("load_backbone", generator_preset, cls=ElectraBackbone,
+                              load_weights=load_weights,
+                              built=lambda generator: build(discriminator, generator))
+
         # Built and loaded as `Task.from_preset` does: no initial values drawn for what loads.
         with preset_hooks.call("deferred_initialization", load_weights):
-            discriminator = ElectraBackbone.from_preset(preset, load_weights=load_weights)
-            generator = None if generator_preset is None else ElectraBackbone.from_preset(
-                generator_preset, load_weights=load_weights)
-            if preprocessor == "default":
-                preprocessor = cls.default_preprocessor(
-                    preset_hooks.call("load_tokenizer", preset), discriminator,
-                    **preprocessor_kwargs)
-            task = cls(generator=generator, discriminator=discriminator,
-                       preprocessor=preprocessor, **kwargs)
+            preset_hooks.call("load_backbone", preset, cls=ElectraBackbone,
+                              load_weights=load_weights, built=with_generator)
+            task = tasks[0]
             if load_weights:
                 preset_hooks.call("load_hf_heads", task, preset, generator_preset=generator_preset)
         return task
