@@ -11,9 +11,7 @@ the others by calling their initializer. Those draw what they draw today: our
 `TruncatedNormal` and Keras' initializers draw from an integer seed fixed when the initializer
 was made (an unseeded one gets it then), so a later draw gives the same values. A variable the loader does not set (a
 checkpoint without the pooler, a new task head, a weight a loader forgot) therefore gets its
-initial values, and none is left without a value. A load that fails (a bad argument, a corrupt
-file) returns nothing it built: the scope then gives their variables no values at all (drawing
-a whole model's, to drop them, cost as much as the load it saved) and assigns nothing.
+initial values, and none is left without a value.
 """
 import contextlib
 import functools
@@ -22,7 +20,6 @@ import threading
 
 import keras
 import numpy as np
-from keras.src.backend.common import global_state
 
 _ACTIVE = threading.local()  # the DeferredInitialization open in this thread, if any
 
@@ -60,7 +57,6 @@ class DeferredInitialization(keras.StatelessScope):
 
     def __enter__(self):
         _ACTIVE.scope = self
-        self._waiting = len(_uninitialized())  # variables another scope left waiting
         return super().__enter__()
 
     def add_update(self, update):
@@ -68,15 +64,8 @@ class DeferredInitialization(keras.StatelessScope):
         variable, value = update
         self._assigned[id(variable)] = (variable, value)
 
-    def __exit__(self, error_type=None, *args, **kwargs):
+    def __exit__(self, *args, **kwargs):
         _ACTIVE.scope = None
-        if error_type is not None:  # the load failed: what it built is dropped, undrawn
-            pending, shared = _uninitialized(), global_state.get_global_attribute(
-                "global_seed_generator")  # Keras' own, made lazily: it must get its value
-            pending[self._waiting:] = [v for v in pending[self._waiting:]
-                                       if shared is not None and v is shared.state]
-            self._assigned, self.state_mapping = {}, {}
-            return super().__exit__(error_type, *args, **kwargs)
         existing = []
         for variable, value in self._assigned.values():
             if _deferred(variable):
@@ -89,12 +78,6 @@ class DeferredInitialization(keras.StatelessScope):
         super().__exit__(*args, **kwargs)
         for variable, value in existing:
             variable.assign(value)
-
-
-def _uninitialized():
-    """Keras' list of the variables waiting for `initialize_all_variables` (created in a
-    stateless scope; kept per thread)."""
-    return global_state.get_global_attribute("uninitialized_variables", [], set_to_default=True)
 
 
 def deferred_initialization(enabled=True):
