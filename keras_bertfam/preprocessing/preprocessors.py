@@ -29,6 +29,7 @@ from keras_bertfam.preprocessing.finetuning import (
     check_segment_ids,
     longest_first,
     preset_preprocessor,
+    trace_key,
     width_multiple,
 )
 from keras_bertfam.preprocessing.masking import TokenMasker, _Masker
@@ -293,6 +294,7 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         depend on nothing before it, and the pipeline's last map (`last`), when no regrouping
         follows it, skips the epoch's first `_skip` elements before mapping them."""
         calls = AUTOTUNE if parallel else None
+        fn = self._traced(fn)
         if self._epoch is None:
             draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
             draws = draws.map(lambda s: tf.stack([s, tf.constant(salt, tf.int64)]))
@@ -304,6 +306,24 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             indexed, self._skip = indexed.skip(self._skip), None
         return indexed.map(lambda i, x: fn(x, seed=self._key(epoch, i, salt)),
                            num_parallel_calls=calls)
+
+    def _traced(self, fn):
+        """`fn` (a method of this preprocessor, or the preprocessor itself: its call) as a
+        `tf.function` made once per preprocessor (and `trace_key`: the tokenizer, the settings
+        and the stages), for `Dataset.map`. A map traces its function again for every new
+        pipeline (each `prepare`, each fit's): the tokenizer's, pairer's and masker's graphs
+        were traced anew each time (XLNet's `prepare`: ~1 s of CPU a call on 4 short texts);
+        a map of this traces a call of it, and its graph once. No AutoGraph: plain TF ops
+        (loops are `tf.while_loop`s)."""
+        key = trace_key(self, id(self.masker), id(getattr(self, "pairer", None)))
+        cached = self.__dict__.get("_traced_functions")
+        if cached is None or cached[0] != key:
+            cached = (key, {})
+            object.__setattr__(self, "_traced_functions", cached)
+        name = getattr(fn, "__name__", "call")
+        if name not in cached[1]:
+            cached[1][name] = tf.function(fn, reduce_retracing=True, autograph=False)
+        return cached[1][name]
 
     def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False):
         """The training pipeline epoch by epoch: `epochs` is a dataset of `(epoch, skip)` int64
@@ -340,8 +360,9 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
                 if self._skip is not None:  # not skipped before a map: skipped whole
                     batches = batches.skip(self._skip)
                 return batches
-            finally:
-                self._epoch = self._skip = None
+            finally:  # (the class's None again: not a setting of `trace_key`)
+                self.__dict__.pop("_epoch", None)
+                self.__dict__.pop("_skip", None)
 
         return epochs.flat_map(one_epoch).prefetch(AUTOTUNE)
 
@@ -545,6 +566,10 @@ class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
         x, mask_ids, mask_weights = super()._mask(token_ids, segment_ids, padding_mask, seed)
         return self.model_inputs(x), mask_ids, mask_weights
 
+    def _blocks(self, texts):
+        """Strings [B] (documents) -> ragged blocks [N, (T)] of `packing`."""
+        return self.document_packer(self._documents(texts))
+
     def _pack_blocks(self, blocks, seed=None):
         token_ids = blocks.to_tensor(self.tokenizer.pad_token_id,
                                      shape=[None, self.sequence_length])
@@ -561,8 +586,7 @@ class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
         if self.packing == "segments":
             batches = self._seeded_map(ds, self, salt=1, last=True)
         else:
-            blocks = ds.map(lambda t: self.document_packer(self._documents(t)),
-                            num_parallel_calls=AUTOTUNE)
+            blocks = ds.map(self._traced(self._blocks), num_parallel_calls=AUTOTUNE)
             blocks = self._batched_instances(blocks.unbatch(), training)
             batches = self._seeded_map(blocks, self._pack_blocks, salt=1, last=True)
         return self._grouped(batches, training).prefetch(AUTOTUNE)
