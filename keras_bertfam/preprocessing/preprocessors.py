@@ -169,6 +169,23 @@ def _shuffled_by_tensor_seed(ds, buffer_size, seed):
         graph.seed = saved
 
 
+def _end_mark(spec):
+    """`(True, zeros)`, the zeros of the structure of `spec` (a dimension of unknown size: 0)."""
+    zeros = tf.nest.map_structure(
+        lambda s: tf.zeros([0 if d is None else d for d in s.shape], s.dtype), spec)
+    return tf.data.Dataset.from_tensors((tf.constant(True), zeros))
+
+
+def _end_marked(batches):
+    """`(False, batch)` for each batch of `batches`, then `(True, zeros)`: the end of an epoch
+    in a pipeline of many (`prepare_epochs(end_marks=True)`)."""
+    @tf.autograph.experimental.do_not_convert
+    def unmarked(*batch):
+        return tf.constant(False), batch if len(batch) > 1 else batch[0]
+
+    return batches.map(unmarked).concatenate(_end_mark(batches.element_spec))
+
+
 class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
     """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out.
 
@@ -325,7 +342,8 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             cached[1][name] = tf.function(fn, reduce_retracing=True, autograph=False)
         return cached[1][name]
 
-    def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False):
+    def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False,
+                       end_marks=False):
         """The training pipeline epoch by epoch: `epochs` is a dataset of `(epoch, skip)` int64
         pairs, each giving that epoch's batches (order, pairs, blocks and masks drawn from
         `(seed, epoch)` alone) without its first `skip`. A fit resumed at epoch k, batch b reads
@@ -336,7 +354,10 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         (from `(seed, epoch)`) and batched by that many every epoch (a fit on in-memory text).
         `checked`: `batches_per_epoch` checked `ds` already (a task's `fit`), so an input of
         unknown length is not read again for its first element (each read opens an iterator:
-        a reshuffling input draws a new order)."""
+        a reshuffling input draws a new order). `end_marks`: elements `(False, batch)`, each
+        epoch's batches followed by `(True, zeros)` (its end, `_end_marked`), and `(True, zeros)`
+        for ever after the last epoch: one pipeline, opened once, for every epoch of a fit
+        whose epochs' lengths are not known beforehand (`Task._epoch_keyed`)."""
         strings = self._batched_strings(ds, check_empty=not checked)  # checked here, eagerly
         if shuffle_batch_size:
             count = int(ds.cardinality())
@@ -359,12 +380,15 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
                 batches = self.prepare(batched, training=True)
                 if self._skip is not None:  # not skipped before a map: skipped whole
                     batches = batches.skip(self._skip)
-                return batches
+                return _end_marked(batches) if end_marks else batches
             finally:  # (the class's None again: not a setting of `trace_key`)
                 self.__dict__.pop("_epoch", None)
                 self.__dict__.pop("_skip", None)
 
-        return epochs.flat_map(one_epoch).prefetch(AUTOTUNE)
+        run = epochs.flat_map(one_epoch)
+        if end_marks:  # past the last epoch: ends only (the reader of a finished fit reads none)
+            run = run.concatenate(_end_mark(run.element_spec[1]).repeat())
+        return run.prefetch(AUTOTUNE)
 
     def batches_per_epoch(self, ds, shuffle_batch_size=None):
         """Checks `ds` as `prepare_epochs` takes it (strings, at least one) and returns how many
