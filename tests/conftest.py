@@ -4,6 +4,7 @@ Tests marked `multibackend` use keras.ops models only and run under TensorFlow, 
 CI; the rest (tf.data preprocessing, export, tf.distribute) run under TensorFlow.
 """
 import contextlib
+import functools
 import gc
 import importlib
 import os
@@ -376,6 +377,27 @@ def pipeline_builds(task):
         yield builds
     finally:
         del preprocessor.__dict__["prepare"]
+
+
+def python_runs(monkeypatch, *methods):
+    """Counts the runs of each `(class, method name)` given (patched for the test): in a
+    `tf.data` or `tf.function` graph a function's Python runs only when it is traced, so the
+    counts are traces. -> a dict "Class.method" -> runs, kept up to date."""
+    runs = {}
+    for owner, name in methods:
+        key = f"{owner.__name__}.{name}"
+        runs[key] = 0
+
+        def counting(original, key):
+            @functools.wraps(original)  # (its name kept: `_traced` caches by it)
+            def counted(*args, **kwargs):
+                runs[key] += 1
+                return original(*args, **kwargs)
+
+            return counted
+
+        monkeypatch.setattr(owner, name, counting(getattr(owner, name), key))
+    return runs
 
 
 def slow_sentencepiece_ids(sp, text, lowercase):

@@ -10,6 +10,7 @@ from keras_bertfam.preprocessing.permutation import (
     sample_span_targets,
     start_piece_table,
 )
+from tests.conftest import python_runs
 
 SEP, CLS = 4, 3
 
@@ -269,3 +270,27 @@ def test_prepare_gives_parallel_streams_reproducibly(tmp_path):
             start = window * pre.window_tokens + b * pre.row_len + step * R
             np.testing.assert_array_equal(x["token_ids"].numpy()[b, :R],
                                           stream[start:start + R])
+
+
+def test_prepare_traces_its_graphs_once_per_preprocessor(tmp_path, monkeypatch):
+    """Each `prepare` traced the token stream, the windows and the permutation masking again
+    (`Dataset.map` traces its function for each new dataset; BUILD.md, session 47: 3.1-3.7 s
+    of CPU a call on 4 short texts). They are `tf.function`s
+    made once per preprocessor (`_traced`): the second `prepare` traces none, and its batches
+    are the first's, bit for bit."""
+    from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
+
+    tok = _tiny_spm(tmp_path)
+    runs = python_runs(monkeypatch, (PermutationMasker, "__call__"),
+                       (XLNetPreprocessor, "window_examples"), (XLNetPreprocessor, "token_stream"))
+    pre = XLNetPreprocessor(tok, sequence_length=16, batch_size=2, window_steps=1, seed=1)
+    docs = [f"The film number {i} was great. The actor lives in Paris." for i in range(40)]
+    first = list(pre.prepare(docs))
+    assert runs == {"PermutationMasker.__call__": 1, "XLNetPreprocessor.window_examples": 1,
+                    "XLNetPreprocessor.token_stream": 1}
+    again = list(pre.prepare(docs))
+    assert sum(runs.values()) == 3  # before: each traced again
+    assert len(again) == len(first) >= 2
+    for a, b in zip(first, again):
+        for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b), strict=True):
+            np.testing.assert_array_equal(x, y)

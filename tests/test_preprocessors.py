@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import keras_bertfam as kb
+from tests.conftest import python_runs
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +199,46 @@ def test_group_by_length_regroups_the_same_examples_and_cuts_the_padding(tokeniz
         min(length, -(-n // 8) * 8) for n in longest[:5]]
     (evaluation, _), = batches(training=False, group_by_length=True, take=1)
     assert evaluation["token_ids"].shape[1] == length
+
+
+@pytest.mark.parametrize("kind", ["nsp", "sop", "segments", "blocks", "span"])
+def test_prepare_traces_the_tokenizer_and_masker_once_per_preprocessor(tokenizer, kind,
+                                                                       monkeypatch):
+    """`Dataset.map` traces its function for each new dataset: every `prepare` (each pipeline
+    a fit builds: one per fit, and `prepare_epochs`' own) traced the tokenizer's, pairer's and
+    masker's graphs again. A preprocessor's map functions are `tf.function`s made once
+    (`_traced`): a second `prepare`, the epoch pipeline included, traces none of them, and
+    gives the same batches; a new masker is traced anew (nothing stale runs)."""
+    make = {  # (the pretrainers' default preprocessors need no backbone)
+        "nsp": lambda: kb.tasks.BertPretrainer.default_preprocessor(tokenizer, None, 16),
+        "sop": lambda: kb.tasks.AlbertPretrainer.default_preprocessor(tokenizer, None, 16),
+        "segments": lambda: kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16),
+        "blocks": lambda: kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16,
+                                                                packing="full_sentences"),
+        "span": lambda: kb.preprocessing.SpanBertPreprocessor(tokenizer, 16),
+    }[kind]
+    pre = make()
+    pre.seed, pre.batch_size = 5, 2
+    runs = python_runs(monkeypatch, (type(tokenizer), "tokenize"),
+                       (type(pre.masker), "__call__"))
+    docs = [". ".join(f"the film number {i + j} was long" for j in range(3)) + "."
+            for i in range(6)]
+    first = [tf.nest.flatten(b) for b in pre.prepare(docs)]
+    traced = dict(runs)
+    assert all(traced.values()), traced
+    again = [tf.nest.flatten(b) for b in pre.prepare(docs)]
+    epochs = tf.data.Dataset.range(2).map(lambda e: (e, tf.constant(0, tf.int64)))
+    documents = tf.data.Dataset.from_tensor_slices(docs)
+    assert next(iter(pre.prepare_epochs(documents, epochs, shuffle_batch_size=3)))
+    assert runs == traced  # before: each count doubled, then tripled
+    for a, b in zip(first, again, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+    other = make()
+    pre.masker = other.masker  # seed 0 (the default masker's: the preprocessor's seed)
+    changed = [tf.nest.flatten(b) for b in pre.prepare(docs)]
+    assert sum(runs.values()) > sum(traced.values())
+    assert any(not np.array_equal(x, y) for a, b in zip(first, changed) for x, y in zip(a, b))
 
 
 def test_group_by_length_arguments_are_checked_and_saved(tokenizer):

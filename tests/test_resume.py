@@ -386,6 +386,31 @@ def test_backup_of_another_run_is_refused_naming_the_difference(mlm_backup, bert
     assert int(classifier.optimizer.iterations.numpy()) == 0
 
 
+def test_a_fit_of_unknown_epoch_lengths_opens_its_pipeline_once(bert_vocab):
+    """Keras opens an iterator every epoch on data of unknown length (SOP pairs: as many as
+    each epoch draws), and each opening of the preprocessor's pipeline instantiated every
+    function of its tokenizer, pairer and masker again: ~0.5 s of CPU an epoch for these 8
+    documents. One pipeline a fit now, read an epoch at a time (`_epoch_reader`): opened
+    (here counted as its first element is asked for) once in 3 epochs, not 3 times, and
+    training on the same batches: the uninterrupted run's state, bit for bit."""
+    task = make_task("sop", bert_vocab)
+    opened = tf.Variable(0, dtype=tf.int64)
+    prepare_epochs = task.preprocessor.prepare_epochs
+
+    def counted(*args, **kwargs):
+        run = prepare_epochs(*args, **kwargs)
+        return tf.data.Dataset.from_tensors(0).map(lambda _: opened.assign_add(1)).flat_map(
+            lambda _: run)
+
+    object.__setattr__(task.preprocessor, "prepare_epochs", counted)
+    try:
+        fit(task, "sop", [])
+    finally:
+        del task.preprocessor.__dict__["prepare_epochs"]
+    assert int(opened.numpy()) == 1  # before: EPOCHS
+    assert_same_state(reference("sop", bert_vocab), state(task))
+
+
 def test_an_epoch_keyed_pipeline_is_the_same_from_any_start(bert_vocab):
     """`prepare_epochs`: epoch e's batches depend on (seed, e) alone, so a pipeline that starts
     at epoch e, batch b gives the uninterrupted run's batches from there (NSP pairs of a

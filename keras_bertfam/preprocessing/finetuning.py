@@ -9,6 +9,8 @@ in the context, stops the pipeline with a message naming it.
 (Labels given as arrays or lists are checked before that, in Python, by the task's `fit` /
 `evaluate`: `kb.tasks.classifier.check_label_values`.)
 """
+import functools
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -325,6 +327,26 @@ def check_segment_ids(value, name="segment_ids"):
     if value != "auto" and not isinstance(value, bool):
         raise ValueError(f"{name} must be 'auto', True or False, got {value!r}.")
     return value
+
+
+@functools.cache
+def _layer_state():
+    """The attributes every Keras layer has (`_called`, `_parent_path`, `built`, ...): Keras'
+    bookkeeping, which a first call changes, not a setting."""
+    return frozenset(vars(keras.layers.Layer()))
+
+
+def trace_key(preprocessor, *more):
+    """What a preprocessor's traced functions read besides their inputs: its tokenizer (special
+    ids, vocabulary, resources) and its own scalar settings, and `more`. A function traced for
+    one key is not called under another (traced anew: nothing stale runs)."""
+    tok = preprocessor.tokenizer
+    settings = tuple(sorted((k, v) for k, v in vars(preprocessor).items()
+                            if isinstance(v, (bool, int, float, str, type(None)))
+                            and k not in _layer_state()))
+    return (id(tok), tok.cls_token_id, tok.sep_token_id, tok.pad_token_id,
+            tok.vocabulary_size(), getattr(tok, "resource_generation", lambda: 0)(), settings,
+            *more)
 
 
 class ReturnsModelInputs:
@@ -652,11 +674,7 @@ class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Lay
     def _traced_call(self, arity):
         """`self.call` on a dataset element of `arity` parts as one `tf.function`, traced once for
         the current settings (a setting changed since: traced anew, nothing stale is called)."""
-        tok = self.tokenizer
-        settings = tuple(sorted((k, v) for k, v in vars(self).items()
-                                if isinstance(v, (bool, int, float, str, type(None)))))
-        key = (id(tok), tok.cls_token_id, tok.sep_token_id, tok.pad_token_id,
-               tok.vocabulary_size(), getattr(tok, "resource_generation", lambda: 0)(), settings)
+        key = trace_key(self)
         cached = self.__dict__.get("_traced")
         if cached is None or cached[0] != key:
             cached = (key, {})

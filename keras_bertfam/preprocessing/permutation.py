@@ -545,7 +545,7 @@ class XLNetPreprocessor(PretrainingPreprocessor):
 
     def prepare(self, ds, training=True, batch_size=None):
         ds = self._batched_strings(ds)
-        stream = ds.map(self.token_stream, num_parallel_calls=AUTOTUNE)
+        stream = ds.map(self._traced(self.token_stream), num_parallel_calls=AUTOTUNE)
         windows = stream.unbatch().batch(self.window_tokens, drop_remainder=True)
         batches = self._seeded_map(windows, self.window_examples, salt=3).unbatch()
         return self._seeded_map(batches, self, salt=1, last=True).prefetch(AUTOTUNE)

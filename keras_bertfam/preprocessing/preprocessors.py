@@ -29,6 +29,7 @@ from keras_bertfam.preprocessing.finetuning import (
     check_segment_ids,
     longest_first,
     preset_preprocessor,
+    trace_key,
     width_multiple,
 )
 from keras_bertfam.preprocessing.masking import TokenMasker, _Masker
@@ -168,6 +169,23 @@ def _shuffled_by_tensor_seed(ds, buffer_size, seed):
         graph.seed = saved
 
 
+def _end_mark(spec):
+    """`(True, zeros)`, the zeros of the structure of `spec` (a dimension of unknown size: 0)."""
+    zeros = tf.nest.map_structure(
+        lambda s: tf.zeros([0 if d is None else d for d in s.shape], s.dtype), spec)
+    return tf.data.Dataset.from_tensors((tf.constant(True), zeros))
+
+
+def _end_marked(batches):
+    """`(False, batch)` for each batch of `batches`, then `(True, zeros)`: the end of an epoch
+    in a pipeline of many (`prepare_epochs(end_marks=True)`)."""
+    @tf.autograph.experimental.do_not_convert
+    def unmarked(*batch):
+        return tf.constant(False), batch if len(batch) > 1 else batch[0]
+
+    return batches.map(unmarked).concatenate(_end_mark(batches.element_spec))
+
+
 class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
     """Shared base: tokenizer + packing + masking; TF tensors in, TF tensors out.
 
@@ -293,6 +311,7 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         depend on nothing before it, and the pipeline's last map (`last`), when no regrouping
         follows it, skips the epoch's first `_skip` elements before mapping them."""
         calls = AUTOTUNE if parallel else None
+        fn = self._traced(fn)
         if self._epoch is None:
             draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
             draws = draws.map(lambda s: tf.stack([s, tf.constant(salt, tf.int64)]))
@@ -305,7 +324,26 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         return indexed.map(lambda i, x: fn(x, seed=self._key(epoch, i, salt)),
                            num_parallel_calls=calls)
 
-    def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False):
+    def _traced(self, fn):
+        """`fn` (a method of this preprocessor, or the preprocessor itself: its call) as a
+        `tf.function` made once per preprocessor (and `trace_key`: the tokenizer, the settings
+        and the stages), for `Dataset.map`. A map traces its function again for every new
+        pipeline (each `prepare`, each fit's): the tokenizer's, pairer's and masker's graphs
+        were traced anew each time (XLNet's `prepare`: ~1 s of CPU a call on 4 short texts);
+        a map of this traces a call of it, and its graph once. No AutoGraph: plain TF ops
+        (loops are `tf.while_loop`s)."""
+        key = trace_key(self, id(self.masker), id(getattr(self, "pairer", None)))
+        cached = self.__dict__.get("_traced_functions")
+        if cached is None or cached[0] != key:
+            cached = (key, {})
+            object.__setattr__(self, "_traced_functions", cached)
+        name = getattr(fn, "__name__", "call")
+        if name not in cached[1]:
+            cached[1][name] = tf.function(fn, reduce_retracing=True, autograph=False)
+        return cached[1][name]
+
+    def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False,
+                       end_marks=False):
         """The training pipeline epoch by epoch: `epochs` is a dataset of `(epoch, skip)` int64
         pairs, each giving that epoch's batches (order, pairs, blocks and masks drawn from
         `(seed, epoch)` alone) without its first `skip`. A fit resumed at epoch k, batch b reads
@@ -316,7 +354,10 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         (from `(seed, epoch)`) and batched by that many every epoch (a fit on in-memory text).
         `checked`: `batches_per_epoch` checked `ds` already (a task's `fit`), so an input of
         unknown length is not read again for its first element (each read opens an iterator:
-        a reshuffling input draws a new order)."""
+        a reshuffling input draws a new order). `end_marks`: elements `(False, batch)`, each
+        epoch's batches followed by `(True, zeros)` (its end, `_end_marked`), and `(True, zeros)`
+        for ever after the last epoch: one pipeline, opened once, for every epoch of a fit
+        whose epochs' lengths are not known beforehand (`Task._epoch_keyed`)."""
         strings = self._batched_strings(ds, check_empty=not checked)  # checked here, eagerly
         if shuffle_batch_size:
             count = int(ds.cardinality())
@@ -339,11 +380,15 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
                 batches = self.prepare(batched, training=True)
                 if self._skip is not None:  # not skipped before a map: skipped whole
                     batches = batches.skip(self._skip)
-                return batches
-            finally:
-                self._epoch = self._skip = None
+                return _end_marked(batches) if end_marks else batches
+            finally:  # (the class's None again: not a setting of `trace_key`)
+                self.__dict__.pop("_epoch", None)
+                self.__dict__.pop("_skip", None)
 
-        return epochs.flat_map(one_epoch).prefetch(AUTOTUNE)
+        run = epochs.flat_map(one_epoch)
+        if end_marks:  # past the last epoch: ends only (the reader of a finished fit reads none)
+            run = run.concatenate(_end_mark(run.element_spec[1]).repeat())
+        return run.prefetch(AUTOTUNE)
 
     def batches_per_epoch(self, ds, shuffle_batch_size=None):
         """Checks `ds` as `prepare_epochs` takes it (strings, at least one) and returns how many
@@ -545,6 +590,10 @@ class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
         x, mask_ids, mask_weights = super()._mask(token_ids, segment_ids, padding_mask, seed)
         return self.model_inputs(x), mask_ids, mask_weights
 
+    def _blocks(self, texts):
+        """Strings [B] (documents) -> ragged blocks [N, (T)] of `packing`."""
+        return self.document_packer(self._documents(texts))
+
     def _pack_blocks(self, blocks, seed=None):
         token_ids = blocks.to_tensor(self.tokenizer.pad_token_id,
                                      shape=[None, self.sequence_length])
@@ -561,8 +610,7 @@ class MaskedLMPreprocessor(ReturnsModelInputs, PretrainingPreprocessor):
         if self.packing == "segments":
             batches = self._seeded_map(ds, self, salt=1, last=True)
         else:
-            blocks = ds.map(lambda t: self.document_packer(self._documents(t)),
-                            num_parallel_calls=AUTOTUNE)
+            blocks = ds.map(self._traced(self._blocks), num_parallel_calls=AUTOTUNE)
             blocks = self._batched_instances(blocks.unbatch(), training)
             batches = self._seeded_map(blocks, self._pack_blocks, salt=1, last=True)
         return self._grouped(batches, training).prefetch(AUTOTUNE)

@@ -1049,8 +1049,7 @@ class Task(KeepsVariablesOnError, keras.Model):
         preprocessor = getattr(self, "preprocessor", None)
         if raw is not None and hasattr(preprocessor, "prepare_epochs"):
             first, skip = divmod(position, n)
-            epochs = tf.data.Dataset.range(first, np.iinfo(np.int64).max).map(
-                lambda e: (e, tf.where(e == first, tf.constant(skip, tf.int64), 0)))
+            epochs = _epochs_from(first, skip)
             x = preprocessor.prepare_epochs(raw, epochs, shuffle_batch_size=shuffle_batch_size,
                                             checked=ds is None)
             return self._checked_features(self._drop_unused_features(x)), kwargs
@@ -1067,11 +1066,14 @@ class Task(KeepsVariablesOnError, keras.Model):
         stream), read so that a fit that starts at epoch k, batch b reads what the
         uninterrupted run read there.
 
-        Keras opens a new iterator on such a dataset every epoch; ours reads, when it opens,
-        the epoch and the batches to skip that `_EpochPosition` sets at the epoch's start. A
-        pretraining preprocessor builds the epoch's pipeline from them (`prepare_epochs`:
-        everything drawn from its seed and the epoch); any other dataset (a fine-tuning
-        preprocessor's, model inputs) is read again, less the batches to skip.
+        Keras opens a new iterator on such a dataset every epoch. A pretraining preprocessor's
+        pipeline (`prepare_epochs`: everything drawn from its seed and the epoch) is built and
+        opened once, from the run's epoch and the batches to skip to its last epoch, and each
+        of Keras' iterators reads its next epoch (`_epoch_reader`); under a strategy, and on
+        JAX and torch (whose trainers read a first batch to build the model: it would be lost
+        to the epoch), each iterator builds its epoch's pipeline from the epoch and the batches
+        to skip that `_EpochPosition` sets at the epoch's start. Any other dataset (a
+        fine-tuning preprocessor's, model inputs) is read again, less the batches to skip.
 
         The skip is the resumed epoch's steps done: the restored optimizer's step count less
         the step at which that epoch began (`_epoch_record`, saved with every backup and
@@ -1116,10 +1118,18 @@ class Task(KeepsVariablesOnError, keras.Model):
             # `shuffle(reshuffle_each_iteration=True)`) draws its order when an iterator opens:
             # the uninterrupted run had opened one an epoch before epoch k.
             iter(raw)
+        # One pipeline for the whole fit, read an epoch at a time (`_epoch_reader`), where no
+        # batch is read to build the model: on TensorFlow without a strategy
+        # (`_maybe_symbolic_build` builds from the spec; JAX's and torch's trainers read one).
+        one_run = keyed and keras.backend.backend() == "tensorflow" and \
+            self._distribute_strategy is None
+        if one_run:
+            epochs = _epochs_from(epoch, skip, kwargs.get("epochs", 1))
         if keyed:
             x = self.preprocessor.prepare_epochs(raw, epochs,
                                                  shuffle_batch_size=shuffle_batch_size,
-                                                 checked=ds is None)
+                                                 checked=ds is None, end_marks=one_run)
+            x = _epoch_reader(x) if one_run else x
             x = self._checked_features(self._drop_unused_features(x))
         else:
             x = epochs.flat_map(lambda _, skip: ds.skip(skip))
@@ -1356,6 +1366,38 @@ class _EpochKeyedData:
 
     def __init__(self, steps):
         self.steps = steps
+
+
+def _epochs_from(first, skip, end=np.iinfo(np.int64).max):
+    """The `(epoch, skip)` pairs of `prepare_epochs` from epoch `first` (less its first `skip`
+    batches) to `end` (excluded)."""
+    return tf.data.Dataset.range(first, max(first, end)).map(
+        lambda e: (e, tf.where(e == first, tf.constant(skip, tf.int64), 0)))
+
+
+def _epoch_reader(run):
+    """A fit's one pipeline of every epoch (`prepare_epochs(end_marks=True)`), opened once,
+    read an epoch at a time: Keras opens an iterator every epoch on a dataset of unknown
+    length, and each opening of the pipeline itself instantiated every function of its
+    tokenizer, pairer and masker again (ALBERT's SOP on 8 short documents: 0.57-0.70 s of CPU
+    an epoch after the first, 0.04-0.05 s so; BUILD.md). Each iterator of this reads the
+    pipeline's next batches up to the end of their epoch, the same batches."""
+    iterator = iter(without_autotune_model(run))
+
+    @tf.autograph.experimental.do_not_convert
+    def read(_):
+        return iterator.get_next()
+
+    @tf.autograph.experimental.do_not_convert
+    def before_the_end(end, batch):
+        return tf.logical_not(end)
+
+    @tf.autograph.experimental.do_not_convert
+    def unmarked(end, batch):
+        return batch
+
+    return (tf.data.Dataset.from_tensors(0).repeat().map(read).take_while(before_the_end)
+            .map(unmarked))
 
 
 class _StopAtStep(keras.callbacks.Callback):
