@@ -1,7 +1,8 @@
-"""Directories that are replaced whole: a kill at any moment leaves the old one or the new one.
+"""Files and directories replaced whole: a kill at any moment leaves the old one or the new one.
 
 Only the standard library: the CLI checks its run directory before it imports TensorFlow, and
-`save_to_preset` (presets) and the CLI's checkpoints (run_directory) both write through it.
+`save_to_preset` (presets), the CLI's run (run_directory) and the SavedModel tools (export)
+write through it.
 """
 import os
 import shutil
@@ -44,3 +45,17 @@ def old_copies(final):
         return []
     return sorted(os.path.join(head, f) for f in os.listdir(head)
                   if f.startswith(prefix) and f[len(prefix):].isdigit())
+
+
+def write_file(path, write, mode="w"):
+    """Writes the file `path` whole: `write(f)` into `path + ".tmp"` (opened with `mode`), then
+    renamed over `path`. A write that fails leaves the old file as it was and no ".tmp" (a kill
+    may leave the ".tmp", never a half-written `path`)."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, mode) as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

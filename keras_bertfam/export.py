@@ -48,6 +48,8 @@ import tempfile
 
 import keras
 
+from keras_bertfam import atomic
+
 _REGISTRY = os.path.join(os.path.dirname(__file__), "serving_registry")
 
 
@@ -735,14 +737,8 @@ def strip_unknown_attrs(export_dir, tensorflow="2.12.1"):
             for node in fn.node_def:
                 strip(node)
     if removed:  # written beside it, then renamed over it: a failed write loses nothing
-        path = os.path.join(export_dir, "saved_model.pb")
-        try:
-            with open(path + ".tmp", "wb") as f:
-                f.write(proto.SerializeToString())
-            os.replace(path + ".tmp", path)
-        finally:
-            if os.path.exists(path + ".tmp"):
-                os.remove(path + ".tmp")
+        atomic.write_file(os.path.join(export_dir, "saved_model.pb"),
+                          lambda f: f.write(proto.SerializeToString()), mode="wb")
     return {op: sorted(names) for op, names in sorted(removed.items())}
 
 

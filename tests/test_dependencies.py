@@ -14,7 +14,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "keras_ber
 # What each part of the package may import of ours (besides itself). `preset_hooks` is where the
 # preset mechanism plugs in from above (it imports nothing of ours); `distribute` is the
 # strategy helpers tasks use; `user_warnings` (warnings at the user's line) is a leaf every part
-# may import; `atomic` (directories replaced whole) is a leaf presets and the CLI's run use.
+# may import; `atomic` (files and directories replaced whole) is a leaf presets, export and
+# the CLI's run use.
 BELOW = {
     "user_warnings": set(),
     "atomic": set(),
@@ -27,7 +28,7 @@ BELOW = {
     "tasks": {"layers", "models", "preprocessing", "preset_hooks", "distribute", "user_warnings"},
     "presets": {"layers", "models", "preprocessing", "tasks", "preset_hooks", "distribute",
                 "user_warnings", "atomic"},
-    "export": {"layers", "models", "preprocessing", "tasks", "presets", "preset_hooks",
+    "export": {"layers", "models", "preprocessing", "tasks", "presets", "preset_hooks", "atomic",
                "user_warnings"},
 }
 

@@ -205,7 +205,7 @@ def _write_preset_files(preset_dir, spec, backbone, tokenizer, task):
         task.save_weights(os.path.join(preset_dir, TASK_WEIGHTS))
         files.append(TASK_WEIGHTS)
     manifest["files"] = integrity.checksums(preset_dir, files)
-    _write_json(manifest_path, manifest)
+    atomic.write_file(manifest_path, lambda f: json.dump(manifest, f, indent=2))
 
 
 def _check_finite_weights(model, preset_dir):
@@ -222,13 +222,6 @@ def _check_finite_weights(model, preset_dir):
                 f"{variable.path!r} holds NaN or inf (training diverged). Expected finite "
                 "weights; keep the last good preset / checkpoint (keras.callbacks.TerminateOnNaN "
                 "stops fit at the first NaN loss).")
-
-
-def _write_json(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
 
 
 # === Tokenizers ===
