@@ -127,8 +127,8 @@ def _masked_run(task, backbone, metric, counts):
 
 class _Evaluator:
     """`evaluator(mask)`: `metric` over all of `batches` (each batch's value weighted as the
-    task's epoch means weight it, `Task.metric_weights`: the metric of the whole data) with head mask
-    `mask` (L, N). On TensorFlow the forward pass is one `tf.function` taking the mask as an
+    task's epoch means weight it, `Task.metric_weights`: the metric of the whole data) with head
+    mask `mask` (L, N). On TensorFlow the forward pass is one `tf.function` taking the mask as an
     argument, traced once per batch shape and task (`_masked_run`): the accuracy-drop loop runs
     it L x N times, and eager MiniLM forwards made that loop 35 s on four sentences."""
 
