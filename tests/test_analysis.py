@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import python_runs, to_numpy
 from keras_bertfam.preprocessing import finetuning as ft
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + (
@@ -42,6 +42,15 @@ def inputs(batch=2, length=7, pad=2):
 def classifier(backbone=None, seq=16):
     return kb.tasks.TextClassifier(backbone or bert(), num_classes=2,
                                    preprocessor=ft.TextClassifierPreprocessor(tokenizer(), seq))
+
+
+@pytest.fixture(scope="module")
+def clf():
+    """`classifier(bert(num_layers=2))` as a test's first build makes it (seed 1234: the same
+    weights), once for the tests that only read it (analysis leaves a task as it was: head masks
+    are restored, pruning makes a new task), so its preprocessor's traced call is shared too."""
+    keras.utils.set_random_seed(1234)
+    return classifier(bert(num_layers=2))
 
 
 def masked(plan, counts):
@@ -264,8 +273,7 @@ def test_head_importance_matches_hf_head_mask(tmp_path):
     np.testing.assert_allclose(masked.importance[start == 1], kept, atol=1e-4)
 
 
-def test_head_importance_on_raw_strings_and_bad_input():
-    clf = classifier(bert(num_layers=2))
+def test_head_importance_on_raw_strings_and_bad_input(clf):
     result = kb.analysis.head_importance(clf, (TEXTS, LABELS), accuracy_drop=False)
     assert result.importance.shape == (2, 4) and result.accuracy_drop is None
     np.testing.assert_allclose(np.sqrt((result.importance ** 2).sum(-1)), 1.0, rtol=1e-6)
@@ -276,8 +284,7 @@ def test_head_importance_on_raw_strings_and_bad_input():
         kb.analysis.head_importance("clf", (TEXTS, LABELS))
 
 
-def test_iterative_pruning_curve(tmp_path):
-    clf = classifier(bert(num_layers=2))
+def test_iterative_pruning_curve(tmp_path, clf):
     curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.5, step=0.25)
     assert [r["heads_pruned"] for r in curve.rows] == [0, 2, 4]
     for before, after in zip(curve.masks, curve.masks[1:]):  # a masked head is never re-chosen
@@ -297,8 +304,7 @@ def test_iterative_pruning_curve(tmp_path):
 
 
 # === Attention maps ===
-def test_attention_maps_statistics_and_plots(tmp_path):
-    clf = classifier(bert(num_layers=2), seq=16)
+def test_attention_maps_statistics_and_plots(tmp_path, clf):
     maps = kb.analysis.attention_maps(clf, TEXTS[:2])
     assert maps.tokens[0] == ["[CLS]", "the", "film", "was", "great", "!", "[SEP]"]
     assert maps.maps[0][1].shape == (4, 7, 7)
@@ -533,10 +539,10 @@ def test_span_pool_is_attention_over_the_span():
 
 
 # === CLI ===
-def test_cli_analyze_writes_maps_statistics_and_importance(tmp_path, capsys):
+def test_cli_analyze_writes_maps_statistics_and_importance(tmp_path, capsys, clf):
     from keras_bertfam import cli
 
-    classifier(bert(num_layers=2)).save_to_preset(str(tmp_path / "preset"))
+    clf.save_to_preset(str(tmp_path / "preset"))
     texts = tmp_path / "texts.tsv"
     texts.write_text("".join(f"{t}\t{y}\n" for t, y in zip(TEXTS, LABELS)), encoding="utf-8")
     out = tmp_path / "out"
@@ -700,8 +706,21 @@ def test_plots_return_the_file_they_write(tmp_path):
         kb.analysis.plot_heads(values, "")
 
 
-def test_evaluate_with_mask_checks_the_mask():
-    clf = classifier(bert(num_layers=2))
+def test_analyses_of_one_task_trace_its_masked_forward_pass_once(monkeypatch):
+    """head_importance (its baseline and accuracy drops), evaluate_with_mask and
+    iterative_pruning on the same task and data run one traced forward pass with the head mask
+    as its argument: on TensorFlow `metric_weights` (called only there) runs once, when it is
+    traced. Each call traced it anew before (3 runs here)."""
+    clf = classifier(bert(num_layers=1, num_heads=2))
+    runs = python_runs(monkeypatch, (type(clf), "metric_weights"))
+    kb.analysis.head_importance(clf, (TEXTS, LABELS))
+    assert 0 <= kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), [[1, 0]]) <= 1
+    curve = kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.5, step=0.5)
+    assert [r["heads_pruned"] for r in curve.rows] == [0, 1]
+    assert runs == {"TextClassifier.metric_weights": 1}
+
+
+def test_evaluate_with_mask_checks_the_mask(clf):
     for bad in (np.ones((3, 4)), np.ones((4, 2)), np.ones((2,)), np.ones((2, 8))):
         with pytest.raises(ValueError, match=r"mask must have shape \(2, 4\)"):
             kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), bad)
@@ -710,8 +729,7 @@ def test_evaluate_with_mask_checks_the_mask():
     assert 0 <= kb.analysis.evaluate_with_mask(clf, (TEXTS, LABELS), [[1] * 4, [1] * 4]) <= 1
 
 
-def test_iterative_pruning_says_when_it_prunes_less_than_asked():
-    clf = classifier(bert(num_layers=2))
+def test_iterative_pruning_says_when_it_prunes_less_than_asked(clf):
     with pytest.raises(ValueError, match=r"target=0.05 of the 8 heads rounds to 0"):
         kb.analysis.iterative_pruning(clf, (TEXTS, LABELS), target=0.05, step=0.05)
     with pytest.warns(UserWarning, match=r"pruned 6 of the 7 heads asked.*allow_empty_layers"):
@@ -831,13 +849,12 @@ def test_cli_analyze_user_errors_are_one_line(tmp_path, capsys):
     assert "--output" in capsys.readouterr().err
 
 
-def test_head_masks_hold_multipliers_in_0_1_and_data_must_end():
+def test_head_masks_hold_multipliers_in_0_1_and_data_must_end(clf):
     """A NaN or a value outside [0, 1] in a head mask was used as it was (NaN as 0, 5 scaled the
     head's context by 5): refused, naming the entry. An infinite dataset (`.repeat()`) made
     head_importance read forever; a model with no heads left failed deep in the gradient."""
     import tensorflow as tf
 
-    clf = classifier(bert(num_layers=2))
     for value, what in ((np.nan, "nan"), (5.0, "5"), (-1.0, "-1")):
         bad = np.ones((2, 4), "float32")
         bad[1, 2] = value

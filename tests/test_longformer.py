@@ -97,8 +97,8 @@ def test_parity_with_random_hf_longformer(parity_models, length, global_tokens):
     assert ours.num_params() == sum(p.numel() for p in hf.parameters())
 
 
-def test_global_tokens_change_the_output(hf_dir):
-    ours = kb.models.LongformerBackbone.from_preset(hf_dir)
+def test_global_tokens_change_the_output(parity_models):
+    ours = parity_models[0]  # converted from hf_dir
     with_global = to_numpy(ours(_inputs(24))["sequence_output"])
     without = to_numpy(ours(_inputs(24, global_tokens=False))["sequence_output"])
     assert np.abs(with_global - without)[0].max() > 1e-3
@@ -643,8 +643,22 @@ def test_multiple_choice_model_inputs_within_the_cap_equal_hf_and_over_it_raise(
                                ref[:, 1:], atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def raw_text_multiple_choice(bert_vocab):
+    """A one-layer Longformer MultipleChoice on raw (context, choices), WordPiece, at most 4
+    global tokens, for the raw-text MC tests (the refusals first; the fit test then trains it)."""
+    from keras_bertfam.preprocessing import finetuning as ft
+
+    keras.utils.set_random_seed(1234)
+    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
+    return kb.tasks.MultipleChoice(
+        kb.models.LongformerBackbone(tok.vocabulary_size(), 1, 2, 16, 32, attention_window=4,
+                                     max_global_tokens=4, max_sequence_length=32),
+        preprocessor=ft.MultipleChoicePreprocessor(tok, 24))
+
+
 @pytest.mark.multibackend
-def test_multiple_choice_raw_text_refuses_a_choice_over_the_cap(bert_vocab):
+def test_multiple_choice_raw_text_refuses_a_choice_over_the_cap(raw_text_multiple_choice):
     """The raw-text route (the preprocessor packs `[CLS] context [SEP] choice [SEP]`; the task
     puts global attention on the choice) stops at a choice whose global tokens do not fit
     max_global_tokens, naming the count and what to do, in fit (tf.data), predict (in memory)
@@ -652,13 +666,7 @@ def test_multiple_choice_raw_text_refuses_a_choice_over_the_cap(bert_vocab):
     gave a NaN loss and, after one step, NaN weights (TensorFlow's graph and JAX alike)."""
     import tensorflow as tf
 
-    from keras_bertfam.preprocessing import finetuning as ft
-
-    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
-    mc = kb.tasks.MultipleChoice(
-        kb.models.LongformerBackbone(tok.vocabulary_size(), 1, 2, 16, 32, attention_window=4,
-                                     max_global_tokens=4, max_sequence_length=32),
-        preprocessor=ft.MultipleChoicePreprocessor(tok, 24))
+    mc = raw_text_multiple_choice
     # global tokens of a choice (WordPiece's one [SEP]: HF's rule skips its first piece and
     # takes the closing [SEP]): 4 for "a very long film", 5 with "boring"
     at_cap = (["a great film", "dull"], [["great", "a very long film"], ["bad", "a film"]])
@@ -885,20 +893,17 @@ def test_fit_at_dropout_0_has_a_gradient_for_every_weight():
     assert missing == [] and np.isfinite(history.history["loss"]).all()
 
 
-def test_multiple_choice_fits_raw_strings_with_global_attention_on_the_choice(bert_vocab):
+def test_multiple_choice_fits_raw_strings_with_global_attention_on_the_choice(
+        raw_text_multiple_choice):
     """MultipleChoice on a Longformer from raw (context, choices): no global-attention input (it
     was one its preprocessor never gave), global attention on the choice and its closing [SEP]
     (HF LongformerForMultipleChoice's rule: the tokens after the first separator and the one
     after it, which is RoBERTa's second `</s>`; with WordPiece's single [SEP] the same rule leaves
     the choice's first token out, as HF's would on such ids)."""
     from keras_bertfam.models.longformer import global_attention_for_task
-    from keras_bertfam.preprocessing import finetuning as ft
 
-    tok = kb.preprocessing.WordPieceTokenizer(bert_vocab, lowercase=True)
-    pre = ft.MultipleChoicePreprocessor(tok, 16)
-    mc = kb.tasks.MultipleChoice(
-        kb.models.LongformerBackbone(tok.vocabulary_size(), 1, 2, 16, 32, attention_window=4,
-                                     max_sequence_length=32), preprocessor=pre)
+    mc = raw_text_multiple_choice
+    pre, tok = mc.preprocessor, mc.preprocessor.tokenizer
     assert "global_attention_mask" not in mc.input
     x = (["a great film", "dull"], [["great", "bad film"], ["bad", "a great film"]])
     history = mc.fit(x, [0, 0], batch_size=2, epochs=2, verbose=0)

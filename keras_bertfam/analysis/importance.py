@@ -2,6 +2,7 @@
 import csv
 import dataclasses
 import os
+import weakref
 
 import keras
 import numpy as np
@@ -95,25 +96,45 @@ def _lower_is_better(metric):
     return bool(metric) and metric.endswith(_LOWER_IS_BETTER)
 
 
+# task -> {(metric, heads per layer): its masked forward pass}: one per task and metric, so that
+# head_importance, evaluate_with_mask and iterative_pruning on the same task trace it once, not
+# once per call (weak keys: a dropped task takes its functions with it).
+_MASKED_RUNS = weakref.WeakKeyDictionary()
+
+
+def _masked_run(task, backbone, metric, counts):
+    """`run(x, y, sw, mask)` -> (the batch's `metric` with head mask `mask`, its weight). On
+    TensorFlow one `tf.function` taking the mask as an argument, traced once per batch shape
+    and kept for the task (it reads the task's variables when it runs)."""
+    runs = _MASKED_RUNS.setdefault(task, {})
+    key = (metric, tuple(counts))
+    if key in runs:
+        return runs[key]
+    task_ref = weakref.ref(task)  # (the function must not keep its task alive)
+
+    def run(x, y, sw, mask):
+        task = task_ref()
+        with head_mask_override(backbone, per_layer(mask, counts)):
+            y_pred = task(x, training=False)
+            _, metrics = task.losses_and_metrics(y, y_pred, sw)
+            rows = ops.cast(ops.shape(tf.nest.flatten(y_pred)[0])[0], "float32")
+        return metrics[metric], task.metric_weights(y, y_pred, sw).get(metric, rows)
+
+    runs[key] = tf.function(run, reduce_retracing=True) \
+        if keras.backend.backend() == "tensorflow" else run
+    return runs[key]
+
+
 class _Evaluator:
     """`evaluator(mask)`: `metric` over all of `batches` (each batch's value weighted as the
-    task's epoch means weight it, `Task.metric_weights`: the metric of the whole data) with head mask
-    `mask` (L, N). On TensorFlow the forward pass is one `tf.function` taking the mask as an
-    argument, traced once per batch shape: the accuracy-drop loop runs it L x N times, and eager
-    MiniLM forwards made that loop 35 s on four sentences."""
+    task's epoch means weight it, `Task.metric_weights`: the metric of the whole data) with head
+    mask `mask` (L, N). On TensorFlow the forward pass is one `tf.function` taking the mask as an
+    argument, traced once per batch shape and task (`_masked_run`): the accuracy-drop loop runs
+    it L x N times, and eager MiniLM forwards made that loop 35 s on four sentences."""
 
     def __init__(self, task, backbone, batches, metric, counts):
         self.batches = batches
-
-        def run(x, y, sw, mask):
-            with head_mask_override(backbone, per_layer(mask, counts)):
-                y_pred = task(x, training=False)
-                _, metrics = task.losses_and_metrics(y, y_pred, sw)
-                rows = ops.cast(ops.shape(tf.nest.flatten(y_pred)[0])[0], "float32")
-            return metrics[metric], task.metric_weights(y, y_pred, sw).get(metric, rows)
-
-        self.run = tf.function(run, reduce_retracing=True) \
-            if keras.backend.backend() == "tensorflow" else run
+        self.run = _masked_run(task, backbone, metric, counts)
 
     def __call__(self, mask):
         m = ops.convert_to_tensor(np.nan_to_num(mask).astype("float32"))
