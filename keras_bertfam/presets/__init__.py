@@ -42,6 +42,7 @@ from keras_bertfam.presets.loaders import (  # noqa: F401
     OursLoader,
     PresetLoader,
     convert_hf,
+    directory_format,
     get_loader,
     hf_cache_dir,
     hub_snapshot,
@@ -540,9 +541,8 @@ def convert(path, load_weights=True, **overrides):
     of a setting that changes what the weights compute warns, as `from_preset`'s
     (`warn_function_overrides`)."""
     path = preset_path(path, "convert's path (an HF-format model directory)")
-    loader = None if not os.path.isdir(path) else (
-        OursLoader if OursLoader.claims(path) else KerasHubLoader
-        if KerasHubLoader.claims(path) else HFDirLoader)
+    # A directory no format claims is read as HF's: convert_hf's error names the missing files.
+    loader = (directory_format(path) or HFDirLoader) if os.path.isdir(path) else None
     if loader is not HFDirLoader:
         what = {None: "no such directory", OursLoader: "a keras_bertfam preset directory",
                 KerasHubLoader: "a keras-hub preset directory"}[loader]

@@ -78,13 +78,20 @@ def get_loader(preset, download=False):
     return HubCacheLoader(preset, get(preset), download)
 
 
+def directory_format(where):
+    """The loader class of the directory `where`'s format (ours, keras-hub's, HF's: the first
+    that claims it), or None where none does."""
+    return next((loader for loader in (OursLoader, KerasHubLoader, HFDirLoader)
+                 if loader.claims(where)), None)
+
+
 def _directory_loader(preset, where):
     """The loader of the directory `where` (`preset` itself, or an HF hub snapshot of it: one
     holding a directory that `save_to_preset`, ours or keras-hub's, wrote and uploaded loads
     as that directory does)."""
-    for loader in (OursLoader, KerasHubLoader, HFDirLoader):
-        if loader.claims(where):
-            return loader(preset, where)
+    loader = directory_format(where)
+    if loader is not None:
+        return loader(preset, where)
     if where != preset:  # a hub snapshot: HF's format (its errors name the missing files)
         return HFDirLoader(preset, where)
     written = [f for f in (BACKBONE_WEIGHTS, TASK_WEIGHTS, MANIFEST + ".tmp")
