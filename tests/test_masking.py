@@ -289,7 +289,8 @@ def test_greedy_select_at_any_width_with_tied_random_bits(W, max_n):
     rows with no words, budget 0, every piece as budget (the walk past the first candidates),
     a batch of one."""
     rng = np.random.default_rng(W * 10 + max_n)
-    for ties, big, B in ((True, False, 24), (False, False, 24), (True, True, 16), (False, True, 1)):
+    # (the batches of 24 share XLA's compilation for their shape; the batch of one has its own)
+    for ties, big, B in ((True, False, 24), (False, False, 24), (True, True, 24), (False, True, 1)):
         key, cand_n, ctok, budget = greedy_case(rng, B, W, max_n, ties, big)
         covered, chosen = M._greedy_select(
             tf.constant(key, tf.int32), tf.constant(cand_n, tf.int32),

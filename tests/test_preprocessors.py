@@ -1,4 +1,6 @@
 """Pretraining preprocessors: raw text -> keras-hub format; truncation; seeds; BERT's masking."""
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -103,14 +105,18 @@ def test_instances_are_shuffled_across_documents(tokenizer, kind):
     docs = [" ".join(f"{w} {w} {w} {w}." for _ in range(40)) for w in words]
     word_ids = {tokenizer([w]).to_list()[0][0]: w for w in words}
 
-    def first_batch_documents(shuffle_buffer, seed=0, training=True):
+    @functools.cache  # one preprocessor (its map functions traced once) per setting
+    def preprocessor(shuffle_buffer, seed):
         if kind == "pairs":
-            pre = kb.preprocessing.SentencePairPreprocessor(
+            return kb.preprocessing.SentencePairPreprocessor(
                 tokenizer, 32, batch_size=16, seed=seed, shuffle_buffer=shuffle_buffer)
-        else:
-            pre = kb.preprocessing.MaskedLMPreprocessor(
-                tokenizer, 32, batch_size=16, seed=seed, packing="doc_sentences",
-                shuffle_buffer=shuffle_buffer)
+        return kb.preprocessing.MaskedLMPreprocessor(
+            tokenizer, 32, batch_size=16, seed=seed, packing="doc_sentences",
+            shuffle_buffer=shuffle_buffer)
+
+    def first_batch_documents(shuffle_buffer, seed=0, training=True, fresh=False):
+        # a new pipeline on each call; `fresh`: of a preprocessor of its own
+        pre = (preprocessor.__wrapped__ if fresh else preprocessor)(shuffle_buffer, seed)
         x = next(iter(pre.prepare(tf.data.Dataset.from_tensor_slices(docs).batch(8),
                                   training=training)))[0]
         rows = x["token_ids"].numpy()
@@ -122,7 +128,8 @@ def test_instances_are_shuffled_across_documents(tokenizer, kind):
     assert first_batch_documents(1024, training=False)[0] == ordered
     shuffled, rows = first_batch_documents(1024)
     assert len(set(shuffled)) >= 5
-    np.testing.assert_array_equal(first_batch_documents(1024)[1], rows)  # same seed, same batch
+    # same seed, same batch (another preprocessor's pipeline)
+    np.testing.assert_array_equal(first_batch_documents(1024, fresh=True)[1], rows)
     assert not np.array_equal(first_batch_documents(1024, seed=1)[1], rows)
 
 
@@ -133,14 +140,16 @@ def test_training_batches_are_full_unless_an_epoch_has_only_one(tokenizer, kind)
     epoch with fewer instances than a batch keeps that one batch; evaluation keeps every one."""
     docs = kb.preprocessing.read_corpus().take(12)
 
-    def sizes(batch_size, training, epochs=2):
+    @functools.cache  # one preprocessor (its map functions traced once) per batch size
+    def preprocessor(batch_size):
         if kind == "pairs":
-            pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, 32, batch_size=batch_size,
-                                                            seed=2)
-        else:
-            pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 32, batch_size=batch_size,
-                                                        seed=2, packing="full_sentences")
-        ds = pre.prepare(docs, training=training)
+            return kb.preprocessing.SentencePairPreprocessor(tokenizer, 32,
+                                                             batch_size=batch_size, seed=2)
+        return kb.preprocessing.MaskedLMPreprocessor(tokenizer, 32, batch_size=batch_size,
+                                                     seed=2, packing="full_sentences")
+
+    def sizes(batch_size, training, epochs=2):
+        ds = preprocessor(batch_size).prepare(docs, training=training)
         return [[int(x["token_ids"].shape[0]) for x, *_ in ds] for _ in range(epochs)]
 
     evaluation, = sizes(8, training=False, epochs=1)  # each epoch read costs ~1 s of CPU
@@ -161,7 +170,8 @@ def test_group_by_length_regroups_the_same_examples_and_cuts_the_padding(tokeniz
     docs = kb.preprocessing.read_corpus().take(24)  # 35-36 batches of 4: 7 groups of 5 and more
     length = 64
 
-    def batches(training=True, take=-1, **kwargs):
+    @functools.cache  # one preprocessor (its map functions traced once) per setting
+    def preprocessor(**kwargs):
         if kind == "pairs":
             pre = kb.preprocessing.SentencePairPreprocessor(tokenizer, length, batch_size=4,
                                                             seed=1, **kwargs)
@@ -169,8 +179,11 @@ def test_group_by_length_regroups_the_same_examples_and_cuts_the_padding(tokeniz
             pre = kb.preprocessing.MaskedLMPreprocessor(tokenizer, length, batch_size=4, seed=1,
                                                         packing="full_sentences", **kwargs)
         pre.group_by_length_batches = 5
+        return pre
+
+    def batches(training=True, take=-1, **kwargs):
         return [(b[0], tf.nest.flatten(b[1:]))
-                for b in pre.prepare(docs, training=training).take(take)]
+                for b in preprocessor(**kwargs).prepare(docs, training=training).take(take)]
 
     def examples(batches):  # every row: its real tokens, segments, masks and targets
         rows = []
