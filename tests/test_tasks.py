@@ -419,7 +419,8 @@ def test_task_keyword_arguments_are_checked_and_a_frozen_backbone_stays_frozen(t
 @pytest.fixture(scope="module")
 def _small_bert_tasks():
     """One `BertBackbone(100, 1, 2, 8, 16)` and a MaskedLM, a TextClassifier (2 classes) and a
-    BertPretrainer on it (`preprocessor=None`), compiled with the tasks' defaults."""
+    BertPretrainer on it (`preprocessor=None`), compiled with the tasks' defaults, their
+    optimizers built (every variable a test can change exists before the first test)."""
     keras.utils.set_random_seed(1234)
     backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
     tasks = {"mlm": kb.tasks.MaskedLM(backbone, preprocessor=None),
@@ -427,6 +428,7 @@ def _small_bert_tasks():
              "pretrainer": kb.tasks.BertPretrainer(backbone, preprocessor=None)}
     for task in tasks.values():
         task.compile()
+        task.optimizer.build(task.trainable_variables)
     return tasks
 
 
