@@ -239,8 +239,10 @@ def test_gelus_keep_only_their_input_for_the_backward_pass(activation):
     x = tf.random.normal([1024, 16384])  # 64 MB
     size = 1024 * 16384 * 4
     held = []
-    # The least of three: the process's other threads (a tf.data pipeline an earlier test in this
-    # worker left prefetching) can allocate during one measurement (a 3-worker run saw 3.0).
+    # The least of up to three: the process's other threads (a tf.data pipeline an earlier test
+    # in this worker left prefetching) can allocate during one measurement (a 3-worker run saw
+    # 3.0). The first one under the bound decides (the least is then under it too): each
+    # measurement is a forward and backward pass over 16M values (~1.3 s of CPU).
     for _ in range(3):
         before = resident()
         with tf.GradientTape() as tape:
@@ -249,6 +251,8 @@ def test_gelus_keep_only_their_input_for_the_backward_pass(activation):
             held.append(resident() - before)
         grad = tape.gradient(y, x)
         del tape, y
+        if held[-1] < 1.6 * size:
+            break
     assert min(held) < 1.6 * size, (
         f"the forward pass holds {min(held) / size:.1f} tensors of x's size (least of "
         f"{[round(h / size, 1) for h in held]})")

@@ -12,7 +12,8 @@ from keras_bertfam.tasks.losses import weighted_sparse_ce
 from tests.conftest import pipeline_builds, to_numpy
 
 pytestmark = pytest.mark.multibackend
-TINY = dict(vocabulary_size=30522, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
+# One layer: no test here is about depth (a train step's tracing grows with the layers).
+TINY = dict(vocabulary_size=30522, num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64,
             max_sequence_length=64, dropout=0.0)
 
 
@@ -89,7 +90,7 @@ def test_pretrainers_fit_on_raw_text(bert_vocab):
     for task_cls, documents, grouped in ((kb.tasks.MaskedLM, 48, False),
                                          (kb.tasks.BertPretrainer, 8, True)):
         docs = corpus.take(documents)
-        backbone = kb.models.BertBackbone(**dict(TINY, num_layers=1))  # raw text is the point
+        backbone = kb.models.BertBackbone(**TINY)  # raw text is the point
         preprocessor = task_cls.default_preprocessor(tokenizer, backbone, sequence_length=32,
                                                      batch_size=8, seed=3,
                                                      group_by_length=grouped)
@@ -120,7 +121,7 @@ def test_fit_evaluate_and_predict_read_datasets_without_the_autotune_model(bert_
 
     monkeypatch.setattr(task_module, "without_autotune_model", spy)
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
-    backbone = kb.models.BertBackbone(**dict(TINY, num_layers=1))
+    backbone = kb.models.BertBackbone(**TINY)
     preprocessor = kb.preprocessing.MaskedLMPreprocessor(tokenizer, 16, batch_size=2, seed=0)
     mlm = kb.tasks.MaskedLM(backbone, preprocessor=preprocessor)
     texts = tf.data.Dataset.from_tensor_slices(["a good film", "a dull plot", "fine acting",
@@ -367,7 +368,7 @@ def test_first_fit_traces_once_after_the_preprocessor_is_detached(bert_vocab):
     must still exist before the step is traced (else the step is traced twice, every slot
     initializer under a `tf.cond`)."""
     tokenizer = kb.preprocessing.WordPieceTokenizer(vocabulary=bert_vocab, lowercase=True)
-    backbone = kb.models.BertBackbone(**dict(TINY, num_layers=1))
+    backbone = kb.models.BertBackbone(**TINY)
     preprocessor = kb.tasks.TextClassifier.default_preprocessor(tokenizer, backbone,
                                                                 sequence_length=16)
     classifier = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
@@ -415,6 +416,40 @@ def test_task_keyword_arguments_are_checked_and_a_frozen_backbone_stays_frozen(t
     assert not loaded.backbone.trainable and len(loaded.trainable_weights) == 2
 
 
+@pytest.fixture(scope="module")
+def _small_bert_tasks():
+    """One `BertBackbone(100, 1, 2, 8, 16)` and a MaskedLM, a TextClassifier (2 classes) and a
+    BertPretrainer on it (`preprocessor=None`), compiled with the tasks' defaults, their
+    optimizers built (every variable a test can change exists before the first test)."""
+    keras.utils.set_random_seed(1234)
+    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    tasks = {"mlm": kb.tasks.MaskedLM(backbone, preprocessor=None),
+             "clf": kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None),
+             "pretrainer": kb.tasks.BertPretrainer(backbone, preprocessor=None)}
+    for task in tasks.values():
+        task.compile()
+        task.optimizer.build(task.trainable_variables)
+    return tasks
+
+
+@pytest.fixture
+def small_bert(_small_bert_tasks):
+    """The input-check tests' tasks: each test refuses bad inputs and fits good ones, so the
+    tasks are built and their steps traced (compiled on JAX) once for all of them, not once a
+    test. Each test gets the weights and optimizer state the tasks had before it (restored
+    after it); none changes what is trainable (a Distiller freezes its teacher: it gets its own
+    backbone)."""
+    tasks = _small_bert_tasks
+    variables = {id(v): v for task in tasks.values()
+                 for v in task.weights + task.optimizer.variables}.values()
+    saved = [(v, to_numpy(v)) for v in variables]
+    trainable = [len(task.trainable_weights) for task in tasks.values()]
+    yield tasks
+    for v, value in saved:
+        v.assign(value)
+    assert [len(task.trainable_weights) for task in tasks.values()] == trainable
+
+
 def test_steps_per_execution_never_reads_past_the_data():
     """Keras runs whole executions of `steps_per_execution` steps; on our repeated pipelines
     (one iterator a fit) the last one of an epoch read the next epoch's batches: 5 batches at
@@ -441,14 +476,13 @@ def test_steps_per_execution_never_reads_past_the_data():
         clf.fit(x[:5], y[:5], batch_size=1, verbose=0)
 
 
-def test_model_inputs_mask_positions_and_lengths_are_checked_in_memory_and_in_datasets():
+def test_model_inputs_mask_positions_and_lengths_are_checked_in_memory_and_in_datasets(
+        small_bert):
     """`preprocessor=None`: a MaskedLM's `mask_positions` outside the rows were gathered clamped
     on JAX (NaN losses), wrapped on torch (a wrong finite loss), an error of TF's own on TF;
     rows longer than the position table in a `tf.data` dataset met a slice or Pad error deep in
     the model. Both are refused naming the values, in memory and in the input pipeline."""
-    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
-    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
-    mlm.compile(learning_rate=1e-3)
+    mlm = small_bert["mlm"]
     x = {"token_ids": np.full((2, 8), 5, "int32"), "segment_ids": np.zeros((2, 8), "int32"),
          "padding_mask": np.ones((2, 8), "int32"), "mask_positions": np.array([[1, 40], [2, 3]])}
     y, w = np.array([[5, 6], [7, 8]]), np.ones((2, 2), "float32")
@@ -459,8 +493,7 @@ def test_model_inputs_mask_positions_and_lengths_are_checked_in_memory_and_in_da
         mlm.fit(data, verbose=0)
     mlm.fit(dict(x, mask_positions=np.array([[1, 7], [0, 3]])), y, sample_weight=w, verbose=0)
 
-    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
-    clf.compile(learning_rate=1e-3)
+    clf = small_bert["clf"]
     long = {k: np.ones((2, 20), "int32") for k in ("token_ids", "segment_ids", "padding_mask")}
     labels = np.array([0, 1])
     message = r"token_ids of 20 positions.*max_sequence_length=16"
@@ -474,14 +507,13 @@ def test_model_inputs_mask_positions_and_lengths_are_checked_in_memory_and_in_da
         clf.fit(unknown, verbose=0)
 
 
-def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused():
+def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused(small_bert):
     """`preprocessor=None`: a MaskedLM's label ids (`y`, the target ids at the mask positions)
     outside the vocabulary gave a NaN or wrong finite loss on JAX (its gather is clamped), a
     graph error of TF's own on TF; a pretrainer's NSP / SOP labels outside {0, 1} likewise.
     Refused naming the value, its position and the valid range: in memory (fit, evaluate,
     validation data, `*_on_batch`) and in a dataset's input pipeline."""
-    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
-    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    mlm = small_bert["mlm"]
     x = {"token_ids": np.full((2, 8), 5, "int32"), "segment_ids": np.zeros((2, 8), "int32"),
          "padding_mask": np.ones((2, 8), "int32"), "mask_positions": np.array([[1, 4], [2, 3]])}
     good, w = np.array([[5, 6], [7, 8]]), np.ones((2, 2), "float32")
@@ -505,7 +537,7 @@ def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused():
     history = mlm.fit(x, good, sample_weight=w, verbose=0).history
     assert np.isfinite(history["loss"]).all()
 
-    pretrainer = kb.tasks.BertPretrainer(backbone, preprocessor=None)
+    pretrainer = small_bert["pretrainer"]
     y = {"mask_ids": good, "mask_weights": w, "pair_labels": np.array([0, 2])}
     with pytest.raises(ValueError, match=r"BertPretrainer got label pair_labels 2 at "
                                          r"pair_labels\[1\]: expected labels in \[0, 2\) "
@@ -535,7 +567,8 @@ def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused():
         preprocessor=None)
     xlnet = kb.tasks.XLNetPretrainer(kb.models.XLNetBackbone(100, 1, 2, 8, 16),
                                      preprocessor=None)
-    distiller = kb.tasks.Distiller(kb.tasks.MaskedLM(backbone, preprocessor=None),
+    teacher = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)  # frozen by it
+    distiller = kb.tasks.Distiller(kb.tasks.MaskedLM(teacher, preprocessor=None),
                                    kb.models.BertBackbone(100, 1, 2, 8, 16,
                                                           max_sequence_length=16),
                                    preprocessor=None)
@@ -545,18 +578,18 @@ def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused():
             task.train_on_batch(x, bad)
 
 
-def test_masked_lm_label_ids_from_python_generators_are_checked():
+def test_masked_lm_label_ids_from_python_generators_are_checked(small_bert):
     """A MaskedLM's label ids from a Python generator (`preprocessor=None`) are checked as they
     are read (NaN on JAX before). Token ids from every input form: below."""
-    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
     good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
-    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    mlm = small_bert["mlm"]
     x = dict(good, segment_ids=np.zeros((2, 8), "int32"), mask_positions=np.array([[1, 2]] * 2))
     with pytest.raises(ValueError, match=r"MaskedLM got label mask_ids 100 at mask_ids\[0, 1\]"):
         mlm.fit(((x, np.array([[5, 100], [5, 6]])) for _ in range(1)), verbose=0)
 
 
-def test_model_inputs_from_generators_py_datasets_and_torch_data_loaders_are_checked():
+def test_model_inputs_from_generators_py_datasets_and_torch_data_loaders_are_checked(
+        small_bert):
     """`preprocessor=None` inputs from a Python generator, a `keras.utils.PyDataset` or a torch
     `DataLoader` (Keras' fit takes each on every backend) passed unchecked: token ids outside the
     vocabulary gave NaN on JAX, a graph error of TF's own on TF; a MaskedLM's label ids and a
@@ -564,8 +597,7 @@ def test_model_inputs_from_generators_py_datasets_and_torch_data_loaders_are_che
     are; in fit, evaluate, predict and fit's validation data."""
     import torch
 
-    backbone = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
-    clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+    clf = small_bert["clf"]
     good = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32")}
     bad = dict(good, token_ids=np.full((2, 8), 999, "int32"))
     labels = np.array([0, 1])
@@ -607,7 +639,7 @@ def test_model_inputs_from_generators_py_datasets_and_torch_data_loaders_are_che
         assert np.isfinite(history["loss"]).all() and len(history["loss"]) == epochs
         assert clf.predict(data(good, labelled=False), verbose=0).shape == (2, 2)
 
-    pretrainer = kb.tasks.BertPretrainer(backbone, preprocessor=None)
+    pretrainer = small_bert["pretrainer"]
     x = dict(good, segment_ids=np.zeros((2, 8), "int32"), mask_positions=np.array([[1, 2]] * 2))
     y = {"mask_ids": np.array([[5, 6], [7, 8]]), "mask_weights": np.ones((2, 2), "float32"),
          "pair_labels": np.array([0, 2])}
@@ -622,7 +654,7 @@ def test_model_inputs_from_generators_py_datasets_and_torch_data_loaders_are_che
     with pytest.raises(ValueError, match=r"BertPretrainer got label pair_labels 2 at "
                                          r"pair_labels\[1\]: expected labels in \[0, 2\)"):
         pretrainer.fit(Pretraining(), verbose=0)
-    mlm = kb.tasks.MaskedLM(backbone, preprocessor=None)
+    mlm = small_bert["mlm"]
     examples = [({k: torch.as_tensor(v[i]) for k, v in x.items()}, torch.as_tensor(t))
                 for i, t in enumerate(np.array([[5, 6], [7, 100]]))]
     with pytest.raises(ValueError, match=r"MaskedLM got label mask_ids 100 at mask_ids\[1, 1\]: "
@@ -630,7 +662,7 @@ def test_model_inputs_from_generators_py_datasets_and_torch_data_loaders_are_che
         mlm.fit(torch.utils.data.DataLoader(examples, batch_size=2), verbose=0)
 
 
-def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
+def test_mask_values_other_than_0_or_1_are_refused_on_every_backend(small_bert):
     """`preprocessor=None`: a Longformer task's padding_mask holding 2 (HF's global token) or a
     global_attention_mask holding -1 (HF's padding) trained and predicted silently on JAX (its
     jitted step cannot raise; TensorFlow's graph stopped, in the backbone); any family's
@@ -642,7 +674,7 @@ def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
 
     longformer = kb.models.LongformerBackbone(100, 1, 2, 16, 32, max_sequence_length=16,
                                               attention_window=4)
-    bert = kb.models.BertBackbone(100, 1, 2, 8, 16, max_sequence_length=16)
+    bert = small_bert["clf"].backbone
     good = {"token_ids": np.full((2, 8), 5, "int32"), "segment_ids": np.zeros((2, 8), "int32"),
             "padding_mask": np.ones((2, 8), "int32")}
     labels = np.array([0, 1])
@@ -663,8 +695,9 @@ def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
             [({k: torch.as_tensor(v[i]) for k, v in x.items()}, int(labels[i])) for i in (0, 1)],
             batch_size=2)
 
+    longformer_clf = kb.tasks.TextClassifier(longformer, num_classes=2, preprocessor=None)
     for backbone, value in ((longformer, 2), (longformer, -1), (bert, 2)):
-        clf = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
+        clf = longformer_clf if backbone is longformer else small_bert["clf"]
         mask = good["padding_mask"].copy()
         mask[1, 1] = value
         bad = dict(good, padding_mask=mask)
@@ -717,7 +750,7 @@ def test_mask_values_other_than_0_or_1_are_refused_on_every_backend():
 
 
 def _bad_mask_cases():
-    """The backbone mask tests' cases: (backbone compiled with an MSE loss, good inputs, bad
+    """The backbone mask test's cases: (backbone compiled with an MSE loss, good inputs, bad
     inputs, targets y, the refusal's message as a regex) for a Longformer's padding_mask of 2
     (with HF's attention_mask hint) and global_attention_mask of -1, and a BERT's padding_mask
     of 2, each at [1, 1]."""
@@ -743,12 +776,23 @@ def _bad_mask_cases():
 
 
 def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
-    """A backbone's own `predict` (and `*_on_batch`, `fit`, `evaluate`, an eager call) took a
-    padding_mask of 2 silently where a task refuses it: a Longformer's on JAX (its jitted step
-    cannot raise; HF reads 2 as a global token), a BERT's on every backend (read as 1). They
-    refuse it now with the tasks' message, on every backend (a Longformer's padding_mask with
-    HF's attention_mask hint, which its eager call had lost); 0 / 1 masks still run."""
-    for backbone, good, bad, y, message in _bad_mask_cases():
+    """In memory: a backbone's own `predict` (and `*_on_batch`, `fit`, `evaluate`, an eager
+    call) took a padding_mask of 2 silently where a task refuses it: a Longformer's on JAX (its
+    jitted step cannot raise; HF reads 2 as a global token), a BERT's on every backend (read as
+    1). They refuse it now with the tasks' message, on every backend (a Longformer's
+    padding_mask with HF's attention_mask hint, which its eager call had lost); 0 / 1 masks
+    still run.
+
+    In datasets and streams (the same backbones: their steps traced once for both): a
+    backbone's own `predict`, `fit` (and its validation data) and `evaluate` given a
+    `tf.data.Dataset`, a generator, a PyDataset or a torch DataLoader took a padding_mask of 2
+    silently: a BERT's on every backend but torch (its eager step calls the backbone, which
+    checks), a Longformer's on JAX (its jitted step cannot raise). Each batch is checked now as
+    it is read, with the in-memory message (a Longformer's with HF's attention_mask hint)."""
+    import torch
+
+    cases = list(_bad_mask_cases())
+    for backbone, good, bad, y, message in cases:
         tensors = {k: keras.ops.convert_to_tensor(v) for k, v in bad.items()}
         for call in (lambda: backbone.predict(bad, verbose=0),
                      lambda: backbone.predict_on_batch(bad),
@@ -766,16 +810,7 @@ def test_a_backbones_own_entry_points_refuse_mask_values_other_than_0_or_1():
                                    out["sequence_output"], atol=1e-5)
         assert np.isfinite(backbone.fit(good, y, verbose=0).history["loss"]).all()
 
-
-def test_a_backbones_own_entry_points_refuse_bad_masks_in_datasets_and_streams():
-    """A backbone's own `predict`, `fit` (and its validation data) and `evaluate` given a
-    `tf.data.Dataset`, a generator, a PyDataset or a torch DataLoader took a padding_mask of 2
-    silently: a BERT's on every backend but torch (its eager step calls the backbone, which
-    checks), a Longformer's on JAX (its jitted step cannot raise). Each batch is checked now as
-    it is read, with the in-memory message (a Longformer's with HF's attention_mask hint)."""
-    import torch
-
-    for backbone, good, bad, y, message in _bad_mask_cases():
+    for backbone, good, bad, y, message in cases:
 
         class Batches(keras.utils.PyDataset):
             def __len__(self):
