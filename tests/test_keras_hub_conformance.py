@@ -82,6 +82,9 @@ def test_bert_tokenizer_docstring(preset_tokenizer):
     assert isinstance(single, tf.Tensor) and single.shape.rank == 1
     assert isinstance(batch, tf.RaggedTensor) and batch.shape[0] == 2
     assert to_numpy(single).tolist() == batch[0].numpy().tolist()
+    # A text goes through the batch's traced function, as a batch of one: traced once for both.
+    (traced,) = tokenizer._eager_tokenize_by_rank.values()
+    assert traced.experimental_get_tracing_count() == 1
     text = tokenizer.detokenize(tokenizer("The quick brown fox jumped."))
     assert "quick brown fox" in (text.numpy().decode() if hasattr(text, "numpy") else text)
     custom = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
