@@ -60,28 +60,45 @@ def _spm_proto(features):
 # === Tokenizers (BertTokenizer, RobertaTokenizer, AlbertTokenizer docstrings) ===
 
 
-def test_bert_tokenizer_docstring():
-    tokenizer = kb.preprocessing.Tokenizer.from_preset(PRESET)
+@pytest.fixture(scope="module")
+def preset_tokenizer():
+    """`Tokenizer.from_preset(PRESET)`, which the BERT and base-class docstrings build alike (a
+    tokenizer holds no state its calls change: its traced function serves both)."""
+    return kb.preprocessing.Tokenizer.from_preset(PRESET)
+
+
+@pytest.fixture(scope="module")
+def bpe_tokenizer():
+    """keras-hub's RoBERTa docstring tokenizer (BPE_VOCAB, no <unk>), for the tests below that
+    build it alike."""
+    return kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
+
+
+def test_bert_tokenizer_docstring(preset_tokenizer):
+    tokenizer = preset_tokenizer
     single = tokenizer("The quick brown fox jumped.")
     batch = tokenizer(["The quick brown fox jumped.", "The fox slept."])
     # Difference: TF tensors (a RaggedTensor for a batch), not Python lists.
     assert isinstance(single, tf.Tensor) and single.shape.rank == 1
     assert isinstance(batch, tf.RaggedTensor) and batch.shape[0] == 2
     assert to_numpy(single).tolist() == batch[0].numpy().tolist()
+    # A text goes through the batch's traced function, as a batch of one: traced once for both.
+    (traced,) = tokenizer._eager_tokenize_by_rank.values()
+    assert traced.experimental_get_tracing_count() == 1
     text = tokenizer.detokenize(tokenizer("The quick brown fox jumped."))
     assert "quick brown fox" in (text.numpy().decode() if hasattr(text, "numpy") else text)
     custom = kb.preprocessing.WordPieceTokenizer(vocabulary=WORDPIECE_VOCAB)
     assert to_numpy(custom("The quick brown fox jumped.")).tolist() == [5, 6, 7, 8, 9, 10]
 
 
-def test_roberta_tokenizer_docstring_vocabulary_without_unk():
+def test_roberta_tokenizer_docstring_vocabulary_without_unk(bpe_tokenizer):
     # keras-hub's custom RoBERTa vocabulary has no <unk>: byte-level BPE never needs it.
-    tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
+    tokenizer = bpe_tokenizer
     assert tokenizer(["a quick fox", "a fox quick"]).to_list() == [[4, 5, 6], [4, 6, 5]]
     assert tokenizer.unk_token_id is None and tokenizer.mask_token_id == 3
 
 
-def test_byte_pair_pieces_outside_the_vocabulary_are_unk_or_an_error():
+def test_byte_pair_pieces_outside_the_vocabulary_are_unk_or_an_error(bpe_tokenizer):
     """Issue 13: a BPE piece the vocabulary lacks ("T", "Ġbrown": keras-hub's docstring
     vocabulary has a handful of pieces) was id -1 (keras-hub's lookup default), which flowed on
     into the embedding gather (Keras' TensorFlow `take` reads -1 as the LAST row: a silently
@@ -91,7 +108,7 @@ def test_byte_pair_pieces_outside_the_vocabulary_are_unk_or_an_error():
     from keras_bertfam.preprocessing.offsets import tokenize_with_offsets
 
     texts = ["The quick brown fox", "a quick fox", "fox\u00e9 Ok"]
-    no_unk = kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
+    no_unk = bpe_tokenizer
     assert no_unk.unk_token_id is None
     message = r"the piece .*T.* is not in the vocabulary, and the vocabulary has no unknown token"
     with pytest.raises(ValueError, match=message):  # eagerly, on every backend
@@ -332,8 +349,8 @@ def test_text_classifier_docstring_custom_backbone_and_vocabulary():
     assert np.isfinite(history["loss"][0])
 
 
-def test_roberta_text_classifier_docstring_custom_vocabulary_without_unk():
-    tokenizer = kb.preprocessing.BytePairTokenizer(vocabulary=BPE_VOCAB, merges=BPE_MERGES)
+def test_roberta_text_classifier_docstring_custom_vocabulary_without_unk(bpe_tokenizer):
+    tokenizer = bpe_tokenizer
     preprocessor = kb.preprocessing.TextClassifierPreprocessor(tokenizer=tokenizer,
                                                                sequence_length=128)
     backbone = kb.models.RobertaBackbone(vocabulary_size=len(BPE_VOCAB), **TINY)
@@ -489,8 +506,8 @@ def test_sentence_piece_tokenizer_docstring_from_bytes_and_from_a_file(tmp_path)
         kb.preprocessing.MaskedLMPreprocessor(tokenizer)
 
 
-def test_tokenizer_base_docstring():
-    tokenizer = kb.preprocessing.Tokenizer.from_preset(PRESET)  # keras-hub: "bert_base_en"
+def test_tokenizer_base_docstring(preset_tokenizer):
+    tokenizer = preset_tokenizer  # keras-hub: Tokenizer.from_preset("bert_base_en")
     assert to_numpy(tokenizer("The quick brown fox tripped.")).shape == (6,)
     # Python ids: the same text as the ids as a tensor.
     text = tokenizer.detokenize([5, 6, 7, 8, 9])
@@ -635,21 +652,21 @@ def test_distil_bert_docstrings_with_the_preset_vocabulary():
 @pytest.mark.parametrize("family", ["distil_bert", "roberta", "albert"])
 def test_other_families_docstrings_preprocessed_integer_data(family):
     """keras-hub's DistilBert / Roberta / Albert TextClassifier and MaskedLM examples on model
-    inputs (`preprocessor=None`; DistilBERT's and RoBERTa's without segment_ids), on a TINY
-    backbone of the family."""
+    inputs (`preprocessor=None`; DistilBERT's and RoBERTa's without segment_ids), on one TINY
+    backbone of the family (the classifier's, then the masked LM's)."""
     backbone = {
         "distil_bert": lambda: kb.models.DistilBertBackbone(vocabulary_size=30552, **TINY),
         "roberta": lambda: kb.models.RobertaBackbone(vocabulary_size=50265, **TINY),
         "albert": lambda: kb.models.AlbertBackbone(vocabulary_size=30000, embedding_dim=16,
                                                    **TINY),
-    }[family]
+    }[family]()
     features = {
         "token_ids": np.ones(shape=(2, 12), dtype="int32"),
         "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]] * 2),
     }
     if family == "albert":
         features["segment_ids"] = np.array([[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0]] * 2)
-    classifier = kb.tasks.TextClassifier(backbone(), preprocessor=None, num_classes=4)
+    classifier = kb.tasks.TextClassifier(backbone, preprocessor=None, num_classes=4)
     history = classifier.fit(x=features, y=LABELS, batch_size=2, verbose=0).history
     assert np.isfinite(history["loss"][0])
     features = {
@@ -660,7 +677,7 @@ def test_other_families_docstrings_preprocessed_integer_data(family):
     if family == "albert":
         features["segment_ids"] = np.array([[0, 0, 0, 0, 0, 0, 0, 0]] * 2)
     labels = [[3, 5]] * 2
-    masked_lm = kb.tasks.MaskedLM(backbone(), preprocessor=None)
+    masked_lm = kb.tasks.MaskedLM(backbone, preprocessor=None)
     history = masked_lm.fit(x=features, y=labels, batch_size=2, verbose=0).history
     assert np.isfinite(history["loss"][0])
 
@@ -717,14 +734,29 @@ def test_compile_takes_keras_hub_s_auto_spelling():
         soft.compile(loss="auto")
 
 
-def test_missing_sample_weight_means_all_ones():
+@pytest.fixture(scope="module")
+def tiny_masked_lm():
+    """One MaskedLM on a TINY_BERT backbone for the tests below that train it (their checks
+    hold on any weights: the pooler left as it was, a missing sample_weight equal to ones)."""
+    task = kb.tasks.MaskedLM(kb.models.BertBackbone(**TINY_BERT))
+    task.compile(optimizer=keras.optimizers.AdamW(1e-2, weight_decay=0.5))
+    return task
+
+
+@pytest.fixture(scope="module")
+def frozen_bert_pretrainer():
+    """One BertPretrainer on a TINY_BERT backbone at learning rate 0 (its steps do not change
+    it), for the tests below that evaluate it on batches of _mlm_batch's shape."""
+    task = kb.tasks.BertPretrainer(kb.models.BertBackbone(**TINY_BERT))
+    task.compile(optimizer=keras.optimizers.SGD(0.0))
+    return task
+
+
+def test_missing_sample_weight_means_all_ones(tiny_masked_lm, frozen_bert_pretrainer):
     x, y = _mlm_batch()
     weights = np.ones_like(y, "float32")
-    for task_cls in (kb.tasks.MaskedLM, kb.tasks.BertPretrainer):
-        keras.utils.set_random_seed(0)
-        task = task_cls(kb.models.BertBackbone(**TINY_BERT))
-        task.compile(optimizer="sgd")
-        if task_cls is kb.tasks.MaskedLM:
+    for task in (tiny_masked_lm, frozen_bert_pretrainer):
+        if isinstance(task, kb.tasks.MaskedLM):
             without = task.test_on_batch(x, y, return_dict=True)
             task.reset_metrics()
             with_ones = task.test_on_batch(x, y, sample_weight=weights, return_dict=True)
@@ -740,13 +772,12 @@ def test_missing_sample_weight_means_all_ones():
         np.testing.assert_allclose(without["mlm_loss"], with_ones["mlm_loss"], rtol=1e-5)
 
 
-def test_loss_terms_on_a_finite_dataset_of_unknown_length():
+def test_loss_terms_on_a_finite_dataset_of_unknown_length(frozen_bert_pretrainer):
     x, y = _mlm_batch(batch=8)
     labels = {"mask_ids": y, "mask_weights": np.ones_like(y, "float32"),
               "pair_labels": np.array([0, 1] * 4)}
     ds = tf.data.Dataset.from_tensor_slices((x, labels)).batch(4).filter(lambda *_: True)
-    task = kb.tasks.BertPretrainer(kb.models.BertBackbone(**TINY_BERT))
-    task.compile(optimizer=keras.optimizers.SGD(0.0))  # frozen: steps do not change the model
+    task = frozen_bert_pretrainer  # frozen: steps do not change the model
     history = task.fit(ds, epochs=1, verbose=0).history
     steps = []
     for bx, by in ds.as_numpy_iterator():  # NumPy batches: every backend
@@ -758,15 +789,14 @@ def test_loss_terms_on_a_finite_dataset_of_unknown_length():
                                    rtol=1e-4, err_msg=name)
 
 
-def test_masked_lm_does_not_train_the_unused_pooler():
+def test_masked_lm_does_not_train_the_unused_pooler(tiny_masked_lm):
     x, y = _mlm_batch()
-    task = kb.tasks.MaskedLM(kb.models.BertBackbone(**TINY_BERT))
+    task = tiny_masked_lm
     pooler = task.backbone.get_layer("pooler")
     trainable = {id(v) for v in task.trainable_weights}
     assert not any(id(v) in trainable for v in pooler.weights)
     assert all(any(v is w for w in task.weights) for v in pooler.weights)  # still saved
     before = [to_numpy(v) for v in pooler.weights]
-    task.compile(optimizer=keras.optimizers.AdamW(1e-2, weight_decay=0.5))
     task.fit(x, y, batch_size=4, epochs=1, verbose=0)
     for b, v in zip(before, pooler.weights):
         np.testing.assert_array_equal(b, to_numpy(v))
@@ -899,13 +929,22 @@ def test_keras_files_round_trip_classifiers_of_every_tokenizer(tmp_path):
                                    classifier.predict(FEATURES, verbose=0), atol=1e-6)
 
 
-def test_preprocessed_ids_outside_the_backbone_are_named_errors():
+@pytest.fixture(scope="module")
+def roberta_ids_classifier():
+    """A TINY_BERT RoBERTa classifier on model inputs, which the two id tests below feed bad ids
+    (refused before any step runs: it is never trained) and good ones of one shape (its predict
+    step traced once for both)."""
+    return kb.tasks.TextClassifier(kb.models.RobertaBackbone(**TINY_BERT), num_classes=4,
+                                   preprocessor=None)
+
+
+def test_preprocessed_ids_outside_the_backbone_are_named_errors(roberta_ids_classifier):
     """keras-hub's DistilBERT / RoBERTa "preprocessed integer data" examples with ids the
     backbone cannot take: an id past the vocabulary and more positions than the position table
     gave TensorFlow's "Graph execution error" from the embedding gather (and a silently clamped
     lookup on JAX); now errors naming the bound, from predict, fit and evaluate."""
-    backbone = kb.models.RobertaBackbone(**TINY_BERT)
-    classifier = kb.tasks.TextClassifier(backbone, num_classes=4, preprocessor=None)
+    classifier = roberta_ids_classifier
+    weights = [to_numpy(w) for w in classifier.weights]
     good = {"token_ids": np.ones((2, 12), "int32"), "padding_mask": np.ones((2, 12), "int32")}
     assert classifier.predict(good, verbose=0).shape == (2, 4)
     past = dict(good, token_ids=np.full((2, 12), 64, "int32"))
@@ -919,6 +958,8 @@ def test_preprocessed_ids_outside_the_backbone_are_named_errors():
         with pytest.raises(ValueError, match=r"got token_ids of 33 positions: RobertaBackbone "
                                              r"takes at most max_sequence_length=32"):
             call(long)
+    for before, after in zip(weights, classifier.weights):  # nothing ran: the fixture as built
+        np.testing.assert_array_equal(before, to_numpy(after))
 
 
 def test_ids_outside_the_backbone_in_a_dataset_are_named_errors():
@@ -971,14 +1012,13 @@ def test_ids_outside_the_backbone_in_a_dataset_are_named_errors():
         classifier.predict(dict(good, segment_ids=good["segment_ids"] + [[0], [3]]), verbose=0)
 
 
-def test_token_id_check_reads_the_batch_where_it_is(monkeypatch):
+def test_token_id_check_reads_the_batch_where_it_is(monkeypatch, roberta_ids_classifier):
     """Issue 13: the model-input id check (every `*_on_batch` call, and fit / predict without a
     preprocessor) converted the whole batch to a new NumPy array each call; now it reads the
     shape, then the ids' min and max where they are (a NumPy array in place, a backend tensor
     reduced by its backend), with the same errors. Conversions of more than one value fail here:
     before, the check swallowed that and let every batch through."""
-    classifier = kb.tasks.TextClassifier(kb.models.RobertaBackbone(**TINY_BERT), num_classes=4,
-                                         preprocessor=None)
+    classifier = roberta_ids_classifier
     convert = keras.ops.convert_to_numpy
 
     def scalars_only(x):

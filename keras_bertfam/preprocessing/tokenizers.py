@@ -122,16 +122,21 @@ class _SpecialTokens(KeepsTFErrors):
         # keras-hub returns Python lists when called eagerly; we keep TF tensors (tf.data style).
         if tf.executing_eagerly():
             # One traced function per input rank: tf-text kernels need a static rank, which a
-            # shape-relaxed retrace would lose.
+            # shape-relaxed retrace would lose. A string goes as a batch of one (every tokenize
+            # reads it so, and takes the row back): a text and a batch trace once, not twice.
             self.resource_generation()  # a rebuilt resource drops the functions of the old one
             functions = self.__dict__.setdefault("_eager_tokenize_by_rank", {})
+            text = inputs.shape.rank == 0
+            if text:
+                inputs = inputs[tf.newaxis]
             rank = inputs.shape.rank
             if rank not in functions:
                 spec = tf.TensorSpec([None] * rank, inputs.dtype)
                 # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
                 functions[rank] = tf.function(self.tokenize, input_signature=[spec],
                                               autograph=False)
-            return functions[rank](inputs)
+            tokens = functions[rank](inputs)
+            return tokens[0] if text else tokens
         return self.tokenize(inputs)
 
     def detokenize(self, inputs):
