@@ -5,7 +5,6 @@ import os
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 import keras_bertfam as kb
 from keras_bertfam.tasks.electra_pretrainer import (
