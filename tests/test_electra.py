@@ -112,12 +112,14 @@ def test_hf_parity(tmp_path, embedding_size):
 
 
 def test_small_discriminator_params_equal_hf():
+    torch = importlib.import_module("torch")
     transformers = importlib.import_module("transformers")
     ours = kb.models.ElectraBackbone.from_preset("electra_small_discriminator_uncased_en",
                                                  load_weights=False)
-    hf = transformers.ElectraModel(transformers.ElectraConfig(
-        vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
-        num_attention_heads=4, intermediate_size=1024))
+    with torch.device("meta"):  # shapes only: no weights to allocate and initialize
+        hf = transformers.ElectraModel(transformers.ElectraConfig(
+            vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
+            num_attention_heads=4, intermediate_size=1024))
     n = sum(p.numel() for p in hf.parameters())
     assert ours.num_params() == n == kb.presets.get(
         "electra_small_discriminator_uncased_en").params
