@@ -599,7 +599,7 @@ def _xlnet_checkpoint(tmp_path, tokenizer_files, architecture, num_labels):
     SentencePiece model beside it; returns (our tokenizer of it, the reloaded HF model)."""
     shutil.copy(tokenizer_files["xlnet"], tmp_path / "spiece.model")
     tok = kb.preprocessing.XLNetTokenizer(str(tmp_path / "spiece.model"))
-    cfg = transformers.XLNetConfig(vocab_size=tok.vocabulary_size(), d_model=32, n_layer=2,
+    cfg = transformers.XLNetConfig(vocab_size=tok.vocabulary_size(), d_model=32, n_layer=1,
                                    n_head=4, d_inner=37, dropout=0.0, num_labels=num_labels)
     model = getattr(transformers, architecture)
     return tok, model.from_pretrained(_save(model(cfg), tmp_path)).eval()
@@ -626,33 +626,35 @@ def test_xlnet_text_classifier_is_hfs_sequence_classification(tmp_path, tokenize
     assert clf.hidden_activation == "tanh" and clf.preprocessor.padding_side == "left"
 
     pairs = ["a lazy dog", "the seven wizards quietly box jugs of liquid while the fox jumps", ""]
-    for x, f in ((SENTENCES + ["fox"], _xlnet_packed(tok, SENTENCES + ["fox"])),
-                 ((SENTENCES + ["fox"], pairs), _xlnet_packed(tok, SENTENCES + ["fox"], pairs))):
+    texts = SENTENCES + ["fox"]
+    predicted = []  # clf's logits on `texts` (read again below) and on the pairs
+    for x, f in ((texts, _xlnet_packed(tok, texts)),
+                 ((texts, pairs), _xlnet_packed(tok, texts, pairs))):
         ours = {k: to_numpy(v) for k, v in clf.preprocessor(x).items()}
         for key in f:
             np.testing.assert_array_equal(ours[key], f[key])
-        assert _max_diff(clf.predict(x, verbose=0), _hf_logits(hf, f)) <= 1e-4
-    texts = SENTENCES + ["fox"]
+        predicted.append(clf.predict(x, verbose=0))
+        assert _max_diff(predicted[-1], _hf_logits(hf, f)) <= 1e-4
+    logits = predicted[0]
     f = _xlnet_packed(tok, texts)
     kb.presets.export_to_transformers(clf, str(tmp_path / "export"))
     again = _reloaded_without_missing_keys(str(tmp_path / "export"),
                                            "XLNetForSequenceClassification")
-    assert _max_diff(clf.predict(texts, verbose=0), _hf_logits(again, f)) <= 1e-4
+    assert _max_diff(logits, _hf_logits(again, f)) <= 1e-4
     # Dynamic padding cuts XLNet's rows on the left: the same logits on narrower batches
     dynamic = kb.tasks.TextClassifier(clf.backbone, num_classes=3, preprocessor=(
         kb.preprocessing.TextClassifierPreprocessor(tok, 16, pad_to_batch_max=True)))
     dynamic.set_weights(clf.get_weights())
     cut = to_numpy(dynamic.preprocessor(["fox", "a dog"])["token_ids"])
     assert cut.shape[1] < 16 and (cut[:, -1] == tok.cls_token_id).all()
-    np.testing.assert_allclose(dynamic.predict(texts, verbose=0), clf.predict(texts, verbose=0),
-                               atol=1e-5)
+    np.testing.assert_allclose(dynamic.predict(texts, verbose=0), logits, atol=1e-5)
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
         kb.export.export_saved_model(dynamic, str(tmp_path / "serving" / "1"))
         serve = tf.saved_model.load(str(tmp_path / "serving" / "1")).signatures["serving_default"]
-        np.testing.assert_allclose(serve(text=tf.constant(texts))["logits"].numpy(),
-                                   clf.predict(texts, verbose=0), atol=1e-5)
+        np.testing.assert_allclose(serve(text=tf.constant(texts))["logits"].numpy(), logits,
+                                   atol=1e-5)
 
 
 @pytest.mark.multibackend

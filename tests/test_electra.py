@@ -5,7 +5,6 @@ import os
 import keras
 import numpy as np
 import pytest
-from keras import ops
 
 import keras_bertfam as kb
 from keras_bertfam.tasks.electra_pretrainer import (
@@ -16,7 +15,9 @@ from keras_bertfam.tasks.electra_pretrainer import (
 )
 from tests.conftest import to_numpy
 
-TINY = dict(vocabulary_size=60, num_layers=2, num_heads=2, hidden_dim=32, intermediate_dim=64,
+# One layer: nothing here depends on the depth (the generator takes the discriminator's), and
+# each layer is traced (TF) or compiled (JAX) again by every model built.
+TINY = dict(vocabulary_size=60, num_layers=1, num_heads=2, hidden_dim=32, intermediate_dim=64,
             embedding_dim=16, max_sequence_length=16)
 
 
@@ -65,12 +66,12 @@ def test_replace_at_positions():
     np.testing.assert_array_equal(out, [[0, 1, 2, 3, 91, 5], [6, 7, 94, 96, 10, 11]])
 
 
-def test_generator_size():
-    disc = kb.models.ElectraBackbone(60, 2, 4, 256, 128, 1024)
+def test_generator_size():  # (one layer each: the widths scale, not the depth)
+    disc = kb.models.ElectraBackbone(60, 1, 4, 256, 128, 1024)
     gen = electra_generator(disc, 0.25)
     assert (gen.hidden_dim, gen.num_heads, gen.intermediate_dim, gen.embedding_dim) == (
         64, 1, 256, 128)
-    gen = electra_generator(kb.models.ElectraBackbone(60, 2, 12, 768, None, 3072), 1 / 3)
+    gen = electra_generator(kb.models.ElectraBackbone(60, 1, 12, 768, None, 3072), 1 / 3)
     assert (gen.hidden_dim, gen.num_heads, gen.intermediate_dim) == (256, 4, 1024)
 
 
@@ -111,12 +112,14 @@ def test_hf_parity(tmp_path, embedding_size):
 
 
 def test_small_discriminator_params_equal_hf():
+    torch = importlib.import_module("torch")
     transformers = importlib.import_module("transformers")
     ours = kb.models.ElectraBackbone.from_preset("electra_small_discriminator_uncased_en",
                                                  load_weights=False)
-    hf = transformers.ElectraModel(transformers.ElectraConfig(
-        vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
-        num_attention_heads=4, intermediate_size=1024))
+    with torch.device("meta"):  # shapes only: no weights to allocate and initialize
+        hf = transformers.ElectraModel(transformers.ElectraConfig(
+            vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
+            num_attention_heads=4, intermediate_size=1024))
     n = sum(p.numel() for p in hf.parameters())
     assert ours.num_params() == n == kb.presets.get(
         "electra_small_discriminator_uncased_en").params

@@ -159,22 +159,22 @@ def test_wordpiece_tokenizer_equals_keras_hub(family, cls, lowercase, tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def bpe_files(tmp_path_factory):
-    from keras_bertfam.preprocessing import corpus
+def first_reviews():
+    """= default_corpus().take(300), without starting its pipeline (conftest)."""
+    return default_corpus_documents(0, 300)
 
+
+@pytest.fixture(scope="module")
+def bpe_files(tmp_path_factory, first_reviews):
     out = tmp_path_factory.mktemp("bpe")
-    kb.preprocessing.train_byte_pair_vocabulary(corpus.default_corpus().take(300), 1000,
-                                                output_dir=str(out))
+    kb.preprocessing.train_byte_pair_vocabulary(first_reviews, 1000, output_dir=str(out))
     return str(out / "vocab.json"), str(out / "merges.txt")
 
 
 @pytest.fixture(scope="module")
-def spm_proto(tmp_path_factory):
-    from keras_bertfam.preprocessing import corpus
-
+def spm_proto(tmp_path_factory, first_reviews):
     proto = str(tmp_path_factory.mktemp("spm") / "spiece.model")
-    kb.preprocessing.train_sentencepiece_model(corpus.default_corpus().take(300), 1000,
-                                               output_file=proto)
+    kb.preprocessing.train_sentencepiece_model(first_reviews, 1000, output_file=proto)
     return proto
 
 

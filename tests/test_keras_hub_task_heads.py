@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from conftest import to_numpy
+from conftest import default_corpus_documents, to_numpy
 from keras_bertfam.presets import checkpoints, integrity
 
-SIZES = dict(num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32,
+# One layer: the heads are the point here (a keras-hub backbone's layers in order, of every
+# family: test_keras_hub_presets); each layer is built twice (keras-hub's and ours) and traced.
+SIZES = dict(num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32,
              max_sequence_length=32)
 TEXTS = ["the film was a delight from start to end", "a dull, long and tired story",
          "pairs of words"]
@@ -59,10 +61,9 @@ def _keras_hub_task(family, tokenizer, kind, **kwargs):
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory):
     """keras-hub tokenizers of each family, vocabularies of ~300 learned on a few reviews."""
-    from keras_bertfam.preprocessing import corpus
-
     out = tmp_path_factory.mktemp("vocabularies")
-    docs = corpus.default_corpus().take(60)
+    # = default_corpus().take(60) (the same vocabularies), without starting its pipeline
+    docs = [d.decode() for d in default_corpus_documents(0, 60)]
     m = keras_hub.models
     words = kb.preprocessing.train_word_piece_vocabulary(docs, 300)
     kb.preprocessing.train_byte_pair_vocabulary(docs, 300, output_dir=str(out))
