@@ -221,7 +221,8 @@ def test_prepare_traces_the_tokenizer_and_masker_once_per_preprocessor(tokenizer
     a fit builds: one per fit, and `prepare_epochs`' own) traced the tokenizer's, pairer's and
     masker's graphs again. A preprocessor's map functions are `tf.function`s made once
     (`_traced`): a second `prepare`, the epoch pipeline included, traces none of them, and
-    gives the same batches; a new masker is traced anew (nothing stale runs)."""
+    gives the same batches; nor does a new seed (it gives new draws); a new masker is traced
+    anew (nothing stale runs)."""
     make = {  # (the pretrainers' default preprocessors need no backbone)
         "nsp": lambda: kb.tasks.BertPretrainer.default_preprocessor(tokenizer, None, 16),
         "sop": lambda: kb.tasks.AlbertPretrainer.default_preprocessor(tokenizer, None, 16),
@@ -247,6 +248,10 @@ def test_prepare_traces_the_tokenizer_and_masker_once_per_preprocessor(tokenizer
     for a, b in zip(first, again, strict=True):
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
+    pre.seed = 6  # as the CLI's each checkpoint chunk: new draws, read outside the functions
+    reseeded = [tf.nest.flatten(b) for b in pre.prepare(docs)]
+    assert runs == traced  # before: traced anew for each seed
+    assert any(not np.array_equal(x, y) for a, b in zip(first, reseeded) for x, y in zip(a, b))
     other = make()
     pre.masker = other.masker  # seed 0 (the default masker's: the preprocessor's seed)
     changed = [tf.nest.flatten(b) for b in pre.prepare(docs)]

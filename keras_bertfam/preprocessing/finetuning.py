@@ -336,14 +336,15 @@ def _layer_state():
     return frozenset(vars(keras.layers.Layer()))
 
 
-def trace_key(preprocessor, *more):
+def trace_key(preprocessor, *more, unread=()):
     """What a preprocessor's traced functions read besides their inputs: its tokenizer (special
-    ids, vocabulary, resources) and its own scalar settings, and `more`. A function traced for
-    one key is not called under another (traced anew: nothing stale runs)."""
+    ids, vocabulary, resources) and its own scalar settings but those named in `unread` (read
+    only outside them), and `more`. A function traced for one key is not called under another
+    (traced anew: nothing stale runs)."""
     tok = preprocessor.tokenizer
     settings = tuple(sorted((k, v) for k, v in vars(preprocessor).items()
                             if isinstance(v, (bool, int, float, str, type(None)))
-                            and k not in _layer_state()))
+                            and k not in _layer_state() and k not in unread))
     return (id(tok), tok.cls_token_id, tok.sep_token_id, tok.pad_token_id,
             tok.vocabulary_size(), getattr(tok, "resource_generation", lambda: 0)(), settings,
             *more)

@@ -331,8 +331,11 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         pipeline (each `prepare`, each fit's): the tokenizer's, pairer's and masker's graphs
         were traced anew each time (XLNet's `prepare`: ~1 s of CPU a call on 4 short texts);
         a map of this traces a call of it, and its graph once. No AutoGraph: plain TF ops
-        (loops are `tf.while_loop`s)."""
-        key = trace_key(self, id(self.masker), id(getattr(self, "pairer", None)))
+        (loops are `tf.while_loop`s). The functions take their seed as an argument: `seed` is
+        read by the pipeline around them (its draws, its shuffles), so a new seed (the CLI's, at
+        each checkpoint chunk) does not trace them again."""
+        key = trace_key(self, id(self.masker), id(getattr(self, "pairer", None)),
+                        unread=("seed",))
         cached = self.__dict__.get("_traced_functions")
         if cached is None or cached[0] != key:
             cached = (key, {})
