@@ -316,6 +316,17 @@ def _frozen(block, compiled=True, cls=kb.tasks.TextClassifier, **kwargs):
     return task
 
 
+def _as_after_a_step(task):
+    """The task's optimizer state as a training step leaves it, without the step (whose train
+    function each new task traces, on JAX compiles): one iteration, and every slot a value of
+    its own (0.01 times its position), unlike a fresh optimizer's zeros."""
+    for i, variable in enumerate(task.optimizer.variables):
+        if variable.path.endswith("/iteration"):
+            variable.assign(1)
+        elif not variable.path.endswith("/learning_rate"):
+            variable.assign(np.full(variable.shape, 0.01 * i, variable.dtype))
+
+
 def _slots(task):
     """{model variable path: (momentum, velocity)} of a task's AdamW."""
     optimizer = task.optimizer
@@ -329,9 +340,10 @@ _BLOCK_0 = (r"layers/bert_backbone/layers/transformer_stack/blocks/transformer_b
 
 @pytest.fixture(scope="module")
 def frozen_block_0(tmp_path_factory):
-    """A classifier trained one step with block 0 frozen, saved both ways: -> (task, paths)."""
+    """A classifier with block 0 frozen, its optimizer as after a step, saved both ways: ->
+    (task, paths)."""
     task = _frozen(0)
-    task.fit({"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1]), verbose=0)
+    _as_after_a_step(task)
     where = tmp_path_factory.mktemp("frozen_block_0")
     paths = [str(where / "saved.weights.h5"), str(where / "saved.keras")]
     task.save_weights(paths[0])
@@ -416,7 +428,8 @@ def test_load_model_refuses_optimizer_state_of_other_variables(tmp_path, monkeyp
     walk of the archive ends: no model is returned); the class as saved loads."""
     saved = FreezingClassifier(_backbone(), num_classes=2, preprocessor=None)
     saved.compile()
-    saved.fit({"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1]), verbose=0)
+    saved.optimizer.build(saved.trainable_variables)
+    _as_after_a_step(saved)
     path = str(tmp_path / "saved.keras")
     saved.save(path)
     with monkeypatch.context() as changed:
@@ -448,9 +461,8 @@ def test_optimizer_state_of_another_optimizer_class_is_refused_naming_both(tmp_p
     file records the optimizer's class (and the classes it extends): another class is refused
     naming both, before anything is loaded. AdamW extends Adam (the same slots): their state
     loads either way. A file saved before the class was recorded loads as before."""
-    batch = {"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1])
     saved = _compiled(keras.optimizers.Lion(1e-3))
-    saved.fit(*batch, verbose=0)
+    _as_after_a_step(saved)
     paths = [str(tmp_path / "lion.weights.h5"), str(tmp_path / "lion.keras")]
     saved.save_weights(paths[0])
     saved.save(paths[1])
@@ -464,7 +476,7 @@ def test_optimizer_state_of_another_optimizer_class_is_refused_naming_both(tmp_p
         for value, variable in zip(optimizer_before, other.optimizer.variables):
             np.testing.assert_array_equal(value, np.asarray(variable))
     adamw = _compiled(keras.optimizers.AdamW(1e-3))
-    adamw.fit(*batch, verbose=0)
+    _as_after_a_step(adamw)
     path = str(tmp_path / "adamw.weights.h5")
     adamw.save_weights(path)
     adam = _compiled(keras.optimizers.Adam(1e-3))
@@ -590,7 +602,8 @@ def test_a_plain_keras_archive_loads_as_before(tmp_path):
 def test_a_weights_file_of_the_same_model_loads_and_one_that_is_not_one_is_named(tmp_path):
     trained = _classifier()
     trained.compile()
-    trained.fit({"token_ids": np.array([[2, 5, 3]])}, np.array([1]), verbose=0)
+    trained.optimizer.build(trained.trainable_variables)
+    _as_after_a_step(trained)
     path = str(tmp_path / "clf.weights.h5")
     trained.save_weights(path)  # with the optimizer's state, loaded or not
     for model in (_classifier(), _MyClassifier(_backbone(), num_classes=2, preprocessor=None)):
