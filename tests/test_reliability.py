@@ -579,8 +579,8 @@ def test_the_cli_reports_a_checkpoints_optimizer_refusal_whole(frozen_block_0, t
         cli._restore(_frozen(1), str(tmp_path), 1, {})
     assert re.search(re.escape(str(tmp_path / cli.WEIGHTS)) + r" does not load into this model "
                      r"\(WeightsMismatch: Cannot load .*" + _BLOCK_0 + r" would get .* and \d+ "
-                     r"more\. Freeze the same layers as in the saved model before `compile`, or load "
-                     r"the weights before `compile` \(a fresh optimizer\)\. Nothing was "
+                     r"more\. Freeze the same layers as in the saved model before `compile`, or "
+                     r"load the weights before `compile` \(a fresh optimizer\)\. Nothing was "
                      r"loaded\.\)\. Delete ", str(caught.value)), caught.value
 
 
@@ -1124,28 +1124,33 @@ def test_word_piece_vocabulary_warns_with_the_size_reached():
 # === Inputs that pass silently ===
 # One task of each kind per module that the hostile inputs are fed to (a refused input leaves it
 # as it was); one-layer backbones: a refusal does not depend on the depth.
+def _one_layer_task(cls, preprocessor_cls, sequence_length, **kwargs):
+    preprocessor = preprocessor_cls(_tokenizer(), sequence_length=sequence_length)
+    return cls(_backbone(num_layers=1), preprocessor=preprocessor, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def classifier():
-    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
-    return kb.tasks.TextClassifier(_backbone(num_layers=1), num_classes=2, preprocessor=pre)
+    return _one_layer_task(kb.tasks.TextClassifier, kb.preprocessing.TextClassifierPreprocessor,
+                           16, num_classes=2)
 
 
 @pytest.fixture(scope="module")
 def regressor():
-    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
-    return kb.tasks.TextClassifier(_backbone(num_layers=1), num_classes=1, preprocessor=pre)
+    return _one_layer_task(kb.tasks.TextClassifier, kb.preprocessing.TextClassifierPreprocessor,
+                           16, num_classes=1)
 
 
 @pytest.fixture(scope="module")
 def tagger():
-    pre = kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)
-    return kb.tasks.TokenClassifier(_backbone(num_layers=1), num_classes=3, preprocessor=pre)
+    return _one_layer_task(kb.tasks.TokenClassifier,
+                           kb.preprocessing.TokenClassifierPreprocessor, 8, num_classes=3)
 
 
 @pytest.fixture(scope="module")
 def chooser():
-    pre = kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)
-    return kb.tasks.MultipleChoice(_backbone(num_layers=1), preprocessor=pre)
+    return _one_layer_task(kb.tasks.MultipleChoice, kb.preprocessing.MultipleChoicePreprocessor,
+                           16)
 
 
 def test_float_class_labels_are_refused_in_python_and_in_tf_data(classifier):
@@ -1184,7 +1189,8 @@ def test_string_regression_targets_in_a_dataset_are_refused(regressor):
     that numbers are expected, as string targets in memory are."""
     texts, targets = ["good film", "bad film"], [b"3.5", b"1.0"]
     message = (r"TextClassifier got regression targets of dtype string( as the last of a "
-               r"dataset's [23] string tensors \(.*\))?: expected a number \(num_classes=1: regression\), not text; e\.g\. "
+               r"dataset's [23] string tensors \(.*\))?: expected a number \(num_classes=1: "
+               r"regression\), not text; e\.g\. "
                r"ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y\)\)\)")
 
     def data(*parts):
@@ -1214,9 +1220,10 @@ def test_string_class_labels_in_a_dataset_are_refused(classifier, tagger, choose
     naming the labels' dtype, the class ids expected and a conversion."""
     texts, labels = ["good film", "bad film"], [b"1", b"0"]
     message = (r"TextClassifier got labels of dtype string( as the last of a dataset's [23] "
-               r"string tensors \(.*\))?: expected integer class ids from 0 to 1 \(num_classes=2\), "
-               r"not text; e\.g\. ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y, "
-               r"tf\.int32\)\)\), or for class names a lookup, keras\.layers\.StringLookup")
+               r"string tensors \(.*\))?: expected integer class ids from 0 to 1 "
+               r"\(num_classes=2\), not text; e\.g\. "
+               r"ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y, tf\.int32\)\)\), "
+               r"or for class names a lookup, keras\.layers\.StringLookup")
 
     def data(*parts):
         return tf.data.Dataset.from_tensor_slices(parts).batch(2)
