@@ -316,6 +316,17 @@ def _frozen(block, compiled=True, cls=kb.tasks.TextClassifier, **kwargs):
     return task
 
 
+def _as_after_a_step(task):
+    """The task's optimizer state as a training step leaves it, without the step (whose train
+    function each new task traces, on JAX compiles): one iteration, and every slot a value of
+    its own (0.01 times its position), unlike a fresh optimizer's zeros."""
+    for i, variable in enumerate(task.optimizer.variables):
+        if variable.path.endswith("/iteration"):
+            variable.assign(1)
+        elif not variable.path.endswith("/learning_rate"):
+            variable.assign(np.full(variable.shape, 0.01 * i, variable.dtype))
+
+
 def _slots(task):
     """{model variable path: (momentum, velocity)} of a task's AdamW."""
     optimizer = task.optimizer
@@ -329,9 +340,10 @@ _BLOCK_0 = (r"layers/bert_backbone/layers/transformer_stack/blocks/transformer_b
 
 @pytest.fixture(scope="module")
 def frozen_block_0(tmp_path_factory):
-    """A classifier trained one step with block 0 frozen, saved both ways: -> (task, paths)."""
+    """A classifier with block 0 frozen, its optimizer as after a step, saved both ways: ->
+    (task, paths)."""
     task = _frozen(0)
-    task.fit({"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1]), verbose=0)
+    _as_after_a_step(task)
     where = tmp_path_factory.mktemp("frozen_block_0")
     paths = [str(where / "saved.weights.h5"), str(where / "saved.keras")]
     task.save_weights(paths[0])
@@ -416,7 +428,8 @@ def test_load_model_refuses_optimizer_state_of_other_variables(tmp_path, monkeyp
     walk of the archive ends: no model is returned); the class as saved loads."""
     saved = FreezingClassifier(_backbone(), num_classes=2, preprocessor=None)
     saved.compile()
-    saved.fit({"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1]), verbose=0)
+    saved.optimizer.build(saved.trainable_variables)
+    _as_after_a_step(saved)
     path = str(tmp_path / "saved.keras")
     saved.save(path)
     with monkeypatch.context() as changed:
@@ -448,9 +461,8 @@ def test_optimizer_state_of_another_optimizer_class_is_refused_naming_both(tmp_p
     file records the optimizer's class (and the classes it extends): another class is refused
     naming both, before anything is loaded. AdamW extends Adam (the same slots): their state
     loads either way. A file saved before the class was recorded loads as before."""
-    batch = {"token_ids": np.array([[2, 5, 3, 0]])}, np.array([1])
     saved = _compiled(keras.optimizers.Lion(1e-3))
-    saved.fit(*batch, verbose=0)
+    _as_after_a_step(saved)
     paths = [str(tmp_path / "lion.weights.h5"), str(tmp_path / "lion.keras")]
     saved.save_weights(paths[0])
     saved.save(paths[1])
@@ -464,7 +476,7 @@ def test_optimizer_state_of_another_optimizer_class_is_refused_naming_both(tmp_p
         for value, variable in zip(optimizer_before, other.optimizer.variables):
             np.testing.assert_array_equal(value, np.asarray(variable))
     adamw = _compiled(keras.optimizers.AdamW(1e-3))
-    adamw.fit(*batch, verbose=0)
+    _as_after_a_step(adamw)
     path = str(tmp_path / "adamw.weights.h5")
     adamw.save_weights(path)
     adam = _compiled(keras.optimizers.Adam(1e-3))
@@ -567,8 +579,8 @@ def test_the_cli_reports_a_checkpoints_optimizer_refusal_whole(frozen_block_0, t
         cli._restore(_frozen(1), str(tmp_path), 1, {})
     assert re.search(re.escape(str(tmp_path / cli.WEIGHTS)) + r" does not load into this model "
                      r"\(WeightsMismatch: Cannot load .*" + _BLOCK_0 + r" would get .* and \d+ "
-                     r"more\. Freeze the same layers as in the saved model before `compile`, or load "
-                     r"the weights before `compile` \(a fresh optimizer\)\. Nothing was "
+                     r"more\. Freeze the same layers as in the saved model before `compile`, or "
+                     r"load the weights before `compile` \(a fresh optimizer\)\. Nothing was "
                      r"loaded\.\)\. Delete ", str(caught.value)), caught.value
 
 
@@ -590,7 +602,8 @@ def test_a_plain_keras_archive_loads_as_before(tmp_path):
 def test_a_weights_file_of_the_same_model_loads_and_one_that_is_not_one_is_named(tmp_path):
     trained = _classifier()
     trained.compile()
-    trained.fit({"token_ids": np.array([[2, 5, 3]])}, np.array([1]), verbose=0)
+    trained.optimizer.build(trained.trainable_variables)
+    _as_after_a_step(trained)
     path = str(tmp_path / "clf.weights.h5")
     trained.save_weights(path)  # with the optimizer's state, loaded or not
     for model in (_classifier(), _MyClassifier(_backbone(), num_classes=2, preprocessor=None)):
@@ -1109,10 +1122,35 @@ def test_word_piece_vocabulary_warns_with_the_size_reached():
 
 
 # === Inputs that pass silently ===
+# One task of each kind per module that the hostile inputs are fed to (a refused input leaves it
+# as it was); one-layer backbones: a refusal does not depend on the depth.
+def _one_layer_task(cls, preprocessor_cls, sequence_length, **kwargs):
+    preprocessor = preprocessor_cls(_tokenizer(), sequence_length=sequence_length)
+    return cls(_backbone(num_layers=1), preprocessor=preprocessor, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def classifier():
-    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
-    return kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=pre)
+    return _one_layer_task(kb.tasks.TextClassifier, kb.preprocessing.TextClassifierPreprocessor,
+                           16, num_classes=2)
+
+
+@pytest.fixture(scope="module")
+def regressor():
+    return _one_layer_task(kb.tasks.TextClassifier, kb.preprocessing.TextClassifierPreprocessor,
+                           16, num_classes=1)
+
+
+@pytest.fixture(scope="module")
+def tagger():
+    return _one_layer_task(kb.tasks.TokenClassifier,
+                           kb.preprocessing.TokenClassifierPreprocessor, 8, num_classes=3)
+
+
+@pytest.fixture(scope="module")
+def chooser():
+    return _one_layer_task(kb.tasks.MultipleChoice, kb.preprocessing.MultipleChoicePreprocessor,
+                           16)
 
 
 def test_float_class_labels_are_refused_in_python_and_in_tf_data(classifier):
@@ -1132,9 +1170,8 @@ def test_float_class_labels_are_refused_in_python_and_in_tf_data(classifier):
     assert list(next(iter(classifier.preprocessor.prepare(ok)))[1].numpy()) == [1, 0]
 
 
-def test_non_finite_regression_targets_are_refused():
-    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
-    regressor = kb.tasks.TextClassifier(_backbone(), num_classes=1, preprocessor=pre)
+def test_non_finite_regression_targets_are_refused(regressor):
+    pre = regressor.preprocessor
     with pytest.raises(ValueError, match=r"Invalid regression target nan: expected a finite"):
         regressor.fit(["good", "bad"], [0.5, float("nan")])
     with pytest.raises(ValueError, match=r"Invalid regression target inf"):
@@ -1144,17 +1181,16 @@ def test_non_finite_regression_targets_are_refused():
         list(pre.prepare(ds))
 
 
-def test_string_regression_targets_in_a_dataset_are_refused():
+def test_string_regression_targets_in_a_dataset_are_refused(regressor):
     """A regression TextClassifier (num_classes=1) fed a dataset of (texts, b"3.5") read it as
     a text pair without targets: fit and evaluate said the dataset held "raw examples alone",
     its validation data "None values not supported"; with sample weights, or a pair's targets,
     TensorFlow's "Cast string to float is not supported". Refused naming the targets' dtype and
     that numbers are expected, as string targets in memory are."""
-    pre = kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=16)
-    regressor = kb.tasks.TextClassifier(_backbone(), num_classes=1, preprocessor=pre)
     texts, targets = ["good film", "bad film"], [b"3.5", b"1.0"]
     message = (r"TextClassifier got regression targets of dtype string( as the last of a "
-               r"dataset's [23] string tensors \(.*\))?: expected a number \(num_classes=1: regression\), not text; e\.g\. "
+               r"dataset's [23] string tensors \(.*\))?: expected a number \(num_classes=1: "
+               r"regression\), not text; e\.g\. "
                r"ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y\)\)\)")
 
     def data(*parts):
@@ -1177,34 +1213,30 @@ def test_string_regression_targets_in_a_dataset_are_refused():
     assert regressor.predict(data(texts, texts), verbose=0).shape == (2, 1)
 
 
-def test_string_class_labels_in_a_dataset_are_refused():
+def test_string_class_labels_in_a_dataset_are_refused(classifier, tagger, chooser):
     """Issue #13: a TextClassifier (num_classes=2) fed a dataset of (texts, b"1") said the
     dataset held "raw examples alone"; with sample weights, or a pair's labels, TensorFlow's
     "Cast string to int32 is not supported". TokenClassifier and MultipleChoice likewise. Refused
     naming the labels' dtype, the class ids expected and a conversion."""
-    tok = _tokenizer()
-    clf = kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=(
-        kb.preprocessing.TextClassifierPreprocessor(tok, sequence_length=16)))
     texts, labels = ["good film", "bad film"], [b"1", b"0"]
     message = (r"TextClassifier got labels of dtype string( as the last of a dataset's [23] "
-               r"string tensors \(.*\))?: expected integer class ids from 0 to 1 \(num_classes=2\), "
-               r"not text; e\.g\. ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y, "
-               r"tf\.int32\)\)\), or for class names a lookup, keras\.layers\.StringLookup")
+               r"string tensors \(.*\))?: expected integer class ids from 0 to 1 "
+               r"\(num_classes=2\), not text; e\.g\. "
+               r"ds\.map\(lambda x, y: \(x, tf\.strings\.to_number\(y, tf\.int32\)\)\), "
+               r"or for class names a lookup, keras\.layers\.StringLookup")
 
     def data(*parts):
         return tf.data.Dataset.from_tensor_slices(parts).batch(2)
 
-    for call in (lambda: clf.fit(data(texts, labels), verbose=0),
-                 lambda: clf.evaluate(data(texts, labels), verbose=0),
-                 lambda: clf.fit(data(texts, [1, 0]), validation_data=data(texts, labels),
+    for call in (lambda: classifier.fit(data(texts, labels), verbose=0),
+                 lambda: classifier.evaluate(data(texts, labels), verbose=0),
+                 lambda: classifier.fit(data(texts, [1, 0]), validation_data=data(texts, labels),
                                  verbose=0),
-                 lambda: clf.fit(data((texts, texts), labels), verbose=0),  # a pair's
-                 lambda: clf.fit(data(texts, labels, [1.0, 1.0]), verbose=0),
-                 lambda: clf.fit(data(texts, texts, labels), verbose=0)):
+                 lambda: classifier.fit(data((texts, texts), labels), verbose=0),  # a pair's
+                 lambda: classifier.fit(data(texts, labels, [1.0, 1.0]), verbose=0),
+                 lambda: classifier.fit(data(texts, texts, labels), verbose=0)):
         with pytest.raises(ValueError, match=message):
             call()
-    tagger = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
-        kb.preprocessing.TokenClassifierPreprocessor(tok, sequence_length=16)))
     words = tf.ragged.constant([["good", "film"], ["bad", "film"]])
     tags = tf.ragged.constant([[b"1", b"0"], [b"2", b"0"]])
     for element in ((words, tags), (words, tags, [1.0, 1.0])):
@@ -1212,8 +1244,6 @@ def test_string_class_labels_in_a_dataset_are_refused():
                                              r"string.*: expected integer class ids from 0 to 2 "
                                              r"\(num_classes=3\), not text"):
             tagger.fit(tf.data.Dataset.from_tensor_slices(element).batch(2), verbose=0)
-    chooser = kb.tasks.MultipleChoice(_backbone(), preprocessor=(
-        kb.preprocessing.MultipleChoicePreprocessor(tok, sequence_length=16)))
     choices = [["good", "bad"], ["bad", "good"]]
     for parts in ((texts, choices, labels), ((texts, choices), labels)):
         with pytest.raises(ValueError, match=r"MultipleChoice got choice labels of dtype "
@@ -1221,7 +1251,7 @@ def test_string_class_labels_in_a_dataset_are_refused():
                                              r"number of choices minus 1, not text"):
             chooser.fit(data(*parts), verbose=0)
     # a text pair without labels is still predicted as one
-    assert clf.predict(data(texts, texts), verbose=0).shape == (2, 2)
+    assert classifier.predict(data(texts, texts), verbose=0).shape == (2, 2)
 
 
 @pytest.mark.multibackend
@@ -1395,7 +1425,7 @@ def test_validation_split_holds_out_the_last_examples_as_keras_does(classifier):
 def test_text_for_a_task_without_a_preprocessor_says_what_to_build():
     """keras-hub's `TextClassifier(backbone, num_classes, preprocessor=None)` then `fit` on
     strings: Keras' own error was "Invalid dtype: str384"."""
-    task = kb.tasks.TextClassifier(_backbone(), num_classes=2)
+    task = kb.tasks.TextClassifier(_backbone(num_layers=1), num_classes=2)
     texts = ["good film", "bad film"]
     expected = r"TextClassifier has no preprocessor, so it takes token ids .*got text \({}\)"
     for x, what in ((texts, "a list of 2 strings"),
@@ -1521,7 +1551,7 @@ def test_fit_that_gets_no_batch_says_so_instead_of_an_empty_history():
     returned an empty history, silently, having trained nothing. Now an error naming the
     reason; the same for a dataset filtered to nothing."""
     texts = ["the film is good.", "the film is dull."] * 2
-    albert = kb.models.AlbertBackbone(len(VOCAB), embedding_dim=8, **SIZES)
+    albert = _albert(num_layers=1)
     pretrainer = kb.tasks.AlbertPretrainer(albert, preprocessor=kb.preprocessing.
                                            SentencePairPreprocessor(_tokenizer(), 16, pairer=kb.
                                                                     preprocessing.
@@ -1544,7 +1574,7 @@ def test_fit_that_gets_no_batch_says_so_instead_of_an_empty_history():
                                          r"of batch_size \* row_len = 2 \* \d+ = \d+ tokens"):
         xlnet.fit(texts, verbose=0)
 
-    classifier = kb.tasks.TextClassifier(_backbone(), num_classes=2)
+    classifier = kb.tasks.TextClassifier(_backbone(num_layers=1), num_classes=2)
     x = {"token_ids": np.full((4, 8), 5, "int32"), "padding_mask": np.ones((4, 8), "int32")}
     nothing = tf.data.Dataset.from_tensor_slices((x, [0, 1, 0, 1])).filter(
         lambda *_: False).batch(2)
@@ -1578,7 +1608,7 @@ def test_an_epoch_of_unknown_length_takes_one_optimizer_step_per_batch():
     for data in (texts, texts.filter(lambda x, y: True)):
         assert data.cardinality().numpy() in (2, tf.data.UNKNOWN_CARDINALITY)
         keras.utils.set_random_seed(0)
-        clf = kb.tasks.TextClassifier(_backbone(), num_classes=2, preprocessor=(
+        clf = kb.tasks.TextClassifier(_backbone(num_layers=1), num_classes=2, preprocessor=(
             kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=8)))
         clf.compile(learning_rate=1e-3, warmup_steps=1, total_steps=100)
         with warnings.catch_warnings(record=True) as caught:
@@ -1606,7 +1636,8 @@ def test_a_failed_fit_evaluate_or_predict_loses_nothing():
         keras.utils.set_random_seed(0)
         # no dropout anywhere (the head's too): on torch a failed step's forward pass has
         # drawn dropout seeds, which a fresh task has not, and this test compares weights
-        clf = kb.tasks.TextClassifier(_backbone(dropout=0.0), num_classes=2, dropout=0.0,
+        clf = kb.tasks.TextClassifier(_backbone(num_layers=1, dropout=0.0), num_classes=2,
+                                      dropout=0.0,
                                       preprocessor=kb.preprocessing.TextClassifierPreprocessor(
                                           _tokenizer(), sequence_length=8))
         clf.compile(learning_rate=1e-2)
@@ -1747,7 +1778,7 @@ def test_every_preprocessing_layer_keeps_tensorflow_errors():
 
 
 @pytest.mark.multibackend
-def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):
+def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier, tagger):
     """`fit(x, y={"labels": ...})` gave Keras' "Expected any non-tensor type, but got a tensor
     instead" (no preprocessor) or "Could not build a TypeSpec for {'labels': ...}" (raw text).
     keras-hub's tasks take no dict for their one output either (its TextClassifier: "Expected
@@ -1759,7 +1790,7 @@ def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):
     in_memory = expected.format("y as a dict", r"pass the array itself, e.g. y=y\['labels'\]")
     ids = {"token_ids": np.array([[2, 31, 3, 0]] * 2), "segment_ids": np.zeros((2, 4), "int32"),
            "padding_mask": np.array([[1, 1, 1, 0]] * 2)}
-    bare = kb.tasks.TextClassifier(_backbone(), num_classes=2)
+    bare = kb.tasks.TextClassifier(_backbone(num_layers=1), num_classes=2)
     for call in (lambda: classifier.fit(texts, {"labels": labels}, verbose=0),
                  lambda: classifier.evaluate(texts, {"labels": labels}, verbose=0),
                  lambda: classifier.train_on_batch(texts, {"labels": labels}),
@@ -1776,8 +1807,7 @@ def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):
                                          r"themselves, not a dict: got labels with keys "
                                          r"\['labels'\]"):
         classifier.preprocessor.prepare(ds)  # the preprocessor alone
-    tokens = kb.tasks.TokenClassifier(_backbone(), num_classes=3)
-    assert tokens.labels_are_one_array and kb.tasks.MultipleChoice.labels_are_one_array
+    assert tagger.labels_are_one_array and kb.tasks.MultipleChoice.labels_are_one_array
     # a dict stays the format of the tasks whose labels are one (a pretrainer's mask_ids and
     # mask_weights, a QuestionAnswerer's positions)
     assert not kb.tasks.MaskedLM.labels_are_one_array
@@ -1785,7 +1815,7 @@ def test_labels_as_a_dict_for_a_task_with_one_output_are_named(classifier):
 
 
 @pytest.mark.multibackend
-def test_a_hostile_script_s_inputs_are_named(classifier):
+def test_a_hostile_script_s_inputs_are_named(classifier, regressor):
     """A list of numbers as texts (the tokenizer's "takes strings, got a tensor of int32"), a
     generator or a set as x or y (TensorFlow's "Attempt to convert a value (<generator ...>)"),
     a missing label (our own TypeError: "'NoneType' object is not iterable") or regression
@@ -1806,8 +1836,6 @@ def test_a_hostile_script_s_inputs_are_named(classifier):
          r"Invalid label None \(flat index 1 of the labels\): expected an integer class id "
          r"from 0 to 1 \(num_classes=2\). Drop or fill missing labels first."),
     ]
-    regressor = kb.tasks.TextClassifier(_backbone(), num_classes=1, preprocessor=(
-        kb.preprocessing.TextClassifierPreprocessor(_tokenizer(), sequence_length=8)))
     cases.append((lambda: regressor.fit(texts, [0.5, None], verbose=0),
                   r"Invalid regression target None \(flat index 1\): expected a finite number"))
     for call, message in cases:
@@ -1816,13 +1844,12 @@ def test_a_hostile_script_s_inputs_are_named(classifier):
 
 
 @pytest.mark.multibackend
-def test_a_hostile_script_s_inputs_to_a_token_classifier_and_a_tokenizer():
+def test_a_hostile_script_s_inputs_to_a_token_classifier_and_a_tokenizer(tagger):
     """A token classifier given a table (a pandas DataFrame, a dict: "KeyError: 0") or labels
     as an array of rows (a pandas Series of lists, an object array: "'EagerTensor' object has
     no attribute 'ragged_rank'"), and a tokenizer given a generator, a set, a dict or None
     (TensorFlow's "Attempt to convert a value"): named, or taken as lists are."""
-    task = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
-        kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)))
+    task = tagger
 
     class Frame:  # what the task reads of a pandas DataFrame (the tests run without pandas)
         columns = ["words", "tags"]
@@ -1956,13 +1983,12 @@ def test_a_pipeline_s_error_reads_as_a_direct_call_s_on_every_backend():
         task.fit(labels, verbose=0)
 
 
-def test_a_pair_s_shape_is_checked_once_on_each_path(monkeypatch):
+def test_a_pair_s_shape_is_checked_once_on_each_path(chooser, monkeypatch):
     """A task with a pair preprocessor checked x's shape (`check_pair`) twice on its in-memory
     path: itself, to name the task, then the preprocessor's `call` again. Now once where x
     enters: the task's `_prepare` (in memory), the preprocessor's `__call__` (a direct call),
     its `prepare` (a dataset's element spec); `call` no more."""
-    pre = kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)
-    choices = kb.tasks.MultipleChoice(_backbone(), preprocessor=pre)
+    choices, pre = chooser, chooser.preprocessor
     checked = []
     check_pair = type(pre).check_pair
     monkeypatch.setattr(type(pre), "check_pair",
@@ -1981,7 +2007,7 @@ def test_a_pair_s_shape_is_checked_once_on_each_path(monkeypatch):
 
 
 @pytest.mark.multibackend
-def test_a_sweep_of_hostile_inputs_to_every_fine_tuning_task(classifier):
+def test_a_sweep_of_hostile_inputs_to_every_fine_tuning_task(classifier, tagger, chooser):
     """Each was a Python or TensorFlow error about something else: an object array of mixed
     types (a pandas column with a number: "Unsupported object type int"), an empty tuple
     (IndexError), labels as a 0-d array ("len() of unsized object"), a dataset without labels
@@ -1992,13 +2018,10 @@ def test_a_sweep_of_hostile_inputs_to_every_fine_tuning_task(classifier):
     choice labels as rows of different lengths (TensorFlow's "non-rectangular")."""
     texts = ["good film", "bad film"]
     mixed = np.array(["good", 3], object)
-    tokens = kb.tasks.TokenClassifier(_backbone(), num_classes=3, preprocessor=(
-        kb.preprocessing.TokenClassifierPreprocessor(_tokenizer(), sequence_length=8)))
-    qa = kb.tasks.QuestionAnswerer(_backbone(), preprocessor=(
+    tokens, choices = tagger, chooser
+    qa = kb.tasks.QuestionAnswerer(_backbone(num_layers=1), preprocessor=(
         kb.preprocessing.QuestionAnswererPreprocessor(_tokenizer(), sequence_length=32,
                                                       max_question_length=8)))
-    choices = kb.tasks.MultipleChoice(_backbone(), preprocessor=(
-        kb.preprocessing.MultipleChoicePreprocessor(_tokenizer(), sequence_length=16)))
     batches = tf.data.Dataset.from_tensor_slices
     cases = [
         (lambda: classifier.predict(mixed, verbose=0),
