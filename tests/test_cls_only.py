@@ -3,6 +3,8 @@ default) and the masked-rows-only one (`backbone(x, positions=...)`, MaskedLM / 
 AlbertPretrainer's default): the same logits and gradients as the full path on every
 EncoderBackbone family and every backend, fewer rows computed, the same weights and saved paths,
 the full path kept for XLNet and Longformer."""
+import contextlib
+
 import h5py
 import keras
 import numpy as np
@@ -95,13 +97,15 @@ def _loss_and_grads(task, x, y, loss_of=None):
         np.zeros(v.shape) if g is None else to_numpy(g) for v, g in zip(variables, grads)]
 
 
-def _rows_seen(task, x, backbone=None):
-    """The rows per example each feed-forward call of the backbone (default the task's)
-    computes, in call order (the feed-forward's Dense layers take the rows (B·T, H) of its
-    (B, T, H) input)."""
+@contextlib.contextmanager
+def _rows_seen(backbone, x):
+    """Records the rows per example each feed-forward call of `backbone` computes, in call
+    order, while the block runs (the feed-forward's Dense layers take the rows (B·T, H) of its
+    (B, T, H) input): the task call whose outputs a test compares records them (under JAX's jit
+    the calls are traced with the same shapes), with no eager pass of its own."""
     seen, patched = [], []
     batch = int(np.prod(np.shape(x["token_ids"])[:-1]))  # the backbone's rows (B·C for choices)
-    for block in (backbone or task.backbone).encoder.blocks:
+    for block in backbone.encoder.blocks:
         dense = block.feedforward.intermediate_dense
         if dense in patched:  # a feed-forward sublayer shared by several blocks
             continue
@@ -113,11 +117,10 @@ def _rows_seen(task, x, backbone=None):
 
         dense.call = recorded
     try:
-        task(_for(task, x), training=False)
+        yield seen
     finally:
         for dense in patched:
             del dense.call
-    return seen
 
 
 # The distinct code paths through the last layer on JAX and torch (compiling and building each
@@ -140,11 +143,12 @@ def test_cls_only_classifier_equals_the_full_path(family):
     per example (every other call, and the full path, all 9)."""
     fast, full = _fast_and_full(FAMILIES[family])
     x = _inputs()
-    rows = _rows_seen(full, x)
-    assert rows == [9] * len(rows) and _rows_seen(fast, x) == [9] * (len(rows) - 1) + [1]
     y = np.array([0, 2, 1, 2])
-    logits_fast, grads_fast = _loss_and_grads(fast, x, y)
-    logits_full, grads_full = _loss_and_grads(full, x, y)
+    with _rows_seen(fast.backbone, x) as rows_fast:
+        logits_fast, grads_fast = _loss_and_grads(fast, x, y)
+    with _rows_seen(full.backbone, x) as rows:
+        logits_full, grads_full = _loss_and_grads(full, x, y)
+    assert rows == [9] * len(rows) and rows_fast == [9] * (len(rows) - 1) + [1]
     np.testing.assert_allclose(logits_fast, logits_full, atol=1e-5, rtol=1e-5)
     assert [v.path for v in fast.trainable_variables] == [v.path for v in
                                                           full.trainable_variables]
@@ -202,9 +206,12 @@ def test_multiple_choice_cls_only_equals_the_full_path():
     full = kb.tasks.MultipleChoice(backbone, dropout=0.0, cls_only=False)
     full.set_weights(fast.get_weights())
     x = {k: v.reshape(2, 2, -1) for k, v in _inputs().items()}  # (B=2, C=2, T)
-    assert _rows_seen(fast, x) == [9, 1] and _rows_seen(full, x) == [9, 9]
-    np.testing.assert_allclose(to_numpy(fast(x, training=False)),
-                               to_numpy(full(x, training=False)), atol=1e-5, rtol=1e-5)
+    with _rows_seen(backbone, x) as rows_fast:
+        out_fast = to_numpy(fast(x, training=False))
+    with _rows_seen(backbone, x) as rows_full:
+        out_full = to_numpy(full(x, training=False))
+    assert rows_fast == [9, 1] and rows_full == [9, 9]
+    np.testing.assert_allclose(out_fast, out_full, atol=1e-5, rtol=1e-5)
 
 
 def test_cls_only_keeps_weights_paths_config_and_trains(tmp_path):
@@ -294,11 +301,12 @@ def _assert_same(fast, full, x, family):
     block call computes P rows per example (+1 for [CLS] with a pooler), every other call (and
     the full path) all 9."""
     backbone = fast.backbone
-    rows = _rows_seen(full, x)
+    with _rows_seen(backbone, x) as rows_fast:
+        out_fast, grads_fast = _loss_and_grads(fast, x, None, _mlm_loss)
+    with _rows_seen(backbone, x) as rows:
+        out_full, grads_full = _loss_and_grads(full, x, None, _mlm_loss)
     last = MASK_POSITIONS.shape[1] + (backbone.pooler_dense is not None)
-    assert rows == [9] * len(rows) and _rows_seen(fast, x) == [9] * (len(rows) - 1) + [last]
-    out_fast, grads_fast = _loss_and_grads(fast, x, None, _mlm_loss)
-    out_full, grads_full = _loss_and_grads(full, x, None, _mlm_loss)
+    assert rows == [9] * len(rows) and rows_fast == [9] * (len(rows) - 1) + [last]
     keras.tree.map_structure(
         lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=family),
         out_fast, out_full)
@@ -408,10 +416,12 @@ def test_electra_generator_rows_only_equals_the_full_path():
     # repeat one).
     x = _for(fast, dict(_mlm_inputs(), mask_positions=np.where(
         MASK_POSITIONS == np.roll(MASK_POSITIONS, 1, axis=1), 0, MASK_POSITIONS)))
-    assert _rows_seen(full, x, full.generator) == [9, 9]
-    assert _rows_seen(fast, x, fast.generator) == [9, 5]  # no pooler: the P rows
-    out_fast, grads_fast = _loss_and_grads(fast, x, None, _mlm_loss)
-    out_full, grads_full = _loss_and_grads(full, x, None, _mlm_loss)
+    with _rows_seen(fast.generator, x) as rows_fast:
+        out_fast, grads_fast = _loss_and_grads(fast, x, None, _mlm_loss)
+    with _rows_seen(full.generator, x) as rows_full:
+        out_full, grads_full = _loss_and_grads(full, x, None, _mlm_loss)
+    assert rows_full == [9, 9]
+    assert rows_fast == [9, 5]  # no pooler: the P rows
     for key in ("mlm_logits", "sampled_ids", "rtd_logits"):
         np.testing.assert_allclose(out_fast[key], out_full[key], atol=1e-5, rtol=1e-5,
                                    err_msg=key)
