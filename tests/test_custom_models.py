@@ -73,6 +73,13 @@ def presets(tmp_path_factory, xlnet_model_file):
     return paths
 
 
+@pytest.fixture(scope="module")
+def loaded(presets):
+    """`{family: XBackbone.from_preset(presets[family])}`, each loaded once for the tests that
+    only call it or build a task on it (the fine-tuning test loads its own: it trains)."""
+    return {family: FAMILIES[family][0].from_preset(path) for family, path in presets.items()}
+
+
 def _mapped(preprocessor, texts, labels=None):
     """One batch of `ds.map(preprocessor)`, as the guide feeds its model."""
     ds = tf.data.Dataset.from_tensor_slices(texts if labels is None else (texts, labels))
@@ -85,12 +92,12 @@ def _numpy(x):
 
 @pytest.mark.multibackend
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_a_preset_preprocessor_gives_exactly_its_backbone_s_inputs(presets, family):
+def test_a_preset_preprocessor_gives_exactly_its_backbone_s_inputs(presets, loaded, family):
     """Every family: the keys of `ds.map(preprocessor)` are those of `backbone.input`, and a
     functional model over `backbone.input` computes what the backbone computes on them."""
     pre = kb.preprocessing.TextClassifierPreprocessor.from_preset(presets[family],
                                                                   sequence_length=12)
-    backbone = FAMILIES[family][0].from_preset(presets[family])
+    backbone = loaded[family]
     x = _numpy(_mapped(pre, TEXTS))
     assert set(x) == set(backbone.input)
     inputs = backbone.input
@@ -108,13 +115,13 @@ def test_a_preset_preprocessor_gives_exactly_its_backbone_s_inputs(presets, fami
 
 
 @pytest.mark.multibackend
-def test_longformer_preprocessors_give_their_task_s_global_attention(presets):
+def test_longformer_preprocessors_give_their_task_s_global_attention(presets, loaded):
     """Each fine-tuning preprocessor from a Longformer preset gives the global attention of its
     task (QA: the question; multiple choice: the choice; token classification and MLM: none);
     attached to a task, none (the task derives it); `global_attention_mask=` True / False
     forces it, and `get_config` keeps what the preset said."""
     path = presets["longformer"]
-    backbone = kb.models.LongformerBackbone.from_preset(path)
+    backbone = loaded["longformer"]
     pre = kb.preprocessing.TokenClassifierPreprocessor.from_preset(path, sequence_length=12)
     x = _numpy(pre(tf.constant(TEXTS)))
     assert set(x) == set(backbone.input) and not x["global_attention_mask"].any()

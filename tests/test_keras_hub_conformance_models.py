@@ -548,22 +548,6 @@ def test_lora_weights_round_trip_and_saving_merges_them(family, tmp_path):
     np.testing.assert_allclose(to_numpy(preset(x)["sequence_output"]), adapted, atol=1e-5)
 
 
-def test_lora_trains_only_the_factors_biases_and_the_task_head():
-    backbone = kb.models.BertBackbone(**TINY)
-    classifier = kb.tasks.TextClassifier(backbone, num_classes=2, preprocessor=None)
-    classifier.backbone.enable_lora(rank=2)
-    before = {w.path: to_numpy(w) for w in classifier.weights}
-    classifier.compile(optimizer=keras.optimizers.Adam(1e-2))
-    x = {k: np.repeat(v, 4, axis=0) for k, v in X.items()}
-    classifier.fit(x, np.array([0, 1, 0, 1]), batch_size=4, epochs=2, verbose=0)
-    changed = {w.path for w in classifier.weights
-               if not np.array_equal(to_numpy(w), before[w.path])}
-    assert changed and all("lora_kernel" in p or "/query/bias" in p or "/value/bias" in p
-                           or not p.startswith(backbone.name) for p in changed), changed
-    assert any("lora_kernel_b" in p for p in changed)
-    assert any(not p.startswith(backbone.name) for p in changed)  # the head trains
-
-
 def test_lora_arguments_and_files_are_checked(tmp_path):
     backbone = kb.models.BertBackbone(**TINY)
     for rank in (0, -1, True, 2.0, "4"):
@@ -626,15 +610,26 @@ def _lora_classifier():
     return classifier
 
 
-def test_lora_weights_file_restores_the_factors(tmp_path):
-    """Keras saves a LoRA layer's merged kernel and zeroes its factors on load (a run resumed
-    from a backup on TensorFlow then diverged by 0.43 in 2 steps); ours keep the factors apart,
-    so a backup or checkpoint restores every variable, optimizer included. A plain kernel loaded
-    into a LoRA layer gets new factors whose product is zero (not two zero factors, which get
-    no gradient)."""
+def test_lora_trains_only_the_factors_biases_and_the_task_head_and_its_file_restores_them(
+        tmp_path):
+    """One LoRA classifier's fit (2 epochs), two facets:
+    - it trains only the LoRA factors, the adapted layers' biases and the task head;
+    - Keras saves a LoRA layer's merged kernel and zeroes its factors on load (a run resumed
+      from a backup on TensorFlow then diverged by 0.43 in 2 steps); ours keep the factors
+      apart, so a backup or checkpoint restores every variable, optimizer included. A plain
+      kernel loaded into a LoRA layer gets new factors whose product is zero (not two zero
+      factors, which get no gradient)."""
     x = {k: np.repeat(v, 4, axis=0) for k, v in X.items()}
     trained = _lora_classifier()
+    backbone = trained.backbone
+    before = {w.path: to_numpy(w) for w in trained.weights}
     trained.fit(x, np.array([0, 1, 0, 1]), batch_size=4, epochs=2, verbose=0)
+    changed = {w.path for w in trained.weights
+               if not np.array_equal(to_numpy(w), before[w.path])}
+    assert changed and all("lora_kernel" in p or "/query/bias" in p or "/value/bias" in p
+                           or not p.startswith(backbone.name) for p in changed), changed
+    assert any("lora_kernel_b" in p for p in changed)
+    assert any(not p.startswith(backbone.name) for p in changed)  # the head trains
     trained.save_weights(str(tmp_path / "half.weights.h5"))
     resumed = _lora_classifier()
     resumed.optimizer.build(resumed.trainable_variables)

@@ -80,6 +80,14 @@ def parity_models(hf_dir):
             transformers.LongformerModel.from_pretrained(hf_dir).eval())
 
 
+@pytest.fixture(scope="module")
+def tiny():
+    """`LongformerBackbone(**TINY)` as a test's first build makes it (seed 1234), once for the
+    tests that only call, trace, save or export it."""
+    keras.utils.set_random_seed(1234)
+    return kb.models.LongformerBackbone(**TINY)
+
+
 @pytest.mark.multibackend
 @pytest.mark.parametrize("length", [16, 13, 24, 7])  # multiples of the windows and not
 @pytest.mark.parametrize("global_tokens", [False, True])
@@ -104,11 +112,11 @@ def test_global_tokens_change_the_output(parity_models):
     assert np.abs(with_global - without)[0].max() > 1e-3
 
 
-def test_export_to_transformers_round_trip(tmp_path):
+def test_export_to_transformers_round_trip(tmp_path, tiny):
     import torch
     import transformers
 
-    ours = kb.models.LongformerBackbone(**TINY)
+    ours = tiny
     kb.presets.export_to_transformers(ours, str(tmp_path))
     hf = transformers.LongformerModel.from_pretrained(str(tmp_path)).eval()
     assert hf.config.attention_window == [4, 8]
@@ -464,12 +472,12 @@ def test_xla_compiled_equals_eager():
 
 
 @pytest.mark.multibackend
-def test_empty_batch_and_a_missing_global_mask():
+def test_empty_batch_and_a_missing_global_mask(tiny):
     """A batch of no rows gives outputs of no rows, eagerly on both attention paths (fused;
     explicit through `inspect`) and traced for an unknown batch size (the reshapes named every
     size: -1 cannot be inferred for no elements; the global-slot count took the max of nothing).
     Without `global_attention_mask` the backbone runs with none, as HF's LongformerModel does."""
-    backbone = kb.models.LongformerBackbone(**TINY)
+    backbone = tiny
     x = _inputs(13)
     empty = {k: v[:0] for k, v in x.items()}
     assert tuple(backbone(empty)["sequence_output"].shape) == (0, 13, 16)
@@ -496,8 +504,8 @@ def test_empty_batch_and_a_missing_global_mask():
                                   to_numpy(backbone(no_global)["sequence_output"]))
 
 
-def test_inspect_returns_windowed_probabilities():
-    backbone = kb.models.LongformerBackbone(**TINY)
+def test_inspect_returns_windowed_probabilities(tiny):
+    backbone = tiny
     x = _inputs(16)
     out = backbone.inspect(x)
     probs = [to_numpy(p) for p in out["attention_probs"]]
@@ -520,8 +528,16 @@ def test_bad_windows_name_the_layer():
         kb.models.LongformerBackbone(**dict(TINY, attention_window=[4, 4, 4]))
 
 
-def test_bad_inputs():
-    backbone = kb.models.LongformerBackbone(**dict(TINY, max_global_tokens=2))
+@pytest.fixture(scope="module")
+def capped():
+    """`LongformerBackbone(**TINY, max_global_tokens=2)` (seed 1234), once for the tests of
+    inputs it refuses or answers with NaN."""
+    keras.utils.set_random_seed(1234)
+    return kb.models.LongformerBackbone(**dict(TINY, max_global_tokens=2))
+
+
+def test_bad_inputs(capped):
+    backbone = capped
     x = _inputs(16, global_tokens=False)
     with pytest.raises(ValueError, match="same .batch, length. shape"):
         backbone(dict(x, global_attention_mask=np.zeros((3, 15), "int32")))
@@ -534,27 +550,25 @@ def test_bad_inputs():
 
 
 def _over_the_cap():
-    """A backbone with max_global_tokens=2 and inputs whose row 0 has 5 global tokens (rows 1
-    and 2: <s> only)."""
-    backbone = kb.models.LongformerBackbone(**dict(TINY, max_global_tokens=2))
+    """Inputs whose row 0 has 5 global tokens (rows 1 and 2: <s> only), over `capped`'s 2."""
     x = _inputs(16, global_tokens=False)
     glob = np.zeros_like(x["token_ids"])
     glob[0, :5] = 1
     glob[1:, 0] = 1
-    return backbone, dict(x, global_attention_mask=glob)
+    return dict(x, global_attention_mask=glob)
 
 
 TOO_MANY = "A row has 5 global tokens .*expected at most max_global_tokens=2"
 
 
 @pytest.mark.multibackend
-def test_too_many_global_tokens_raise_or_are_nan_never_a_silent_answer():
+def test_too_many_global_tokens_raise_or_are_nan_never_a_silent_answer(capped):
     """Model inputs over max_global_tokens given to the backbone directly: eagerly a ValueError
     on every backend; traced on TensorFlow (predict; fit and the SavedModel run the same graph)
     an InvalidArgumentError from the backbone's graph. Under XLA (jax.jit: JAX's predict; TF's
     jit_compile), where nothing can raise, the documented last resort: the overflowing row is
     all NaN and the other rows are exact."""
-    backbone, x = _over_the_cap()
+    backbone, x = capped, _over_the_cap()
     with pytest.raises(ValueError, match=TOO_MANY):
         backbone(x)
     backend = keras.backend.backend()
@@ -719,8 +733,8 @@ def test_question_answerer_refuses_a_question_over_the_cap(bert_vocab):
 
 
 # === Config, saving, presets ===
-def test_config_round_trip_and_saving(tmp_path):
-    backbone = kb.models.LongformerBackbone(**TINY)
+def test_config_round_trip_and_saving(tmp_path, tiny):
+    backbone = tiny
     config = backbone.get_config()
     params = set(inspect.signature(kb.models.LongformerBackbone.__init__).parameters) - {
         "self", "kwargs"}
@@ -942,11 +956,11 @@ def _assert_longformer_equals_bert(bert, longformer, x, global_cls):
 
 
 @pytest.mark.multibackend
-@pytest.mark.parametrize("padded", [True, False])
-def test_from_bert_with_a_covering_window_equals_bert(padded):
+def test_from_bert_with_a_covering_window_equals_bert():
     """A window covering the input (w >= 2T: every token sees every other) makes the converted
-    Longformer compute BERT's last hidden states, with or without padding, with or without
-    global attention on [CLS] (its global projections are the local ones)."""
+    Longformer compute BERT's last hidden states, with or without padding (inputs padded and
+    not, one conversion for both), with or without global attention on [CLS] (its global
+    projections are the local ones)."""
     bert = kb.models.BertBackbone(120, 2, 2, 16, 32, max_sequence_length=20)
     longformer = kb.models.LongformerBackbone.from_bert(bert, max_sequence_length=64,
                                                         attention_window=36)
@@ -960,15 +974,16 @@ def test_from_bert_with_a_covering_window_equals_bert(padded):
     attn = longformer.blocks[1].attention.attention
     np.testing.assert_array_equal(to_numpy(attn.query_global_dense.kernel),
                                   to_numpy(attn.query_dense.kernel))
-    x = _bert_inputs(18, padded=padded)
-    for global_cls in (False, True):
-        _assert_longformer_equals_bert(bert, longformer, x, global_cls)
     # a narrow window is not full attention
     narrow = kb.models.LongformerBackbone.from_bert(bert, max_sequence_length=64,
                                                     attention_window=4)
-    expected = to_numpy(bert(x)["sequence_output"])
-    got = narrow(dict(x, global_attention_mask=np.zeros_like(x["token_ids"])))
-    assert _max_diff(got["sequence_output"], expected, x["padding_mask"]) > 1e-3
+    for padded in (True, False):
+        x = _bert_inputs(18, padded=padded)
+        for global_cls in (False, True):
+            _assert_longformer_equals_bert(bert, longformer, x, global_cls)
+        expected = to_numpy(bert(x)["sequence_output"])
+        got = narrow(dict(x, global_attention_mask=np.zeros_like(x["token_ids"])))
+        assert _max_diff(got["sequence_output"], expected, x["padding_mask"]) > 1e-3, padded
 
 
 def test_from_bert_real_minilm_equals_minilm(minilm_dir):
@@ -1049,7 +1064,7 @@ def test_hf_config_with_a_window_list_not_one_per_layer_is_refused(hf_dir, tmp_p
 
 
 @pytest.mark.multibackend
-def test_masks_not_0_or_1_are_refused():
+def test_masks_not_0_or_1_are_refused(tiny):
     """HF's LongformerModel reads `attention_mask * (global_attention_mask + 1)`: a padding_mask
     of 2 makes a token global there, a global_attention_mask of -1 makes it padding. Ours read
     any nonzero value as 1 (a 2 in padding_mask local, a -1 global): silently other numbers.
@@ -1059,7 +1074,7 @@ def test_masks_not_0_or_1_are_refused():
     path (an eager call had lost it)."""
     import tensorflow as tf
 
-    backbone = kb.models.LongformerBackbone(**TINY)
+    backbone = tiny
     x = _inputs(13)
     for name, value in (("global_attention_mask", -1), ("global_attention_mask", 2),
                         ("padding_mask", 2)):

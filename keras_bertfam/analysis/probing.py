@@ -101,6 +101,10 @@ def _fresh_model(models, width, build, learning_rate):
     if width not in models:
         model = build(width)
         _compile(model, learning_rate)
+        # Its compiled loss and metrics built before the first fit, as a Task's are: on
+        # TensorFlow without a strategy Keras makes them inside the first trace of the train
+        # step, which is then traced a second time (a tf.function that creates variables).
+        model._symbolic_build(data_batch=(model.input, keras.KerasTensor((None,), "int64")))
         model.optimizer.build(model.trainable_variables)
         models[width] = (model, model.get_weights(),
                          [to_numpy(v) for v in model.optimizer.variables])
