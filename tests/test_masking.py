@@ -696,6 +696,49 @@ def test_keras_hub_dtypes_eager_and_in_tf_data(dtype):
         assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in want.items()}
 
 
+# === One trace for every setting ===
+
+
+def xla_tracing_counts():
+    """Traces so far of each of masking.py's XLA functions (each trace: XLA compilations)."""
+    return {name: f.experimental_get_tracing_count() for name, f in vars(M).items()
+            if name.endswith("_xla")}
+
+
+@pytest.mark.parametrize("cls,a,b", [
+    (M.TokenMasker, {}, {}),
+    (M.WholeWordMasker, {}, {}),
+    (M.NgramMasker, {}, dict(favor_shorter_ngram=False)),
+    (M.SpanMasker, {}, dict(geometric_p=0.5)),
+    (M.PhraseMasker, dict(phrases=[[10, 11]]), dict(phrases=[[12, 13], [14, 15]])),
+    (M.EntityMasker, dict(entities=[[10, 11]]), dict(entities=[[20, 21]])),
+])
+def test_maskers_with_other_settings_share_one_trace(cls, a, b):
+    """The XLA functions take the settings that are data (rates, mask token id, unselectable
+    ids, the n-gram / span length distribution) as tensors: a second masker of one kind with
+    other settings, on the same input shape, traces (and compiles) none of them again. Each
+    masker's own settings are used (its mask token at every masked position, none of its
+    unselectable ids masked)."""
+    ids = tf.constant([[CLS] + list(range(4, 40)) + [SEP, PAD]] * 5)  # no other test's shape
+    first = cls(vocabulary=VOCAB, mask_token_id=MASK, unselectable_token_ids=SPECIAL, seed=1,
+                mask_token_rate=1.0, random_token_rate=0.0, **a)
+    second = cls(vocabulary=VOCAB, mask_token_id=7, unselectable_token_ids=SPECIAL + (5, 6, 8),
+                 seed=1, mask_selection_rate=0.3, mask_token_rate=1.0, random_token_rate=0.0,
+                 **b)
+    before = xla_tracing_counts()
+    out = np_out(first(ids))
+    traced = xla_tracing_counts()
+    assert traced != before  # a new shape: the first masker traces
+    again = np_out(second(ids))
+    assert xla_tracing_counts() == traced
+    for o, mask, unselectable in ((out, MASK, SPECIAL), (again, 7, SPECIAL + (5, 6, 8))):
+        real = o["mask_weights"] > 0
+        assert real.sum() >= 5
+        assert (np.take_along_axis(o["token_ids"], o["mask_positions"], 1)[real] == mask).all()
+        assert not np.isin(o["mask_ids"][real], unselectable).any()
+    assert again["mask_weights"].sum() > out["mask_weights"].sum()  # rate 0.3 > 0.15
+
+
 # === Errors and config ===
 
 
