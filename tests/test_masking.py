@@ -705,30 +705,31 @@ def xla_tracing_counts():
             if name.endswith("_xla")}
 
 
-@pytest.mark.parametrize("cls,a,b", [
-    (M.TokenMasker, {}, {}),
-    (M.WholeWordMasker, {}, {}),
-    (M.NgramMasker, {}, dict(favor_shorter_ngram=False)),
-    (M.SpanMasker, {}, dict(geometric_p=0.5)),
-    (M.PhraseMasker, dict(phrases=[[10, 11]]), dict(phrases=[[12, 13], [14, 15]])),
-    (M.EntityMasker, dict(entities=[[10, 11]]), dict(entities=[[20, 21]])),
+@pytest.mark.parametrize("cls,P,a,b", [
+    (M.TokenMasker, 23, {}, {}),
+    (M.WholeWordMasker, 29, {}, {}),
+    (M.NgramMasker, 31, {}, dict(favor_shorter_ngram=False)),
+    (M.SpanMasker, 37, {}, dict(geometric_p=0.5)),
+    (M.PhraseMasker, 41, dict(phrases=[[10, 11]]), dict(phrases=[[12, 13], [14, 15]])),
+    (M.EntityMasker, 43, dict(entities=[[10, 11]]), dict(entities=[[20, 21]])),
 ])
-def test_maskers_with_other_settings_share_one_trace(cls, a, b):
+def test_maskers_with_other_settings_share_one_trace(cls, P, a, b):
     """The XLA functions take the settings that are data (rates, mask token id, unselectable
     ids, the n-gram / span length distribution) as tensors: a second masker of one kind with
     other settings, on the same input shape, traces (and compiles) none of them again. Each
     masker's own settings are used (its mask token at every masked position, none of its
-    unselectable ids masked)."""
-    ids = tf.constant([[CLS] + list(range(4, 40)) + [SEP, PAD]] * 5)  # no other test's shape
+    unselectable ids masked). A `mask_selection_length` P no other test uses: the first masker
+    traces (a trace for unknown shapes, from an earlier test, would serve any shape)."""
+    ids = tf.constant([[CLS] + list(range(4, 40)) + [SEP, PAD]] * 5)
     first = cls(vocabulary=VOCAB, mask_token_id=MASK, unselectable_token_ids=SPECIAL, seed=1,
-                mask_token_rate=1.0, random_token_rate=0.0, **a)
+                mask_token_rate=1.0, random_token_rate=0.0, mask_selection_length=P, **a)
     second = cls(vocabulary=VOCAB, mask_token_id=7, unselectable_token_ids=SPECIAL + (5, 6, 8),
                  seed=1, mask_selection_rate=0.3, mask_token_rate=1.0, random_token_rate=0.0,
-                 **b)
+                 mask_selection_length=P, **b)
     before = xla_tracing_counts()
     out = np_out(first(ids))
     traced = xla_tracing_counts()
-    assert traced != before  # a new shape: the first masker traces
+    assert traced != before
     again = np_out(second(ids))
     assert xla_tracing_counts() == traced
     for o, mask, unselectable in ((out, MASK, SPECIAL), (again, 7, SPECIAL + (5, 6, 8))):
