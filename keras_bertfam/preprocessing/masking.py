@@ -286,8 +286,12 @@ def _order_keys(bits, valid, priority=None):
 
 
 def _selectable_of(ids, valid, unselectable):
-    """[B, T] bool: valid tokens whose id is not in `unselectable` (an `_id_set`)."""
-    special = tf.reduce_any(tf.equal(ids[:, :, tf.newaxis], unselectable), axis=2)
+    """[B, T] bool: valid tokens whose id is not in `unselectable`: a tuple of ints, or (inside
+    the XLA functions) an `_id_set`. A compare per id (static unrolled compares)."""
+    special = tf.zeros_like(valid)
+    for i in (unselectable if isinstance(unselectable, tuple) else
+              [unselectable[j] for j in range(unselectable.shape[0])]):
+        special = special | tf.equal(ids, i)
     return valid & ~special
 
 
@@ -637,7 +641,7 @@ class _Masker(SeededStage):
     # --- pieces of the pipeline ---
 
     def _selectable(self, ids, valid):
-        return _selectable_of(ids, valid, self._unselectable_ids)
+        return _selectable_of(ids, valid, tuple(self._unselectable_list))
 
     @property
     def _budget_settings(self):
