@@ -696,6 +696,57 @@ def test_keras_hub_dtypes_eager_and_in_tf_data(dtype):
         assert {k: v.dtype for k, v in got.items()} == {k: v.dtype for k, v in want.items()}
 
 
+# === One trace for every setting ===
+
+
+def xla_tracing_counts():
+    """Traces so far of each of masking.py's XLA functions (each trace: XLA compilations)."""
+    return {name: f.experimental_get_tracing_count() for name, f in vars(M).items()
+            if name.endswith("_xla")}
+
+
+SHORT = [CLS, 5, 6, 7, 8, 9, SEP, PAD]  # the rows and P of test_every_masker_on_one_sequence...
+ERNIE = [CLS] + list(range(10, 19)) + [SEP]  # ... and of test_ernie_masking's schedule test
+
+
+@pytest.mark.parametrize("cls,rows,P,mask,a,b", [  # a mask id of its own per case
+    (M.TokenMasker, [SHORT] * 3, 4, 4, {}, {}),
+    (M.WholeWordMasker, [SHORT] * 3, 4, 10, {}, {}),
+    (M.NgramMasker, [SHORT] * 3, 4, 11, {}, dict(favor_shorter_ngram=False)),
+    (M.SpanMasker, [SHORT] * 3, 4, 12, {}, dict(geometric_p=0.5)),
+    (M.PhraseMasker, [ERNIE] * 16, 20, 4, dict(phrases=[[10, 11, 12]]),
+     dict(phrases=[[16, 17], [14, 15]])),
+    (M.EntityMasker, [ERNIE] * 16, 20, 19, dict(entities=[[16, 17, 18]]),
+     dict(entities=[[10, 11]])),
+])
+def test_maskers_with_other_settings_share_one_trace(cls, rows, P, mask, a, b):
+    """The XLA functions take the settings that are data (rates, mask token id, unselectable
+    ids, the n-gram / span length distribution) as tensors: a second masker of one kind with
+    other settings, on the same input shape, traces (and compiles) none of them again (on
+    main, settings as Python arguments, it traced all of them again). Each masker's own
+    settings are used: its mask token at every masked position, none of its unselectable ids
+    masked, more masked at the larger rate. The shapes and structure of other tests, whose
+    compilations these maskers reuse."""
+    ids = tf.constant(rows)
+    first = cls(vocabulary=VOCAB, unselectable_token_ids=SPECIAL, seed=1, mask_token_rate=1.0,
+                random_token_rate=0.0, mask_selection_length=P, **a)
+    unselectable = SPECIAL + (rows[0][5],)
+    second = cls(vocabulary=VOCAB, mask_token_id=mask, unselectable_token_ids=unselectable, seed=1,
+                 mask_selection_rate=0.5, mask_token_rate=1.0, random_token_rate=0.0,
+                 mask_selection_length=P, **b)
+    out = np_out(first(ids))
+    traced = xla_tracing_counts()
+    assert traced  # (the names of the XLA functions: none renamed away from `_xla`)
+    again = np_out(second(ids))
+    assert xla_tracing_counts() == traced
+    for o, token, special in ((out, MASK, SPECIAL), (again, mask, unselectable)):
+        real = o["mask_weights"] > 0
+        assert real.any()
+        assert (np.take_along_axis(o["token_ids"], o["mask_positions"], 1)[real] == token).all()
+        assert not np.isin(o["mask_ids"][real], special).any()
+    assert (again["mask_weights"].sum(1) > out["mask_weights"].sum(1)).all()  # 0.5 > 0.15
+
+
 # === Errors and config ===
 
 

@@ -18,7 +18,12 @@ loops are `tf.while_loop`s whose every step handles all rows at once: the greedy
 over the visited candidates (see `_greedy_select`), SpanMasker's span rounds and the lexicon
 maskers' leftmost-longest rounds. Those loops and the small ops around them run as XLA functions
 (`jit_compile=True`, compiled once per input shape): TF's executor pays a per-op cost that
-dominates ops on [128, 128] tensors; the random draws stay TF ops.
+dominates ops on [128, 128] tensors; the random draws stay TF ops. The XLA functions are
+module-level and take a masker's settings that are *data* as tensors (the rates, the mask token
+id, the unselectable ids, the n-gram and span length distributions; made once by the masker),
+and only its *structure* as Python arguments (`mask_selection_length`, `rounding`, the longest
+n-gram or span, ...): maskers that differ in data only (ERNIE's schedule, a rate sweep) share one
+trace and one compilation per input shape.
 
 Seeding (all maskers)
 ---------------------
@@ -77,6 +82,7 @@ __all__ = [
 _MASK_TOKEN_NAMES = ("[MASK]", "<mask>", "[mask]", "<MASK>")
 _INT32_MAX = 2**31 - 1
 _GREEDY_FIRST_CANDIDATES = 32  # candidates per row in the greedy selection's first walk
+_ID_SET_SIZE = 8  # id sets go to the XLA functions padded to a multiple of this (one shape)
 
 
 # === Vocabulary helpers ===
@@ -222,17 +228,34 @@ def _compact(flags, values, width, fill=0):
     return packed, count
 
 
-def _sample_categorical(seed, probs, shape):
-    """Values 1..len(probs) drawn with `probs`: inverse CDF with elementwise compares."""
-    return _categorical_from(tf.random.stateless_uniform(shape, seed, dtype=tf.float32), probs)
+def _id_set(ids, fill=None):
+    """The int ids `ids` as a 1-D int32 tensor, ascending, padded to a multiple of
+    `_ID_SET_SIZE` entries with `fill` (None: the first id again), so that the id sets of
+    different maskers have one shape in the XLA functions. Empty stays empty."""
+    ids = sorted(set(int(i) for i in ids))
+    if ids:
+        ids += [ids[0] if fill is None else fill] * (-len(ids) % _ID_SET_SIZE)
+    return tf.constant(ids, tf.int32, shape=[len(ids)])
 
 
-def _categorical_from(u, probs):
-    """`_sample_categorical` from its uniform draw `u` (no random op: XLA functions take it)."""
+def _cdf_of(probs):
+    """The thresholds of `_categorical_from` for `probs`: a [len(probs) - 1] float32 tensor
+    (the float64 CDF, rounded to float32 as a compare with a float32 draw rounds it)."""
     cdf = np.cumsum(probs) / np.sum(probs)
+    return tf.constant(cdf[:-1].astype(np.float32), tf.float32, shape=[len(cdf) - 1])
+
+
+def _sample_categorical(seed, cdf, shape):
+    """Values 1..len(cdf) + 1 drawn with the CDF `cdf` (`_cdf_of`): inverse CDF with
+    elementwise compares."""
+    return _categorical_from(tf.random.stateless_uniform(shape, seed, dtype=tf.float32), cdf)
+
+
+def _categorical_from(u, cdf):
+    """`_sample_categorical` from its uniform draw `u` (no random op: XLA functions take it)."""
     n = tf.ones_like(u, tf.int32)
-    for c in cdf[:-1]:
-        n += tf.cast(u >= c, tf.int32)
+    for i in range(cdf.shape[0]):
+        n += tf.cast(u >= cdf[i], tf.int32)
     return n
 
 
@@ -263,15 +286,18 @@ def _order_keys(bits, valid, priority=None):
 
 
 def _selectable_of(ids, valid, unselectable):
-    """[B, T] bool: valid tokens whose id is not in `unselectable` (a tuple of ints)."""
+    """[B, T] bool: valid tokens whose id is not in `unselectable`: a tuple of ints, or (inside
+    the XLA functions) an `_id_set`. A compare per id (static unrolled compares)."""
     special = tf.zeros_like(valid)
-    for i in unselectable:  # a handful of ids: static unrolled compares
+    for i in (unselectable if isinstance(unselectable, tuple) else
+              [unselectable[j] for j in range(unselectable.shape[0])]):
         special = special | tf.equal(ids, i)
     return valid & ~special
 
 
 def _budget_of(valid, selectable, u, rate, rounding, limit, count_special_tokens):
-    """Number of tokens to predict per row, [B] int32 (`_Masker._budget`; `u` its draw)."""
+    """Number of tokens to predict per row, [B] int32 (`_Masker._budget`; `u` its draw, `rate`
+    a float64 scalar tensor; `rounding`, `limit` and `count_special_tokens` are Python)."""
     counted = valid if count_special_tokens else selectable
     n = tf.reduce_sum(tf.cast(counted, tf.float64), axis=1)
     x = n * rate
@@ -297,20 +323,34 @@ def _positions_of(selected, P):
     return positions, weights
 
 
-def _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id, mask_token_rate,
-                random_token_rate):
+def _pool_ids(index, skipped):
+    """The `index`-th ids ([B, P] int32) of the random tokens' pool, the vocabulary without the
+    ids `skipped` (an `_id_set` padded with INT32_MAX): each skipped id at or below the id so far
+    moves it up by one, in ascending order. No pool of the vocabulary's size to gather from (its
+    size would be an XLA function's shape)."""
+    for i in range(skipped.shape[0]):
+        index += tf.cast(skipped[i] <= index, tf.int32)
+    return index
+
+
+def _replace_at(ids, positions, weights, unit_u, random_ids, skipped, mask_token_id,
+                thresholds):
     """`_Masker._replace` after its random draw: 80/10/10 at the positions. One XLA function
     (`_replace_xla`; its gather and scatter are small: faster than TF's ops, measured on the
-    benchmark's batches). Module level, with the settings as Python arguments, so that maskers
-    with the same settings share its compilations."""
+    benchmark's batches). `random_ids` are indices into the pool (`_pool_ids`) unless `skipped`
+    is None; `mask_token_id` an int32 scalar tensor and `thresholds` [2] float32 (the mask token
+    rate, and that plus the random token rate): tensors, so that maskers share its
+    compilations whatever their settings."""
     B = tf.shape(ids)[0]
     T = tf.shape(ids)[1]
+    if skipped is not None:
+        random_ids = _pool_ids(random_ids, skipped)
     real = weights > 0
     mask_ids = tf.where(real, _take(ids, positions), 0)
     new = tf.where(
-        unit_u < mask_token_rate,
+        unit_u < thresholds[0],
         mask_token_id,
-        tf.where(unit_u < mask_token_rate + random_token_rate, random_ids, mask_ids),
+        tf.where(unit_u < thresholds[1], random_ids, mask_ids),
     )
     # Scatter into [B, T + 1]; padding entries go to the dummy last column.
     cols = tf.where(real, positions, T)
@@ -374,17 +414,18 @@ def _word_positions(word, covered, P):
 _word_positions_xla = tf.function(_word_positions, jit_compile=True, autograph=False)
 
 
-def _word_units(ids, selectable, bits, u, continuation, probabilities):
+def _word_units(ids, selectable, bits, u, continuation, ngram_cdf):
     """WholeWord/Ngram's words (word [B, T], ctok [B, T + 1], see `_words_of`), their
-    visiting-order keys and n-gram lengths (`probabilities` a tuple, or None: all 1), from the
-    random draws `bits` and `u`. One XLA function (`_word_units_xla`): a few dozen small ops."""
+    visiting-order keys and n-gram lengths (drawn with `ngram_cdf`, see `_cdf_of`, or None: all
+    1), from the random draws `bits` and `u`. One XLA function (`_word_units_xla`): a few dozen
+    small ops."""
     word, num_words, ctok = _words_of(ids, selectable,
                                       _word_starts_of(ids, selectable, continuation))
     shape = tf.shape(ids)
     w_range = tf.range(shape[1])[tf.newaxis, :]
     key = _order_keys(bits, w_range < num_words[:, tf.newaxis])  # random visiting order
-    cand_n = (tf.ones(shape, tf.int32) if probabilities is None
-              else _categorical_from(u, probabilities))
+    cand_n = (tf.ones(shape, tf.int32) if ngram_cdf is None
+              else _categorical_from(u, ngram_cdf))
     cand_n = tf.minimum(cand_n, num_words[:, tf.newaxis] - w_range)  # slice semantics at the end
     return word, ctok, key, cand_n
 
@@ -502,19 +543,26 @@ class _Masker(SeededStage):
         self.rounding = rounding
         self.random_token_from = random_token_from
 
-        # --- derived tables ---
-        special = set(unselectable_token_ids) | {mask_token_id}
+        # --- derived tables, and the settings as the XLA functions' tensor arguments ---
+        special = {i for i in set(unselectable_token_ids) | {mask_token_id}
+                   if 0 <= i < vocabulary_size}
         if random_token_from == "non_special":
-            allowed = np.setdiff1d(np.arange(vocabulary_size), np.array(sorted(special)))
-            if allowed.size == 0:
+            self._pool_size = vocabulary_size - len(special)
+            if self._pool_size == 0:
                 raise ValueError("Every vocabulary id is special: no random replacement possible.")
-            self._random_pool = tf.constant(allowed, tf.int32)
+            self._pool_skipped = _id_set(special, fill=_INT32_MAX)
         else:
-            self._random_pool = None
+            self._pool_size, self._pool_skipped = vocabulary_size, None
         self._unselectable_list = sorted(
             set(unselectable_token_ids)
             | ({self.padding_token_id} if self.padding_token_id is not None else set())
         )
+        self._unselectable_ids = _id_set(self._unselectable_list)
+        self._rate = tf.constant(self.mask_selection_rate, tf.float64)
+        self._mask_token = tf.constant(mask_token_id, tf.int32)
+        # The compares of a float32 draw with the rates, as Python floats made them.
+        self._replace_thresholds = tf.constant(
+            np.float32([self.mask_token_rate, self.mask_token_rate + self.random_token_rate]))
         if tokens is not None:
             self._continuation = tf.constant(word_continuation_table(tokens, word_style), tf.bool)
         else:
@@ -597,7 +645,7 @@ class _Masker(SeededStage):
 
     @property
     def _budget_settings(self):
-        return dict(rate=self.mask_selection_rate, rounding=self.rounding,
+        return dict(rate=self._rate, rounding=self.rounding,
                     limit=self.mask_selection_length,
                     count_special_tokens=self.count_special_tokens)
 
@@ -646,26 +694,22 @@ class _Masker(SeededStage):
         return _positions_of(selected, self.mask_selection_length)
 
     def _random_token_draw(self, seed, shape):
-        """The random tokens' draw: (ids, None), or (indices into the pool, the pool)."""
-        if self._random_pool is None:  # original BERT: the whole vocabulary, specials included
-            return tf.random.stateless_uniform(
-                shape, seed, minval=0, maxval=self.vocabulary_size, dtype=tf.int32
-            ), None
-        n = int(self._random_pool.shape[0])
-        index = tf.random.stateless_uniform(shape, seed, minval=0, maxval=n, dtype=tf.int32)
-        return index, self._random_pool
+        """The random tokens' draw: (ids, None), or (indices into the pool, the ids the pool
+        skips; see `_pool_ids`). Original BERT's pool is the whole vocabulary, specials
+        included."""
+        index = tf.random.stateless_uniform(shape, seed, minval=0, maxval=self._pool_size,
+                                            dtype=tf.int32)
+        return index, self._pool_skipped
 
-    def _random_tokens(self, seed, shape):
-        draw, pool = self._random_token_draw(seed, shape)
-        return draw if pool is None else tf.gather(pool, draw)
+    @property
+    def _replace_settings(self):
+        return dict(mask_token_id=self._mask_token, thresholds=self._replace_thresholds)
 
     def _replace(self, ids, positions, weights, unit_u, seed):
         """80/10/10 at the gathered positions. Returns (masked ids [B, T], mask_ids [B, P])."""
-        random_ids = self._random_tokens(seed, tf.shape(positions))
-        return _replace_xla(ids, positions, weights, unit_u, random_ids,
-                            mask_token_id=self.mask_token_id,
-                            mask_token_rate=self.mask_token_rate,
-                            random_token_rate=self.random_token_rate)
+        random_ids, skipped = self._random_token_draw(seed, tf.shape(positions))
+        return _replace_xla(ids, positions, weights, unit_u, random_ids, skipped,
+                            **self._replace_settings)
 
     # --- words ---
 
@@ -934,17 +978,15 @@ def _top_budget(keys, selectable, budget, P):
 _top_budget_xla = tf.function(_top_budget, jit_compile=True, autograph=False)
 
 
-def _token_mask(ids, valid, keys, budget_u, unit_u, random_ids, pool, unselectable, rate,
-                rounding, limit, count_special_tokens, mask_token_id, mask_token_rate,
-                random_token_rate):
-    """TokenMasker's masking after its random draws, as one XLA function (`_token_mask_xla`)."""
+def _token_mask(ids, valid, keys, budget_u, unit_u, random_ids, skipped, unselectable, rate,
+                rounding, limit, count_special_tokens, mask_token_id, thresholds):
+    """TokenMasker's masking after its random draws, as one XLA function (`_token_mask_xla`;
+    the settings as in `_budget_of` and `_replace_at`)."""
     selectable = _selectable_of(ids, valid, unselectable)
     budget = _budget_of(valid, selectable, budget_u, rate, rounding, limit, count_special_tokens)
-    if pool is not None:
-        random_ids = tf.gather(pool, random_ids)
     positions, weights = _top_budget(keys, selectable, budget, limit)
-    masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id,
-                                   mask_token_rate, random_token_rate)
+    masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, skipped,
+                                   mask_token_id, thresholds)
     return masked, positions, weights, tf.ensure_shape(mask_ids, [None, limit])
 
 
@@ -1011,12 +1053,11 @@ class TokenMasker(_Masker):
         B = tf.shape(ids)[0]
         keys = tf.random.stateless_uniform(tf.shape(ids), seed_select, dtype=tf.float32)
         unit_u = tf.random.stateless_uniform([B, P], seed_unit, dtype=tf.float32)
-        draw, pool = self._random_token_draw(seed_repl, [B, P])
+        draw, skipped = self._random_token_draw(seed_repl, [B, P])
         return _token_mask_xla(
-            ids, valid, keys, self._budget_draw(valid, seed_budget), unit_u, draw, pool,
-            unselectable=tuple(self._unselectable_list), **self._budget_settings,
-            mask_token_id=self.mask_token_id, mask_token_rate=self.mask_token_rate,
-            random_token_rate=self.random_token_rate)
+            ids, valid, keys, self._budget_draw(valid, seed_budget), unit_u, draw, skipped,
+            unselectable=self._unselectable_ids, **self._budget_settings,
+            **self._replace_settings)
 
 
 @keras.saving.register_keras_serializable(package="keras_bertfam")
@@ -1042,7 +1083,7 @@ class WholeWordMasker(_Masker):
 
     _max_ngram = 1
 
-    _ngram_probabilities = None  # a tuple: p(n) for n = 1.. (None: every length is 1)
+    _ngram_cdf = None  # the n-gram lengths' `_cdf_of` (None: every length is 1)
 
     def _ngram_draw(self, seed, shape):
         """The random draw of the n-gram lengths (None: every length is 1)."""
@@ -1068,7 +1109,7 @@ class WholeWordMasker(_Masker):
         bits = _order_bits(seed_order, shape, False)
         word, ctok, key, cand_n = _word_units_xla(
             ids, selectable, bits, self._ngram_draw(seed_n, shape),
-            self._continuation, probabilities=self._ngram_probabilities)
+            self._continuation, self._ngram_cdf)
         covered, chosen_n = _greedy_select(
             key, cand_n, ctok, budget, max_n=self._max_ngram, overlaps=self._max_ngram > 1
         )
@@ -1108,7 +1149,7 @@ class NgramMasker(WholeWordMasker):
         p = 1.0 / np.arange(1, self.max_ngram + 1)
         p /= p.sum()
         self.ngram_probabilities = p if self.favor_shorter_ngram else p[::-1].copy()
-        self._ngram_probabilities = tuple(float(x) for x in self.ngram_probabilities)
+        self._ngram_cdf = _cdf_of(self.ngram_probabilities)
 
     def _ngram_draw(self, seed, shape):
         return tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
@@ -1170,6 +1211,7 @@ class SpanMasker(_Masker):
         lens = np.arange(1, self.max_span_length + 1)
         p = self.geometric_p * (1 - self.geometric_p) ** (lens - 1)
         self.span_length_probabilities = p / p.sum()
+        self._span_cdf = _cdf_of(self.span_length_probabilities)
         self.random_token_distribution = random_token_distribution
         self._unigram_cdf = None
         if random_token_distribution is not None:
@@ -1189,13 +1231,13 @@ class SpanMasker(_Masker):
             cdf = np.cumsum(dist / dist.sum())
             self._unigram_cdf = tf.constant(cdf, tf.float64)
 
-    def _random_tokens(self, seed, shape):
+    def _random_token_draw(self, seed, shape):
         if self._unigram_cdf is None:
-            return super()._random_tokens(seed, shape)
+            return super()._random_token_draw(seed, shape)
         u = tf.random.stateless_uniform(shape, seed, dtype=tf.float64)
         ids = tf.searchsorted(self._unigram_cdf, tf.reshape(u, [-1]), side="right")
         ids = tf.minimum(ids, self.vocabulary_size - 1)
-        return tf.reshape(tf.cast(ids, tf.int32), shape)
+        return tf.reshape(tf.cast(ids, tf.int32), shape), None
 
     def _select(self, ids, selectable, budget, seed):
         word, covered, unit_w, _, _ = self._spans(ids, selectable, budget, seed)
@@ -1209,8 +1251,7 @@ class SpanMasker(_Masker):
         seed_len, seed_anchor = _split_seeds(seed, 2)
         word, num_words, ctok = self._words(ids, selectable)
         K = 2 * self.mask_selection_length  # rounds at most (each span masks >= 1 piece)
-        lengths = _sample_categorical(seed_len, self.span_length_probabilities,
-                                      [tf.shape(ids)[0], K])
+        lengths = _sample_categorical(seed_len, self._span_cdf, [tf.shape(ids)[0], K])
         lengths = tf.minimum(lengths, num_words[:, tf.newaxis])
         covered, unit_w, drawn, realized = _span_rounds_xla(
             lengths, num_words, ctok, budget, seed_anchor, **self._span_settings, track=track)
@@ -1230,17 +1271,12 @@ class SpanMasker(_Masker):
         P = self.mask_selection_length
         len_u = tf.random.stateless_uniform([shape[0], 2 * P], seed_len, dtype=tf.float32)
         unit_u = tf.random.stateless_uniform(shape, seed_unit, dtype=tf.float32)
-        if self._unigram_cdf is None:  # a pool's gather runs in the XLA function
-            random_ids, pool = self._random_token_draw(seed_repl, [shape[0], P])
-        else:
-            random_ids, pool = self._random_tokens(seed_repl, [shape[0], P]), None
+        random_ids, skipped = self._random_token_draw(seed_repl, [shape[0], P])
         masked, positions, weights, mask_ids = _span_mask_xla(
             ids, valid, self._budget_draw(valid, seed_budget), len_u, seed_anchor, unit_u,
-            random_ids, pool, self._continuation,
-            unselectable=tuple(self._unselectable_list), **self._budget_settings,
-            probabilities=tuple(float(x) for x in self.span_length_probabilities),
-            mask_token_id=self.mask_token_id, mask_token_rate=self.mask_token_rate,
-            random_token_rate=self.random_token_rate, **self._span_settings)
+            random_ids, skipped, self._continuation, self._span_cdf,
+            unselectable=self._unselectable_ids, **self._budget_settings,
+            **self._replace_settings, **self._span_settings)
         return (masked, tf.ensure_shape(positions, [None, P]),
                 tf.ensure_shape(weights, [None, P]), tf.ensure_shape(mask_ids, [None, P]))
 
@@ -1426,29 +1462,28 @@ def _span_rounds(lengths, num_words, ctok, budget, seed_anchor, max_span_length,
 _span_rounds_xla = tf.function(_span_rounds, jit_compile=True, autograph=False)
 
 
-def _span_mask(ids, valid, budget_u, len_u, seed_anchor, unit_u, random_ids, pool, continuation,
-               unselectable, rate, rounding, limit, count_special_tokens, probabilities,
-               max_span_length, proposals, mask_token_id, mask_token_rate, random_token_rate):
+def _span_mask(ids, valid, budget_u, len_u, seed_anchor, unit_u, random_ids, skipped,
+               continuation, span_cdf, unselectable, rate, rounding, limit,
+               count_special_tokens, mask_token_id, thresholds, max_span_length, proposals):
     """SpanMasker's masking after its random draws, as one XLA function (`_span_mask_xla`):
     selectable tokens, budget, words, span lengths, the span rounds, covered tokens ->
     positions, the per-span 80/10/10 replacement. `budget_u` is the budget's draw (or None),
     `len_u` [B, K] the span lengths' uniform draws, `unit_u` [B, T] one uniform per anchor word
-    (the span's 80/10/10 choice), `random_ids` [B, P] the random tokens (indices into `pool`,
-    unless it is None)."""
+    (the span's 80/10/10 choice), `random_ids` [B, P] the random tokens (indices into the pool
+    unless `skipped` is None, see `_pool_ids`), `span_cdf` the span lengths' `_cdf_of`; the
+    other settings as in `_budget_of` and `_replace_at`."""
     selectable = _selectable_of(ids, valid, unselectable)
     budget = _budget_of(valid, selectable, budget_u, rate, rounding, limit, count_special_tokens)
-    if pool is not None:
-        random_ids = tf.gather(pool, random_ids)
     word, num_words, ctok = _words_of(ids, selectable,
                                       _word_starts_of(ids, selectable, continuation))
-    lengths = tf.minimum(_categorical_from(len_u, probabilities), num_words[:, tf.newaxis])
+    lengths = tf.minimum(_categorical_from(len_u, span_cdf), num_words[:, tf.newaxis])
     covered, unit_w, _, _ = _span_rounds(lengths, num_words, ctok, budget, seed_anchor,
                                          max_span_length, proposals)
     safe = tf.maximum(word, 0)
     positions, weights = _positions_of((word >= 0) & _take(covered, safe), limit)
     unit_u = _take(unit_u, _take(_take(unit_w, safe), positions))
-    masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, mask_token_id,
-                                   mask_token_rate, random_token_rate)
+    masked, mask_ids = _replace_at(ids, positions, weights, unit_u, random_ids, skipped,
+                                   mask_token_id, thresholds)
     return masked, positions, weights, mask_ids
 
 
