@@ -233,10 +233,10 @@ def test_sop_pretrainer_trains_on_a_fixed_batch():
 
 @pytest.fixture(scope="module")
 def spiece(tmp_path_factory):
-    from keras_bertfam.preprocessing import corpus
-
+    """ALBERT's recipe on the default corpus' first 800 documents (`default_corpus_documents`:
+    `default_corpus().take(800)`'s bytes without starting its pipeline, the same model)."""
     path = str(tmp_path_factory.mktemp("spm") / "spiece.model")
-    kb.preprocessing.train_sentencepiece_model(corpus.default_corpus().take(800), 2000,
+    kb.preprocessing.train_sentencepiece_model(list(default_corpus_documents(0, 800)), 2000,
                                                output_file=path)
     return path
 
@@ -340,10 +340,8 @@ def test_user_defined_pieces_read_as_hf_reads_them_from_an_hf_dir(tmp_path):
     import sentencepiece
     import transformers
 
-    from keras_bertfam.preprocessing import corpus
-
     pieces = ("[X]", "ab", "é", "<eop>")
-    kb.preprocessing.train_sentencepiece_model(corpus.default_corpus().take(60), 300,
+    kb.preprocessing.train_sentencepiece_model(list(default_corpus_documents(0, 60)), 300,
                                                output_file=str(tmp_path / "spiece.model"),
                                                user_defined_symbols=pieces)
     transformers.AlbertConfig(vocab_size=300, embedding_size=8, hidden_size=16,
@@ -418,16 +416,14 @@ def test_seeding_after_building_keeps_the_sentencepiece_tokenizer_working(spiece
 
 
 def test_albert_pretrains_from_raw_text_with_ngram_masking_and_sop(spiece):
-    from keras_bertfam.preprocessing import corpus
-
     tok = kb.preprocessing.SentencePieceTokenizer(spiece, lowercase=True)
-    backbone = kb.models.AlbertBackbone(tok.vocabulary_size(), 2, 2, 16, 32, 64,
+    backbone = kb.models.AlbertBackbone(tok.vocabulary_size(), 1, 2, 16, 32, 64,  # one layer
                                         max_sequence_length=64)
     pre = kb.tasks.AlbertPretrainer.default_preprocessor(tok, backbone, sequence_length=64,
                                                          batch_size=16, seed=3)
     assert isinstance(pre.masker, kb.preprocessing.NgramMasker)
     assert isinstance(pre.pairer, kb.preprocessing.SentenceOrderPairer)
-    texts = [t.decode() for t in corpus.default_corpus().take(24).as_numpy_iterator()]
+    texts = [t.decode() for t in default_corpus_documents(0, 24)]  # default_corpus().take(24)
     x, y = next(iter(pre.prepare(texts)))
     assert set(np.unique(y["pair_labels"])) <= {0, 1}
     assert np.all(x["token_ids"].numpy()[:, 0] == tok.cls_token_id)

@@ -141,6 +141,24 @@ def test_truncated_normal_has_keras_distribution_and_the_same_draw_on_every_back
     assert not np.array_equal(to_numpy(seeded((5, 5))), to_numpy(seeded((5, 5))))
 
 
+def test_truncated_normal_finds_the_values_to_redraw_without_a_float_copy():
+    """The values beyond 2 are found with two boolean masks, not `np.abs`'s float32 copy of all
+    of them: the most host memory (Python's tracemalloc, which sees NumPy's buffers) a draw of N
+    float32 values holds at once is its 4N bytes, 2N of masks and, on TensorFlow and torch, the
+    tensor's 4N (measured 6.0N on JAX, 8.0N on TensorFlow and torch; 9.0N with the copy). The
+    copy's fresh pages cost ~0.1 s of CPU on a base-size embedding, ~0.35 s the first time."""
+    import tracemalloc
+
+    n = 1000 * 500
+    tracemalloc.start()
+    try:
+        draw = TruncatedNormal(stddev=0.02, seed=7)((1000, 500))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8.5 * n, peak / n
+    assert np.abs(to_numpy(draw)).max() <= 0.04
+
 def test_set_random_seed_fixes_a_backbones_initial_weights():
     """Unseeded initializers take their seeds from Python's `random`: after
     `keras.utils.set_random_seed` the same weights, and no two kernels alike."""

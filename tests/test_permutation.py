@@ -1,5 +1,6 @@
 """PermutationMasker and XLNet packing (tf.data, TensorFlow)."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_bertfam.preprocessing.packing import longest_first_lengths, xlnet_pack
@@ -10,7 +11,7 @@ from keras_bertfam.preprocessing.permutation import (
     sample_span_targets,
     start_piece_table,
 )
-from tests.conftest import python_runs
+from tests.conftest import default_corpus_documents, python_runs
 
 SEP, CLS = 4, 3
 
@@ -229,22 +230,23 @@ def test_window_examples_truncate_the_longer_part_as_the_original():
         assert seps[0] - 4 == 9 and 24 - 3 - seps[0] == 8  # longest_first_lengths(big, big, 17)
 
 
-def _tiny_spm(tmp_path):
-    from keras_bertfam.preprocessing import corpus
+@pytest.fixture(scope="module")
+def tiny_spm(tmp_path_factory):
+    """An XLNet SentencePiece tokenizer of 400 pieces, trained once on the default corpus' first
+    150 documents (`default_corpus_documents`: its bytes without starting its pipeline)."""
     from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer, \
         train_xlnet_sentencepiece_model
 
-    path = str(tmp_path / "spiece.model")
-    train_xlnet_sentencepiece_model(corpus.default_corpus().take(150), 400, output_file=path)
+    path = str(tmp_path_factory.mktemp("tiny_spm") / "spiece.model")
+    train_xlnet_sentencepiece_model(list(default_corpus_documents(0, 150)), 400, output_file=path)
     return XLNetTokenizer(path)
 
 
-def test_prepare_gives_parallel_streams_reproducibly(tmp_path):
-    from keras_bertfam.preprocessing import corpus
+def test_prepare_gives_parallel_streams_reproducibly(tiny_spm):
     from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
 
-    tok = _tiny_spm(tmp_path)
-    docs = [d.decode() for d in corpus.default_corpus().skip(500).take(60).as_numpy_iterator()]
+    tok = tiny_spm
+    docs = [d.decode() for d in default_corpus_documents(500, 60)]  # default_corpus()[500:560]
     T, R, B, S = 48, 16, 4, 3
     pre = XLNetPreprocessor(tok, sequence_length=T, reuse_len=R, batch_size=B, window_steps=S,
                             seed=11)
@@ -272,7 +274,7 @@ def test_prepare_gives_parallel_streams_reproducibly(tmp_path):
                                           stream[start:start + R])
 
 
-def test_prepare_traces_its_graphs_once_per_preprocessor(tmp_path, monkeypatch):
+def test_prepare_traces_its_graphs_once_per_preprocessor(tiny_spm, monkeypatch):
     """Each `prepare` traced the token stream, the windows and the permutation masking again
     (`Dataset.map` traces its function for each new dataset; BUILD.md, session 47: 3.1-3.7 s
     of CPU a call on 4 short texts). They are `tf.function`s
@@ -280,7 +282,7 @@ def test_prepare_traces_its_graphs_once_per_preprocessor(tmp_path, monkeypatch):
     are the first's, bit for bit."""
     from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
 
-    tok = _tiny_spm(tmp_path)
+    tok = tiny_spm
     runs = python_runs(monkeypatch, (PermutationMasker, "__call__"),
                        (XLNetPreprocessor, "window_examples"), (XLNetPreprocessor, "token_stream"))
     pre = XLNetPreprocessor(tok, sequence_length=16, batch_size=2, window_steps=1, seed=1)

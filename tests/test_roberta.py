@@ -229,7 +229,7 @@ def test_bpe_tokenizer_from_hf_dir_and_preset(bpe_dir, tmp_path):
 def test_roberta_masked_lm_fit_on_raw_text(bpe_dir, imdb):
     tok = kb.preprocessing.BytePairTokenizer(os.path.join(bpe_dir, "vocab.json"),
                                              os.path.join(bpe_dir, "merges.txt"))
-    backbone = kb.models.RobertaBackbone(tok.vocabulary_size(), 2, 2, 32, 64,
+    backbone = kb.models.RobertaBackbone(tok.vocabulary_size(), 1, 2, 32, 64,  # one layer
                                          max_sequence_length=64)
     preprocessor = kb.preprocessing.MaskedLMPreprocessor(tok, 64, packing="full_sentences",
                                                          batch_size=16, seed=1)

@@ -27,11 +27,10 @@ transformers = pytest.importorskip("transformers")
 def xlnet_spiece(tmp_path_factory):
     """A small XLNet-recipe SentencePiece model trained on the default corpus, in an HF-format
     directory (spiece.model)."""
-    from keras_bertfam.preprocessing import corpus
     from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
 
-    directory = tmp_path_factory.mktemp("xlnet_spm")
-    train_xlnet_sentencepiece_model(corpus.default_corpus().take(800), 2000,
+    directory = tmp_path_factory.mktemp("xlnet_spm")  # (= default_corpus().take(800))
+    train_xlnet_sentencepiece_model(list(default_corpus_documents(0, 800)), 2000,
                                     output_file=str(directory / "spiece.model"))
     return directory
 
@@ -210,11 +209,10 @@ USER_PIECES = ("<eop>", "[X]", "ab", "é")
 def xlnet_user_pieces_dirs(tmp_path_factory):
     """HF XLNet directories of a 300-piece model with `USER_PIECES` (trained once): spiece.model
     + config.json, and the same saved by transformers 5 (tokenizer.json, no spiece.model)."""
-    from keras_bertfam.preprocessing import corpus
     from keras_bertfam.preprocessing.tokenizers import train_xlnet_sentencepiece_model
 
     spiece, saved = (tmp_path_factory.mktemp(n) for n in ("xlnet_user_spm", "xlnet_user_hf5"))
-    train_xlnet_sentencepiece_model(corpus.default_corpus().take(60), 300,
+    train_xlnet_sentencepiece_model(list(default_corpus_documents(0, 60)), 300,
                                     output_file=str(spiece / "spiece.model"),
                                     user_defined_symbols=USER_PIECES)
     transformers.XLNetConfig(vocab_size=300, d_model=16, n_layer=1, n_head=2,
@@ -321,19 +319,19 @@ def test_xlnet_tokenizer_from_hf_dir_preset_round_trip_and_offline_error(xlnet_s
 
 
 def test_xlnet_pretrains_from_raw_text_with_segment_recurrence(xlnet_spiece):
-    from keras_bertfam.preprocessing import corpus
     from keras_bertfam.preprocessing.permutation import XLNetPreprocessor
     from keras_bertfam.preprocessing.tokenizers import XLNetTokenizer
 
     tok = XLNetTokenizer(str(xlnet_spiece / "spiece.model"))
-    backbone = XLNetBackbone(tok.vocabulary_size(), 2, 2, 32, 64, mem_len=16, reuse_len=16)
+    # one layer: its memory is what the recurrence carries (depth is not checked here)
+    backbone = XLNetBackbone(tok.vocabulary_size(), 1, 2, 32, 64, mem_len=16, reuse_len=16)
     pre = XLNetPretrainer.default_preprocessor(tok, backbone, sequence_length=48, batch_size=4,
                                                window_steps=4, seed=2)
     assert isinstance(pre, XLNetPreprocessor) and pre.reuse_len == 16
     task = XLNetPretrainer.pretraining_task(backbone, pre)
     assert task.memory is not None and task.memory_batch_size == 4
     # 12 reviews: ~48 steps an epoch (40 gave 156, and the loss falls as clearly).
-    texts = [t.decode() for t in corpus.default_corpus().take(12).as_numpy_iterator()]
+    texts = [t.decode() for t in default_corpus_documents(0, 12)]  # default_corpus().take(12)
     task.compile(learning_rate=3e-3)
     history = task.fit(texts, epochs=3, verbose=0)
     losses = history.history["plm_loss"]

@@ -20,13 +20,21 @@ class TruncatedNormal(keras.initializers.TruncatedNormal):
         rng = np.random.default_rng(self.seed)
         values = rng.standard_normal(tuple(shape), dtype=np.float32)
         flat = values.reshape(-1)
-        redraw = np.flatnonzero(np.abs(flat) > 2)
+        redraw = np.flatnonzero(_beyond_two(flat))
         while redraw.size:
             flat[redraw] = drawn = rng.standard_normal(redraw.size, dtype=np.float32)
-            redraw = redraw[np.abs(drawn) > 2]
+            redraw = redraw[_beyond_two(drawn)]
         values *= np.float32(self.stddev)
         values += np.float32(self.mean)
         return keras.ops.convert_to_tensor(values, dtype=dtype or keras.config.floatx())
+
+
+def _beyond_two(values):
+    """|values| > 2, without `np.abs`'s float32 copy of the values: on a base-size embedding
+    (38.6M values) the copy's fresh pages cost more CPU (0.35 s) than drawing the values (0.31)."""
+    beyond = values > 2
+    beyond |= values < -2
+    return beyond
 
 
 def gather_positions(sequence, positions):
