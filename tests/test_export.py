@@ -531,9 +531,25 @@ def ids_export(tmp_path_factory):
     return task, path, names
 
 
-def test_token_ids_signature_validates_its_input(ids_export):
+@pytest.fixture(scope="module")
+def loaded(exports, ids_export):
+    """`loaded(name)`: the module's export `name` (`exports`' names, "ids": `ids_export`'s)
+    loaded in this process once, for every test calling its signatures (a SavedModel is not
+    changed by serving it): a load and each signature's first call cost ~0.2-0.4 s of CPU."""
+    paths = dict(((n, p) for n, p, _, _ in exports[1]), ids=ids_export[1])
+    models = {}
+
+    def load(name):
+        if name not in models:
+            models[name] = tf.saved_model.load(paths[name])
+        return models[name]
+
+    return load
+
+
+def test_token_ids_signature_validates_its_input(ids_export, loaded):
     task, path, _ = ids_export  # vocabulary 28, 32 positions
-    serve = tf.saved_model.load(path).signatures["token_ids"]
+    serve = loaded("ids").signatures["token_ids"]
 
     def call(ids, segments=None, mask=None):
         ids = np.asarray(ids, np.int32)
@@ -565,12 +581,12 @@ def test_token_ids_signature_validates_its_input(ids_export):
     assert call(np.zeros([0, 4], np.int32))["logits"].shape == (0, 2)  # an empty batch
 
 
-def test_a_softmax_classifier_serves_what_its_logits_serve(ids_export, tmp_path):
+def test_a_softmax_classifier_serves_what_its_logits_serve(ids_export, loaded, tmp_path):
     """keras-hub's `TextClassifier(activation="softmax")` returns probabilities: its export's
     `logits`, `probabilities` and `labels` are those of the same weights with activation=None
     (serving its probabilities as `logits` gave a softmax of probabilities); a regression's
     `scores` are its predictions."""
-    task, path, _ = ids_export
+    task = ids_export[0]
     soft = kb.tasks.TextClassifier(task.backbone, num_classes=2, activation="softmax")
     soft.head.set_weights(task.head.get_weights())
     kb.export.export_saved_model(soft, str(tmp_path / "1"), include_preprocessing=False)
@@ -579,7 +595,7 @@ def test_a_softmax_classifier_serves_what_its_logits_serve(ids_export, tmp_path)
                 "padding_mask": (ids > 0).astype(np.int32)}
     served = tf.saved_model.load(str(tmp_path / "1")).signatures["token_ids"](
         **{k: tf.constant(v) for k, v in features.items()})
-    reference = tf.saved_model.load(path).signatures["token_ids"](
+    reference = loaded("ids").signatures["token_ids"](
         **{k: tf.constant(v) for k, v in features.items()})
     for key in ("logits", "probabilities", "labels"):
         np.testing.assert_allclose(served[key].numpy(), reference[key].numpy(), atol=1e-6,
@@ -623,15 +639,13 @@ def test_requests_are_cut_to_whole_characters():
     assert [g.decode() for g in got] == [t[:CHARACTERS_PER_POSITION] for t in texts]
 
 
-def test_string_signature_bad_input(exports):
+def test_string_signature_bad_input(exports, loaded):
     """Empty batch, empty strings, 1 MB strings (cut before tokenizing), invalid UTF-8; and the
     request is padded to its longest text, not to sequence_length. The module's classifier and
     tagger exports (their preprocessor's tokenizer and length, dynamic padding: the defaults)."""
-    _, done, models, _, _ = exports
-    paths = dict((n, p) for n, p, _, _ in done)
-    clf = models["text_classifier"]
-    serve = tf.saved_model.load(paths["text_classifier"]).signatures["serving_default"]
-    tag = tf.saved_model.load(paths["token_classifier"]).signatures["serving_default"]
+    clf = exports[2]["text_classifier"]
+    serve = loaded("text_classifier").signatures["serving_default"]
+    tag = loaded("token_classifier").signatures["serving_default"]
     assert serve(text=tf.constant([], tf.string))["logits"].shape == (0, 3)
     # a 1 MB text; and multi-byte characters past the cut (2 and 4 bytes each, + a space)
     texts = ["", "the film", "ada " * 250_000, "ü " * 3000, "\U0001F600 " * 3000]
@@ -911,16 +925,14 @@ def test_strip_unknown_attrs_loses_nothing_when_its_write_fails(tmp_path, monkey
 
 
 # === Requests the string and token_ids signatures must serve as predict does, or refuse by name
-def test_qa_export_reads_invalid_utf8_as_answer_does(exports):
+def test_qa_export_reads_invalid_utf8_as_answer_does(exports, loaded):
     """Contexts that are not valid UTF-8: each invalid sequence is one U+FFFD (as for every
     other signature and in `answer()`); offsets and answer text are the cleaned context's. The
     string signature answered from the raw bytes: a text shifted off its offsets ("da " for
     "Ada"), or a failed request (a surrogate's 3 bytes, 1 character to `substr`, are 3 U+FFFD
     to the tokenizer)."""
-    _, done, models, _, _ = exports
-    qa = models["question_answerer"]
-    serve = tf.saved_model.load(dict((n, p) for n, p, _, _ in done)["question_answerer"]) \
-        .signatures["serving_default"]
+    qa = exports[2]["question_answerer"]
+    serve = loaded("question_answerer").signatures["serving_default"]
     questions = [b"Who wrote it?", b"Who?", b"Who \xff wrote?", b"Where?", b"Who?"]
     contexts = [b"\xed\xa0\x80 Ada Lovelace wrote it in 1843.", b"\x80\x80 Ada wrote it",
                 b"Ada wrote \xff the film \xc3", b"Ada \xf0\x9f\x98 wrote",
@@ -939,15 +951,14 @@ def test_qa_export_reads_invalid_utf8_as_answer_does(exports):
     assert want[-1]["text"] == as_str["text"].encode() and as_str["end"] > as_str["start"]
 
 
-def test_string_signature_reads_past_text_that_tokenizes_to_nothing(exports):
+def test_string_signature_reads_past_text_that_tokenizes_to_nothing(exports, loaded):
     """A text whose first CHARACTERS_PER_POSITION * sequence_length characters are whitespace,
     zero-width or combining characters was served as empty (the cut came first) while predict
     read the words after them. Such characters now count 1/SILENT_PER_CHARACTER of a character
     towards the cut (WordPiece, SentencePiece)."""
-    _, done, models, _, _ = exports
-    paths = dict((n, p) for n, p, _, _ in done)
+    models = exports[2]
     clf = models["text_classifier"]
-    serve = tf.saved_model.load(paths["text_classifier"]).signatures["serving_default"]
+    serve = loaded("text_classifier").signatures["serving_default"]
     budget = kb.export.CHARACTERS_PER_POSITION * SEQ
     texts = [" " * budget + "the film was great", "\u200b" * budget + "ada wrote it",
              "a" + "\u0301" * budget + " dull plot",
@@ -955,7 +966,7 @@ def test_string_signature_reads_past_text_that_tokenizes_to_nothing(exports):
     np.testing.assert_allclose(serve(text=tf.constant(texts))["logits"].numpy(),
                                clf.predict(texts, verbose=0), atol=1e-5)
     tag = models["token_classifier"]
-    serve_tag = tf.saved_model.load(paths["token_classifier"]).signatures["serving_default"]
+    serve_tag = loaded("token_classifier").signatures["serving_default"]
     got = serve_tag(text=tf.constant(texts[:2]))
     mask = got["padding_mask"].numpy()
     assert (mask.sum(1) == [6, 5]).all()  # [CLS] the film was great [SEP]; [CLS] ada wrote it
@@ -988,17 +999,14 @@ def _error(call, *args, **kwargs):
     return " ".join(str(caught.value).split())
 
 
-def test_malformed_string_requests_are_refused_by_name(exports):
+def test_malformed_string_requests_are_refused_by_name(loaded):
     """Scalars or matrices where a batch of strings is expected, segments of different counts,
     a multiple-choice request without choices: a message naming the input and what was
     expected, where they met TensorFlow's errors inside the graph ("input must be a vector",
     "Incompatible shapes: [3] vs. [2]", "Reduction axis -1 is empty"). An empty batch is an
     empty result."""
-    _, done, models, _, _ = exports
-    paths = dict((n, p) for n, p, _, _ in done)
-
     def signature(name):
-        return tf.saved_model.load(paths[name]).signatures["serving_default"]
+        return loaded(name).signatures["serving_default"]
 
     clf = signature("text_classifier")
     assert "text must be a vector of strings [batch]; got shape] []" in _error(
@@ -1029,10 +1037,10 @@ def test_malformed_string_requests_are_refused_by_name(exports):
     assert out["answer_text"].shape == (0,) and out["start_logits"].shape[0] == 0
 
 
-def test_malformed_token_ids_are_refused_by_name(ids_export):
+def test_malformed_token_ids_are_refused_by_name(loaded):
     """Rank-1 or zero-length token_ids met "Invalid reduction dimension" or "slice index 0 of
     dimension 1 out of bounds" inside the model."""
-    serve = tf.saved_model.load(ids_export[1]).signatures["token_ids"]
+    serve = loaded("ids").signatures["token_ids"]
 
     def call(ids):
         ids = tf.constant(np.asarray(ids, np.int32))
