@@ -61,6 +61,7 @@ def test_movie_reviews_sentences():
 def test_reading_and_cleaning_are_traced_once_per_format_and_settings(tmp_path, monkeypatch):
     """`read_corpus` maps its reading and cleaning functions over each new pipeline; each is
     traced once per process (per format and settings), not again for every corpus read."""
+    corpus._traced.cache_clear()  # (the functions earlier tests of the process traced)
     runs = python_runs(monkeypatch, (corpus, "_read_text"), (corpus, "_clean"),
                        (corpus, "split_long_document"))
     for fmt in ("blank_line", "line", "file"):
