@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_bertfam.preprocessing import corpus
+from tests.conftest import python_runs
 
 
 def _texts(ds):
@@ -55,6 +56,24 @@ def test_movie_reviews_sentences():
 
 
 # === Text files ===
+
+
+def test_reading_and_cleaning_are_traced_once_per_format_and_settings(tmp_path, monkeypatch):
+    """`read_corpus` maps its reading and cleaning functions over each new pipeline; each is
+    traced once per process (per format and settings), not again for every corpus read."""
+    corpus._traced.cache_clear()  # (the functions earlier tests of the process traced)
+    runs = python_runs(monkeypatch, (corpus, "_read_text"), (corpus, "_clean"),
+                       (corpus, "split_long_document"))
+    for fmt in ("blank_line", "line", "file"):
+        for name in ("a", "b"):
+            path = _write(tmp_path / fmt / f"{name}.txt", f"{name} one.\n\n{name} two.\n")
+            expected = [f"{name} one.\n\n{name} two."] if fmt == "file" else [
+                f"{name} one.", f"{name} two."]
+            assert _texts(corpus.read_corpus(str(path), document_format=fmt)) == expected
+    prefix = corpus.__name__
+    assert runs == {f"{prefix}._read_text": 3, f"{prefix}._clean": 1,
+                    f"{prefix}.split_long_document": 1}
+
 
 
 def test_blank_line_file_bert_format(tmp_path):

@@ -8,7 +8,7 @@ import tensorflow as tf
 import keras_bertfam as kb
 from keras_bertfam.preprocessing import WordPieceTokenizer, train_word_piece_vocabulary
 from keras_bertfam.preprocessing.corpus import read_corpus
-from tests.conftest import default_corpus_documents
+from tests.conftest import default_corpus_documents, python_runs
 
 ODD_TEXTS = [
     "Does BERT know Snuffleupagus?",
@@ -216,17 +216,39 @@ def test_non_utf8_bytes_are_replaced_by_the_corpus_reader(tmp_path, tokenizer):
     assert ids == tokenizer(["good film  bad bytes"]).to_list()[0]
 
 
+def test_graphs_that_tokenize_trace_the_tokenizer_once(monkeypatch):
+    """A tokenizer called in graphs (twice in one traced function, as a triplet siamese's train
+    step calls its three encoders; then in another function, as a new model's predict) and
+    eagerly traces its `tokenize` once per input rank, with the same ids as `tokenize` itself."""
+    bpe_vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4, "b": 5, "c": 6, "Ġ": 7,
+                 "ab": 8}
+    runs = python_runs(monkeypatch, (kb.preprocessing.BytePairTokenizer, "tokenize"),
+                       (WordPieceTokenizer, "tokenize"))
+    texts = tf.constant(["ab c a", "cab", ""])
+    for tok in (kb.preprocessing.BytePairTokenizer(vocabulary=bpe_vocab, merges=["a b"]),
+                WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c",
+                                    "ab", "##b"], lowercase=True)):
+        expected = tok.tokenize(texts)  # (eagerly, keras-hub's Python lists; one run more)
+        both = tf.function(lambda t: (tok(t), tok(t[1:])))(texts)
+        assert [x.to_list() for x in both] == [expected, expected[1:]]
+        assert tf.function(lambda t: tok(t))(texts).to_list() == expected
+        assert tok(texts).to_list() == expected
+        assert tok(texts[0]).numpy().tolist() == expected[0]  # a string: a batch of one
+    assert runs == {"BytePairTokenizer.tokenize": 2, "WordPieceTokenizer.tokenize": 2}
+
+
 def test_train_vocabulary_from_corpus(tmp_path):
-    # 150 reviews give 965 pieces of the 1,000 asked (tf-text's learner runs its ~12 rounds of
-    # threshold search whatever the corpus: 300 reviews and 2,000 cost twice the time)
-    docs = read_corpus().take(150)
+    # 50 reviews give the 400 pieces asked (tf-text's learner, pure Python, costs about its
+    # corpus' distinct words times its ~12 rounds of threshold search: 150 reviews and 1,000
+    # pieces took 3x the CPU)
+    docs = read_corpus().take(50)
     path = os.path.join(tmp_path, "vocab.txt")
-    vocab = train_word_piece_vocabulary(docs, 1000, output_file=path)
+    vocab = train_word_piece_vocabulary(docs, 400, output_file=path)
     assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = WordPieceTokenizer(vocabulary=path, lowercase=True)
     ids = tok(["This movie was great"]).to_list()[0]
     assert tok.unk_token_id not in ids
-    assert 900 < tok.vocabulary_size() <= 1000
+    assert 360 < tok.vocabulary_size() <= 400
     assert np.all(np.array(ids) < tok.vocabulary_size())
 
 

@@ -152,13 +152,23 @@ def _strip_html(text):
     return tf.strings.regex_replace(text, r"</?[A-Za-z][^<>]*>", "")
 
 
+@functools.lru_cache(maxsize=None)
+def _traced(fn, *settings, ranks=(0,)):
+    """`fn(*texts, *settings)` on `tf.string` tensors of `ranks` (0: a document or a file's path,
+    1: a batch) as a `tf.function` made once per process, for `Dataset.map`. A map traces its
+    function again for every new pipeline (each `read_corpus` call); a map of this traces a call
+    of it, and its graph once. No AutoGraph: plain TF ops."""
+    return tf.function(lambda *texts: fn(*texts, *settings), autograph=False,
+                       input_signature=[tf.TensorSpec([None] * r, tf.string) for r in ranks])
+
+
 def _clean_dataset(ds, strip_html, min_chars, max_document_bytes=MAX_DOCUMENT_BYTES):
     if max_document_bytes:
         # Long documents become a stream of pieces first: every later stage (cleaning included)
         # works on at most `max_document_bytes` per element. A map and an unbatch, not a
         # `flat_map`: that made a dataset for every document (~0.5 ms each).
-        ds = ds.map(lambda d: split_long_document(d, max_document_bytes)).unbatch()
-    return ds.batch(_BATCH).map(lambda d: _clean(d, strip_html, min_chars),
+        ds = ds.map(_traced(split_long_document, _check_max_bytes(max_document_bytes))).unbatch()
+    return ds.batch(_BATCH).map(_traced(_clean, bool(strip_html), max(int(min_chars), 1), ranks=(1,)),
                                 num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
@@ -384,20 +394,28 @@ def _text_files_dataset(files, document_format, shuffle_files, seed):
             streamed = one.filter(lambda _: stream).flat_map(
                 lambda p: tf.data.TextLineDataset(p, compression_type=compression))
             whole = one.filter(lambda _: tf.logical_not(stream)).map(
-                lambda p: tf.strings.split(tf.strings.regex_replace(
-                    _read_text(p, compression, encoding), r"\r\n?", "\n"), "\n"))
+                lambda p: _traced(_read_lines, ranks=(0, 0, 0))(p, compression, encoding))
             return streamed.concatenate(whole.unbatch())
 
         return file_ds.interleave(lines, cycle_length=1)
-    contents = file_ds.map(lambda path, compression, encoding, _: _read_text(path, compression,
-                                                                          encoding))
-    if document_format == "file":
-        return contents
-    # blank_line: a line that is empty or only whitespace ends a document (BERT's format). Each file
-    # is read whole, so shard very large corpora into several files.
-    text = contents.map(lambda t: tf.strings.regex_replace(t, r"\r\n?", "\n"))
-    text = text.map(lambda t: tf.strings.regex_replace(t, r"\n[ \t]*\n\s*", _MARK))
-    return text.flat_map(lambda t: tf.data.Dataset.from_tensor_slices(tf.strings.split(t, _MARK)))
+    whole = document_format == "file"
+    read = _traced(_read_text if whole else _read_blank_line_documents, ranks=(0, 0, 0))
+    contents = file_ds.map(lambda path, compression, encoding, _: read(path, compression,
+                                                                    encoding))
+    return contents if whole else contents.unbatch()
+
+
+def _read_lines(path, compression, encoding):
+    """A text file's lines, [K]."""
+    return tf.strings.split(tf.strings.regex_replace(
+        _read_text(path, compression, encoding), r"\r\n?", "\n"), "\n")
+
+
+def _read_blank_line_documents(path, compression, encoding):
+    """A text file's documents, [K]: a line that is empty or only whitespace ends a document
+    (BERT's format). Each file is read whole, so shard very large corpora into several files."""
+    text = tf.strings.regex_replace(_read_text(path, compression, encoding), r"\r\n?", "\n")
+    return tf.strings.split(tf.strings.regex_replace(text, r"\n[ \t]*\n\s*", _MARK), _MARK)
 
 
 def _tfrecord_dataset(files, text_key, shuffle_files, seed):

@@ -120,24 +120,28 @@ class _SpecialTokens(KeepsTFErrors):
         if inputs.dtype != tf.string:
             raise TypeError(f"The tokenizer takes strings, got a tensor of {inputs.dtype.name}.")
         # keras-hub returns Python lists when called eagerly; we keep TF tensors (tf.data style).
-        if tf.executing_eagerly():
-            # One traced function per input rank: tf-text kernels need a static rank, which a
-            # shape-relaxed retrace would lose. A string goes as a batch of one (every tokenize
-            # reads it so, and takes the row back): a text and a batch trace once, not twice.
-            self.resource_generation()  # a rebuilt resource drops the functions of the old one
-            functions = self.__dict__.setdefault("_eager_tokenize_by_rank", {})
-            text = inputs.shape.rank == 0
-            if text:
-                inputs = inputs[tf.newaxis]
-            rank = inputs.shape.rank
-            if rank not in functions:
-                spec = tf.TensorSpec([None] * rank, inputs.dtype)
-                # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
-                functions[rank] = tf.function(self.tokenize, input_signature=[spec],
-                                              autograph=False)
-            tokens = functions[rank](inputs)
-            return tokens[0] if text else tokens
-        return self.tokenize(inputs)
+        if inputs.shape.rank is None:  # (in a graph) tf-text's kernels need a static rank
+            return self.tokenize(inputs)
+        # One traced function per input rank, called eagerly and in graphs alike: a graph that
+        # tokenizes (a model's train step or predict function on raw text, a tf.data map, a
+        # functional model's symbolic build) calls it, its own trace of the tokenizer made once
+        # (a triplet siamese's step on three encoders traced BPE's ~650 ops three times, and
+        # every new model or pipeline again). The rank stays static: tf-text's kernels need it,
+        # and a shape-relaxed retrace would lose it. A string goes as a batch of one (every
+        # tokenize reads it so, and takes the row back): a text and a batch trace once.
+        self.resource_generation()  # a rebuilt resource drops the functions of the old one
+        functions = self.__dict__.setdefault("_eager_tokenize_by_rank", {})
+        text = inputs.shape.rank == 0
+        if text:
+            inputs = inputs[tf.newaxis]
+        rank = inputs.shape.rank
+        if rank not in functions:
+            spec = tf.TensorSpec([None] * rank, inputs.dtype)
+            # Plain TF ops: AutoGraph would only parse and rewrite ours and tf-text's Python.
+            functions[rank] = tf.function(self.tokenize, input_signature=[spec],
+                                          autograph=False)
+        tokens = functions[rank](inputs)
+        return tokens[0] if text else tokens
 
     def detokenize(self, inputs):
         """keras-hub's, refusing ids outside the vocabulary when called eagerly (keras-hub's
