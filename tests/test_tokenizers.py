@@ -237,6 +237,49 @@ def test_graphs_that_tokenize_trace_the_tokenizer_once(monkeypatch):
     assert runs == {"BytePairTokenizer.tokenize": 2, "WordPieceTokenizer.tokenize": 2}
 
 
+def _word_model(words):
+    """A WORD SentencePiece model of `words` (a piece each, in order of count)."""
+    import io
+
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(words), model_writer=model, vocab_size=4 + len(set(words)),
+        model_type="WORD", pad_id=0, unk_id=1, bos_id=2, eos_id=3, minloglevel=2)
+    return model.getvalue()
+
+
+def test_a_new_vocabulary_is_read_by_calls_traced_before_it():
+    """A tokenizer called eagerly and in a graph, then given a new vocabulary (what
+    `load_assets` calls: WordPiece's `set_vocabulary`, BytePair's `set_vocabulary_and_merges`,
+    SentencePiece's `set_proto`) tokenizes with the new one, eagerly and in a new graph, as a
+    tokenizer built with it does: the traced calls of the old one are dropped."""
+    texts = tf.constant(["a b c", "c a", "b"])
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    bpe = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 4, "b": 5, "c": 6, "Ġ": 7,
+           "Ġa": 8, "Ġb": 9, "Ġc": 10}
+    bpe_new = dict(bpe, a=6, c=4, **{"Ġa": 10, "Ġc": 8})
+    merges = ["Ġ a", "Ġ b", "Ġ c"]
+    cases = [
+        (lambda v: WordPieceTokenizer(v, lowercase=True), "set_vocabulary",
+         specials + ["a", "b", "c"], specials + ["c", "a", "b"]),
+        (lambda v: kb.preprocessing.BytePairTokenizer(vocabulary=v, merges=merges),
+         "set_vocabulary_and_merges", bpe, bpe_new),
+        (lambda p: kb.preprocessing.SentencePieceTokenizer(proto=p), "set_proto",
+         _word_model(["a"] * 3 + ["b"] * 2 + ["c"]), _word_model(["c"] * 3 + ["a"] * 2 + ["b"])),
+    ]
+    for make, setter, old, new in cases:
+        tok = make(old)
+        before = tok(texts).to_list()
+        assert tf.function(lambda t: tok(t))(texts).to_list() == before
+        getattr(tok, setter)(*((new, merges) if setter.endswith("merges") else (new,)))
+        expected = make(new)(texts).to_list()
+        assert expected != before, setter
+        assert tok(texts).to_list() == expected, setter
+        assert tf.function(lambda t: tok(t))(texts).to_list() == expected, setter
+
+
 def test_train_vocabulary_from_corpus(tmp_path):
     # 50 reviews give the 400 pieces asked (tf-text's learner, pure Python, costs about its
     # corpus' distinct words times its ~12 rounds of threshold search: 150 reviews and 1,000

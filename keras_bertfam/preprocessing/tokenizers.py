@@ -99,6 +99,11 @@ class _SpecialTokens(KeepsTFErrors):
                 object.__setattr__(self, f"{role}_token", None)
                 object.__setattr__(self, f"{role}_token_id", None)
 
+    def _drop_traced_calls(self):
+        """Forgets `call`'s traced functions: they captured the tables of the vocabulary (or
+        model) they were traced with, which a setter of a new one replaces."""
+        self.__dict__.pop("_eager_tokenize_by_rank", None)
+
     def resource_generation(self):
         """A key of the TF resources a traced function of this tokenizer captures: it changes
         when they are rebuilt (SentencePiece's model: see `live_sentence_piece`), so that callers
@@ -488,6 +493,8 @@ class WordPieceTokenizer(_SpecialTokens, keras_hub.tokenizers.WordPieceTokenizer
         tokens at the end of the vocabulary (after its last other token), as HF's model has
         only its own vocabulary: "ZZQ" is "z ##z ##q" when "zzq" is an added token found
         only as written (the full model would make it "zzq" once lowercased)."""
+        self._drop_traced_calls()
+
         def build(vocabulary):
             model = _wordpiece_model(vocabulary, self.suffix_indicator, self.oov_token)
             return tf_text.FastWordpieceTokenizer(
@@ -781,6 +788,10 @@ class BytePairTokenizer(_SpecialTokens, keras_hub.tokenizers.BytePairTokenizer):
             _allow_python_workflow=False,
             **kwargs,
         )
+
+    def set_vocabulary_and_merges(self, vocabulary, merges):
+        super().set_vocabulary_and_merges(vocabulary, merges)
+        self._drop_traced_calls()
 
     def tokenize(self, inputs):
         inputs = tf.convert_to_tensor(inputs)
@@ -1118,6 +1129,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
 
     def set_proto(self, proto):
         super().set_proto(proto)
+        self._drop_traced_calls()
         if "tokens_read_alone" in self.__dict__:  # a later set_proto (load_assets)
             self._read_proto()
 
@@ -1152,7 +1164,7 @@ class SentencePieceTokenizer(_SpecialTokens, keras_hub.tokenizers.SentencePieceT
         gone)."""
         if self.proto is not None:
             self._set_proto_tf(self.proto)
-            self.__dict__.pop("_eager_tokenize_by_rank", None)
+            self._drop_traced_calls()
             object.__setattr__(self, "_generation", self.__dict__.get("_generation", 0) + 1)
 
     def resource_generation(self):
