@@ -42,7 +42,7 @@ test: setup
 	@status=0; cache=$$(mktemp -d); for b in tf jax torch; do TF_XLA_CACHE=$$cache $(MAKE) --no-print-directory test-$$b || { status=1; echo "== test-$$b FAILED =="; }; done; rm -rf $$cache; exit $$status
 
 # The tests compile many tiny XLA programs: JAX's steps, and on every backend the maskers' XLA
-# functions in tf.data (one per setting and shape). XLA's older CPU fusion code generator compiles
+# functions in tf.data (one per shape and structure). XLA's older CPU fusion code generator compiles
 # them 1.6-3.5x faster: a tiny JAX train step 1.1-2.2 s instead of 3.9-6.4 s (the JAX run
 # 480 -> 282 s wall, 582 -> 406 s CPU, back to back under load 3.5-4); test_masking on TensorFlow
 # 105 -> 65 s CPU. Also turning XLA's optimizations off (--xla_backend_optimization_level=0)
