@@ -723,7 +723,7 @@ def test_maskers_with_other_settings_share_one_trace(cls, rows, P, mask, a, b):
     """The XLA functions take the settings that are data (rates, mask token id, unselectable
     ids, the n-gram / span length distribution) as tensors: a second masker of one kind with
     other settings, on the same input shape, traces (and compiles) none of them again (on
-    main, settings as Python arguments, it traced all of them again). Each masker's own
+    settings as Python arguments, as they were, it traced all of them again). Each masker's own
     settings are used: its mask token at every masked position, none of its unselectable ids
     masked, more masked at the larger rate. The shapes and structure of other tests, whose
     compilations these maskers reuse."""

@@ -389,12 +389,14 @@ def _text_files_dataset(files, document_format, shuffle_files, seed):
     if shuffle_files:
         file_ds = file_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     if document_format == "line":
+        read_lines = _traced(_read_lines, ranks=(0, 0, 0))
+
         def lines(path, compression, encoding, stream):
             one = tf.data.Dataset.from_tensors(path)
             streamed = one.filter(lambda _: stream).flat_map(
                 lambda p: tf.data.TextLineDataset(p, compression_type=compression))
             whole = one.filter(lambda _: tf.logical_not(stream)).map(
-                lambda p: _traced(_read_lines, ranks=(0, 0, 0))(p, compression, encoding))
+                lambda p: read_lines(p, compression, encoding))
             return streamed.concatenate(whole.unbatch())
 
         return file_ds.interleave(lines, cycle_length=1)
