@@ -401,6 +401,40 @@ def test_unwritable_output_is_refused_before_training(tmp_path, capsys, monkeypa
     assert status == 1 and "is not a writable directory" in err
 
 
+def test_a_read_only_directory_is_refused_before_training(tmp_path):
+    """The console script on a directory the kernel will not write: an existing --output and a
+    new one inside it. Root writes through permission bits, so for root the directory is bound
+    read-only onto itself in a private mount namespace (`unshare --mount`: what a read-only
+    volume is); for another user its permission bits say so."""
+    readonly = tmp_path / "readonly"
+    (readonly / "existing").mkdir(parents=True)
+    if os.geteuid() == 0:
+        bind = 'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
+        wrap = ["unshare", "--mount", "sh", "-c", bind, "sh", str(readonly)]
+        reason = "Read-only file system"
+    else:
+        for d in (readonly / "existing", readonly):
+            d.chmod(0o555)
+        wrap, reason = [], "Permission denied"
+    try:
+        for output in (readonly / "existing", readonly / "new"):
+            cmd = [sys.executable, "-m", "keras_bertfam_cli",
+                   *pretrain_args("bert_tiny_en_uncased"), "--output", str(output)]
+            run = subprocess.run(wrap + cmd, env=_env(), capture_output=True, text=True,
+                                 timeout=900)
+            if "unshare failed" in run.stderr or "mount: " in run.stderr:
+                pytest.skip(f"no private mount namespace here to make a read-only directory for "
+                            f"root: {run.stderr.strip()}")
+            assert run.returncode == 1, run.stderr
+            assert f"--output {output} is not a writable directory ({reason}" in run.stderr
+            assert len(run.stderr.strip().splitlines()) == 1, run.stderr  # no traceback
+            assert run.stdout == ""  # refused before anything was loaded or trained
+    finally:  # writable again for pytest's clean-up
+        for d in (readonly, readonly / "existing"):
+            d.chmod(0o755)
+    assert sorted(p.name for p in readonly.rglob("*")) == ["existing"]  # nothing written
+
+
 def test_bad_arguments(tmp_path, capsys):
     status = cli.main(["pretrain", "--steps", "0", "--output", str(tmp_path / "never")])
     _one_line_error(capsys, status, 2, "keras-bertfam pretrain: error: --steps 0 is not positive")
