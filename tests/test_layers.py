@@ -277,7 +277,7 @@ def test_gelus_keep_only_their_input_for_the_backward_pass(activation):
     assert grad.shape == x.shape
 
 
-def _outputs_and_grads(fn, inputs, upstream, jit=True):
+def _outputs_and_grads(fn, inputs, upstream):
     """fn(*inputs) and the gradient of sum(fn(*inputs) * upstream) with respect to every input,
     as float32 NumPy, through the backend's own autodiff. On JAX fn is compiled as one program
     (`jit`; ~2 compilations instead of one per op and shape when run op by op)."""
@@ -294,7 +294,7 @@ def _outputs_and_grads(fn, inputs, upstream, jit=True):
     elif backend == "jax":
         import jax
 
-        y, vjp = jax.vjp(jax.jit(fn) if jit else fn, *inputs)
+        y, vjp = jax.vjp(jax.jit(fn), *inputs)
         grads = vjp(ops.cast(upstream, y.dtype))
     else:
         import torch
@@ -306,10 +306,6 @@ def _outputs_and_grads(fn, inputs, upstream, jit=True):
     return [to_numpy(ops.cast(t, "float32")) for t in [y, *grads]]
 
 
-# `dropout_attention_context` on JAX runs op by op here: its custom gradient's forward reads the
-# dropped probabilities from a list the call empties after it, and `jax.vjp(jax.jit(f))` traces
-# that forward again after the call (IndexError; the fit step, `jit(value_and_grad(f))`, traces
-# it once, within the call).
 @pytest.mark.parametrize("seeded", [False, True], ids=["unseeded", "seeded"])
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
 def test_dropout_attention_context_is_einsum_of_dropout(policy, seeded):
@@ -338,7 +334,7 @@ def test_dropout_attention_context_is_einsum_of_dropout(policy, seeded):
                 return dropout_attention_context(probs, v, layer)
             return ops.einsum("bnts,bsnh->btnh", layer(probs, training=True), v)
 
-        return _outputs_and_grads(fn, [scores, v], upstream, jit=False)  # (above)
+        return _outputs_and_grads(fn, [scores, v], upstream)
 
     plain, ours = run(False), run(True)
     exact = keras.backend.backend() != "jax"
@@ -463,7 +459,7 @@ def test_attention_training_path_equals_the_plain_one(policy):
                 return layer(x, padding_mask=mask, training=True)
             return layer(x, padding_mask=mask, training=True, return_attention_scores=True)[0]
 
-        return _outputs_and_grads(fn, [x], upstream, jit=False)  # (see the test above)
+        return _outputs_and_grads(fn, [x], upstream)
 
     plain, ours = run(False), run(True)
     assert not np.array_equal(plain[0], to_numpy(ops.cast(layer(x, padding_mask=mask), "float32")))
@@ -474,6 +470,39 @@ def test_attention_training_path_equals_the_plain_one(policy):
         eps = 2.0 ** -23 if policy == "float32" else 2.0 ** -7
         for want, got in zip(plain, ours):
             np.testing.assert_allclose(got, want, rtol=0, atol=16 * eps * np.abs(want).max())
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's transformations")
+def test_attention_dropout_gradient_under_jit_and_checkpoint():
+    """The gradient of an attention layer in training with attention dropout (its custom
+    gradient, `dropout_attention_context`) through `jax.grad(jax.jit(f))`, `jax.jit(jax.grad(f))`
+    and `jax.grad(jax.checkpoint(f))` (what `keras.RematScope` applies): the op-by-op
+    `jax.grad(f)`'s, within rounding, the same draws. The first and the last traced the custom
+    gradient's forward again after the call, which read a tensor of the call the call had
+    dropped (IndexError)."""
+    import jax
+
+    b, t, hidden = 2, 5, 8
+    layer = MultiHeadSelfAttention(2, hidden, attention_dropout=0.3)
+    layer.build((b, t, hidden))
+    state = to_numpy(layer.dropout_layer.seed_generator.state)
+    x, upstream = _x(b, t, hidden), _x(b, t, hidden, seed=1)
+
+    def loss(x):
+        return ops.sum(layer(x, training=True) * upstream)
+
+    def gradient(transform):
+        layer.dropout_layer.seed_generator.state.assign(state)
+        return np.asarray(transform(loss)(x))
+
+    want = gradient(jax.grad)
+    undropped = jax.grad(lambda x: ops.sum(layer(x) * upstream))(x)
+    assert np.abs(want - np.asarray(undropped)).max() > 0.1 * np.abs(want).max()  # dropout ran
+    for name, transform in [("grad(jit)", lambda f: jax.grad(jax.jit(f))),
+                            ("jit(grad)", lambda f: jax.jit(jax.grad(f))),
+                            ("grad(checkpoint)", lambda f: jax.grad(jax.checkpoint(f)))]:
+        np.testing.assert_allclose(gradient(transform), want, rtol=0,
+                                   atol=16 * 2.0 ** -23 * np.abs(want).max(), err_msg=name)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])

@@ -349,6 +349,36 @@ def test_training_runs_dropout_in_every_family(family):
         assert differs(kb.tasks.MaskedLM(backbone, preprocessor=None))
 
 
+def test_a_task_built_in_a_remat_scope_trains_or_says_why_it_cannot():
+    """A task built in `keras.RematScope(mode="full")` (Keras rematerializes every layer's
+    call): on torch its fit trains (the loss finite, every weight moves). On JAX and TensorFlow
+    Keras cannot run it right (its own Dropout and Dense fail so too; TensorFlow's eager
+    recomputation draws the dropout masks again: the gradient of other masks): the first step
+    is a clear ValueError naming the scope's mode (Keras' own errors came from deep inside the
+    step, on JAX "'str' object has no attribute '_error_repr'"), and the task built in
+    `RematScope(mode="activations")`, which the error suggests, trains."""
+    ids = np.random.RandomState(0).randint(5, 50, (2, 8)).astype("int32")
+    x, y = {"token_ids": ids, "padding_mask": np.ones_like(ids)}, np.array([0, 1])
+
+    def classifier(mode):
+        with keras.RematScope(mode=mode):
+            backbone = kb.models.BertBackbone(50, 1, 2, 8, 16, max_sequence_length=8, dropout=0.1)
+            clf = kb.tasks.TextClassifier(backbone, num_classes=2)
+        clf.compile(learning_rate=1e-2)
+        return clf
+
+    mode = "full"
+    if keras.backend.backend() != "torch":
+        with pytest.raises(ValueError, match=r"RematScope\(mode='full'\).*TextClassifier"):
+            classifier("full").fit(x, y, verbose=0)
+        mode = "activations"
+    clf = classifier(mode)
+    before = [to_numpy(w) for w in clf.trainable_weights]
+    loss = clf.fit(x, y, epochs=2, verbose=0).history["loss"]
+    assert np.isfinite(loss).all(), loss
+    assert all(not np.array_equal(b, to_numpy(w)) for b, w in zip(before, clf.trainable_weights))
+
+
 def test_adamw_config_keeps_its_weight_decay_exclusions():
     """Keras' optimizers leave `exclude_from_weight_decay` out of their config: the tasks'
     AdamW reloaded from a `.keras` file decayed LayerNorm and bias weights too."""

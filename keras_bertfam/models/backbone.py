@@ -112,7 +112,45 @@ class KeepsVariablesOnError:
             raise
 
 
-class Backbone(KeepsVariablesOnError, keras.Model):
+class RematChecked:
+    """Mixin of a `keras.Model` (`Backbone`, `kb.tasks.Task`) built in a `keras.RematScope`
+    whose mode rematerializes whole layers ("full", "larger_than", "list_of_layers" naming
+    its layers): a call Keras cannot run right is a clear error instead of Keras' own from
+    deep inside the step, or wrong gradients. On JAX Keras wraps each layer's call in
+    `jax.checkpoint`, which traces its Python arguments (`training`: every dropout's
+    `if training` fails) and leaks the seed state the dropout advances; TensorFlow's
+    `tf.recompute_grad` takes the `training` keyword only eagerly, and there draws every
+    dropout's mask again for the gradient (the gradient of other masks than the forward
+    pass's). Keras' own Dropout and Dense do the same (Keras 3.15). Torch runs it (its
+    checkpoint restores the generator that unseeded dropout draws from), and
+    `RematScope(mode="activations")` runs on every backend."""
+
+    def rematerialized_call(self, layer_call, *args, **kwargs):
+        remat = self._remat_mode
+        mode = getattr(remat, "mode", None)
+        whole = mode in ("full", "larger_than") or (mode == "list_of_layers" and set(
+            remat.layer_names) & {layer.name for layer in self._flatten_layers()})
+        backend = keras.backend.backend()
+        why = _WHY_NO_REMAT.get(backend)
+        if whole and why:
+            raise ValueError(
+                f"keras.RematScope(mode={mode!r}) rematerializes whole layers of this "
+                f"{type(self).__name__}, which Keras {keras.__version__} cannot run on "
+                f"{backend}: {why}. Use RematScope(mode='activations'), the torch backend, or "
+                "build the model outside the scope.")
+        return super().rematerialized_call(layer_call, *args, **kwargs)
+
+
+# Why Keras' rematerialization of a whole layer fails on a backend (`RematChecked`).
+_WHY_NO_REMAT = {
+    "jax": "its jax.checkpoint of a layer's call traces the `training` flag (a dropout's "
+           "`if training` fails) and leaks the seed state the dropout advances",
+    "tensorflow": "its tf.recompute_grad takes the `training` keyword only eagerly (a compiled "
+                  "step fails), and there draws the dropout masks again for the gradient",
+}
+
+
+class Backbone(RematChecked, KeepsVariablesOnError, keras.Model):
     """Base of every family's backbone: config round trip, presets, the tied token embedding.
 
     `get_config()` mirrors the constructor exactly: each argument of the subclass's `__init__` is

@@ -20,7 +20,7 @@ import tensorflow as tf
 from keras import ops, tree
 
 from keras_bertfam import preset_hooks
-from keras_bertfam.models.backbone import KeepsVariablesOnError, complete_inputs
+from keras_bertfam.models.backbone import KeepsVariablesOnError, RematChecked, complete_inputs
 from keras_bertfam.models.input_checks import (
     MASK_INPUTS,
     check_masks_in_memory,
@@ -48,7 +48,7 @@ from keras_bertfam.tasks.optimization import AdamW, WarmupLinearDecay
 from keras_bertfam.user_warnings import warn
 
 
-class Task(KeepsVariablesOnError, keras.Model):
+class Task(RematChecked, KeepsVariablesOnError, keras.Model):
     """Base of every task. Subclasses build the functional graph and define `losses_and_metrics`."""
 
     def __setattr__(self, name, value):
