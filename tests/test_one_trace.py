@@ -83,3 +83,40 @@ def test_fit_on_preprocessed_arrays_traces_once(vocab):
     mlm.fit(x, np.full((4, 2), 6, "int32"), sample_weight=np.ones((4, 2), "float32"),
             batch_size=2, verbose=0)
     assert len(traces) == 1, f"train_step traced {len(traces)} times"
+
+
+def test_a_fit_after_a_failed_one_traces_its_step_again_only_for_another_schedule(vocab):
+    """The auto schedule's steps are constants of the traced train step. A fit that fails
+    before its first step (a bad label in its first batch) leaves the schedule to the next fit,
+    which fills it from its own length: of the same length, it keeps the failed fit's traced
+    step (it was dropped: traced twice); of another, it traces it again (a stale step would
+    train with the failed fit's schedule). A fit of unknown length (no total_steps yet) and then
+    one of known length: traced again too (the first one's step was kept, and trained on at
+    the constant rate of an unfilled schedule)."""
+    clf = classifier(vocab)
+
+    def data(labels):
+        return tf.data.Dataset.from_tensor_slices((TEXTS, labels)).batch(2)  # 2 batches
+
+    bad, good = data([7, 0, 1, 0]), data([1, 0, 1, 0])
+    for epochs, traced in ((2, 1), (1, 2)):  # the failed fit's 4 steps, then 4 or 2 steps
+        clf.compile(learning_rate=1e-2)  # the auto schedule
+        traces = counting(clf, "train_step")
+        with pytest.raises(Exception, match="Invalid label"):
+            clf.fit(bad, epochs=2, verbose=0)
+        assert clf.optimizer._learning_rate.total_steps is None
+        clf.fit(good, epochs=epochs, verbose=0)
+        assert clf.optimizer._learning_rate.total_steps == 2 * epochs
+        assert len(traces) == traced, f"{epochs} epochs: train_step traced {len(traces)} times"
+    clf.compile(learning_rate=1e-2)
+    traces = counting(clf, "train_step")
+    clf.fit(good.filter(lambda x, y: True), verbose=0)  # of unknown length: 2 steps
+    assert clf.optimizer._learning_rate.total_steps is None
+    before = [w.numpy() for w in clf.trainable_weights]
+    clf.fit(good, verbose=0)
+    assert clf.optimizer._learning_rate.total_steps == 2
+    assert len(traces) == 2, f"train_step traced {len(traces)} times"
+    # Its rate is 0 from step 2 on (the first fit's 2 steps count): nothing moved. The stale
+    # step trained at the constant rate.
+    for a, w in zip(before, clf.trainable_weights):
+        np.testing.assert_array_equal(w.numpy(), a, err_msg=w.path)

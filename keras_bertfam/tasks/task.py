@@ -639,13 +639,12 @@ class Task(RematChecked, KeepsVariablesOnError, keras.Model):
 
     def _unfill_schedule(self, undo):
         """A fit that failed before its first optimizer step did not decide the schedule: the
-        next fit fills it from its own length, and its train step is traced anew (the schedule's
-        steps are constants of the trace)."""
+        next fit fills it from its own length (its train step is traced anew only if that
+        length differs: `make_train_function`)."""
         auto, warmup_steps = undo
         schedule, _ = auto
         schedule.total_steps, schedule.warmup_steps = None, warmup_steps
         self._auto_schedule = auto
-        self.train_function = None
 
     # === Raw inputs through the preprocessor ===
     def _prepare(self, x, y=None, sample_weight=None, batch_size=None, training=True,
@@ -1164,6 +1163,16 @@ class Task(RematChecked, KeepsVariablesOnError, keras.Model):
                 and self.optimizer is not None and not self.optimizer.built and self.built
                 and _model_layers_built(self)):
             self.optimizer.build(self.trainable_variables)
+        # The auto schedule's steps are constants of the traced step: a step traced before a
+        # fit filled them (or before a failed fit's were undone, `_unfill_schedule`) is traced
+        # again if they differ now, and kept if they are the same.
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)  # (loss scaling)
+        schedule = getattr(optimizer, "_learning_rate", None)
+        steps = ((schedule.total_steps, schedule.warmup_steps)
+                 if isinstance(schedule, WarmupLinearDecay) else None)
+        if steps != self.__dict__.get("_traced_schedule_steps"):
+            force = True
+        object.__setattr__(self, "_traced_schedule_steps", steps)
         return super().make_train_function(force=force)
 
     @carries_tf_errors
