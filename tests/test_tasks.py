@@ -379,6 +379,26 @@ def test_a_task_built_in_a_remat_scope_trains_or_says_why_it_cannot():
     assert all(not np.array_equal(b, to_numpy(w)) for b, w in zip(before, clf.trainable_weights))
 
 
+def test_a_fit_of_known_length_after_one_of_unknown_length_trains_on_its_own_schedule():
+    """A fit of unknown length leaves the auto schedule unfilled (a constant rate); the next
+    fit of known length fills it (here: 2 steps in all, so a rate of 0 from step 2 on). Its
+    train step must be the filled schedule's: the first fit's traced (JAX: jitted) step, kept,
+    trained on at the constant rate (every weight moved on TensorFlow and JAX)."""
+    ids = np.random.RandomState(0).randint(5, 50, (4, 8)).astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices(
+        ({"token_ids": ids, "padding_mask": np.ones_like(ids)}, np.array([0, 1, 1, 0]))).batch(2)
+    backbone = kb.models.BertBackbone(50, 1, 2, 8, 16, max_sequence_length=8)
+    clf = kb.tasks.TextClassifier(backbone, num_classes=2)
+    clf.compile(learning_rate=1e-2)  # the auto schedule
+    clf.fit(ds.filter(lambda x, y: True), verbose=0)  # of unknown length: 2 steps
+    assert clf.optimizer._learning_rate.total_steps is None
+    before = [to_numpy(w) for w in clf.trainable_weights]
+    clf.fit(ds, verbose=0)
+    assert clf.optimizer._learning_rate.total_steps == 2
+    for b, w in zip(before, clf.trainable_weights):
+        np.testing.assert_array_equal(to_numpy(w), b, err_msg=w.path)
+
+
 def test_adamw_config_keeps_its_weight_decay_exclusions():
     """Keras' optimizers leave `exclude_from_weight_decay` out of their config: the tasks'
     AdamW reloaded from a `.keras` file decayed LayerNorm and bias weights too."""
