@@ -20,7 +20,7 @@ import pytest
 
 import keras_bertfam as kb
 from tests.conftest import TF_TEST_SETTINGS
-from tests.test_distribute import _result, _run, _wait
+from tests.test_distribute import _forked, _result, _stdout
 
 EXAMPLE = r'''
 import os, sys, json
@@ -194,7 +194,8 @@ def data_parallel_run(tmp_path_factory):
                 lines += ["", f" = Section {i // 6} = ", ""]
             lines += [next(long)] + [next(short) for _ in range(6)]
         (wiki_dir / f"wiki.{split}.tokens").write_text("\n".join(lines) + "\n")
-    out = _wait([_run(EXAMPLE, args=(wiki_dir, run_dir), unused=("jax",))])[0]
+    out = _stdout(_forked([[(EXAMPLE, (wiki_dir, run_dir), {})]], run_dir,
+                          env={"KERAS_BACKEND": "tensorflow"}, unused=("jax",))[0])
     return _result(out), out
 
 
