@@ -258,25 +258,45 @@ print(json.dumps(result))
 '''
 
 
+def tensorflow_processes(bert_vocab, tmp_path_factory):
+    """The TensorFlow processes of this file and test_keras_io_data_parallel's (its keras.io
+    example, on 2 logical CPUs too), forked from one forker once per test run: the two
+    multi-worker processes (`MULTI_WORKER`), then the MirroredStrategy one (`MIRRORED`), then
+    the example's. The first test module that needs them runs them (under pytest-xdist, the
+    other worker waits and reads them: test_cli's `scenarios`). -> {"workers": the two runs,
+    "mirrored": a run, "example": a run, "work": their directory}"""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    work = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tf-processes"
+    work.mkdir(exist_ok=True)
+    with open(work / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (work / "runs.json").exists():
+            from tests.test_keras_io_data_parallel import EXAMPLE, write_wikitext  # imports this
+
+            ports = ",".join(map(str, _free_ports(2)))
+            *workers, mirrored, example = _forked(
+                [[(MULTI_WORKER, (i, ports, work / f"w{i}.npz"), {}) for i in range(2)],
+                 [(MIRRORED, (bert_vocab, work / "single_3_steps.npz"), {})],
+                 [(EXAMPLE, (write_wikitext(work / "wikitext-2"), work), {})]],
+                work, env={"KERAS_BACKEND": "tensorflow"}, unused=("jax",))
+            (work / "runs.json").write_text(json.dumps(dict(workers=workers, mirrored=mirrored,
+                                                            example=example)))
+        return dict(json.loads((work / "runs.json").read_text()), work=work)
+
+
 @pytest.fixture(scope="module")
 def tf_processes(bert_vocab, tmp_path_factory):
-    """The TensorFlow processes: the two multi-worker processes (`MULTI_WORKER`), then the
-    MirroredStrategy one (`MIRRORED`). -> (the two workers' runs, the mirrored run, their
-    directory)"""
-    work = tmp_path_factory.mktemp("tf")
-    ports = ",".join(map(str, _free_ports(2)))
-    runs = _forked([[(MULTI_WORKER, (i, ports, work / f"w{i}.npz"), {}) for i in range(2)],
-                    [(MIRRORED, (bert_vocab, work / "single_3_steps.npz"), {})]],
-                   work, env={"KERAS_BACKEND": "tensorflow"}, unused=("jax",))
-    return runs[:2], runs[2], work
+    return tensorflow_processes(bert_vocab, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def mirrored(tf_processes):
     """One MirroredStrategy process (2 logical CPUs) for every mirrored case, and the one-device
     reference of the multi-worker test (saved to `single_3_steps.npz`)."""
-    result = _result(_stdout(tf_processes[1]))
-    result["single_3_steps_npz"] = tf_processes[2] / "single_3_steps.npz"
+    result = _result(_stdout(tf_processes["mirrored"]))
+    result["single_3_steps_npz"] = tf_processes["work"] / "single_3_steps.npz"
     return result
 
 
@@ -323,9 +343,9 @@ print(json.dumps({"replicas": strategy.num_replicas_in_sync,
 
 
 def test_multi_worker_fit_two_processes(tf_processes, mirrored):
-    workers, _, work = tf_processes
+    work = tf_processes["work"]
     # the one-device reference: 3 steps in the mirrored process, on the default strategy
-    outs = [_result(_stdout(w)) for w in workers] + [
+    outs = [_result(_stdout(w)) for w in tf_processes["workers"]] + [
         _part(_part(mirrored, "step_equality"), "single_3_steps")]
     assert [o["replicas"] for o in outs] == [2, 2, 1]
     assert np.isfinite(outs[0]["history"]["loss"]) and outs[0]["history"] == outs[1]["history"]
