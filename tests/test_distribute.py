@@ -61,9 +61,10 @@ def weights_of(task):
 # Importing NumPy, TensorFlow, Keras and keras_bertfam (and JAX in the JAX processes) was ~3.5-4.5
 # s of CPU in each of these processes, before any device or strategy existed. `_forked` imports
 # them once and forks every script's process from there (as conftest's serving server does for
-# the serving scripts): none of them starts a thread (OpenBLAS' pool is fork-safe), TensorFlow's
-# devices and JAX's backend are not initialized, so each script still configures its own
-# (logical CPUs, TF_CONFIG, XLA_FLAGS, jax.distributed) as a fresh process would.
+# the serving scripts). The imports run no op and start no thread but OpenBLAS' pools (NumPy's,
+# and SciPy's in the JAX forker: gdb, 2026-11-29), which are fork-safe; TensorFlow's devices
+# and JAX's backend are not initialized, so each script still configures its own (logical CPUs,
+# TF_CONFIG, XLA_FLAGS, jax.distributed) as a fresh process would.
 FORKER = r'''
 import json, os, sys, traceback
 import numpy as np
