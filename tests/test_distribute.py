@@ -93,6 +93,8 @@ for group in groups:  # one group's scripts at once (the workers of one job), gr
         pids.append(pid)
     codes += [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
 print(json.dumps(codes))
+sys.stdout.flush()
+os._exit(0)  # without tearing the libraries down (their atexit hooks): ~1 s of CPU less
 '''
 
 
