@@ -61,21 +61,37 @@ def weights_of(task):
 # Importing NumPy, TensorFlow, Keras and keras_bertfam (and JAX in the JAX processes) was ~3.5-4.5
 # s of CPU in each of these processes, before any device or strategy existed. `_forked` imports
 # them once and forks every script's process from there (as conftest's serving server does for
-# the serving scripts). The imports run no op and start no thread but OpenBLAS' pools (NumPy's,
-# and SciPy's in the JAX forker: gdb, 2026-11-29), which are fork-safe; TensorFlow's devices
-# and JAX's backend are not initialized, so each script still configures its own (logical CPUs,
-# TF_CONFIG, XLA_FLAGS, jax.distributed) as a fresh process would.
+# the serving scripts). A fork copies only the calling thread: a lock another thread holds at
+# that moment (malloc's, a thread pool's) stays locked in the child forever, a rare hang or crash.
+# The imports run no op: TensorFlow's eager context (its thread pools) and JAX's backend (its
+# client's threads) do not exist yet, so each script still configures its own (logical CPUs,
+# TF_CONFIG, XLA_FLAGS, jax.distributed) as a fresh process would. The only threads they start
+# are OpenBLAS' idle pools (NumPy's, and SciPy's in the JAX forker: gdb, 2026-11-29), which an
+# at-fork handler of OpenBLAS stops before each fork; the forker runs OpenBLAS on one thread
+# (`OPENBLAS_NUM_THREADS`, which no script's result depends on: TensorFlow and XLA do not use it)
+# so that none exists at all, and checks before each fork that its thread is the only one (a
+# TensorFlow op or `jax.devices()` at import in some version would start pools: that fails here,
+# naming the threads, instead of now and then in a child).
 FORKER = r'''
 import json, os, sys, traceback
 import numpy as np
 import tensorflow as tf
 import keras, keras_bertfam
+
+
+def fork():
+    threads = os.listdir("/proc/self/task")
+    assert threads == [str(os.getpid())], "threads alive before a fork: " + ", ".join(
+        f"{t} {open(f'/proc/self/task/{t}/comm').read().strip()}" for t in threads)
+    return os.fork()
+
+
 groups = json.loads(sys.stdin.read())
 codes = []
 for group in groups:  # one group's scripts at once (the workers of one job), groups in order
     pids = []
     for run in group:
-        pid = os.fork()
+        pid = fork()
         if pid == 0:
             code = 1
             try:
@@ -110,8 +126,9 @@ def _forked(groups, work, env=None, unused=()):
                for j, (script, args, more) in enumerate(group)] for i, group in enumerate(groups)]
     forker = subprocess.Popen(
         [sys.executable, "-c", without_unused_imports(*unused) + FORKER],
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OPENBLAS_NUM_THREADS="1", **(env or {})),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
     try:
         out, err = forker.communicate(json.dumps(groups), timeout=TIMEOUT)
     finally:
