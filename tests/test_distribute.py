@@ -73,7 +73,7 @@ def weights_of(task):
 # TensorFlow op or `jax.devices()` at import in some version would start pools: that fails here,
 # naming the threads, instead of now and then in a child).
 FORKER = r'''
-import json, os, sys, traceback
+import atexit, json, os, sys, threading, traceback
 import numpy as np
 import tensorflow as tf
 import keras, keras_bertfam
@@ -103,7 +103,9 @@ for group in groups:  # one group's scripts at once (the workers of one job), gr
                 code = 0
             except BaseException:
                 traceback.print_exc()
-            finally:
+            finally:  # what the interpreter's exit runs: threads joined, then the atexit hooks
+                threading._shutdown()  # (JAX's: a job's process waits for the others there)
+                atexit._run_exitfuncs()
                 sys.stdout.flush(); sys.stderr.flush()
                 os._exit(code)
         pids.append(pid)
@@ -111,6 +113,23 @@ for group in groups:  # one group's scripts at once (the workers of one job), gr
 print(json.dumps(codes))
 sys.stdout.flush()
 os._exit(0)  # without tearing the libraries down (their atexit hooks): ~1 s of CPU less
+'''
+
+
+# A forked script ends as a fresh process would (`FORKER`; `python -c` prints the same): its
+# threads joined (one here waits for the script's end), then the atexit hooks. One of them is
+# JAX's `distributed.shutdown`, where a job's process waits for the others. A forker that skipped
+# them (`os._exit` right after the script) let the first process of
+# test_jax_data_parallel_two_processes take the job's coordination service down while the other
+# was still running, which aborted that one (SIGABRT, "Terminating process because the JAX
+# distributed service detected fatal errors"): now and then under load, and every time when the
+# second process was made to end 20 s after the first (2026-11-29).
+ENDS_AS_PYTHON = r'''
+import atexit, threading
+atexit.register(print, "atexit hook")
+main = threading.main_thread()
+threading.Thread(target=lambda: (main.join(), print("thread after the script"))).start()
+print("script")
 '''
 
 
@@ -282,9 +301,10 @@ def tensorflow_processes(bert_vocab, tmp_path_factory):
     """The TensorFlow processes of this file and test_keras_io_data_parallel's (its keras.io
     example, on 2 logical CPUs too), forked from one forker once per test run: the two
     multi-worker processes (`MULTI_WORKER`), then the MirroredStrategy one (`MIRRORED`), then
-    the example's. The first test module that needs them runs them (under pytest-xdist, the
-    other worker waits and reads them: test_cli's `scenarios`). -> {"workers": the two runs,
-    "mirrored": a run, "example": a run, "work": their directory}"""
+    the example's (with `ENDS_AS_PYTHON`'s). The first test module that needs them runs them
+    (under pytest-xdist, the other worker waits and reads them: test_cli's `scenarios`). ->
+    {"workers": the two runs, "mirrored", "example", "ends": a run each, "work": their
+    directory}"""
     import fcntl
 
     base = tmp_path_factory.getbasetemp()
@@ -296,19 +316,25 @@ def tensorflow_processes(bert_vocab, tmp_path_factory):
             from tests.test_keras_io_data_parallel import EXAMPLE, write_wikitext  # imports this
 
             ports = ",".join(map(str, _free_ports(2)))
-            *workers, mirrored, example = _forked(
+            *workers, mirrored, example, ends = _forked(
                 [[(MULTI_WORKER, (i, ports, work / f"w{i}.npz"), {}) for i in range(2)],
                  [(MIRRORED, (bert_vocab, work / "single_3_steps.npz"), {})],
-                 [(EXAMPLE, (write_wikitext(work / "wikitext-2"), work), {})]],
+                 [(EXAMPLE, (write_wikitext(work / "wikitext-2"), work), {}),
+                  (ENDS_AS_PYTHON, (), {})]],
                 work, env={"KERAS_BACKEND": "tensorflow"}, unused=("jax",))
-            (work / "runs.json").write_text(json.dumps(dict(workers=workers, mirrored=mirrored,
-                                                            example=example)))
+            (work / "runs.json").write_text(json.dumps(dict(
+                workers=workers, mirrored=mirrored, example=example, ends=ends)))
         return dict(json.loads((work / "runs.json").read_text()), work=work)
 
 
 @pytest.fixture(scope="module")
 def tf_processes(bert_vocab, tmp_path_factory):
     return tensorflow_processes(bert_vocab, tmp_path_factory)
+
+
+def test_a_forked_script_ends_as_a_fresh_process_would(tf_processes):
+    assert _stdout(tf_processes["ends"]).split("\n") == [
+        "script", "thread after the script", "atexit hook", ""]
 
 
 @pytest.fixture(scope="module")
