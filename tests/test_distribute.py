@@ -1,9 +1,11 @@
 """Distributed training: MirroredStrategy (2 logical CPUs), MultiWorkerMirroredStrategy (two worker
 processes on 127.0.0.1), Keras DataParallel on JAX (2 host devices; two JAX processes), mixed
-precision. Every engine runs in its own subprocess so device settings never leak between tests.
+precision. Every engine runs in its own subprocess so device settings never leak between tests
+(forked from one that has imported the libraries: `_forked`).
 """
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -56,28 +58,112 @@ def weights_of(task):
 # of graph.
 
 
-def _run(script, env=None, args=(), unused=()):
-    """`script` in a new Python process, without the packages no script here uses and with
-    fewer garbage collections (`without_unused_imports`; `unused`: more of them, "jax" for the
-    TensorFlow-only ones)."""
-    full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    script = without_unused_imports(*unused) + script
-    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+# Importing NumPy, TensorFlow, Keras and keras_bertfam (and JAX in the JAX processes) was ~3.5-4.5
+# s of CPU in each of these processes, before any device or strategy existed. `_forked` imports
+# them once and forks every script's process from there (as conftest's serving server does for
+# the serving scripts). A fork copies only the calling thread: a lock another thread holds at
+# that moment (malloc's, a thread pool's) stays locked in the child forever, a rare hang or crash.
+# The imports run no op: TensorFlow's eager context (its thread pools) and JAX's backend (its
+# client's threads) do not exist yet, so each script still configures its own (logical CPUs,
+# TF_CONFIG, XLA_FLAGS, jax.distributed) as a fresh process would. The only threads they start
+# are OpenBLAS' idle pools (NumPy's, and SciPy's in the JAX forker: gdb, 2026-11-29), which an
+# at-fork handler of OpenBLAS stops before each fork; the forker runs OpenBLAS on one thread
+# (`OPENBLAS_NUM_THREADS`, which no script's result depends on: TensorFlow and XLA do not use it)
+# so that none exists at all, and checks before each fork that its thread is the only one (a
+# TensorFlow op or `jax.devices()` at import in some version would start pools: that fails here,
+# naming the threads, instead of now and then in a child).
+FORKER = r'''
+import atexit, json, os, sys, threading, traceback
+import numpy as np
+import tensorflow as tf
+import keras, keras_bertfam
 
 
-def _wait(procs, timeout=TIMEOUT):
-    outs = []
+def fork():
+    threads = os.listdir("/proc/self/task")
+    assert threads == [str(os.getpid())], "threads alive before a fork: " + ", ".join(
+        f"{t} {open(f'/proc/self/task/{t}/comm').read().strip()}" for t in threads)
+    return os.fork()
+
+
+groups = json.loads(sys.stdin.read())
+codes = []
+for group in groups:  # one group's scripts at once (the workers of one job), groups in order
+    pids = []
+    for run in group:
+        pid = fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.environ.update(run["env"])
+                for fd, name in ((1, run["stdout"]), (2, run["stderr"])):
+                    os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+                sys.argv = ["-c", *run["argv"]]
+                exec(compile(run["script"], "<string>", "exec"), {"__name__": "__main__"})
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:  # what the interpreter's exit runs: threads joined, then the atexit hooks
+                threading._shutdown()  # (JAX's: a job's process waits for the others there)
+                atexit._run_exitfuncs()
+                sys.stdout.flush(); sys.stderr.flush()
+                os._exit(code)
+        pids.append(pid)
+    codes += [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+print(json.dumps(codes))
+sys.stdout.flush()
+os._exit(0)  # without tearing the libraries down (their atexit hooks): ~1 s of CPU less
+'''
+
+
+# A forked script ends as a fresh process would (`FORKER`; `python -c` prints the same): its
+# threads joined (one here waits for the script's end), then the atexit hooks. One of them is
+# JAX's `distributed.shutdown`, where a job's process waits for the others. A forker that skipped
+# them (`os._exit` right after the script) let the first process of
+# test_jax_data_parallel_two_processes take the job's coordination service down while the other
+# was still running, which aborted that one (SIGABRT, "Terminating process because the JAX
+# distributed service detected fatal errors"): now and then under load, and every time when the
+# second process was made to end 20 s after the first (2026-11-29).
+ENDS_AS_PYTHON = r'''
+import atexit, threading
+atexit.register(print, "atexit hook")
+main = threading.main_thread()
+threading.Thread(target=lambda: (main.join(), print("thread after the script"))).start()
+print("script")
+'''
+
+
+def _forked(groups, work, env=None, unused=()):
+    """Runs each `(script, args, env)` of `groups` as `python -c script *args` would (its `env`
+    added to the environment), in processes forked from one Python process (`FORKER`, with `env`,
+    without the packages no script here uses and with fewer garbage collections:
+    `without_unused_imports`; `unused`: more of them, "jax" for the TensorFlow-only ones). A
+    group's scripts run at once, the groups one after the other. -> each script's
+    `(returncode, stdout, stderr)`, in order; the outputs are kept in `work`."""
+    groups = [[dict(script=script, argv=[str(a) for a in args], env=more,
+                    stdout=str(work / f"{i}-{j}.out"), stderr=str(work / f"{i}-{j}.err"))
+               for j, (script, args, more) in enumerate(group)] for i, group in enumerate(groups)]
+    forker = subprocess.Popen(
+        [sys.executable, "-c", without_unused_imports(*unused) + FORKER],
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OPENBLAS_NUM_THREADS="1", **(env or {})),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
     try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            assert p.returncode == 0, err[-3000:]
-            outs.append(out)
+        out, err = forker.communicate(json.dumps(groups), timeout=TIMEOUT)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return outs
+        if forker.poll() is None:  # a hang: the forker and every script it started
+            os.killpg(forker.pid, signal.SIGKILL)
+    assert forker.returncode == 0, err[-3000:]
+    codes = json.loads(out)
+    return [(code, open(run["stdout"]).read(), open(run["stderr"]).read())
+            for code, run in zip(codes, [run for group in groups for run in group])]
+
+
+def _stdout(run):
+    """A script's output, after checking that it ended well (else its error)."""
+    code, out, err = run
+    assert code == 0, err[-3000:]
+    return out
 
 
 def _free_ports(n):
@@ -211,14 +297,52 @@ print(json.dumps(result))
 '''
 
 
+def tensorflow_processes(bert_vocab, tmp_path_factory):
+    """The TensorFlow processes of this file and test_keras_io_data_parallel's (its keras.io
+    example, on 2 logical CPUs too), forked from one forker once per test run: the two
+    multi-worker processes (`MULTI_WORKER`), then the MirroredStrategy one (`MIRRORED`), then
+    the example's (with `ENDS_AS_PYTHON`'s). The first test module that needs them runs them
+    (under pytest-xdist, the other worker waits and reads them: test_cli's `scenarios`). ->
+    {"workers": the two runs, "mirrored", "example", "ends": a run each, "work": their
+    directory}"""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    work = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tf-processes"
+    work.mkdir(exist_ok=True)
+    with open(work / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (work / "runs.json").exists():
+            from tests.test_keras_io_data_parallel import EXAMPLE, write_wikitext  # imports this
+
+            ports = ",".join(map(str, _free_ports(2)))
+            *workers, mirrored, example, ends = _forked(
+                [[(MULTI_WORKER, (i, ports, work / f"w{i}.npz"), {}) for i in range(2)],
+                 [(MIRRORED, (bert_vocab, work / "single_3_steps.npz"), {})],
+                 [(EXAMPLE, (write_wikitext(work / "wikitext-2"), work), {}),
+                  (ENDS_AS_PYTHON, (), {})]],
+                work, env={"KERAS_BACKEND": "tensorflow"}, unused=("jax",))
+            (work / "runs.json").write_text(json.dumps(dict(
+                workers=workers, mirrored=mirrored, example=example, ends=ends)))
+        return dict(json.loads((work / "runs.json").read_text()), work=work)
+
+
 @pytest.fixture(scope="module")
-def mirrored(bert_vocab, tmp_path_factory):
+def tf_processes(bert_vocab, tmp_path_factory):
+    return tensorflow_processes(bert_vocab, tmp_path_factory)
+
+
+def test_a_forked_script_ends_as_a_fresh_process_would(tf_processes):
+    assert _stdout(tf_processes["ends"]).split("\n") == [
+        "script", "thread after the script", "atexit hook", ""]
+
+
+@pytest.fixture(scope="module")
+def mirrored(tf_processes):
     """One MirroredStrategy process (2 logical CPUs) for every mirrored case, and the one-device
     reference of the multi-worker test (saved to `single_3_steps.npz`)."""
-    single_out = str(tmp_path_factory.mktemp("mirrored") / "single_3_steps.npz")
-    result = _result(_wait([_run(MIRRORED, args=(bert_vocab, single_out),
-                                 unused=("jax",))])[0])
-    result["single_3_steps_npz"] = single_out
+    result = _result(_stdout(tf_processes["mirrored"]))
+    result["single_3_steps_npz"] = tf_processes["work"] / "single_3_steps.npz"
     return result
 
 
@@ -264,16 +388,14 @@ print(json.dumps({"replicas": strategy.num_replicas_in_sync,
 '''
 
 
-def test_multi_worker_fit_two_processes(tmp_path, mirrored):
-    ports = ",".join(map(str, _free_ports(2)))
-    procs = [_run(MULTI_WORKER, args=(i, ports, tmp_path / f"w{i}.npz"),
-                  unused=("jax",)) for i in range(2)]
+def test_multi_worker_fit_two_processes(tf_processes, mirrored):
+    work = tf_processes["work"]
     # the one-device reference: 3 steps in the mirrored process, on the default strategy
-    outs = [_result(o) for o in _wait(procs)] + [
+    outs = [_result(_stdout(w)) for w in tf_processes["workers"]] + [
         _part(_part(mirrored, "step_equality"), "single_3_steps")]
     assert [o["replicas"] for o in outs] == [2, 2, 1]
     assert np.isfinite(outs[0]["history"]["loss"]) and outs[0]["history"] == outs[1]["history"]
-    w0, w1 = (np.load(tmp_path / f"w{i}.npz") for i in range(2))
+    w0, w1 = (np.load(work / f"w{i}.npz") for i in range(2))
     single = np.load(mirrored["single_3_steps_npz"])
     for key in w0.files:
         np.testing.assert_array_equal(w0[key], w1[key])  # identical weights on both workers
@@ -316,16 +438,22 @@ print(json.dumps({"devices": len(jax.devices()), "diff": diff, "moved": moved,
 
 
 @pytest.fixture(scope="module")
-def jax_two_devices(tmp_path_factory):
-    """The JAX process with 2 host devices: DataParallel against one device, whose weights after
-    the same two steps (single.npz) are also the two-process test's reference."""
-    single_out = tmp_path_factory.mktemp("jax") / "single.npz"
-    env = dict(JAX_ENV, XLA_FLAGS=FAST_COMPILE + " --xla_force_host_platform_device_count=2")
-    return _result(_wait([_run(JAX_DP, env=env, args=(single_out,))])[0]), single_out
+def jax_processes(tmp_path_factory):
+    """The JAX processes: the two of one job (`JAX_MULTI_PROCESS`), then the one with 2 host
+    devices (`JAX_DP`): DataParallel against one device, whose weights after the same two steps
+    (single.npz) are also the two-process test's reference. -> (the two processes' runs, the
+    two-devices run, their directory)"""
+    work = tmp_path_factory.mktemp("jax")
+    address = f"127.0.0.1:{_free_ports(1)[0]}"
+    two_devices = {"XLA_FLAGS": FAST_COMPILE + " --xla_force_host_platform_device_count=2"}
+    runs = _forked([[(JAX_MULTI_PROCESS, (address, i, work / f"p{i}.npz"), {}) for i in range(2)],
+                    [(JAX_DP, (work / "single.npz",), two_devices)]],
+                   work, env=dict(JAX_ENV, KERAS_BACKEND="jax"))
+    return runs[:2], runs[2], work
 
 
-def test_jax_data_parallel_two_host_devices(jax_two_devices):
-    out = jax_two_devices[0]
+def test_jax_data_parallel_two_host_devices(jax_processes):
+    out = _result(_stdout(jax_processes[1]))
     assert out["devices"] == 2 and out["sharding_devices"] == 2  # weights replicated on both
     assert out["moved"] > 1e-3
     assert out["diff"] <= 1e-5, out
@@ -352,18 +480,16 @@ print(json.dumps({"processes": jax.process_count(), "devices": len(jax.devices()
 '''
 
 
-def test_jax_data_parallel_two_processes(tmp_path, jax_two_devices):
-    address = f"127.0.0.1:{_free_ports(1)[0]}"
-    procs = [_run(JAX_MULTI_PROCESS, env=JAX_ENV,
-                  args=(address, i, tmp_path / f"p{i}.npz")) for i in range(2)]
-    outs = [_result(o) for o in _wait(procs)]
+def test_jax_data_parallel_two_processes(jax_processes):
+    processes, _, work = jax_processes
+    outs = [_result(_stdout(p)) for p in processes]
     assert all(o == {"processes": 2, "devices": 2} for o in outs)
-    p0, p1 = np.load(tmp_path / "p0.npz"), np.load(tmp_path / "p1.npz")
+    p0, p1 = np.load(work / "p0.npz"), np.load(work / "p1.npz")
     for key in p0.files:
         np.testing.assert_array_equal(p0[key], p1[key])
     # the same two steps as one process on the full global batches (a one-device model in the
     # two-host-devices process: the same script the single-process reference ran)
-    ref = np.load(jax_two_devices[1])
+    ref = np.load(work / "single.npz")
     for key in p0.files:
         np.testing.assert_allclose(p0[key], ref[key], atol=1e-5)
 

@@ -20,7 +20,7 @@ import pytest
 
 import keras_bertfam as kb
 from tests.conftest import TF_TEST_SETTINGS
-from tests.test_distribute import _result, _run, _wait
+from tests.test_distribute import _result, _stdout, tensorflow_processes
 
 EXAMPLE = r'''
 import os, sys, json
@@ -179,10 +179,9 @@ print(json.dumps(result))
 LONG_LINES = {"train": 16, "valid": 8, "test": 13}
 
 
-@pytest.fixture(scope="module")
-def data_parallel_run(tmp_path_factory):
-    wiki_dir = tmp_path_factory.mktemp("wikitext-2")
-    run_dir = tmp_path_factory.mktemp("run")
+def write_wikitext(wiki_dir):
+    """wiki.{train,valid,test}.tokens in `wiki_dir` (made), as above. -> `wiki_dir`"""
+    wiki_dir.mkdir()
     sentences = [" " + t.decode() for t, _ in
                  kb.preprocessing.corpus.movie_reviews_sentences().take(1000).as_numpy_iterator()]
     long = iter([t for t in sentences if len(t.encode()) > 100])
@@ -194,7 +193,14 @@ def data_parallel_run(tmp_path_factory):
                 lines += ["", f" = Section {i // 6} = ", ""]
             lines += [next(long)] + [next(short) for _ in range(6)]
         (wiki_dir / f"wiki.{split}.tokens").write_text("\n".join(lines) + "\n")
-    out = _wait([_run(EXAMPLE, args=(wiki_dir, run_dir), unused=("jax",))])[0]
+    return wiki_dir
+
+
+@pytest.fixture(scope="module")
+def data_parallel_run(bert_vocab, tmp_path_factory):
+    """The example's process, forked with test_distribute's TensorFlow processes (importing the
+    libraries once for all of them) and run once per test run with them."""
+    out = _stdout(tensorflow_processes(bert_vocab, tmp_path_factory)["example"])
     return _result(out), out
 
 
