@@ -350,6 +350,23 @@ def trace_key(preprocessor, *more, unread=()):
             *more)
 
 
+def traced_once(owner, key, name, fn):
+    """`fn` as a `tf.function` made once per `owner` (a preprocessor, a task) and `key` (what
+    `fn` reads besides its inputs: `trace_key`, a task's check settings), kept as `name` among
+    the owner's traced functions. A `Dataset.map` traces its function again for every new
+    pipeline (each fit's, evaluate's, predict's); a map of this traces a call of it, and its
+    graph is traced once per element spec. A new key drops the owner's functions (traced anew:
+    nothing stale runs). No AutoGraph: our traced functions are plain TF ops (loops are
+    `tf.while_loop`s; converting them re-parsed ours and tf-text's source)."""
+    cached = owner.__dict__.get("_traced_functions")
+    if cached is None or cached[0] != key:
+        cached = (key, {})
+        object.__setattr__(owner, "_traced_functions", cached)
+    if name not in cached[1]:
+        cached[1][name] = tf.function(fn, reduce_retracing=True, autograph=False)
+    return cached[1][name]
+
+
 class ReturnsModelInputs:
     """The `segment_ids` argument of a preprocessor whose x feeds a backbone: whether x holds
     `segment_ids`. A backbone that takes none (RoBERTa, DistilBERT) gets exactly its inputs, as
@@ -643,7 +660,7 @@ class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Lay
         once, not once each: `tf.data`'s own trace is not reused outside its pipeline)."""
         spec = self._check_element_spec(ds)
         traced = self._traced_call(len(spec)).get_concrete_function(*spec)
-        return lambda *element: traced(*element)
+        return tf.autograph.experimental.do_not_convert(lambda *element: traced(*element))
 
     def call_in_memory(self, examples, chunk_size=4096):
         """In-memory raw examples, as `tf.data.Dataset.from_tensor_slices` takes them (x, or a
@@ -675,16 +692,8 @@ class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Lay
     def _traced_call(self, arity):
         """`self.call` on a dataset element of `arity` parts as one `tf.function`, traced once for
         the current settings (a setting changed since: traced anew, nothing stale is called)."""
-        key = trace_key(self)
-        cached = self.__dict__.get("_traced")
-        if cached is None or cached[0] != key:
-            cached = (key, {})
-            object.__setattr__(self, "_traced", cached)
-        if arity not in cached[1]:  # one function per arity: TF cannot relax across arities
-            # No AutoGraph: plain TF ops (converting them re-parsed ours and tf-text's source).
-            cached[1][arity] = tf.function(lambda *e: self.call(*self._split(e)),
-                                           reduce_retracing=True, autograph=False)
-        return cached[1][arity]
+        # one function per arity: TF cannot relax across arities
+        return traced_once(self, trace_key(self), arity, lambda *e: self.call(*self._split(e)))
 
     def _split(self, element):
         """A dataset element -> (x, y, sample_weight); x a string tensor or a tuple of them."""

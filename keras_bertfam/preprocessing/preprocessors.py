@@ -30,6 +30,7 @@ from keras_bertfam.preprocessing.finetuning import (
     longest_first,
     preset_preprocessor,
     trace_key,
+    traced_once,
     width_multiple,
 )
 from keras_bertfam.preprocessing.masking import TokenMasker, _Masker
@@ -312,16 +313,17 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         follows it, skips the epoch's first `_skip` elements before mapping them."""
         calls = AUTOTUNE if parallel else None
         fn = self._traced(fn)
+        plain = tf.autograph.experimental.do_not_convert  # (a lambda's source parsed per map)
         if self._epoch is None:
             draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-            draws = draws.map(lambda s: tf.stack([s, tf.constant(salt, tf.int64)]))
+            draws = draws.map(plain(lambda s: tf.stack([s, tf.constant(salt, tf.int64)])))
             zipped = tf.data.Dataset.zip((ds, draws))
-            return zipped.map(lambda x, s: fn(x, seed=s), num_parallel_calls=calls)
+            return zipped.map(plain(lambda x, s: fn(x, seed=s)), num_parallel_calls=calls)
         epoch = self._epoch
         indexed = ds.enumerate()
         if last and self._skip is not None and not self.group_by_length:
             indexed, self._skip = indexed.skip(self._skip), None
-        return indexed.map(lambda i, x: fn(x, seed=self._key(epoch, i, salt)),
+        return indexed.map(plain(lambda i, x: fn(x, seed=self._key(epoch, i, salt))),
                            num_parallel_calls=calls)
 
     def _traced(self, fn):
@@ -336,14 +338,7 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         each checkpoint chunk) does not trace them again."""
         key = trace_key(self, id(self.masker), id(getattr(self, "pairer", None)),
                         unread=("seed",))
-        cached = self.__dict__.get("_traced_functions")
-        if cached is None or cached[0] != key:
-            cached = (key, {})
-            object.__setattr__(self, "_traced_functions", cached)
-        name = getattr(fn, "__name__", "call")
-        if name not in cached[1]:
-            cached[1][name] = tf.function(fn, reduce_retracing=True, autograph=False)
-        return cached[1][name]
+        return traced_once(self, key, getattr(fn, "__name__", "call"), fn)
 
     def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False,
                        end_marks=False):
