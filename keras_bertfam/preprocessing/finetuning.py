@@ -831,11 +831,12 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
             return (_cut_to_longest(element[0], multiple, side), *element[1:]) \
                 if len(element) > 1 else _cut_to_longest(element[0], multiple, side)
 
+        plain = tf.autograph.experimental.do_not_convert  # plain TF ops: no AutoGraph
         grouped = (ds.ragged_batch(self.group_by_length_batches)
-                   .map(sorted_megabatch, num_parallel_calls=AUTOTUNE)
-                   .flat_map(lambda out, size: tf.data.Dataset.from_tensor_slices(out)
-                             .batch(size))
-                   .map(cut, num_parallel_calls=AUTOTUNE))
+                   .map(plain(sorted_megabatch), num_parallel_calls=AUTOTUNE)
+                   .flat_map(plain(lambda out, size: tf.data.Dataset.from_tensor_slices(out)
+                                   .batch(size)))
+                   .map(plain(cut), num_parallel_calls=AUTOTUNE))
         if int(ds.cardinality()) >= 0:  # one partial batch at most: as many batches as came in
             grouped = grouped.apply(tf.data.experimental.assert_cardinality(ds.cardinality()))
         return grouped.prefetch(AUTOTUNE)

@@ -442,7 +442,8 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
             return (index == 0) | (tf.cast(rows, tf.int64) == size)
 
-        return batches.enumerate().filter(keep).map(lambda index, batch: batch)
+        plain = tf.autograph.experimental.do_not_convert
+        return batches.enumerate().filter(plain(keep)).map(plain(lambda index, batch: batch))
 
     def _grouped(self, batches, training):
         """Prepared batches regrouped by length and cut (`group_by_length`; class docstring)."""
@@ -457,10 +458,11 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             keys = [k for k in self.sequence_keys if k in x]
             return (dict(x, **_cut_to_longest({k: x[k] for k in keys}, multiple)), *rest)
 
+        plain = tf.autograph.experimental.do_not_convert
         return (batches.batch(self.group_by_length_batches)
-                .map(merged, num_parallel_calls=AUTOTUNE)
-                .flat_map(lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size))
-                .map(cut, num_parallel_calls=AUTOTUNE))
+                .map(plain(merged), num_parallel_calls=AUTOTUNE)
+                .flat_map(plain(lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size)))
+                .map(plain(cut), num_parallel_calls=AUTOTUNE))
 
     def _batched_strings(self, ds, check_empty=True):
         if self._epoch is not None:  # inside `prepare_epochs`: checked and batched already
