@@ -350,6 +350,11 @@ def trace_key(preprocessor, *more, unread=()):
             *more)
 
 
+# A `Dataset.map` (`filter`, `flat_map`) function of plain TF ops, or of none: not converted by
+# AutoGraph, which tf.data runs on each new map's function (a lambda's source parsed again).
+no_autograph = tf.autograph.experimental.do_not_convert
+
+
 def traced_once(owner, key, name, fn):
     """`fn` as a `tf.function` made once per `owner` (a preprocessor, a task) and `key` (what
     `fn` reads besides its inputs: `trace_key`, a task's check settings), kept as `name` among
@@ -660,7 +665,7 @@ class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Lay
         once, not once each: `tf.data`'s own trace is not reused outside its pipeline)."""
         spec = self._check_element_spec(ds)
         traced = self._traced_call(len(spec)).get_concrete_function(*spec)
-        return tf.autograph.experimental.do_not_convert(lambda *element: traced(*element))
+        return no_autograph(lambda *element: traced(*element))
 
     def call_in_memory(self, examples, chunk_size=4096):
         """In-memory raw examples, as `tf.data.Dataset.from_tensor_slices` takes them (x, or a
@@ -831,12 +836,11 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
             return (_cut_to_longest(element[0], multiple, side), *element[1:]) \
                 if len(element) > 1 else _cut_to_longest(element[0], multiple, side)
 
-        plain = tf.autograph.experimental.do_not_convert  # plain TF ops: no AutoGraph
         grouped = (ds.ragged_batch(self.group_by_length_batches)
-                   .map(plain(sorted_megabatch), num_parallel_calls=AUTOTUNE)
-                   .flat_map(plain(lambda out, size: tf.data.Dataset.from_tensor_slices(out)
-                                   .batch(size)))
-                   .map(plain(cut), num_parallel_calls=AUTOTUNE))
+                   .map(no_autograph(sorted_megabatch), num_parallel_calls=AUTOTUNE)
+                   .flat_map(no_autograph(lambda out, size: tf.data.Dataset.from_tensor_slices(
+                       out).batch(size)))
+                   .map(no_autograph(cut), num_parallel_calls=AUTOTUNE))
         if int(ds.cardinality()) >= 0:  # one partial batch at most: as many batches as came in
             grouped = grouped.apply(tf.data.experimental.assert_cardinality(ds.cardinality()))
         return grouped.prefetch(AUTOTUNE)

@@ -28,6 +28,7 @@ from keras_bertfam.preprocessing.finetuning import (
     check_pad_to_multiple_of,
     check_segment_ids,
     longest_first,
+    no_autograph,
     preset_preprocessor,
     trace_key,
     traced_once,
@@ -313,17 +314,16 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         follows it, skips the epoch's first `_skip` elements before mapping them."""
         calls = AUTOTUNE if parallel else None
         fn = self._traced(fn)
-        plain = tf.autograph.experimental.do_not_convert  # (a lambda's source parsed per map)
         if self._epoch is None:
             draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-            draws = draws.map(plain(lambda s: tf.stack([s, tf.constant(salt, tf.int64)])))
+            draws = draws.map(no_autograph(lambda s: tf.stack([s, tf.constant(salt, tf.int64)])))
             zipped = tf.data.Dataset.zip((ds, draws))
-            return zipped.map(plain(lambda x, s: fn(x, seed=s)), num_parallel_calls=calls)
+            return zipped.map(no_autograph(lambda x, s: fn(x, seed=s)), num_parallel_calls=calls)
         epoch = self._epoch
         indexed = ds.enumerate()
         if last and self._skip is not None and not self.group_by_length:
             indexed, self._skip = indexed.skip(self._skip), None
-        return indexed.map(plain(lambda i, x: fn(x, seed=self._key(epoch, i, salt))),
+        return indexed.map(no_autograph(lambda i, x: fn(x, seed=self._key(epoch, i, salt))),
                            num_parallel_calls=calls)
 
     def _traced(self, fn):
@@ -442,8 +442,8 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
             return (index == 0) | (tf.cast(rows, tf.int64) == size)
 
-        plain = tf.autograph.experimental.do_not_convert
-        return batches.enumerate().filter(plain(keep)).map(plain(lambda index, batch: batch))
+        unindexed = no_autograph(lambda index, batch: batch)
+        return batches.enumerate().filter(no_autograph(keep)).map(unindexed)
 
     def _grouped(self, batches, training):
         """Prepared batches regrouped by length and cut (`group_by_length`; class docstring)."""
@@ -458,11 +458,11 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             keys = [k for k in self.sequence_keys if k in x]
             return (dict(x, **_cut_to_longest({k: x[k] for k in keys}, multiple)), *rest)
 
-        plain = tf.autograph.experimental.do_not_convert
         return (batches.batch(self.group_by_length_batches)
-                .map(plain(merged), num_parallel_calls=AUTOTUNE)
-                .flat_map(plain(lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size)))
-                .map(plain(cut), num_parallel_calls=AUTOTUNE))
+                .map(no_autograph(merged), num_parallel_calls=AUTOTUNE)
+                .flat_map(no_autograph(
+                    lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size)))
+                .map(no_autograph(cut), num_parallel_calls=AUTOTUNE))
 
     def _batched_strings(self, ds, check_empty=True):
         if self._epoch is not None:  # inside `prepare_epochs`: checked and batched already

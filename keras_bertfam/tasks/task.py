@@ -38,7 +38,8 @@ from keras_bertfam.models.weights_files import (OPTIMIZER_RECORD, check_archive_
 from keras_bertfam.preprocessing.finetuning import (FinetuningPreprocessor, ReturnsModelInputs,
                                                     TextClassifierPreprocessor, _assert_then,
                                                     any_batch_size, check_fits_positions,
-                                                    check_no_text_labels, traced_once)
+                                                    check_no_text_labels, no_autograph,
+                                                    traced_once)
 from keras_bertfam.preprocessing.errors import (_first_or_zero, carries_tf_errors,
                                                 check_column_lengths, check_text_batch)
 from keras_bertfam.preprocessing.global_attention import TF_OPS
@@ -761,9 +762,9 @@ class Task(RematChecked, KeepsVariablesOnError, keras.Model):
                 _label_tables(self, spec[1]))
             checked = self._checks_function(checks, labels)
             if labels:
-                return x.map(_plain(lambda f, y, *rest: (*checked(f, y), *rest)))
+                return x.map(no_autograph(lambda f, y, *rest: (*checked(f, y), *rest)))
             if isinstance(spec, tuple):
-                return x.map(_plain(lambda f, *rest: (checked(f), *rest)))
+                return x.map(no_autograph(lambda f, *rest: (checked(f), *rest)))
             return x.map(checked)
         if isinstance(x, dict) and "token_ids" in x and drop_derived_global_attention in checks:
             x = drop_derived_global_attention(self, x)
@@ -808,8 +809,8 @@ class Task(RematChecked, KeepsVariablesOnError, keras.Model):
             return {k: v for k, v in x.items() if k in names}
 
         if isinstance(spec, tuple):
-            return ds.map(_plain(lambda x, *rest: (keep(x), *rest)))
-        return ds.map(_plain(keep))
+            return ds.map(no_autograph(lambda x, *rest: (keep(x), *rest)))
+        return ds.map(no_autograph(keep))
 
     @carries_tf_errors
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None,
@@ -1124,7 +1125,7 @@ class Task(RematChecked, KeepsVariablesOnError, keras.Model):
             skip = steps - start
         state = tf.Variable([epoch, skip], dtype=tf.int64, trainable=False)
         epochs = tf.data.Dataset.from_tensors(0).map(
-            _plain(lambda _: tf.unstack(state.read_value())))
+            no_autograph(lambda _: tf.unstack(state.read_value())))
         raw, shuffle_batch_size = getattr(self, "_raw_training_data", None) or (None, None)
         keyed = raw is not None and hasattr(getattr(self, "preprocessor", None),
                                             "prepare_epochs")
@@ -1149,7 +1150,7 @@ class Task(RematChecked, KeepsVariablesOnError, keras.Model):
             x = _epoch_reader(x) if one_run else x
             x = self._checked_features(self._drop_unused_features(x))
         else:
-            x = epochs.flat_map(_plain(lambda _, skip: ds.skip(skip)))
+            x = epochs.flat_map(no_autograph(lambda _, skip: ds.skip(skip)))
         position = _EpochPosition(self, state, epoch, skip)
         object.__setattr__(self, "_capture_epoch_iterator", True)
         return x, dict(kwargs, callbacks=[position] + callbacks)
@@ -1214,7 +1215,7 @@ class Task(RematChecked, KeepsVariablesOnError, keras.Model):
     def predict(self, x=None, batch_size=None, **kwargs):
         x, _, _, batch_size = self._prepare(x, batch_size=batch_size, training=False)
         if isinstance(x, tf.data.Dataset):
-            x, kwargs = one_iterator(x.map(_plain(lambda *data: data[0])), kwargs, "steps",
+            x, kwargs = one_iterator(x.map(no_autograph(lambda *data: data[0])), kwargs, "steps",
                                      every=self._steps_per_execution())
         elif (isinstance(x, dict) and "padding_mask" in x and set(kwargs) <= {"verbose"}
               and keras.backend.backend() != "jax"  # JAX would compile once per length
@@ -1399,12 +1400,7 @@ def _epochs_from(first, skip, end=np.iinfo(np.int64).max):
     """The `(epoch, skip)` pairs of `prepare_epochs` from epoch `first` (less its first `skip`
     batches) to `end` (excluded)."""
     return tf.data.Dataset.range(first, max(first, end)).map(
-        _plain(lambda e: (e, tf.where(e == first, tf.constant(skip, tf.int64), 0))))
-
-
-# A `Dataset.map` function of plain TF ops (or none), not converted by AutoGraph: tf.data
-# converts each new map's function (a lambda's source parsed again) for nothing.
-_plain = tf.autograph.experimental.do_not_convert
+        no_autograph(lambda e: (e, tf.where(e == first, tf.constant(skip, tf.int64), 0))))
 
 
 def _epoch_reader(run):
