@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import keras_bertfam as kb
 from keras_bertfam.tasks.losses import weighted_sparse_ce
-from tests.conftest import pipeline_builds, to_numpy
+from tests.conftest import pipeline_builds, python_runs, to_numpy
 
 pytestmark = pytest.mark.multibackend
 # One layer: no test here is about depth (a train step's tracing grows with the layers).
@@ -626,6 +626,39 @@ def test_label_ids_outside_the_vocabulary_or_the_pair_classes_are_refused(small_
         with pytest.raises(ValueError, match=rf"{type(task).__name__} got label {key} 100 at "
                                              rf"{key}\[1, 1\]: expected ids in \[0, 100\)"):
             task.train_on_batch(x, bad)
+
+
+def test_a_datasets_checks_are_traced_once_per_task_and_what_they_read(small_bert, monkeypatch):
+    """A dataset's checks (`Task._checked_features`: ids, masks and positions, `check_ids`;
+    label ids, `check_label_ids`) are one function traced once per task (`traced_once`): each
+    fit's, evaluate's and predict's pipeline traced them again. A second fit, an evaluate and a
+    predict on the same spec trace none, and still refuse a bad id; the backbone's vocabulary
+    size changed since traces them again (the new bound refuses what the old one let pass)."""
+    from keras_bertfam.tasks import task as task_module
+
+    runs = python_runs(monkeypatch, (task_module, "check_ids"),
+                       (task_module, "check_label_ids"))
+    ids, labels = "keras_bertfam.tasks.task.check_ids", "keras_bertfam.tasks.task.check_label_ids"
+    mlm = small_bert["mlm"]
+    x = {"token_ids": np.full((2, 8), 5, "int32"), "segment_ids": np.zeros((2, 8), "int32"),
+         "padding_mask": np.ones((2, 8), "int32"), "mask_positions": np.array([[1, 4], [2, 3]])}
+    y, w = np.array([[5, 6], [7, 8]]), np.ones((2, 2), "float32")
+    data = tf.data.Dataset.from_tensor_slices((x, y, w)).batch(2)
+    mlm.fit(data, verbose=0)
+    assert runs == {ids: 1, labels: 1}
+    mlm.fit(data, verbose=0)
+    mlm.evaluate(data, verbose=0)
+    assert mlm.predict(data, verbose=0).shape == (2, 2, 100)
+    bad = tf.data.Dataset.from_tensor_slices((dict(x, token_ids=x["token_ids"] * 20), y, w))
+    with pytest.raises(Exception, match=r"MaskedLM got token_ids 100 at token_ids\[0, 0\] of a "
+                                        r"batch: expected ids in \[0, 100\)"):
+        mlm.fit(bad.batch(2), verbose=0)
+    assert runs == {ids: 1, labels: 1}
+    monkeypatch.setattr(mlm.backbone, "vocabulary_size", 6)
+    with pytest.raises(Exception, match=r"MaskedLM got label mask_ids 6 at mask_ids\[0, 1\] of a "
+                                        r"batch: expected ids in \[0, 6\)"):
+        mlm.fit(data, verbose=0)
+    assert runs == {ids: 2, labels: 2}
 
 
 def test_masked_lm_label_ids_from_python_generators_are_checked(small_bert):

@@ -176,10 +176,10 @@ def _checked_dataset(data, check):
         with tf.control_dependencies([tf.debugging.Assert(tf.equal(message, ""), [message])]):
             return dict(x, **{key: tf.identity(x[key]) for key in keys})
 
-    checked = tf.autograph.experimental.do_not_convert(checked)  # plain TF ops: no AutoGraph
+    plain = tf.autograph.experimental.do_not_convert  # plain TF ops: no AutoGraph
     if isinstance(spec, tuple):
-        return data.map(lambda x, *rest: (checked(x), *rest))
-    return data.map(checked)
+        return data.map(plain(lambda x, *rest: (checked(x), *rest)))
+    return data.map(plain(checked))
 
 
 def checked_batches(batches, check):

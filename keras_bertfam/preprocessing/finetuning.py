@@ -350,6 +350,28 @@ def trace_key(preprocessor, *more, unread=()):
             *more)
 
 
+# A `Dataset.map` (`filter`, `flat_map`) function of plain TF ops, or of none: not converted by
+# AutoGraph, which tf.data runs on each new map's function (a lambda's source parsed again).
+no_autograph = tf.autograph.experimental.do_not_convert
+
+
+def traced_once(owner, key, name, fn):
+    """`fn` as a `tf.function` made once per `owner` (a preprocessor, a task) and `key` (what
+    `fn` reads besides its inputs: `trace_key`, a task's check settings), kept as `name` among
+    the owner's traced functions. A `Dataset.map` traces its function again for every new
+    pipeline (each fit's, evaluate's, predict's); a map of this traces a call of it, and its
+    graph is traced once per element spec. A new key drops the owner's functions (traced anew:
+    nothing stale runs). No AutoGraph: our traced functions are plain TF ops (loops are
+    `tf.while_loop`s; converting them re-parsed ours and tf-text's source)."""
+    cached = owner.__dict__.get("_traced_functions")
+    if cached is None or cached[0] != key:
+        cached = (key, {})
+        object.__setattr__(owner, "_traced_functions", cached)
+    if name not in cached[1]:
+        cached[1][name] = tf.function(fn, reduce_retracing=True, autograph=False)
+    return cached[1][name]
+
+
 class ReturnsModelInputs:
     """The `segment_ids` argument of a preprocessor whose x feeds a backbone: whether x holds
     `segment_ids`. A backbone that takes none (RoBERTa, DistilBERT) gets exactly its inputs, as
@@ -643,7 +665,7 @@ class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Lay
         once, not once each: `tf.data`'s own trace is not reused outside its pipeline)."""
         spec = self._check_element_spec(ds)
         traced = self._traced_call(len(spec)).get_concrete_function(*spec)
-        return lambda *element: traced(*element)
+        return no_autograph(lambda *element: traced(*element))
 
     def call_in_memory(self, examples, chunk_size=4096):
         """In-memory raw examples, as `tf.data.Dataset.from_tensor_slices` takes them (x, or a
@@ -675,16 +697,8 @@ class FinetuningPreprocessor(ReturnsModelInputs, KeepsTFErrors, keras.layers.Lay
     def _traced_call(self, arity):
         """`self.call` on a dataset element of `arity` parts as one `tf.function`, traced once for
         the current settings (a setting changed since: traced anew, nothing stale is called)."""
-        key = trace_key(self)
-        cached = self.__dict__.get("_traced")
-        if cached is None or cached[0] != key:
-            cached = (key, {})
-            object.__setattr__(self, "_traced", cached)
-        if arity not in cached[1]:  # one function per arity: TF cannot relax across arities
-            # No AutoGraph: plain TF ops (converting them re-parsed ours and tf-text's source).
-            cached[1][arity] = tf.function(lambda *e: self.call(*self._split(e)),
-                                           reduce_retracing=True, autograph=False)
-        return cached[1][arity]
+        # one function per arity: TF cannot relax across arities
+        return traced_once(self, trace_key(self), arity, lambda *e: self.call(*self._split(e)))
 
     def _split(self, element):
         """A dataset element -> (x, y, sample_weight); x a string tensor or a tuple of them."""
@@ -823,10 +837,10 @@ class TextClassifierPreprocessor(FinetuningPreprocessor):
                 if len(element) > 1 else _cut_to_longest(element[0], multiple, side)
 
         grouped = (ds.ragged_batch(self.group_by_length_batches)
-                   .map(sorted_megabatch, num_parallel_calls=AUTOTUNE)
-                   .flat_map(lambda out, size: tf.data.Dataset.from_tensor_slices(out)
-                             .batch(size))
-                   .map(cut, num_parallel_calls=AUTOTUNE))
+                   .map(no_autograph(sorted_megabatch), num_parallel_calls=AUTOTUNE)
+                   .flat_map(no_autograph(lambda out, size: tf.data.Dataset.from_tensor_slices(
+                       out).batch(size)))
+                   .map(no_autograph(cut), num_parallel_calls=AUTOTUNE))
         if int(ds.cardinality()) >= 0:  # one partial batch at most: as many batches as came in
             grouped = grouped.apply(tf.data.experimental.assert_cardinality(ds.cardinality()))
         return grouped.prefetch(AUTOTUNE)

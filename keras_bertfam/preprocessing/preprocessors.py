@@ -28,8 +28,10 @@ from keras_bertfam.preprocessing.finetuning import (
     check_pad_to_multiple_of,
     check_segment_ids,
     longest_first,
+    no_autograph,
     preset_preprocessor,
     trace_key,
+    traced_once,
     width_multiple,
 )
 from keras_bertfam.preprocessing.masking import TokenMasker, _Masker
@@ -314,14 +316,14 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         fn = self._traced(fn)
         if self._epoch is None:
             draws = tf.data.Dataset.random(seed=self.seed, rerandomize_each_iteration=True)
-            draws = draws.map(lambda s: tf.stack([s, tf.constant(salt, tf.int64)]))
+            draws = draws.map(no_autograph(lambda s: tf.stack([s, tf.constant(salt, tf.int64)])))
             zipped = tf.data.Dataset.zip((ds, draws))
-            return zipped.map(lambda x, s: fn(x, seed=s), num_parallel_calls=calls)
+            return zipped.map(no_autograph(lambda x, s: fn(x, seed=s)), num_parallel_calls=calls)
         epoch = self._epoch
         indexed = ds.enumerate()
         if last and self._skip is not None and not self.group_by_length:
             indexed, self._skip = indexed.skip(self._skip), None
-        return indexed.map(lambda i, x: fn(x, seed=self._key(epoch, i, salt)),
+        return indexed.map(no_autograph(lambda i, x: fn(x, seed=self._key(epoch, i, salt))),
                            num_parallel_calls=calls)
 
     def _traced(self, fn):
@@ -336,14 +338,7 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
         each checkpoint chunk) does not trace them again."""
         key = trace_key(self, id(self.masker), id(getattr(self, "pairer", None)),
                         unread=("seed",))
-        cached = self.__dict__.get("_traced_functions")
-        if cached is None or cached[0] != key:
-            cached = (key, {})
-            object.__setattr__(self, "_traced_functions", cached)
-        name = getattr(fn, "__name__", "call")
-        if name not in cached[1]:
-            cached[1][name] = tf.function(fn, reduce_retracing=True, autograph=False)
-        return cached[1][name]
+        return traced_once(self, key, getattr(fn, "__name__", "call"), fn)
 
     def prepare_epochs(self, ds, epochs, shuffle_batch_size=None, checked=False,
                        end_marks=False):
@@ -447,7 +442,8 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
             return (index == 0) | (tf.cast(rows, tf.int64) == size)
 
-        return batches.enumerate().filter(keep).map(lambda index, batch: batch)
+        unindexed = no_autograph(lambda index, batch: batch)
+        return batches.enumerate().filter(no_autograph(keep)).map(unindexed)
 
     def _grouped(self, batches, training):
         """Prepared batches regrouped by length and cut (`group_by_length`; class docstring)."""
@@ -463,9 +459,10 @@ class PretrainingPreprocessor(KeepsTFErrors, keras.layers.Layer):
             return (dict(x, **_cut_to_longest({k: x[k] for k in keys}, multiple)), *rest)
 
         return (batches.batch(self.group_by_length_batches)
-                .map(merged, num_parallel_calls=AUTOTUNE)
-                .flat_map(lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size))
-                .map(cut, num_parallel_calls=AUTOTUNE))
+                .map(no_autograph(merged), num_parallel_calls=AUTOTUNE)
+                .flat_map(no_autograph(
+                    lambda *e: tf.data.Dataset.from_tensor_slices(e).batch(size)))
+                .map(no_autograph(cut), num_parallel_calls=AUTOTUNE))
 
     def _batched_strings(self, ds, check_empty=True):
         if self._epoch is not None:  # inside `prepare_epochs`: checked and batched already

@@ -646,8 +646,8 @@ def train_word_piece_vocabulary(
         documents = tf.data.Dataset.from_tensor_slices(list(documents))
     if not isinstance(documents, tf.data.Dataset):
         raise TypeError("documents must be a tf.data.Dataset of strings or a list of strings.")
-    normalized = documents.batch(256).map(
-        lambda t: bert_normalize(t, lowercase, strip_accents)).unbatch()
+    normalized = documents.batch(256).map(tf.autograph.experimental.do_not_convert(  # plain ops
+        lambda t: bert_normalize(t, lowercase, strip_accents))).unbatch()
     vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
         normalized,
         vocabulary_size,
@@ -1364,9 +1364,9 @@ def _train_sentencepiece(documents, output_file, lowercase, keep_accents, **trai
         ds = documents
     else:
         ds = tf.data.Dataset.from_tensor_slices(list(_documents_iterator(documents)))
-    sentences = ds.batch(256).map(
+    sentences = ds.batch(256).map(tf.autograph.experimental.do_not_convert(  # plain TF ops
         lambda t: albert_normalize(split_sentences(t).flat_values, lowercase, keep_accents)
-    ).unbatch()
+    )).unbatch()
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=_documents_iterator(sentences),
