@@ -98,14 +98,10 @@ test-tf: setup $(VENV)/jemalloc/.fetched
 
 # JAX: also JAX's own switch for XLA's CPU optimizations, and one compilation cache shared by
 # both workers for the run (many tests compile the same step); 305 s -> 247 s on a third of the
-# suite. It gets the programs whose compile took >= 0.1 s (steps, jitted test functions), not the
-# ~8,900 single ops run eagerly at new shapes (~3 ms of XLA each now): writing one (serialize,
-# zlib, a file) cost ~3 ms of CPU more (py-spy: cache writes 6.9% of a JAX process, XLA's
-# compiles 5.1%), reading one back saves ~7.5 ms, and the other worker read back few. The whole
-# JAX run, three interleaved rounds (2026-11-29, load 0.5-6): 406.5 / 352.0 / 356.5 s of CPU
-# with every program written (minimum 0: 8,939 files), 386.7 / 326.9 / 342.6 with 0.1 (179-280
-# files); the same 466 pass. (Minimum 0 was chosen in session 33, when one op compiled in
-# 0.05-0.1 s: BUILD.md, Test.)
+# suite. Every program goes into it (minimum compile time 0), also the ~96% that are single ops
+# run eagerly (0.05-0.1 s each): the other worker compiles many of the same, and a process
+# compiled ~5% of them again under a new in-memory key. Four files, 2 workers, load 4-6: 219 of
+# 2,101 compilations read back instead of 17-18, CPU 464 / 449 -> 410 / 416 s (BUILD.md, Test).
 # XLA compiles each JAX program in one piece, not split for parallel code generation (its
 # threads only add work on 2 busy cores): test_tasks + test_cls_only + test_electra, idle, two
 # interleaved rounds, 141.9 / 147.9 -> 135.2 / 135.4 s of CPU; on the TensorFlow run's masker
@@ -113,7 +109,7 @@ test-tf: setup $(VENV)/jemalloc/.fetched
 test-jax: setup $(VENV)/jemalloc/.fetched
 	$(TEST_ENV) cache=$$(mktemp -d); XLA_FLAGS="$$XLA_FLAGS --xla_cpu_parallel_codegen_split_count=1" \
 	JAX_DISABLE_MOST_OPTIMIZATIONS=1 JAX_COMPILATION_CACHE_DIR=$$cache \
-	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.1 KERAS_BACKEND=jax $(PYTEST) -m multibackend; \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 KERAS_BACKEND=jax $(PYTEST) -m multibackend; \
 	status=$$?; rm -rf $$cache; $(TF_XLA_CLEAN); exit $$status
 
 test-torch: setup $(VENV)/jemalloc/.fetched
