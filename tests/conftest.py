@@ -45,11 +45,14 @@ BLOCKED_IMPORTS = UNUSED_IMPORTS + (() if os.environ["KERAS_BACKEND"] == "jax" e
 for _name in BLOCKED_IMPORTS:
     sys.modules.setdefault(_name, None)
 
-# Python's cyclic garbage collector, 14x less often: tracing allocates millions of objects. At
+# Python's cyclic garbage collector, ~70x less often: tracing allocates millions of objects. At
 # the default thresholds (700, 10, 10) test_finetuning ran 14 full collections (4.6 s of its ~85 s
-# of CPU), at these 2 (2.1 s), its peak RSS the same; test_distribute's mirrored subprocess 6 of
-# ~0.5 s each, at these 0.3-0.5 s of collections (peak RSS 1.45 -> 1.65 GB).
-GC_THRESHOLDS = (10000, 10, 10)
+# of CPU), at (10000, 10, 10) 2 (2.1 s), its peak RSS the same; test_distribute's mirrored
+# subprocess 6 of ~0.5 s each, at these 0.3-0.5 s of collections (peak RSS 1.45 -> 1.65 GB). At
+# (10000, 10, 10) the collector still took 4.9 s of test_finetuning + test_tasks' 86 s of CPU on
+# TensorFlow (487 young, 44 middle and 4 full collections: 0.9, 1.8 and 2.2 s); at these, two
+# rounds side by side, idle, 2026-11-29: 95.1 / 92.6 -> 94.5 / 91.1 s, peak RSS 2.88 -> 2.75 GB.
+GC_THRESHOLDS = (50000, 20, 20)
 gc.set_threshold(*GC_THRESHOLDS)
 
 
@@ -79,6 +82,26 @@ GRAPPLER_OFF = """
 import tensorflow as _tf
 _tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 """
+# Also TensorFlow's older graph optimizer (`OptimizerOptions.L1`: constant folding and common
+# subexpression elimination, run on each function graph as it is instantiated; its constant
+# folding runs the foldable ops in a graph of their own): level L0, nothing. There is no public
+# setting: the options go into the eager context's `ConfigProto` before the context starts.
+# Two files' groups, each variant a process beside the other, idle, 2026-11-29, two rounds
+# each: test_finetuning + test_tasks on TensorFlow 97.7 / 90.5 -> 96.4 / 89.0 s of CPU (the same
+# 86 pass); with the garbage collector's thresholds (above) as well, test_keras_hub_conformance +
+# test_reliability + test_resume 118.4 / 131.7 -> 116.8 / 129.1 (165 pass), and on JAX
+# test_longformer + test_finetuning + test_analysis 81.8 / 83.4 -> 81.4 / 82.5 (69 pass).
+GRAPH_OPTIMIZER_L0 = """
+from tensorflow.core.protobuf import config_pb2 as _config_pb2
+from tensorflow.python.eager import context as _context
+_ctx = _context.context()
+assert _ctx._context_handle is None, "TensorFlow's context has started: too late for its options"
+_config = _config_pb2.ConfigProto()
+if _ctx._config is not None:
+    _config.CopyFrom(_ctx._config)
+_config.graph_options.optimizer_options.opt_level = _config_pb2.OptimizerOptions.L0
+_ctx._config = _config
+"""
 
 # TensorFlow records the Python stack of every op it adds to a graph (the "defined at" lines of
 # a graph's runtime errors, a SavedModel's optional debug info): each op of every traced train
@@ -98,8 +121,8 @@ def _first_stack(stacklevel=1, _seen=[], _extract=_tf_stack.extract_stack):
 _tf_stack.extract_stack = _first_stack
 """
 # The test processes' TensorFlow settings (above), as code for their Python subprocesses too.
-TF_TEST_SETTINGS = GRAPPLER_OFF + (NO_OP_STACKS if os.environ.get("KB_TEST_OP_STACKS") != "1"
-                                   else "")
+TF_TEST_SETTINGS = GRAPPLER_OFF + GRAPH_OPTIMIZER_L0 + (
+    NO_OP_STACKS if os.environ.get("KB_TEST_OP_STACKS") != "1" else "")
 
 
 # JAX lowers every new program to MLIR (each op run eagerly at a new shape too: building models,
