@@ -45,11 +45,14 @@ BLOCKED_IMPORTS = UNUSED_IMPORTS + (() if os.environ["KERAS_BACKEND"] == "jax" e
 for _name in BLOCKED_IMPORTS:
     sys.modules.setdefault(_name, None)
 
-# Python's cyclic garbage collector, 14x less often: tracing allocates millions of objects. At
+# Python's cyclic garbage collector, ~70x less often: tracing allocates millions of objects. At
 # the default thresholds (700, 10, 10) test_finetuning ran 14 full collections (4.6 s of its ~85 s
-# of CPU), at these 2 (2.1 s), its peak RSS the same; test_distribute's mirrored subprocess 6 of
-# ~0.5 s each, at these 0.3-0.5 s of collections (peak RSS 1.45 -> 1.65 GB).
-GC_THRESHOLDS = (10000, 10, 10)
+# of CPU), at (10000, 10, 10) 2 (2.1 s), its peak RSS the same; test_distribute's mirrored
+# subprocess 6 of ~0.5 s each, at these 0.3-0.5 s of collections (peak RSS 1.45 -> 1.65 GB). At
+# (10000, 10, 10) the collector still took 4.9 s of test_finetuning + test_tasks' 86 s of CPU on
+# TensorFlow (487 young, 44 middle and 4 full collections: 0.9, 1.8 and 2.2 s); at these, two
+# rounds side by side, idle, 2026-11-29: 95.1 / 92.6 -> 94.5 / 91.1 s, peak RSS 2.88 -> 2.75 GB.
+GC_THRESHOLDS = (50000, 20, 20)
 gc.set_threshold(*GC_THRESHOLDS)
 
 
@@ -79,6 +82,26 @@ GRAPPLER_OFF = """
 import tensorflow as _tf
 _tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 """
+# Also TensorFlow's older graph optimizer (`OptimizerOptions.L1`: constant folding and common
+# subexpression elimination, run on each function graph as it is instantiated; its constant
+# folding runs the foldable ops in a graph of their own): level L0, nothing. There is no public
+# setting: the options go into the eager context's `ConfigProto` before the context starts.
+# Two files' groups, each variant a process beside the other, idle, 2026-11-29, two rounds
+# each: test_finetuning + test_tasks on TensorFlow 97.7 / 90.5 -> 96.4 / 89.0 s of CPU (the same
+# 86 pass); with the garbage collector's thresholds (above) as well, test_keras_hub_conformance +
+# test_reliability + test_resume 118.4 / 131.7 -> 116.8 / 129.1 (165 pass), and on JAX
+# test_longformer + test_finetuning + test_analysis 81.8 / 83.4 -> 81.4 / 82.5 (69 pass).
+GRAPH_OPTIMIZER_L0 = """
+from tensorflow.core.protobuf import config_pb2 as _config_pb2
+from tensorflow.python.eager import context as _context
+_ctx = _context.context()
+assert _ctx._context_handle is None, "TensorFlow's context has started: too late for its options"
+_config = _config_pb2.ConfigProto()
+if _ctx._config is not None:
+    _config.CopyFrom(_ctx._config)
+_config.graph_options.optimizer_options.opt_level = _config_pb2.OptimizerOptions.L0
+_ctx._config = _config
+"""
 
 # TensorFlow records the Python stack of every op it adds to a graph (the "defined at" lines of
 # a graph's runtime errors, a SavedModel's optional debug info): each op of every traced train
@@ -98,8 +121,8 @@ def _first_stack(stacklevel=1, _seen=[], _extract=_tf_stack.extract_stack):
 _tf_stack.extract_stack = _first_stack
 """
 # The test processes' TensorFlow settings (above), as code for their Python subprocesses too.
-TF_TEST_SETTINGS = GRAPPLER_OFF + (NO_OP_STACKS if os.environ.get("KB_TEST_OP_STACKS") != "1"
-                                   else "")
+TF_TEST_SETTINGS = GRAPPLER_OFF + GRAPH_OPTIMIZER_L0 + (
+    NO_OP_STACKS if os.environ.get("KB_TEST_OP_STACKS") != "1" else "")
 
 
 # JAX lowers every new program to MLIR (each op run eagerly at a new shape too: building models,
@@ -168,22 +191,25 @@ def pytest_unconfigure(config):
 # test_distribute, 154 s, near the end). Unlisted files follow in their collection order.
 # test_resume and test_tasks (80 and 76 s of CPU alone, load 4, 2026-11-28) and test_reliability
 # and test_masking (several minutes of wall alone under load) came alphabetically among the
-# last files; listed, the run ends on small files.
+# last files; listed, the run ends on small files. On PyTorch, test_cli (15.6 s) and
+# test_reliability (11.8 s) came among the unlisted files, and the run ended on test_reliability
+# alone for 7.7 s (2026-11-29, per-test timestamps); JAX and PyTorch now have a list each.
 LONGEST_FIRST = {
     "tensorflow": ["test_distribute", "test_finetuning", "test_keras_hub_conformance",
                    "test_roberta", "test_cli", "test_export", "test_longformer", "test_readme",
                    "test_xlnet_pretraining", "test_albert", "test_keras_hub_presets",
                    "test_analysis", "test_keras_hub_conformance_models", "test_reliability",
                    "test_masking", "test_tasks", "test_resume"],
-    "keras.ops": ["test_keras_hub_conformance", "test_keras_hub_conformance_models",
-                  "test_longformer", "test_finetuning", "test_xlnet", "test_tasks",
-                  "test_electra", "test_albert", "test_docstrings", "test_analysis"],
+    "jax": ["test_keras_hub_conformance", "test_keras_hub_conformance_models", "test_longformer",
+            "test_finetuning", "test_xlnet", "test_tasks", "test_cli", "test_reliability",
+            "test_electra", "test_albert", "test_docstrings", "test_analysis"],
+    "torch": ["test_keras_hub_conformance", "test_cli", "test_tasks", "test_reliability",
+              "test_custom_models", "test_keras_hub_conformance_models", "test_finetuning"],
 }
 
 
 def pytest_collection_modifyitems(config, items):
-    backend = "tensorflow" if os.environ["KERAS_BACKEND"] == "tensorflow" else "keras.ops"
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST[backend])}
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST.get(os.environ["KERAS_BACKEND"], ()))}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: unlisted keep order
 
 
@@ -268,94 +294,147 @@ def without_unused_imports(*more):
             f"import gc\ngc.set_threshold(*{GC_THRESHOLDS!r})\n")
 
 
-# === A fresh serving process per test, TensorFlow imported once per xdist worker ===
-# test_export, test_longformer and test_roberta load their SavedModels in a process that imports
-# only TensorFlow and tf-text (a serving client's: our library and keras-hub must not be needed,
-# and each script asserts they are not in its sys.modules). Importing TensorFlow was ~4.2 s of
-# CPU in each of the three (load 5; BUILD.md, Test, session 31); `serving_process` forks every
-# script's process from one server per worker that has imported TensorFlow and NumPy, no more
-# (no op run, so no TensorFlow thread pool yet: `import tensorflow` starts no thread; OpenBLAS'
-# is fork-safe). Each script still starts from that state alone, in its own process, which exits
-# after it: nothing a script loads or registers (tf-text's ops) reaches the next one, and
-# saved_model_cli in test_export still runs before tf-text is imported.
-SERVING_SERVER = without_unused_imports("jax") + r"""
-import json, os, traceback
-import numpy as np
-import tensorflow as tf
-requests = os.fdopen(os.dup(0), "r")  # the server's own ends; a script's child gets files on 0-2
-replies = os.fdopen(os.dup(1), "w")
-for line in requests:
-    request = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
+# === Processes forked from one that has imported the libraries ===
+# Importing NumPy and TensorFlow (and Keras, keras_bertfam, JAX) costs seconds of CPU in each test
+# subprocess before its script does anything. A `ForkServer` imports them once and forks each
+# script's process from there. A fork copies only the calling thread: a lock another thread holds
+# at that moment (malloc's, a thread pool's) stays locked in the child forever, a rare hang or
+# crash. The imports run no op: TensorFlow's eager context (its thread pools) and JAX's backend
+# (its client's threads) do not exist yet, so each script still configures its own (logical
+# CPUs, TF_CONFIG, XLA_FLAGS, jax.distributed) as a fresh process would. The only threads they
+# start are OpenBLAS' idle pools (NumPy's, and SciPy's under JAX: gdb, 2026-11-29), which an
+# at-fork handler of OpenBLAS stops before each fork; the server runs OpenBLAS on one thread
+# (`OPENBLAS_NUM_THREADS`, which no script's result depends on: TensorFlow and XLA do not use it)
+# so that none exists at all, and checks before each fork that its thread is the only one (a
+# TensorFlow op or `jax.devices()` at import in some version would start pools: that fails
+# there, naming the threads, instead of now and then in a child). Each script starts from that
+# state alone, in its own process: nothing it loads or registers (tf-text's ops) reaches the
+# next one. It ends as a Python process does (test_distribute's ENDS_AS_PYTHON): its threads
+# joined, then the atexit hooks, among them JAX's `distributed.shutdown`, where a job's process
+# waits for the others (a server that skipped them let one of test_distribute's two JAX
+# processes take the job's coordination service down under the other: SIGABRT).
+FORK_SERVER = r"""
+import atexit, json, os, sys, threading, traceback
+%s
+WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+
+
+def fork():
+    threads = os.listdir("/proc/self/task")
+    assert threads == [str(os.getpid())], "threads alive before a fork: " + ", ".join(
+        f"{t} {open(f'/proc/self/task/{t}/comm').read().strip()}" for t in threads)
+    return os.fork()
+
+
+def child(run):
+    code = 1
+    try:
+        requests.close(); replies.close()
+        os.environ.update(run["env"])
+        for fd, name, mode in ((0, os.devnull, os.O_RDONLY), (1, run["stdout"], WRITE),
+                               (2, run["stderr"], WRITE)):
+            os.dup2(os.open(name, mode, 0o644), fd)
+        sys.argv = ["-c", *run["argv"]]
         try:
-            requests.close(); replies.close()
-            for fd, name, mode in ((0, os.devnull, os.O_RDONLY),
-                                   (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
-                                   (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
-                os.dup2(os.open(name, mode, 0o644), fd)
-            sys.argv = ["-c", *request["argv"]]
-            try:
-                exec(compile(request["script"], "<serving script>", "exec"),
-                     {"__name__": "__main__"})
-                code = 0
-            except SystemExit as exit:
-                code = exit.code if isinstance(exit.code, int) else (exit.code is not None)
-            except BaseException:
-                traceback.print_exc()
-        finally:
-            sys.stdout.flush(); sys.stderr.flush()
-            os._exit(code)
-    replies.write(json.dumps({"pid": pid}) + "\n"); replies.flush()
-    _, status = os.waitpid(pid, 0)
-    replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
-    replies.flush()
+            exec(compile(run["script"], "<string>", "exec"), {"__name__": "__main__"})
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (exit.code is not None)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+
+
+requests = os.fdopen(os.dup(0), "r")  # the server's own ends; a child gets files on 0-2
+replies = os.fdopen(os.dup(1), "w")
+for line in requests:  # a request: a group of scripts, run at once
+    pids = []
+    for run in json.loads(line):
+        pid = fork()
+        if pid == 0:
+            child(run)
+        pids.append(pid)
+    replies.write(json.dumps(pids) + "\n"); replies.flush()
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    replies.write(json.dumps(codes) + "\n"); replies.flush()
+os._exit(0)  # without tearing the libraries down (their atexit hooks): ~1 s of CPU less
 """
 
 
+class ForkServer:
+    """A Python process that has run `imports` (and `without_unused_imports(*unused)`), with
+    `env` added to the environment, from which `run` forks each script's process."""
+
+    def __init__(self, imports, work, env=None, unused=()):
+        import subprocess
+
+        self.work, self.count = work, 0
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", without_unused_imports(*unused) + FORK_SERVER % imports],
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OPENBLAS_NUM_THREADS="1",
+                     **(env or {})),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def run(self, group, timeout=1800):
+        """Runs each `(script, args, env)` of `group` at once, as `python -c script *args` would
+        (its `env` added). -> a `subprocess.CompletedProcess` each (returncode, stdout and
+        stderr as text; the files are kept in `work`). After `timeout` seconds (only a hang),
+        the server and every script it started are killed."""
+        import json
+        import signal
+        import subprocess
+        import threading
+
+        runs = []
+        for script, args, env in group:
+            self.count += 1
+            runs.append(dict(script=script, argv=[str(a) for a in args], env=env or {},
+                             stdout=str(self.work / f"{self.count}.out"),
+                             stderr=str(self.work / f"{self.count}.err")))
+        killer = threading.Timer(timeout, os.killpg, (self.process.pid, signal.SIGKILL))
+        killer.start()
+        try:
+            self.process.stdin.write(json.dumps(runs) + "\n")
+            self.process.stdin.flush()
+            started, ended = self.process.stdout.readline(), self.process.stdout.readline()
+        finally:
+            killer.cancel()
+        assert started and ended, f"the fork server died (exit status {self.process.wait()})"
+        return [subprocess.CompletedProcess(["<script>", *run["argv"]], code,
+                                            open(run["stdout"]).read(), open(run["stderr"]).read())
+                for code, run in zip(json.loads(ended), runs)]
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=1800)  # only a hang: it exits as soon as its input closes
+
+
+# test_export, test_longformer and test_roberta load their SavedModels in a process that imports
+# only TensorFlow and tf-text (a serving client's: our library and keras-hub must not be needed,
+# and each script asserts they are not in its sys.modules), forked from one server per xdist
+# worker. Importing TensorFlow was ~4.2 s of CPU in each of the three (load 5; BUILD.md, Test,
+# session 31). saved_model_cli in test_export still runs before tf-text is imported.
 @pytest.fixture(scope="session")
 def serving_process(tmp_path_factory):
     """`run(script, *args)` runs a Python script (`python -c script *args`) in a new process
-    forked from this worker's serving server (above: TensorFlow imported, nothing else) and
-    returns a `subprocess.CompletedProcess` (returncode, stdout, stderr as text). The server
-    starts at the first call; a script that has not ended after `timeout` seconds is killed."""
-    import json
-    import signal
-    import subprocess
-    import threading
+    forked from this worker's serving server (a `ForkServer`: TensorFlow imported, nothing
+    else) -> a `subprocess.CompletedProcess`. The server starts at the first call."""
+    server, work = None, tmp_path_factory.mktemp("serving")
 
-    server, tmp, count = None, tmp_path_factory.mktemp("serving"), [0]
-
-    def run(script, *args, timeout=1800):
+    def run(script, *args):
         nonlocal server
-        if server is None or server.poll() is not None:
-            server = subprocess.Popen([sys.executable, "-c", SERVING_SERVER],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        count[0] += 1
-        out, err = tmp / f"{count[0]}.out", tmp / f"{count[0]}.err"
-        server.stdin.write(json.dumps({"script": script, "argv": [str(a) for a in args],
-                                       "stdout": str(out), "stderr": str(err)}) + "\n")
-        server.stdin.flush()
-        started = server.stdout.readline()
-        assert started, f"the serving server died (exit status {server.wait()})"
-        pid = json.loads(started)["pid"]
-        killer = threading.Timer(timeout, os.kill, (pid, signal.SIGKILL))
-        killer.start()
-        try:
-            reply = server.stdout.readline()
-        finally:
-            killer.cancel()
-        assert reply, f"the serving server died (exit status {server.wait()})"
-        returncode = json.loads(reply)["returncode"]
-        return subprocess.CompletedProcess(["<serving script>", *args], returncode,
-                                           out.read_text(), err.read_text())
+        if server is None or server.process.poll() is not None:
+            server = ForkServer("import numpy as np\nimport tensorflow as tf", work,
+                                unused=("jax",))
+        return server.run([(script, args, {})])[0]
 
     yield run
     if server is not None:
-        server.stdin.close()
-        server.wait(timeout=1800)  # only a hang: it exits as soon as its input closes
+        server.close()
 
 
 def to_numpy(x):

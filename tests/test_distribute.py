@@ -5,17 +5,14 @@ precision. Every engine runs in its own subprocess so device settings never leak
 """
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
 import keras_bertfam as kb
-from tests.conftest import TF_TEST_SETTINGS, without_unused_imports
+from tests.conftest import TF_TEST_SETTINGS, ForkServer
 
 # Only catches hangs: an order of magnitude above the idle time, so a busy machine does not fail
 # working code (idle, the slowest script here takes under 2 minutes).
@@ -58,68 +55,13 @@ def weights_of(task):
 # of graph.
 
 
-# Importing NumPy, TensorFlow, Keras and keras_bertfam (and JAX in the JAX processes) was ~3.5-4.5
-# s of CPU in each of these processes, before any device or strategy existed. `_forked` imports
-# them once and forks every script's process from there (as conftest's serving server does for
-# the serving scripts). A fork copies only the calling thread: a lock another thread holds at
-# that moment (malloc's, a thread pool's) stays locked in the child forever, a rare hang or crash.
-# The imports run no op: TensorFlow's eager context (its thread pools) and JAX's backend (its
-# client's threads) do not exist yet, so each script still configures its own (logical CPUs,
-# TF_CONFIG, XLA_FLAGS, jax.distributed) as a fresh process would. The only threads they start
-# are OpenBLAS' idle pools (NumPy's, and SciPy's in the JAX forker: gdb, 2026-11-29), which an
-# at-fork handler of OpenBLAS stops before each fork; the forker runs OpenBLAS on one thread
-# (`OPENBLAS_NUM_THREADS`, which no script's result depends on: TensorFlow and XLA do not use it)
-# so that none exists at all, and checks before each fork that its thread is the only one (a
-# TensorFlow op or `jax.devices()` at import in some version would start pools: that fails here,
-# naming the threads, instead of now and then in a child).
-FORKER = r'''
-import atexit, json, os, sys, threading, traceback
-import numpy as np
-import tensorflow as tf
-import keras, keras_bertfam
+FORKED_IMPORTS = "import numpy as np\nimport tensorflow as tf\nimport keras, keras_bertfam"
 
 
-def fork():
-    threads = os.listdir("/proc/self/task")
-    assert threads == [str(os.getpid())], "threads alive before a fork: " + ", ".join(
-        f"{t} {open(f'/proc/self/task/{t}/comm').read().strip()}" for t in threads)
-    return os.fork()
-
-
-groups = json.loads(sys.stdin.read())
-codes = []
-for group in groups:  # one group's scripts at once (the workers of one job), groups in order
-    pids = []
-    for run in group:
-        pid = fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.environ.update(run["env"])
-                for fd, name in ((1, run["stdout"]), (2, run["stderr"])):
-                    os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-                sys.argv = ["-c", *run["argv"]]
-                exec(compile(run["script"], "<string>", "exec"), {"__name__": "__main__"})
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:  # what the interpreter's exit runs: threads joined, then the atexit hooks
-                threading._shutdown()  # (JAX's: a job's process waits for the others there)
-                atexit._run_exitfuncs()
-                sys.stdout.flush(); sys.stderr.flush()
-                os._exit(code)
-        pids.append(pid)
-    codes += [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
-print(json.dumps(codes))
-sys.stdout.flush()
-os._exit(0)  # without tearing the libraries down (their atexit hooks): ~1 s of CPU less
-'''
-
-
-# A forked script ends as a fresh process would (`FORKER`; `python -c` prints the same): its
-# threads joined (one here waits for the script's end), then the atexit hooks. One of them is
-# JAX's `distributed.shutdown`, where a job's process waits for the others. A forker that skipped
-# them (`os._exit` right after the script) let the first process of
+# A forked script ends as a fresh process would (conftest's `ForkServer`; `python -c` prints the
+# same): its threads joined (one here waits for the script's end), then the atexit hooks. One of
+# them is JAX's `distributed.shutdown`, where a job's process waits for the others. A forker that
+# skipped them (`os._exit` right after the script) let the first process of
 # test_jax_data_parallel_two_processes take the job's coordination service down while the other
 # was still running, which aborted that one (SIGABRT, "Terminating process because the JAX
 # distributed service detected fatal errors"): now and then under load, and every time when the
@@ -135,28 +77,17 @@ print("script")
 
 def _forked(groups, work, env=None, unused=()):
     """Runs each `(script, args, env)` of `groups` as `python -c script *args` would (its `env`
-    added to the environment), in processes forked from one Python process (`FORKER`, with `env`,
-    without the packages no script here uses and with fewer garbage collections:
-    `without_unused_imports`; `unused`: more of them, "jax" for the TensorFlow-only ones). A
-    group's scripts run at once, the groups one after the other. -> each script's
+    added to the environment), in processes forked from one that has imported NumPy,
+    TensorFlow, Keras and keras_bertfam (conftest's `ForkServer`, with `env`, without the
+    packages no script here uses: `unused`, "jax" for the TensorFlow-only ones). A group's
+    scripts run at once, the groups one after the other. -> each script's
     `(returncode, stdout, stderr)`, in order; the outputs are kept in `work`."""
-    groups = [[dict(script=script, argv=[str(a) for a in args], env=more,
-                    stdout=str(work / f"{i}-{j}.out"), stderr=str(work / f"{i}-{j}.err"))
-               for j, (script, args, more) in enumerate(group)] for i, group in enumerate(groups)]
-    forker = subprocess.Popen(
-        [sys.executable, "-c", without_unused_imports(*unused) + FORKER],
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OPENBLAS_NUM_THREADS="1", **(env or {})),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+    server = ForkServer(FORKED_IMPORTS, work, env, unused)
     try:
-        out, err = forker.communicate(json.dumps(groups), timeout=TIMEOUT)
+        return [(run.returncode, run.stdout, run.stderr)
+                for group in groups for run in server.run(group, timeout=TIMEOUT)]
     finally:
-        if forker.poll() is None:  # a hang: the forker and every script it started
-            os.killpg(forker.pid, signal.SIGKILL)
-    assert forker.returncode == 0, err[-3000:]
-    codes = json.loads(out)
-    return [(code, open(run["stdout"]).read(), open(run["stderr"]).read())
-            for code, run in zip(codes, [run for group in groups for run in group])]
+        server.close()
 
 
 def _stdout(run):
