@@ -45,13 +45,14 @@ BLOCKED_IMPORTS = UNUSED_IMPORTS + (() if os.environ["KERAS_BACKEND"] == "jax" e
 for _name in BLOCKED_IMPORTS:
     sys.modules.setdefault(_name, None)
 
-# Python's cyclic garbage collector, ~70x less often: tracing allocates millions of objects. At
-# the default thresholds (700, 10, 10) test_finetuning ran 14 full collections (4.6 s of its ~85 s
-# of CPU), at (10000, 10, 10) 2 (2.1 s), its peak RSS the same; test_distribute's mirrored
-# subprocess 6 of ~0.5 s each, at these 0.3-0.5 s of collections (peak RSS 1.45 -> 1.65 GB). At
-# (10000, 10, 10) the collector still took 4.9 s of test_finetuning + test_tasks' 86 s of CPU on
-# TensorFlow (487 young, 44 middle and 4 full collections: 0.9, 1.8 and 2.2 s); at these, two
-# rounds side by side, idle, 2026-11-29: 95.1 / 92.6 -> 94.5 / 91.1 s, peak RSS 2.88 -> 2.75 GB.
+# Python's cyclic garbage collector, ~70x less often than by default: tracing allocates millions
+# of objects. At the default thresholds (700, 10, 10) test_finetuning ran 14 full collections
+# (4.6 s of its ~85 s of CPU), at (10000, 10, 10) 2 (2.1 s), its peak RSS the same, and
+# test_distribute's mirrored subprocess 0.3-0.5 s of collections instead of 6 of ~0.5 s each
+# (peak RSS 1.45 -> 1.65 GB). There the collector still took 4.9 s of test_finetuning +
+# test_tasks' 86 s of CPU on TensorFlow (487 young, 44 middle and 4 full collections: 0.9, 1.8
+# and 2.2 s); at these, two rounds side by side, idle, 2026-11-29: 95.1 / 92.6 -> 94.5 / 91.1 s,
+# peak RSS 2.88 -> 2.75 GB. (200000, 50, 50) gained nothing more (86.1 / 84.6 -> 85.9 / 84.3).
 GC_THRESHOLDS = (50000, 20, 20)
 gc.set_threshold(*GC_THRESHOLDS)
 
