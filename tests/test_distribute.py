@@ -49,10 +49,10 @@ def weights_of(task):
 
 
 # The TensorFlow scripts take the test processes' TensorFlow settings (conftest's
-# `TF_TEST_SETTINGS`: no Grappler, no per-op Python stacks): Grappler off took the mirrored
-# process from 71.6 to 67.0 s of CPU (one A/B round, load ~6); the multi-worker processes too,
-# so that their weights and the mirrored process's one-device reference come from the same kind
-# of graph.
+# `TF_TEST_SETTINGS`: no Grappler, the classic graph optimizer at L0, no per-op Python stacks):
+# Grappler off took the mirrored process from 71.6 to 67.0 s of CPU (one A/B round, load ~6);
+# the multi-worker processes too, so that their weights and the mirrored process's one-device
+# reference come from the same kind of graph.
 
 
 FORKED_IMPORTS = "import numpy as np\nimport tensorflow as tf\nimport keras, keras_bertfam"
